@@ -1,0 +1,458 @@
+"""A local stand-in for the Slack Web API, for the sandbox and the tests.
+
+Slack is the one external service the janitor cannot run locally, so rather than mock our own
+wrapper we stand in for Slack: an HTTP server speaking the Web API as
+``slack_sdk.WebClient(token=..., base_url=standin.base_url)`` uses it, so the janitor's real
+Slack code and slack_sdk's retry handlers run unchanged. It serves only the methods the janitor
+calls, with Slack's documented response shapes and error codes; records every call and what a
+user would see; injects faults (429 + Retry-After, 500/503, invalid_auth) on demand. The control
+API under ``/_standin/`` (no Slack method can live there) lets ``SlackStandInControl`` do the same
+from another process, as the sandbox runs it: ``python -m devenv.slack_standin --port 0``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import json
+import signal
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Iterable
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+DEFAULT_TOKEN = "xoxb-sandbox"
+HOST = "127.0.0.1"  # never reachable from outside the machine
+CONTROL_PREFIX = "/_standin/"
+FAULT_KINDS = ("ratelimited", "server_error", "invalid_auth")
+BOT_USER_ID, BOT_ID = "U0JANITOR", "B0JANITOR"
+# Who the bot token belongs to, as auth.test reports it.
+BOT_IDENTITY: dict[str, Any] = {
+    "url": "https://sandbox.slack.com/", "team": "Sandbox", "user": "janitor",
+    "team_id": "T0SANDBOX", "user_id": BOT_USER_ID, "bot_id": BOT_ID,
+    "is_enterprise_install": False}
+
+
+@dataclass(frozen=True)
+class SlackUser:
+    """A directory entry: what users.lookupByEmail finds and conversations.open accepts."""
+    email: str
+    id: str
+    name: str
+
+
+@dataclass
+class RecordedRequest:
+    """One Web API call as the stand-in saw it, and what it answered (status, error code)."""
+    method: str
+    params: dict[str, Any]
+    token: str | None
+    headers: dict[str, str]
+    http_method: str
+    at: float
+    status: int
+    error: str | None
+
+
+@dataclass
+class PostedMessage:
+    """A message as a user would see it now: chat.update edits it in place, as Slack does."""
+    channel: str
+    ts: str
+    text: str
+    blocks: list[Any] | None = None
+    thread_ts: str | None = None
+    user: str = BOT_USER_ID
+    edited_ts: str | None = None
+
+
+@dataclass
+class Fault:
+    """A fault to answer the next ``count`` calls (of ``method``, or of any method) with."""
+    kind: str
+    count: int = 1
+    method: str | None = None
+    retry_after: int = 1
+    status: int = 500
+
+
+class SlackError(Exception):
+    """Raised by a method handler to answer ``{"ok": false, "error": args[0]}``, HTTP 200."""
+
+
+def _error(code: str) -> dict[str, Any]:
+    return {"ok": False, "error": code}
+
+
+def _json_field(value: Any) -> Any:
+    """Form-encoded calls send blocks as a JSON string; JSON calls send the list itself."""
+    try:
+        return json.loads(value) if isinstance(value, str) else value
+    except ValueError:
+        return value
+
+
+class SlackStandIn:
+    """The stand-in server and its state; thread-safe, usable as a context manager."""
+
+    def __init__(self, port: int = 0, tokens: Iterable[str] = (DEFAULT_TOKEN,),
+                 users: Iterable[SlackUser] = ()) -> None:
+        self._requested_port = port
+        self._tokens = set(tokens)
+        self._initial_users = list(users)
+        self._lock = threading.RLock()
+        self._last_ts_us = 0  # survives reset() so ts stay unique for the server's lifetime
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._methods: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+            "auth.test": lambda params: dict(BOT_IDENTITY),
+            "users.lookupByEmail": self._users_lookup_by_email,
+            "conversations.open": self._conversations_open,
+            "chat.postMessage": self._chat_post_message,
+            "chat.update": self._chat_update,
+        }
+        self.reset()
+
+    # ----- lifecycle -------------------------------------------------------------------
+    def start(self) -> SlackStandIn:
+        server = ThreadingHTTPServer((HOST, self._requested_port), _Handler)
+        server.daemon_threads = True
+        server.standin = self  # type: ignore[attr-defined]
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, name="slack-standin",
+                                        kwargs={"poll_interval": 0.1}, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> SlackStandIn:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "stand-in is not running"
+        return int(self._server.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        """What to pass as ``WebClient(base_url=...)``: Slack's is https://slack.com/api/."""
+        return f"http://{HOST}:{self.port}/api/"
+
+    # ----- test/sandbox controls (mirrored by SlackStandInControl) ---------------------
+    def reset(self) -> None:
+        """Back to the state at construction: no requests, messages, DMs or pending faults."""
+        with self._lock:
+            self._requests: list[RecordedRequest] = []
+            self._messages: dict[str, list[PostedMessage]] = {}
+            self._faults: list[Fault] = []
+            self._dms: dict[str, tuple[str, ...]] = {}
+            self._users: dict[str, SlackUser] = {u.email.lower(): u for u in self._initial_users}
+
+    def requests(self, method: str | None = None) -> list[RecordedRequest]:
+        """Every Web API call so far (faulted ones too), oldest first; optionally of one method.
+
+        Copies, like the control client's: a later chat.update must not change what a test
+        already read."""
+        with self._lock:
+            return copy.deepcopy([r for r in self._requests if method in (None, r.method)])
+
+    def messages(self, channel: str) -> list[PostedMessage]:
+        """What a user sees in the channel, oldest first."""
+        with self._lock:
+            return copy.deepcopy(self._messages.get(channel, []))
+
+    def fail(self, kind: str, count: int = 1, method: str | None = None,
+             retry_after: int = 1, status: int = 500) -> None:
+        """Answer the next ``count`` matching calls with a fault instead of serving them."""
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"kind must be one of {FAULT_KINDS}, not {kind!r}")
+        if int(count) < 1 or int(retry_after) < 0 or int(status) not in (500, 503):
+            raise ValueError("count must be >= 1, retry_after >= 0, status 500 or 503")
+        with self._lock:
+            self._faults.append(Fault(kind, int(count), method, int(retry_after), int(status)))
+
+    def add_user(self, email: str, user_id: str, name: str) -> None:
+        with self._lock:
+            self._users[email.lower()] = SlackUser(email, user_id, name)
+
+    # ----- Web API -----------------------------------------------------------------------
+    def handle_api(self, method: str, params: dict[str, Any], token: str | None,
+                   headers: dict[str, str], http_method: str) -> tuple[int, dict[str, str], dict]:
+        """Serve one Web API call; returns (HTTP status, extra headers, JSON body)."""
+        with self._lock:
+            status, extra, body = self._dispatch(method, params, token)
+            self._requests.append(RecordedRequest(method, params, token, headers, http_method,
+                                                  time.time(), status, body.get("error")))
+            return status, extra, body
+
+    def _dispatch(self, method: str, params: dict[str, Any],
+                  token: str | None) -> tuple[int, dict[str, str], dict]:
+        fault = next((f for f in self._faults if f.method in (None, method)), None)
+        if fault is not None:
+            fault.count -= 1
+            if fault.count <= 0:
+                self._faults.remove(fault)
+            if fault.kind == "ratelimited":
+                return 429, {"Retry-After": str(fault.retry_after)}, _error("ratelimited")
+            if fault.kind == "server_error":
+                code = "internal_error" if fault.status == 500 else "service_unavailable"
+                return fault.status, {}, _error(code)
+            return 200, {}, _error("invalid_auth")
+        handler = self._methods.get(method)
+        if handler is None:
+            return 200, {}, _error("unknown_method")
+        token = token or params.get("token")  # Slack also accepts the token as a parameter
+        if not token:
+            return 200, {}, _error("not_authed")
+        if token not in self._tokens:
+            return 200, {}, _error("invalid_auth")
+        try:
+            return 200, {}, {"ok": True, **handler(params)}
+        except SlackError as err:
+            return 200, {}, _error(err.args[0])
+
+    def _next_ts(self) -> str:
+        """Slack ts are "seconds.micros" strings, unique per channel and increasing."""
+        self._last_ts_us = max(time.time_ns() // 1000, self._last_ts_us + 1)
+        return f"{self._last_ts_us // 1_000_000}.{self._last_ts_us % 1_000_000:06d}"
+
+    def _users_lookup_by_email(self, params: dict[str, Any]) -> dict[str, Any]:
+        email = str(params.get("email") or "")
+        if not email:
+            raise SlackError("invalid_arguments")
+        user = self._users.get(email.lower())
+        if user is None:
+            raise SlackError("users_not_found")
+        return {"user": {"id": user.id, "team_id": BOT_IDENTITY["team_id"], "name": user.name,
+                         "deleted": False, "is_bot": False, "real_name": user.name,
+                         "profile": {"email": user.email, "real_name": user.name,
+                                     "display_name": user.name}}}
+
+    def _open_dm(self, users: tuple[str, ...]) -> tuple[str, bool]:
+        """A stable id per user set (a hash, so it survives reset and restarts); D... for 1:1
+        DMs, G... for multi-person ones, as Slack's ids are."""
+        prefix = "D" if len(users) == 1 else "G"
+        digest = hashlib.sha1(",".join(sorted(users)).encode()).hexdigest()[:10].upper()
+        channel_id = prefix + digest
+        already_open = channel_id in self._dms
+        self._dms[channel_id] = users
+        return channel_id, already_open
+
+    def _conversations_open(self, params: dict[str, Any]) -> dict[str, Any]:
+        users = params.get("users") or ()
+        if isinstance(users, str):
+            users = [u.strip() for u in users.split(",") if u.strip()]
+        users = tuple(users)
+        if not users:
+            channel = params.get("channel")
+            if not channel:
+                raise SlackError("users_list_not_supplied")
+            if channel not in self._dms:
+                raise SlackError("channel_not_found")
+            channel_id, already_open = channel, True
+        else:
+            if len(users) > 8:
+                raise SlackError("too_many_users")
+            known = {u.id for u in self._users.values()}
+            if any(u not in known for u in users):
+                raise SlackError("user_not_found")
+            channel_id, already_open = self._open_dm(users)
+        body: dict[str, Any] = {"channel": {"id": channel_id}}
+        if already_open:
+            body.update(no_op=True, already_open=True)
+        return body
+
+    def _resolve_channel(self, value: Any) -> str:
+        """An opened DM, or a user id: Slack then posts into the bot's DM with that user."""
+        value = str(value or "")
+        if value in self._dms:
+            return value
+        if value in {u.id for u in self._users.values()}:
+            return self._open_dm((value,))[0]
+        raise SlackError("channel_not_found")
+
+    @staticmethod
+    def _message_json(msg: PostedMessage) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": "message", "text": msg.text, "user": msg.user,
+                               "bot_id": BOT_ID, "ts": msg.ts}
+        out.update({k: v for k in ("blocks", "thread_ts") if (v := getattr(msg, k)) is not None})
+        if msg.edited_ts:
+            out["edited"] = {"user": msg.user, "ts": msg.edited_ts}
+        return out
+
+    def _chat_post_message(self, params: dict[str, Any]) -> dict[str, Any]:
+        if not params.get("channel"):
+            raise SlackError("channel_not_found")
+        channel = self._resolve_channel(params["channel"])
+        blocks = _json_field(params.get("blocks"))
+        if not (params.get("text") or blocks):
+            raise SlackError("no_text")
+        msg = PostedMessage(channel, self._next_ts(), str(params.get("text") or ""), blocks,
+                            params.get("thread_ts"))
+        self._messages.setdefault(channel, []).append(msg)
+        return {"channel": channel, "ts": msg.ts, "message": self._message_json(msg)}
+
+    def _chat_update(self, params: dict[str, Any]) -> dict[str, Any]:
+        channel = self._resolve_channel(params.get("channel"))
+        ts = str(params.get("ts") or "")
+        msg = next((m for m in self._messages.get(channel, []) if m.ts == ts), None)
+        if msg is None:
+            raise SlackError("message_not_found")
+        text, blocks = params.get("text"), _json_field(params.get("blocks"))
+        if text is None and blocks is None:
+            raise SlackError("no_text")
+        if text is not None:
+            msg.text = str(text)
+        if blocks is not None:  # an omitted field keeps its previous value, as in Slack
+            msg.blocks = blocks
+        msg.edited_ts = self._next_ts()
+        return {"channel": channel, "ts": msg.ts, "text": msg.text,
+                "message": self._message_json(msg)}
+
+    # ----- control API -------------------------------------------------------------------
+    def handle_control(self, verb: str, action: str, query: dict[str, str],
+                       body: dict[str, Any]) -> tuple[int, Any]:
+        """Serve ``/_standin/<action>``: the HTTP face of the controls above."""
+        try:
+            if verb == "GET" and action == "requests":
+                return 200, {"requests": [asdict(r) for r in self.requests(query.get("method"))]}
+            if verb == "GET" and action == "messages":
+                found = self.messages(query.get("channel", ""))
+                return 200, {"messages": [asdict(m) for m in found]}
+            if verb == "POST" and action == "reset":
+                self.reset()
+            elif verb == "POST" and action == "fail":
+                self.fail(str(body.get("kind")), body.get("count", 1), body.get("method"),
+                          body.get("retry_after", 1), body.get("status", 500))
+            elif verb == "POST" and action == "users":
+                self.add_user(body["email"], body["id"], body["name"])
+            else:
+                return 404, _error(f"no control {verb} {action}")
+        except (KeyError, TypeError, ValueError) as err:
+            return 400, _error(f"bad request: {err!r}")
+        return 200, {"ok": True}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """Parses HTTP the way slack_sdk sends it and hands calls to the SlackStandIn."""
+
+    server_version = "slack-standin/1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
+        pass
+
+    def do_POST(self) -> None:
+        verb = self.command  # slack_sdk always POSTs; GET serves the control API (and curl)
+        standin: SlackStandIn = self.server.standin  # type: ignore[attr-defined]
+        url = urlsplit(self.path)
+        query = dict(parse_qsl(url.query))
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        is_json = (self.headers.get("Content-Type") or "").startswith("application/json")
+        try:
+            body = json.loads(raw or b"{}") if is_json else dict(parse_qsl(raw.decode()))
+        except ValueError:
+            body = None
+        if url.path.startswith(CONTROL_PREFIX):
+            status, payload = standin.handle_control(
+                verb, url.path[len(CONTROL_PREFIX):], query, body if isinstance(body, dict) else {})
+            return self._reply(status, {}, payload)
+        if not url.path.startswith("/api/"):
+            return self._reply(404, {}, _error("not_found"))
+        if not isinstance(body, dict):
+            return self._reply(200, {}, _error("invalid_json" if is_json else "invalid_form_data"))
+        auth = self.headers.get("Authorization") or ""
+        token = auth[len("Bearer "):].strip() if auth.startswith("Bearer ") else None
+        headers = {k: v for k in ("Content-Type", "User-Agent") if (v := self.headers.get(k))}
+        method, params = url.path[len("/api/"):], {**query, **body}
+        status, extra, payload = standin.handle_api(method, params, token, headers, verb)
+        self._reply(status, extra, payload)
+
+    do_GET = do_POST
+
+    def _reply(self, status: int, headers: dict[str, str], payload: Any) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+
+class SlackStandInControl:
+    """Drives a stand-in over its control API, so tests and the sandbox use the same calls
+    whether it runs in this process or another. Accepts the base URL or the server root."""
+
+    def __init__(self, url: str, timeout: float = 10.0) -> None:
+        parts = urlsplit(url)
+        self._root = f"{parts.scheme}://{parts.netloc}{CONTROL_PREFIX}"
+        self._timeout = timeout
+
+    def _call(self, action: str, body: dict[str, Any] | None = None,
+              query: dict[str, str] | None = None) -> Any:
+        url = self._root + action + ("?" + urlencode(query) if query else "")
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(url, data=data, method="GET" if body is None else "POST",
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=self._timeout) as resp:
+                return json.loads(resp.read())
+        except urllib.error.HTTPError as err:
+            detail = err.read().decode()
+            raise ValueError(f"stand-in control {action}: HTTP {err.code} {detail}") from err
+
+    def requests(self, method: str | None = None) -> list[RecordedRequest]:
+        query = {"method": method} if method else None
+        return [RecordedRequest(**r) for r in self._call("requests", query=query)["requests"]]
+
+    def messages(self, channel: str) -> list[PostedMessage]:
+        found = self._call("messages", query={"channel": channel})["messages"]
+        return [PostedMessage(**m) for m in found]
+
+    def reset(self) -> None:
+        self._call("reset", {})
+
+    def fail(self, kind: str, count: int = 1, method: str | None = None,
+             retry_after: int = 1, status: int = 500) -> None:
+        self._call("fail", {"kind": kind, "count": count, "method": method,
+                            "retry_after": retry_after, "status": status})
+
+    def add_user(self, email: str, user_id: str, name: str) -> None:
+        self._call("users", {"email": email, "id": user_id, "name": name})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Slack Web API stand-in (binds 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--token", action="append", help=f"valid token (default {DEFAULT_TOKEN})")
+    args = parser.parse_args(argv)
+    stopping = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stopping.set())
+    with SlackStandIn(args.port, args.token or (DEFAULT_TOKEN,)) as standin:
+        print(standin.base_url, flush=True)  # first line of stdout: how callers find the port
+        while not stopping.wait(0.5):
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

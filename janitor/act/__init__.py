@@ -1,0 +1,1 @@
+"""Acting: applying planned actions to Kubernetes and Slack, idempotently."""

@@ -1,0 +1,1 @@
+"""Reading the world: the Kubernetes API and Prometheus, turned into the values `decide` takes."""
