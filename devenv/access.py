@@ -1,0 +1,42 @@
+"""Who talks to the sandbox: the admin, and ServiceAccounts under their own RBAC.
+
+The janitor must be proven to work with exactly the permissions its ClusterRole grants, so tests
+and the demo can mint a real token for any ServiceAccount (TokenRequest API, as kubectl
+`create token` does) and get a kubeconfig or an ApiClient that carries it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kubernetes import client, config
+
+from devenv.controlplane import write_kubeconfig
+
+
+def api_client(kubeconfig: Path) -> client.ApiClient:
+    """An ApiClient for one kubeconfig, independent of the process-wide default config."""
+    return config.new_client_from_config(config_file=str(kubeconfig))
+
+
+def service_account_token(
+    core: client.CoreV1Api, namespace: str, name: str, *, seconds: int = 3600
+) -> str:
+    """A bound token for ServiceAccount namespace/name, valid for `seconds`."""
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=seconds)
+    )
+    response = core.create_namespaced_service_account_token(name, namespace, request)
+    return str(response.status.token)
+
+
+def service_account_kubeconfig(
+    admin: client.ApiClient, namespace: str, name: str, path: Path, *, seconds: int = 3600
+) -> Path:
+    """Write a kubeconfig that authenticates as ServiceAccount namespace/name."""
+    token = service_account_token(client.CoreV1Api(admin), namespace, name, seconds=seconds)
+    cfg = admin.configuration
+    return write_kubeconfig(
+        path, server=cfg.host, ca=Path(cfg.ssl_ca_cert), token=token,
+        user=f"system:serviceaccount:{namespace}:{name}",
+    )
