@@ -1,0 +1,137 @@
+"""`python -m devenv up | demo | status | down`: the local sandbox from the command line.
+
+`up` runs the sandbox in the foreground (Ctrl-C stops everything it started); `up --detach`
+leaves it running in the background for other terminals, which find it through the env file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from devenv import report
+from devenv.sandbox import Sandbox, read_env_file
+
+DEFAULT_RUN_DIR = Path(__file__).resolve().parent.parent / ".devenv"
+
+
+class _Stop(Exception):
+    pass
+
+
+def _raise_stop(signum: int, frame: object) -> None:
+    raise _Stop()
+
+
+def _serve(sandbox: Sandbox, *, demo: bool, exit_after: bool) -> int:
+    signal.signal(signal.SIGTERM, _raise_stop)
+    started = time.monotonic()
+    print(f"Starting the sandbox in {sandbox.run_dir} ...", file=sys.stderr, flush=True)
+    try:
+        sandbox.start()
+        print(f"Sandbox ready in {time.monotonic() - started:.0f}s {sandbox.timings}", flush=True)
+        if demo:
+            from devenv import demo as demo_mod
+
+            demo_mod.run(sandbox)
+        print(report.status(sandbox.environment()), flush=True)
+        print(f"\nEnvironment: source {sandbox.env_file}", flush=True)
+        if exit_after:
+            return 0
+        print("Running. Ctrl-C (or `python -m devenv down`) stops it.", flush=True)
+        while True:
+            time.sleep(3600)
+    except (KeyboardInterrupt, _Stop):
+        print("\nStopping the sandbox ...", file=sys.stderr)
+        return 0
+    finally:
+        sandbox.stop()
+        sandbox.env_file.unlink(missing_ok=True)
+
+
+def _detach(run_dir: Path, demo: bool) -> int:
+    """Start `up` in its own session and return once its env file appears (or it dies)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    env_file = run_dir / "sandbox.env"
+    env_file.unlink(missing_ok=True)
+    argv = [sys.executable, "-m", "devenv", "--run-dir", str(run_dir), "demo" if demo else "up"]
+    with open(run_dir / "sandbox.log", "ab") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    while not env_file.exists():
+        if proc.poll() is not None:
+            print(f"The sandbox failed to start; see {run_dir / 'sandbox.log'}", file=sys.stderr)
+            return 1
+        time.sleep(0.5)
+    print(report.status(read_env_file(env_file)))
+    print(f"\nEnvironment: source {env_file}")
+    return 0
+
+
+def _down(run_dir: Path) -> int:
+    env_file = run_dir / "sandbox.env"
+    if not env_file.exists():
+        print("No sandbox is running here.")
+        return 0
+    pid = int(read_env_file(env_file)["SANDBOX_PID"])
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        env_file.unlink(missing_ok=True)
+        print("The sandbox had already stopped.")
+        return 0
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            print("Sandbox stopped.")
+            return 0
+        time.sleep(0.3)
+    print(f"Sandbox process {pid} did not stop within 60s", file=sys.stderr)
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m devenv",
+        description=(
+            "The local sandbox: a real kube-apiserver, etcd, controller-manager and scheduler "
+            "(built from Go modules), kwok fake GPU nodes, synthetic dcgm-exporter/cAdvisor/"
+            "kube-state-metrics/node-exporter scraped by a real Prometheus, and a Slack Web API "
+            "stand-in, all on 127.0.0.1."
+        ),
+    )
+    parser.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="default: %(default)s")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, text in (
+        ("up", "start the sandbox and keep it running (Ctrl-C stops it)"),
+        ("demo", "start the sandbox, create demo workloads and show what runs"),
+    ):
+        p = sub.add_parser(name, help=text, description=text)
+        p.add_argument("--detach", action="store_true", help="run in the background and return")
+        p.add_argument("--exit", action="store_true", help="stop again after showing the status")
+    sub.add_parser("status", help="show what runs in a started sandbox")
+    sub.add_parser("down", help="stop a detached sandbox")
+    args = parser.parse_args(argv)
+
+    if args.command in ("up", "demo"):
+        if args.detach:
+            return _detach(args.run_dir, demo=args.command == "demo")
+        return _serve(Sandbox(args.run_dir), demo=args.command == "demo", exit_after=args.exit)
+    env_file = args.run_dir / "sandbox.env"
+    if args.command == "status":
+        if not env_file.exists():
+            print("No sandbox is running here. Start one with: python -m devenv up --detach")
+            return 1
+        print(report.status(read_env_file(env_file)))
+        return 0
+    return _down(args.run_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""Demo workloads for `python -m devenv demo`: what a shared GPU cluster looks like on a Monday.
+
+A notebook holding a GPU and doing nothing, a training Job with one busy and one idle GPU, a
+sweep that asks for more GPUs than any node has (Pending), and a MIG notebook. The exporters get
+usage values for them, so Prometheus shows the same picture the janitor will read.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import urllib.parse
+import urllib.request
+
+from kubernetes import client
+
+from devenv.procs import wait_until
+from devenv.sandbox import Sandbox
+
+NAMESPACE = "demo"
+
+
+def _container(name: str, resource: str, count: int) -> client.V1Container:
+    return client.V1Container(
+        name=name,
+        image="registry.example/research:latest",
+        resources=client.V1ResourceRequirements(requests={"cpu": "2"}, limits={resource: str(count)}),
+    )
+
+
+def _template(labels: dict[str, str], container: client.V1Container, restart: str = "Always") -> client.V1PodTemplateSpec:
+    return client.V1PodTemplateSpec(
+        metadata=client.V1ObjectMeta(labels=labels),
+        spec=client.V1PodSpec(restart_policy=restart, containers=[container]),
+    )
+
+
+def create_workloads(api: client.ApiClient) -> None:
+    core, apps, batch = client.CoreV1Api(api), client.AppsV1Api(api), client.BatchV1Api(api)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
+    wait_until(lambda: bool(core.list_namespaced_service_account(NAMESPACE).items), timeout=30,
+               what="default ServiceAccount")
+    apps.create_namespaced_deployment(NAMESPACE, client.V1Deployment(
+        metadata=client.V1ObjectMeta(name="notebook", annotations={"owner": "alice@lab.example"}),
+        spec=client.V1DeploymentSpec(
+            replicas=1, selector=client.V1LabelSelector(match_labels={"app": "notebook"}),
+            template=_template({"app": "notebook"}, _container("jupyter", "nvidia.com/gpu", 1)))))
+    batch.create_namespaced_job(NAMESPACE, client.V1Job(
+        metadata=client.V1ObjectMeta(name="train-llm", annotations={"owner": "bob@lab.example"}),
+        spec=client.V1JobSpec(backoff_limit=0, template=_template(
+            {"app": "train-llm"}, _container("trainer", "nvidia.com/gpu", 2), restart="Never"))))
+    core.create_namespaced_pod(NAMESPACE, client.V1Pod(
+        metadata=client.V1ObjectMeta(name="big-sweep", labels={"app": "big-sweep"}),
+        spec=client.V1PodSpec(containers=[_container("sweep", "nvidia.com/gpu", 16)])))
+    core.create_namespaced_pod(NAMESPACE, client.V1Pod(
+        metadata=client.V1ObjectMeta(name="mig-notebook", labels={"app": "mig-notebook"}),
+        spec=client.V1PodSpec(containers=[_container("jupyter", "nvidia.com/mig-3g.40gb", 1)])))
+
+
+def _series_count(prometheus_url: str, query: str) -> int:
+    url = f"{prometheus_url}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return len(json.load(resp)["data"]["result"])
+
+
+def run(sandbox: Sandbox) -> None:
+    print("Creating demo workloads in namespace 'demo' ...", file=sys.stderr, flush=True)
+    create_workloads(sandbox.admin)
+    core = client.CoreV1Api(sandbox.admin)
+
+    def running() -> list[client.V1Pod]:
+        return [p for p in core.list_namespaced_pod(NAMESPACE).items if p.status.phase == "Running"]
+
+    wait_until(lambda: len(running()) == 3, timeout=90, what="3 demo pods Running")
+    by_app = {p.metadata.labels["app"]: p.metadata.name for p in running()}
+    values = sandbox.values
+    values.set_gpu_util(NAMESPACE, by_app["notebook"], 0)
+    values.set_gpu_util(NAMESPACE, by_app["train-llm"], 97, gpu=0)
+    values.set_gpu_util(NAMESPACE, by_app["train-llm"], 0, gpu=1)
+    values.set_gr_engine_active(NAMESPACE, by_app["mig-notebook"], 0.0)
+    values.set_cpu(NAMESPACE, by_app["notebook"], "jupyter", 0.01)
+    values.set_cpu(NAMESPACE, by_app["train-llm"], "trainer", 7.5)
+    assert sandbox.prometheus is not None
+    wait_until(
+        lambda: _series_count(sandbox.prometheus.url, 'DCGM_FI_DEV_GPU_UTIL{exported_namespace="demo"}') == 3,
+        timeout=60, what="Prometheus to scrape the demo GPU series",
+    )

@@ -1,0 +1,282 @@
+"""What the synthetic exporters report: usage values that tests set, over time.
+
+Tests never write series; they set *usage* per pod (GPU utilisation per GPU slot, CPU cores per
+container) or per node (D-state processes, OOM kills), and the renderers turn that into each
+exporter's series. Every key has one timeline, so a live scrape, the cAdvisor counter integral and
+the backfill all read the same function of time:
+
+* history segments `(start, end, value)` (half-open) win where they cover `t`; among overlapping
+  segments the one added last wins;
+* otherwise the latest live change at or before `t` (changes are stamped with the store's clock);
+* otherwise the default below.
+
+A value is a number, `ABSENT` (the exporter does not export the series: "no data", which must
+never be read as idle), or `None` (back to the default). The last key element may be `None` as a
+wildcard: `(ns, pod, None)` means every GPU slot / every container of the pod; an exact key
+beats the wildcard only if it was set later (or covers `t` in history).
+
+Defaults, chosen for a pod that does nothing (stated so tests can rely on them):
+
+* GPU utilisation 0 %: an allocated GPU running no kernels reads 0 in `DCGM_FI_DEV_GPU_UTIL`.
+* GR_ENGINE_ACTIVE: follows the slot's GPU utilisation / 100 when that is a number (busy GPUs
+  are busy on both signals), else 0.0. Set it explicitly to emulate a broken PROF signal.
+* CPU 0.002 cores per app container: a sleeping process plus runtime noise is a few millicores,
+  never exactly 0. The pause container accrues `PAUSE_CPU_CORES` (not settable).
+* Node D-state processes 0 and OOM kills 0.
+
+For the cAdvisor counter, stretches where a container's CPU is `ABSENT` accrue the default rate,
+so the counter stays monotonic and continuous when the series comes back.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Final, Literal, TypeAlias
+
+ABSENT: Final = "absent"
+Level: TypeAlias = int | float | Literal["absent"]
+Setting: TypeAlias = Level | None
+Key: TypeAlias = tuple[Any, ...]
+
+PAUSE_CPU_CORES: Final = 0.00002
+
+
+class Kind(StrEnum):
+    """What a value means; the key shape is given per kind."""
+
+    GPU_UTIL = "gpu_util"  # (namespace, pod, slot | None), percent 0..100
+    GR_ENGINE_ACTIVE = "gr_engine_active"  # (namespace, pod, slot | None), ratio 0..1
+    CPU = "cpu"  # (namespace, pod, container | None), cores
+    NODE_DSTATE = "node_dstate"  # (node,), processes in state D
+    NODE_OOM_KILLS = "node_oom_kills"  # (node,), node_vmstat_oom_kill counter value
+
+
+DEFAULTS: Final[Mapping[Kind, float]] = {
+    Kind.GPU_UTIL: 0,
+    Kind.GR_ENGINE_ACTIVE: 0.0,
+    Kind.CPU: 0.002,
+    Kind.NODE_DSTATE: 0,
+    Kind.NODE_OOM_KILLS: 0,
+}
+_POD_KINDS = frozenset({Kind.GPU_UTIL, Kind.GR_ENGINE_ACTIVE, Kind.CPU})
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """A constant value over [start, end) in unix seconds."""
+
+    start: float
+    end: float
+    value: Level
+
+    def __post_init__(self) -> None:
+        if not self.start < self.end:
+            raise ValueError(f"segment start {self.start} must be before end {self.end}")
+        _check_level(self.value)
+
+
+def _check_level(value: Setting) -> None:
+    if value is None or value == ABSENT:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"value must be a number, {ABSENT!r} or None, got {value!r}")
+
+
+def make_key(kind: Kind | str, key: Iterable[Any]) -> tuple[Kind, Key]:
+    """Validate and normalise a key (JSON lists become tuples, pod keys are padded with None)."""
+    k = Kind(kind)
+    parts = tuple(key)
+    size = 3 if k in _POD_KINDS else 1
+    if len(parts) < size and k in _POD_KINDS and len(parts) == 2:
+        parts = (*parts, None)
+    if len(parts) != size or any(not isinstance(p, str) for p in parts[: size - 1 or 1]):
+        raise ValueError(f"{k.value} needs a key of {size} parts, got {parts!r}")
+    if k in (Kind.GPU_UTIL, Kind.GR_ENGINE_ACTIVE) and parts[2] is not None:
+        parts = (parts[0], parts[1], int(parts[2]))
+    return k, parts
+
+
+def _candidates(kind: Kind, key: Key) -> list[Key]:
+    """The exact key first, then its wildcard (pod kinds only)."""
+    if kind in _POD_KINDS and key[2] is not None:
+        return [key, (key[0], key[1], None)]
+    return [key]
+
+
+class ValueSetters:
+    """Typed setters shared by the in-process store and the HTTP client (`ValuesControl`).
+
+    Subclasses provide `_send(body)` taking the JSON body of `POST /_values`, so a test reads the
+    same whether the exporters run in this process or in another one.
+    """
+
+    def _send(self, body: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def set(self, kind: Kind | str, key: Iterable[Any], value: Setting) -> None:
+        k, parts = make_key(kind, key)
+        _check_level(value)
+        self._send({"set": [{"kind": k.value, "key": list(parts), "value": value}]})
+
+    def add_history(
+        self, kind: Kind | str, key: Iterable[Any], segments: Iterable[Segment | tuple[float, float, Level]]
+    ) -> None:
+        k, parts = make_key(kind, key)
+        segs = [s if isinstance(s, Segment) else Segment(*s) for s in segments]
+        self._send(
+            {"history": [{"kind": k.value, "key": list(parts), "segments": [[s.start, s.end, s.value] for s in segs]}]}
+        )
+
+    def set_gpu_util(self, namespace: str, pod: str, value: Setting, gpu: int | None = None) -> None:
+        """Percent 0..100 for GPU slot `gpu` of the pod (None: all its GPUs)."""
+        self.set(Kind.GPU_UTIL, (namespace, pod, gpu), value)
+
+    def set_gr_engine_active(self, namespace: str, pod: str, value: Setting, gpu: int | None = None) -> None:
+        """Ratio 0..1 for GPU slot `gpu` (None: all); also what MIG instances report."""
+        self.set(Kind.GR_ENGINE_ACTIVE, (namespace, pod, gpu), value)
+
+    def set_cpu(self, namespace: str, pod: str, container: str | None, cores: Setting) -> None:
+        """CPU cores used by a container (None: all app containers of the pod)."""
+        self.set(Kind.CPU, (namespace, pod, container), cores)
+
+    def set_absent(self, kind: Kind | str, *key: Any) -> None:
+        """Stop exporting the series: e.g. `set_absent("gpu_util", ns, pod)` or `("node_dstate", node)`."""
+        self.set(kind, key, ABSENT)
+
+    def unset(self, kind: Kind | str, *key: Any) -> None:
+        """Back to the default from now on."""
+        self.set(kind, key, None)
+
+    def set_node_dstate(self, node: str, n: Setting) -> None:
+        self.set(Kind.NODE_DSTATE, (node,), n)
+
+    def set_node_oom_kills(self, node: str, n: Setting) -> None:
+        self.set(Kind.NODE_OOM_KILLS, (node,), n)
+
+    def reset(self) -> None:
+        """Everything back to defaults from now on; the past is kept (counters stay monotonic)."""
+        self._send({"reset": True})
+
+
+class Values(ValueSetters):
+    """Thread-safe store of value timelines; the HTTP server and the renderers share one."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._live: dict[tuple[Kind, Key], list[tuple[float, Setting]]] = {}
+        self._history: dict[tuple[Kind, Key], list[Segment]] = {}
+
+    # -- writing ---------------------------------------------------------------------------
+    def _send(self, body: dict[str, Any]) -> None:
+        self.apply(body)
+
+    def apply(self, body: Mapping[str, Any]) -> None:
+        """Merge a `POST /_values` body: `{"reset": bool, "set": [...], "history": [...]}`.
+
+        `set` items are `{"kind", "key", "value", "at"?}` (stamped with the clock unless `at` is
+        given); `history` items are `{"kind", "key", "segments": [[start, end, value], ...]}`.
+        Everything is validated before anything is applied.
+        """
+        now = self._clock()
+        sets = []
+        for item in body.get("set", []):
+            kind, key = make_key(item["kind"], item["key"])
+            _check_level(item.get("value"))
+            sets.append((kind, key, float(item.get("at", now)), item.get("value")))
+        hist = []
+        for item in body.get("history", []):
+            kind, key = make_key(item["kind"], item["key"])
+            hist.append((kind, key, [Segment(float(s[0]), float(s[1]), s[2]) for s in item["segments"]]))
+        with self._lock:
+            if body.get("reset"):
+                self._reset(now)
+            for kind, key, at, value in sets:
+                changes = self._live.setdefault((kind, key), [])
+                bisect.insort(changes, (at, value), key=lambda c: c[0])
+            for kind, key, segs in hist:
+                self._history.setdefault((kind, key), []).extend(segs)
+
+    def _reset(self, now: float) -> None:
+        for changes in self._live.values():
+            changes.append((now, None))
+        for ident, segs in list(self._history.items()):
+            kept = [Segment(s.start, min(s.end, now), s.value) for s in segs if s.start < now]
+            self._history[ident] = kept
+
+    # -- reading ---------------------------------------------------------------------------
+    def resolve(self, kind: Kind, key: Key, t: float) -> Setting:
+        """The value in force at `t` without defaults (None = unset)."""
+        cands = _candidates(kind, key)
+        with self._lock:
+            for cand in cands:
+                for seg in reversed(self._history.get((kind, cand), ())):
+                    if seg.start <= t < seg.end:
+                        return seg.value
+            best: tuple[float, Setting] | None = None
+            for cand in cands:
+                changes = self._live.get((kind, cand), [])
+                i = bisect.bisect_right(changes, t, key=lambda c: c[0])
+                if i and (best is None or changes[i - 1][0] > best[0]):
+                    best = changes[i - 1]
+            return best[1] if best else None
+
+    def level(self, kind: Kind, key: Key, t: float) -> Level:
+        """The value at `t` with defaults applied (may be ABSENT)."""
+        value = self.resolve(kind, key, t)
+        if value is not None:
+            return value
+        if kind is Kind.GR_ENGINE_ACTIVE:
+            util = self.resolve(Kind.GPU_UTIL, key, t)
+            return util / 100 if util is not None and util != ABSENT else 0.0
+        return DEFAULTS[kind]
+
+    def _breakpoints(self, kind: Kind, key: Key, a: float, b: float) -> list[float]:
+        points = {a, b}
+        with self._lock:
+            for cand in _candidates(kind, key):
+                points.update(t for t, _ in self._live.get((kind, cand), ()) if a < t < b)
+                for seg in self._history.get((kind, cand), ()):
+                    points.update(x for x in (seg.start, seg.end) if a < x < b)
+        return sorted(points)
+
+    def integrate(self, kind: Kind, key: Key, a: float, b: float) -> float:
+        """Integral of the level over [a, b] (ABSENT stretches count at the default rate)."""
+        if b <= a:
+            return 0.0
+        total = 0.0
+        pts = self._breakpoints(kind, key, a, b)
+        for p, q in zip(pts, pts[1:]):
+            value = self.level(kind, key, p)
+            total += float(DEFAULTS[kind] if value == ABSENT else value) * (q - p)
+        return total
+
+    # -- JSON --------------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        """Full state: `{"live": [{kind, key, changes: [[t, v]]}], "history": [{kind, key, segments}]}`."""
+        with self._lock:
+            return {
+                "live": [
+                    {"kind": k.value, "key": list(key), "changes": [[t, v] for t, v in ch]}
+                    for (k, key), ch in self._live.items()
+                ],
+                "history": [
+                    {"kind": k.value, "key": list(key), "segments": [[s.start, s.end, s.value] for s in segs]}
+                    for (k, key), segs in self._history.items()
+                ],
+            }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], clock: Callable[[], float] = time.time) -> Values:
+        values = cls(clock)
+        for item in data.get("live", []):
+            values.apply(
+                {"set": [{"kind": item["kind"], "key": item["key"], "value": v, "at": t} for t, v in item["changes"]]}
+            )
+        values.apply({"history": data.get("history", [])})
+        return values

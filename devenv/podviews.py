@@ -1,0 +1,99 @@
+"""The synthetic exporters' view of the cluster, read from the real apiserver.
+
+Series are derived from the real pod objects (name, namespace, uid, node, containers, GPUs), so a
+test creates a pod the ordinary way and only sets usage values. Reads are cached for a moment:
+Prometheus scrapes several exporter targets per interval and each asks for the same pod list.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from kubernetes import client
+
+from devenv.exporters.model import ContainerView, NodeView, PodView
+from devenv.nodes import NodeSpec
+
+
+def _quantity(value: str | None) -> float:
+    """CPU quantity ('500m', '2', '1.5') in cores; other suffixes are not used for CPU."""
+    if not value:
+        return 0.0
+    return float(value[:-1]) / 1000 if value.endswith("m") else float(value)
+
+
+def _gpus(resources: client.V1ResourceRequirements | None) -> int:
+    """Whole GPUs or MIG instances requested (limits count too: GPUs are set as limits)."""
+    if resources is None:
+        return 0
+    merged = {**(resources.requests or {}), **(resources.limits or {})}
+    return sum(
+        int(v) for k, v in merged.items() if k == "nvidia.com/gpu" or k.startswith("nvidia.com/mig-")
+    )
+
+
+def pod_view(pod: client.V1Pod) -> PodView:
+    meta, spec, status = pod.metadata, pod.spec, pod.status
+    owner = next((o for o in meta.owner_references or [] if o.controller), None)
+    unschedulable = any(
+        c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"
+        for c in (status.conditions or [])
+    )
+    return PodView(
+        namespace=meta.namespace,
+        name=meta.name,
+        uid=meta.uid,
+        node=spec.node_name,
+        phase=status.phase or "Pending",
+        created=meta.creation_timestamp.timestamp(),
+        owner_kind=owner.kind if owner else "",
+        owner_name=owner.name if owner else "",
+        containers=tuple(
+            ContainerView(
+                name=c.name,
+                cpu_request_cores=_quantity((c.resources.requests or {}).get("cpu") if c.resources else None),
+                gpus=_gpus(c.resources),
+            )
+            for c in spec.containers
+        ),
+        deletion_timestamp=meta.deletion_timestamp.timestamp() if meta.deletion_timestamp else None,
+        unschedulable=unschedulable,
+    )
+
+
+def node_views(specs: tuple[NodeSpec, ...]) -> list[NodeView]:
+    return [
+        NodeView(name=s.name, gpus=s.gpus, gpu_model=s.gpu_model, mig_profile=s.mig_profile)
+        for s in specs
+    ]
+
+
+def node_view(node: client.V1Node) -> NodeView:
+    """A node's GPUs as the device plugin advertises them (whole GPUs or MIG instances)."""
+    allocatable = node.status.allocatable or {}
+    mig = next((k for k in allocatable if k.startswith("nvidia.com/mig-")), None)
+    gpus = int(allocatable.get(mig or "nvidia.com/gpu", 0))
+    product = (node.metadata.labels or {}).get("nvidia.com/gpu.product")
+    return NodeView(
+        name=node.metadata.name,
+        gpus=gpus,
+        gpu_model=product.replace("-", " ") if product else NodeView.__dataclass_fields__["gpu_model"].default,
+        mig_profile=mig.removeprefix("nvidia.com/mig-") if mig else None,
+    )
+
+
+def cached_pods_provider(core: client.CoreV1Api, max_age: float = 1.0) -> Callable[[], list[PodView]]:
+    """A pods provider for the exporters that lists pods at most once per `max_age` seconds."""
+    lock = threading.Lock()
+    cache: dict[str, object] = {"at": 0.0, "pods": []}
+
+    def provider() -> list[PodView]:
+        with lock:
+            if time.monotonic() - float(cache["at"]) > max_age:  # type: ignore[arg-type]
+                cache["pods"] = [pod_view(p) for p in core.list_pod_for_all_namespaces().items]
+                cache["at"] = time.monotonic()
+            return list(cache["pods"])  # type: ignore[call-overload]
+
+    return provider

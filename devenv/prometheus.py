@@ -1,0 +1,363 @@
+"""A real Prometheus for the sandbox: scrape configs, label semantics, backfill, process control.
+
+The janitor must see the labels a production Prometheus stores, so the scrape jobs reproduce
+the target labels of common deployments (reference §1.2, §2.1, §2.2, §3): dcgm-exporter either
+scraped "direct" (`honor_labels: true`, workload labels stay `pod`/`namespace`/`container`) or
+behind the chart's ServiceMonitor (`honor_labels: false`, so Prometheus renames them to
+`exported_*` and adds the exporter pod's own), the kubelet like kube-prometheus (`job="kubelet"`,
+`metrics_path`, `honor_labels: true`, `honor_timestamps: false`), kube-state-metrics with
+`honor_labels: true`, node-exporter with `instance=<node name>`.
+
+History: `backfill` renders the same exporters at past timestamps, applies `stored_labels` (the
+same honor_labels/target-label rules Prometheus applies at scrape time) and runs
+`promtool tsdb create-blocks-from openmetrics` into the data directory *before* Prometheus
+starts. Backfilled and live samples then form one series. Facts checked on 2.42:
+- no flag is needed: overlapping blocks are always allowed since 2.39 (the docs require
+  `--storage.tsdb.allow-overlapping-blocks` only for <= 2.38; 2.42 still accepts it, hidden);
+- the backfill must end before Prometheus' first scrape: on open the head only accepts samples
+  newer than the newest block's max time; earlier scrapes are dropped ("out of bounds", logged
+  as "Error on ingesting samples that are too old or are too far into the future");
+- blocks written into a *running* server's data dir (even overlapping the head's range) are
+  loaded by its periodic reload, about a minute later, and merge with the head samples at query
+  time (`PrometheusServer.wait_blocks_loaded`). The docs call backfilling the head's last 3 hours
+  unsafe, so prefer backfilling before start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from devenv.exporters.exposition import Sample, openmetrics_lines
+from devenv.exporters.model import NodeView, PodView, exporter_pod_ip, node_ip
+from devenv.exporters.render import EXPORTERS, render_exporter
+from devenv.exporters.values import Values
+from devenv.procs import Component, StartError, free_port, wait_until
+
+PROMETHEUS = "/usr/bin/prometheus"
+PROMTOOL = "/usr/bin/promtool"
+DcgmStyle = Literal["direct", "servicemonitor"]
+
+
+@dataclass(frozen=True)
+class ScrapeTarget:
+    """One scrape target as Prometheus sees it after service discovery and relabelling."""
+
+    exporter: str  # one of render.EXPORTERS
+    node: str | None
+    path: str  # path on the ExporterServer
+    labels: tuple[tuple[str, str], ...]  # target labels, including job and instance
+    honor_labels: bool
+    honor_timestamps: bool = True
+
+    @property
+    def job(self) -> str:
+        return dict(self.labels)["job"]
+
+
+def scrape_targets(nodes: Iterable[NodeView], *, dcgm_style: DcgmStyle = "direct") -> list[ScrapeTarget]:
+    """Targets for all exporters: dcgm only on GPU nodes (its DaemonSet's node selector)."""
+    if dcgm_style not in ("direct", "servicemonitor"):
+        raise ValueError(f"dcgm_style must be 'direct' or 'servicemonitor', not {dcgm_style!r}")
+    targets: list[ScrapeTarget] = []
+    for n in sorted(nodes, key=lambda n: n.name):
+        if n.gpus > 0:
+            dcgm = {"job": "dcgm-exporter", "instance": f"{exporter_pod_ip('dcgm-exporter', n.name)}:9400"}
+            if dcgm_style == "servicemonitor":  # Prometheus Operator's default target labels
+                dcgm |= {"namespace": "gpu-operator", "pod": f"dcgm-exporter-{n.name}", "container": "exporter",
+                         "service": "dcgm-exporter", "endpoint": "metrics"}
+            targets.append(ScrapeTarget("dcgm", n.name, f"/dcgm/{n.name}/metrics", tuple(dcgm.items()),
+                                        honor_labels=dcgm_style == "direct"))
+        kubelet = {"job": "kubelet", "instance": f"{node_ip(n.name)}:10250", "metrics_path": "/metrics/cadvisor",
+                   "namespace": "kube-system", "service": "kubelet", "endpoint": "https-metrics", "node": n.name}
+        targets.append(ScrapeTarget("cadvisor", n.name, f"/cadvisor/{n.name}/metrics", tuple(kubelet.items()),
+                                    honor_labels=True, honor_timestamps=False))
+        # kube-prometheus: instance relabelled to the node name; the port belongs to kube-rbac-proxy.
+        nodeexp = {"job": "node-exporter", "instance": n.name, "namespace": "monitoring",
+                   "pod": f"node-exporter-{n.name}", "container": "kube-rbac-proxy", "service": "node-exporter",
+                   "endpoint": "https"}
+        targets.append(ScrapeTarget("node-exporter", n.name, f"/node-exporter/{n.name}/metrics",
+                                    tuple(nodeexp.items()), honor_labels=False))
+    # kube-prometheus drops pod/service/endpoint/namespace target labels; container stays.
+    ksm = {"job": "kube-state-metrics", "instance": f"{exporter_pod_ip('kube-state-metrics', '')}:8443",
+           "container": "kube-rbac-proxy-main"}
+    targets.append(ScrapeTarget("kube-state-metrics", None, "/kube-state-metrics/metrics", tuple(ksm.items()),
+                                honor_labels=True))
+    return targets
+
+
+def scrape_config(
+    exporter_url: str, nodes: Iterable[NodeView], *, dcgm_style: DcgmStyle = "direct", interval: str = "5s"
+) -> dict[str, Any]:
+    """A prometheus.yml (as a dict) scraping an `ExporterServer` at `exporter_url`.
+
+    All targets share one address, so each carries its own `instance` and `__metrics_path__`
+    (static labels win over the job defaults), which keeps `up` and every series distinct.
+    """
+    address = exporter_url.split("://", 1)[-1].rstrip("/")
+    jobs: dict[str, dict[str, Any]] = {}
+    for t in scrape_targets(nodes, dcgm_style=dcgm_style):
+        job = jobs.setdefault(t.job, {
+            "job_name": t.job,
+            "honor_labels": t.honor_labels,
+            "honor_timestamps": t.honor_timestamps,
+            "scrape_interval": interval,
+            "scrape_timeout": interval,
+            "static_configs": [],
+        })
+        labels = {k: v for k, v in t.labels if k != "job"}
+        job["static_configs"].append({"targets": [address], "labels": {"__metrics_path__": t.path, **labels}})
+    return {
+        "global": {"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": interval},
+        "scrape_configs": list(jobs.values()),
+    }
+
+
+def stored_labels(sample_labels: Mapping[str, str] | Iterable[tuple[str, str]], target: ScrapeTarget) -> dict[str, str]:
+    """The label set Prometheus stores for a scraped sample (2.42 `mutateSampleLabels`).
+
+    honor_labels true: scraped labels win; a target label is added only if the sample lacks that
+    name (an empty scraped value still counts as present). honor_labels false: target labels win
+    and a conflicting non-empty scraped label is kept as `exported_<name>` (prefix repeated until
+    the name is free). Empty values are dropped, as the TSDB does.
+    """
+    scraped = dict(sample_labels)
+    target_labels = dict(target.labels)
+    out = dict(scraped)
+    if target.honor_labels:
+        for k, v in target_labels.items():
+            if k not in scraped:
+                out[k] = v
+    else:
+        conflicts = sorted(((k, scraped[k]) for k in target_labels if scraped.get(k, "") != ""),
+                           key=lambda kv: len(kv[0]))
+        out.update(target_labels)
+        taken: set[str] = set()
+        for k, v in conflicts:
+            name = k
+            while True:
+                name = "exported_" + name
+                if name not in scraped and name not in target_labels and name not in taken:
+                    break
+            taken.add(name)
+            out[name] = v
+    return {k: v for k, v in out.items() if v != ""}
+
+
+@dataclass
+class BackfillReport:
+    """What `backfill` wrote: the OpenMetrics file, sample count and promtool's block listing."""
+
+    openmetrics: Path | None  # kept only with keep_openmetrics=True (or when promtool failed)
+    samples: int
+    timestamps: int
+    blocks: tuple[str, ...]  # ULIDs of the blocks this run added to data_dir
+    promtool_output: str = field(repr=False)
+
+
+def backfill(
+    history: Values,
+    pods: Sequence[PodView],
+    nodes: Sequence[NodeView],
+    start: float,
+    end: float,
+    step: float,
+    data_dir: Path,
+    *,
+    dcgm_style: DcgmStyle = "direct",
+    hostname_label: str | None = "Hostname",
+    exporters: Iterable[str] = EXPORTERS,
+    promtool: str = PROMTOOL,
+    keep_openmetrics: bool = False,
+) -> BackfillReport:
+    """Write what the exporters would have been scraped as at `start, start+step, ... < end`.
+
+    Pods appear from their creation time on (with their current state). Labels are the stored
+    ones for the same targets `scrape_config` creates, so the live scrapes continue these series.
+    Run this before `PrometheusServer.start()` and keep `end` before its first scrape. Into a
+    running server it works too, but only after `wait_blocks_loaded(n + len(report.blocks))`.
+    """
+    if step <= 0 or end <= start:
+        raise ValueError("backfill needs step > 0 and end > start")
+    wanted = set(exporters)
+    targets = [t for t in scrape_targets(nodes, dcgm_style=dcgm_style) if t.exporter in wanted]
+    data_dir = Path(data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    before = _block_dirs(data_dir)
+    fd, name = tempfile.mkstemp(prefix="backfill-", suffix=".om", dir=data_dir.parent)
+    om_path = Path(name)
+    count = steps = 0
+    with os.fdopen(fd, "w") as out:
+        t = start
+        while t < end:
+            ts = int(round(t * 1000))
+            alive = [p for p in pods if p.created <= t]
+            for target in targets:
+                for fam in render_exporter(target.exporter, target.node, alive, nodes, history, t,
+                                           hostname_label=hostname_label):
+                    stored = [
+                        Sample(s.name, tuple(sorted(stored_labels(s.labels, target).items())), s.value, ts)
+                        for s in fam.samples
+                    ]
+                    for line in openmetrics_lines(stored):
+                        out.write(line + "\n")
+                    count += len(stored)
+            steps += 1
+            t = start + steps * step
+        out.write("# EOF\n")
+    proc = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(om_path), str(data_dir)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"promtool failed ({proc.returncode}) on {om_path}: "
+                           f"{proc.stderr.strip() or proc.stdout.strip()}")
+    added = tuple(sorted(_block_dirs(data_dir) - before))
+    if not keep_openmetrics:
+        om_path.unlink()  # tens of MB for a few nodes over 2 h; the blocks hold the data
+    return BackfillReport(om_path if keep_openmetrics else None, count, steps, added, proc.stdout)
+
+
+def _block_dirs(data_dir: Path) -> set[str]:
+    return {p.parent.name for p in data_dir.glob("*/meta.json")}
+
+
+class PrometheusServer:
+    """`/usr/bin/prometheus` as a child process on 127.0.0.1, with readiness and target polling.
+
+    Files live next to `data_dir`: `<data_dir>.yml` (config) and `<data_dir>.log`.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        config: Mapping[str, Any],
+        port: int = 0,
+        extra_flags: Sequence[str] = (),
+        *,
+        binary: str = PROMETHEUS,
+        retention: str = "3650d",
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.config = dict(config)
+        self.port = port or free_port()
+        self.extra_flags = list(extra_flags)
+        self.binary = binary
+        self.retention = retention
+        self.config_path = self.data_dir.with_name(self.data_dir.name + ".yml")
+        self.log_path = self.data_dir.with_name(self.data_dir.name + ".log")
+        self._component: Component | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._component.pid if self._component else None
+
+    def write_config(self) -> None:
+        self.config_path.write_text(yaml.safe_dump(self.config, sort_keys=False))
+
+    def start(self) -> PrometheusServer:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.write_config()
+        argv = [
+            self.binary,
+            f"--config.file={self.config_path}",
+            f"--storage.tsdb.path={self.data_dir}",
+            f"--storage.tsdb.retention.time={self.retention}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--web.enable-lifecycle",
+            *self.extra_flags,
+        ]
+        self._component = Component("prometheus", argv, self.log_path)
+        self._component.start()
+        return self
+
+    def _get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=timeout) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def wait_ready(self, timeout: float = 60.0) -> float:
+        """Poll `/-/ready` until 200 (fails fast with the log tail if the process exits); returns seconds waited."""
+        if self._component is None:
+            raise RuntimeError("PrometheusServer.start() was not called")
+        began = time.monotonic()
+        self._component.wait_ready(lambda: self._get("/-/ready", timeout=2.0)[0] == 200, timeout=timeout)
+        return time.monotonic() - began
+
+    def targets(self) -> list[dict[str, Any]]:
+        status, body = self._get("/api/v1/targets?state=active")
+        if status != 200:
+            raise RuntimeError(f"/api/v1/targets answered HTTP {status}")
+        return list(json.loads(body)["data"]["activeTargets"])
+
+    def wait_for_targets_up(self, timeout: float = 60.0, expected: int | None = None) -> list[dict[str, Any]]:
+        """Poll until every active target (at least `expected` of them) has health "up"."""
+        found: list[dict[str, Any]] = []
+
+        def all_up() -> bool:
+            nonlocal found
+            found = self.targets()
+            enough = len(found) >= (expected if expected is not None else 1)
+            return enough and all(t["health"] == "up" for t in found)
+
+        try:
+            wait_until(all_up, timeout=timeout, what="prometheus targets up")
+        except TimeoutError as e:
+            summary = [(t["labels"].get("job"), t["labels"].get("instance"), t["health"], t.get("lastError"))
+                       for t in found]
+            raise TimeoutError(f"{e}; targets: {summary}") from e
+        return found
+
+    def blocks_loaded(self) -> int:
+        """`prometheus_tsdb_blocks_loaded` from the server's own /metrics (it need not scrape itself)."""
+        status, body = self._get("/metrics")
+        if status != 200:
+            raise RuntimeError(f"/metrics answered HTTP {status}")
+        for line in body.decode().splitlines():
+            if line.startswith("prometheus_tsdb_blocks_loaded "):
+                return int(float(line.split()[1]))
+        raise RuntimeError("prometheus_tsdb_blocks_loaded not found in /metrics")
+
+    def wait_blocks_loaded(self, count: int, timeout: float = 120.0) -> None:
+        """Wait until at least `count` blocks are loaded: blocks backfilled into a *running*
+        server are only picked up by its periodic reload (once a minute in 2.42)."""
+        wait_until(lambda: self.blocks_loaded() >= count, timeout=timeout, what=f"{count} TSDB blocks loaded",
+                   interval=1.0)
+
+    def reload(self, config: Mapping[str, Any] | None = None) -> None:
+        """Rewrite the config (optionally a new one) and POST `/-/reload`."""
+        if config is not None:
+            self.config = dict(config)
+        self.write_config()
+        req = urllib.request.Request(self.url + "/-/reload", data=b"", method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                resp.read()
+        except urllib.error.HTTPError as e:
+            raise StartError(f"reload failed: HTTP {e.code}: {e.read().decode(errors='replace')}") from e
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM, wait up to `timeout`, then SIGKILL (see `devenv.procs.Component.stop`)."""
+        if self._component is not None:
+            self._component.stop(timeout=timeout)
+
+    def __enter__(self) -> PrometheusServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
