@@ -3,7 +3,8 @@
 kwok makes managed nodes Ready and keeps their heartbeats, moves pods bound to them to Running,
 and finishes deletions, as `kwok-stages.yaml` describes: a pod annotated `HOLD_TERMINATING: "true"`
 stays Terminating (as when its processes hang in D state) until the annotation is removed, and
-a Job's pods complete only when its pod template carries `COMPLETE: "true"`.
+a Job's pods complete only when its pod template carries `COMPLETE: "true"`, and a pod annotated
+`STARTED_AT: <RFC 3339>` reports that as its start time (a pod running for hours, in a test).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from devenv.procs import Component
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 HOLD_TERMINATING = "devenv.janitor.dev/hold-terminating"
 COMPLETE = "devenv.janitor.dev/complete"
+STARTED_AT = "devenv.janitor.dev/started-at"
+GPU_MODEL = "devenv.janitor.dev/gpu-model"  # the exact model name; label values cannot hold spaces
 STAGES = Path(__file__).resolve().parent / "kwok-stages.yaml"
 
 
@@ -68,7 +71,11 @@ def node_manifest(spec: NodeSpec) -> dict:
         "metadata": {
             "name": spec.name,
             "labels": labels,
-            "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "annotations": {
+                KWOK_ANNOTATION: "fake",
+                "node.alpha.kubernetes.io/ttl": "0",
+                **({GPU_MODEL: spec.gpu_model} if spec.gpus else {}),
+            },
         },
         "status": {"capacity": resources, "allocatable": resources},
     }

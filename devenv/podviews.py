@@ -14,7 +14,7 @@ from collections.abc import Callable
 from kubernetes import client
 
 from devenv.exporters.model import ContainerView, NodeView, PodView
-from devenv.nodes import NodeSpec
+from devenv.nodes import GPU_MODEL
 
 
 def _quantity(value: str | None) -> float:
@@ -47,7 +47,12 @@ def pod_view(pod: client.V1Pod) -> PodView:
         uid=meta.uid,
         node=spec.node_name,
         phase=status.phase or "Pending",
-        created=meta.creation_timestamp.timestamp(),
+        # Since when the exporters show the pod: its start time if the sandbox backdated it
+        # (STARTED_AT), so a backfilled history can cover hours before the object was made.
+        created=min(
+            meta.creation_timestamp.timestamp(),
+            status.start_time.timestamp() if status.start_time else float("inf"),
+        ),
         owner_kind=owner.kind if owner else "",
         owner_name=owner.name if owner else "",
         containers=tuple(
@@ -63,24 +68,17 @@ def pod_view(pod: client.V1Pod) -> PodView:
     )
 
 
-def node_views(specs: tuple[NodeSpec, ...]) -> list[NodeView]:
-    return [
-        NodeView(name=s.name, gpus=s.gpus, gpu_model=s.gpu_model, mig_profile=s.mig_profile)
-        for s in specs
-    ]
-
-
 def node_view(node: client.V1Node) -> NodeView:
     """A node's GPUs as the device plugin advertises them (whole GPUs or MIG instances)."""
     allocatable = node.status.allocatable or {}
     mig = next((k for k in allocatable if k.startswith("nvidia.com/mig-")), None)
     gpus = int(allocatable.get(mig or "nvidia.com/gpu", 0))
-    product = (node.metadata.labels or {}).get("nvidia.com/gpu.product")
+    model = (node.metadata.annotations or {}).get(GPU_MODEL)
     return NodeView(
         name=node.metadata.name,
         gpus=gpus,
-        gpu_model=product.replace("-", " ") if product else NodeView.__dataclass_fields__["gpu_model"].default,
         mig_profile=mig.removeprefix("nvidia.com/mig-") if mig else None,
+        **({"gpu_model": model} if model else {}),
     )
 
 

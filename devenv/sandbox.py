@@ -21,12 +21,13 @@ from devenv.controlplane import ControlPlane
 from devenv.exporters.server import ExporterServer
 from devenv.exporters.values import Values
 from devenv.nodes import DEFAULT_NODES, NodeSpec, all_ready, create_nodes, kwok_component
-from devenv.podviews import cached_pods_provider, node_views
+from devenv.podviews import cached_pods_provider, node_view
 from devenv.procs import Component, wait_until
 from devenv.prometheus import PrometheusServer, scrape_config
 from devenv.slack_standin import SlackStandIn
 
 SLACK_TOKEN = "xoxb-sandbox"
+SLACK_ADMIN_CHANNEL = ("C0ADMINS", "gpu-admins")
 
 
 @dataclass
@@ -83,20 +84,22 @@ class Sandbox:
         names = [n.name for n in self.nodes]
         self.kwok.wait_ready(lambda: all_ready(core, names), timeout=90)
         self._timed("nodes", t)
+        # The exporters see the nodes as the apiserver has them, as backfills (devenv.history) do.
+        node_views = [node_view(n) for n in core.list_node().items]
 
         t = time.monotonic()
-        self.slack = SlackStandIn(tokens=(SLACK_TOKEN,))
+        self.slack = SlackStandIn(tokens=(SLACK_TOKEN,), channels=dict([SLACK_ADMIN_CHANNEL]))
         self.slack.start()
         self.exporters = ExporterServer(
             pods_provider=cached_pods_provider(core),
-            nodes_provider=lambda: node_views(self.nodes),
+            nodes_provider=lambda: node_views,
             values=self.values,
         )
         self.exporters.start()
         self.prometheus = PrometheusServer(
             data_dir=self.run_dir / "prometheus",
             config=scrape_config(
-                self.exporters.url, node_views(self.nodes),
+                self.exporters.url, node_views,
                 dcgm_style=self.dcgm_style, interval=self.scrape_interval,
             ),
         )
@@ -150,6 +153,7 @@ class Sandbox:
             "PROMETHEUS_URL": self.prometheus.url,
             "SLACK_API_URL": self.slack.base_url,
             "SLACK_BOT_TOKEN": SLACK_TOKEN,
+            "SLACK_ADMIN_CHANNEL": SLACK_ADMIN_CHANNEL[0],
             "SANDBOX_EXPORTERS_URL": self.exporters.url,
             "SANDBOX_RUN_DIR": str(self.run_dir),
             "SANDBOX_PID": str(os.getpid()),

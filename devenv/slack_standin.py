@@ -24,7 +24,8 @@ import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 DEFAULT_TOKEN = "xoxb-sandbox"
@@ -102,10 +103,13 @@ class SlackStandIn:
     """The stand-in server and its state; thread-safe, usable as a context manager."""
 
     def __init__(self, port: int = 0, tokens: Iterable[str] = (DEFAULT_TOKEN,),
-                 users: Iterable[SlackUser] = ()) -> None:
+                 users: Iterable[SlackUser] = (),
+                 channels: Mapping[str, str] | None = None) -> None:
         self._requested_port = port
         self._tokens = set(tokens)
         self._initial_users = list(users)
+        # Public channels the bot is a member of, id -> name (admin reports go to one).
+        self._initial_channels = dict(channels or {})
         self._lock = threading.RLock()
         self._last_ts_us = 0  # survives reset() so ts stay unique for the server's lifetime
         self._server: ThreadingHTTPServer | None = None
@@ -164,6 +168,7 @@ class SlackStandIn:
             self._faults: list[Fault] = []
             self._dms: dict[str, tuple[str, ...]] = {}
             self._users: dict[str, SlackUser] = {u.email.lower(): u for u in self._initial_users}
+            self._channels: dict[str, str] = dict(self._initial_channels)
 
     def requests(self, method: str | None = None) -> list[RecordedRequest]:
         """Every Web API call so far (faulted ones too), oldest first; optionally of one method.
@@ -191,6 +196,11 @@ class SlackStandIn:
     def add_user(self, email: str, user_id: str, name: str) -> None:
         with self._lock:
             self._users[email.lower()] = SlackUser(email, user_id, name)
+
+    def add_channel(self, channel_id: str, name: str) -> None:
+        """A public channel the bot may post to, by id or by `#name` as Slack accepts both."""
+        with self._lock:
+            self._channels[channel_id] = name.lstrip("#")
 
     # ----- Web API -----------------------------------------------------------------------
     def handle_api(self, method: str, params: dict[str, Any], token: str | None,
@@ -280,10 +290,14 @@ class SlackStandIn:
         return body
 
     def _resolve_channel(self, value: Any) -> str:
-        """An opened DM, or a user id: Slack then posts into the bot's DM with that user."""
+        """An opened DM, a channel (id or #name), or a user id: Slack then posts into the bot's
+        DM with that user."""
         value = str(value or "")
-        if value in self._dms:
+        if value in self._dms or value in self._channels:
             return value
+        by_name = {f"#{name}": cid for cid, name in self._channels.items()}
+        if value in by_name:
+            return by_name[value]
         if value in {u.id for u in self._users.values()}:
             return self._open_dm((value,))[0]
         raise SlackError("channel_not_found")
@@ -343,6 +357,8 @@ class SlackStandIn:
                           body.get("retry_after", 1), body.get("status", 500))
             elif verb == "POST" and action == "users":
                 self.add_user(body["email"], body["id"], body["name"])
+            elif verb == "POST" and action == "channels":
+                self.add_channel(body["id"], body["name"])
             else:
                 return 404, _error(f"no control {verb} {action}")
         except (KeyError, TypeError, ValueError) as err:
@@ -437,6 +453,9 @@ class SlackStandInControl:
 
     def add_user(self, email: str, user_id: str, name: str) -> None:
         self._call("users", {"email": email, "id": user_id, "name": name})
+
+    def add_channel(self, channel_id: str, name: str) -> None:
+        self._call("channels", {"id": channel_id, "name": name})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,3 +40,12 @@ def test_rate_limit_on_demand(sandbox, slack: SlackStandInControl) -> None:
 
     web.chat_postMessage(channel="C0ADMINS", text="second")
     assert [m.text for m in slack.messages("C0ADMINS")] == ["second"]
+
+
+def test_admin_channel_by_name(sandbox, slack: SlackStandInControl) -> None:
+    web = WebClient(token=sandbox.slack_token, base_url=sandbox.slack_api_url)
+    posted = web.chat_postMessage(channel="#gpu-admins", text="3 pods stuck Terminating on gpu-node-1")
+    assert posted["channel"] == sandbox.env["SLACK_ADMIN_CHANNEL"]
+    with pytest.raises(SlackApiError) as unknown:
+        web.chat_postMessage(channel="#no-such-channel", text="lost")
+    assert unknown.value.response["error"] == "channel_not_found"
