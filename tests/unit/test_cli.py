@@ -1,0 +1,75 @@
+"""The `janitor` command as a user meets it.
+
+Aspects covered:
+- `janitor --help` teaches: what the janitor does, the annotation formats, an example;
+- `janitor annotation` explains valid values and exits 0, names the valid forms for invalid ones
+  and exits 1, and rejects input that is not KEY=VALUE or not a user annotation;
+- the console script is installed and runs.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from janitor import cli
+
+
+def test_help_teaches(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    for expected in ("idle", "janitor/ttl", "janitor/expires", "forever", "YYYY-MM-DD", "examples:"):
+        assert expected in out
+
+
+@pytest.mark.parametrize(
+    ("assignment", "meaning"),
+    [
+        ("janitor/ttl=7d", "older than 7 days, 0:00:00 (604800 s after creation)"),
+        ("janitor/ttl=forever", "forever"),
+        ("janitor/expires=2026-12-24", "after 2026-12-24T00:00:00+00:00"),
+        ("janitor/expires=2026-12-24T18:30", "after 2026-12-24T18:30:00+00:00"),
+    ],
+    ids=["ttl-days", "ttl-forever", "expires-date", "expires-minutes"],
+)
+def test_annotation_explains_valid_values(assignment: str, meaning: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["annotation", assignment]) == 0
+    assert meaning in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("assignment", "message"),
+    [
+        ("janitor/ttl=30 minutes", "30m"),
+        ("janitor/expires=tomorrow", "2019-02-25 (UTC"),
+        ("janitor/ttl", "expected KEY=VALUE"),
+        ("janitor/policy=idle-gpu", "not an annotation users set"),
+    ],
+    ids=["ttl-words", "expires-words", "no-equals", "janitor-owned-key"],
+)
+def test_annotation_rejects_with_the_valid_forms(
+    assignment: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["annotation", "janitor/ttl=1h", assignment]) == 1
+    captured = capsys.readouterr()
+    assert message in captured.err
+    assert "janitor/ttl=1h:" in captured.out  # the valid one is still explained
+
+
+def test_no_command_prints_help_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main([]) == 2
+    assert "usage: janitor" in capsys.readouterr().out
+
+
+def test_console_script_runs() -> None:
+    script = shutil.which("janitor", path=str(Path(sys.executable).parent))
+    assert script, "console script 'janitor' not installed next to this Python"
+    result = subprocess.run([script, "annotation", "janitor/ttl=2w"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "1209600 s" in result.stdout
