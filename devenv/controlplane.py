@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import secrets
 import ssl
+import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -202,7 +204,7 @@ class ControlPlane:
         )
         self._start(scheduler, lambda: _http_ok(f"https://127.0.0.1:{sched_port}/healthz", insecure=True), 120)
 
-    def _start(self, component: Component, check, timeout: float) -> None:  # type: ignore[no-untyped-def]
+    def _start(self, component: Component, check: Callable[[], bool], timeout: float) -> None:
         component.start()
         self.components.append(component)
         component.wait_ready(check, timeout=timeout)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 
 from kubernetes import client
 
@@ -82,16 +81,19 @@ def node_view(node: client.V1Node) -> NodeView:
     )
 
 
-def cached_pods_provider(core: client.CoreV1Api, max_age: float = 1.0) -> Callable[[], list[PodView]]:
+class CachedPods:
     """A pods provider for the exporters that lists pods at most once per `max_age` seconds."""
-    lock = threading.Lock()
-    cache: dict[str, object] = {"at": 0.0, "pods": []}
 
-    def provider() -> list[PodView]:
-        with lock:
-            if time.monotonic() - float(cache["at"]) > max_age:  # type: ignore[arg-type]
-                cache["pods"] = [pod_view(p) for p in core.list_pod_for_all_namespaces().items]
-                cache["at"] = time.monotonic()
-            return list(cache["pods"])  # type: ignore[call-overload]
+    def __init__(self, core: client.CoreV1Api, max_age: float = 1.0) -> None:
+        self._core = core
+        self._max_age = max_age
+        self._lock = threading.Lock()
+        self._at = float("-inf")
+        self._pods: list[PodView] = []
 
-    return provider
+    def __call__(self) -> list[PodView]:
+        with self._lock:
+            if time.monotonic() - self._at > self._max_age:
+                self._pods = [pod_view(p) for p in self._core.list_pod_for_all_namespaces().items]
+                self._at = time.monotonic()
+            return list(self._pods)

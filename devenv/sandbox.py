@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,8 +22,8 @@ from devenv.controlplane import ControlPlane
 from devenv.exporters.server import ExporterServer
 from devenv.exporters.values import Values
 from devenv.nodes import DEFAULT_NODES, NodeSpec, all_ready, create_nodes, kwok_component
-from devenv.podviews import cached_pods_provider, node_view
-from devenv.procs import Component, wait_until
+from devenv.podviews import CachedPods, node_view
+from devenv.procs import Component
 from devenv.prometheus import PrometheusServer, scrape_config
 from devenv.slack_standin import SlackStandIn
 
@@ -91,7 +92,7 @@ class Sandbox:
         self.slack = SlackStandIn(tokens=(SLACK_TOKEN,), channels=dict([SLACK_ADMIN_CHANNEL]))
         self.slack.start()
         self.exporters = ExporterServer(
-            pods_provider=cached_pods_provider(core),
+            pods_provider=CachedPods(core),
             nodes_provider=lambda: node_views,
             values=self.values,
         )
@@ -115,8 +116,8 @@ class Sandbox:
             if part is not None:
                 try:
                     part.stop()
-                except Exception:  # keep stopping the rest; a leaked process is worse
-                    pass
+                except Exception as e:  # keep stopping the rest; a leaked process is worse
+                    print(f"sandbox: stopping {type(part).__name__} failed: {e}", file=sys.stderr)
         if self.control_plane is not None:
             self.control_plane.stop()
         if self._admin is not None:
@@ -171,15 +172,6 @@ class Sandbox:
             "timings": self.timings,
         }
         (self.run_dir / "state.json").write_text(json.dumps(state, indent=2))
-
-    def wait_pods_running(self, namespace: str, selector: str, count: int, timeout: float = 60) -> None:
-        core = client.CoreV1Api(self.admin)
-
-        def running() -> bool:
-            pods = core.list_namespaced_pod(namespace, label_selector=selector).items
-            return sum(1 for p in pods if p.status.phase == "Running") >= count
-
-        wait_until(running, timeout=timeout, what=f"{count} running pods {selector} in {namespace}")
 
 
 def read_env_file(path: Path) -> dict[str, str]:
