@@ -151,58 +151,42 @@ class ControlPlane:
             token=self.admin.token, user="admin",
         )
 
-        kcm_config = write_kubeconfig(
-            self.work_dir / "controller-manager.kubeconfig", server=self.server,
-            ca=self._pki.ca_cert, token=kcm.token, user=kcm.user,
+        self._start_client_component(
+            "kube-controller-manager", kcm,
+            # Each controller acts as its own ServiceAccount, as kubeadm clusters do, so the
+            # RBAC every controller runs under is the real bootstrap RBAC.
+            "--use-service-account-credentials=true",
+            f"--service-account-private-key-file={self._pki.sa_private}",
+            f"--root-ca-file={self._pki.ca_cert}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--cluster-name=janitor-sandbox",
         )
-        kcm_port = free_port()
-        controller_manager = Component(
-            "kube-controller-manager",
-            [
-                str(self.bin_dir / "kube-controller-manager"),
-                f"--kubeconfig={kcm_config}",
-                f"--authentication-kubeconfig={kcm_config}",
-                f"--authorization-kubeconfig={kcm_config}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={kcm_port}",
-                f"--cert-dir={self.work_dir / 'kcm-certs'}",
-                "--leader-elect=false",
-                # Each controller acts as its own ServiceAccount, as kubeadm clusters do, so the
-                # RBAC every controller runs under is the real bootstrap RBAC.
-                "--use-service-account-credentials=true",
-                f"--service-account-private-key-file={self._pki.sa_private}",
-                f"--root-ca-file={self._pki.ca_cert}",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
-                "--cluster-name=janitor-sandbox",
-                "--v=1",
-            ],
-            logs / "kube-controller-manager.log",
-        )
-        self._start(
-            controller_manager, lambda: _http_ok(f"https://127.0.0.1:{kcm_port}/healthz", insecure=True), 120
-        )
+        self._start_client_component("kube-scheduler", sched)
 
-        sched_config = write_kubeconfig(
-            self.work_dir / "scheduler.kubeconfig", server=self.server,
-            ca=self._pki.ca_cert, token=sched.token, user=sched.user,
+    def _start_client_component(self, name: str, cred: Credential, *flags: str) -> None:
+        """Start the controller-manager or scheduler: a kubeconfig of its own, health on /healthz."""
+        config = write_kubeconfig(
+            self.work_dir / f"{name}.kubeconfig", server=self.server,
+            ca=self._pki.ca_cert, token=cred.token, user=cred.user,
         )
-        sched_port = free_port()
-        scheduler = Component(
-            "kube-scheduler",
+        port = free_port()
+        component = Component(
+            name,
             [
-                str(self.bin_dir / "kube-scheduler"),
-                f"--kubeconfig={sched_config}",
-                f"--authentication-kubeconfig={sched_config}",
-                f"--authorization-kubeconfig={sched_config}",
+                str(self.bin_dir / name),
+                f"--kubeconfig={config}",
+                f"--authentication-kubeconfig={config}",
+                f"--authorization-kubeconfig={config}",
                 "--bind-address=127.0.0.1",
-                f"--secure-port={sched_port}",
-                f"--cert-dir={self.work_dir / 'scheduler-certs'}",
+                f"--secure-port={port}",
+                f"--cert-dir={self.work_dir / (name + '-certs')}",
                 "--leader-elect=false",
                 "--v=1",
+                *flags,
             ],
-            logs / "kube-scheduler.log",
+            self.work_dir / "logs" / f"{name}.log",
         )
-        self._start(scheduler, lambda: _http_ok(f"https://127.0.0.1:{sched_port}/healthz", insecure=True), 120)
+        self._start(component, lambda: _http_ok(f"https://127.0.0.1:{port}/healthz", insecure=True), 120)
 
     def _start(self, component: Component, check: Callable[[], bool], timeout: float) -> None:
         component.start()

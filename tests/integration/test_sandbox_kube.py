@@ -59,22 +59,28 @@ def make_job(batch: client.BatchV1Api, namespace: str, name: str, parallelism: i
     )
 
 
-def test_deployment_pods_run_on_fake_gpu_nodes(kube: client.ApiClient, core: client.CoreV1Api, namespace: str) -> None:
-    apps = client.AppsV1Api(kube)
+def make_deployment(
+    apps: client.AppsV1Api, namespace: str, name: str, replicas: int, container: client.V1Container
+) -> None:
     apps.create_namespaced_deployment(
         namespace,
         client.V1Deployment(
-            metadata=client.V1ObjectMeta(name="notebook"),
+            metadata=client.V1ObjectMeta(name=name),
             spec=client.V1DeploymentSpec(
-                replicas=2,
-                selector=client.V1LabelSelector(match_labels={"app": "notebook"}),
+                replicas=replicas,
+                selector=client.V1LabelSelector(match_labels={"app": name}),
                 template=client.V1PodTemplateSpec(
-                    metadata=client.V1ObjectMeta(labels={"app": "notebook"}),
-                    spec=client.V1PodSpec(containers=[gpu_container(gpus=2)]),
+                    metadata=client.V1ObjectMeta(labels={"app": name}),
+                    spec=client.V1PodSpec(containers=[container]),
                 ),
             ),
         ),
     )
+
+
+def test_deployment_pods_run_on_fake_gpu_nodes(kube: client.ApiClient, core: client.CoreV1Api, namespace: str) -> None:
+    apps = client.AppsV1Api(kube)
+    make_deployment(apps, namespace, "notebook", 2, gpu_container(gpus=2))
     wait_until(
         lambda: sum(p.status.phase == "Running" for p in pods_of(core, namespace, "app=notebook")) == 2,
         timeout=60, what="2 notebook pods Running",
@@ -143,20 +149,7 @@ def test_plain_job_delete_orphans_its_pods(kube: client.ApiClient, core: client.
 
 def test_deployment_delete_cascades(kube: client.ApiClient, core: client.CoreV1Api, namespace: str) -> None:
     apps = client.AppsV1Api(kube)
-    apps.create_namespaced_deployment(
-        namespace,
-        client.V1Deployment(
-            metadata=client.V1ObjectMeta(name="web"),
-            spec=client.V1DeploymentSpec(
-                replicas=1,
-                selector=client.V1LabelSelector(match_labels={"app": "web"}),
-                template=client.V1PodTemplateSpec(
-                    metadata=client.V1ObjectMeta(labels={"app": "web"}),
-                    spec=client.V1PodSpec(containers=[client.V1Container(name="web", image="nginx")]),
-                ),
-            ),
-        ),
-    )
+    make_deployment(apps, namespace, "web", 1, client.V1Container(name="web", image="nginx"))
     wait_until(lambda: len(pods_of(core, namespace, "app=web")) == 1, timeout=60, what="web pod")
     apps.delete_namespaced_deployment("web", namespace, propagation_policy="Background")
     wait_until(
