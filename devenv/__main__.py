@@ -50,6 +50,9 @@ def _serve(sandbox: Sandbox, *, demo: bool, exit_after: bool) -> int:
         print("\nStopping the sandbox ...", file=sys.stderr)
         return 0
     finally:
+        # A second Ctrl-C (or SIGTERM) must not abort the orderly stop and leak an apiserver.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         sandbox.stop()
         sandbox.env_file.unlink(missing_ok=True)
 
