@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -55,6 +56,10 @@ class Sandbox:
     def start(self) -> None:
         """Start every component; on any failure stop what already runs, then re-raise."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        # Every start is a new cluster: etcd and Prometheus data of an earlier run would bring
+        # back its nodes, pods and series.
+        for stale in ("control-plane", "prometheus"):
+            shutil.rmtree(self.run_dir / stale, ignore_errors=True)
         try:
             self._start()
         except BaseException:
