@@ -50,11 +50,13 @@ import re
 
 TTL = "janitor/ttl"  # users/CI: lifetime counted from creation, e.g. 8h; FOREVER = none
 EXPIRES = "janitor/expires"  # users/CI: absolute UTC time after which the object may be deleted
-POLICY = "janitor/policy"  # users/admins: name of the cleanup policy that governs this object
-REASON = "janitor/reason"  # the janitor: human-readable reason for its last warning or action
+POLICY = "janitor/policy"  # the janitor: the policy that marked it; beside EXPIRES, the mark is its own
+REASON = "janitor/reason"  # the janitor: why it marked the object, with the numbers
 WARNED_AT = "janitor/warned-at"  # the janitor: UTC time (format_expires) the owner was warned
 KEEP_UNTIL = "janitor/keep-until"  # owners: never reclaim before this UTC time; unparseable = keep
-OPT_OUT = "janitor/opt-out"  # owners/admins: the janitor must never reclaim this object
+OPT_OUT = "janitor/opt-out"  # owners/admins: "true" = never act on this, where the policy honours it
+REPORTED = "janitor/reported"  # the janitor: the mistakes on this object it already reported (one Event each)
+ACKNOWLEDGE_TRIPWIRE = "janitor/acknowledge-tripwire"  # admins, on the state ConfigMap: resume deletions
 FOREVER = "forever"  # TTL value meaning "no TTL" (matched case-insensitively, as kube-janitor)
 
 # Largest unit first: format_duration relies on this order.

@@ -1,0 +1,174 @@
+"""The values that cross layers: what `observe` reads, what `decide` returns, what `act` applies.
+
+They live here, with the deciding code that consumes and produces them, so that `observe` and
+`act` both depend on `decide` and never on each other (DESIGN.md, "Layers"). All are frozen
+plain values: a snapshot is a fact about one moment, and a plan is a list of intentions with
+their reasons in words, which dry-run, `janitor plan`, Events and the audit log all show.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceKind:
+    """A kind the janitor lists and may delete; the same list generates its ClusterRole."""
+
+    group: str  # "" for the core group
+    version: str
+    kind: str
+    plural: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def key(self) -> str:
+        """How admins name it in settings and `explain`: `Deployment`, `notebooks.kubeflow.org`."""
+        return self.kind if self.group in ("", "apps", "batch") else f"{self.plural}.{self.group}"
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """Which object, exactly: the UID tells a recreated object with the same name apart."""
+
+    kind: str
+    api_version: str
+    namespace: str | None
+    name: str
+    uid: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.namespace}/{self.name}" if self.namespace else f"{self.kind}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerRef:
+    kind: str
+    api_version: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectView:
+    """The fields of one object that deciding reads, as they were at `resource_version`."""
+
+    ref: ObjectRef
+    resource_version: str
+    created: datetime.datetime
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    deleting: bool = False  # deletionTimestamp is set: it is on its way out already
+    controller: OwnerRef | None = None  # the ownerReference with controller: true
+    # Annotations of the pod template (Deployments, Jobs, ...): a janitor/ttl there is inherited
+    # by every pod, which is almost never what the user meant.
+    template_annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedKind:
+    """A configured kind that could not be listed (not served, or RBAC forbids): counted, not fatal."""
+
+    kind: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    objects: tuple[ObjectView, ...]
+    skipped_kinds: tuple[SkippedKind, ...] = ()
+    # The apiserver's clock (its Date header) when the snapshot was read; None if unknown.
+    apiserver_time: datetime.datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Deletion:
+    """One past deletion, for the rolling-window caps."""
+
+    at: datetime.datetime
+    namespace: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SafetyLedger:
+    """What the rails remember between cycles (kept on a ConfigMap, so restarts lose nothing)."""
+
+    deletions: tuple[Deletion, ...] = ()
+    previous_candidates: int | None = None
+    tripped_at: datetime.datetime | None = None  # the tripwire stopped deletions at this time
+    acknowledged_at: datetime.datetime | None = None  # an admin acknowledged a trip at this time
+
+
+class ActionType(StrEnum):
+    DELETE = "delete"
+    # A Warning Event on the object plus a note on it, so the same mistake is reported once.
+    REPORT = "report"
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One intended change, with its reason in words, as every sink shows it."""
+
+    type: ActionType
+    target: ObjectRef
+    resource_version: str
+    rule: str  # "ttl", "expires", "malformed", "inherited-ttl"
+    reason: str  # CamelCase Event reason, e.g. "TTLExpired"
+    why: str  # one sentence with the numbers
+    evidence: Mapping[str, str] = field(default_factory=dict)
+    # For REPORT: the note the janitor leaves so it does not report the same value again.
+    report_key: str | None = None
+
+
+class Outcome(StrEnum):
+    DELETE = "delete"
+    KEEP = "keep"
+    SKIP = "skip"  # not the janitor's to judge now (being deleted, protected, opted out)
+    INVALID = "invalid"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One rule's judgement of one object, for `janitor explain` and the plan table."""
+
+    target: ObjectRef
+    rule: str
+    outcome: Outcome
+    why: str
+    deadline: datetime.datetime | None = None
+
+
+class HoldReason(StrEnum):
+    DRY_RUN = "dry-run"
+    CAP = "cap"
+    TRIPWIRE = "tripwire"
+    CLOCK_SKEW = "clock-skew"
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A deletion the rails did not let through this cycle, and why."""
+
+    action: Action
+    reason: HoldReason
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    now: datetime.datetime
+    actions: tuple[Action, ...]  # what act applies, in order
+    held: tuple[Held, ...]
+    verdicts: tuple[Verdict, ...]
+    ledger: SafetyLedger  # the ledger to store after this cycle (deletions not yet added)
+    notices: tuple[str, ...] = ()  # things admins must hear about (tripwire, skew)
+
+    def deletions(self) -> tuple[Action, ...]:
+        return tuple(a for a in self.actions if a.type is ActionType.DELETE)

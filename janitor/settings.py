@@ -1,0 +1,58 @@
+"""Daemon settings: one frozen value, built once from flags and environment, logged once.
+
+Every default is safe on its own: protected system namespaces, an honoured opt-out, caps that
+bound a bad day to a few dozen deletions, and a tripwire that stops everything on a sudden jump.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+
+from janitor.decide.model import ResourceKind
+from janitor.decide.rails import DEFAULT_PROTECTED_NAMESPACES, Caps, Rails
+
+# The kinds the TTL/expiry cleanup looks at. The deployment generates the janitor's ClusterRole
+# from this same list, so a kind it may not list is skipped and counted, not an error.
+DEFAULT_KINDS: tuple[ResourceKind, ...] = (
+    ResourceKind("apps", "v1", "Deployment", "deployments"),
+    ResourceKind("apps", "v1", "StatefulSet", "statefulsets"),
+    ResourceKind("apps", "v1", "DaemonSet", "daemonsets"),
+    ResourceKind("apps", "v1", "ReplicaSet", "replicasets"),
+    ResourceKind("batch", "v1", "Job", "jobs"),
+    ResourceKind("batch", "v1", "CronJob", "cronjobs"),
+    ResourceKind("", "v1", "Pod", "pods"),
+    ResourceKind("", "v1", "ConfigMap", "configmaps"),
+    ResourceKind("", "v1", "Service", "services"),
+    ResourceKind("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims"),
+    ResourceKind("", "v1", "Namespace", "namespaces", namespaced=False),
+    ResourceKind("kubeflow.org", "v1", "Notebook", "notebooks"),
+)
+
+def parse_kind(text: str) -> ResourceKind:
+    """`Kind`, or `plural.group/version` for custom resources (e.g. `notebooks.kubeflow.org/v1`)."""
+    for kind in DEFAULT_KINDS:
+        if text in (kind.kind, kind.key, kind.plural):
+            return kind
+    name, slash, version = text.partition("/")
+    plural, dot, group = name.partition(".")
+    if not (slash and dot and plural and group and version):
+        raise ValueError(
+            f"{text!r} is not a known kind; name a built-in kind (e.g. Deployment) or a custom "
+            "resource as plural.group/version (e.g. notebooks.kubeflow.org/v1)"
+        )
+    return ResourceKind(group, version, plural[:1].upper() + plural[1:].rstrip("s"), plural)
+
+
+@dataclass(frozen=True)
+class Settings:
+    kinds: tuple[ResourceKind, ...] = DEFAULT_KINDS
+    rails: Rails = field(default_factory=Rails)
+    # Where the rails keep their memory (deletion ledger, tripwire) and admins acknowledge trips.
+    state_namespace: str = "kube-idle-janitor"
+    state_name: str = "janitor-state"
+    interval: datetime.timedelta = datetime.timedelta(seconds=60)
+    page_size: int = 500  # objects per list call: bounded memory and apiserver load on big clusters
+
+
+__all__ = ["Caps", "DEFAULT_KINDS", "DEFAULT_PROTECTED_NAMESPACES", "Rails", "Settings", "parse_kind"]
