@@ -7,17 +7,20 @@ what each command is for, with examples, rather than only listing flags.
 from __future__ import annotations
 
 import argparse
+import datetime
+import os
 import sys
 from collections.abc import Sequence
 
 from janitor import __version__, annotations
+from janitor.settings import DEFAULT_KINDS, Settings, parse_kind
 
 DESCRIPTION = """\
-kube-idle-janitor keeps shared GPU clusters clean. It finds pods that hold GPUs or CPUs and do
-nothing (from Prometheus: dcgm-exporter, cAdvisor, kube-state-metrics), pods Pending or
-Terminating for too long, and objects whose janitor/ttl or janitor/expires has passed. It marks
-the workload that owns them, warns the owner on Slack, and only when the warning period is over
-deletes, suspends or scales it to zero, unless it became active again or the owner extended it.
+kube-idle-janitor keeps shared GPU clusters clean. It deletes objects whose janitor/ttl or
+janitor/expires annotation has passed (kube-janitor compatible), on the kinds you list, behind
+safety rails; every deletion is announced by an Event on the object and one audit log line.
+Idle-GPU/CPU detection from Prometheus, Slack warnings to owners and stuck-pod handling build on
+the same plan-then-act core.
 
 The annotation contract (kube-janitor compatible):
   janitor/ttl: 7d              delete when the object is older than this
@@ -28,9 +31,20 @@ The annotation contract (kube-janitor compatible):
 
 EPILOG = """\
 examples:
-  janitor annotation janitor/ttl=7d
-      explain what a value means, or why it is rejected (exit 1), before you set it
-  janitor annotation janitor/expires=2026-12-24T18:00 janitor/ttl=36h
+  janitor plan                          what would be deleted now and why; changes nothing
+  janitor explain Job/ml-team/train-7   every rule's verdict on one object, with the numbers
+  janitor run --once --dry-run          one full cycle that deletes nothing (Events neither)
+  janitor run                           the daemon: a cycle every --interval seconds
+  janitor annotation janitor/ttl=7d     what a value means, or why it is rejected (exit 1)
+
+Safety rails on every deletion: protected namespaces (kube-system, kube-public,
+kube-node-lease), the janitor/opt-out: "true" annotation, caps per hour and per day (in total
+and per namespace), and a tripwire that stops all deletions when the number of candidates jumps;
+resume after a trip with
+  kubectl -n kube-idle-janitor annotate configmap janitor-state \\
+      janitor/acknowledge-tripwire=$(date -u +%Y-%m-%dT%H:%M:%SZ) --overwrite
+Deadlines are compared with the apiserver's clock; deletions pause while ours is off by more
+than --max-clock-skew.
 
 Run 'janitor COMMAND --help' for the options of one command.
 """
@@ -65,6 +79,108 @@ def _meaning(key: str, value: str) -> str:
     raise ValueError(f"not an annotation users set; use {annotations.TTL} or {annotations.EXPIRES}")
 
 
+def _settings(args: argparse.Namespace) -> Settings:
+    from janitor.decide.rails import Caps, Rails, Tripwire
+
+    kinds = tuple(parse_kind(k.strip()) for k in args.kinds.split(",") if k.strip())
+    rails = Rails(
+        protected_namespaces=tuple(n.strip() for n in args.protected_namespaces.split(",") if n.strip()),
+        honour_opt_out=not args.ignore_opt_out,
+        caps=Caps(args.max_deletions_per_hour, args.max_deletions_per_day,
+                  args.max_deletions_per_namespace_per_hour, args.max_deletions_per_namespace_per_day),
+        tripwire=Tripwire(args.tripwire_fraction, args.tripwire_min_jump),
+        dry_run=getattr(args, "dry_run", False),
+        max_clock_skew=datetime.timedelta(seconds=args.max_clock_skew),
+    )
+    namespaces = tuple(n.strip() for n in args.namespaces.split(",") if n.strip()) or None
+    return Settings(kinds=kinds, rails=rails, state_namespace=args.state_namespace, namespaces=namespaces,
+                    interval=datetime.timedelta(seconds=getattr(args, "interval", 60)))
+
+
+def _janitor(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from kubernetes import client, config
+
+    from janitor.daemon import Janitor
+
+    if args.kubeconfig or os.environ.get("KUBECONFIG"):
+        api = config.new_client_from_config(config_file=args.kubeconfig or os.environ["KUBECONFIG"])
+    else:
+        config.load_incluster_config()
+        api = client.ApiClient()
+    return Janitor(api, _settings(args))
+
+
+def _progress(kind: str, count: int) -> None:
+    print(f"\rlisting {kind}: {count} objects ...".ljust(60), end="", file=sys.stderr, flush=True)
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from janitor import report
+
+    janitor = _janitor(args)
+    decided, objects = janitor.plan_now(progress=_progress if sys.stderr.isatty() else None)
+    if sys.stderr.isatty():
+        print("\r".ljust(60), end="\r", file=sys.stderr)
+    print(report.plan_table(decided, dry_run=janitor.settings.rails.dry_run))
+    print(f"{objects} objects read.")
+    return 0
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from janitor import report
+
+    parts = args.object.split("/")
+    if len(parts) not in (2, 3):
+        print("name the object as KIND/NAMESPACE/NAME (or KIND/NAME if cluster-scoped)", file=sys.stderr)
+        return 2
+    kind, namespace, name = (parts[0], None, parts[1]) if len(parts) == 2 else parts
+    janitor = _janitor(args)
+    decided, _ = janitor.plan_now()
+    verdicts = [v for v in decided.verdicts if report.matches(v.target, kind, namespace, name)]
+    print(report.explain(decided, verdicts, args.object))
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from janitor import daemon, report, telemetry
+
+    telemetry.configure_logging(args.log_level, json_lines=not args.once)
+    janitor = _janitor(args)
+    if args.once:
+        result = janitor.run_cycle()
+        print(report.plan_table(result.plan, dry_run=janitor.settings.rails.dry_run))
+        failed = [r for r in result.results if str(r.outcome) in ("failed", "forbidden")]
+        return 1 if failed else 0
+    daemon.run_forever(janitor, metrics_port=args.metrics_port)
+    return 0
+
+
+def _add_cluster_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("cluster and rails")
+    g.add_argument("--kubeconfig", help="default: $KUBECONFIG, else the in-cluster ServiceAccount")
+    g.add_argument("--kinds", default=",".join(k.key for k in DEFAULT_KINDS),
+                   help="kinds to clean up, comma-separated; custom resources as plural.group/version "
+                        "(default: %(default)s)")
+    g.add_argument("--namespaces", default="",
+                   help="only these namespaces, comma-separated (default: the whole cluster)")
+    g.add_argument("--protected-namespaces", default="kube-system,kube-public,kube-node-lease",
+                   help="never touched (default: %(default)s)")
+    g.add_argument("--ignore-opt-out", action="store_true",
+                   help=f"act even on objects annotated {annotations.OPT_OUT}: \"true\"")
+    g.add_argument("--max-deletions-per-hour", type=int, default=30, help="rolling hour, all namespaces (%(default)s)")
+    g.add_argument("--max-deletions-per-day", type=int, default=200, help="rolling day, all namespaces (%(default)s)")
+    g.add_argument("--max-deletions-per-namespace-per-hour", type=int, default=10, help="(%(default)s)")
+    g.add_argument("--max-deletions-per-namespace-per-day", type=int, default=50, help="(%(default)s)")
+    g.add_argument("--tripwire-fraction", type=float, default=0.5,
+                   help="stop all deletions when candidates grow by more than this fraction (%(default)s)")
+    g.add_argument("--tripwire-min-jump", type=int, default=20,
+                   help="... and by at least this many objects (%(default)s)")
+    g.add_argument("--max-clock-skew", type=float, default=30.0,
+                   help="seconds our clock may differ from the apiserver's before deletions pause (%(default)s)")
+    g.add_argument("--state-namespace", default="kube-idle-janitor",
+                   help="namespace of the janitor-state ConfigMap (deletion ledger, tripwire) (%(default)s)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="janitor",
@@ -86,6 +202,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     annotation.add_argument("assignments", nargs="+", metavar="KEY=VALUE")
     annotation.set_defaults(func=_cmd_annotation)
+
+    plan = commands.add_parser("plan", help="show what would happen now and why; changes nothing",
+                               description="Read the cluster, decide, and print the plan as a table. "
+                                           "Nothing is changed.")
+    _add_cluster_options(plan)
+    plan.set_defaults(func=_cmd_plan)
+
+    explain = commands.add_parser("explain", help="every rule's verdict on one object",
+                                  description="Explain what the janitor thinks of one object and why.")
+    explain.add_argument("object", metavar="KIND/NAMESPACE/NAME")
+    _add_cluster_options(explain)
+    explain.set_defaults(func=_cmd_explain)
+
+    run = commands.add_parser("run", help="run the janitor (a cycle every --interval, or --once)",
+                              description="Observe, decide and act on a schedule. Every action is an "
+                                          "Event on the object and one audit log line.")
+    run.add_argument("--once", action="store_true", help="one cycle, print the plan, exit (1 if an action failed)")
+    run.add_argument("--dry-run", action="store_true",
+                     help="decide and validate against the apiserver (dryRun=All), change nothing")
+    run.add_argument("--interval", type=float, default=60.0, help="seconds between cycles (%(default)s)")
+    run.add_argument("--metrics-port", type=int, default=8080, help="/metrics and /healthz (%(default)s)")
+    run.add_argument("--log-level", default="INFO")
+    _add_cluster_options(run)
+    run.set_defaults(func=_cmd_run)
     return parser
 
 

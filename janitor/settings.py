@@ -53,6 +53,8 @@ class Settings:
     state_name: str = "janitor-state"
     interval: datetime.timedelta = datetime.timedelta(seconds=60)
     page_size: int = 500  # objects per list call: bounded memory and apiserver load on big clusters
+    # Only these namespaces (kube-janitor's --include-namespaces); None = the whole cluster.
+    namespaces: tuple[str, ...] | None = None
 
 
 __all__ = ["Caps", "DEFAULT_KINDS", "DEFAULT_PROTECTED_NAMESPACES", "Rails", "Settings", "parse_kind"]

@@ -1,0 +1,308 @@
+"""Applying planned actions to Kubernetes: Events, guarded deletes and patches, the ledger.
+
+Every write carries the precondition of the read that decided it (uid and resourceVersion), so an
+object that changed or was recreated since is never acted on: the answer is CONFLICT and the
+caller re-reads and decides again. Each apply goes "probe, announce, act":
+
+1. the same request with `dryRun=All`: the apiserver checks RBAC, the preconditions and
+   admission, and persists nothing;
+2. an Event on the object with `Action.why` word for word (what `kubectl describe` shows);
+3. the request for real.
+
+The probe costs one request per action (actions are few and capped) and means an Event is only
+posted for a change that is about to happen, not for one that a stale resourceVersion refuses.
+In dry-run only step 1 runs: the plan is validated by the apiserver, nothing changes, no Event.
+
+Requests are raw JSON through the client's generic `param_serialize`/`call_api`, so custom
+resources (Notebooks) work like built-ins. Failures become `janitor.errors` types and then one
+`Outcome` each; nothing here retries (the next cycle does).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import socket
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+from urllib.parse import quote
+
+import urllib3
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+from janitor import annotations, errors, ledger
+from janitor.decide.model import Action, ActionType, ObjectRef, ResourceKind, SafetyLedger
+
+logger = logging.getLogger(__name__)
+
+EVENT_MESSAGE_MAX = 1024  # what events.k8s.io/v1 allows; longer `why`s are cut, not rejected
+_MERGE_PATCH = "application/merge-patch+json"  # RFC 7386: works on custom resources too
+_CLUSTER_EVENTS_NAMESPACE = "default"  # where Events about cluster-scoped objects go (as client-go)
+
+
+class Outcome(StrEnum):
+    """What became of one action. `kube.Outcome`, not `model.Outcome` (a rule's verdict)."""
+
+    DONE = "done"
+    GONE = "gone"  # 404: nothing left to do
+    CONFLICT = "conflict"  # changed or recreated since it was read: re-read and decide again
+    FORBIDDEN = "forbidden"  # RBAC (403) or credentials (401): an admin must act
+    FAILED = "failed"
+    # Never returned by apply(): the caller's verdict when a fresh re-read no longer calls for
+    # the action, so that every planned action still ends with exactly one recorded outcome.
+    SKIPPED = "skipped"
+
+
+@dataclass(frozen=True, slots=True)
+class ActionResult:
+    action: Action
+    outcome: Outcome
+    detail: str
+
+
+def apply(
+    api: ApiClient,
+    action: Action,
+    *,
+    kind: ResourceKind,
+    dry_run: bool = False,
+    component: str = "kube-idle-janitor",
+) -> ActionResult:
+    """Apply one action; the result says what happened, it never raises for an API failure."""
+    problem = _malformed(action, kind)
+    if problem:
+        result = ActionResult(action, Outcome.FAILED, problem)
+        _log(result, dry_run=dry_run)
+        return result
+    try:
+        if action.type is ActionType.DELETE:
+            detail = _delete(api, action, kind=kind, dry_run=dry_run, component=component)
+        elif action.type is ActionType.REPORT:
+            detail = _report(api, action, kind=kind, dry_run=dry_run, component=component)
+        else:
+            raise ValueError(f"unknown action type {action.type!r}")
+    except errors.KubeError as e:
+        result = ActionResult(action, outcome_of(e), e.server_message or str(e))
+        _log(result, dry_run=dry_run)
+        return result
+    result = ActionResult(action, Outcome.DONE, detail)
+    _log(result, dry_run=dry_run)
+    return result
+
+
+def _malformed(action: Action, kind: ResourceKind) -> str | None:
+    """A planner bug caught before any request: the wrong kind would address another resource."""
+    target = action.target
+    if (target.kind, target.api_version) != (kind.kind, kind.api_version):
+        return f"{target} is a {target.api_version} {target.kind}, but kind {kind.key} was given (caller bug)"
+    if action.type is ActionType.REPORT and action.report_key is None:
+        return "a REPORT action needs a report_key (planner bug)"
+    return None
+
+
+def outcome_of(error: errors.KubeError) -> Outcome:
+    """What a failed write means for the action: the one mapping every write uses."""
+    if isinstance(error, errors.NotFound):
+        return Outcome.GONE
+    if isinstance(error, errors.Conflict):
+        return Outcome.CONFLICT
+    if isinstance(error, (errors.Forbidden, errors.Unauthorized)):
+        return Outcome.FORBIDDEN
+    return Outcome.FAILED
+
+
+def write_ledger(api: ApiClient, namespace: str, name: str, safety_ledger: SafetyLedger) -> None:
+    """Store the ledger in ConfigMap namespace/name, creating the ConfigMap if needed.
+
+    Only `data["ledger.json"]` is written (a merge patch), so the admin's acknowledgement
+    annotation and any labels on the ConfigMap stay. The namespace is not created: it belongs to
+    the deployment, and a missing one means the janitor is pointed at the wrong place.
+    """
+    data = {ledger.DATA_KEY: ledger.dumps(safety_ledger)}
+    path = _path(_CONFIG_MAPS, namespace, name)
+    doing = f"write ledger {namespace}/{name}"
+    try:
+        _call(api, "PATCH", path, body={"data": data}, content_type=_MERGE_PATCH, doing=doing)
+        return
+    except errors.NotFound:
+        pass
+    body = {
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}, "data": data,
+    }
+    try:
+        _call(api, "POST", _path(_CONFIG_MAPS, namespace), body=body, doing=doing)
+    except errors.NotFound as e:
+        raise errors.NotFound(
+            f"namespace {namespace!r} does not exist; create it (the manifests do) or point the "
+            "janitor's state namespace at an existing one", status=404, doing=doing,
+        ) from e
+    except errors.Conflict:  # created by someone else in between: write over it
+        _call(api, "PATCH", path, body={"data": data}, content_type=_MERGE_PATCH, doing=doing)
+
+
+_CONFIG_MAPS = ResourceKind("", "v1", "ConfigMap", "configmaps")
+
+
+def _delete(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool, component: str) -> str:
+    """Background propagation: a plain DELETE of a batch/v1 Job orphans its pods, and Foreground
+    would leave the owner visible (and blocking) until every dependent is gone."""
+    target = action.target
+    path = _path(kind, target.namespace, target.name)
+    _call(api, "DELETE", path, body=_delete_options(action, dry_run=True), doing=f"delete {target} (dry run)")
+    if dry_run:
+        return "dry run: the apiserver accepted the delete; nothing was deleted and no Event posted"
+    event_note = _post_event(api, action, event_type="Normal", component=component)
+    _call(api, "DELETE", path, body=_delete_options(action, dry_run=False), doing=f"delete {target}")
+    return "deleted" + event_note
+
+
+def _delete_options(action: Action, *, dry_run: bool) -> dict[str, Any]:
+    """DeleteOptions for the body. `dryRun` must be here too: when a DELETE has a body, the
+    apiserver reads every option from it and ignores the query string, `?dryRun=All` included."""
+    options: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "DeleteOptions",
+        "propagationPolicy": "Background",
+        "preconditions": {"uid": action.target.uid, "resourceVersion": action.resource_version},
+    }
+    if dry_run:
+        options["dryRun"] = ["All"]
+    return options
+
+
+def _report(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool, component: str) -> str:
+    """A Warning Event, plus `janitor/reported` on the object so the same mistake is reported once."""
+    target = action.target
+    patch = {
+        "metadata": {
+            "resourceVersion": action.resource_version,  # the optimistic lock: 409 if it changed
+            "annotations": {annotations.REPORTED: action.report_key},
+        }
+    }
+    path = _path(kind, target.namespace, target.name)
+    _call(api, "PATCH", path, body=patch, content_type=_MERGE_PATCH, dry_run=True,
+          doing=f"annotate {target} (dry run)")
+    if dry_run:
+        return "dry run: the apiserver accepted the annotation; nothing was changed and no Event posted"
+    event_note = _post_event(api, action, event_type="Warning", component=component)
+    _call(api, "PATCH", path, body=patch, content_type=_MERGE_PATCH, doing=f"annotate {target}")
+    return "reported" + event_note
+
+
+def _post_event(api: ApiClient, action: Action, *, event_type: str, component: str) -> str:
+    """Post the Event; a failure is logged and noted, and does not stop the action it announces
+    (the log line and the audit record still carry the same `why`)."""
+    namespace = action.target.namespace or _CLUSTER_EVENTS_NAMESPACE
+    try:
+        _call(api, "POST", f"/api/v1/namespaces/{quote(namespace, safe='')}/events",
+              body=_event_body(action, namespace, event_type=event_type, component=component),
+              doing=f"post Event on {action.target}")
+    except errors.KubeError as e:
+        logger.warning("could not post the Event for %s: %s", action.target, e,
+                       extra=_extra(action, dry_run=False))
+        return f" (no Event: {e.server_message})"
+    return ""
+
+
+def _event_body(action: Action, namespace: str, *, event_type: str, component: str) -> dict[str, Any]:
+    """A core/v1 Event in the legacy shape `kubectl describe` and kube-janitor's users know."""
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{action.target.name[:200]}.", "namespace": namespace},
+        "involvedObject": _involved_object(action.target, action.resource_version),
+        "reason": action.reason,
+        "message": errors.cut(action.why, EVENT_MESSAGE_MAX),
+        "type": event_type,
+        "source": {"component": component},
+        "reportingComponent": component,
+        "reportingInstance": socket.gethostname()[:128],
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+
+
+def _involved_object(target: ObjectRef, resource_version: str) -> dict[str, str]:
+    involved = {
+        "kind": target.kind,
+        "apiVersion": target.api_version,
+        "name": target.name,
+        "uid": target.uid,
+        "resourceVersion": resource_version,
+    }
+    if target.namespace:
+        involved["namespace"] = target.namespace
+    return involved
+
+
+def _path(kind: ResourceKind, namespace: str | None, name: str | None = None) -> str:
+    path = f"/apis/{kind.group}/{kind.version}" if kind.group else f"/api/{kind.version}"
+    if kind.namespaced:
+        if namespace is None:
+            raise ValueError(f"{kind.key} is namespaced: {name!r} needs a namespace")
+        path += f"/namespaces/{quote(namespace, safe='')}"
+    path += f"/{kind.plural}"
+    return path + f"/{quote(name, safe='')}" if name is not None else path
+
+
+def _call(
+    api: ApiClient,
+    method: str,
+    path: str,
+    *,
+    body: Any = None,
+    content_type: str = "application/json",
+    dry_run: bool = False,
+    doing: str,
+) -> dict[str, Any]:
+    """One JSON request; any failure becomes a `janitor.errors.KubeError` raised `from` it."""
+    query = [("dryRun", "All")] if dry_run else []
+    try:
+        request = api.param_serialize(
+            method, path, query_params=query,
+            header_params={"Accept": "application/json", "Content-Type": content_type},
+            body=body, auth_settings=["BearerToken"],
+        )
+        response = api.call_api(*request)
+        data = response.read()
+    except ApiException as e:
+        raise errors.from_status(e.status, e.body or e.reason, doing=doing) from e
+    except urllib3.exceptions.HTTPError as e:
+        raise errors.from_status(None, str(e), doing=doing) from e
+    if not 200 <= response.status <= 299:
+        raise errors.from_status(response.status, data, doing=doing)
+    try:
+        answer = json.loads(data) if data else {}
+    except ValueError:
+        answer = {}
+    return answer if isinstance(answer, dict) else {}
+
+
+def _log(result: ActionResult, *, dry_run: bool) -> None:
+    action = result.action
+    prefix = "DRY-RUN " if dry_run else ""
+    level = logging.INFO if result.outcome in (Outcome.DONE, Outcome.GONE) else logging.WARNING
+    logger.log(
+        level, "%s%s %s: %s -> %s (%s)", prefix, action.type.value, action.target, action.why,
+        result.outcome.value, result.detail, extra=_extra(action, dry_run=dry_run),
+    )
+
+
+def _extra(action: Action, *, dry_run: bool) -> dict[str, object]:
+    """Context for structured logs; keys are prefixed because LogRecord owns `name`."""
+    target = action.target
+    return {
+        "object_kind": target.kind,
+        "object_namespace": target.namespace,
+        "object_name": target.name,
+        "object_uid": target.uid,
+        "rule": action.rule,
+        "action": action.type.value,
+        "reason": action.reason,
+        "dry_run": dry_run,
+    }

@@ -1,0 +1,206 @@
+"""The imperative shell: one cycle (observe, plan, act), and the schedule that repeats it.
+
+A cycle reads the clock once and passes that time down. Before each deletion it re-reads the
+object and decides again on the fresh copy: a user may have extended the TTL, or deleted and
+recreated the object under the same name, since the snapshot. A conflict on the delete
+precondition means exactly that, so it re-reads and re-decides once more.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MISSED, JobExecutionEvent
+from apscheduler.schedulers.blocking import BlockingScheduler
+from kubernetes import client
+from prometheus_client import make_wsgi_app
+
+from janitor.act import kube
+from janitor.decide import expiry
+from janitor.decide.model import Action, ActionType, ObjectView, Plan, ResourceKind
+from janitor.decide.plan import gate, plan
+from janitor.decide.rails import is_tripped, record_deletions
+from janitor.observe import cluster
+from janitor.settings import Settings
+from janitor.telemetry import Telemetry, audit
+
+logger = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime.datetime]
+
+
+def utc_now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+@dataclass
+class CycleResult:
+    plan: Plan
+    results: list[kube.ActionResult] = field(default_factory=list)
+
+    def deleted(self) -> list[Action]:
+        return [r.action for r in self.results
+                if r.action.type is ActionType.DELETE and r.outcome is kube.Outcome.DONE]
+
+    def outcomes(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for r in self.results:
+            key = f"{r.action.type}:{r.outcome}"
+            counts[key] = counts.get(key, 0) + 1
+        return counts
+
+
+class Janitor:
+    def __init__(self, api: client.ApiClient, settings: Settings, telemetry: Telemetry | None = None,
+                 clock: Clock = utc_now) -> None:
+        self.api = api
+        self.settings = settings
+        self.telemetry = telemetry or Telemetry()
+        self.clock = clock
+        self._kinds = {k.kind: k for k in settings.kinds}
+        self._snapshot_by_uid: dict[str, ObjectView] = {}
+
+    def plan_now(self, progress: Callable[[str, int], None] | None = None) -> tuple[Plan, int]:
+        """Observe and decide, changing nothing; also what `janitor plan` prints."""
+        local_now = self.clock()
+        snapshot = cluster.read_snapshot(self.api, self.settings.kinds, page_size=self.settings.page_size,
+                                         progress=progress, namespaces=self.settings.namespaces)
+        ledger = cluster.read_ledger(self.api, self.settings.state_namespace, self.settings.state_name)
+        decided = plan(snapshot, ledger, self.settings.rails, local_now=local_now)
+        skew = (local_now - snapshot.apiserver_time).total_seconds() if snapshot.apiserver_time else None
+        self.telemetry.observe_plan(decided, objects=len(snapshot.objects),
+                                    skipped_kinds=len(snapshot.skipped_kinds),
+                                    tripped=is_tripped(decided.ledger), skew=skew)
+        self._snapshot_by_uid = {o.ref.uid: o for o in snapshot.objects}
+        return decided, len(snapshot.objects)
+
+    def run_cycle(self) -> CycleResult:
+        began = time.monotonic()
+        decided, objects = self.plan_now()
+        result = self.act(decided)
+        self.telemetry.cycle_seconds.observe(time.monotonic() - began)
+        self.telemetry.cycles.labels(result="success").inc()
+        self.telemetry.last_success.set(time.time())
+        logger.info(
+            "cycle done: %d objects, %d deleted, %d held, %d reported",
+            objects, len(result.deleted()), len(decided.held),
+            sum(1 for r in result.results if r.action.type is ActionType.REPORT),
+            extra={"summary": result.outcomes(), "dry_run": self.settings.rails.dry_run,
+                   "seconds": round(time.monotonic() - began, 2)},
+        )
+        return result
+
+    def act(self, decided: Plan) -> CycleResult:
+        """Apply a plan: every deletion re-checked on a fresh read first; store the ledger."""
+        dry_run = self.settings.rails.dry_run
+        result = CycleResult(decided)
+        deleted: list[Action] = []
+        for action in decided.actions:
+            kind = self._kinds[action.target.kind]
+            if action.type is ActionType.DELETE:
+                outcome = self._delete_rechecked(action, kind, decided.now)
+            else:
+                outcome = kube.apply(self.api, action, kind=kind, dry_run=dry_run)
+            result.results.append(outcome)
+            audit(outcome.action, outcome=str(outcome.outcome), dry_run=dry_run, detail=outcome.detail)
+            self.telemetry.count(outcome.action, str(outcome.outcome))
+            if outcome.action.type is ActionType.DELETE and outcome.outcome is kube.Outcome.DONE:
+                deleted.append(outcome.action)
+        for held in decided.held:
+            logger.info("held %s: %s", held.action.target, held.why,
+                        extra={"object": str(held.action.target), "hold": str(held.reason)})
+        for notice in decided.notices:
+            logger.warning("%s", notice, extra={"notice": True})
+        if not dry_run:
+            ledger = record_deletions(decided.ledger, deleted, decided.now)
+            kube.write_ledger(self.api, self.settings.state_namespace, self.settings.state_name, ledger)
+        return result
+
+    def _redecide(self, fresh: ObjectView, now: datetime.datetime) -> Action | None:
+        """The deletion the rules call for on a freshly read object, if they still do."""
+        if gate(fresh, self.settings.rails) is not None:
+            return None
+        by_uid = {**self._snapshot_by_uid, fresh.ref.uid: fresh}
+        for _, action in expiry.evaluate(fresh, now, by_uid):
+            if action is not None and action.type is ActionType.DELETE:
+                return action
+        return None
+
+    def _delete_rechecked(self, action: Action, kind: ResourceKind, now: datetime.datetime) -> kube.ActionResult:
+        for _ in range(2):  # the snapshot's read, then once more after a conflict
+            fresh = cluster.read_object(self.api, action.target, kind)
+            if fresh is None:
+                return kube.ActionResult(action, kube.Outcome.GONE, "gone or recreated before deletion")
+            again = self._redecide(fresh, now)
+            if again is None:
+                return kube.ActionResult(action, kube.Outcome.SKIPPED, "no longer due on a fresh read")
+            result = kube.apply(self.api, again, kind=kind, dry_run=self.settings.rails.dry_run)
+            if result.outcome is not kube.Outcome.CONFLICT:
+                return result
+            action = again
+        return result
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+
+def serve_health_and_metrics(janitor: Janitor, port: int, health: Callable[[], tuple[bool, str]]) -> threading.Thread:
+    """/metrics (Prometheus) and /healthz (200 while cycles succeed) on one port."""
+    metrics_app = make_wsgi_app(janitor.telemetry.registry)
+
+    def app(environ, start_response):  # type: ignore[no-untyped-def]
+        if environ.get("PATH_INFO") == "/healthz":
+            ok, text = health()
+            start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
+            return [text.encode()]
+        return metrics_app(environ, start_response)
+
+    server = make_server("0.0.0.0", port, app, handler_class=_QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
+    thread.start()
+    return thread
+
+
+def run_forever(janitor: Janitor, *, metrics_port: int | None) -> None:
+    """Run a cycle every interval: never two at once, late runs coalesced, misfires logged."""
+    state = {"last_error": "", "last_success": 0.0}
+    interval = janitor.settings.interval.total_seconds()
+
+    def job() -> None:
+        try:
+            janitor.run_cycle()
+            state["last_success"] = time.time()
+            state["last_error"] = ""
+        except Exception as e:
+            janitor.telemetry.cycles.labels(result="error").inc()
+            state["last_error"] = f"{type(e).__name__}: {e}"
+            logger.exception("cycle failed")
+
+    def health() -> tuple[bool, str]:
+        age = time.time() - float(state["last_success"])
+        if state["last_error"] and age > 3 * interval:
+            return False, f"last cycle failed: {state['last_error']}"
+        return True, f"ok, last success {age:.0f}s ago" if state["last_success"] else "ok, starting"
+
+    def on_event(event: JobExecutionEvent) -> None:
+        if event.code == EVENT_JOB_MISSED:
+            logger.warning("a cycle was missed (the previous one ran late); the next runs as soon as possible")
+
+    if metrics_port is not None:
+        serve_health_and_metrics(janitor, metrics_port, health)
+    scheduler = BlockingScheduler(timezone=datetime.timezone.utc)
+    scheduler.add_listener(on_event, EVENT_JOB_ERROR | EVENT_JOB_MISSED)
+    scheduler.add_job(job, "interval", seconds=interval, next_run_time=utc_now(), max_instances=1,
+                      coalesce=True, misfire_grace_time=None, id="cycle")
+    try:
+        scheduler.start()
+    except (KeyboardInterrupt, SystemExit):
+        scheduler.shutdown(wait=True)

@@ -1,0 +1,270 @@
+"""Reading the cluster into plain values: a `ClusterSnapshot`, fresh re-reads, the safety ledger.
+
+Every kind, built-in or custom, is read the same way: raw JSON through the client's generic
+`param_serialize`/`call_api`, not the generated typed models. That way a Notebook CRD needs no
+generated class, deserialising 500 pods a page into models costs nothing, and each raw page is
+turned into small `ObjectView`s and dropped, so memory grows with the number of objects, not with
+their size.
+
+What could not be read is a value, not an exception, wherever the planner can live without it:
+a kind the apiserver does not serve (404) or RBAC does not let us list (403) becomes a
+`SkippedKind`; a missing ledger is an empty ledger. Everything else raises a `janitor.errors`
+`KubeError`, so the daemon can tell "retry later" from "an admin must act".
+"""
+
+from __future__ import annotations
+
+import datetime
+import email.utils
+import json
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import urllib3
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+from janitor import annotations, errors, ledger
+from janitor.decide.model import (
+    ClusterSnapshot,
+    ObjectRef,
+    ObjectView,
+    OwnerRef,
+    ResourceKind,
+    SafetyLedger,
+    SkippedKind,
+)
+
+logger = logging.getLogger(__name__)
+
+Progress = Callable[[str, int], None]
+
+# Where each workload keeps the annotations of the pods it creates.
+_POD_TEMPLATE_PATHS: dict[tuple[str, str], tuple[str, ...]] = {
+    **{("apps", k): ("spec", "template") for k in ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet")},
+    ("batch", "Job"): ("spec", "template"),
+    ("batch", "CronJob"): ("spec", "jobTemplate", "spec", "template"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _Page:
+    body: dict[str, Any]
+    date: datetime.datetime | None  # the apiserver's Date header
+
+
+def read_snapshot(
+    api: ApiClient,
+    kinds: Sequence[ResourceKind],
+    *,
+    page_size: int = 500,
+    progress: Progress | None = None,
+    namespaces: Sequence[str] | None = None,
+) -> ClusterSnapshot:
+    """List every kind in all namespaces (or only in `namespaces`), page by page, into one snapshot.
+
+    With `namespaces`, namespaced kinds are listed per namespace and of the Namespace objects only
+    those named are kept, so the janitor touches nothing outside its scope.
+
+    `apiserver_time` is the Date header of the first page read: the earliest moment of the
+    snapshot, so that objects read later look younger, never older, than they are.
+    """
+    views: list[ObjectView] = []
+    skipped: list[SkippedKind] = []
+    first_date: datetime.datetime | None = None
+    for kind in kinds:
+        kind_views: list[ObjectView] = []
+        try:
+            scopes: Sequence[str | None] = namespaces if (namespaces is not None and kind.namespaced) else [None]
+            for page_views, date in (page for scope in scopes
+                                     for page in _list_kind(api, kind, page_size=page_size, namespace=scope)):
+                first_date = first_date or date
+                if namespaces is not None and not kind.namespaced:
+                    page_views = [v for v in page_views if v.ref.name in namespaces]
+                kind_views.extend(page_views)
+                if progress is not None:
+                    progress(kind.key, len(kind_views))
+        except (errors.NotFound, errors.Forbidden) as e:
+            skipped.append(_skip(kind, e))
+            continue
+        views.extend(kind_views)
+    return ClusterSnapshot(objects=tuple(views), skipped_kinds=tuple(skipped), apiserver_time=first_date)
+
+
+def read_object(api: ApiClient, ref: ObjectRef, kind: ResourceKind) -> ObjectView | None:
+    """The object as it is now, or None when it is gone or is another object of the same name.
+
+    The re-read right before acting: a recreated object has a new UID and none of the history
+    that made the janitor decide to act on the old one.
+    """
+    path = object_path(kind, namespace=ref.namespace, name=ref.name)
+    try:
+        page = _get(api, path, doing=f"read {ref}")
+    except errors.NotFound:
+        return None
+    view = to_view(kind, page.body)
+    if view.ref.uid != ref.uid:
+        logger.info("%s was recreated (uid %s, expected %s): the old one is gone", ref, view.ref.uid, ref.uid)
+        return None
+    return view
+
+
+def read_ledger(api: ApiClient, namespace: str, name: str) -> SafetyLedger:
+    """The rails' memory from ConfigMap namespace/name (format: `janitor.ledger`).
+
+    A missing ConfigMap or namespace is an empty ledger: the first cycle ever. A malformed ledger
+    is logged at ERROR and read as empty (except `acknowledged_at`, which is the admin's own
+    annotation): the caps then count from zero, which is why the ledger is only ever written by
+    the janitor. An unparseable acknowledgement counts as not acknowledged.
+    """
+    try:
+        path = object_path(_CONFIG_MAPS, namespace=namespace, name=name)
+        page = _get(api, path, doing=f"read ledger {namespace}/{name}")
+    except errors.NotFound:
+        logger.info("no safety ledger at ConfigMap %s/%s yet; starting empty", namespace, name)
+        return SafetyLedger()
+    metadata = page.body.get("metadata") or {}
+    acknowledged_at = _acknowledged_at(metadata.get("annotations") or {}, where=f"{namespace}/{name}")
+    text = (page.body.get("data") or {}).get(ledger.DATA_KEY)
+    if text is None:
+        return SafetyLedger(acknowledged_at=acknowledged_at)
+    try:
+        return ledger.loads(text, acknowledged_at=acknowledged_at)
+    except ledger.LedgerFormatError as e:
+        logger.error("safety ledger in ConfigMap %s/%s is malformed, reading it as empty: %s", namespace, name, e)
+        return SafetyLedger(acknowledged_at=acknowledged_at)
+
+
+def to_view(kind: ResourceKind, item: Mapping[str, Any]) -> ObjectView:
+    """The fields deciding reads, from one object's JSON (a list item or a GET answer)."""
+    meta = item["metadata"]
+    return ObjectView(
+        ref=ObjectRef(
+            kind=kind.kind,
+            api_version=kind.api_version,
+            namespace=meta.get("namespace") if kind.namespaced else None,
+            name=meta["name"],
+            uid=meta["uid"],
+        ),
+        resource_version=meta["resourceVersion"],
+        created=_parse_time(meta["creationTimestamp"]),
+        annotations=dict(meta.get("annotations") or {}),
+        labels=dict(meta.get("labels") or {}),
+        deleting=meta.get("deletionTimestamp") is not None,
+        controller=_controller(meta.get("ownerReferences") or []),
+        template_annotations=_template_annotations(kind, item),
+    )
+
+
+def object_path(kind: ResourceKind, *, namespace: str | None = None, name: str | None = None) -> str:
+    """The REST path of a collection (all namespaces when `namespace` is None) or of one object."""
+    path = f"/apis/{kind.group}/{kind.version}" if kind.group else f"/api/{kind.version}"
+    if kind.namespaced and namespace is not None:
+        path += f"/namespaces/{quote(namespace, safe='')}"
+    path += f"/{kind.plural}"
+    return path + f"/{quote(name, safe='')}" if name is not None else path
+
+
+_CONFIG_MAPS = ResourceKind("", "v1", "ConfigMap", "configmaps")
+
+
+def _list_kind(
+    api: ApiClient, kind: ResourceKind, *, page_size: int, namespace: str | None = None
+) -> Iterator[tuple[list[ObjectView], datetime.datetime | None]]:
+    """Pages of one kind's views, following `continue` tokens until the list is complete."""
+    token: str | None = None
+    path = object_path(kind, namespace=namespace)
+    while True:
+        query: list[tuple[str, str | int]] = [("limit", page_size)]
+        if token:
+            query.append(("continue", token))
+        page = _get(api, path, query=query, doing=f"list {kind.key}")
+        items = page.body.get("items") or []
+        yield [to_view(kind, item) for item in items], page.date
+        token = (page.body.get("metadata") or {}).get("continue")
+        if not token:
+            return
+
+
+def _get(api: ApiClient, path: str, *, query: Sequence[tuple[str, str | int]] = (), doing: str) -> _Page:
+    """One GET, as JSON plus the Date header; any failure becomes a `janitor.errors.KubeError`."""
+    try:
+        request = api.param_serialize(
+            "GET", path, query_params=list(query), header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        response = api.call_api(*request)
+        data = response.read()
+    except ApiException as e:
+        raise errors.from_status(e.status, e.body or e.reason, doing=doing) from e
+    except urllib3.exceptions.HTTPError as e:
+        raise errors.from_status(None, str(e), doing=doing) from e
+    if not 200 <= response.status <= 299:
+        raise errors.from_status(response.status, data, doing=doing)
+    try:
+        body = json.loads(data)
+    except ValueError as e:
+        raise errors.ServerError(f"answer is not JSON: {data[:100]!r}", status=response.status, doing=doing) from e
+    return _Page(body=body, date=_parse_date(response.headers.get("Date")))
+
+
+def _skip(kind: ResourceKind, error: errors.KubeError) -> SkippedKind:
+    if isinstance(error, errors.Forbidden):
+        logger.warning("cannot list %s (RBAC): %s; skipping it", kind.key, error.server_message)
+        return SkippedKind(kind.key, f"forbidden: {error.server_message}")
+    logger.info("%s is not served by this apiserver; skipping it", kind.key)
+    return SkippedKind(kind.key, f"not served ({kind.api_version} {kind.plural}): {error.server_message}")
+
+
+def _controller(owner_references: Sequence[Mapping[str, Any]]) -> OwnerRef | None:
+    for owner in owner_references:
+        if owner.get("controller"):
+            return OwnerRef(
+                kind=owner["kind"], api_version=owner["apiVersion"], name=owner["name"], uid=owner["uid"]
+            )
+    return None
+
+
+def _template_annotations(kind: ResourceKind, item: Mapping[str, Any]) -> dict[str, str]:
+    path = _POD_TEMPLATE_PATHS.get((kind.group, kind.kind))
+    if path is None:
+        return {}
+    node: Any = item
+    for key in (*path, "metadata", "annotations"):
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return dict(node) if isinstance(node, Mapping) else {}
+
+
+def _acknowledged_at(object_annotations: Mapping[str, str], *, where: str) -> datetime.datetime | None:
+    text = object_annotations.get(annotations.ACKNOWLEDGE_TRIPWIRE)
+    if text is None:
+        return None
+    try:
+        return ledger.parse_acknowledged(text)
+    except ValueError as e:
+        logger.error(
+            "%s on ConfigMap %s is ignored (not acknowledged): %s", annotations.ACKNOWLEDGE_TRIPWIRE, where, e
+        )
+        return None
+
+
+def _parse_time(text: str) -> datetime.datetime:
+    """A Kubernetes timestamp (RFC 3339, `Z`) as an aware UTC datetime."""
+    return datetime.datetime.fromisoformat(text).astimezone(datetime.timezone.utc)
+
+
+def _parse_date(header: str | None) -> datetime.datetime | None:
+    """The HTTP Date header (RFC 7231) as an aware UTC datetime; None when absent or garbled."""
+    if not header:
+        return None
+    try:
+        when = email.utils.parsedate_to_datetime(header)
+    except (TypeError, ValueError):
+        logger.warning("apiserver sent an unreadable Date header %r", header[:60])
+        return None
+    if when.tzinfo is None:  # "-0000": UTC by RFC 5322, but parsed as naive
+        return when.replace(tzinfo=datetime.timezone.utc)
+    return when.astimezone(datetime.timezone.utc)

@@ -1,0 +1,69 @@
+"""A plan as people read it: the table `janitor plan` prints and `janitor explain`'s verdicts.
+
+The words are the planner's own (`Action.why`, `Verdict.why`), so the table, dry-run output,
+Events and the audit log never disagree about the reason.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from janitor.decide.model import ActionType, ObjectRef, Outcome, Plan, Verdict
+
+
+def table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip()
+        for row in [header, *rows]
+    )
+
+
+def plan_table(plan: Plan, *, dry_run: bool) -> str:
+    rows = []
+    for action in plan.actions:
+        verb = "DELETE" if action.type is ActionType.DELETE else "REPORT"
+        rows.append([verb + (" (dry-run)" if dry_run else ""), str(action.target), action.rule, action.why])
+    for held in plan.held:
+        rows.append([f"HOLD ({held.reason})", str(held.action.target), held.action.rule,
+                     f"{held.action.why} -- {held.why}"])
+    lines = [table(rows, ["ACTION", "OBJECT", "RULE", "WHY"]) if rows else "Nothing to do."]
+    lines.append("")
+    lines.append(summary(plan))
+    lines.extend(f"note: {n}" for n in plan.notices)
+    return "\n".join(lines)
+
+
+def summary(plan: Plan) -> str:
+    outcomes = Counter(v.outcome for v in plan.verdicts)
+    return (
+        f"{len(plan.deletions())} to delete, {len(plan.held)} held, "
+        f"{sum(a.type is ActionType.REPORT for a in plan.actions)} to report; "
+        f"verdicts: {outcomes[Outcome.DELETE]} expired, {outcomes[Outcome.KEEP]} kept, "
+        f"{outcomes[Outcome.SKIP]} skipped, {outcomes[Outcome.INVALID]} invalid "
+        f"(at {plan.now:%Y-%m-%d %H:%M:%SZ}, apiserver clock)"
+    )
+
+
+def matches(ref: ObjectRef, kind: str, namespace: str | None, name: str) -> bool:
+    return ref.kind.lower() == kind.lower() and ref.name == name and (ref.namespace or None) == (namespace or None)
+
+
+def explain(plan: Plan, verdicts: Iterable[Verdict], target: str) -> str:
+    """Every rule's verdict on one object, and what the rails do with it this cycle."""
+    verdicts = list(verdicts)
+    if not verdicts:
+        return f"{target}: no janitor rule applies (no {', '.join(('janitor/ttl', 'janitor/expires'))} annotation)"
+    ref = verdicts[0].target
+    lines = [f"{ref} (uid {ref.uid})"]
+    for v in verdicts:
+        deadline = f" [deadline {v.deadline:%Y-%m-%dT%H:%M:%SZ}]" if v.deadline else ""
+        lines.append(f"  {v.rule:<8} {v.outcome.upper():<8} {v.why}{deadline}")
+    for action in plan.actions:
+        if action.target.uid == ref.uid:
+            lines.append(f"  => {action.type.upper()} now: {action.why}")
+    for held in plan.held:
+        if held.action.target.uid == ref.uid:
+            lines.append(f"  => would DELETE, held ({held.reason}): {held.why}")
+    return "\n".join(lines)
