@@ -35,17 +35,23 @@ def _serve(sandbox: Sandbox, *, demo: bool, exit_after: bool) -> int:
     try:
         sandbox.start()
         print(f"Sandbox ready in {time.monotonic() - started:.0f}s {sandbox.timings}", flush=True)
+        janitor = None
         if demo:
             from devenv import demo as demo_mod
 
             demo_mod.run(sandbox)
-        print(report.status(sandbox.environment()), flush=True)
+            print(report.status(sandbox.environment()), flush=True)
+            janitor = demo_mod.janitor_demo(sandbox)
+        else:
+            print(report.status(sandbox.environment()), flush=True)
         print(f"\nEnvironment: source {sandbox.env_file}", flush=True)
         if exit_after:
             return 0
         print("Running. Ctrl-C (or `python -m devenv down`) stops it.", flush=True)
         while True:
-            time.sleep(3600)
+            time.sleep(15 if janitor else 3600)
+            if janitor:
+                demo_mod.cycle(janitor)
     except (KeyboardInterrupt, _Stop):
         print("\nStopping the sandbox ...", file=sys.stderr)
         return 0

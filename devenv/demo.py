@@ -3,6 +3,10 @@
 A notebook holding a GPU and doing nothing, a training Job with one busy and one idle GPU, a
 sweep that asks for more GPUs than any node has (Pending), and a MIG notebook. The exporters get
 usage values for them, so Prometheus shows the same picture the janitor will read.
+
+Then the janitor's TTL/expiry cleanup at work on objects users annotated: an old sweep Job whose
+`janitor/expires` has passed, scratch results with a short `janitor/ttl`, and a typo it reports
+instead of acting on. The demo prints the plan, runs a cycle, and keeps running cycles.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ from kubernetes import client
 
 from devenv.procs import wait_until
 from devenv.sandbox import Sandbox
+from janitor import annotations, report
+from janitor.daemon import Janitor
+from janitor.settings import Settings
 
 NAMESPACE = "demo"
 
@@ -57,6 +64,17 @@ def create_workloads(api: client.ApiClient) -> None:
         spec=client.V1PodSpec(containers=[_container("jupyter", "nvidia.com/mig-3g.40gb", 1)])))
 
 
+def create_expiring(api: client.ApiClient) -> None:
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    batch.create_namespaced_job(NAMESPACE, client.V1Job(
+        metadata=client.V1ObjectMeta(name="old-sweep", annotations={annotations.EXPIRES: "2026-01-31"}),
+        spec=client.V1JobSpec(backoff_limit=0, template=_template(
+            {"app": "old-sweep"}, _container("sweep", "nvidia.com/gpu", 1), restart="Never"))))
+    for name, value in (("scratch-results", "40s"), ("typo", "2 hours"), ("keep-me", "forever")):
+        core.create_namespaced_config_map(NAMESPACE, client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name=name, annotations={annotations.TTL: value})))
+
+
 def _series_count(prometheus_url: str, query: str) -> int:
     url = f"{prometheus_url}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
     with urllib.request.urlopen(url, timeout=10) as resp:
@@ -85,3 +103,27 @@ def run(sandbox: Sandbox) -> None:
         lambda: _series_count(sandbox.prometheus.url, 'DCGM_FI_DEV_GPU_UTIL{exported_namespace="demo"}') == 3,
         timeout=60, what="Prometheus to scrape the demo GPU series",
     )
+
+
+def janitor_demo(sandbox: Sandbox) -> Janitor:
+    """Show `janitor plan` and one cycle on the demo namespace; return the janitor for more cycles."""
+    create_expiring(sandbox.admin)
+    janitor = Janitor(sandbox.admin, Settings(namespaces=(NAMESPACE,), state_namespace=NAMESPACE))
+    decided, objects = janitor.plan_now()
+    print(f"\n$ janitor plan --namespaces {NAMESPACE}   ({objects} objects read)")
+    print(report.plan_table(decided, dry_run=False))
+    cycle(janitor)
+    return janitor
+
+
+def cycle(janitor: Janitor) -> None:
+    """One janitor cycle, printed as what happened to which object."""
+    result = janitor.run_cycle()
+    stamp = f"{result.plan.now:%H:%M:%S}"
+    for r in result.results:
+        print(f"{stamp} janitor: {r.action.type} {r.action.target}: {r.outcome} -- {r.action.why}", flush=True)
+    if not result.results:
+        waiting = [v for v in result.plan.verdicts if v.deadline and v.deadline > result.plan.now]
+        nxt = min(waiting, key=lambda v: v.deadline, default=None)
+        hint = f"; next: {nxt.target} at {nxt.deadline:%H:%M:%S}" if nxt else ""
+        print(f"{stamp} janitor: nothing due{hint}", flush=True)

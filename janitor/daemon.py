@@ -65,6 +65,7 @@ class Janitor:
         self.clock = clock
         self._kinds = {k.kind: k for k in settings.kinds}
         self._snapshot_by_uid: dict[str, ObjectView] = {}
+        self._last_notices: set[str] = set()
 
     def plan_now(self, progress: Callable[[str, int], None] | None = None) -> tuple[Plan, int]:
         """Observe and decide, changing nothing; also what `janitor plan` prints."""
@@ -116,7 +117,11 @@ class Janitor:
             logger.info("held %s: %s", held.action.target, held.why,
                         extra={"object": str(held.action.target), "hold": str(held.reason)})
         for notice in decided.notices:
-            logger.warning("%s", notice, extra={"notice": True})
+            # Said once while it lasts (the metrics keep showing it): a cluster without Kubeflow
+            # would otherwise log "notebooks not served" every minute.
+            level = logging.DEBUG if notice in self._last_notices else logging.WARNING
+            logger.log(level, "%s", notice, extra={"notice": True})
+        self._last_notices = set(decided.notices)
         if not dry_run:
             ledger = record_deletions(decided.ledger, deleted, decided.now)
             kube.write_ledger(self.api, self.settings.state_namespace, self.settings.state_name, ledger)
