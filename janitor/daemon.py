@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -125,6 +126,14 @@ class Janitor:
         if not dry_run:
             ledger = record_deletions(decided.ledger, deleted, decided.now)
             kube.write_ledger(self.api, self.settings.state_namespace, self.settings.state_name, ledger)
+            if decided.tripped_now:  # tell admins once, where they look
+                trip = decided.notices[0]
+                kube.announce(self.api, self.settings.state_namespace, self.settings.state_name,
+                              reason="TripwireTripped",
+                              message=f"{trip}. Acknowledge with: kubectl -n {self.settings.state_namespace} "
+                                      f"annotate configmap {self.settings.state_name} "
+                                      "janitor/acknowledge-tripwire=<now, UTC> --overwrite")
+                logger.error("%s", trip, extra={"tripwire": True})
         return result
 
     def _redecide(self, fresh: ObjectView, now: datetime.datetime) -> Action | None:
@@ -205,7 +214,15 @@ def run_forever(janitor: Janitor, *, metrics_port: int | None) -> None:
     scheduler.add_listener(on_event, EVENT_JOB_ERROR | EVENT_JOB_MISSED)
     scheduler.add_job(job, "interval", seconds=interval, next_run_time=utc_now(), max_instances=1,
                       coalesce=True, misfire_grace_time=None, id="cycle")
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(0)
+
+    # SIGTERM (a pod being stopped) ends like Ctrl-C: the running cycle finishes its current
+    # actions, then the process exits; no deletion is cut off between its Event and its DELETE.
+    signal.signal(signal.SIGTERM, stop)
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per run is noise
     try:
         scheduler.start()
     except (KeyboardInterrupt, SystemExit):
+        logger.info("stopping: waiting for the running cycle to finish")
         scheduler.shutdown(wait=True)

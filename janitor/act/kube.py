@@ -306,3 +306,21 @@ def _extra(action: Action, *, dry_run: bool) -> dict[str, object]:
         "reason": action.reason,
         "dry_run": dry_run,
     }
+
+
+_STATE_KIND = ResourceKind("", "v1", "ConfigMap", "configmaps")
+
+
+def announce(api: ApiClient, namespace: str, name: str, *, reason: str, message: str,
+             component: str = "kube-idle-janitor") -> None:
+    """A Warning Event on the janitor's state ConfigMap, where admins look (and alert) for what
+    the janitor itself needs from them, such as acknowledging a tripped tripwire."""
+    try:
+        body = _call(api, "GET", _path(_STATE_KIND, namespace, name), doing=f"read ConfigMap {namespace}/{name}")
+        meta = (body or {}).get("metadata", {})
+        ref = ObjectRef("ConfigMap", "v1", namespace, name, meta.get("uid", ""))
+    except errors.KubeError as e:
+        logger.error("could not announce %s on %s/%s: %s", reason, namespace, name, e)
+        return
+    notice = Action(ActionType.REPORT, ref, meta.get("resourceVersion", ""), rule="rails", reason=reason, why=message)
+    _post_event(api, notice, event_type="Warning", component=component)

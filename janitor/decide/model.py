@@ -169,6 +169,7 @@ class Plan:
     verdicts: tuple[Verdict, ...]
     ledger: SafetyLedger  # the ledger to store after this cycle (deletions not yet added)
     notices: tuple[str, ...] = ()  # things admins must hear about (tripwire, skew)
+    tripped_now: bool = False  # the tripwire tripped in this cycle (announce it once)
 
     def deletions(self) -> tuple[Action, ...]:
         return tuple(a for a in self.actions if a.type is ActionType.DELETE)

@@ -81,6 +81,7 @@ def plan(
         verdicts=tuple(verdicts),
         ledger=railed.ledger,
         notices=tuple(notices),
+        tripped_now=railed.tripped_now,
     )
 
 

@@ -57,6 +57,7 @@ class RailsOutcome:
     held: tuple[Held, ...]
     ledger: SafetyLedger
     notices: tuple[str, ...]
+    tripped_now: bool = False  # the tripwire tripped in this cycle: admins must be told once
 
 
 def clock_skew(local: datetime.datetime, apiserver: datetime.datetime | None) -> datetime.timedelta | None:
@@ -111,7 +112,7 @@ def apply_rails(
             "all deletions stop until an admin acknowledges"
         )
         ledger = replace(ledger, tripped_at=now, acknowledged_at=None)
-        return RailsOutcome((), _hold_all(candidates, HoldReason.TRIPWIRE, why), ledger, (why,))
+        return RailsOutcome((), _hold_all(candidates, HoldReason.TRIPWIRE, why), ledger, (why,), tripped_now=True)
     ledger = replace(ledger, previous_candidates=len(candidates))
 
     if skew is not None and skew > rails.max_clock_skew:

@@ -218,6 +218,8 @@ def test_burst_trips_the_wire_until_acknowledged_then_stops_at_the_cap(
     tripped = janitor.run_cycle()
     assert tripped.deleted() == [] and len(tripped.plan.held) == 200
     assert any("tripwire" in n for n in tripped.plan.notices)
+    [told] = [e for e in events_for(core, namespace, "janitor-state") if e.reason == "TripwireTripped"]
+    assert told.type == "Warning" and "200 deletion candidates against 2" in told.message
     assert janitor.run_cycle().deleted() == []  # still tripped: nothing until an admin says so
 
     ack = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ")

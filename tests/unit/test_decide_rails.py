@@ -80,11 +80,12 @@ def test_tripwire_trips_and_stays_until_acknowledged() -> None:
     burst = run(expired(200), ledger=baseline.ledger, rails=rails)
     assert burst.deletions() == ()
     assert {h.reason for h in burst.held} == {HoldReason.TRIPWIRE} and len(burst.held) == 200
-    assert burst.ledger.tripped_at == NOW
+    assert burst.ledger.tripped_at == NOW and burst.tripped_now
     assert any("tripwire" in n for n in burst.notices)
 
     still = run(expired(200), ledger=burst.ledger, rails=rails)
     assert still.deletions() == () and "acknowledge" in still.held[0].why
+    assert not still.tripped_now  # announced once, when it tripped
 
     stale_ack = run(expired(200), rails=rails,
                     ledger=SafetyLedger(previous_candidates=2, tripped_at=NOW, acknowledged_at=ago(hours=1)))
