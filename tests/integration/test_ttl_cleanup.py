@@ -253,3 +253,42 @@ def test_explain_names_rule_and_deadline(kube, core: client.CoreV1Api, namespace
     assert "expires  DELETE" in old and "[deadline 2020-01-01T00:00:00Z]" in old and "=> DELETE now" in old
     assert exists(core.read_namespaced_config_map, "old", namespace)  # explain changes nothing
 
+
+
+def test_ttl_in_a_pod_template_is_reported_on_the_deployment_and_pods_kept(
+    kube, core: client.CoreV1Api, namespace: str
+) -> None:
+    apps = client.AppsV1Api(kube)
+    apps.create_namespaced_deployment(namespace, client.V1Deployment(
+        metadata=client.V1ObjectMeta(name="web"),
+        spec=client.V1DeploymentSpec(
+            replicas=2, selector=client.V1LabelSelector(match_labels={"app": "web"}),
+            template=client.V1PodTemplateSpec(
+                metadata=client.V1ObjectMeta(labels={"app": "web"}, annotations={a.TTL: "1s"}),
+                spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="x")])))))
+    wait_until(lambda: sum(p.status.phase == "Running" for p in core.list_namespaced_pod(namespace).items) == 2,
+               timeout=60, what="2 web pods Running")
+    wait_until(lambda: all(
+        (datetime.datetime.now(datetime.timezone.utc) - p.metadata.creation_timestamp).total_seconds() > 2
+        for p in core.list_namespaced_pod(namespace).items), timeout=10, what="pods older than their TTL")
+
+    result = Janitor(kube, settings(namespace)).run_cycle()
+
+    assert result.deleted() == []
+    [report] = result.results
+    assert (report.action.target.kind, report.action.target.name, str(report.outcome)) == ("Deployment", "web", "done")
+    pods = core.list_namespaced_pod(namespace).items
+    assert len(pods) == 2 and all(p.metadata.deletion_timestamp is None for p in pods)
+    [event] = [e for e in events_for(core, namespace, "web") if e.reason == "InheritedTTL"]
+    assert "pod template" in event.message
+    assert apps.read_namespaced_deployment("web", namespace).metadata.annotations[a.REPORTED] == "inherited:janitor/ttl=1s"
+
+
+def test_clock_skew_against_the_apiserver_pauses_deletions(kube, core: client.CoreV1Api, namespace: str) -> None:
+    configmap(core, namespace, "old", EXPIRED)
+    fast_clock = lambda: datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=10)  # noqa: E731
+    result = Janitor(kube, settings(namespace), clock=fast_clock).run_cycle()
+    assert result.deleted() == []
+    assert [str(h.reason) for h in result.plan.held] == ["clock-skew"]
+    assert exists(core.read_namespaced_config_map, "old", namespace)
+    assert len(Janitor(kube, settings(namespace)).run_cycle().deleted()) == 1  # a right clock deletes it
