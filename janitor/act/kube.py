@@ -29,11 +29,9 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import quote
 
-import urllib3
 from kubernetes.client import ApiClient
-from kubernetes.client.exceptions import ApiException
 
-from janitor import annotations, errors, ledger
+from janitor import annotations, errors, kubeapi, ledger
 from janitor.decide.model import Action, ActionType, ObjectRef, ResourceKind, SafetyLedger
 
 logger = logging.getLogger(__name__)
@@ -122,7 +120,7 @@ def write_ledger(api: ApiClient, namespace: str, name: str, safety_ledger: Safet
     the deployment, and a missing one means the janitor is pointed at the wrong place.
     """
     data = {ledger.DATA_KEY: ledger.dumps(safety_ledger)}
-    path = _path(_CONFIG_MAPS, namespace, name)
+    path = kubeapi.path(_CONFIG_MAPS, namespace, name)
     doing = f"write ledger {namespace}/{name}"
     try:
         _call(api, "PATCH", path, body={"data": data}, content_type=_MERGE_PATCH, doing=doing)
@@ -133,7 +131,7 @@ def write_ledger(api: ApiClient, namespace: str, name: str, safety_ledger: Safet
         "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}, "data": data,
     }
     try:
-        _call(api, "POST", _path(_CONFIG_MAPS, namespace), body=body, doing=doing)
+        _call(api, "POST", kubeapi.path(_CONFIG_MAPS, namespace), body=body, doing=doing)
     except errors.NotFound as e:
         raise errors.NotFound(
             f"namespace {namespace!r} does not exist; create it (the manifests do) or point the "
@@ -150,7 +148,7 @@ def _delete(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool
     """Background propagation: a plain DELETE of a batch/v1 Job orphans its pods, and Foreground
     would leave the owner visible (and blocking) until every dependent is gone."""
     target = action.target
-    path = _path(kind, target.namespace, target.name)
+    path = kubeapi.path(kind, target.namespace, target.name)
     _call(api, "DELETE", path, body=_delete_options(action, dry_run=True), doing=f"delete {target} (dry run)")
     if dry_run:
         return "dry run: the apiserver accepted the delete; nothing was deleted and no Event posted"
@@ -182,7 +180,7 @@ def _report(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool
             "annotations": {annotations.REPORTED: action.report_key},
         }
     }
-    path = _path(kind, target.namespace, target.name)
+    path = kubeapi.path(kind, target.namespace, target.name)
     _call(api, "PATCH", path, body=patch, content_type=_MERGE_PATCH, dry_run=True,
           doing=f"annotate {target} (dry run)")
     if dry_run:
@@ -240,16 +238,6 @@ def _involved_object(target: ObjectRef, resource_version: str) -> dict[str, str]
     return involved
 
 
-def _path(kind: ResourceKind, namespace: str | None, name: str | None = None) -> str:
-    path = f"/apis/{kind.group}/{kind.version}" if kind.group else f"/api/{kind.version}"
-    if kind.namespaced:
-        if namespace is None:
-            raise ValueError(f"{kind.key} is namespaced: {name!r} needs a namespace")
-        path += f"/namespaces/{quote(namespace, safe='')}"
-    path += f"/{kind.plural}"
-    return path + f"/{quote(name, safe='')}" if name is not None else path
-
-
 def _call(
     api: ApiClient,
     method: str,
@@ -261,21 +249,9 @@ def _call(
     doing: str,
 ) -> dict[str, Any]:
     """One JSON request; any failure becomes a `janitor.errors.KubeError` raised `from` it."""
-    query = [("dryRun", "All")] if dry_run else []
-    try:
-        request = api.param_serialize(
-            method, path, query_params=query,
-            header_params={"Accept": "application/json", "Content-Type": content_type},
-            body=body, auth_settings=["BearerToken"],
-        )
-        response = api.call_api(*request)
-        data = response.read()
-    except ApiException as e:
-        raise errors.from_status(e.status, e.body or e.reason, doing=doing) from e
-    except urllib3.exceptions.HTTPError as e:
-        raise errors.from_status(None, str(e), doing=doing) from e
-    if not 200 <= response.status <= 299:
-        raise errors.from_status(response.status, data, doing=doing)
+    response = kubeapi.request(api, method, path, query=[("dryRun", "All")] if dry_run else [], body=body,
+                               content_type=content_type, doing=doing)
+    data = response.data
     try:
         answer = json.loads(data) if data else {}
     except ValueError:
@@ -316,7 +292,7 @@ def announce(api: ApiClient, namespace: str, name: str, *, reason: str, message:
     """A Warning Event on the janitor's state ConfigMap, where admins look (and alert) for what
     the janitor itself needs from them, such as acknowledging a tripped tripwire."""
     try:
-        body = _call(api, "GET", _path(_STATE_KIND, namespace, name), doing=f"read ConfigMap {namespace}/{name}")
+        body = _call(api, "GET", kubeapi.path(_STATE_KIND, namespace, name), doing=f"read ConfigMap {namespace}/{name}")
         meta = (body or {}).get("metadata", {})
         ref = ObjectRef("ConfigMap", "v1", namespace, name, meta.get("uid", ""))
     except errors.KubeError as e:

@@ -21,13 +21,10 @@ import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
-import urllib3
 from kubernetes.client import ApiClient
-from kubernetes.client.exceptions import ApiException
 
-from janitor import annotations, errors, ledger
+from janitor import annotations, errors, kubeapi, ledger
 from janitor.decide.model import (
     ClusterSnapshot,
     ObjectRef,
@@ -100,7 +97,7 @@ def read_object(api: ApiClient, ref: ObjectRef, kind: ResourceKind) -> ObjectVie
     The re-read right before acting: a recreated object has a new UID and none of the history
     that made the janitor decide to act on the old one.
     """
-    path = object_path(kind, namespace=ref.namespace, name=ref.name)
+    path = kubeapi.path(kind, ref.namespace, ref.name)
     try:
         page = _get(api, path, doing=f"read {ref}")
     except errors.NotFound:
@@ -121,7 +118,7 @@ def read_ledger(api: ApiClient, namespace: str, name: str) -> SafetyLedger:
     the janitor. An unparseable acknowledgement counts as not acknowledged.
     """
     try:
-        path = object_path(_CONFIG_MAPS, namespace=namespace, name=name)
+        path = kubeapi.path(_CONFIG_MAPS, namespace, name)
         page = _get(api, path, doing=f"read ledger {namespace}/{name}")
     except errors.NotFound:
         logger.info("no safety ledger at ConfigMap %s/%s yet; starting empty", namespace, name)
@@ -159,14 +156,6 @@ def to_view(kind: ResourceKind, item: Mapping[str, Any]) -> ObjectView:
     )
 
 
-def object_path(kind: ResourceKind, *, namespace: str | None = None, name: str | None = None) -> str:
-    """The REST path of a collection (all namespaces when `namespace` is None) or of one object."""
-    path = f"/apis/{kind.group}/{kind.version}" if kind.group else f"/api/{kind.version}"
-    if kind.namespaced and namespace is not None:
-        path += f"/namespaces/{quote(namespace, safe='')}"
-    path += f"/{kind.plural}"
-    return path + f"/{quote(name, safe='')}" if name is not None else path
-
 
 _CONFIG_MAPS = ResourceKind("", "v1", "ConfigMap", "configmaps")
 
@@ -176,7 +165,7 @@ def _list_kind(
 ) -> Iterator[tuple[list[ObjectView], datetime.datetime | None]]:
     """Pages of one kind's views, following `continue` tokens until the list is complete."""
     token: str | None = None
-    path = object_path(kind, namespace=namespace)
+    path = kubeapi.path(kind, namespace)
     while True:
         query: list[tuple[str, str | int]] = [("limit", page_size)]
         if token:
@@ -191,19 +180,8 @@ def _list_kind(
 
 def _get(api: ApiClient, path: str, *, query: Sequence[tuple[str, str | int]] = (), doing: str) -> _Page:
     """One GET, as JSON plus the Date header; any failure becomes a `janitor.errors.KubeError`."""
-    try:
-        request = api.param_serialize(
-            "GET", path, query_params=list(query), header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-        )
-        response = api.call_api(*request)
-        data = response.read()
-    except ApiException as e:
-        raise errors.from_status(e.status, e.body or e.reason, doing=doing) from e
-    except urllib3.exceptions.HTTPError as e:
-        raise errors.from_status(None, str(e), doing=doing) from e
-    if not 200 <= response.status <= 299:
-        raise errors.from_status(response.status, data, doing=doing)
+    response = kubeapi.request(api, "GET", path, query=query, doing=doing)
+    data = response.data
     try:
         body = json.loads(data)
     except ValueError as e:

@@ -159,11 +159,11 @@ def test_deployment_delete_cascades(kube: client.ApiClient, core: client.CoreV1A
 
 
 def test_pod_can_be_held_terminating(core: client.CoreV1Api, namespace: str) -> None:
-    for name, annotations in (("stuck", {HOLD_TERMINATING: "true"}), ("normal", {})):
+    for name, notes in (("stuck", {HOLD_TERMINATING: "true"}), ("normal", {})):
         core.create_namespaced_pod(
             namespace,
             client.V1Pod(
-                metadata=client.V1ObjectMeta(name=name, annotations=annotations, labels={"t": "hold"}),
+                metadata=client.V1ObjectMeta(name=name, annotations=notes, labels={"t": "hold"}),
                 spec=client.V1PodSpec(containers=[gpu_container()]),
             ),
         )
