@@ -123,7 +123,7 @@ class Janitor:
             level = logging.DEBUG if notice in self._last_notices else logging.WARNING
             logger.log(level, "%s", notice, extra={"notice": True})
         self._last_notices = set(decided.notices)
-        if not dry_run:
+        if not dry_run and not decided.ledger.unreadable:  # never overwrite what an admin must look at
             ledger = record_deletions(decided.ledger, deleted, decided.now)
             kube.write_ledger(self.api, self.settings.state_namespace, self.settings.state_name, ledger)
             if decided.tripped_now:  # tell admins once, where they look

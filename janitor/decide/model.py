@@ -104,6 +104,9 @@ class SafetyLedger:
     previous_candidates: int | None = None
     tripped_at: datetime.datetime | None = None  # the tripwire stopped deletions at this time
     acknowledged_at: datetime.datetime | None = None  # an admin acknowledged a trip at this time
+    # The stored ledger could not be read: the caps' memory is lost, so the rails stop deletions
+    # (and it is not overwritten) until an admin repairs or deletes it.
+    unreadable: bool = False
 
 
 class ActionType(StrEnum):
@@ -150,6 +153,7 @@ class HoldReason(StrEnum):
     CAP = "cap"
     TRIPWIRE = "tripwire"
     CLOCK_SKEW = "clock-skew"
+    LEDGER = "ledger-unreadable"
 
 
 @dataclass(frozen=True, slots=True)

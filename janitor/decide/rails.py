@@ -84,6 +84,10 @@ def apply_rails(
     skew: datetime.timedelta | None,
 ) -> RailsOutcome:
     """Let through the deletions the rails allow, in the order given (most overdue first)."""
+    if ledger.unreadable:
+        why = ("the rails' ledger (deletions of the last day, tripwire state) is unreadable; deletions stop "
+               "until an admin repairs or deletes it (a deleted ledger starts empty)")
+        return RailsOutcome((), _hold_all(candidates, HoldReason.LEDGER, why), ledger, (why,))
     recent = tuple(d for d in ledger.deletions if now - d.at < DAY)
     ledger = replace(ledger, deletions=recent)
     notices: list[str] = []

@@ -113,9 +113,9 @@ def read_ledger(api: ApiClient, namespace: str, name: str) -> SafetyLedger:
     """The rails' memory from ConfigMap namespace/name (format: `janitor.ledger`).
 
     A missing ConfigMap or namespace is an empty ledger: the first cycle ever. A malformed ledger
-    is logged at ERROR and read as empty (except `acknowledged_at`, which is the admin's own
-    annotation): the caps then count from zero, which is why the ledger is only ever written by
-    the janitor. An unparseable acknowledgement counts as not acknowledged.
+    is logged at ERROR and comes back marked `unreadable`: the rails then stop deletions, since
+    counting the caps from zero could let a bad day through; deleting the ConfigMap resumes.
+    An unparseable acknowledgement counts as not acknowledged.
     """
     try:
         path = kubeapi.path(_CONFIG_MAPS, namespace, name)
@@ -131,8 +131,9 @@ def read_ledger(api: ApiClient, namespace: str, name: str) -> SafetyLedger:
     try:
         return ledger.loads(text, acknowledged_at=acknowledged_at)
     except ledger.LedgerFormatError as e:
-        logger.error("safety ledger in ConfigMap %s/%s is malformed, reading it as empty: %s", namespace, name, e)
-        return SafetyLedger(acknowledged_at=acknowledged_at)
+        logger.error("safety ledger in ConfigMap %s/%s is malformed; deletions stop until it is repaired "
+                     "or deleted: %s", namespace, name, e)
+        return SafetyLedger(acknowledged_at=acknowledged_at, unreadable=True)
 
 
 def to_view(kind: ResourceKind, item: Mapping[str, Any]) -> ObjectView:

@@ -19,7 +19,7 @@ Aspects covered:
   the object as it was, post no Event;
 - REPORT: one Warning Event and the janitor/reported annotation; a second, stale REPORT conflicts;
 - ledger: missing -> empty, write/read round trip, acknowledged_at from the annotation (and an
-  unparseable one ignored), rewriting keeps the annotation, a malformed ledger reads as empty
+  unparseable one ignored), rewriting keeps the annotation, a malformed ledger reads as unreadable
   with an ERROR logged, a missing state namespace is named in the error.
 """
 
@@ -465,7 +465,7 @@ def test_ledger_round_trip_with_acknowledgement(kube: client.ApiClient, core: cl
     assert cluster.read_ledger(kube, namespace, "state").acknowledged_at is None
 
 
-def test_malformed_ledger_reads_as_empty_and_logs_an_error(
+def test_malformed_ledger_reads_as_unreadable_and_logs_an_error(
     kube: client.ApiClient, core: client.CoreV1Api, namespace: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     core.create_namespaced_config_map(namespace, client.V1ConfigMap(
@@ -473,7 +473,7 @@ def test_malformed_ledger_reads_as_empty_and_logs_an_error(
     ))
 
     with caplog.at_level(logging.ERROR, logger="janitor.observe.cluster"):
-        assert cluster.read_ledger(kube, namespace, "state") == SafetyLedger()
+        assert cluster.read_ledger(kube, namespace, "state") == SafetyLedger(unreadable=True)
 
     assert any(r.levelno == logging.ERROR and "malformed" in r.getMessage() for r in caplog.records)
 

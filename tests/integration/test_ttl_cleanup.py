@@ -292,3 +292,15 @@ def test_clock_skew_against_the_apiserver_pauses_deletions(kube, core: client.Co
     assert [str(h.reason) for h in result.plan.held] == ["clock-skew"]
     assert exists(core.read_namespaced_config_map, "old", namespace)
     assert len(Janitor(kube, settings(namespace)).run_cycle().deleted()) == 1  # a right clock deletes it
+
+
+def test_unreadable_ledger_stops_deletions_and_is_left_for_an_admin(kube, core: client.CoreV1Api, namespace: str) -> None:
+    core.create_namespaced_config_map(namespace, client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name="janitor-state"), data={"ledger.json": "{not json"}))
+    configmap(core, namespace, "old", EXPIRED)
+    result = Janitor(kube, settings(namespace)).run_cycle()
+    assert result.deleted() == [] and [str(h.reason) for h in result.plan.held] == ["ledger-unreadable"]
+    assert core.read_namespaced_config_map("janitor-state", namespace).data["ledger.json"] == "{not json"
+
+    core.delete_namespaced_config_map("janitor-state", namespace)  # the documented way to resume
+    assert [act.target.name for act in Janitor(kube, settings(namespace)).run_cycle().deleted()] == ["old"]

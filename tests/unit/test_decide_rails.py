@@ -114,6 +114,13 @@ def test_dry_run_holds_everything_but_keeps_reports() -> None:
     assert [act.type for act in p.actions] == [ActionType.REPORT]  # act sends it with dryRun=All
 
 
+def test_unreadable_ledger_stops_deletions() -> None:
+    p = run(expired(2), ledger=SafetyLedger(unreadable=True))
+    assert p.deletions() == ()
+    assert {h.reason for h in p.held} == {HoldReason.LEDGER}
+    assert "repairs or deletes" in p.notices[0]
+
+
 def test_clock_skew_pauses_deletions() -> None:
     skewed = run(expired(2), local_now=NOW + datetime.timedelta(minutes=5))
     assert skewed.deletions() == ()
