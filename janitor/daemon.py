@@ -22,6 +22,7 @@ from apscheduler.schedulers.blocking import BlockingScheduler
 from kubernetes import client
 from prometheus_client import make_wsgi_app
 
+from janitor import errors
 from janitor.act import kube
 from janitor.decide import expiry
 from janitor.decide.model import Action, ActionType, ObjectView, Plan, ResourceKind
@@ -99,21 +100,22 @@ class Janitor:
         return result
 
     def act(self, decided: Plan) -> CycleResult:
-        """Apply a plan: every deletion re-checked on a fresh read first; store the ledger."""
+        """Apply a plan: every deletion re-checked on a fresh read first; store the ledger.
+
+        The ledger is written even when the cycle breaks off half-way, so that deletions that did
+        happen always count against the caps."""
         dry_run = self.settings.rails.dry_run
         result = CycleResult(decided)
-        deleted: list[Action] = []
-        for action in decided.actions:
-            kind = self._kinds[action.target.kind]
-            if action.type is ActionType.DELETE:
-                outcome = self._delete_rechecked(action, kind, decided.now)
-            else:
-                outcome = kube.apply(self.api, action, kind=kind, dry_run=dry_run)
-            result.results.append(outcome)
-            audit(outcome.action, outcome=str(outcome.outcome), dry_run=dry_run, detail=outcome.detail)
-            self.telemetry.count(outcome.action, str(outcome.outcome))
-            if outcome.action.type is ActionType.DELETE and outcome.outcome is kube.Outcome.DONE:
-                deleted.append(outcome.action)
+        try:
+            for action in decided.actions:
+                outcome = self._apply(action, decided.now)
+                result.results.append(outcome)
+                audit(outcome.action, outcome=str(outcome.outcome), dry_run=dry_run, detail=outcome.detail)
+                self.telemetry.count(outcome.action, str(outcome.outcome))
+        finally:
+            if not dry_run and not decided.ledger.unreadable:  # never overwrite what an admin must look at
+                ledger = record_deletions(decided.ledger, result.deleted(), decided.now)
+                kube.write_ledger(self.api, self.settings.state_namespace, self.settings.state_name, ledger)
         for held in decided.held:
             logger.info("held %s: %s", held.action.target, held.why,
                         extra={"object": str(held.action.target), "hold": str(held.reason)})
@@ -123,18 +125,26 @@ class Janitor:
             level = logging.DEBUG if notice in self._last_notices else logging.WARNING
             logger.log(level, "%s", notice, extra={"notice": True})
         self._last_notices = set(decided.notices)
-        if not dry_run and not decided.ledger.unreadable:  # never overwrite what an admin must look at
-            ledger = record_deletions(decided.ledger, deleted, decided.now)
-            kube.write_ledger(self.api, self.settings.state_namespace, self.settings.state_name, ledger)
-            if decided.tripped_now:  # tell admins once, where they look
-                trip = decided.notices[0]
-                kube.announce(self.api, self.settings.state_namespace, self.settings.state_name,
-                              reason="TripwireTripped",
-                              message=f"{trip}. Acknowledge with: kubectl -n {self.settings.state_namespace} "
-                                      f"annotate configmap {self.settings.state_name} "
-                                      "janitor/acknowledge-tripwire=<now, UTC> --overwrite")
-                logger.error("%s", trip, extra={"tripwire": True})
+        if decided.tripped_now and not dry_run:  # tell admins once, where they look
+            trip = decided.notices[0]
+            kube.announce(self.api, self.settings.state_namespace, self.settings.state_name,
+                          reason="TripwireTripped",
+                          message=f"{trip}. Acknowledge with: kubectl -n {self.settings.state_namespace} "
+                                  f"annotate configmap {self.settings.state_name} "
+                                  "janitor/acknowledge-tripwire=<now, UTC> --overwrite")
+            logger.error("%s", trip, extra={"tripwire": True})
         return result
+
+    def _apply(self, action: Action, now: datetime.datetime) -> kube.ActionResult:
+        """One action; a failed read before a deletion fails that action only, never the rest."""
+        kind = self._kinds[action.target.kind]
+        if action.type is not ActionType.DELETE:
+            return kube.apply(self.api, action, kind=kind, dry_run=self.settings.rails.dry_run)
+        try:
+            return self._delete_rechecked(action, kind, now)
+        except errors.KubeError as e:
+            logger.warning("could not re-read %s before deleting it: %s", action.target, e)
+            return kube.ActionResult(action, kube.Outcome.FAILED, f"re-read failed: {e}")
 
     def _redecide(self, fresh: ObjectView, now: datetime.datetime) -> Action | None:
         """The deletion the rules call for on a freshly read object, if they still do."""
