@@ -1,0 +1,396 @@
+"""A thin, strict wrapper over `prometheus-api-client` for the evidence code.
+
+The janitor must never mistake "could not read" for "idle" (DESIGN.md, observe). So this module
+turns every Prometheus answer into exactly one of two things: a `QueryResult` (possibly empty,
+possibly `partial`) or a `PrometheusError` with a `kind`. There is no third outcome such as an
+empty list standing in for an error.
+
+Why not `PrometheusConnect.custom_query`? It returns only `data.result`: it drops `warnings`
+(how Thanos and Mimir say "HTTP 200, but some stores did not answer"), and on a non-200 it puts
+`errorType`/`error` only inside an exception message string. By default it also retries a GET
+answered 503 four times (~6 s) and then raises `requests.RetryError`. So we let the library build
+and own the HTTP session (URL, headers, auth, TLS verify, the retry adapter mounted on the URL),
+and send the same HTTP API requests through that session ourselves, reading the whole envelope.
+
+Requests are POSTs with a form body (the API accepts both): queries with several extra
+matchers get long, and the library's POST mode still puts them in the URL.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import math
+import re
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+import requests
+from prometheus_api_client import PrometheusConnect
+from urllib3.util.retry import Retry
+
+logger = logging.getLogger(__name__)
+
+MESSAGE_MAX = 300
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_MATCHER_TEXT = re.compile(r"\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*(.*?)\s*")
+
+# ----------------------------------------------------------------------------- selectors
+
+MatchOp = Literal["=", "!=", "=~", "!~"]
+
+
+def quote(value: str) -> str:
+    """A PromQL double-quoted string literal for `value` (backslash, quote and newline escaped)."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
+def _check_label(name: str) -> str:
+    if not _LABEL_NAME.fullmatch(name):
+        raise ValueError(f"not a Prometheus label name: {name!r}")
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class Matcher:
+    """One label matcher, e.g. `cluster="mn2"`; the value is quoted when rendered, never trusted."""
+
+    label: str
+    value: str
+    op: MatchOp = "="
+
+    def __post_init__(self) -> None:
+        _check_label(self.label)
+        if self.op not in ("=", "!=", "=~", "!~"):
+            raise ValueError(f"not a label matcher operator: {self.op!r}")
+
+    def render(self) -> str:
+        return f"{self.label}{self.op}{quote(self.value)}"
+
+    @classmethod
+    def parse(cls, text: str) -> Matcher:
+        """Read a matcher as an admin writes it in settings: `cluster="mn2"` or `cluster=mn2`."""
+        found = _MATCHER_TEXT.fullmatch(text)
+        if not found:
+            raise ValueError(f'not a label matcher (expected label="value"): {text!r}')
+        label, op, raw = found.groups()
+        value = raw
+        if raw.startswith('"'):
+            try:
+                value = json.loads(raw)
+            except ValueError:
+                value = None
+            if not isinstance(value, str):
+                raise ValueError(f"bad quoted value in label matcher: {text!r}")
+        return cls(label, value, op)  # type: ignore[arg-type]
+
+
+def selector(metric: str, matchers: Iterable[Matcher] = (), extra: Iterable[Matcher] = ()) -> str:
+    """`metric{m1,m2,…,extra…}`; `extra` are the site-wide matchers (e.g. one cluster of many)."""
+    if metric and not _METRIC_NAME.fullmatch(metric):
+        raise ValueError(f"not a Prometheus metric name: {metric!r}")
+    rendered = [m.render() for m in (*matchers, *extra)]
+    if not rendered:
+        if not metric:
+            raise ValueError("a selector needs a metric name or at least one matcher")
+        return metric
+    return f"{metric}{{{','.join(rendered)}}}"
+
+
+@dataclass(frozen=True, slots=True)
+class LabelMap:
+    """Which label carries the workload's pod, namespace, container and node in a metric.
+
+    dcgm-exporter scraped with `honor_labels` keeps `pod`/`namespace`/`container`; behind a
+    ServiceMonitor (the chart default) they become `exported_*` and `pod`/`namespace` name the
+    exporter itself. The node label is `Hostname` in dcgm-exporter, `hostname` in some setups.
+    Queries are written against logical names and mapped through this.
+    """
+
+    pod: str = "pod"
+    namespace: str = "namespace"
+    container: str = "container"
+    hostname: str = "Hostname"
+
+    def __post_init__(self) -> None:
+        for name in (self.pod, self.namespace, self.container, self.hostname):
+            _check_label(name)
+
+    def label(self, logical: Literal["pod", "namespace", "container", "hostname"]) -> str:
+        return str(getattr(self, logical))
+
+    def matchers(self, op: MatchOp = "=", **logical: str) -> tuple[Matcher, ...]:
+        """Matchers on logical labels: `matchers(namespace="ml", pod="train-0")`."""
+        unknown = set(logical) - {"pod", "namespace", "container", "hostname"}
+        if unknown:
+            raise ValueError(f"unknown logical label(s): {sorted(unknown)}")
+        return tuple(Matcher(self.label(k), v, op) for k, v in logical.items())  # type: ignore[arg-type]
+
+
+HONOR_LABELS = LabelMap()
+SERVICE_MONITOR = LabelMap(pod="exported_pod", namespace="exported_namespace", container="exported_container")
+
+# ----------------------------------------------------------------------------- results and errors
+
+
+class ErrorKind(enum.StrEnum):
+    BAD_DATA = "bad_data"  # 400: the query or a parameter is wrong; retrying will not help
+    EXECUTION = "execution"  # 422: valid PromQL that cannot be evaluated (e.g. many-to-many)
+    TIMEOUT = "timeout"  # 503 timeout/canceled, or no answer within the read timeout
+    UNAVAILABLE = "unavailable"  # 503 unavailable (e.g. a querier without stores)
+    INTERNAL = "internal"  # 500 internal, and any errorType this code does not know
+    TRANSPORT = "transport"  # no HTTP answer at all: refused, DNS, TLS, connect timeout
+    MALFORMED = "malformed"  # an answer that is not a Prometheus API envelope (proxy page…)
+
+
+_TEMPORARY = {ErrorKind.TIMEOUT, ErrorKind.UNAVAILABLE, ErrorKind.TRANSPORT, ErrorKind.INTERNAL}
+_ERROR_TYPES = {
+    "bad_data": ErrorKind.BAD_DATA, "execution": ErrorKind.EXECUTION, "timeout": ErrorKind.TIMEOUT,
+    "canceled": ErrorKind.TIMEOUT, "unavailable": ErrorKind.UNAVAILABLE,
+}
+
+
+class PrometheusError(Exception):
+    """A query gave no usable answer. Never means "no data": callers treat the signal as unknown."""
+
+    def __init__(
+        self, kind: ErrorKind, message: str, *, status: int | None = None, error_type: str | None = None,
+        query: str = "",
+    ) -> None:
+        self.kind = kind
+        self.message = _cut(message)
+        self.status = status
+        self.error_type = error_type
+        self.query = query
+        code = f" (HTTP {status})" if status is not None else ""
+        super().__init__(f"Prometheus {kind.value}{code}: {self.message}")
+
+    @property
+    def temporary(self) -> bool:
+        """Worth trying again next cycle (as opposed to a query the janitor got wrong)."""
+        return self.kind in _TEMPORARY
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """One series: its labels and its samples `(unix seconds, value)`, a single one for a vector.
+
+    Values are floats as Prometheus sent them, NaN and ±Inf included; `non_finite` flags those so
+    the evidence code can treat the series as unknown rather than as a number.
+    """
+
+    labels: Mapping[str, str]
+    samples: tuple[tuple[float, float], ...]
+    non_finite: bool = False
+
+    @property
+    def value(self) -> float:
+        """The latest sample's value (the only one for an instant query)."""
+        return self.samples[-1][1]
+
+
+@dataclass(frozen=True, slots=True)
+class QueryResult:
+    """A successful answer. Empty `series` is a real "no such series", distinct from an error.
+
+    `partial` is true whenever Prometheus (or Thanos/Mimir in front of it) sent warnings: the data
+    may lack some stores, so no destructive decision may rest on it.
+    """
+
+    query: str
+    result_type: Literal["vector", "matrix", "scalar"]
+    series: tuple[Series, ...]
+    warnings: tuple[str, ...] = ()
+    infos: tuple[str, ...] = ()
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.warnings)
+
+    @property
+    def non_finite(self) -> bool:
+        return any(s.non_finite for s in self.series)
+
+
+def parse_answer(status: int, body: bytes, query: str) -> QueryResult:
+    """Turn one HTTP answer of `/api/v1/query[_range]` into a result or raise `PrometheusError`."""
+    try:
+        envelope = json.loads(body)
+    except ValueError:
+        envelope = None
+    if not isinstance(envelope, dict) or envelope.get("status") not in ("success", "error"):
+        snippet = body[:80].decode("utf-8", "replace").strip()
+        kind = ErrorKind.UNAVAILABLE if status >= 500 else ErrorKind.MALFORMED
+        raise PrometheusError(kind, f"not a Prometheus API answer: {snippet!r}", status=status, query=query)
+    if envelope["status"] == "error":
+        error_type = str(envelope.get("errorType") or "")
+        kind = _ERROR_TYPES.get(error_type, ErrorKind.INTERNAL)
+        message = str(envelope.get("error") or f"errorType {error_type!r} without a message")
+        raise PrometheusError(kind, message, status=status, error_type=error_type, query=query)
+    if not 200 <= status < 300:
+        raise PrometheusError(ErrorKind.MALFORMED, "status success on a non-2xx answer", status=status, query=query)
+    try:
+        data = envelope["data"]
+        result_type = data["resultType"]
+        series = _parse_series(result_type, data["result"])
+        warnings = tuple(str(w) for w in envelope.get("warnings") or ())
+        infos = tuple(str(i) for i in envelope.get("infos") or ())
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise PrometheusError(ErrorKind.MALFORMED, f"unexpected answer shape: {e!r}", status=status,
+                              query=query) from e
+    return QueryResult(query, result_type, series, warnings, infos)
+
+
+def _parse_series(result_type: str, result: Any) -> tuple[Series, ...]:
+    if result_type == "scalar":
+        return (_series({}, [result]),)
+    if result_type == "vector":
+        return tuple(_series(item["metric"], [item["value"]]) for item in result)
+    if result_type == "matrix":
+        return tuple(_series(item["metric"], item["values"]) for item in result)
+    raise ValueError(f"result type {result_type!r} is not supported")
+
+
+def _series(labels: Mapping[str, Any], pairs: Iterable[Any]) -> Series:
+    if not isinstance(labels, Mapping):
+        raise TypeError("metric is not an object")
+    samples = tuple((float(t), float(v)) for t, v in pairs)
+    return Series(
+        labels={str(k): str(v) for k, v in labels.items()},
+        samples=samples,
+        non_finite=any(not math.isfinite(v) for _, v in samples),
+    )
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MESSAGE_MAX else text[: MESSAGE_MAX - 1] + "…"
+
+
+# ----------------------------------------------------------------------------- the source
+
+
+@dataclass(frozen=True)
+class PrometheusConfig:
+    """How to reach Prometheus (or a Thanos/Mimir query frontend) and what to add to selectors."""
+
+    url: str
+    connect_timeout: float = 3.0
+    """Seconds to open a connection; short, so a dead endpoint fails the cycle's evidence fast."""
+    read_timeout: float = 30.0
+    """Seconds to wait for an answer. The server is told a slightly shorter query `timeout`, so
+    it gives up first and says so (errorType timeout) instead of the client hanging up."""
+    bearer_token: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    """Extra headers, e.g. `X-Scope-OrgID` for Mimir tenants."""
+    verify: bool | str = True
+    """TLS verification: True, False, or the path of a CA bundle."""
+    extra_matchers: tuple[Matcher, ...] = ()
+    """Added to every selector built with `PrometheusSource.selector` (e.g. `cluster="mn2"`)."""
+    label_map: LabelMap = HONOR_LABELS
+    retries: int = 0
+    """The one place that retries: connection failures and 502/503/504, with backoff. Default 0:
+    the next cycle is the retry, and a slow Prometheus should not be hit harder."""
+    retry_backoff: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.connect_timeout <= 0 or self.read_timeout <= 0 or self.retries < 0:
+            raise ValueError("timeouts must be positive and retries not negative")
+
+
+class PrometheusSource:
+    """Instant and range queries with whole-envelope reading, typed errors and explicit timeouts."""
+
+    def __init__(self, config: PrometheusConfig, *, session: requests.Session | None = None) -> None:
+        self.config = config
+        headers = dict(config.headers)
+        if config.bearer_token:
+            headers["Authorization"] = f"Bearer {config.bearer_token}"
+        retry = Retry(
+            total=config.retries, connect=config.retries, read=False, status=config.retries,
+            backoff_factor=config.retry_backoff, status_forcelist=(502, 503, 504),
+            allowed_methods=frozenset({"GET", "POST"}),  # queries are reads, safe to repeat
+            # read=False: a read timeout is raised as is, never retried (the query may still run)
+            raise_on_status=False,  # after the last try, hand back the answer so we read its envelope
+        )
+        self._connection = PrometheusConnect(
+            url=config.url.rstrip("/"), headers=headers, retry=retry, session=session,
+            timeout=None, method="POST",  # timeouts are passed per request below, as (connect, read)
+        )
+        self._connection._session.verify = config.verify
+        self._server_timeout = max(config.read_timeout - 1.0, config.read_timeout * 0.5)
+
+    def close(self) -> None:
+        self._connection.close()
+
+    def __enter__(self) -> PrometheusSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def selector(self, metric: str, *matchers: Matcher) -> str:
+        """A selector with this site's extra matchers appended."""
+        return selector(metric, matchers, self.config.extra_matchers)
+
+    def instant(self, query: str, at: datetime) -> QueryResult:
+        """Evaluate `query` at `at` (an aware datetime: the caller's one `now` of the cycle)."""
+        return self._request("/api/v1/query", query, {"time": _unix(at, "at")})
+
+    def range(self, query: str, start: datetime, end: datetime, step: timedelta | float) -> QueryResult:
+        """Evaluate `query` at every `step` from `start` to `end` (both included); a matrix."""
+        seconds = step.total_seconds() if isinstance(step, timedelta) else float(step)
+        if seconds <= 0:
+            raise ValueError("step must be positive")
+        params = {"start": _unix(start, "start"), "end": _unix(end, "end"), "step": repr(seconds)}
+        return self._request("/api/v1/query_range", query, params)
+
+    def _request(self, path: str, query: str, params: dict[str, str]) -> QueryResult:
+        conn = self._connection
+        form = {"query": query, "timeout": f"{self._server_timeout:g}s", **params}
+        started = time.monotonic()
+        try:
+            response = conn._session.request(
+                "POST", f"{conn.url}{path}", data=form, headers=conn.headers, auth=conn.auth,
+                verify=conn._session.verify, timeout=(self.config.connect_timeout, self.config.read_timeout),
+            )
+            result = parse_answer(response.status_code, response.content, query)
+        except requests.ConnectTimeout as e:
+            error = PrometheusError(ErrorKind.TRANSPORT, f"no connection within {self.config.connect_timeout:g}s",
+                                    query=query)
+            self._log(path, query, started, error)
+            raise error from e
+        except requests.ReadTimeout as e:
+            error = PrometheusError(ErrorKind.TIMEOUT, f"no answer within {self.config.read_timeout:g}s", query=query)
+            self._log(path, query, started, error)
+            raise error from e
+        except requests.RequestException as e:
+            error = PrometheusError(ErrorKind.TRANSPORT, f"{type(e).__name__}: {e}", query=query)
+            self._log(path, query, started, error)
+            raise error from e
+        except PrometheusError as error:
+            self._log(path, query, started, error)
+            raise
+        self._log(path, query, started, result)
+        return result
+
+    @staticmethod
+    def _log(path: str, query: str, started: float, outcome: QueryResult | PrometheusError) -> None:
+        took = time.monotonic() - started
+        if isinstance(outcome, PrometheusError):
+            logger.debug("prometheus %s failed in %.3fs: %s; query: %s", path, took, outcome, query)
+        else:
+            logger.debug("prometheus %s %s: %d series, %d warnings in %.3fs; query: %s", path,
+                         outcome.result_type, len(outcome.series), len(outcome.warnings), took, query)
+
+
+def _unix(moment: datetime, name: str) -> str:
+    """Unix seconds for the API. Naive datetimes are refused: the library reads them as local time."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError(f"{name} must be a timezone-aware datetime")
+    return repr(moment.timestamp())
