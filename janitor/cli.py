@@ -155,6 +155,51 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_check(args: argparse.Namespace) -> int:
+    """Validate policy files; print every error (stderr, exit 1) or the policies in match order."""
+    from janitor.policy import load, model
+
+    loaded = load.from_paths(args.paths, parse_duration=annotations.parse_ttl)
+    for error in loaded.errors:
+        print(error, file=sys.stderr)
+    if loaded.errors:
+        print(f"{len(loaded.errors)} error(s); the format is in docs/policies.md", file=sys.stderr)
+        return 1
+
+    def duration(delta: datetime.timedelta) -> str:
+        return annotations.format_duration(delta)
+
+    def trigger(t: model.Trigger) -> str:
+        if isinstance(t, model.IdleGpu):
+            return (f"idleGpu: {t.signal} peak <= {t.threshold:g} per GPU over {duration(t.window)} "
+                    f"(coverage >= {t.min_coverage:g}, pod age >= {duration(t.min_pod_age)})")
+        if isinstance(t, model.IdleCpu):
+            limit = f"{t.cores:g} cores" if t.cores is not None else f"{t.fraction_of_request:g} of request"
+            ignored = f", ignoring {', '.join(t.ignore_containers)}" if t.ignore_containers else ""
+            return f"idleCpu: peak <= {limit} over {duration(t.window)}{ignored}"
+        return f"{t.key}: after {duration(t.after)}"
+
+    def selector(label: str, s: model.LabelSelector) -> list[str]:
+        parts = [f"{k}={v}" for k, v in s.match_labels] + [
+            f"{r.key} {r.operator}" + (f" ({', '.join(r.values)})" if r.values else "") for r in s.match_expressions]
+        return [f"{label} {'; '.join(parts)}"] if parts else []
+
+    for number, p in enumerate(loaded.policies, 1):
+        m = p.match
+        where = ", ".join(m.namespaces.include) if m.namespaces.include else "NONE (inert until edited)"
+        scope = [f"namespaces {where}"] + ([f"except {', '.join(m.namespaces.exclude)}"] if m.namespaces.exclude else [])
+        scope += [f"kinds {', '.join(m.kinds) if m.kinds else 'any'}"]
+        scope += selector("namespace labels", m.namespace_selector) + selector("pod labels", m.pod_selector)
+        print(f"{number}. {p.name} [{p.mode}] ({p.source})")
+        print(f"     match: {'; '.join(scope)}")
+        for t in p.triggers:
+            print(f"     {trigger(t)}")
+        print(f"     then: {p.lifecycle.action} after warning {duration(p.lifecycle.warn_before)} ahead")
+    files = len(loaded.files)
+    print(f"OK: {len(loaded.policies)} policies in {files} file{'s' if files != 1 else ''}, in first-match order.")
+    return 0
+
+
 def _add_cluster_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("cluster and rails")
     g.add_argument("--kubeconfig", help="default: $KUBECONFIG, else the in-cluster ServiceAccount")
@@ -202,6 +247,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     annotation.add_argument("assignments", nargs="+", metavar="KEY=VALUE")
     annotation.set_defaults(func=_cmd_annotation)
+
+    check = commands.add_parser(
+        "check",
+        help="validate policy files; print file:line: field: problem for each mistake",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+Validate policy files (YAML) and print each mistake as file:line: field: what is wrong, with
+the accepted forms (exit 1), or a summary of the policies in the order they are matched (exit 0).
+A directory means its *.yaml and *.yml files, sorted by name; policies keep their order within
+a file. The daemon reads policies the same way.
+
+First match wins, per trigger: for each trigger kind (idleGpu, idleCpu, pending, terminating)
+the first policy in that order that defines it and whose match selects a workload decides for
+that workload; later policies are not consulted for that trigger. Put narrow policies (one team,
+Notebooks only) before broad ones (every namespace).
+
+New policies run in mode: shadow (report only) unless they say mode: enforce. The examples in
+policies/ match no namespace until you list yours. The file format, defaults and how policies
+interact with janitor/ttl, janitor/expires and janitor/opt-out: docs/policies.md.""",
+        epilog="examples:\n  janitor check policies/\n  janitor check policies/idle-gpu.yaml my-team.yaml",
+    )
+    check.add_argument("paths", nargs="+", metavar="PATH", help="policy files or directories")
+    check.set_defaults(func=_cmd_check)
 
     plan = commands.add_parser("plan", help="show what would happen now and why; changes nothing",
                                description="Read the cluster, decide, and print the plan as a table. "

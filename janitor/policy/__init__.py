@@ -1,1 +1,7 @@
-"""Admin policies: the YAML files admins edit, parsed into plain values (no client libraries)."""
+"""Admin policies: the YAML files admins edit, parsed into plain values (no client libraries).
+
+Import the modules and call them qualified:
+`load.from_paths(paths, parse_duration=annotations.parse_ttl)` returns `(policies, errors, files)`;
+`model` holds the values (`Policy`, its `Match`, triggers and `Lifecycle`) and `first_match`.
+The file format is documented in docs/policies.md.
+"""

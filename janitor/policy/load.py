@@ -1,0 +1,441 @@
+"""Policy YAML -> `model.Policy` values, with every mistake reported as `file:line: field: problem`.
+
+Why it is written this way:
+
+* The YAML is *composed* into PyYAML nodes, not loaded into dicts, because only nodes keep their
+  `start_mark`: that is how an error points at the line to fix.
+* One file's errors are all collected, not just the first, so an admin fixes a file in one pass.
+  Unknown fields are errors with the closest known field suggested: a typo such as `treshold`
+  must never silently fall back to a default.
+* `from_paths` is a pure function of the files' contents returning `(policies, errors, files)`. It never
+  raises for a bad policy and keeps no state, so the daemon can reload on change and keep its last
+  good set when `errors` is non-empty. When there is any error, `policies` is empty: a partial set
+  would silently change which policy matches first.
+* Durations use the `janitor/ttl` grammar of `annotations.parse_ttl`, so admins learn one syntax
+  for annotations and policies (`parse_duration=` lets tests pass another parser).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import difflib
+import enum
+import re
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple, TypeVar
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from janitor.annotations import parse_ttl
+from janitor.policy import model
+
+DURATION_FORMS = "(e.g. 30m, 8h, 7d)"
+_STR, _INT, _FLOAT, _BOOL = (f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool"))
+_NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # DNS label: also an annotation value
+_GLOB_RE = re.compile(r"[-a-z0-9*?\[\]!]{1,63}")
+_KIND_RE = re.compile(r"[A-Z][A-Za-z0-9]{0,62}")
+_LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_LABEL_KEY_RE = re.compile(rf"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?{_LABEL_NAME}")
+_LABEL_VALUE_RE = re.compile(f"({_LABEL_NAME})?")
+_CONSTRUCTOR = yaml.constructor.SafeConstructor()
+E = TypeVar("E", bound=enum.Enum)
+DurationParser = Callable[[str], _dt.timedelta | None]
+"""`annotations.parse_ttl`: text -> timedelta, None for 'forever', ValueError otherwise."""
+
+
+class PolicyError(Exception):
+    """One thing wrong in a policy file. `line` is 1-based (None: the file as a whole), `field` the
+    dotted path inside the policy (`triggers.idleGpu.window`), `problem` what is wrong and the
+    accepted forms. str() is the `file:line: field: problem` line `janitor check` prints."""
+
+    def __init__(self, file: str, line: int | None, field: str, problem: str) -> None:
+        super().__init__(file, line, field, problem)
+        self.file, self.line, self.field, self.problem = file, line, field, problem
+
+    def __str__(self) -> str:
+        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        return f"{where}: {self.field}: {self.problem}" if self.field else f"{where}: {self.problem}"
+
+
+class Loaded(NamedTuple):
+    """What `from_paths` read: the policies in first-match order (empty if any error), every error, and
+    the files read (what a reloader watches)."""
+
+    policies: tuple[model.Policy, ...]
+    errors: tuple[PolicyError, ...]
+    files: tuple[Path, ...]
+
+
+def from_paths(paths: Iterable[str | Path], *, parse_duration: DurationParser = parse_ttl) -> Loaded:
+    """Read policy files and directories (their `*.yaml`/`*.yml` files sorted by name, hidden
+    files skipped as in ConfigMap mounts) in the order given; policies keep file order."""
+    files, errors = _expand(paths)
+    policies: list[model.Policy] = []
+    first_seen: dict[str, str] = {}
+    for path in files:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            errors.append(PolicyError(str(path), None, "", f"cannot read the file: {e}"))
+            continue
+        parsed, file_errors = from_text(text, file=str(path), parse_duration=parse_duration)
+        errors.extend(file_errors)
+        for policy in parsed:
+            if policy.name in first_seen:
+                line = int(policy.source.rsplit(":", 1)[1])
+                errors.append(PolicyError(str(path), line, "name",
+                                          f"{policy.name!r} is already defined at {first_seen[policy.name]}; "
+                                          "policy names must be unique across all files"))
+            else:
+                first_seen[policy.name] = policy.source
+                policies.append(policy)
+    return Loaded(() if errors else tuple(policies), tuple(errors), tuple(files))
+
+
+def from_text(text: str, *, file: str, parse_duration: DurationParser = parse_ttl) -> tuple[tuple[model.Policy, ...], tuple[PolicyError, ...]]:
+    """Parse one file's text. Returns the valid policies and all errors (names unique within it)."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        problem = " ".join(str(p) for p in (e.context, e.problem) if p)
+        return (), (PolicyError(file, mark.line + 1 if mark else None, "", f"not valid YAML: {problem}"),)
+    except yaml.YAMLError as e:
+        return (), (PolicyError(file, None, "", f"not valid YAML: {e}"),)
+    if root is None:
+        return (), (PolicyError(file, 1, "", "the file is empty: expected 'policies:' with a list of "
+                                             "policies (see docs/policies.md)"),)
+    reader = _Reader(file, parse_duration)
+    top = reader.fields(root, "", ("policies",), required=("policies",))
+    policies: list[model.Policy] = []
+    if top and "policies" in top:
+        seq = top["policies"]
+        if not isinstance(seq, SequenceNode) or not seq.value:
+            reader.fail(seq, "policies", f"expected a non-empty list of policies, got {_show(seq)}")
+        else:
+            names: dict[str, int] = {}
+            for index, node in enumerate(seq.value):
+                policy = _policy(reader, node, index)
+                if policy is None:
+                    continue
+                if policy.name in names:
+                    reader.fail(node, "name", f"{policy.name!r} is already defined at {file}:{names[policy.name]}; "
+                                              "policy names must be unique")
+                else:
+                    names[policy.name] = node.start_mark.line + 1
+                    policies.append(policy)
+    # Reading order is not line order (the policy's own fields are checked after its children).
+    return tuple(policies), tuple(sorted(reader.errors, key=lambda e: e.line or 0))
+
+
+def _expand(paths: Iterable[str | Path]) -> tuple[list[Path], list[PolicyError]]:
+    files: list[Path] = []
+    errors: list[PolicyError] = []
+    seen: set[Path] = set()
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found = sorted((p for p in path.iterdir() if p.suffix in (".yaml", ".yml")
+                            and not p.name.startswith(".") and p.is_file()), key=lambda p: p.name)
+            if not found:
+                errors.append(PolicyError(str(path), None, "", "no policy files (*.yaml, *.yml) in this directory"))
+        elif path.is_file():
+            found = [path]
+        else:
+            errors.append(PolicyError(str(path), None, "", "no such file or directory"))
+            found = []
+        for p in found:
+            if p.resolve() not in seen:
+                seen.add(p.resolve())
+                files.append(p)
+    return files, errors
+
+
+def _show(node: Node) -> str:
+    """A value as an error message quotes it: strings in quotes, so stray spaces show."""
+    if isinstance(node, MappingNode):
+        return "a mapping"
+    if isinstance(node, SequenceNode):
+        return "a list"
+    text = repr(node.value) if node.tag == _STR else str(node.value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+class _Reader:
+    """Reads one file's nodes, recording each problem and carrying on, so all are reported."""
+
+    def __init__(self, file: str, parse_duration: DurationParser) -> None:
+        self.file = file
+        self.parse_duration = parse_duration
+        self.errors: list[PolicyError] = []
+
+    def fail(self, node: Node, path: str, problem: str) -> None:
+        self.errors.append(PolicyError(self.file, node.start_mark.line + 1, path, problem))
+
+    def fields(self, node: Node, path: str, known: Sequence[str], *,
+               required: Sequence[str] = ()) -> dict[str, Node] | None:
+        """A mapping's fields by name; unknown and repeated keys are errors (with a suggestion)."""
+        if not isinstance(node, MappingNode):
+            self.fail(node, path, f"expected a mapping ({', '.join(known)}), got {_show(node)}")
+            return None
+        out: dict[str, Node] = {}
+        suggested: set[str] = set()
+        for key_node, value in node.value:
+            key = str(key_node.value) if isinstance(key_node, ScalarNode) else "?"
+            where = _join(path, key)
+            if key not in known:
+                close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+                hint = f"did you mean '{close[0]}'?" if close else f"known fields: {', '.join(known)}"
+                self.fail(key_node, where, f"unknown field; {hint}")
+                suggested.update(close)
+            elif key in out:
+                self.fail(key_node, where, "is given twice; keep one")
+            else:
+                out[key] = value
+        for key in required:
+            if key not in out and key not in suggested:  # the typo's error already says it
+                self.fail(node, _join(path, key), "is required")
+        return out
+
+    def scalar(self, node: Node, path: str, tags: tuple[str, ...], expected: str) -> Any:
+        if not isinstance(node, ScalarNode) or node.tag not in tags:
+            self.fail(node, path, f"{_show(node)} is not {expected}")
+            return None
+        return _CONSTRUCTOR.construct_object(node)
+
+    def string(self, node: Node, path: str, pattern: re.Pattern[str] | None = None, forms: str = "") -> str | None:
+        value = self.scalar(node, path, (_STR,), forms or "a string")
+        if value is not None and pattern is not None and not pattern.fullmatch(value):
+            self.fail(node, path, f"{_show(node)} is not {forms}")
+            return None
+        return value  # type: ignore[no-any-return]
+
+    def number(self, node: Node, path: str, low: float, high: float, why: str = "") -> float | None:
+        forms = f"a number from {low:g} to {high:g}{why}"
+        value = self.scalar(node, path, (_INT, _FLOAT), forms)
+        if value is None:
+            return None
+        if not low <= value <= high:  # NaN fails this too
+            self.fail(node, path, f"{_show(node)} is out of range: use {forms}")
+            return None
+        return float(value)
+
+    def boolean(self, node: Node, path: str) -> bool | None:
+        return self.scalar(node, path, (_BOOL,), "true or false")  # type: ignore[no-any-return]
+
+    def choice(self, node: Node, path: str, kind: type[E]) -> E | None:
+        forms = " | ".join(str(m.value) for m in kind)
+        value = self.string(node, path, forms=f"one of {forms}")
+        try:
+            return kind(value) if value is not None else None
+        except ValueError:
+            self.fail(node, path, f"{_show(node)} is not one of {forms}")
+            return None
+
+    def duration(self, node: Node, path: str, *, allow_zero: bool = False) -> _dt.timedelta | None:
+        if not isinstance(node, ScalarNode) or node.tag != _STR:
+            self.fail(node, path, f"{_show(node)} is not a duration {DURATION_FORMS}")
+            return None
+        try:
+            value = self.parse_duration(node.value)
+        except ValueError:
+            self.fail(node, path, f"{_show(node)} is not a duration {DURATION_FORMS}")
+            return None
+        if value is None:
+            self.fail(node, path, f"'forever' is not allowed here: give a duration {DURATION_FORMS}")
+        elif not value and not allow_zero:
+            self.fail(node, path, f"must be longer than 0s {DURATION_FORMS}")
+            return None
+        return value
+
+    def items(self, node: Node, path: str, read: Callable[[Node, str], Any]) -> tuple[Any, ...]:
+        """A list, each item read by `read`; items that fail are dropped (their error is recorded)."""
+        if not isinstance(node, SequenceNode):
+            self.fail(node, path, f"expected a list, got {_show(node)}")
+            return ()
+        values = (read(item, f"{path}[{i}]") for i, item in enumerate(node.value))
+        return tuple(v for v in values if v is not None)
+
+
+# --- policies, field by field -------------------------------------------------------------------
+
+def _policy(r: _Reader, node: Node, index: int) -> model.Policy | None:
+    before = len(r.errors)
+    if not isinstance(node, MappingNode):
+        r.fail(node, f"policies[{index}]", f"expected a policy (a mapping with name, match, triggers), got {_show(node)}")
+        return None
+    f = r.fields(node, "", ("name", "description", "mode", "match", "triggers", "lifecycle"),
+                 required=("name", "match", "triggers")) or {}
+    name = r.string(f["name"], "name", _NAME_RE, "a lower-case DNS label (a-z, 0-9, '-'; at most 63)") \
+        if "name" in f else None
+    description = r.string(f["description"], "description") if "description" in f else ""
+    mode = r.choice(f["mode"], "mode", model.Mode) if "mode" in f else model.Mode.SHADOW
+    match = _match(r, f["match"], "match") if "match" in f else None
+    triggers = _triggers(r, f["triggers"], "triggers") if "triggers" in f else ()
+    lifecycle = _lifecycle(r, f["lifecycle"], "lifecycle") if "lifecycle" in f else model.Lifecycle()
+    if len(r.errors) > before or name is None or match is None or mode is None:
+        return None
+    return model.Policy(name=name, description=description or "", mode=mode, match=match, triggers=triggers,
+                        lifecycle=lifecycle, source=f"{r.file}:{node.start_mark.line + 1}")
+
+
+def _match(r: _Reader, node: Node, path: str) -> model.Match | None:
+    f = r.fields(node, path, ("namespaces", "namespaceSelector", "podSelector", "kinds"), required=("namespaces",))
+    if f is None or "namespaces" not in f:
+        return None
+    kinds = r.items(f["kinds"], f"{path}.kinds", lambda n, p: _kind(r, n, p)) if "kinds" in f else ()
+    return model.Match(
+        namespaces=_namespaces(r, f["namespaces"], f"{path}.namespaces"),
+        namespace_selector=_selector(r, f["namespaceSelector"], f"{path}.namespaceSelector")
+        if "namespaceSelector" in f else model.LabelSelector(),
+        pod_selector=_selector(r, f["podSelector"], f"{path}.podSelector") if "podSelector" in f else model.LabelSelector(),
+        kinds=tuple(dict.fromkeys(kinds)),
+    )
+
+
+def _kind(r: _Reader, node: Node, path: str) -> str | None:
+    kind = r.string(node, path, _KIND_RE, "a Kubernetes kind such as Deployment, Job, StatefulSet, Notebook or Pod")
+    if kind == "DaemonSet":
+        r.fail(node, path, "DaemonSet pods are never candidates (one per node is their purpose); remove it")
+        return None
+    return kind
+
+
+def _namespaces(r: _Reader, node: Node, path: str) -> model.Namespaces:
+    f = r.fields(node, path, ("include", "exclude"), required=("include",)) or {}
+
+    def glob(n: Node, p: str) -> str | None:
+        value = r.string(n, p, _GLOB_RE, "a namespace glob (a-z, 0-9, '-', and * ? [...]; at most 63)")
+        if value is not None and value.count("[") != value.count("]"):
+            r.fail(n, p, f"{_show(n)} has an unbalanced '[': a set is written [abc] or [!abc]")
+            return None
+        return value
+
+    return model.Namespaces(include=r.items(f["include"], f"{path}.include", glob) if "include" in f else (),
+                            exclude=r.items(f["exclude"], f"{path}.exclude", glob) if "exclude" in f else ())
+
+
+def _selector(r: _Reader, node: Node, path: str) -> model.LabelSelector:
+    f = r.fields(node, path, ("matchLabels", "matchExpressions")) or {}
+    key_forms = "a label key ([prefix/]name, name: alphanumerics, '-', '_', '.', at most 63)"
+    value_forms = "a label value (alphanumerics, '-', '_', '.', at most 63; quote true, 1, yes)"
+    labels: list[tuple[str, str]] = []
+    if "matchLabels" in f:
+        given = f["matchLabels"]
+        if not isinstance(given, MappingNode):
+            r.fail(given, f"{path}.matchLabels", f"expected a mapping of label key to value, got {_show(given)}")
+        else:
+            for k, v in given.value:
+                key = r.string(k, f"{path}.matchLabels", _LABEL_KEY_RE, key_forms)
+                value = r.string(v, f"{path}.matchLabels.{k.value}", _LABEL_VALUE_RE, value_forms)
+                if key is not None and value is not None:
+                    labels.append((key, value))
+
+    def requirement(n: Node, p: str) -> model.Requirement | None:
+        e = r.fields(n, p, ("key", "operator", "values"), required=("key", "operator"))
+        if not e or "key" not in e or "operator" not in e:
+            return None
+        key = r.string(e["key"], f"{p}.key", _LABEL_KEY_RE, key_forms)
+        op = r.choice(e["operator"], f"{p}.operator", model.Operator)
+        values = r.items(e["values"], f"{p}.values",
+                         lambda vn, vp: r.string(vn, vp, _LABEL_VALUE_RE, value_forms)) if "values" in e else ()
+        if op in (model.Operator.IN, model.Operator.NOT_IN) and not values:
+            r.fail(n, f"{p}.values", f"{op} needs a non-empty list of values")
+            return None
+        if op in (model.Operator.EXISTS, model.Operator.DOES_NOT_EXIST) and "values" in e:
+            r.fail(e["values"], f"{p}.values", f"{op} takes no values; remove them")
+            return None
+        return model.Requirement(key, op, values) if key is not None and op is not None else None
+
+    expressions = r.items(f["matchExpressions"], f"{path}.matchExpressions", requirement) \
+        if "matchExpressions" in f else ()
+    return model.LabelSelector(tuple(labels), expressions)
+
+
+def _triggers(r: _Reader, node: Node, path: str) -> tuple[model.Trigger, ...]:
+    before = len(r.errors)
+    f = r.fields(node, path, tuple(_TRIGGER_READERS))
+    if f is None:
+        return ()
+    if not f and len(r.errors) == before:  # `{}`, not a mapping of only misspelt keys
+        r.fail(node, path, f"give at least one trigger: {', '.join(_TRIGGER_READERS)}")
+    return tuple(t for key, n in f.items() if (t := _TRIGGER_READERS[key](r, n, f"{path}.{key}")) is not None)
+
+
+def _window_fields(r: _Reader, f: dict[str, Node], path: str) -> dict[str, Any]:
+    """window, minCoverage and minPodAge, shared by the idle triggers; minPodAge defaults to window."""
+    window = r.duration(f["window"], f"{path}.window") if "window" in f else _dt.timedelta(hours=2)
+    coverage = r.number(f["minCoverage"], f"{path}.minCoverage", 0, 1) if "minCoverage" in f else 0.8
+    age = r.duration(f["minPodAge"], f"{path}.minPodAge", allow_zero=True) if "minPodAge" in f else window
+    return {"window": window, "min_coverage": coverage, "min_pod_age": age}
+
+
+def _idle_gpu(r: _Reader, node: Node, path: str) -> model.IdleGpu | None:
+    f = r.fields(node, path, ("signal", "threshold", "window", "minCoverage", "minPodAge"))
+    if f is None:
+        return None
+    signal = r.choice(f["signal"], f"{path}.signal", model.GpuSignal) if "signal" in f else model.GpuSignal.GPU_UTIL
+    common = _window_fields(r, f, path)
+    if signal is None:
+        return None
+    threshold = r.number(f["threshold"], f"{path}.threshold", 0, signal.maximum,
+                                                      f" for {signal.value}") if "threshold" in f \
+        else signal.default_threshold
+    return model.IdleGpu(signal=signal, threshold=threshold, **common) if threshold is not None else None
+
+
+def _idle_cpu(r: _Reader, node: Node, path: str) -> model.IdleCpu | None:
+    f = r.fields(node, path, ("cores", "fractionOfRequest", "window", "minCoverage", "minPodAge",
+                              "ignoreContainers"))
+    if f is None:
+        return None
+    if ("cores" in f) == ("fractionOfRequest" in f):
+        r.fail(node, path, "give exactly one of cores (absolute) or fractionOfRequest (0-1)")
+    cores = r.number(f["cores"], f"{path}.cores", 0, 1e6) if "cores" in f else None
+    fraction = r.number(f["fractionOfRequest"], f"{path}.fractionOfRequest", 0, 1) if "fractionOfRequest" in f else None
+    ignore = r.items(f["ignoreContainers"], f"{path}.ignoreContainers",
+                     lambda n, p: r.string(n, p, _NAME_RE, "a container name (a DNS label)")) \
+        if "ignoreContainers" in f else ()
+    return model.IdleCpu(cores=cores, fraction_of_request=fraction, ignore_containers=ignore,
+                         **_window_fields(r, f, path))
+
+
+def _after(cls: type[model.Pending] | type[model.Terminating]) -> Callable[[_Reader, Node, str], Any]:
+    def read(r: _Reader, node: Node, path: str) -> model.Pending | model.Terminating | None:
+        f = r.fields(node, path, ("after",), required=("after",))
+        after = r.duration(f["after"], f"{path}.after") if f and "after" in f else None
+        return cls(after=after) if after is not None else None
+
+    return read
+
+
+# The tagged union's readers, by YAML key: a new trigger kind adds one entry here.
+_TRIGGER_READERS: dict[str, Callable[[_Reader, Node, str], model.Trigger | None]] = {
+    model.IdleGpu.key: _idle_gpu,
+    model.IdleCpu.key: _idle_cpu,
+    model.Pending.key: _after(model.Pending),
+    model.Terminating.key: _after(model.Terminating),
+}
+
+
+def _lifecycle(r: _Reader, node: Node, path: str) -> model.Lifecycle:
+    f = r.fields(node, path, ("warnBefore", "remindEvery", "action", "maxExtension", "honourOptOut")) or {}
+    default = model.Lifecycle()
+    values = {
+        "warn_before": r.duration(f["warnBefore"], f"{path}.warnBefore") if "warnBefore" in f else default.warn_before,
+        "remind_every": r.duration(f["remindEvery"], f"{path}.remindEvery", allow_zero=True)
+        if "remindEvery" in f else default.remind_every,
+        "action": r.choice(f["action"], f"{path}.action", model.Action) if "action" in f else default.action,
+        "max_extension": r.duration(f["maxExtension"], f"{path}.maxExtension", allow_zero=True)
+        if "maxExtension" in f else default.max_extension,
+        "honour_opt_out": r.boolean(f["honourOptOut"], f"{path}.honourOptOut")
+        if "honourOptOut" in f else default.honour_opt_out,
+    }
+    # A None here always comes with an error recorded, so the policy is dropped; keep the type honest.
+    return model.Lifecycle(**{k: v for k, v in values.items() if v is not None})

@@ -1,0 +1,250 @@
+"""What an admin policy says, as frozen values: which workloads it covers, when it fires, what follows.
+
+Policies are plain data so that `decide/` can evaluate them without I/O and tests can build them
+directly. `load.py` is the only place that turns YAML into these values; it has already checked
+every range and form, so code reading a `Policy` never re-validates.
+
+Why the shapes are what they are:
+
+* Triggers are a tagged union keyed by their YAML key (`idleGpu`, `idleCpu`, `pending`,
+  `terminating`). Adding a trigger kind means one dataclass here, one reader in `load.py`, and one
+  evaluator in `decide/`; nothing else changes.
+* Selection is "first match wins, per trigger kind" (`first_match`): for a given trigger kind the
+  first policy in load order whose `match` selects the workload *and* that defines that trigger
+  kind decides it. So `idle-gpu.yaml` and `pending.yaml` compose without either hiding the other,
+  while a narrow policy placed before a broad one still overrides it. docs/policies.md says this
+  with examples.
+* Matching is written here, on plain strings and dicts, because it is a property of the policy
+  (kube-janitor's `Rule.matches` is too); it needs no Kubernetes client and reads no clock.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import enum
+import fnmatch
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar, TypeVar
+
+
+class Mode(enum.StrEnum):
+    """shadow: evaluate and report what would happen (plan, metrics), never mark, warn or act.
+    enforce: the lifecycle runs. New installs and every example start in shadow."""
+
+    SHADOW = "shadow"
+    ENFORCE = "enforce"
+
+
+class Action(enum.StrEnum):
+    """What the lifecycle finally does to an idle workload (used by the lifecycle issue)."""
+
+    DELETE = "delete"
+    SUSPEND = "suspend"  # Job/CronJob `spec.suspend`, Notebook stop annotation
+    SCALE_TO_ZERO = "scale-to-zero"  # Deployment/StatefulSet replicas: 0
+
+
+class GpuSignal(enum.StrEnum):
+    """The DCGM field an idle-GPU trigger reads, and the range its threshold lives in."""
+
+    GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # percent 0-100; not reported per MIG slice
+    GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"  # ratio 0-1; works for MIG
+
+    @property
+    def maximum(self) -> float:
+        return 100.0 if self is GpuSignal.GPU_UTIL else 1.0
+
+    @property
+    def default_threshold(self) -> float:
+        """5 % busy: a notebook kernel left open idles at 0-2 %, real training is far above."""
+        return 5.0 if self is GpuSignal.GPU_UTIL else 0.05
+
+
+class Operator(enum.StrEnum):
+    """Kubernetes label selector operators (matchExpressions)."""
+
+    IN = "In"
+    NOT_IN = "NotIn"
+    EXISTS = "Exists"
+    DOES_NOT_EXIST = "DoesNotExist"
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One matchExpressions entry; `values` is empty for Exists/DoesNotExist."""
+
+    key: str
+    operator: Operator
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        if self.operator is Operator.EXISTS:
+            return self.key in labels
+        if self.operator is Operator.DOES_NOT_EXIST:
+            return self.key not in labels
+        if self.operator is Operator.IN:
+            return self.key in labels and labels[self.key] in self.values
+        return self.key not in labels or labels[self.key] not in self.values  # NotIn, as Kubernetes
+
+
+@dataclass(frozen=True, slots=True)
+class LabelSelector:
+    """A Kubernetes LabelSelector: all matchLabels and all matchExpressions must hold (AND).
+    An empty selector matches everything, as in Kubernetes."""
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    match_expressions: tuple[Requirement, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.match_labels) and all(
+            r.matches(labels) for r in self.match_expressions
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Namespaces:
+    """Namespace globs (fnmatch: `*`, `?`, `[...]`). Exclude takes precedence over include."""
+
+    include: tuple[str, ...] = ("*",)
+    exclude: tuple[str, ...] = ()
+
+    def matches(self, namespace: str) -> bool:
+        def hit(globs: Iterable[str]) -> bool:
+            return any(fnmatch.fnmatchcase(namespace, g) for g in globs)
+
+        return hit(self.include) and not hit(self.exclude)
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """Which workloads a policy covers; every part given must hold (AND).
+
+    `kinds` are kinds of the *owning workload* after resolving ownerReferences (Deployment, Job,
+    StatefulSet, Notebook, ...; `Pod` means a bare pod). Empty means any kind. The pod selector
+    must hold for every pod of the workload, which the caller checks pod by pod.
+    """
+
+    namespaces: Namespaces = field(default_factory=Namespaces)
+    namespace_selector: LabelSelector = field(default_factory=LabelSelector)
+    pod_selector: LabelSelector = field(default_factory=LabelSelector)
+    kinds: tuple[str, ...] = ()
+
+    def matches(
+        self,
+        *,
+        namespace: str,
+        namespace_labels: Mapping[str, str],
+        kind: str,
+        pod_labels: Mapping[str, str],
+    ) -> bool:
+        return (
+            self.namespaces.matches(namespace)
+            and self.namespace_selector.matches(namespace_labels)
+            and (not self.kinds or kind in self.kinds)
+            and self.pod_selector.matches(pod_labels)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class IdleGpu:
+    """Idle when, for a GPU of the pod, the peak of `signal` over `window` is at or below
+    `threshold`, with samples covering at least `min_coverage` of the window (less is *unknown*,
+    never idle). Pods younger than `min_pod_age` are never judged."""
+
+    key: ClassVar[str] = "idleGpu"
+    signal: GpuSignal = GpuSignal.GPU_UTIL
+    threshold: float = 5.0
+    window: _dt.timedelta = _dt.timedelta(hours=2)
+    min_coverage: float = 0.8
+    min_pod_age: _dt.timedelta = _dt.timedelta(hours=2)
+
+
+@dataclass(frozen=True, slots=True)
+class IdleCpu:
+    """Idle when the peak CPU use of the pod's app containers (all but `ignore_containers`) over
+    `window` is at or below `cores`, or at or below `fraction_of_request` of their CPU request; exactly
+    one of the two is set."""
+
+    key: ClassVar[str] = "idleCpu"
+    cores: float | None = None
+    fraction_of_request: float | None = None
+    window: _dt.timedelta = _dt.timedelta(hours=2)
+    min_coverage: float = 0.8
+    min_pod_age: _dt.timedelta = _dt.timedelta(hours=2)
+    ignore_containers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A pod Pending (unscheduled or not started) for longer than `after`."""
+
+    key: ClassVar[str] = "pending"
+    after: _dt.timedelta = _dt.timedelta(hours=24)
+
+
+@dataclass(frozen=True, slots=True)
+class Terminating:
+    """A pod still Terminating `after` its deletion timestamp plus its grace period."""
+
+    key: ClassVar[str] = "terminating"
+    after: _dt.timedelta = _dt.timedelta(minutes=30)
+
+
+Trigger = IdleGpu | IdleCpu | Pending | Terminating
+TRIGGER_KINDS: tuple[type[Trigger], ...] = (IdleGpu, IdleCpu, Pending, Terminating)
+T = TypeVar("T", IdleGpu, IdleCpu, Pending, Terminating)
+
+
+@dataclass(frozen=True, slots=True)
+class Lifecycle:
+    """What happens after a trigger fires, in enforce mode (implemented by the lifecycle issue).
+
+    Mark, warn the owner `warn_before` the deadline, remind every `remind_every` (zero: no
+    reminders), then `action`. Owners may extend by at most `max_extension` (zero: no extension).
+    `honour_opt_out: false` makes the policy apply even to `janitor/opt-out: "true"` objects.
+    """
+
+    warn_before: _dt.timedelta = _dt.timedelta(hours=24)
+    remind_every: _dt.timedelta = _dt.timedelta(hours=8)
+    action: Action = Action.DELETE
+    max_extension: _dt.timedelta = _dt.timedelta(days=7)
+    honour_opt_out: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """One admin policy. `source` is `file:line` of its entry, for plans, logs and errors."""
+
+    name: str
+    triggers: tuple[Trigger, ...]
+    description: str = ""
+    match: Match = field(default_factory=Match)
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)
+    mode: Mode = Mode.SHADOW
+    source: str = ""
+
+    def trigger(self, kind: type[T]) -> T | None:
+        """This policy's trigger of `kind` (e.g. `policy.trigger(IdleGpu)`), or None."""
+        for t in self.triggers:
+            if isinstance(t, kind):
+                return t
+        return None
+
+
+def first_match(
+    policies: Sequence[Policy],
+    kind: type[Trigger],
+    *,
+    namespace: str,
+    namespace_labels: Mapping[str, str],
+    workload_kind: str,
+    pod_labels: Mapping[str, str],
+) -> Policy | None:
+    """The policy that decides trigger `kind` for this workload: the first, in load order, that
+    defines that trigger and whose match selects the workload. Later policies are not consulted."""
+    for policy in policies:
+        if policy.trigger(kind) is not None and policy.match.matches(
+            namespace=namespace, namespace_labels=namespace_labels, kind=workload_kind, pod_labels=pod_labels
+        ):
+            return policy
+    return None
