@@ -155,6 +155,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_rbac(args: argparse.Namespace) -> int:
+    import yaml
+
+    from janitor import rbac
+
+    kinds = tuple(parse_kind(k.strip()) for k in args.kinds.split(",") if k.strip())
+    role = rbac.cluster_role(kinds, name=args.name)
+    binding = rbac.cluster_role_binding(name=args.name, role=args.name, namespace=args.namespace,
+                                        service_account=args.service_account)
+    print(yaml.safe_dump_all([role, binding], sort_keys=False), end="")
+    return 0
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     """Validate policy files; print every error (stderr, exit 1) or the policies in match order."""
     from janitor.policy import load, model
@@ -282,6 +295,18 @@ interact with janitor/ttl, janitor/expires and janitor/opt-out: docs/policies.md
     explain.add_argument("object", metavar="KIND/NAMESPACE/NAME")
     _add_cluster_options(explain)
     explain.set_defaults(func=_cmd_explain)
+
+    rbac_cmd = commands.add_parser(
+        "rbac", help="print the ClusterRole (and binding) the janitor needs for --kinds",
+        description="The janitor's RBAC comes from the same kinds list it cleans up: get, list, patch and "
+                    "delete on each kind, Events, and its state ConfigMap. A kind left out of the role is "
+                    "skipped and counted, never half-handled. Apply with: janitor rbac | kubectl apply -f -",
+    )
+    rbac_cmd.add_argument("--kinds", default=",".join(k.key for k in DEFAULT_KINDS), help="(default: %(default)s)")
+    rbac_cmd.add_argument("--name", default="kube-idle-janitor", help="ClusterRole and binding name (%(default)s)")
+    rbac_cmd.add_argument("--namespace", default="kube-idle-janitor", help="the ServiceAccount's namespace (%(default)s)")
+    rbac_cmd.add_argument("--service-account", default="kube-idle-janitor", help="(%(default)s)")
+    rbac_cmd.set_defaults(func=_cmd_rbac)
 
     run = commands.add_parser("run", help="run the janitor (a cycle every --interval, or --once)",
                               description="Observe, decide and act on a schedule. Every action is an "

@@ -19,22 +19,24 @@ KIND_VERBS = ("get", "list", "delete", "patch")
 
 
 def cluster_role(kinds: Sequence[ResourceKind], *, name: str = "kube-idle-janitor") -> dict[str, Any]:
-    by_group: dict[str, list[str]] = defaultdict(list)
+    verbs: dict[tuple[str, str], list[str]] = defaultdict(list)
+
+    def grant(group: str, resource: str, *wanted: str) -> None:
+        verbs[(group, resource)].extend(v for v in wanted if v not in verbs[(group, resource)])
+
     for kind in kinds:
-        if kind.plural not in by_group[kind.group]:
-            by_group[kind.group].append(kind.plural)
-    rules: list[dict[str, Any]] = [
-        {"apiGroups": [group], "resources": sorted(plurals), "verbs": list(KIND_VERBS)}
-        for group, plurals in sorted(by_group.items())
-    ]
+        grant(kind.group, kind.plural, *KIND_VERBS)
     # Events announce every action; the state ConfigMap (ledger, tripwire) is read and written.
-    rules.append({"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]})
-    rules.append({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]})
+    grant("", "events", "create", "patch")
+    grant("", "configmaps", "get", "create", "patch")
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
         "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "kube-idle-janitor"}},
-        "rules": rules,
+        "rules": [
+            {"apiGroups": [group], "resources": [resource], "verbs": granted}
+            for (group, resource), granted in sorted(verbs.items())
+        ],
     }
 
 

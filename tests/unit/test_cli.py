@@ -73,3 +73,16 @@ def test_console_script_runs() -> None:
     result = subprocess.run([script, "annotation", "janitor/ttl=2w"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "1209600 s" in result.stdout
+
+
+def test_rbac_prints_role_and_binding_for_the_kinds(capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    assert cli.main(["rbac", "--kinds", "ConfigMap,Job,notebooks.kubeflow.org/v1", "--namespace", "ops"]) == 0
+    role, binding = yaml.safe_load_all(capsys.readouterr().out)
+    rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): r["verbs"] for r in role["rules"]}
+    assert rules[(("",), ("configmaps",))] == ["get", "list", "delete", "patch", "create"]
+    assert rules[(("batch",), ("jobs",))] == ["get", "list", "delete", "patch"]
+    assert rules[(("kubeflow.org",), ("notebooks",))] == ["get", "list", "delete", "patch"]
+    assert rules[(("",), ("events",))] == ["create", "patch"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kube-idle-janitor", "namespace": "ops"}]
