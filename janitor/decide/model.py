@@ -177,3 +177,31 @@ class Plan:
 
     def deletions(self) -> tuple[Action, ...]:
         return tuple(a for a in self.actions if a.type is ActionType.DELETE)
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerView:
+    name: str
+    cpu_request_cores: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    """A pod as the idle and stuck triggers read it."""
+
+    ref: ObjectRef
+    resource_version: str
+    labels: Mapping[str, str]
+    controller: OwnerRef | None
+    node: str | None
+    phase: str
+    started: datetime.datetime | None  # status.startTime: when its containers started
+    gpus: int  # nvidia.com/gpu plus nvidia.com/mig-* it requests (limits count: GPUs are set as limits)
+    containers: tuple[ContainerView, ...] = ()
+    deleting: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceView:
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
