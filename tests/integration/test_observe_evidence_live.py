@@ -1,0 +1,186 @@
+"""`gpu_evidence` / `cpu_evidence` against a Prometheus holding two hours of backfilled history.
+
+One history Prometheus serves every test here (backfilling takes a while): pods are created
+backdated 3 h, their past is described on the sandbox exporters, and evidence is asked at the
+moment the backfill ends, so a 2 h window at a 15 s step holds about 480 samples.
+
+Covered:
+- a pod idle for 2 h: both GPUs peak 0 with ~480 samples, on the node the scheduler chose;
+- a pod with one GPU busy for 30 min: that GPU's peak shows, the other stays 0;
+- a 40-minute gap in a pod's series: fewer samples (coverage < 0.8), so the planner sees unknown;
+- a MIG pod on mig-node-1: `gpu/GPU_I_ID` ids under DCGM_FI_PROF_GR_ENGINE_ACTIVE, and no
+  GPU_UTIL evidence at all (absent, not idle);
+- no series is attributed to the dcgm-exporter's own pod (the `exported_pod!=""` filter);
+- CPU: the app container's peak only when the busy `istio-proxy` sidecar is ignored, the sum
+  when it is not;
+- an unreachable Prometheus gives failed evidence (logged once), not empty success.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from kubernetes import client
+
+from devenv.exporters.server import ValuesControl
+from devenv.exporters.values import ABSENT, Kind, Segment
+from devenv.history import prometheus_with_history
+from devenv.nodes import STARTED_AT
+from devenv.procs import wait_until
+from janitor.decide.evidence import PodKey
+from janitor.observe.evidence import cpu_evidence, gpu_evidence
+from janitor.observe.prometheus import HONOR_LABELS, SERVICE_MONITOR, PrometheusConfig, PrometheusSource
+
+GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
+GR_ENGINE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+WINDOW = timedelta(hours=2)
+STEP = timedelta(seconds=15)
+
+
+@dataclass(frozen=True)
+class History:
+    source: PrometheusSource
+    namespace: str
+    at: datetime  # just before the backfill's end: the window holds only backfilled samples
+
+    def key(self, pod: str) -> PodKey:
+        return PodKey(self.namespace, pod)
+
+
+def _pod(core: client.CoreV1Api, namespace: str, name: str, started_at: str,
+         containers: list[client.V1Container]) -> None:
+    core.create_namespaced_pod(namespace, client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, annotations={STARTED_AT: started_at}),
+        spec=client.V1PodSpec(containers=containers),
+    ))
+
+
+def _gpu_container(resource: str = "nvidia.com/gpu", count: int = 1) -> client.V1Container:
+    return client.V1Container(name="trainer", image="registry.example/train:1", resources=client.V1ResourceRequirements(
+        requests={"cpu": "1"}, limits={resource: str(count)}))
+
+
+@pytest.fixture(scope="module")
+def history(sandbox, kube: client.ApiClient, core: client.CoreV1Api) -> Iterator[History]:
+    namespace = f"evidence-live-{uuid.uuid4().hex[:6]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    values = ValuesControl(sandbox.exporters_url)
+    server = None
+    try:
+        wait_until(lambda: any(sa.metadata.name == "default"
+                               for sa in core.list_namespaced_service_account(namespace).items),
+                   timeout=30, what="default ServiceAccount")
+        now = time.time()
+        started = datetime.fromtimestamp(now - 3 * 3600, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        _pod(core, namespace, "idle", started, [_gpu_container(count=2)])
+        _pod(core, namespace, "busy-one", started, [_gpu_container(count=2)])
+        _pod(core, namespace, "gappy", started, [_gpu_container(count=1)])
+        _pod(core, namespace, "mig", started, [_gpu_container("nvidia.com/mig-3g.40gb", 1)])
+        _pod(core, namespace, "cpu", started, [
+            client.V1Container(name="app", image="registry.example/app:1",
+                               resources=client.V1ResourceRequirements(requests={"cpu": "1"})),
+            client.V1Container(name="istio-proxy", image="registry.example/proxy:1",
+                               resources=client.V1ResourceRequirements(requests={"cpu": "100m"})),
+        ])
+        names = {"idle", "busy-one", "gappy", "mig", "cpu"}
+        wait_until(lambda: {p.metadata.name for p in core.list_namespaced_pod(namespace).items
+                            if p.status.phase == "Running"} == names, timeout=60, what="all pods Running")
+
+        values.add_history(Kind.GPU_UTIL, (namespace, "idle", None), [Segment(now - 3 * 3600, now + 3600, 0)])
+        values.add_history(Kind.GPU_UTIL, (namespace, "busy-one", 1), [Segment(now - 5400, now - 3600, 80)])
+        values.add_history(Kind.GPU_UTIL, (namespace, "gappy", None), [Segment(now - 3600, now - 1200, ABSENT)])
+        values.add_history(Kind.GR_ENGINE_ACTIVE, (namespace, "mig", None), [Segment(now - 5400, now - 3600, 0.6)])
+        values.add_history(Kind.CPU, (namespace, "cpu", "istio-proxy"), [Segment(now - 3 * 3600, now + 3600, 2.0)])
+        values.add_history(Kind.CPU, (namespace, "cpu", "app"), [Segment(now - 5400, now - 3600, 0.3)])
+
+        at = datetime.now(timezone.utc)
+        server, report = prometheus_with_history(kube, sandbox.exporters_url, step=15, work_dir=sandbox.run_dir)
+        assert report.samples > 0
+        with PrometheusSource(PrometheusConfig(url=server.url, connect_timeout=2, read_timeout=20)) as source:
+            yield History(source, namespace, at)
+    finally:
+        if server is not None:
+            server.stop()
+        values.reset()
+        core.delete_namespace(namespace)
+
+
+def _gpu(history: History, signal: str = GPU_UTIL):
+    evidence = gpu_evidence(history.source, signal=signal, window=WINDOW, step=STEP, at=history.at,
+                            labels=SERVICE_MONITOR)
+    assert evidence.failed is None
+    return evidence
+
+
+def test_idle_pod_has_both_gpus_at_zero_with_full_coverage(history: History, core: client.CoreV1Api) -> None:
+    evidence = _gpu(history)
+    series = evidence.pods[history.key("idle")]
+    node = core.read_namespaced_pod("idle", history.namespace).spec.node_name
+    assert len(series) == 2 and len({s.gpu for s in series}) == 2
+    assert [s.peak for s in series] == [0.0, 0.0]
+    assert all(470 <= s.samples <= 482 for s in series), series
+    assert all(s.samples / evidence.window.expected_samples >= 0.97 for s in series)
+    assert {s.node for s in series} == {node}
+    # Unassigned GPUs and the exporter's own `pod` label never show up as a workload pod.
+    assert not [k for k in evidence.pods if k.namespace == "gpu-operator" or k.pod.startswith("dcgm-exporter")]
+
+
+def test_one_busy_gpu_shows_its_peak(history: History) -> None:
+    series = _gpu(history).pods[history.key("busy-one")]
+    assert sorted(s.peak for s in series) == [0.0, 80.0]
+    assert all(470 <= s.samples <= 482 for s in series), series
+
+
+def test_gap_in_history_lowers_coverage(history: History) -> None:
+    evidence = _gpu(history)
+    (series,) = evidence.pods[history.key("gappy")]
+    coverage = series.samples / evidence.window.expected_samples
+    assert series.peak == 0.0
+    assert 0.6 <= coverage < 0.8, (series.samples, coverage)  # 80 of 120 minutes
+
+
+def test_mig_instance_has_gpu_and_instance_id(history: History) -> None:
+    evidence = _gpu(history, GR_ENGINE)
+    (series,) = evidence.pods[history.key("mig")]
+    assert re.fullmatch(r"\d+/\d+", series.gpu), series.gpu
+    assert series.node == "mig-node-1"
+    assert series.peak == pytest.approx(0.6)
+    assert 470 <= series.samples <= 482
+    # GPU_UTIL is not reported for MIG instances: the pod is absent from that evidence, not idle.
+    assert history.key("mig") not in _gpu(history).pods
+
+
+def test_cpu_ignores_the_busy_sidecar(history: History) -> None:
+    def usage(ignore: tuple[str, ...]):
+        evidence = cpu_evidence(history.source, window=WINDOW, step=STEP, at=history.at, labels=HONOR_LABELS,
+                                ignore_containers=ignore)
+        assert evidence.failed is None
+        return evidence.pods[history.key("cpu")]
+
+    app_only = usage(("istio-proxy",))
+    assert app_only.peak_cores == pytest.approx(0.3, abs=0.02)
+    assert 460 <= app_only.samples <= 482, app_only
+    everything = usage(())
+    assert everything.peak_cores == pytest.approx(2.3, abs=0.05)
+
+
+def test_unreachable_prometheus_fails_the_evidence(caplog: pytest.LogCaptureFixture) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    at = datetime.now(timezone.utc)
+    with PrometheusSource(PrometheusConfig(url=f"http://127.0.0.1:{port}", connect_timeout=2)) as dead:
+        with caplog.at_level(logging.WARNING, logger="janitor.observe.evidence"):
+            gpu = gpu_evidence(dead, signal=GPU_UTIL, window=WINDOW, step=STEP, at=at, labels=SERVICE_MONITOR)
+            cpu = cpu_evidence(dead, window=WINDOW, step=STEP, at=at)
+    assert gpu.failed and "transport" in gpu.failed and dict(gpu.pods) == {}
+    assert cpu.failed and "transport" in cpu.failed and dict(cpu.pods) == {}
+    assert len([r for r in caplog.records if r.name == "janitor.observe.evidence"]) == 2
