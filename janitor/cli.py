@@ -94,6 +94,12 @@ def _settings(args: argparse.Namespace) -> Settings:
     )
     namespaces = tuple(n.strip() for n in args.namespaces.split(",") if n.strip()) or None
     return Settings(kinds=kinds, rails=rails, state_namespace=args.state_namespace, namespaces=namespaces,
+                    policy_paths=tuple(getattr(args, "policies", None) or ()),
+                    prometheus_url=getattr(args, "prometheus_url", None) or os.environ.get("PROMETHEUS_URL"),
+                    dcgm_labels=getattr(args, "dcgm_labels", "servicemonitor"),
+                    hostname_label=getattr(args, "hostname_label", "Hostname"),
+                    scrape_interval=datetime.timedelta(seconds=getattr(args, "scrape_interval", 30.0)),
+                    extra_matchers=tuple(getattr(args, "prometheus_matcher", None) or ()),
                     interval=datetime.timedelta(seconds=getattr(args, "interval", 60)))
 
 
@@ -123,6 +129,20 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         print("\r".ljust(60), end="\r", file=sys.stderr)
     print(report.plan_table(decided, dry_run=janitor.settings.rails.dry_run))
     print(f"{objects} objects read.")
+    if janitor.settings.policy_paths:
+        from janitor import shadow_cycle
+        from janitor.policy import load
+
+        loaded = load.from_paths(janitor.settings.policy_paths)
+        if loaded.errors:
+            for error in loaded.errors:
+                print(error, file=sys.stderr)
+            return 1
+        with shadow_cycle.prometheus_source(janitor.settings) as source:
+            idle = shadow_cycle.idle_report(janitor.api, janitor.settings, loaded.policies,
+                                            janitor.owners(), decided.now, source)
+        print()
+        print(report.idle_table(idle.findings, idle.evidence_failures, idle.gpu_pods_without_telemetry))
     return 0
 
 
@@ -288,6 +308,18 @@ interact with janitor/ttl, janitor/expires and janitor/opt-out: docs/policies.md
                                description="Read the cluster, decide, and print the plan as a table. "
                                            "Nothing is changed.")
     _add_cluster_options(plan)
+    idle = plan.add_argument_group("idle policies (shadow report)")
+    idle.add_argument("--policies", action="append", metavar="PATH",
+                      help="policy file or directory (repeatable); adds the idle findings to the plan")
+    idle.add_argument("--prometheus-url", help="default: $PROMETHEUS_URL")
+    idle.add_argument("--dcgm-labels", choices=("servicemonitor", "direct"), default="servicemonitor",
+                      help="servicemonitor: workload labels are exported_pod/exported_namespace (the "
+                           "dcgm-exporter chart's default); direct: pod/namespace (%(default)s)")
+    idle.add_argument("--hostname-label", default="Hostname", help="Hostname, or hostname on newer dcgm-exporter")
+    idle.add_argument("--scrape-interval", type=float, default=30.0,
+                      help="seconds between dcgm-exporter samples, for coverage (%(default)s)")
+    idle.add_argument("--prometheus-matcher", action="append", metavar='LABEL="VALUE"',
+                      help='added to every query, e.g. cluster="mn2" (repeatable)')
     plan.set_defaults(func=_cmd_plan)
 
     explain = commands.add_parser("explain", help="every rule's verdict on one object",

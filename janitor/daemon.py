@@ -83,6 +83,10 @@ class Janitor:
         self._snapshot_by_uid = {o.ref.uid: o for o in snapshot.objects}
         return decided, len(snapshot.objects)
 
+    def owners(self) -> list[ObjectView]:
+        """The objects of the last snapshot: the workloads pods resolve to."""
+        return list(self._snapshot_by_uid.values())
+
     def run_cycle(self) -> CycleResult:
         began = time.monotonic()
         decided, objects = self.plan_now()

@@ -67,3 +67,26 @@ def explain(plan: Plan, verdicts: Iterable[Verdict], target: str) -> str:
         if held.action.target.uid == ref.uid:
             lines.append(f"  => would DELETE, held ({held.reason}): {held.why}")
     return "\n".join(lines)
+
+
+def idle_table(findings, failures=(), silent=()) -> str:  # type: ignore[no-untyped-def]
+    """The shadow-mode report: every idle policy's verdict per workload, and what enforcing
+    would reclaim, in GPU-hours per policy and namespace."""
+    from janitor.decide.shadow import reclaim_by
+
+    order = {"idle": 0, "partially-idle": 1, "unknown": 2, "too-young": 3, "busy": 4}
+    rows = [
+        [f.policy, f.mode, f.trigger, str(f.workload) if f.workload else "(unknown workload)", f.idleness,
+         str(f.gpus_held), f"{f.reclaim_gpu_hours:g}", f.why + (f" [managed by {f.managed_by}]" if f.managed_by else "")]
+        for f in sorted(findings, key=lambda f: (order.get(str(f.idleness), 9), f.policy, str(f.workload)))
+    ]
+    lines = ["Idle policies (shadow: nothing is marked, warned or deleted):"]
+    lines.append(table(rows, ["POLICY", "MODE", "TRIGGER", "WORKLOAD", "VERDICT", "GPUS", "GPU-H", "WHY"])
+                 if rows else "No workload matched an idle policy.")
+    totals = reclaim_by(findings)
+    for (policy, namespace), hours in sorted(totals.items()):
+        lines.append(f"would reclaim {hours:g} GPU-hours: policy {policy}, namespace {namespace}")
+    lines.extend(f"evidence unavailable (nothing judged idle on it): {f}" for f in failures)
+    if silent:
+        lines.append(f"{len(silent)} running GPU pods have no GPU telemetry: " + ", ".join(silent))
+    return "\n".join(lines)

@@ -55,6 +55,13 @@ class Settings:
     page_size: int = 500  # objects per list call: bounded memory and apiserver load on big clusters
     # Only these namespaces (kube-janitor's --include-namespaces); None = the whole cluster.
     namespaces: tuple[str, ...] | None = None
+    # The idle triggers: policy files (empty = none) and where their evidence comes from.
+    policy_paths: tuple[str, ...] = ()
+    prometheus_url: str | None = None
+    dcgm_labels: str = "servicemonitor"  # "servicemonitor": exported_pod/...; "direct": pod/...
+    hostname_label: str = "Hostname"  # dcgm-exporter before 4.x renamed it: "hostname"
+    scrape_interval: datetime.timedelta = datetime.timedelta(seconds=30)  # coverage is measured against it
+    extra_matchers: tuple[str, ...] = ()  # e.g. cluster="mn2" when one Thanos serves several clusters
 
 
 __all__ = ["Caps", "DEFAULT_KINDS", "DEFAULT_PROTECTED_NAMESPACES", "Rails", "Settings", "parse_kind"]

@@ -131,4 +131,5 @@ def judge_workload(pods: Iterable[Judgement]) -> tuple[Idleness, str]:
     unsure = [j for j in judged if j.idleness is not Idleness.IDLE]
     if unsure:
         return Idleness.UNKNOWN, f"{len(unsure)} of {len(judged)} pods cannot be judged ({unsure[0].pod.pod}: {unsure[0].why})"
-    return Idleness.IDLE, f"all {len(judged)} pods idle"
+    shown = "; ".join(f"{j.pod.pod}: {j.why}" for j in judged[:3]) + ("; ..." if len(judged) > 3 else "")
+    return Idleness.IDLE, f"all {len(judged)} pods idle ({shown})"

@@ -1,0 +1,63 @@
+"""Observing for the idle policies: pods, owners and Prometheus evidence, into shadow findings.
+
+Shadow mode is how admins meet the idle triggers: on a live cluster it reads everything the
+enforcing path would read and reports what it would reclaim, and changes nothing. Evidence is
+read once per distinct (signal, window) the policies need, never once per pod.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kubernetes.client import ApiClient
+
+from janitor.decide import shadow
+from janitor.decide.evidence import CpuEvidence, GpuEvidence
+from janitor.decide.model import ObjectView
+from janitor.observe import evidence, pods
+from janitor.observe.prometheus import HONOR_LABELS, SERVICE_MONITOR, Matcher, PrometheusConfig, PrometheusSource
+from janitor.policy.model import Policy
+from janitor.settings import Settings
+
+
+@dataclass(frozen=True)
+class ShadowReport:
+    findings: tuple[shadow.IdleFinding, ...]
+    evidence_failures: tuple[str, ...]  # queries that failed or answered partially this cycle
+    gpu_pods_without_telemetry: tuple[str, ...] = ()
+
+
+def prometheus_source(settings: Settings) -> PrometheusSource:
+    if not settings.prometheus_url:
+        raise ValueError("the idle policies need --prometheus-url")
+    labels = SERVICE_MONITOR if settings.dcgm_labels == "servicemonitor" else HONOR_LABELS
+    return PrometheusSource(PrometheusConfig(
+        settings.prometheus_url, label_map=labels,
+        extra_matchers=tuple(Matcher.parse(m) for m in settings.extra_matchers),
+    ))
+
+
+def idle_report(
+    api: ApiClient, settings: Settings, policies: Sequence[Policy], owners: Sequence[ObjectView],
+    now: datetime.datetime, source: PrometheusSource,
+) -> ShadowReport:
+    """Findings of every idle policy now; `owners` are the workload objects from this cycle's snapshot."""
+    pod_views = pods.read_pods(api, settings.namespaces, page_size=settings.page_size)
+    namespaces = {n.name: n for n in pods.read_namespaces(api, page_size=settings.page_size)}
+    gpu: dict[shadow.GpuKey, GpuEvidence] = {}
+    for signal, window in sorted(shadow.gpu_evidence_needed(policies), key=str):
+        gpu[(signal, window)] = evidence.gpu_evidence(
+            source, signal=signal, window=window, step=settings.scrape_interval, at=now,
+            labels=source.config.label_map, hostname_label=settings.hostname_label)
+    cpu: dict[shadow.CpuKey, CpuEvidence] = {}
+    for window, ignore in sorted(shadow.cpu_evidence_needed(policies), key=str):
+        cpu[(window, ignore)] = evidence.cpu_evidence(
+            source, window=window, step=datetime.timedelta(minutes=1), at=now, ignore_containers=ignore)
+    findings = shadow.idle_findings(pod_views, namespaces, {o.ref.uid: o for o in owners}, policies, gpu, cpu, now)
+    failures = tuple(sorted({e.failed for e in [*gpu.values(), *cpu.values()] if e.failed}))
+    seen = {(k.namespace, k.pod) for e in gpu.values() for k in e.pods}
+    silent = tuple(sorted(f"{p.ref.namespace}/{p.ref.name} on {p.node}" for p in pod_views
+                          if p.gpus and p.phase == "Running" and (p.ref.namespace, p.ref.name) not in seen and gpu))
+    return ShadowReport(tuple(findings), failures, silent)
