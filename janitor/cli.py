@@ -349,6 +349,13 @@ interact with janitor/ttl, janitor/expires and janitor/opt-out: docs/policies.md
     run.add_argument("--interval", type=float, default=60.0, help="seconds between cycles (%(default)s)")
     run.add_argument("--metrics-port", type=int, default=8080, help="/metrics and /healthz (%(default)s)")
     run.add_argument("--log-level", default="INFO")
+    run.add_argument("--policies", action="append", metavar="PATH",
+                     help="idle policy files or directories, re-read every cycle (shadow report in logs and metrics)")
+    run.add_argument("--prometheus-url", help="default: $PROMETHEUS_URL")
+    run.add_argument("--dcgm-labels", choices=("servicemonitor", "direct"), default="servicemonitor")
+    run.add_argument("--hostname-label", default="Hostname")
+    run.add_argument("--scrape-interval", type=float, default=30.0)
+    run.add_argument("--prometheus-matcher", action="append", metavar='LABEL="VALUE"')
     _add_cluster_options(run)
     run.set_defaults(func=_cmd_run)
     return parser

@@ -68,6 +68,7 @@ class Janitor:
         self._kinds = {k.kind: k for k in settings.kinds}
         self._snapshot_by_uid: dict[str, ObjectView] = {}
         self._last_notices: set[str] = set()
+        self._policies = None  # janitor.shadow_cycle.PolicySet, made on first use
 
     def plan_now(self, progress: Callable[[str, int], None] | None = None) -> tuple[Plan, int]:
         """Observe and decide, changing nothing; also what `janitor plan` prints."""
@@ -83,6 +84,26 @@ class Janitor:
         self._snapshot_by_uid = {o.ref.uid: o for o in snapshot.objects}
         return decided, len(snapshot.objects)
 
+    def _shadow(self, now: datetime.datetime) -> None:
+        """The idle policies in shadow mode: findings to logs and metrics, nothing acted on."""
+        from janitor import shadow_cycle
+
+        if self._policies is None:
+            self._policies = shadow_cycle.PolicySet(self.settings.policy_paths)
+        ok = self._policies.reload()
+        self.telemetry.policy_reloads.labels(result="success" if ok else "error").inc()
+        self.telemetry.policies_broken.set(0 if ok else 1)
+        for error in self._policies.errors:
+            logger.error("policy file error, keeping the last good policies: %s", error)
+        with shadow_cycle.prometheus_source(self.settings) as source:
+            idle = shadow_cycle.idle_report(self.api, self.settings, self._policies.policies, self.owners(), now, source)
+        self.telemetry.observe_idle(idle.findings, len(idle.evidence_failures), idle.silent_nodes)
+        for f in idle.findings:
+            logger.info("shadow %s %s: %s (%s)", f.policy, f.workload or "(unknown workload)", f.idleness, f.why,
+                        extra={"shadow": True, "policy": f.policy, "trigger": f.trigger, "verdict": str(f.idleness),
+                               "object": str(f.workload) if f.workload else None,
+                               "would_reclaim_gpu_hours": f.reclaim_gpu_hours})
+
     def owners(self) -> list[ObjectView]:
         """The objects of the last snapshot: the workloads pods resolve to."""
         return list(self._snapshot_by_uid.values())
@@ -91,6 +112,8 @@ class Janitor:
         began = time.monotonic()
         decided, objects = self.plan_now()
         result = self.act(decided)
+        if self.settings.policy_paths:
+            self._shadow(decided.now)
         self.telemetry.cycle_seconds.observe(time.monotonic() - began)
         self.telemetry.cycles.labels(result="success").inc()
         self.telemetry.last_success.set(time.time())

@@ -27,6 +27,7 @@ class ShadowReport:
     findings: tuple[shadow.IdleFinding, ...]
     evidence_failures: tuple[str, ...]  # queries that failed or answered partially this cycle
     gpu_pods_without_telemetry: tuple[str, ...] = ()
+    silent_nodes: tuple[str, ...] = ()  # the node of each of those pods, for the gauge by node
 
 
 def prometheus_source(settings: Settings) -> PrometheusSource:
@@ -58,6 +59,28 @@ def idle_report(
     findings = shadow.idle_findings(pod_views, namespaces, {o.ref.uid: o for o in owners}, policies, gpu, cpu, now)
     failures = tuple(sorted({e.failed for e in [*gpu.values(), *cpu.values()] if e.failed}))
     seen = {(k.namespace, k.pod) for e in gpu.values() for k in e.pods}
-    silent = tuple(sorted(f"{p.ref.namespace}/{p.ref.name} on {p.node}" for p in pod_views
-                          if p.gpus and p.phase == "Running" and (p.ref.namespace, p.ref.name) not in seen and gpu))
-    return ShadowReport(tuple(findings), failures, silent)
+    silent_pods = [p for p in pod_views
+                   if p.gpus and p.phase == "Running" and (p.ref.namespace, p.ref.name) not in seen and gpu
+                   and not any(e.failed for e in gpu.values())]
+    silent = tuple(sorted(f"{p.ref.namespace}/{p.ref.name} on {p.node}" for p in silent_pods))
+    return ShadowReport(tuple(findings), failures, silent, tuple(p.node or "" for p in silent_pods))
+
+
+class PolicySet:
+    """The policies in use: re-read every cycle, and the last good set kept when a file breaks
+    (a log line and the janitor_policies_broken gauge say so), so a typo never stops the janitor."""
+
+    def __init__(self, paths: Sequence[str]) -> None:
+        self.paths = tuple(paths)
+        self.policies: tuple[Policy, ...] = ()
+        self.errors: tuple[str, ...] = ()
+
+    def reload(self) -> bool:
+        from janitor.policy import load
+
+        loaded = load.from_paths(self.paths)
+        self.errors = tuple(str(e) for e in loaded.errors)
+        if loaded.errors:
+            return False
+        self.policies = loaded.policies
+        return True

@@ -86,10 +86,40 @@ class Telemetry:
         self.skew = Gauge("janitor_clock_skew_seconds", "Janitor clock minus apiserver clock", registry=r)
         self.last_success = Gauge("janitor_last_success_timestamp_seconds", "When a cycle last succeeded",
                                   registry=r)
+        self.idle_workloads = Gauge("janitor_idle_workloads", "Workloads per idle policy, trigger and verdict",
+                                    ["policy", "trigger", "verdict"], registry=r)
+        self.would_reclaim = Gauge("janitor_would_reclaim_gpu_hours",
+                                   "GPU-hours enforcing would reclaim now, per policy and namespace",
+                                   ["policy", "namespace"], registry=r)
+        self.silent_gpu_pods = Gauge("janitor_gpu_pods_without_telemetry", "Running GPU pods with no GPU series",
+                                     ["node"], registry=r)
+        self.evidence_failures = Counter("janitor_evidence_failures", "Evidence queries that failed or were partial",
+                                         registry=r)
+        self.policy_reloads = Counter("janitor_policy_reloads", "Policy file loads, by result", ["result"], registry=r)
+        self.policies_broken = Gauge("janitor_policies_broken", "1 while the policy files have errors and the "
+                                     "last good policies are in use", registry=r)
         for reason in HoldReason:
             self.held.labels(reason=str(reason))
         for result in ("success", "error"):
             self.cycles.labels(result=result)
+            self.policy_reloads.labels(result=result)
+
+    def observe_idle(self, findings, failures: int, silent_nodes) -> None:  # type: ignore[no-untyped-def]
+        """Gauges describe the current cycle only: cleared first so vanished workloads disappear."""
+        from collections import Counter as Tally
+
+        from janitor.decide.shadow import reclaim_by
+
+        self.idle_workloads.clear()
+        for (policy, trigger, verdict), n in Tally((f.policy, f.trigger, str(f.idleness)) for f in findings).items():
+            self.idle_workloads.labels(policy=policy, trigger=trigger, verdict=verdict).set(n)
+        self.would_reclaim.clear()
+        for (policy, namespace), hours in reclaim_by(findings).items():
+            self.would_reclaim.labels(policy=policy, namespace=namespace).set(hours)
+        self.silent_gpu_pods.clear()
+        for node, n in Tally(silent_nodes).items():
+            self.silent_gpu_pods.labels(node=node).set(n)
+        self.evidence_failures.inc(failures)
 
     def observe_plan(self, plan: Plan, *, objects: int, skipped_kinds: int, tripped: bool,
                      skew: float | None) -> None:

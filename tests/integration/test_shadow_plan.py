@@ -89,3 +89,39 @@ def test_shadow_plan_on_backfilled_history(kube, core: client.CoreV1Api, namespa
     assert f"would reclaim 4 GPU-hours: policy idle-gpu, namespace {namespace}" in out.stdout
     assert all(not (p.metadata.annotations or {}).get("janitor/expires") for p in core.list_namespaced_pod(namespace).items)
     assert len(core.list_namespaced_pod(namespace).items) == 4
+
+
+def test_daemon_cycle_reports_shadow_metrics_and_keeps_last_good_policies(
+    kube, core: client.CoreV1Api, namespace: str, sandbox, policy_file, exporter_values: ValuesControl
+) -> None:
+    from janitor.daemon import Janitor
+    from janitor.settings import Settings
+
+    now = time.time()
+    started = datetime.datetime.fromtimestamp(now - 3 * H, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    client.BatchV1Api(kube).create_namespaced_job(namespace, client.V1Job(
+        metadata=client.V1ObjectMeta(name="idle-job"), spec=client.V1JobSpec(template=gpu_template("idle-job", started))))
+    wait_until(lambda: [p.status.phase for p in core.list_namespaced_pod(namespace).items] == ["Running"],
+               timeout=60, what="pod Running")
+    pod = core.list_namespaced_pod(namespace).items[0].metadata.name
+    exporter_values.add_history(Kind.GPU_UTIL, (namespace, pod, None), [Segment(now - 3 * H, now, 0)])
+
+    server, _ = prometheus_with_history(kube, sandbox.exporters_url, step=15, work_dir=sandbox.run_dir)
+    try:
+        settings = Settings(namespaces=(namespace,), state_namespace=namespace, policy_paths=(str(policy_file),),
+                            prometheus_url=server.url, scrape_interval=datetime.timedelta(seconds=15))
+        janitor = Janitor(kube, settings)
+        janitor.run_cycle()
+        get = janitor.telemetry.registry.get_sample_value
+        assert get("janitor_idle_workloads", {"policy": "idle-gpu", "trigger": "idleGpu", "verdict": "idle"}) == 1
+        assert get("janitor_would_reclaim_gpu_hours", {"policy": "idle-gpu", "namespace": namespace}) == 2
+        assert get("janitor_policies_broken") == 0
+
+        policy_file.write_text(policy_file.read_text().replace("threshold: 5", "treshold: 5"))
+        janitor.run_cycle()
+        assert get("janitor_policies_broken") == 1
+        assert get("janitor_policy_reloads_total", {"result": "error"}) == 1
+        assert get("janitor_idle_workloads", {"policy": "idle-gpu", "trigger": "idleGpu", "verdict": "idle"}) == 1
+    finally:
+        server.stop()
+    assert [p.metadata.deletion_timestamp for p in core.list_namespaced_pod(namespace).items] == [None]
