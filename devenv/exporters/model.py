@@ -157,27 +157,44 @@ def pods_on(node: str, pods: Iterable[PodView]) -> list[PodView]:
     )
 
 
-def assign_gpus(node: NodeView, pods: Iterable[PodView]) -> list[GpuAssignment]:
-    """Give devices to the node's GPU pods: consecutive indices in admission order.
+def assign_gpus(
+    node: NodeView, pods: Iterable[PodView], sticky: dict[str, tuple[int, ...]] | None = None
+) -> list[GpuAssignment]:
+    """Give devices to the node's GPU pods, first fit in admission order.
 
     Only Pending/Running pods hold devices (finished pods released them). A pod that does not fit
-    into what is left gets nothing, as the kubelet would reject it. Consequence worth knowing:
-    when an earlier pod finishes, later pods move to lower indices (a real device plugin would
-    keep them where they are); slots within a pod never change.
+    into what is left gets nothing, as the kubelet would reject it. With `sticky` (pod uid ->
+    device indices, updated in place) a pod keeps its devices for its whole life, as with a real
+    device plugin, so its series never change `gpu` label when another pod on the node goes.
     """
     devices = node_devices(node)
-    result: list[GpuAssignment] = []
-    nxt = 0
-    for pod in pods_on(node.name, pods):
-        if pod.phase not in ACTIVE_PHASES or pod.gpus <= 0 or nxt + pod.gpus > len(devices):
+    active = [p for p in pods_on(node.name, pods) if p.phase in ACTIVE_PHASES and p.gpus > 0]
+    used: set[int] = set()
+    placed: dict[str, tuple[int, ...]] = {}
+    for pod in active if sticky is not None else []:
+        kept = sticky.get(pod.uid) if sticky is not None else None
+        if kept and len(kept) == pod.gpus and all(i < len(devices) and i not in used for i in kept):
+            placed[pod.uid] = kept
+            used.update(kept)
+    for pod in active:
+        if pod.uid in placed:
             continue
+        free = [i for i in range(len(devices)) if i not in used]
+        if len(free) < pod.gpus:
+            continue
+        placed[pod.uid] = tuple(free[: pod.gpus])
+        used.update(placed[pod.uid])
+        if sticky is not None:
+            sticky[pod.uid] = placed[pod.uid]
+    result: list[GpuAssignment] = []
+    for pod in active:
+        indices = iter(placed.get(pod.uid, ()))
         slot = 0
-        for container in pod.containers:
+        for container in pod.containers if pod.uid in placed else ():
             for _ in range(container.gpus):
-                result.append(GpuAssignment(devices[nxt], pod, container.name, slot))
-                nxt += 1
+                result.append(GpuAssignment(devices[next(indices)], pod, container.name, slot))
                 slot += 1
-    result.extend(GpuAssignment(d) for d in devices[nxt:])
+    result.extend(GpuAssignment(devices[i]) for i in range(len(devices)) if i not in used)
     return result
 
 

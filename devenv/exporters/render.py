@@ -19,7 +19,6 @@ from devenv.exporters.model import (
     GpuAssignment,
     NodeView,
     PodView,
-    assign_gpus,
     container_cgroup,
     container_id,
     node_ip,
@@ -86,7 +85,7 @@ def render_dcgm(
     if hostname_label not in ("Hostname", "hostname", None):
         raise ValueError(f"hostname_label must be 'Hostname', 'hostname' or None, not {hostname_label!r}")
     out: dict[str, list[Sample]] = {name: [] for name in _DCGM_HELP}
-    for a in assign_gpus(node, pods):
+    for a in values.assign_gpus(node, pods):
         labels = _dcgm_labels(a, hostname_label)
         if a.pod is not None:
             key = (a.pod.namespace, a.pod.name, a.slot)

@@ -171,6 +171,16 @@ class Values(ValueSetters):
         self._lock = threading.RLock()
         self._live: dict[tuple[Kind, Key], list[tuple[float, Setting]]] = {}
         self._history: dict[tuple[Kind, Key], list[Segment]] = {}
+        # Which devices each pod holds (pod uid -> indices), kept for the pod's life and shared
+        # with backfills through to_json, so live and backfilled series carry the same `gpu`.
+        self._gpu_slots: dict[str, tuple[int, ...]] = {}
+
+    def assign_gpus(self, node: Any, pods: Any) -> list[Any]:
+        """`model.assign_gpus` with this store's sticky device map."""
+        from devenv.exporters.model import assign_gpus
+
+        with self._lock:
+            return assign_gpus(node, pods, self._gpu_slots)
 
     # -- writing ---------------------------------------------------------------------------
     def _send(self, body: dict[str, Any]) -> None:
@@ -269,6 +279,7 @@ class Values(ValueSetters):
                     {"kind": k.value, "key": list(key), "segments": [[s.start, s.end, s.value] for s in segs]}
                     for (k, key), segs in self._history.items()
                 ],
+                "gpu_slots": {uid: list(slots) for uid, slots in self._gpu_slots.items()},
             }
 
     @classmethod
@@ -279,4 +290,5 @@ class Values(ValueSetters):
                 {"set": [{"kind": item["kind"], "key": item["key"], "value": v, "at": t} for t, v in item["changes"]]}
             )
         values.apply({"history": data.get("history", [])})
+        values._gpu_slots = {uid: tuple(slots) for uid, slots in data.get("gpu_slots", {}).items()}
         return values

@@ -37,6 +37,12 @@ def gpu_template(label: str, started: str, restart: str = "Never") -> client.V1P
 def policy_file(tmp_path, namespace: str):
     path = tmp_path / "idle.yaml"
     path.write_text(f"""policies:
+- name: idle-mig
+  match:
+    namespaces: {{include: ["{namespace}"]}}
+    podSelector: {{matchLabels: {{app: mig-nb}}}}
+  triggers:
+    idleGpu: {{signal: DCGM_FI_PROF_GR_ENGINE_ACTIVE, threshold: 0.05, window: 2h}}
 - name: idle-gpu
   match:
     namespaces: {{include: ["{namespace}"]}}
@@ -46,8 +52,9 @@ def policy_file(tmp_path, namespace: str):
     return path
 
 
+@pytest.mark.parametrize("dcgm_style", ["servicemonitor", "direct"])
 def test_shadow_plan_on_backfilled_history(kube, core: client.CoreV1Api, namespace: str, sandbox, policy_file,
-                                           exporter_values: ValuesControl) -> None:
+                                           exporter_values: ValuesControl, dcgm_style: str) -> None:
     now = time.time()
     started = datetime.datetime.fromtimestamp(now - 3 * H, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     batch, apps = client.BatchV1Api(kube), client.AppsV1Api(kube)
@@ -58,8 +65,12 @@ def test_shadow_plan_on_backfilled_history(kube, core: client.CoreV1Api, namespa
         metadata=client.V1ObjectMeta(name="notebook"),
         spec=client.V1DeploymentSpec(replicas=1, selector=client.V1LabelSelector(match_labels={"app": "notebook"}),
                                      template=gpu_template("notebook", started, "Always"))))
-    wait_until(lambda: sum(p.status.phase == "Running" for p in core.list_namespaced_pod(namespace).items) == 4,
-               timeout=90, what="4 GPU pods Running")
+    mig = gpu_template("mig-nb", started, "Always")
+    mig.spec.containers[0].resources.limits = {"nvidia.com/mig-3g.40gb": "1"}
+    core.create_namespaced_pod(namespace, client.V1Pod(metadata=client.V1ObjectMeta(
+        name="mig-nb", labels=mig.metadata.labels, annotations=mig.metadata.annotations), spec=mig.spec))
+    wait_until(lambda: sum(p.status.phase == "Running" for p in core.list_namespaced_pod(namespace).items) == 5,
+               timeout=90, what="5 GPU pods Running")
     pods = {p.metadata.labels["app"]: p.metadata.name for p in core.list_namespaced_pod(namespace).items}
     # gappy-job: the exporter lost its series for 40 minutes (coverage 67 % < 80 %).
     history = {"idle-job": [(now - 3 * H, now, 0)], "notebook": [(now - 3 * H, now, 0)],
@@ -70,25 +81,32 @@ def test_shadow_plan_on_backfilled_history(kube, core: client.CoreV1Api, namespa
         exporter_values.add_history(Kind.GPU_UTIL, (namespace, pods[app], None), [Segment(*s) for s in segments])
         exporter_values.set_gpu_util(namespace, pods[app], segments[-1][2])
 
-    server, _ = prometheus_with_history(kube, sandbox.exporters_url, step=15, work_dir=sandbox.run_dir)
+    exporter_values.add_history(Kind.GR_ENGINE_ACTIVE, (namespace, "mig-nb", None), [Segment(now - 3 * H, now, 0.01)])
+    exporter_values.set_gr_engine_active(namespace, "mig-nb", 0.01)
+
+    server, _ = prometheus_with_history(kube, sandbox.exporters_url, step=15, work_dir=sandbox.run_dir,
+                                        dcgm_style=dcgm_style)
     try:
         out = subprocess.run(
             [sys.executable, "-m", "janitor.cli", "plan", "--kubeconfig", str(sandbox.kubeconfig),
              "--namespaces", namespace, "--state-namespace", namespace, "--policies", str(policy_file),
-             "--prometheus-url", server.url, "--scrape-interval", "15"],
+             "--prometheus-url", server.url, "--scrape-interval", "15", "--dcgm-labels", dcgm_style],
             capture_output=True, text=True, timeout=120,
         )
     finally:
         server.stop()
     assert out.returncode == 0, out.stderr
-    rows = {line.split()[3]: line for line in out.stdout.splitlines() if line.startswith("idle-gpu ")}
+    rows = {line.split()[3]: line for line in out.stdout.splitlines() if line.startswith(("idle-gpu ", "idle-mig "))}
     assert "idle " in rows[f"Job/{namespace}/idle-job"] and "peak 0" in rows[f"Job/{namespace}/idle-job"]
     assert "busy " in rows[f"Job/{namespace}/busy-job"]
     assert "unknown " in rows[f"Job/{namespace}/gappy-job"] and "samples cover" in rows[f"Job/{namespace}/gappy-job"]
     assert "idle " in rows[f"Deployment/{namespace}/notebook"]
+    mig_row = rows[f"Pod/{namespace}/mig-nb"]
+    assert mig_row.startswith("idle-mig") and "idle " in mig_row and "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in mig_row
     assert f"would reclaim 4 GPU-hours: policy idle-gpu, namespace {namespace}" in out.stdout
+    assert f"would reclaim 2 GPU-hours: policy idle-mig, namespace {namespace}" in out.stdout
     assert all(not (p.metadata.annotations or {}).get("janitor/expires") for p in core.list_namespaced_pod(namespace).items)
-    assert len(core.list_namespaced_pod(namespace).items) == 4
+    assert len(core.list_namespaced_pod(namespace).items) == 5
 
 
 def test_daemon_cycle_reports_shadow_metrics_and_keeps_last_good_policies(

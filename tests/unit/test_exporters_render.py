@@ -272,3 +272,21 @@ def test_node_exporter_d_state_only_while_present(values: Values, clock: Clock) 
 ])
 def test_go_float(value: float, text: str) -> None:
     assert go_float(value) == text
+
+
+def test_a_pod_keeps_its_gpus_when_an_earlier_pod_goes() -> None:
+    """Like a real device plugin: a pod's `gpu` label never changes while it lives, and a backfill
+    made from the store's JSON assigns the same devices as the live exporter."""
+    values = Values(Clock(T0))
+    first, second = pod("first", gpus=1, created=T0 - 7200), pod("second", gpus=2, created=T0 - 3600)
+
+    def gpus_of(store: Values, pods, name: str) -> list[str]:
+        return sorted(str(a.device.index) for a in store.assign_gpus(GPU_NODE, pods) if a.pod and a.pod.name == name)
+
+    before = gpus_of(values, [first, second], "second")
+    after = gpus_of(values, [second], "second")  # `first` finished and is gone
+    assert before == after == ["1", "2"]
+    copy = Values.from_json(values.to_json())
+    assert gpus_of(copy, [second], "second") == ["1", "2"]
+    newcomer = pod("third", gpus=1, created=T0)
+    assert gpus_of(values, [second, newcomer], "third") == ["0"]  # the freed device
