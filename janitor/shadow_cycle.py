@@ -56,7 +56,8 @@ def idle_report(
     for window, ignore in sorted(shadow.cpu_evidence_needed(policies), key=str):
         cpu[(window, ignore)] = evidence.cpu_evidence(
             source, window=window, step=datetime.timedelta(minutes=1), at=now, ignore_containers=ignore)
-    findings = shadow.idle_findings(pod_views, namespaces, {o.ref.uid: o for o in owners}, policies, gpu, cpu, now)
+    findings = shadow.idle_findings(pod_views, namespaces, {o.ref.uid: o for o in owners}, policies, gpu, cpu, now,
+                                    protected_namespaces=settings.rails.protected_namespaces)
     failures = tuple(sorted({e.failed for e in [*gpu.values(), *cpu.values()] if e.failed}))
     seen = {(k.namespace, k.pod) for e in gpu.values() for k in e.pods}
     silent_pods = [p for p in pod_views

@@ -199,6 +199,7 @@ class PodView:
     gpus: int  # nvidia.com/gpu plus nvidia.com/mig-* it requests (limits count: GPUs are set as limits)
     containers: tuple[ContainerView, ...] = ()
     deleting: bool = False
+    annotations: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

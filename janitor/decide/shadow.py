@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from janitor import annotations
 from janitor.decide.evidence import CpuEvidence, GpuEvidence, PodKey
 from janitor.decide.idle import Idleness, Judgement, PodFacts, judge_cpu, judge_gpu, judge_workload
 from janitor.decide.model import NamespaceView, ObjectRef, ObjectView, PodView
@@ -48,7 +49,15 @@ def cpu_evidence_needed(policies: Iterable[Policy]) -> set[CpuKey]:
 
 
 def _as_object(pod: PodView) -> ObjectView:
-    return ObjectView(pod.ref, pod.resource_version, pod.started or EPOCH, {}, pod.labels, pod.deleting, pod.controller)
+    return ObjectView(pod.ref, pod.resource_version, pod.started or EPOCH, pod.annotations, pod.labels, pod.deleting,
+                      pod.controller)
+
+
+def _opted_out(workload: Workload | Unknown, index: Mapping[str, ObjectView]) -> bool:
+    if not isinstance(workload, Workload):
+        return False
+    view = index.get(workload.ref.uid)
+    return view is not None and view.annotations.get(annotations.OPT_OUT, "").strip().lower() == "true"
 
 
 def _facts(pod: PodView, ignore: Sequence[str] = ()) -> PodFacts:
@@ -66,7 +75,10 @@ def idle_findings(
     now: datetime.datetime,
     *,
     cronjob_mode: CronJobMode = CronJobMode.JOB,
+    protected_namespaces: Sequence[str] = (),
 ) -> list[IdleFinding]:
+    """Precedence (docs/policies.md): a protected namespace is not evaluated at all, and an
+    opted-out workload is not evaluated by a policy that honours the opt-out."""
     index = {**objects_by_uid, **{p.ref.uid: _as_object(p) for p in pods}}
     groups: dict[tuple[str, str, str], list[tuple[PodView, Judgement]]] = defaultdict(list)
     owners: dict[tuple[str, str, str], tuple[Policy, Workload | Unknown]] = {}
@@ -77,6 +89,8 @@ def idle_findings(
         if not isinstance(owner, (Workload, Unknown)):
             continue  # DaemonSet pods are never candidates
         namespace = pod.ref.namespace or ""
+        if namespace in protected_namespaces:
+            continue
         labels = namespaces.get(namespace, NamespaceView(namespace)).labels
         kind = owner.ref.kind if isinstance(owner, Workload) else "Pod"
         for trigger_kind in (IdleGpu, IdleCpu):
@@ -84,7 +98,7 @@ def idle_findings(
                 continue
             policy = first_match(policies, trigger_kind, namespace=namespace, namespace_labels=labels,
                                  workload_kind=kind, pod_labels=pod.labels)
-            if policy is None:
+            if policy is None or (policy.lifecycle.honour_opt_out and _opted_out(owner, index)):
                 continue
             judgement = _judge(pod, policy, trigger_kind, gpu, cpu, now)
             workload_uid = owner.ref.uid if isinstance(owner, Workload) else f"unknown:{pod.ref.uid}"

@@ -50,6 +50,7 @@ def pod_view(item: Mapping[str, Any]) -> PodView:
             for c in containers
         ),
         deleting=bool(meta.get("deletionTimestamp")),
+        annotations=dict(meta.get("annotations") or {}),
     )
 
 
