@@ -77,11 +77,12 @@ def idle_table(findings, failures=(), silent=()) -> str:  # type: ignore[no-unty
     order = {"idle": 0, "partially-idle": 1, "unknown": 2, "too-young": 3, "busy": 4}
     rows = [
         [f.policy, f.mode, f.trigger, str(f.workload) if f.workload else "(unknown workload)", f.idleness,
-         str(f.gpus_held), f"{f.reclaim_gpu_hours:g}", f.why + (f" [managed by {f.managed_by}]" if f.managed_by else "")]
+         str(f.gpus_held), f"{f.reclaim_gpu_hours:g}", str(f.owner),
+         f.why + (f" [managed by {f.managed_by}]" if f.managed_by else "")]
         for f in sorted(findings, key=lambda f: (order.get(str(f.idleness), 9), f.policy, str(f.workload)))
     ]
     lines = ["Idle policies (shadow: nothing is marked, warned or deleted):"]
-    lines.append(table(rows, ["POLICY", "MODE", "TRIGGER", "WORKLOAD", "VERDICT", "GPUS", "GPU-H", "WHY"])
+    lines.append(table(rows, ["POLICY", "MODE", "TRIGGER", "WORKLOAD", "VERDICT", "GPUS", "GPU-H", "OWNER", "WHY"])
                  if rows else "No workload matched an idle policy.")
     totals = reclaim_by(findings)
     for (policy, namespace), hours in sorted(totals.items()):

@@ -206,3 +206,4 @@ class PodView:
 class NamespaceView:
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)

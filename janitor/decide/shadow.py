@@ -11,12 +11,13 @@ from __future__ import annotations
 import datetime
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from janitor import annotations
 from janitor.decide.evidence import CpuEvidence, GpuEvidence, PodKey
 from janitor.decide.idle import Idleness, Judgement, PodFacts, judge_cpu, judge_gpu, judge_workload
 from janitor.decide.model import NamespaceView, ObjectRef, ObjectView, PodView
+from janitor.decide.owners import Owner, OwnerKind, find_owner
 from janitor.decide.workloads import CronJobMode, Unknown, Workload, resolve
 from janitor.policy.model import IdleCpu, IdleGpu, Mode, Policy, first_match
 
@@ -38,6 +39,7 @@ class IdleFinding:
     gpus_held: int
     reclaim_gpu_hours: float  # idle GPUs x the window they were proven idle for
     managed_by: str | None = None
+    owner: Owner = Owner(OwnerKind.UNKNOWN)
 
 
 def gpu_evidence_needed(policies: Iterable[Policy]) -> set[GpuKey]:
@@ -105,7 +107,14 @@ def idle_findings(
             key = (policy.name, trigger_kind.key, workload_uid)
             groups[key].append((pod, judgement))
             owners[key] = (policy, owner)
-    return [_finding(key[1], owners[key], members) for key, members in groups.items()]
+    found = []
+    for key, members in groups.items():
+        finding = _finding(key[1], owners[key], members)
+        workload = index.get(finding.workload.uid) if finding.workload else None
+        namespace = members[0][0].ref.namespace or ""
+        owner = find_owner(workload, namespaces.get(namespace, NamespaceView(namespace)))
+        found.append(replace(finding, owner=owner))
+    return found
 
 
 def _judge(pod: PodView, policy: Policy, kind: type, gpu: Mapping[GpuKey, GpuEvidence],

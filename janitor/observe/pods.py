@@ -72,5 +72,6 @@ def read_pods(api: ApiClient, namespaces: Sequence[str] | None = None, *, page_s
 
 
 def read_namespaces(api: ApiClient, *, page_size: int = 500) -> list[NamespaceView]:
-    return [NamespaceView(i["metadata"]["name"], dict(i["metadata"].get("labels") or {}))
+    return [NamespaceView(i["metadata"]["name"], dict(i["metadata"].get("labels") or {}),
+                          dict(i["metadata"].get("annotations") or {}))
             for i in _items(api, NAMESPACES, None, page_size)]

@@ -62,7 +62,7 @@ def test_shadow_plan_on_backfilled_history(kube, core: client.CoreV1Api, namespa
         batch.create_namespaced_job(namespace, client.V1Job(
             metadata=client.V1ObjectMeta(name=name), spec=client.V1JobSpec(template=gpu_template(name, started))))
     apps.create_namespaced_deployment(namespace, client.V1Deployment(
-        metadata=client.V1ObjectMeta(name="notebook"),
+        metadata=client.V1ObjectMeta(name="notebook", annotations={"janitor/owner": "alice@lab.example"}),
         spec=client.V1DeploymentSpec(replicas=1, selector=client.V1LabelSelector(match_labels={"app": "notebook"}),
                                      template=gpu_template("notebook", started, "Always"))))
     mig = gpu_template("mig-nb", started, "Always")
@@ -101,6 +101,8 @@ def test_shadow_plan_on_backfilled_history(kube, core: client.CoreV1Api, namespa
     assert "busy " in rows[f"Job/{namespace}/busy-job"]
     assert "unknown " in rows[f"Job/{namespace}/gappy-job"] and "samples cover" in rows[f"Job/{namespace}/gappy-job"]
     assert "idle " in rows[f"Deployment/{namespace}/notebook"]
+    assert "alice@lab.example (email)" in rows[f"Deployment/{namespace}/notebook"]
+    assert "unknown owner" in rows[f"Job/{namespace}/idle-job"]
     mig_row = rows[f"Pod/{namespace}/mig-nb"]
     assert mig_row.startswith("idle-mig") and "idle " in mig_row and "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in mig_row
     assert f"would reclaim 4 GPU-hours: policy idle-gpu, namespace {namespace}" in out.stdout

@@ -1,0 +1,78 @@
+"""Who to tell about a workload: a Slack user, an e-mail to resolve later, a channel, or nobody known.
+
+Kubernetes does not record who created an object, so the owner comes from configured annotation
+or label keys, on the workload first and then on its namespace (a Kubeflow Profile's namespace
+carries its owner's e-mail in the `owner` annotation). "Unknown owner" is an explicit state: such
+workloads are reported to admins instead of being warned about to nobody.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from janitor.decide.model import NamespaceView, ObjectView
+
+# (where, key): looked up in this order, on the workload and then on its namespace.
+DEFAULT_OWNER_KEYS: tuple[tuple[str, str], ...] = (
+    ("annotation", "janitor/owner"),
+    ("label", "janitor/owner"),
+    ("annotation", "owner"),  # Kubeflow Profiles annotate their namespace with the owner's e-mail
+)
+
+
+class OwnerKind(StrEnum):
+    SLACK_USER = "slack-user"  # U0123ABCD
+    EMAIL = "email"  # resolved with users.lookupByEmail when a warning is sent
+    CHANNEL = "channel"  # #team-ml or C0123ABCD
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    kind: OwnerKind
+    value: str = ""
+    source: str = ""  # where it was found, for `explain` and admins
+
+    def __str__(self) -> str:
+        return f"{self.value} ({self.kind})" if self.kind is not OwnerKind.UNKNOWN else "unknown owner"
+
+
+def classify(value: str) -> OwnerKind | None:
+    value = value.strip()
+    if "@" in value and "." in value.rsplit("@", 1)[-1] and " " not in value:
+        return OwnerKind.EMAIL
+    if value.startswith("#") and len(value) > 1:
+        return OwnerKind.CHANNEL
+    if value[:1] in ("U", "W") and value[1:].isalnum() and value.isupper() and len(value) >= 9:
+        return OwnerKind.SLACK_USER
+    if value[:1] in ("C", "G") and value[1:].isalnum() and value.isupper() and len(value) >= 9:
+        return OwnerKind.CHANNEL
+    return None
+
+
+def _lookup(labels: Mapping[str, str], notes: Mapping[str, str], keys: Sequence[tuple[str, str]],
+            where: str) -> Owner | None:
+    for kind, key in keys:
+        value = (notes if kind == "annotation" else labels).get(key)
+        if not value:
+            continue
+        found = classify(value)
+        if found is not None:
+            return Owner(found, value.strip(), f"{where} {kind} {key}")
+    return None
+
+
+def find_owner(workload: ObjectView | None, namespace: NamespaceView | None,
+               keys: Sequence[tuple[str, str]] = DEFAULT_OWNER_KEYS) -> Owner:
+    """The first owner value that reads as a user, an e-mail or a channel; unknown otherwise."""
+    if workload is not None:
+        found = _lookup(workload.labels, workload.annotations, keys, str(workload.ref))
+        if found:
+            return found
+    if namespace is not None:
+        found = _lookup(namespace.labels, namespace.annotations, keys, f"Namespace/{namespace.name}")
+        if found:
+            return found
+    return Owner(OwnerKind.UNKNOWN, source="no owner annotation or label on the workload or its namespace")
