@@ -129,18 +129,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         print("\r".ljust(60), end="\r", file=sys.stderr)
     print(report.plan_table(decided, dry_run=janitor.settings.rails.dry_run))
     print(f"{objects} objects read.")
-    if janitor.settings.policy_paths:
-        from janitor import shadow_cycle
-        from janitor.policy import load
-
-        loaded = load.from_paths(janitor.settings.policy_paths)
-        if loaded.errors:
-            for error in loaded.errors:
-                print(error, file=sys.stderr)
-            return 1
-        with shadow_cycle.prometheus_source(janitor.settings) as source:
-            idle = shadow_cycle.idle_report(janitor.api, janitor.settings, loaded.policies,
-                                            janitor.owners(), decided.now, source)
+    idle = _idle_report(janitor, decided.now)
+    if isinstance(idle, int):
+        return idle
+    if idle is not None:
         print()
         print(report.idle_table(idle.findings, idle.evidence_failures, idle.gpu_pods_without_telemetry))
     return 0
@@ -158,7 +150,30 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     decided, _ = janitor.plan_now()
     verdicts = [v for v in decided.verdicts if report.matches(v.target, kind, namespace, name)]
     print(report.explain(decided, verdicts, args.object))
+    idle = _idle_report(janitor, decided.now)
+    if idle is None:
+        return 0
+    if isinstance(idle, int):
+        return idle
+    findings = [f for f in idle.findings if f.workload and report.matches(f.workload, kind, namespace, name)]
+    print(report.explain_idle(findings, idle.evidence_failures))
     return 0
+
+
+def _idle_report(janitor, now):  # type: ignore[no-untyped-def]
+    """The shadow findings of the idle policies, None without --policies, 1 on policy errors."""
+    if not janitor.settings.policy_paths:
+        return None
+    from janitor import shadow_cycle
+    from janitor.policy import load
+
+    loaded = load.from_paths(janitor.settings.policy_paths)
+    if loaded.errors:
+        for error in loaded.errors:
+            print(error, file=sys.stderr)
+        return 1
+    with shadow_cycle.prometheus_source(janitor.settings) as source:
+        return shadow_cycle.idle_report(janitor.api, janitor.settings, loaded.policies, janitor.owners(), now, source)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -259,6 +274,21 @@ def _add_cluster_options(p: argparse.ArgumentParser) -> None:
                    help="namespace of the janitor-state ConfigMap (deletion ledger, tripwire) (%(default)s)")
 
 
+def _add_idle_options(p: argparse.ArgumentParser) -> None:
+    idle = p.add_argument_group("idle policies (shadow report)")
+    idle.add_argument("--policies", action="append", metavar="PATH",
+                      help="policy file or directory (repeatable); adds the idle findings, with their evidence")
+    idle.add_argument("--prometheus-url", help="default: $PROMETHEUS_URL")
+    idle.add_argument("--dcgm-labels", choices=("servicemonitor", "direct"), default="servicemonitor",
+                      help="servicemonitor: workload labels are exported_pod/exported_namespace (the "
+                           "dcgm-exporter chart's default); direct: pod/namespace (%(default)s)")
+    idle.add_argument("--hostname-label", default="Hostname", help="Hostname, or hostname on newer dcgm-exporter")
+    idle.add_argument("--scrape-interval", type=float, default=30.0,
+                      help="seconds between dcgm-exporter samples, for coverage (%(default)s)")
+    idle.add_argument("--prometheus-matcher", action="append", metavar='LABEL="VALUE"',
+                      help='added to every query, e.g. cluster="mn2" (repeatable)')
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="janitor",
@@ -308,24 +338,14 @@ interact with janitor/ttl, janitor/expires and janitor/opt-out: docs/policies.md
                                description="Read the cluster, decide, and print the plan as a table. "
                                            "Nothing is changed.")
     _add_cluster_options(plan)
-    idle = plan.add_argument_group("idle policies (shadow report)")
-    idle.add_argument("--policies", action="append", metavar="PATH",
-                      help="policy file or directory (repeatable); adds the idle findings to the plan")
-    idle.add_argument("--prometheus-url", help="default: $PROMETHEUS_URL")
-    idle.add_argument("--dcgm-labels", choices=("servicemonitor", "direct"), default="servicemonitor",
-                      help="servicemonitor: workload labels are exported_pod/exported_namespace (the "
-                           "dcgm-exporter chart's default); direct: pod/namespace (%(default)s)")
-    idle.add_argument("--hostname-label", default="Hostname", help="Hostname, or hostname on newer dcgm-exporter")
-    idle.add_argument("--scrape-interval", type=float, default=30.0,
-                      help="seconds between dcgm-exporter samples, for coverage (%(default)s)")
-    idle.add_argument("--prometheus-matcher", action="append", metavar='LABEL="VALUE"',
-                      help='added to every query, e.g. cluster="mn2" (repeatable)')
+    _add_idle_options(plan)
     plan.set_defaults(func=_cmd_plan)
 
     explain = commands.add_parser("explain", help="every rule's verdict on one object",
                                   description="Explain what the janitor thinks of one object and why.")
     explain.add_argument("object", metavar="KIND/NAMESPACE/NAME")
     _add_cluster_options(explain)
+    _add_idle_options(explain)
     explain.set_defaults(func=_cmd_explain)
 
     rbac_cmd = commands.add_parser(

@@ -91,3 +91,20 @@ def idle_table(findings, failures=(), silent=()) -> str:  # type: ignore[no-unty
     if silent:
         lines.append(f"{len(silent)} running GPU pods have no GPU telemetry: " + ", ".join(silent))
     return "\n".join(lines)
+
+
+def explain_idle(findings, failures=()) -> str:  # type: ignore[no-untyped-def]
+    """Each idle policy's verdict on one workload, pod by pod, with the evidence behind it."""
+    if not findings:
+        return "  idle policies: none matched this workload"
+    lines = []
+    for f in findings:
+        lines.append(f"  {f.trigger:<8} {str(f.idleness).upper():<8} policy {f.policy} ({f.source or 'no source'}, "
+                     f"{f.mode}): {f.why}")
+        lines.append(f"           owner: {f.owner} [{f.owner.source}]; GPUs held {f.gpus_held}, "
+                     f"would reclaim {f.reclaim_gpu_hours:g} GPU-hours")
+        for j in f.pods:
+            peaks = ", ".join(f"GPU {g} peak {'n/a' if v is None else f'{v:g}'}" for g, v in sorted(j.peaks.items()))
+            lines.append(f"           pod {j.pod.pod}: {j.idleness} -- {j.why}" + (f" [{peaks}]" if peaks and peaks not in j.why else ""))
+    lines.extend(f"  evidence unavailable: {e}" for e in failures)
+    return "\n".join(lines)

@@ -93,8 +93,18 @@ def test_shadow_plan_on_backfilled_history(kube, core: client.CoreV1Api, namespa
              "--prometheus-url", server.url, "--scrape-interval", "15", "--dcgm-labels", dcgm_style],
             capture_output=True, text=True, timeout=120,
         )
+        explained = subprocess.run(
+            [sys.executable, "-m", "janitor.cli", "explain", f"Job/{namespace}/gappy-job",
+             "--kubeconfig", str(sandbox.kubeconfig), "--namespaces", namespace, "--state-namespace", namespace,
+             "--policies", str(policy_file), "--prometheus-url", server.url, "--scrape-interval", "15",
+             "--dcgm-labels", dcgm_style],
+            capture_output=True, text=True, timeout=120,
+        )
     finally:
         server.stop()
+    assert explained.returncode == 0, explained.stderr
+    assert "idleGpu  UNKNOWN  policy idle-gpu" in explained.stdout
+    assert "samples cover 6" in explained.stdout and "of the 2:00:00 window" in explained.stdout
     assert out.returncode == 0, out.stderr
     rows = {line.split()[3]: line for line in out.stdout.splitlines() if line.startswith(("idle-gpu ", "idle-mig "))}
     assert "idle " in rows[f"Job/{namespace}/idle-job"] and "peak 0" in rows[f"Job/{namespace}/idle-job"]
