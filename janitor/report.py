@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from janitor.decide.model import ActionType, ObjectRef, Outcome, Plan, Verdict
+from janitor.decide.shadow import IdleFinding, reclaim_by
 
 
 def table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
@@ -69,11 +70,9 @@ def explain(plan: Plan, verdicts: Iterable[Verdict], target: str) -> str:
     return "\n".join(lines)
 
 
-def idle_table(findings, failures=(), silent=()) -> str:  # type: ignore[no-untyped-def]
+def idle_table(findings: Sequence[IdleFinding], failures: Sequence[str] = (), silent: Sequence[str] = ()) -> str:
     """The shadow-mode report: every idle policy's verdict per workload, and what enforcing
     would reclaim, in GPU-hours per policy and namespace."""
-    from janitor.decide.shadow import reclaim_by
-
     order = {"idle": 0, "partially-idle": 1, "unknown": 2, "too-young": 3, "busy": 4}
     rows = [
         [f.policy, f.mode, f.trigger, str(f.workload) if f.workload else "(unknown workload)", f.idleness,
@@ -93,7 +92,7 @@ def idle_table(findings, failures=(), silent=()) -> str:  # type: ignore[no-unty
     return "\n".join(lines)
 
 
-def explain_idle(findings, failures=()) -> str:  # type: ignore[no-untyped-def]
+def explain_idle(findings: Sequence[IdleFinding], failures: Sequence[str] = ()) -> str:
     """Each idle policy's verdict on one workload, pod by pod, with the evidence behind it."""
     if not findings:
         return "  idle policies: none matched this workload"

@@ -11,12 +11,14 @@ from __future__ import annotations
 import datetime
 import json
 import logging
-from collections.abc import Mapping
+from collections import Counter as Tally
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from janitor.decide.model import Action, HoldReason, Plan
+from janitor.decide.shadow import IdleFinding, reclaim_by
 
 AUDIT = logging.getLogger("janitor.audit")
 
@@ -104,12 +106,8 @@ class Telemetry:
             self.cycles.labels(result=result)
             self.policy_reloads.labels(result=result)
 
-    def observe_idle(self, findings, failures: int, silent_nodes) -> None:  # type: ignore[no-untyped-def]
+    def observe_idle(self, findings: Sequence[IdleFinding], failures: int, silent_nodes: Sequence[str]) -> None:
         """Gauges describe the current cycle only: cleared first so vanished workloads disappear."""
-        from collections import Counter as Tally
-
-        from janitor.decide.shadow import reclaim_by
-
         self.idle_workloads.clear()
         for (policy, trigger, verdict), n in Tally((f.policy, f.trigger, str(f.idleness)) for f in findings).items():
             self.idle_workloads.labels(policy=policy, trigger=trigger, verdict=verdict).set(n)
