@@ -19,8 +19,8 @@ DESCRIPTION = """\
 kube-idle-janitor keeps shared GPU clusters clean. It deletes objects whose janitor/ttl or
 janitor/expires annotation has passed (kube-janitor compatible), on the kinds you list, behind
 safety rails; every deletion is announced by an Event on the object and one audit log line.
-Idle-GPU/CPU detection from Prometheus, Slack warnings to owners and stuck-pod handling build on
-the same plan-then-act core.
+Idle GPU/CPU detection from Prometheus runs in shadow mode (reports what it would reclaim, acts
+on nothing); Slack warnings to owners and stuck-pod handling build on the same plan-then-act core.
 
 The annotation contract (kube-janitor compatible):
   janitor/ttl: 7d              delete when the object is older than this
@@ -36,6 +36,11 @@ examples:
   janitor run --once --dry-run          one full cycle that deletes nothing (Events neither)
   janitor run                           the daemon: a cycle every --interval seconds
   janitor annotation janitor/ttl=7d     what a value means, or why it is rejected (exit 1)
+  janitor check policies/               validate policy files: file:line: field: what is wrong
+  janitor plan --policies policies/ --prometheus-url http://prometheus:9090
+                                        add the idle GPU/CPU findings (shadow: nothing is acted on)
+                                        with the GPU-hours enforcing would reclaim
+  janitor rbac | kubectl apply -f -     the ClusterRole for the kinds the janitor cleans up
 
 Safety rails on every deletion: protected namespaces (kube-system, kube-public,
 kube-node-lease), the janitor/opt-out: "true" annotation, caps per hour and per day (in total
