@@ -48,6 +48,12 @@ def policy_file(tmp_path, namespace: str):
     namespaces: {{include: ["{namespace}"]}}
   triggers:
     idleGpu: {{threshold: 5, window: 2h, minCoverage: 0.8}}
+- name: idle-cpu
+  match:
+    namespaces: {{include: ["{namespace}"]}}
+    podSelector: {{matchLabels: {{app: web}}}}
+  triggers:
+    idleCpu: {{fractionOfRequest: 0.05, window: 2h, ignoreContainers: [istio-proxy]}}
 """)
     return path
 
@@ -69,8 +75,14 @@ def test_shadow_plan_on_backfilled_history(kube, core: client.CoreV1Api, namespa
     mig.spec.containers[0].resources.limits = {"nvidia.com/mig-3g.40gb": "1"}
     core.create_namespaced_pod(namespace, client.V1Pod(metadata=client.V1ObjectMeta(
         name="mig-nb", labels=mig.metadata.labels, annotations=mig.metadata.annotations), spec=mig.spec))
-    wait_until(lambda: sum(p.status.phase == "Running" for p in core.list_namespaced_pod(namespace).items) == 5,
-               timeout=90, what="5 GPU pods Running")
+    # A CPU-only web pod whose app idles while its mesh sidecar is busy.
+    core.create_namespaced_pod(namespace, client.V1Pod(
+        metadata=client.V1ObjectMeta(name="web", labels={"app": "web"}, annotations={STARTED_AT: started}),
+        spec=client.V1PodSpec(containers=[
+            client.V1Container(name=c, image="x", resources=client.V1ResourceRequirements(requests={"cpu": "1"}))
+            for c in ("app", "istio-proxy")])))
+    wait_until(lambda: sum(p.status.phase == "Running" for p in core.list_namespaced_pod(namespace).items) == 6,
+               timeout=90, what="6 pods Running")
     pods = {p.metadata.labels["app"]: p.metadata.name for p in core.list_namespaced_pod(namespace).items}
     # gappy-job: the exporter lost its series for 40 minutes (coverage 67 % < 80 %).
     history = {"idle-job": [(now - 3 * H, now, 0)], "notebook": [(now - 3 * H, now, 0)],
@@ -82,6 +94,9 @@ def test_shadow_plan_on_backfilled_history(kube, core: client.CoreV1Api, namespa
         exporter_values.set_gpu_util(namespace, pods[app], segments[-1][2])
 
     exporter_values.add_history(Kind.GR_ENGINE_ACTIVE, (namespace, "mig-nb", None), [Segment(now - 3 * H, now, 0.01)])
+    for container, cores in (("app", 0.01), ("istio-proxy", 1.5)):
+        exporter_values.add_history(Kind.CPU, (namespace, "web", container), [Segment(now - 3 * H, now, cores)])
+        exporter_values.set_cpu(namespace, "web", container, cores)
     exporter_values.set_gr_engine_active(namespace, "mig-nb", 0.01)
 
     server, _ = prometheus_with_history(kube, sandbox.exporters_url, step=15, work_dir=sandbox.run_dir,
@@ -106,7 +121,10 @@ def test_shadow_plan_on_backfilled_history(kube, core: client.CoreV1Api, namespa
     assert "idleGpu  UNKNOWN  policy idle-gpu" in explained.stdout
     assert "samples cover 6" in explained.stdout and "of the 2:00:00 window" in explained.stdout
     assert out.returncode == 0, out.stderr
-    rows = {line.split()[3]: line for line in out.stdout.splitlines() if line.startswith(("idle-gpu ", "idle-mig "))}
+    rows = {line.split()[3]: line for line in out.stdout.splitlines()
+            if line.startswith(("idle-gpu ", "idle-mig ", "idle-cpu "))}
+    web = rows[f"Pod/{namespace}/web"]
+    assert web.startswith("idle-cpu") and "idle " in web and "of its 1-core request" in web  # the sidecar ignored
     assert "idle " in rows[f"Job/{namespace}/idle-job"] and "peak 0" in rows[f"Job/{namespace}/idle-job"]
     assert "busy " in rows[f"Job/{namespace}/busy-job"]
     assert "unknown " in rows[f"Job/{namespace}/gappy-job"] and "samples cover" in rows[f"Job/{namespace}/gappy-job"]
@@ -118,7 +136,7 @@ def test_shadow_plan_on_backfilled_history(kube, core: client.CoreV1Api, namespa
     assert f"would reclaim 4 GPU-hours: policy idle-gpu, namespace {namespace}" in out.stdout
     assert f"would reclaim 2 GPU-hours: policy idle-mig, namespace {namespace}" in out.stdout
     assert all(not (p.metadata.annotations or {}).get("janitor/expires") for p in core.list_namespaced_pod(namespace).items)
-    assert len(core.list_namespaced_pod(namespace).items) == 5
+    assert len(core.list_namespaced_pod(namespace).items) == 6
 
 
 def test_daemon_cycle_reports_shadow_metrics_and_keeps_last_good_policies(
