@@ -19,7 +19,7 @@ from janitor.decide.idle import Idleness, Judgement, PodFacts, judge_cpu, judge_
 from janitor.decide.model import NamespaceView, ObjectRef, ObjectView, PodView
 from janitor.decide.owners import Owner, OwnerKind, find_owner
 from janitor.decide.workloads import CronJobMode, Unknown, Workload, resolve
-from janitor.policy.model import IdleCpu, IdleGpu, Mode, Policy, first_match
+from janitor.policy.model import IdleCpu, IdleGpu, Mode, Policy
 
 GpuKey = tuple[str, datetime.timedelta]  # (signal, window)
 CpuKey = tuple[datetime.timedelta, tuple[str, ...]]  # (window, ignored containers)
@@ -79,41 +79,38 @@ def idle_findings(
     cronjob_mode: CronJobMode = CronJobMode.JOB,
     protected_namespaces: Sequence[str] = (),
 ) -> list[IdleFinding]:
-    """Precedence (docs/policies.md): a protected namespace is not evaluated at all, and an
-    opted-out workload is not evaluated by a policy that honours the opt-out."""
+    """Pods are grouped by workload first; for each trigger, the first policy whose match holds
+    for every pod of the workload decides, and judges all of them: a workload is never judged on a
+    subset of its pods. Precedence (docs/policies.md): a protected namespace is not evaluated at
+    all, and an opted-out workload is not evaluated by a policy that honours the opt-out."""
     index = {**objects_by_uid, **{p.ref.uid: _as_object(p) for p in pods}}
-    groups: dict[tuple[str, str, str], list[tuple[PodView, Judgement]]] = defaultdict(list)
-    owners: dict[tuple[str, str, str], tuple[Policy, Workload | Unknown]] = {}
+    workloads: dict[str, tuple[Workload | Unknown, list[PodView]]] = {}
     for pod in pods:
-        if pod.phase != "Running" or pod.deleting:
+        if pod.phase != "Running" or pod.deleting or (pod.ref.namespace or "") in protected_namespaces:
             continue
         owner = resolve(_as_object(pod), index, cronjob_mode=cronjob_mode)
         if not isinstance(owner, (Workload, Unknown)):
             continue  # DaemonSet pods are never candidates
-        namespace = pod.ref.namespace or ""
-        if namespace in protected_namespaces:
-            continue
-        labels = namespaces.get(namespace, NamespaceView(namespace)).labels
+        key = owner.ref.uid if isinstance(owner, Workload) else f"unknown:{pod.ref.uid}"
+        workloads.setdefault(key, (owner, []))[1].append(pod)
+    found = []
+    for owner, members in workloads.values():
+        namespace = members[0].ref.namespace or ""
+        ns_view = namespaces.get(namespace, NamespaceView(namespace))
         kind = owner.ref.kind if isinstance(owner, Workload) else "Pod"
         for trigger_kind in (IdleGpu, IdleCpu):
-            if trigger_kind is IdleGpu and pod.gpus == 0:
+            judged = [p for p in members if trigger_kind is not IdleGpu or p.gpus > 0]
+            if not judged:
                 continue
-            policy = first_match(policies, trigger_kind, namespace=namespace, namespace_labels=labels,
-                                 workload_kind=kind, pod_labels=pod.labels)
+            policy = next((pol for pol in policies if pol.trigger(trigger_kind) is not None and all(
+                pol.match.matches(namespace=namespace, namespace_labels=ns_view.labels, kind=kind,
+                                  pod_labels=p.labels) for p in members)), None)
             if policy is None or (policy.lifecycle.honour_opt_out and _opted_out(owner, index)):
                 continue
-            judgement = _judge(pod, policy, trigger_kind, gpu, cpu, now)
-            workload_uid = owner.ref.uid if isinstance(owner, Workload) else f"unknown:{pod.ref.uid}"
-            key = (policy.name, trigger_kind.key, workload_uid)
-            groups[key].append((pod, judgement))
-            owners[key] = (policy, owner)
-    found = []
-    for key, members in groups.items():
-        finding = _finding(key[1], owners[key], members)
-        workload = index.get(finding.workload.uid) if finding.workload else None
-        namespace = members[0][0].ref.namespace or ""
-        owner = find_owner(workload, namespaces.get(namespace, NamespaceView(namespace)))
-        found.append(replace(finding, owner=owner))
+            pairs = [(p, _judge(p, policy, trigger_kind, gpu, cpu, now)) for p in judged]
+            finding = _finding(trigger_kind.key, (policy, owner), pairs)
+            workload = index.get(finding.workload.uid) if finding.workload else None
+            found.append(replace(finding, owner=find_owner(workload, ns_view)))
     return found
 
 

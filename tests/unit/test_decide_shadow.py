@@ -100,3 +100,20 @@ def test_cpu_fraction_ignores_the_sidecar() -> None:
     cpu_ev = {(2 * H, ("istio-proxy",)): CpuEvidence(CPU_WINDOW, {PodKey("ml", "web"): CpuUsage(0.04, 120)})}
     [finding] = run([p], policies=[policy], cpu_ev=cpu_ev)
     assert finding.trigger == "idleCpu" and finding.idleness is Idleness.IDLE  # 0.04 <= 0.05 x 1 core
+
+
+def test_a_workload_is_never_judged_on_a_subset_of_its_pods() -> None:
+    """The pod selector must hold for every pod: a policy selecting only some pods of a Job
+    does not judge the Job on those pods alone; the next policy that selects them all does."""
+    from dataclasses import replace as copy
+
+    from janitor.policy.model import LabelSelector
+
+    job = obj("train", kind="Job", namespace="ml")
+    idle_worker = copy(pod("w0", job), labels={"role": "worker"})
+    busy_launcher = copy(pod("w1", job), labels={"role": "launcher"})
+    workers_only = Policy("workers-only", (IdleGpu(),),
+                          match=Match(pod_selector=LabelSelector(match_labels=(("role", "worker"),))))
+    series = {"w0": idle(), "w1": (GpuSeries("0", 70.0, 480),)}
+    [finding] = run([idle_worker, busy_launcher], [job], policies=[workers_only, gpu_policy("all")], gpu_ev=gpu(**series))
+    assert finding.policy == "all" and finding.idleness is Idleness.BUSY
