@@ -86,6 +86,7 @@ def _meaning(key: str, value: str) -> str:
 
 def _settings(args: argparse.Namespace) -> Settings:
     from janitor.decide.rails import Caps, Rails, Tripwire
+    from janitor.decide.workloads import CronJobMode
 
     kinds = tuple(parse_kind(k.strip()) for k in args.kinds.split(",") if k.strip())
     rails = Rails(
@@ -105,6 +106,8 @@ def _settings(args: argparse.Namespace) -> Settings:
                     hostname_label=getattr(args, "hostname_label", "Hostname"),
                     scrape_interval=datetime.timedelta(seconds=getattr(args, "scrape_interval", 30.0)),
                     extra_matchers=tuple(getattr(args, "prometheus_matcher", None) or ()),
+                    cronjob_target=CronJobMode(getattr(args, "cronjob_target", "job")),
+                    owner_keys=_owner_keys(getattr(args, "owner_key", None)),
                     interval=datetime.timedelta(seconds=getattr(args, "interval", 60)))
 
 
@@ -292,6 +295,25 @@ def _add_idle_options(p: argparse.ArgumentParser) -> None:
                       help="seconds between dcgm-exporter samples, for coverage (%(default)s)")
     idle.add_argument("--prometheus-matcher", action="append", metavar='LABEL="VALUE"',
                       help='added to every query, e.g. cluster="mn2" (repeatable)')
+    idle.add_argument("--cronjob-target", choices=("job", "cronjob"), default="job",
+                      help="the workload of a CronJob's pods: this run's Job, or the CronJob (%(default)s)")
+    idle.add_argument("--owner-key", action="append", metavar="annotation:KEY|label:KEY",
+                      help="where owners are read, in order, on the workload then its namespace "
+                           "(default: annotation:janitor/owner, label:janitor/owner, annotation:owner)")
+
+
+def _owner_keys(values: list[str] | None) -> tuple[tuple[str, str], ...]:
+    from janitor.decide.owners import DEFAULT_OWNER_KEYS
+
+    if not values:
+        return DEFAULT_OWNER_KEYS
+    keys = []
+    for value in values:
+        where, sep, key = value.partition(":")
+        if not sep or where not in ("annotation", "label") or not key:
+            raise SystemExit(f"--owner-key {value!r}: expected annotation:KEY or label:KEY")
+        keys.append((where, key))
+    return tuple(keys)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -374,14 +396,8 @@ interact with janitor/ttl, janitor/expires and janitor/opt-out: docs/policies.md
     run.add_argument("--interval", type=float, default=60.0, help="seconds between cycles (%(default)s)")
     run.add_argument("--metrics-port", type=int, default=8080, help="/metrics and /healthz (%(default)s)")
     run.add_argument("--log-level", default="INFO")
-    run.add_argument("--policies", action="append", metavar="PATH",
-                     help="idle policy files or directories, re-read every cycle (shadow report in logs and metrics)")
-    run.add_argument("--prometheus-url", help="default: $PROMETHEUS_URL")
-    run.add_argument("--dcgm-labels", choices=("servicemonitor", "direct"), default="servicemonitor")
-    run.add_argument("--hostname-label", default="Hostname")
-    run.add_argument("--scrape-interval", type=float, default=30.0)
-    run.add_argument("--prometheus-matcher", action="append", metavar='LABEL="VALUE"')
     _add_cluster_options(run)
+    _add_idle_options(run)  # with `run`, policies are re-read every cycle; findings go to logs and metrics
     run.set_defaults(func=_cmd_run)
     return parser
 

@@ -10,7 +10,9 @@ import datetime
 from dataclasses import dataclass, field
 
 from janitor.decide.model import ResourceKind
+from janitor.decide.owners import DEFAULT_OWNER_KEYS
 from janitor.decide.rails import DEFAULT_PROTECTED_NAMESPACES, Caps, Rails
+from janitor.decide.workloads import CronJobMode
 
 # The kinds the TTL/expiry cleanup looks at. The deployment generates the janitor's ClusterRole
 # from this same list, so a kind it may not list is skipped and counted, not an error.
@@ -62,6 +64,8 @@ class Settings:
     hostname_label: str = "Hostname"  # dcgm-exporter before 4.x renamed it: "hostname"
     scrape_interval: datetime.timedelta = datetime.timedelta(seconds=30)  # coverage is measured against it
     extra_matchers: tuple[str, ...] = ()  # e.g. cluster="mn2" when one Thanos serves several clusters
+    cronjob_target: CronJobMode = CronJobMode.JOB  # act on a CronJob's Job, or on the CronJob itself
+    owner_keys: tuple[tuple[str, str], ...] = DEFAULT_OWNER_KEYS  # (annotation|label, key), in order
 
 
 __all__ = ["Caps", "DEFAULT_KINDS", "DEFAULT_PROTECTED_NAMESPACES", "Rails", "Settings", "parse_kind"]

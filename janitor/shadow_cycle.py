@@ -57,7 +57,8 @@ def idle_report(
         cpu[(window, ignore)] = evidence.cpu_evidence(
             source, window=window, step=datetime.timedelta(minutes=1), at=now, ignore_containers=ignore)
     findings = shadow.idle_findings(pod_views, namespaces, {o.ref.uid: o for o in owners}, policies, gpu, cpu, now,
-                                    protected_namespaces=settings.rails.protected_namespaces)
+                                    protected_namespaces=settings.rails.protected_namespaces,
+                                    cronjob_mode=settings.cronjob_target, owner_keys=settings.owner_keys)
     failures = tuple(sorted({e.failed for e in [*gpu.values(), *cpu.values()] if e.failed}))
     seen = {(k.namespace, k.pod) for e in gpu.values() for k in e.pods}
     silent_pods = [p for p in pod_views

@@ -17,7 +17,7 @@ from janitor import annotations
 from janitor.decide.evidence import CpuEvidence, GpuEvidence, PodKey
 from janitor.decide.idle import Idleness, Judgement, PodFacts, judge_cpu, judge_gpu, judge_workload
 from janitor.decide.model import NamespaceView, ObjectRef, ObjectView, PodView
-from janitor.decide.owners import Owner, OwnerKind, find_owner
+from janitor.decide.owners import DEFAULT_OWNER_KEYS, Owner, OwnerKind, find_owner
 from janitor.decide.workloads import CronJobMode, Unknown, Workload, resolve
 from janitor.policy.model import IdleCpu, IdleGpu, Mode, Policy
 
@@ -78,6 +78,7 @@ def idle_findings(
     *,
     cronjob_mode: CronJobMode = CronJobMode.JOB,
     protected_namespaces: Sequence[str] = (),
+    owner_keys: Sequence[tuple[str, str]] = DEFAULT_OWNER_KEYS,
 ) -> list[IdleFinding]:
     """Pods are grouped by workload first; for each trigger, the first policy whose match holds
     for every pod of the workload decides, and judges all of them: a workload is never judged on a
@@ -110,7 +111,7 @@ def idle_findings(
             pairs = [(p, _judge(p, policy, trigger_kind, gpu, cpu, now)) for p in judged]
             finding = _finding(trigger_kind.key, (policy, owner), pairs)
             workload = index.get(finding.workload.uid) if finding.workload else None
-            found.append(replace(finding, owner=find_owner(workload, ns_view)))
+            found.append(replace(finding, owner=find_owner(workload, ns_view, owner_keys)))
     return found
 
 

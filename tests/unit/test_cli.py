@@ -86,3 +86,20 @@ def test_rbac_prints_role_and_binding_for_the_kinds(capsys: pytest.CaptureFixtur
     assert rules[(("kubeflow.org",), ("notebooks",))] == ["get", "list", "delete", "patch"]
     assert rules[(("",), ("events",))] == ["create", "patch"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kube-idle-janitor", "namespace": "ops"}]
+
+
+def test_idle_options_reach_the_settings() -> None:
+    from janitor.decide.workloads import CronJobMode
+
+    args = cli.build_parser().parse_args([
+        "plan", "--policies", "policies/", "--prometheus-url", "http://p:9090", "--dcgm-labels", "direct",
+        "--cronjob-target", "cronjob", "--owner-key", "label:team.example.com/owner",
+        "--prometheus-matcher", 'cluster="mn2"',
+    ])
+    settings = cli._settings(args)
+    assert settings.policy_paths == ("policies/",) and settings.prometheus_url == "http://p:9090"
+    assert settings.dcgm_labels == "direct" and settings.cronjob_target is CronJobMode.CRONJOB
+    assert settings.owner_keys == (("label", "team.example.com/owner"),)
+    assert settings.extra_matchers == ('cluster="mn2"',)
+    with pytest.raises(SystemExit, match="expected annotation:KEY or label:KEY"):
+        cli._settings(cli.build_parser().parse_args(["plan", "--owner-key", "owner"]))
