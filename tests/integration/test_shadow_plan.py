@@ -81,8 +81,13 @@ def test_shadow_plan_on_backfilled_history(kube, core: client.CoreV1Api, namespa
         spec=client.V1PodSpec(containers=[
             client.V1Container(name=c, image="x", resources=client.V1ResourceRequirements(requests={"cpu": "1"}))
             for c in ("app", "istio-proxy")])))
-    wait_until(lambda: sum(p.status.phase == "Running" for p in core.list_namespaced_pod(namespace).items) == 6,
-               timeout=90, what="6 pods Running")
+    # A pod just (re)created under a name whose series already hold hours of idle history.
+    reborn = gpu_template("reborn", started, "Always")
+    core.create_namespaced_pod(namespace, client.V1Pod(
+        metadata=client.V1ObjectMeta(name="reborn", labels=reborn.metadata.labels), spec=reborn.spec))
+    wait_until(lambda: sum(p.status.phase == "Running" for p in core.list_namespaced_pod(namespace).items) == 7,
+               timeout=90, what="7 pods Running")
+    exporter_values.add_history(Kind.GPU_UTIL, (namespace, "reborn", None), [Segment(now - 3 * H, now, 0)])
     pods = {p.metadata.labels["app"]: p.metadata.name for p in core.list_namespaced_pod(namespace).items}
     # gappy-job: the exporter lost its series for 40 minutes (coverage 67 % < 80 %).
     history = {"idle-job": [(now - 3 * H, now, 0)], "notebook": [(now - 3 * H, now, 0)],
@@ -131,12 +136,14 @@ def test_shadow_plan_on_backfilled_history(kube, core: client.CoreV1Api, namespa
     assert "idle " in rows[f"Deployment/{namespace}/notebook"]
     assert "alice@lab.example (email)" in rows[f"Deployment/{namespace}/notebook"]
     assert "unknown owner" in rows[f"Job/{namespace}/idle-job"]
+    reborn_row = rows[f"Pod/{namespace}/reborn"]
+    assert "unknown " in reborn_row and "samples before its start belong to another pod" in reborn_row
     mig_row = rows[f"Pod/{namespace}/mig-nb"]
     assert mig_row.startswith("idle-mig") and "idle " in mig_row and "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in mig_row
     assert f"would reclaim 4 GPU-hours: policy idle-gpu, namespace {namespace}" in out.stdout
     assert f"would reclaim 2 GPU-hours: policy idle-mig, namespace {namespace}" in out.stdout
     assert all(not (p.metadata.annotations or {}).get("janitor/expires") for p in core.list_namespaced_pod(namespace).items)
-    assert len(core.list_namespaced_pod(namespace).items) == 6
+    assert len(core.list_namespaced_pod(namespace).items) == 7
 
 
 def test_daemon_cycle_reports_shadow_metrics_and_keeps_last_good_policies(
