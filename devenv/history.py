@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from kubernetes import client
 
 from devenv.exporters.server import ValuesControl
 from devenv.exporters.values import Values
+from devenv.exporters.model import NodeView, PodView
 from devenv.podviews import node_view, pod_view
+from devenv.procs import wait_until
 from devenv.prometheus import BackfillReport, DcgmStyle, PrometheusServer, backfill, scrape_config
 
 
@@ -37,10 +40,10 @@ def prometheus_with_history(
     The caller stops the returned server. Pods and nodes are read from the apiserver, so the
     series carry the same names, UIDs and GPU slots the live exporters serve.
     """
-    history = Values.from_json(ValuesControl(exporters_url).get())
     core = client.CoreV1Api(api)
     pods = [pod_view(p) for p in core.list_pod_for_all_namespaces().items]
     nodes = [node_view(n) for n in core.list_node().items]
+    history = Values.from_json(_with_live_gpu_slots(exporters_url, pods, nodes))
     data_dir = Path(tempfile.mkdtemp(prefix="prometheus-history-", dir=work_dir))
     end = time.time()
     report = backfill(history, pods, nodes, end - hours * 3600, end, step, data_dir, dcgm_style=dcgm_style)
@@ -55,3 +58,33 @@ def prometheus_with_history(
         server.stop()
         raise
     return server, report
+
+
+def _with_live_gpu_slots(exporters_url: str, pods: list[PodView], nodes: list[NodeView],
+                         timeout: float = 10.0) -> dict:
+    """The exporters' values once they have given every current GPU pod its devices.
+
+    The backfill must put each pod on the devices the live exporter serves it on; otherwise, at
+    past times when today's neighbours did not exist yet, it would hand out other indices and the
+    pod's history and live samples would become two series. Rendering each node's dcgm page makes
+    the live exporter assign them; a pod that fits nowhere never gets devices, so this waits a
+    bounded time and then goes on with what there is.
+    """
+    control = ValuesControl(exporters_url)
+    wanted = {p.uid for p in pods if p.gpus and p.node and p.phase in ("Pending", "Running")}
+    state: dict = {}
+
+    def assigned() -> bool:
+        for node in nodes:
+            if node.gpus:
+                with urllib.request.urlopen(f"{exporters_url.rstrip('/')}/dcgm/{node.name}/metrics", timeout=10):
+                    pass
+        state.update(control.get())
+        return wanted <= set(state.get("gpu_slots", {}))
+
+    try:
+        wait_until(assigned, timeout=timeout, what="the live exporters to assign every GPU pod its devices",
+                   interval=0.5)
+    except TimeoutError:
+        pass  # pods that fit on no node: they have no series live either
+    return state or control.get()
