@@ -119,7 +119,13 @@ def apply_rails(
         return RailsOutcome((), _hold_all(candidates, HoldReason.TRIPWIRE, why), ledger, (why,), tripped_now=True)
     ledger = replace(ledger, previous_candidates=len(candidates))
 
-    if skew is not None and skew > rails.max_clock_skew:
+    if skew is None:
+        # No Date header from the apiserver (a proxy may strip it): deadlines could only be
+        # compared with our own clock, which the skew guard exists to distrust.
+        why = "the apiserver's clock is unknown (no Date header); deletions pause until it is known"
+        notices.append(why)
+        return RailsOutcome((), _hold_all(candidates, HoldReason.CLOCK_SKEW, why), ledger, tuple(notices))
+    if skew > rails.max_clock_skew:
         why = (
             f"the janitor's clock is {skew.total_seconds():.0f}s off the apiserver's "
             f"(more than {rails.max_clock_skew.total_seconds():.0f}s); deletions pause until it is fixed"

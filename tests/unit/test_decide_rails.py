@@ -130,6 +130,12 @@ def test_clock_skew_pauses_deletions() -> None:
     assert len(fine.deletions()) == 2
 
 
+def test_unknown_apiserver_clock_pauses_deletions() -> None:
+    p = run(expired(2), apiserver=None)
+    assert p.deletions() == () and {h.reason for h in p.held} == {HoldReason.CLOCK_SKEW}
+    assert any("clock is unknown" in n for n in p.notices)
+
+
 def test_deadlines_use_the_apiserver_clock() -> None:
     # The janitor's clock is 20 s behind (within the threshold); the TTL passed 10 s ago by the
     # apiserver's clock and not yet by the janitor's.
