@@ -22,7 +22,7 @@ from devenv.exporters.values import Values
 from devenv.exporters.model import NodeView, PodView
 from devenv.podviews import node_view, pod_view
 from devenv.procs import wait_until
-from devenv.prometheus import BackfillReport, DcgmStyle, PrometheusServer, backfill, scrape_config
+from devenv.prometheus import BackfillReport, DcgmStyle, PrometheusServer, backfill, scrape_config, scrape_targets
 
 
 def prometheus_with_history(
@@ -53,7 +53,9 @@ def prometheus_with_history(
     server.start()
     try:
         server.wait_ready(timeout=60)
-        server.wait_for_targets_up(timeout=60)
+        down = sum(history.target_down(t.exporter, t.node, time.time())
+                   for t in scrape_targets(nodes, dcgm_style=dcgm_style))
+        server.wait_for_targets_up(timeout=60, down=down)
     except BaseException:
         server.stop()
         raise

@@ -204,6 +204,8 @@ def backfill(
             ts = int(round(t * 1000))
             alive = [p for p in pods if p.created <= t]
             for target in targets:
+                if history.target_down(target.exporter, target.node, t):
+                    continue  # a failed scrape stores no samples
                 for fam in render_exporter(target.exporter, target.node, alive, nodes, history, t,
                                            hostname_label=hostname_label):
                     stored = [
@@ -305,15 +307,21 @@ class PrometheusServer:
             raise RuntimeError(f"/api/v1/targets answered HTTP {status}")
         return list(json.loads(body)["data"]["activeTargets"])
 
-    def wait_for_targets_up(self, timeout: float = 60.0, expected: int | None = None) -> list[dict[str, Any]]:
-        """Poll until every active target (at least `expected` of them) has health "up"."""
+    def wait_for_targets_up(self, timeout: float = 60.0, expected: int | None = None,
+                            down: int = 0) -> list[dict[str, Any]]:
+        """Poll until every active target (at least `expected` of them) has health "up".
+
+        `down` targets are meant to fail (an exporter a test switched off): then all but that many
+        must be up and exactly that many down.
+        """
         found: list[dict[str, Any]] = []
 
         def all_up() -> bool:
             nonlocal found
             found = self.targets()
             enough = len(found) >= (expected if expected is not None else 1)
-            return enough and all(t["health"] == "up" for t in found)
+            health = [t["health"] for t in found]
+            return enough and health.count("down") == down and health.count("up") == len(found) - down
 
         try:
             wait_until(all_up, timeout=timeout, what="prometheus targets up")

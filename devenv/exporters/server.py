@@ -154,6 +154,8 @@ class _Handler(BaseHTTPRequestHandler):
         target = _route(path)
         if target is None:
             return self._json(404, {"error": f"no such path {path}"})
+        if self.exporters.values.target_down(*target, self.exporters.clock()):
+            return self._reply(503, b"exporter down (sandbox control)\n", "text/plain")
         try:
             text = self.exporters.render(*target)
         except KeyError as e:

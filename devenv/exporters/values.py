@@ -54,6 +54,7 @@ class Kind(StrEnum):
     CPU = "cpu"  # (namespace, pod, container | None), cores
     NODE_DSTATE = "node_dstate"  # (node,), processes in state D
     NODE_OOM_KILLS = "node_oom_kills"  # (node,), node_vmstat_oom_kill counter value
+    TARGET_DOWN = "target_down"  # ("<exporter>/<node>",), 1 = the target fails its scrapes
 
 
 DEFAULTS: Final[Mapping[Kind, float]] = {
@@ -62,6 +63,7 @@ DEFAULTS: Final[Mapping[Kind, float]] = {
     Kind.CPU: 0.002,
     Kind.NODE_DSTATE: 0,
     Kind.NODE_OOM_KILLS: 0,
+    Kind.TARGET_DOWN: 0,
 }
 _POD_KINDS = frozenset({Kind.GPU_UTIL, Kind.GR_ENGINE_ACTIVE, Kind.CPU})
 
@@ -99,6 +101,11 @@ def make_key(kind: Kind | str, key: Iterable[Any]) -> tuple[Kind, Key]:
     if k in (Kind.GPU_UTIL, Kind.GR_ENGINE_ACTIVE) and parts[2] is not None:
         parts = (parts[0], parts[1], int(parts[2]))
     return k, parts
+
+
+def target_key(exporter: str, node: str | None) -> str:
+    """The key of a scrape target in `Kind.TARGET_DOWN`."""
+    return f"{exporter}/{node or ''}"
 
 
 def _candidates(kind: Kind, key: Key) -> list[Key]:
@@ -157,6 +164,10 @@ class ValueSetters:
 
     def set_node_oom_kills(self, node: str, n: Setting) -> None:
         self.set(Kind.NODE_OOM_KILLS, (node,), n)
+
+    def set_target_down(self, exporter: str, node: str, down: bool = True) -> None:
+        """Make one exporter of one node fail its scrapes (503, `up == 0`), or recover."""
+        self.set(Kind.TARGET_DOWN, (target_key(exporter, node),), 1 if down else 0)
 
     def reset(self) -> None:
         """Everything back to defaults from now on; the past is kept (counters stay monotonic)."""
@@ -245,6 +256,10 @@ class Values(ValueSetters):
             util = self.resolve(Kind.GPU_UTIL, key, t)
             return util / 100 if util is not None and util != ABSENT else 0.0
         return DEFAULTS[kind]
+
+    def target_down(self, exporter: str, node: str | None, t: float) -> bool:
+        """Whether the target fails its scrape at `t` (live, or in a history segment)."""
+        return self.level(Kind.TARGET_DOWN, (target_key(exporter, node),), t) == 1
 
     def _breakpoints(self, kind: Kind, key: Key, a: float, b: float) -> list[float]:
         points = {a, b}

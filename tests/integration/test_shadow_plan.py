@@ -180,3 +180,62 @@ def test_daemon_cycle_reports_shadow_metrics_and_keeps_last_good_policies(
     finally:
         server.stop()
     assert [p.metadata.deletion_timestamp for p in core.list_namespaced_pod(namespace).items] == [None]
+
+
+def test_shadow_plan_exporter_down_missing_gpu_series_and_one_busy_worker(
+    kube, core: client.CoreV1Api, namespace: str, sandbox, policy_file, exporter_values: ValuesControl
+) -> None:
+    now = time.time()
+    started = datetime.datetime.fromtimestamp(now - 3 * H, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # A 4-worker job, one worker busy.
+    client.BatchV1Api(kube).create_namespaced_job(namespace, client.V1Job(
+        metadata=client.V1ObjectMeta(name="wide-job"),
+        spec=client.V1JobSpec(parallelism=4, completions=4, template=gpu_template("wide-job", started))))
+    # Two GPUs, but the exporter has only ever served one of them.
+    half = gpu_template("half-seen", started, "Always")
+    half.spec.containers[0].resources.limits = {"nvidia.com/gpu": "2"}
+    core.create_namespaced_pod(namespace, client.V1Pod(metadata=client.V1ObjectMeta(
+        name="half-seen", labels=half.metadata.labels, annotations=half.metadata.annotations), spec=half.spec))
+    # An idle MIG notebook on the node whose dcgm-exporter has been down for the last 40 minutes.
+    mig = gpu_template("mig-nb", started, "Always")
+    mig.spec.containers[0].resources.limits = {"nvidia.com/mig-3g.40gb": "1"}
+    core.create_namespaced_pod(namespace, client.V1Pod(metadata=client.V1ObjectMeta(
+        name="mig-nb", labels=mig.metadata.labels, annotations=mig.metadata.annotations), spec=mig.spec))
+    wait_until(lambda: sum(p.status.phase == "Running" for p in core.list_namespaced_pod(namespace).items) == 6,
+               timeout=90, what="6 pods Running")
+    workers = sorted(p.metadata.name for p in core.list_namespaced_pod(namespace, label_selector="app=wide-job").items)
+    for i, pod in enumerate(workers):
+        util = 85 if i == 2 else 0
+        exporter_values.add_history(Kind.GPU_UTIL, (namespace, pod, None), [Segment(now - 3 * H, now, util)])
+        exporter_values.set_gpu_util(namespace, pod, util)
+    exporter_values.add_history(Kind.GPU_UTIL, (namespace, "half-seen", 0), [Segment(now - 3 * H, now, 0)])
+    exporter_values.add_history(Kind.GPU_UTIL, (namespace, "half-seen", 1), [Segment(now - 3 * H, now, "absent")])
+    exporter_values.set_absent(Kind.GPU_UTIL, namespace, "half-seen", 1)
+    exporter_values.add_history(Kind.GR_ENGINE_ACTIVE, (namespace, "mig-nb", None), [Segment(now - 3 * H, now, 0.0)])
+    exporter_values.add_history(Kind.TARGET_DOWN, ("dcgm/mig-node-1",), [Segment(now - 40 * 60, now, 1)])
+    exporter_values.set_target_down("dcgm", "mig-node-1")
+
+    try:
+        server, _ = prometheus_with_history(kube, sandbox.exporters_url, step=15, work_dir=sandbox.run_dir)
+    except BaseException:
+        exporter_values.set_target_down("dcgm", "mig-node-1", down=False)
+        raise
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "janitor.cli", "plan", "--kubeconfig", str(sandbox.kubeconfig),
+             "--namespaces", namespace, "--state-namespace", namespace, "--policies", str(policy_file),
+             "--prometheus-url", server.url, "--scrape-interval", "15"],
+            capture_output=True, text=True, timeout=120,
+        )
+    finally:
+        server.stop()
+        exporter_values.set_target_down("dcgm", "mig-node-1", down=False)
+    assert out.returncode == 0, out.stderr
+    rows = {line.split()[3]: line for line in out.stdout.splitlines() if line.startswith(("idle-gpu ", "idle-mig "))}
+    wide = rows[f"Job/{namespace}/wide-job"]
+    assert "busy " in wide and "peak 85" in wide, wide
+    half_row = rows[f"Pod/{namespace}/half-seen"]
+    assert "unknown " in half_row and "1 DCGM_FI_DEV_GPU_UTIL series for 2 requested GPUs" in half_row
+    mig_row = rows[f"Pod/{namespace}/mig-nb"]
+    assert mig_row.startswith("idle-mig") and "unknown " in mig_row and "samples cover 6" in mig_row
+    assert "would reclaim" not in out.stdout

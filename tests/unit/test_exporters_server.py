@@ -3,6 +3,8 @@
 Aspects covered:
 - every exporter path serves the text format (parsable) and reflects the providers' pods;
 - unknown nodes and paths are 404, a failing provider is a 500 (a failed scrape, not empty data);
+- a target set down answers 503 while its neighbours still serve, and recovers; a backfill
+  leaves its down stretch empty;
 - `ValuesControl` setters change what is served (same calls as on `Values`), `reset()` works;
 - `GET /_values` round-trips through `Values.from_json`; invalid updates are 400 with the reason;
 - `stored_labels` and `scrape_config` give the label sets Prometheus stores for each job style;
@@ -93,6 +95,26 @@ def test_control_client_changes_what_is_served(server: ExporterServer) -> None:
     control.reset()
     util = [s.value for s in series(get(server.url + "/dcgm/gpu-node-1/metrics")[1], "DCGM_FI_DEV_GPU_UTIL")]
     assert util == [0.0, 0.0, 0.0, 0.0]
+
+
+def test_target_down_fails_only_that_target_and_recovers(server: ExporterServer) -> None:
+    control = ValuesControl(server.url)
+    control.set_target_down("dcgm", "gpu-node-1")
+    assert get(server.url + "/dcgm/gpu-node-1/metrics")[0] == 503
+    assert get(server.url + "/cadvisor/gpu-node-1/metrics")[0] == 200
+    control.set_target_down("dcgm", "gpu-node-1", down=False)
+    assert get(server.url + "/dcgm/gpu-node-1/metrics")[0] == 200
+
+
+def test_backfill_skips_a_target_while_it_is_down(tmp_path) -> None:
+    start = float(int(NOW) - 60)
+    values = Values()
+    values.add_history(Kind.TARGET_DOWN, ("dcgm/gpu-node-1",), [(start + 10, start + 20, 1)])
+    report = backfill(values, PODS, NODES, start, start + 30, 10, tmp_path / "data", exporters=["dcgm"],
+                      keep_openmetrics=True)
+    assert report.openmetrics is not None
+    stamps = {line.rsplit(" ", 1)[1] for line in report.openmetrics.read_text().splitlines()[:-1]}
+    assert stamps == {f"{start:.3f}", f"{start + 20:.3f}"}
 
 
 def test_invalid_update_is_refused_with_reason(server: ExporterServer) -> None:
