@@ -5,7 +5,10 @@ wrapper we stand in for Slack: an HTTP server speaking the Web API as
 ``slack_sdk.WebClient(token=..., base_url=standin.base_url)`` uses it, so the janitor's real
 Slack code and slack_sdk's retry handlers run unchanged. It serves only the methods the janitor
 calls, with Slack's documented response shapes and error codes; records every call and what a
-user would see; injects faults (429 + Retry-After, 500/503, invalid_auth) on demand. The control
+user would see, message metadata included (conversations.history returns it when asked, which is
+how the janitor recognises its own earlier sends after a crash); injects faults on demand: 429 +
+Retry-After, 500/503, invalid_auth, and "slow", which serves the call but answers it late, so a
+client can time out or be killed after Slack accepted a message and before it learned so. The control
 API under ``/_standin/`` (no Slack method can live there) lets ``SlackStandInControl`` do the same
 from another process, as the sandbox runs it: ``python -m devenv.slack_standin --port 0``.
 """
@@ -13,6 +16,7 @@ from another process, as the sandbox runs it: ``python -m devenv.slack_standin -
 from __future__ import annotations
 
 import argparse
+import base64
 import copy
 import hashlib
 import json
@@ -25,13 +29,15 @@ import urllib.request
 from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from collections.abc import Callable, Iterable, Mapping
+from decimal import Decimal
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 DEFAULT_TOKEN = "xoxb-sandbox"
 HOST = "127.0.0.1"  # never reachable from outside the machine
 CONTROL_PREFIX = "/_standin/"
-FAULT_KINDS = ("ratelimited", "server_error", "invalid_auth")
+FAULT_KINDS = ("ratelimited", "server_error", "invalid_auth", "slow")
+HISTORY_LIMIT_MAX = 999  # conversations.history's documented maximum page size
 BOT_USER_ID, BOT_ID = "U0JANITOR", "B0JANITOR"
 # Who the bot token belongs to, as auth.test reports it.
 BOT_IDENTITY: dict[str, Any] = {
@@ -71,16 +77,20 @@ class PostedMessage:
     thread_ts: str | None = None
     user: str = BOT_USER_ID
     edited_ts: str | None = None
+    metadata: dict[str, Any] | None = None  # {"event_type": ..., "event_payload": {...}}
 
 
 @dataclass
 class Fault:
-    """A fault to answer the next ``count`` calls (of ``method``, or of any method) with."""
+    """A fault to answer the next ``count`` calls (of ``method``, or of any method) with.
+
+    A "slow" fault is the one that still serves the call: only the reply waits ``delay`` seconds."""
     kind: str
     count: int = 1
     method: str | None = None
     retry_after: int = 1
     status: int = 500
+    delay: float = 5.0
 
 
 class SlackError(Exception):
@@ -89,6 +99,22 @@ class SlackError(Exception):
 
 def _error(code: str) -> dict[str, Any]:
     return {"ok": False, "error": code}
+
+
+def _flag(value: Any) -> bool:
+    """Slack booleans: true/false, or "1"/"0" and "true"/"false" in forms and query strings."""
+    return value is True or str(value).strip().lower() in ("1", "true")
+
+
+def _ts_key(ts: Any, error: str) -> Decimal:
+    """ts compare as numbers ("10.000001" > "9.999999"); a malformed one is Slack's ``error``."""
+    try:
+        value = Decimal(str(ts))
+    except ArithmeticError:
+        raise SlackError(error) from None
+    if not value.is_finite():
+        raise SlackError(error)
+    return value
 
 
 def _json_field(value: Any) -> Any:
@@ -120,6 +146,8 @@ class SlackStandIn:
             "conversations.open": self._conversations_open,
             "chat.postMessage": self._chat_post_message,
             "chat.update": self._chat_update,
+            "conversations.history": self._conversations_history,
+            "conversations.list": self._conversations_list,
         }
         self.reset()
 
@@ -183,15 +211,24 @@ class SlackStandIn:
         with self._lock:
             return copy.deepcopy(self._messages.get(channel, []))
 
+    def recover(self) -> None:
+        """Drop the pending faults and keep everything else (users, DMs, messages): Slack is back."""
+        with self._lock:
+            self._faults = []
+
     def fail(self, kind: str, count: int = 1, method: str | None = None,
-             retry_after: int = 1, status: int = 500) -> None:
-        """Answer the next ``count`` matching calls with a fault instead of serving them."""
+             retry_after: int = 1, status: int = 500, delay: float = 5.0) -> None:
+        """Answer the next ``count`` matching calls with a fault instead of serving them; or,
+        for "slow", serve them and send the answer ``delay`` seconds late."""
         if kind not in FAULT_KINDS:
             raise ValueError(f"kind must be one of {FAULT_KINDS}, not {kind!r}")
-        if int(count) < 1 or int(retry_after) < 0 or int(status) not in (500, 503):
-            raise ValueError("count must be >= 1, retry_after >= 0, status 500 or 503")
+        if int(count) < 1 or int(retry_after) < 0 or int(status) not in (500, 503) \
+                or not 0 <= float(delay) <= 300:
+            raise ValueError("count must be >= 1, retry_after >= 0, status 500 or 503, "
+                             "delay 0..300 seconds")
         with self._lock:
-            self._faults.append(Fault(kind, int(count), method, int(retry_after), int(status)))
+            self._faults.append(Fault(kind, int(count), method, int(retry_after), int(status),
+                                      float(delay)))
 
     def add_user(self, email: str, user_id: str, name: str) -> None:
         with self._lock:
@@ -205,26 +242,41 @@ class SlackStandIn:
     # ----- Web API -----------------------------------------------------------------------
     def handle_api(self, method: str, params: dict[str, Any], token: str | None,
                    headers: dict[str, str], http_method: str) -> tuple[int, dict[str, str], dict]:
-        """Serve one Web API call; returns (HTTP status, extra headers, JSON body)."""
+        """Serve one Web API call; returns (HTTP status, extra headers, JSON body).
+
+        A "slow" fault's delay is slept here, after the call took effect and outside the lock:
+        other calls are served meanwhile, and what the late reply reports is already visible."""
         with self._lock:
-            status, extra, body = self._dispatch(method, params, token)
+            fault = self._take_fault(method)
+            if fault is not None and fault.kind != "slow":
+                status, extra, body = self._faulted(fault)
+            else:
+                status, extra, body = self._dispatch(method, params, token)
             self._requests.append(RecordedRequest(method, params, token, headers, http_method,
                                                   time.time(), status, body.get("error")))
-            return status, extra, body
+        if fault is not None and fault.kind == "slow":
+            time.sleep(fault.delay)
+        return status, extra, body
 
-    def _dispatch(self, method: str, params: dict[str, Any],
-                  token: str | None) -> tuple[int, dict[str, str], dict]:
+    def _take_fault(self, method: str) -> Fault | None:
         fault = next((f for f in self._faults if f.method in (None, method)), None)
         if fault is not None:
             fault.count -= 1
             if fault.count <= 0:
                 self._faults.remove(fault)
-            if fault.kind == "ratelimited":
-                return 429, {"Retry-After": str(fault.retry_after)}, _error("ratelimited")
-            if fault.kind == "server_error":
-                code = "internal_error" if fault.status == 500 else "service_unavailable"
-                return fault.status, {}, _error(code)
-            return 200, {}, _error("invalid_auth")
+        return fault
+
+    @staticmethod
+    def _faulted(fault: Fault) -> tuple[int, dict[str, str], dict]:
+        if fault.kind == "ratelimited":
+            return 429, {"Retry-After": str(fault.retry_after)}, _error("ratelimited")
+        if fault.kind == "server_error":
+            code = "internal_error" if fault.status == 500 else "service_unavailable"
+            return fault.status, {}, _error(code)
+        return 200, {}, _error("invalid_auth")
+
+    def _dispatch(self, method: str, params: dict[str, Any],
+                  token: str | None) -> tuple[int, dict[str, str], dict]:
         handler = self._methods.get(method)
         if handler is None:
             return 200, {}, _error("unknown_method")
@@ -303,10 +355,11 @@ class SlackStandIn:
         raise SlackError("channel_not_found")
 
     @staticmethod
-    def _message_json(msg: PostedMessage) -> dict[str, Any]:
+    def _message_json(msg: PostedMessage, with_metadata: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {"type": "message", "text": msg.text, "user": msg.user,
                                "bot_id": BOT_ID, "ts": msg.ts}
-        out.update({k: v for k in ("blocks", "thread_ts") if (v := getattr(msg, k)) is not None})
+        fields = ("blocks", "thread_ts") + (("metadata",) if with_metadata else ())
+        out.update({k: v for k in fields if (v := getattr(msg, k)) is not None})
         if msg.edited_ts:
             out["edited"] = {"user": msg.user, "ts": msg.edited_ts}
         return out
@@ -318,8 +371,13 @@ class SlackStandIn:
         blocks = _json_field(params.get("blocks"))
         if not (params.get("text") or blocks):
             raise SlackError("no_text")
+        metadata = _json_field(params.get("metadata"))
+        if metadata is not None and not (isinstance(metadata, dict)
+                                         and isinstance(metadata.get("event_type"), str)
+                                         and isinstance(metadata.get("event_payload"), dict)):
+            raise SlackError("invalid_metadata_format")
         msg = PostedMessage(channel, self._next_ts(), str(params.get("text") or ""), blocks,
-                            params.get("thread_ts"))
+                            params.get("thread_ts"), metadata=metadata)
         self._messages.setdefault(channel, []).append(msg)
         return {"channel": channel, "ts": msg.ts, "message": self._message_json(msg)}
 
@@ -340,6 +398,63 @@ class SlackStandIn:
         return {"channel": channel, "ts": msg.ts, "text": msg.text,
                 "message": self._message_json(msg)}
 
+    def _conversations_history(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Newest first, between ``oldest`` and ``latest`` (both exclusive unless ``inclusive``),
+        ``limit`` a page, then ``response_metadata.next_cursor``; metadata only when asked."""
+        channel = str(params.get("channel") or "")
+        if channel not in self._dms and channel not in self._channels:
+            raise SlackError("channel_not_found")  # ids only: Slack takes no "#name" here
+        try:
+            limit = min(max(int(params.get("limit") or 100), 1), HISTORY_LIMIT_MAX)
+        except ValueError:
+            raise SlackError("invalid_limit") from None
+        inclusive = _flag(params.get("inclusive"))
+        oldest = _ts_key(params.get("oldest") or 0, "invalid_ts_oldest")
+        latest = _ts_key(params["latest"], "invalid_ts_latest") if params.get("latest") else None
+        latest_inclusive = inclusive
+        if params.get("cursor"):  # Slack's cursors are base64 of "next_ts:<ts>": where to go on
+            try:
+                where, _, ts = base64.b64decode(str(params["cursor"])).decode().partition(":")
+                latest, latest_inclusive = _ts_key(ts, "invalid_cursor"), True
+            except ValueError:
+                raise SlackError("invalid_cursor") from None
+            if where != "next_ts":
+                raise SlackError("invalid_cursor")
+
+        def wanted(msg: PostedMessage) -> bool:
+            ts = _ts_key(msg.ts, "invalid_ts")
+            after = ts >= oldest if inclusive else ts > oldest
+            before = latest is None or (ts <= latest if latest_inclusive else ts < latest)
+            return after and before
+
+        found = [m for m in reversed(self._messages.get(channel, [])) if wanted(m)]
+        page, rest = found[:limit], found[limit:]
+        with_metadata = _flag(params.get("include_all_metadata"))
+        body: dict[str, Any] = {"messages": [self._message_json(m, with_metadata) for m in page],
+                                "has_more": bool(rest), "pin_count": 0}
+        if rest:
+            next_cursor = base64.b64encode(f"next_ts:{rest[0].ts}".encode()).decode()
+            body["response_metadata"] = {"next_cursor": next_cursor}
+        return body
+
+    def _conversations_list(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The public channels (the only kind the stand-in has), by id, ``limit`` a page; how a
+        client finds the id of a "#name" for the methods that take ids only."""
+        types = {t.strip() for t in str(params.get("types") or "public_channel").split(",")}
+        try:
+            limit = min(max(int(params.get("limit") or 100), 1), 1000)
+            after = base64.b64decode(str(params.get("cursor") or "")).decode()
+        except ValueError:
+            raise SlackError("invalid_cursor" if params.get("cursor") else "invalid_limit") from None
+        ids = sorted(self._channels) if "public_channel" in types else []
+        found = [cid for cid in ids if not after or cid >= after.partition(":")[2]]
+        page, rest = found[:limit], found[limit:]
+        channels = [{"id": cid, "name": self._channels[cid], "is_channel": True,
+                     "is_private": False, "is_archived": False, "is_member": True}
+                    for cid in page]
+        cursor = base64.b64encode(f"channel:{rest[0]}".encode()).decode() if rest else ""
+        return {"channels": channels, "response_metadata": {"next_cursor": cursor}}
+
     # ----- control API -------------------------------------------------------------------
     def handle_control(self, verb: str, action: str, query: dict[str, str],
                        body: dict[str, Any]) -> tuple[int, Any]:
@@ -352,9 +467,12 @@ class SlackStandIn:
                 return 200, {"messages": [asdict(m) for m in found]}
             if verb == "POST" and action == "reset":
                 self.reset()
+            elif verb == "POST" and action == "recover":
+                self.recover()
             elif verb == "POST" and action == "fail":
                 self.fail(str(body.get("kind")), body.get("count", 1), body.get("method"),
-                          body.get("retry_after", 1), body.get("status", 500))
+                          body.get("retry_after", 1), body.get("status", 500),
+                          body.get("delay", 5.0))
             elif verb == "POST" and action == "users":
                 self.add_user(body["email"], body["id"], body["name"])
             elif verb == "POST" and action == "channels":
@@ -443,13 +561,16 @@ class SlackStandInControl:
         found = self._call("messages", query={"channel": channel})["messages"]
         return [PostedMessage(**m) for m in found]
 
+    def recover(self) -> None:
+        self._call("recover", {})
+
     def reset(self) -> None:
         self._call("reset", {})
 
     def fail(self, kind: str, count: int = 1, method: str | None = None,
-             retry_after: int = 1, status: int = 500) -> None:
+             retry_after: int = 1, status: int = 500, delay: float = 5.0) -> None:
         self._call("fail", {"kind": kind, "count": count, "method": method,
-                            "retry_after": retry_after, "status": status})
+                            "retry_after": retry_after, "status": status, "delay": delay})
 
     def add_user(self, email: str, user_id: str, name: str) -> None:
         self._call("users", {"email": email, "id": user_id, "name": name})

@@ -52,7 +52,11 @@ TTL = "janitor/ttl"  # users/CI: lifetime counted from creation, e.g. 8h; FOREVE
 EXPIRES = "janitor/expires"  # users/CI: absolute UTC time after which the object may be deleted
 POLICY = "janitor/policy"  # the janitor: the policy that marked it; beside EXPIRES, the mark is its own
 REASON = "janitor/reason"  # the janitor: why it marked the object, with the numbers
-WARNED_AT = "janitor/warned-at"  # the janitor: UTC time (format_expires) the owner was warned
+WARNED_AT = "janitor/warned-at"  # the janitor: UTC time (format_expires) the warning was delivered
+WARNED_VIA = "janitor/warned-via"  # the janitor: where it went, "owner|admins <channel>/<Slack ts>"
+MARKED_AT = "janitor/marked-at"  # the janitor: when it first marked the object (extensions count from it)
+REMINDED_AT = "janitor/reminded-at"  # the janitor: UTC time the last reminder was delivered
+NOTICE = "janitor/notice"  # the janitor: a send in flight, "<kind> <intent id> <UTC time>", recorded before it
 KEEP_UNTIL = "janitor/keep-until"  # owners: never reclaim before this UTC time; unparseable = keep
 OPT_OUT = "janitor/opt-out"  # owners/admins: "true" = never act on this, where the policy honours it
 REPORTED = "janitor/reported"  # the janitor: the mistakes on this object it already reported (one Event each)

@@ -85,6 +85,7 @@ def _meaning(key: str, value: str) -> str:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    from janitor.decide.lifecycle import LifecycleSettings, MarkCaps
     from janitor.decide.rails import Caps, Rails, Tripwire
     from janitor.decide.workloads import CronJobMode
 
@@ -108,7 +109,26 @@ def _settings(args: argparse.Namespace) -> Settings:
                     extra_matchers=tuple(getattr(args, "prometheus_matcher", None) or ()),
                     cronjob_target=CronJobMode(getattr(args, "cronjob_target", "job")),
                     owner_keys=_owner_keys(getattr(args, "owner_key", None)),
-                    interval=datetime.timedelta(seconds=getattr(args, "interval", 60)))
+                    interval=datetime.timedelta(seconds=getattr(args, "interval", 60)),
+                    slack_token=getattr(args, "slack_token", None) or os.environ.get("SLACK_BOT_TOKEN") or None,
+                    slack_api_url=getattr(args, "slack_api_url", None) or os.environ.get("SLACK_API_URL") or None,
+                    admin_channel=getattr(args, "admin_channel", None),
+                    lifecycle=LifecycleSettings(
+                        pace=_duration(getattr(args, "message_pace", "1h"), "--message-pace"),
+                        caps=MarkCaps(getattr(args, "max_new_marks_per_cycle", 50),
+                                      getattr(args, "max_new_marks_per_owner", 10),
+                                      getattr(args, "max_new_marks_per_namespace", 20))),
+                    send_budget=datetime.timedelta(seconds=getattr(args, "slack_budget", 20.0)))
+
+
+def _duration(text: str, flag: str) -> datetime.timedelta:
+    try:
+        value = annotations.parse_ttl(text)
+    except ValueError as e:
+        raise SystemExit(f"{flag} {text!r}: {e}") from e
+    if value is None:
+        raise SystemExit(f"{flag} {text!r}: give a duration such as 30m or 1h")
+    return value
 
 
 def _janitor(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -135,14 +155,16 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     decided, objects = janitor.plan_now(progress=_progress if sys.stderr.isatty() else None)
     if sys.stderr.isatty():
         print("\r".ljust(60), end="\r", file=sys.stderr)
+    if _policy_errors(janitor):
+        return 1
     print(report.plan_table(decided, dry_run=janitor.settings.rails.dry_run))
     print(f"{objects} objects read.")
-    idle = _idle_report(janitor, decided.now)
-    if isinstance(idle, int):
-        return idle
+    idle = janitor.idle
     if idle is not None:
         print()
         print(report.idle_table(idle.findings, idle.evidence_failures, idle.gpu_pods_without_telemetry))
+        print()
+        print(report.lifecycle_table(janitor.lifecycle.changes))
     return 0
 
 
@@ -156,32 +178,26 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     kind, namespace, name = (parts[0], None, parts[1]) if len(parts) == 2 else parts
     janitor = _janitor(args)
     decided, _ = janitor.plan_now()
+    if _policy_errors(janitor):
+        return 1
     verdicts = [v for v in decided.verdicts if report.matches(v.target, kind, namespace, name)]
     print(report.explain(decided, verdicts, args.object))
-    idle = _idle_report(janitor, decided.now)
+    idle = janitor.idle
     if idle is None:
         return 0
-    if isinstance(idle, int):
-        return idle
     findings = [f for f in idle.findings if f.workload and report.matches(f.workload, kind, namespace, name)]
     print(report.explain_idle(findings, idle.evidence_failures))
+    changes = [c for c in janitor.lifecycle.changes if report.matches(c.workload, kind, namespace, name)]
+    for change in changes:
+        print(f"  lifecycle  {change.step}  policy {change.policy}: {change.why}")
     return 0
 
 
-def _idle_report(janitor, now):  # type: ignore[no-untyped-def]
-    """The shadow findings of the idle policies, None without --policies, 1 on policy errors."""
-    if not janitor.settings.policy_paths:
-        return None
-    from janitor import shadow_cycle
-    from janitor.policy import load
-
-    loaded = load.from_paths(janitor.settings.policy_paths)
-    if loaded.errors:
-        for error in loaded.errors:
-            print(error, file=sys.stderr)
-        return 1
-    with shadow_cycle.prometheus_source(janitor.settings) as source:
-        return shadow_cycle.idle_report(janitor.api, janitor.settings, loaded.policies, janitor.owners(), now, source)
+def _policy_errors(janitor) -> bool:  # type: ignore[no-untyped-def]
+    """Print the policy files' errors; a one-shot command does not go on with a partial picture."""
+    for error in janitor.policy_errors:
+        print(error, file=sys.stderr)
+    return bool(janitor.policy_errors)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -302,6 +318,25 @@ def _add_idle_options(p: argparse.ArgumentParser) -> None:
                            "(default: annotation:janitor/owner, label:janitor/owner, annotation:owner)")
 
 
+def _add_lifecycle_options(p: argparse.ArgumentParser) -> None:
+    life = p.add_argument_group(
+        "lifecycle (policies in mode: enforce)",
+        "An idle workload is marked (janitor/expires, janitor/policy, janitor/reason), its owner warned on "
+        "Slack, reminded, and only acted on once a warning reached them and the deadline passed.")
+    life.add_argument("--slack-token", help="bot token (default: $SLACK_BOT_TOKEN); without one nothing is "
+                                            "warned, so nothing idle is ever acted on")
+    life.add_argument("--slack-api-url", help="Web API base URL (default: $SLACK_API_URL, else Slack's)")
+    life.add_argument("--admin-channel", help="where warnings for owners that cannot be reached go, e.g. "
+                                              "#gpu-admins (they count as delivered only where a policy says so)")
+    life.add_argument("--message-pace", default="1h",
+                      help="at most one warning or reminder per owner this often (%(default)s)")
+    life.add_argument("--max-new-marks-per-cycle", type=int, default=50, help="(%(default)s)")
+    life.add_argument("--max-new-marks-per-owner", type=int, default=10, help="per cycle (%(default)s)")
+    life.add_argument("--max-new-marks-per-namespace", type=int, default=20, help="per cycle (%(default)s)")
+    life.add_argument("--slack-budget", type=float, default=20.0,
+                      help="seconds of Slack sending per cycle; the rest goes next cycle (%(default)s)")
+
+
 def _owner_keys(values: list[str] | None) -> tuple[tuple[str, str], ...]:
     from janitor.decide.owners import DEFAULT_OWNER_KEYS
 
@@ -398,6 +433,7 @@ interact with janitor/ttl, janitor/expires and janitor/opt-out: docs/policies.md
     run.add_argument("--log-level", default="INFO")
     _add_cluster_options(run)
     _add_idle_options(run)  # with `run`, policies are re-read every cycle; findings go to logs and metrics
+    _add_lifecycle_options(run)
     run.set_defaults(func=_cmd_run)
     return parser
 

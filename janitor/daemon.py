@@ -13,8 +13,9 @@ import logging
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MISSED, JobExecutionEvent
@@ -22,13 +23,18 @@ from apscheduler.schedulers.blocking import BlockingScheduler
 from kubernetes import client
 from prometheus_client import make_wsgi_app
 
-from janitor import errors
+from janitor import annotations, errors
 from janitor.act import kube
-from janitor.decide import expiry
+from janitor.act.slack import Slack
+from janitor.decide import expiry, lifecycle
 from janitor.decide.model import Action, ActionType, ObjectView, Plan, ResourceKind
 from janitor.decide.plan import gate, plan
 from janitor.decide.rails import is_tripped, record_deletions
 from janitor.observe import cluster
+from janitor import shadow_cycle
+from janitor.lifecycle_cycle import LifecycleRunner
+from janitor.policy.model import Policy
+from janitor.shadow_cycle import ShadowReport
 from janitor.settings import Settings
 from janitor.telemetry import Telemetry, audit
 
@@ -69,6 +75,14 @@ class Janitor:
         self._snapshot_by_uid: dict[str, ObjectView] = {}
         self._last_notices: set[str] = set()
         self._policies = None  # janitor.shadow_cycle.PolicySet, made on first use
+        self.idle = None  # janitor.shadow_cycle.ShadowReport of the last plan_now, with policies
+        self.lifecycle = lifecycle.LifecyclePlan(())
+        self._fresh: dict[str, object] = {}  # namespace -> ShadowReport read again before acting
+        self._slack: Slack | None = None
+        if settings.slack_token:
+            self._slack = Slack.connect(settings.slack_token, base_url=settings.slack_api_url,
+                                        admin_channel=settings.admin_channel)
+        self._runner = LifecycleRunner(api, settings, self._kinds, self._slack)
 
     def plan_now(self, progress: Callable[[str, int], None] | None = None) -> tuple[Plan, int]:
         """Observe and decide, changing nothing; also what `janitor plan` prints."""
@@ -76,33 +90,55 @@ class Janitor:
         snapshot = cluster.read_snapshot(self.api, self.settings.kinds, page_size=self.settings.page_size,
                                          progress=progress, namespaces=self.settings.namespaces)
         ledger = cluster.read_ledger(self.api, self.settings.state_namespace, self.settings.state_name)
-        decided = plan(snapshot, ledger, self.settings.rails, local_now=local_now)
+        self._snapshot_by_uid = {o.ref.uid: o for o in snapshot.objects}
+        now = snapshot.apiserver_time or local_now
+        self.idle = None
+        self.lifecycle = lifecycle.LifecyclePlan(())
+        if self.settings.policy_paths:
+            self.idle = self._idle_report(now)
+            self.lifecycle = lifecycle.plan_lifecycle(self.idle.findings, self._snapshot_by_uid, self.policies, now,
+                                                      self.settings.lifecycle)
+        decided = plan(snapshot, ledger, self.settings.rails, local_now=local_now,
+                       reclaims=self.lifecycle.reclaims())
         skew = (local_now - snapshot.apiserver_time).total_seconds() if snapshot.apiserver_time else None
         self.telemetry.observe_plan(decided, objects=len(snapshot.objects),
                                     skipped_kinds=len(snapshot.skipped_kinds),
                                     tripped=is_tripped(decided.ledger), skew=skew)
-        self._snapshot_by_uid = {o.ref.uid: o for o in snapshot.objects}
         return decided, len(snapshot.objects)
 
-    def _shadow(self, now: datetime.datetime) -> None:
-        """The idle policies in shadow mode: findings to logs and metrics, nothing acted on."""
-        from janitor import shadow_cycle
+    @property
+    def policies(self) -> tuple[Policy, ...]:
+        return self._policies.policies if self._policies is not None else ()
 
-        if self._policies is None:
-            self._policies = shadow_cycle.PolicySet(self.settings.policy_paths)
-        ok = self._policies.reload()
-        self.telemetry.policy_reloads.labels(result="success" if ok else "error").inc()
-        self.telemetry.policies_broken.set(0 if ok else 1)
-        for error in self._policies.errors:
-            logger.error("policy file error, keeping the last good policies: %s", error)
-        with shadow_cycle.prometheus_source(self.settings) as source:
-            idle = shadow_cycle.idle_report(self.api, self.settings, self._policies.policies, self.owners(), now, source)
-        self.telemetry.observe_idle(idle.findings, len(idle.evidence_failures), idle.silent_nodes)
-        for f in idle.findings:
-            logger.info("shadow %s %s: %s (%s)", f.policy, f.workload or "(unknown workload)", f.idleness, f.why,
-                        extra={"shadow": True, "policy": f.policy, "trigger": f.trigger, "verdict": str(f.idleness),
-                               "object": str(f.workload) if f.workload else None,
-                               "would_reclaim_gpu_hours": f.reclaim_gpu_hours})
+    @property
+    def policy_errors(self) -> tuple[str, ...]:
+        return self._policies.errors if self._policies is not None else ()
+
+    def _idle_report(self, now: datetime.datetime, namespaces: tuple[str, ...] | None = None) -> ShadowReport:
+        """The idle policies' findings now; with `namespaces`, a fresh look before acting there.
+
+        The cycle's own look re-reads the policy files first (keeping the last good ones when a
+        file breaks) and logs and exports the findings."""
+        settings = self.settings if namespaces is None else replace(self.settings, namespaces=namespaces)
+        if namespaces is None:
+            if self._policies is None:
+                self._policies = shadow_cycle.PolicySet(self.settings.policy_paths)
+            ok = self._policies.reload()
+            self.telemetry.policy_reloads.labels(result="success" if ok else "error").inc()
+            self.telemetry.policies_broken.set(0 if ok else 1)
+            for error in self._policies.errors:
+                logger.error("policy file error, keeping the last good policies: %s", error)
+        with shadow_cycle.prometheus_source(settings) as source:
+            idle = shadow_cycle.idle_report(self.api, settings, self.policies, self.owners(), now, source)
+        if namespaces is None:
+            self.telemetry.observe_idle(idle.findings, len(idle.evidence_failures), idle.silent_nodes)
+            for f in idle.findings:
+                logger.info("%s %s %s: %s (%s)", f.mode, f.policy, f.workload or "(unknown workload)", f.idleness,
+                            f.why, extra={"shadow": f.mode == "shadow", "policy": f.policy, "trigger": f.trigger,
+                                          "verdict": str(f.idleness),
+                                          "object": str(f.workload) if f.workload else None,
+                                          "would_reclaim_gpu_hours": f.reclaim_gpu_hours})
+        return idle
 
     def owners(self) -> list[ObjectView]:
         """The objects of the last snapshot: the workloads pods resolve to."""
@@ -113,7 +149,7 @@ class Janitor:
         decided, objects = self.plan_now()
         result = self.act(decided)
         if self.settings.policy_paths:
-            self._shadow(decided.now)
+            self._run_lifecycle(decided, result)
         self.telemetry.cycle_seconds.observe(time.monotonic() - began)
         self.telemetry.cycles.labels(result="success").inc()
         self.telemetry.last_success.set(time.time())
@@ -165,6 +201,8 @@ class Janitor:
     def _apply(self, action: Action, now: datetime.datetime) -> kube.ActionResult:
         """One action; a failed read before a deletion fails that action only, never the rest."""
         kind = self._kinds[action.target.kind]
+        if action.rule == lifecycle.RULE:
+            return self._reclaim_rechecked(action, kind, now)
         if action.type is not ActionType.DELETE:
             return kube.apply(self.api, action, kind=kind, dry_run=self.settings.rails.dry_run)
         try:
@@ -172,6 +210,35 @@ class Janitor:
         except errors.KubeError as e:
             logger.warning("could not re-read %s before deleting it: %s", action.target, e)
             return kube.ActionResult(action, kube.Outcome.FAILED, f"re-read failed: {e}")
+
+    def _reclaim_rechecked(self, action: Action, kind: ResourceKind, now: datetime.datetime) -> kube.ActionResult:
+        """An idle workload's action, decided again on a fresh read of it, its pods and the evidence."""
+        def fresh_idle(namespace: str):  # type: ignore[no-untyped-def]
+            if namespace not in self._fresh:
+                self._fresh[namespace] = self._idle_report(self.clock(), namespaces=(namespace,))
+            return self._fresh[namespace]
+
+        try:
+            again, why = self._runner.recheck(action, fresh_idle, self.policies, self._snapshot_by_uid, now)
+        except errors.KubeError as e:
+            logger.warning("could not re-read %s before acting on it: %s", action.target, e)
+            return kube.ActionResult(action, kube.Outcome.FAILED, f"re-read failed: {e}")
+        if again is None:
+            logger.info("not acting on %s: %s", action.target, why, extra={"object": str(action.target)})
+            return kube.ActionResult(action, kube.Outcome.SKIPPED, why)
+        return kube.apply(self.api, again, kind=kind, dry_run=self.settings.rails.dry_run)
+
+    def _run_lifecycle(self, decided: Plan, result: CycleResult) -> None:
+        by_uid = {c.workload.uid: c for c in self.lifecycle.changes if c.step is lifecycle.Step.ACT}
+        done = [(by_uid[r.action.target.uid], r) for r in result.results
+                if r.action.rule == lifecycle.RULE and r.action.target.uid in by_uid]
+        outcome = self._runner.run(self.lifecycle, done, self.policies, decided.now,
+                                   {uid: o.annotations for uid, o in self._snapshot_by_uid.items()})
+        self._fresh.clear()
+        marked = Counter(o.annotations[annotations.POLICY] for o in self._snapshot_by_uid.values()
+                         if annotations.POLICY in o.annotations)
+        self.telemetry.observe_lifecycle(self.lifecycle.changes, outcome.sent, outcome.failed, marked)
+        self.last_lifecycle = outcome
 
     def _redecide(self, fresh: ObjectView, now: datetime.datetime) -> Action | None:
         """The deletion the rules call for on a freshly read object, if they still do."""

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from typing import Any
+
+from janitor import annotations
 
 from janitor.decide.model import ActionType, ObjectRef, Outcome, Plan, Verdict
 from janitor.decide.shadow import IdleFinding, reclaim_by
@@ -80,7 +83,7 @@ def idle_table(findings: Sequence[IdleFinding], failures: Sequence[str] = (), si
          f.why + (f" [managed by {f.managed_by}]" if f.managed_by else "")]
         for f in sorted(findings, key=lambda f: (order.get(str(f.idleness), 9), f.policy, str(f.workload)))
     ]
-    lines = ["Idle policies (shadow: nothing is marked, warned or deleted):"]
+    lines = ["Idle policies (mode shadow: reported only; mode enforce: the lifecycle below):"]
     lines.append(table(rows, ["POLICY", "MODE", "TRIGGER", "WORKLOAD", "VERDICT", "GPUS", "GPU-H", "OWNER", "WHY"])
                  if rows else "No workload matched an idle policy.")
     totals = reclaim_by(findings)
@@ -107,3 +110,13 @@ def explain_idle(findings: Sequence[IdleFinding], failures: Sequence[str] = ()) 
             lines.append(f"           pod {j.pod.pod}: {j.idleness} -- {j.why}" + (f" [{peaks}]" if peaks and peaks not in j.why else ""))
     lines.extend(f"  evidence unavailable: {e}" for e in failures)
     return "\n".join(lines)
+
+
+def lifecycle_table(changes: Sequence[Any]) -> str:
+    """The lifecycle's decision per enforced or marked workload (`decide.lifecycle.Change`)."""
+    if not changes:
+        return "Lifecycle: no workload under an enforcing policy is idle or marked."
+    rows = [[str(c.step), c.policy, str(c.workload),
+             annotations.format_expires(c.deadline) if c.deadline else "-", c.why]
+            for c in sorted(changes, key=lambda c: (str(c.step), str(c.workload)))]
+    return "Lifecycle (policies in mode: enforce):\n" + table(rows, ["STEP", "POLICY", "WORKLOAD", "DEADLINE", "WHY"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass, field
 
+from janitor.decide.lifecycle import LifecycleSettings, MarkCaps
 from janitor.decide.model import ResourceKind
 from janitor.decide.owners import DEFAULT_OWNER_KEYS
 from janitor.decide.rails import DEFAULT_PROTECTED_NAMESPACES, Caps, Rails
@@ -66,6 +67,14 @@ class Settings:
     extra_matchers: tuple[str, ...] = ()  # e.g. cluster="mn2" when one Thanos serves several clusters
     cronjob_target: CronJobMode = CronJobMode.JOB  # act on a CronJob's Job, or on the CronJob itself
     owner_keys: tuple[tuple[str, str], ...] = DEFAULT_OWNER_KEYS  # (annotation|label, key), in order
+    # The lifecycle (policies in mode: enforce): where warnings go and how fast.
+    slack_token: str | None = field(default=None, repr=False)  # never logged
+    slack_api_url: str | None = None  # None: Slack itself; the sandbox points it at its stand-in
+    admin_channel: str | None = None  # owners that cannot be reached are reported here
+    lifecycle: LifecycleSettings = field(default_factory=LifecycleSettings)  # pace, caps on new marks
+    send_budget: datetime.timedelta = datetime.timedelta(seconds=20)  # Slack time per cycle; the rest waits
+    notice_retry: datetime.timedelta = datetime.timedelta(minutes=5)  # between attempts at one undelivered send
 
 
-__all__ = ["Caps", "DEFAULT_KINDS", "DEFAULT_PROTECTED_NAMESPACES", "Rails", "Settings", "parse_kind"]
+__all__ = ["Caps", "DEFAULT_KINDS", "DEFAULT_PROTECTED_NAMESPACES", "LifecycleSettings", "MarkCaps", "Rails",
+           "Settings", "parse_kind"]

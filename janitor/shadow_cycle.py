@@ -15,7 +15,7 @@ from kubernetes.client import ApiClient
 
 from janitor.decide import shadow
 from janitor.decide.evidence import CpuEvidence, GpuEvidence
-from janitor.decide.model import ObjectView
+from janitor.decide.model import ObjectView, PodView
 from janitor.observe import evidence, pods
 from janitor.observe.prometheus import HONOR_LABELS, SERVICE_MONITOR, Matcher, PrometheusConfig, PrometheusSource
 from janitor.policy.model import Policy
@@ -28,6 +28,7 @@ class ShadowReport:
     evidence_failures: tuple[str, ...]  # queries that failed or answered partially this cycle
     gpu_pods_without_telemetry: tuple[str, ...] = ()
     silent_nodes: tuple[str, ...] = ()  # the node of each of those pods, for the gauge by node
+    pods: tuple[PodView, ...] = ()  # as read this cycle: the lifecycle's re-check looks for starting pods
 
 
 def prometheus_source(settings: Settings) -> PrometheusSource:
@@ -65,7 +66,7 @@ def idle_report(
                    if p.gpus and p.phase == "Running" and (p.ref.namespace, p.ref.name) not in seen and gpu
                    and not any(e.failed for e in gpu.values())]
     silent = tuple(sorted(f"{p.ref.namespace}/{p.ref.name} on {p.node}" for p in silent_pods))
-    return ShadowReport(tuple(findings), failures, silent, tuple(p.node or "" for p in silent_pods))
+    return ShadowReport(tuple(findings), failures, silent, tuple(p.node or "" for p in silent_pods), tuple(pod_views))
 
 
 class PolicySet:

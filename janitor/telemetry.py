@@ -100,6 +100,14 @@ class Telemetry:
         self.policy_reloads = Counter("janitor_policy_reloads", "Policy file loads, by result", ["result"], registry=r)
         self.policies_broken = Gauge("janitor_policies_broken", "1 while the policy files have errors and the "
                                      "last good policies are in use", registry=r)
+        self.lifecycle_steps = Counter("janitor_lifecycle_steps", "Lifecycle decisions per cycle, by step and policy",
+                                       ["step", "policy"], registry=r)
+        self.marked = Gauge("janitor_marked_workloads", "Workloads carrying the janitor's mark at the start of "
+                            "the cycle, by policy", ["policy"], registry=r)
+        self.messages = Counter("janitor_slack_messages", "Digests sent to Slack, by result and recipient",
+                                ["result", "to"], registry=r)
+        self.lifecycle_write_failures = Counter("janitor_lifecycle_write_failures",
+                                                "Marks and records that could not be written", registry=r)
         for reason in HoldReason:
             self.held.labels(reason=str(reason))
         for result in ("success", "error"):
@@ -118,6 +126,20 @@ class Telemetry:
         for node, n in Tally(silent_nodes).items():
             self.silent_gpu_pods.labels(node=node).set(n)
         self.evidence_failures.inc(failures)
+
+    def observe_lifecycle(self, changes: Sequence[Any], sent: Sequence[Any], failed: Sequence[str],
+                          marked: Mapping[str, int]) -> None:
+        """`changes` are decide.lifecycle.Change, `sent` act.slack.SendResult; `marked` counts the
+        marks per policy the cycle started with."""
+        for change in changes:
+            self.lifecycle_steps.labels(step=str(change.step), policy=change.policy).inc()
+        self.marked.clear()
+        for policy, n in marked.items():
+            self.marked.labels(policy=policy).set(n)
+        for result in sent:
+            to = "admins" if result.delivery is not None and result.delivery.to_admins else "owner"
+            self.messages.labels(result="delivered" if result.delivery else "failed", to=to).inc()
+        self.lifecycle_write_failures.inc(len(failed))
 
     def observe_plan(self, plan: Plan, *, objects: int, skipped_kinds: int, tripped: bool,
                      skew: float | None) -> None:

@@ -24,6 +24,7 @@ import datetime
 import json
 import logging
 import socket
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -32,6 +33,7 @@ from urllib.parse import quote
 from kubernetes.client import ApiClient
 
 from janitor import annotations, errors, kubeapi, ledger
+from janitor.decide.lifecycle import MARK_KEYS
 from janitor.decide.model import Action, ActionType, ObjectRef, ResourceKind, SafetyLedger
 
 logger = logging.getLogger(__name__)
@@ -80,6 +82,8 @@ def apply(
             detail = _delete(api, action, kind=kind, dry_run=dry_run, component=component)
         elif action.type is ActionType.REPORT:
             detail = _report(api, action, kind=kind, dry_run=dry_run, component=component)
+        elif action.type in _RECLAIM_PATCHES:
+            detail = _reclaim(api, action, kind=kind, dry_run=dry_run, component=component)
         else:
             raise ValueError(f"unknown action type {action.type!r}")
     except errors.KubeError as e:
@@ -169,6 +173,70 @@ def _delete_options(action: Action, *, dry_run: bool) -> dict[str, Any]:
     if dry_run:
         options["dryRun"] = ["All"]
     return options
+
+
+# How each non-deleting ending reclaims the pods; resumed by the command the messages give.
+_RECLAIM_PATCHES: dict[ActionType, Callable[[], dict[str, Any]]] = {
+    ActionType.SUSPEND: lambda: {"spec": {"suspend": True}},
+    ActionType.SCALE_TO_ZERO: lambda: {"spec": {"replicas": 0}},
+    # Kubeflow's notebook controller scales a Notebook to zero while this annotation is set.
+    ActionType.STOP: lambda: {"metadata": {"annotations": {
+        NOTEBOOK_STOPPED: datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}}},
+}
+NOTEBOOK_STOPPED = "kubeflow-resource-stopped"
+
+
+def guarded(patch: dict[str, Any], target: ObjectRef, resource_version: str) -> dict[str, Any]:
+    """`patch` with the read's uid and resourceVersion in its metadata: the apiserver answers 409
+    when the object changed since, or is another object under the same name."""
+    body = dict(patch)
+    meta = dict(body.get("metadata") or {})
+    meta |= {"uid": target.uid, "resourceVersion": resource_version}
+    body["metadata"] = meta
+    return body
+
+
+def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool, component: str) -> str:
+    """Suspend, scale to zero or stop, and drop the janitor's mark in the same write: what is left
+    is the user's workload, as they had it, minus its running pods."""
+    body = _RECLAIM_PATCHES[action.type]()
+    notes = dict((body.get("metadata") or {}).get("annotations") or {})
+    notes |= {key: None for key in MARK_KEYS}
+    body = guarded(body | {"metadata": {"annotations": notes}}, action.target, action.resource_version)
+    path = kubeapi.path(kind, action.target.namespace, action.target.name)
+    _call(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, dry_run=True,
+          doing=f"{action.type} {action.target} (dry run)")
+    if dry_run:
+        return f"dry run: the apiserver accepted the {action.type}; nothing was changed and no Event posted"
+    event_note = _post_event(api, action, event_type="Normal", component=component)
+    _call(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, doing=f"{action.type} {action.target}")
+    return f"{action.type} done" + event_note
+
+
+def annotate(
+    api: ApiClient,
+    target: ObjectRef,
+    resource_version: str,
+    notes: Mapping[str, str | None],
+    *,
+    kind: ResourceKind,
+    event: tuple[str, str] | None = None,
+    component: str = "kube-idle-janitor",
+) -> str:
+    """Merge `notes` into the object's annotations (None removes a key), guarded by the read's
+    uid and resourceVersion; returns the new resourceVersion, for the next write in the cycle.
+
+    `event` (reason, message) posts a Normal Event first, for the writes people should see
+    (marked, unmarked, deadline moved); bookkeeping writes pass None. Raises `KubeError`.
+    """
+    body = guarded({"metadata": {"annotations": dict(notes)}}, target, resource_version)
+    path = kubeapi.path(kind, target.namespace, target.name)
+    if event is not None:
+        _call(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, dry_run=True, doing=f"annotate {target} (dry run)")
+        notice = Action(ActionType.REPORT, target, resource_version, rule="lifecycle", reason=event[0], why=event[1])
+        _post_event(api, notice, event_type="Normal", component=component)
+    answer = _call(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, doing=f"annotate {target}")
+    return str((answer.get("metadata") or {}).get("resourceVersion") or resource_version)
 
 
 def _report(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool, component: str) -> str:

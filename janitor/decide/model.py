@@ -70,6 +70,7 @@ class ObjectView:
     # Annotations of the pod template (Deployments, Jobs, ...): a janitor/ttl there is inherited
     # by every pod, which is almost never what the user meant.
     template_annotations: Mapping[str, str] = field(default_factory=dict)
+    replicas: int | None = None  # spec.replicas where the kind has one: what scale-to-zero undoes
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +114,10 @@ class ActionType(StrEnum):
     DELETE = "delete"
     # A Warning Event on the object plus a note on it, so the same mistake is reported once.
     REPORT = "report"
+    # The idle lifecycle's other endings (policy `action`): they keep the object, reclaim its pods.
+    SUSPEND = "suspend"
+    SCALE_TO_ZERO = "scale-to-zero"
+    STOP = "stop"
 
 
 @dataclass(frozen=True, slots=True)

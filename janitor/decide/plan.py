@@ -9,6 +9,7 @@ apiserver's time from the snapshot is what deadlines are compared with.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Sequence
 
 from janitor import annotations
 from janitor.decide import expiry
@@ -44,8 +45,11 @@ def _deadline_order(pair: tuple[Action, Verdict]) -> tuple[datetime.datetime, st
 
 
 def plan(
-    snapshot: ClusterSnapshot, ledger: SafetyLedger, rails: Rails, *, local_now: datetime.datetime
+    snapshot: ClusterSnapshot, ledger: SafetyLedger, rails: Rails, *, local_now: datetime.datetime,
+    reclaims: Sequence[Action] = (),
 ) -> Plan:
+    """`reclaims` are the idle lifecycle's due actions (decide/lifecycle.py): they go through the
+    same rails as the expiry deletions, after them, and count against the same caps."""
     now = snapshot.apiserver_time or local_now
     by_uid = {o.ref.uid: o for o in snapshot.objects}
     verdicts: list[Verdict] = []
@@ -68,6 +72,7 @@ def plan(
                 deletions[obj.ref.uid] = (action, verdict)  # one deletion per object: the earliest rule
 
     candidates = [action for action, _ in sorted(deletions.values(), key=_deadline_order)]
+    candidates += [a for a in reclaims if a.target.uid not in deletions]
     railed = apply_rails(candidates, ledger, rails, now=now, skew=clock_skew(local_now, snapshot.apiserver_time))
     notices = list(railed.notices)
     if snapshot.skipped_kinds:

@@ -154,7 +154,13 @@ def to_view(kind: ResourceKind, item: Mapping[str, Any]) -> ObjectView:
         deleting=meta.get("deletionTimestamp") is not None,
         controller=_controller(meta.get("ownerReferences") or []),
         template_annotations=_template_annotations(kind, item),
+        replicas=_replicas(item),
     )
+
+
+def _replicas(item: Mapping[str, Any]) -> int | None:
+    value = (item.get("spec") or {}).get("replicas") if isinstance(item.get("spec"), dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 

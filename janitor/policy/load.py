@@ -425,7 +425,8 @@ _TRIGGER_READERS: dict[str, Callable[[_Reader, Node, str], model.Trigger | None]
 
 
 def _lifecycle(r: _Reader, node: Node, path: str) -> model.Lifecycle:
-    f = r.fields(node, path, ("warnBefore", "remindEvery", "action", "maxExtension", "honourOptOut")) or {}
+    f = r.fields(node, path, ("warnBefore", "remindEvery", "action", "maxExtension", "honourOptOut", "minGrace",
+                              "adminFallbackCounts")) or {}
     default = model.Lifecycle()
     values = {
         "warn_before": r.duration(f["warnBefore"], f"{path}.warnBefore") if "warnBefore" in f else default.warn_before,
@@ -436,6 +437,9 @@ def _lifecycle(r: _Reader, node: Node, path: str) -> model.Lifecycle:
         if "maxExtension" in f else default.max_extension,
         "honour_opt_out": r.boolean(f["honourOptOut"], f"{path}.honourOptOut")
         if "honourOptOut" in f else default.honour_opt_out,
+        "min_grace": r.duration(f["minGrace"], f"{path}.minGrace") if "minGrace" in f else None,
+        "admin_fallback_counts": r.boolean(f["adminFallbackCounts"], f"{path}.adminFallbackCounts")
+        if "adminFallbackCounts" in f else default.admin_fallback_counts,
     }
     # A None here always comes with an error recorded, so the policy is dropped; keep the type honest.
     return model.Lifecycle(**{k: v for k, v in values.items() if v is not None})

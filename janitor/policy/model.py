@@ -37,11 +37,23 @@ class Mode(enum.StrEnum):
 
 
 class Action(enum.StrEnum):
-    """What the lifecycle finally does to an idle workload (used by the lifecycle issue)."""
+    """What the lifecycle finally does to an idle workload."""
 
     DELETE = "delete"
-    SUSPEND = "suspend"  # Job/CronJob `spec.suspend`, Notebook stop annotation
-    SCALE_TO_ZERO = "scale-to-zero"  # Deployment/StatefulSet replicas: 0
+    SUSPEND = "suspend"  # Job/JobSet/CronJob `spec.suspend: true`
+    SCALE_TO_ZERO = "scale-to-zero"  # Deployment/StatefulSet `spec.replicas: 0`
+    STOP = "stop"  # Kubeflow Notebook: the `kubeflow-resource-stopped` annotation
+
+    def applies_to(self, kind: str) -> bool:
+        """Whether this action means anything for a workload of `kind` (delete: always)."""
+        return kind in _ACTION_KINDS.get(self, (kind,))
+
+
+_ACTION_KINDS: dict[Action, tuple[str, ...]] = {
+    Action.SUSPEND: ("Job", "JobSet", "CronJob"),
+    Action.SCALE_TO_ZERO: ("Deployment", "StatefulSet"),
+    Action.STOP: ("Notebook",),
+}
 
 
 class GpuSignal(enum.StrEnum):
@@ -197,11 +209,15 @@ T = TypeVar("T", IdleGpu, IdleCpu, Pending, Terminating)
 
 @dataclass(frozen=True, slots=True)
 class Lifecycle:
-    """What happens after a trigger fires, in enforce mode (implemented by the lifecycle issue).
+    """What happens after a trigger fires, in enforce mode.
 
-    Mark, warn the owner `warn_before` the deadline, remind every `remind_every` (zero: no
-    reminders), then `action`. Owners may extend by at most `max_extension` (zero: no extension).
-    `honour_opt_out: false` makes the policy apply even to `janitor/opt-out: "true"` objects.
+    Mark with a deadline `warn_before` ahead and warn the owner, remind every `remind_every`
+    (zero: no reminders), then `action`. The action never comes sooner than `min_grace` (default:
+    `warn_before`) after the warning was *delivered*, so a Slack outage moves the deadline instead
+    of shortening the notice. A warning that only reached the admin channel counts as delivered
+    only with `admin_fallback_counts`. Owners may keep the workload with `janitor/keep-until` up to
+    `max_extension` after the first mark (zero: no extension). `honour_opt_out: false` makes the
+    policy apply even to `janitor/opt-out: "true"` objects.
     """
 
     warn_before: _dt.timedelta = _dt.timedelta(hours=24)
@@ -209,6 +225,12 @@ class Lifecycle:
     action: Action = Action.DELETE
     max_extension: _dt.timedelta = _dt.timedelta(days=7)
     honour_opt_out: bool = True
+    min_grace: _dt.timedelta | None = None
+    admin_fallback_counts: bool = False
+
+    @property
+    def grace(self) -> _dt.timedelta:
+        return self.warn_before if self.min_grace is None else self.min_grace
 
 
 @dataclass(frozen=True, slots=True)

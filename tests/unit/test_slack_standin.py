@@ -12,10 +12,18 @@ Aspects covered:
 - chat.postMessage: text and blocks recorded (JSON body), visible per channel through the
   control client; ts strictly increasing and unique; channel_not_found and no_text;
 - chat.update: edits the stored message in place; unknown ts gives message_not_found;
+- message metadata: stored from JSON and form-encoded posts, returned by chat.postMessage;
+  a malformed one is invalid_metadata_format;
+- conversations.history: newest first, ``oldest`` exclusive, ``limit`` with has_more and a
+  next_cursor that continues where the page ended, metadata only with include_all_metadata,
+  channel ids only (channel_not_found for a "#name" or an unknown id);
+- conversations.list: public channels with their names, paged by cursor;
 - unknown methods give unknown_method;
 - faults: 429 with Retry-After raised as SlackApiError (status, header, error), scoped to one
   method and used up after count calls; RateLimitErrorRetryHandler waits Retry-After and then
   succeeds; HTTP 500/503 on demand; invalid_auth on demand; bad fault kinds are refused;
+  "slow": the message is posted although the reply comes too late for the client, and other
+  calls are served while that reply waits (also set through the control API);
 - control: reset clears requests, messages and faults and restores the initial directory;
 - standalone process: ``python -m devenv.slack_standin --port 0`` prints its base URL, the
   control client works against it exactly as in-process, and SIGTERM/SIGINT stop it cleanly.
@@ -27,6 +35,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -210,6 +219,87 @@ def test_chat_update_of_an_unknown_ts_is_message_not_found(client: WebClient) ->
     assert err.response["error"] == "message_not_found"
 
 
+METADATA = {"event_type": "janitor_notice", "event_payload": {"intent": "c1/alice", "uids": ["u1"]}}
+
+
+def test_post_message_stores_metadata_as_json_or_form_field(
+        standin: SlackStandIn, client: WebClient) -> None:
+    dm = client.conversations_open(users=ALICE.id)["channel"]["id"]
+    posted = client.chat_postMessage(channel=dm, text="json", metadata=METADATA)
+    assert posted["message"]["metadata"] == METADATA
+    client.api_call("chat.postMessage", data={"channel": dm, "text": "form",
+                                              "metadata": json.dumps(METADATA)})
+    assert [m.metadata for m in standin.messages(dm)] == [METADATA, METADATA]
+    bad = lambda: client.chat_postMessage(channel=dm, text="x", metadata={"event_type": "x"})  # noqa: E731
+    assert slack_error(bad).response["error"] == "invalid_metadata_format"
+
+
+def test_conversations_history_pages_newest_first(client: WebClient) -> None:
+    dm = client.conversations_open(users=ALICE.id)["channel"]["id"]
+    stamps = [client.chat_postMessage(channel=dm, text=str(i), metadata=METADATA)["ts"]
+              for i in range(5)]
+    everything = client.conversations_history(channel=dm)
+    assert [m["ts"] for m in everything["messages"]] == stamps[::-1]
+    assert everything["has_more"] is False and "metadata" not in everything["messages"][0]
+    first = client.conversations_history(channel=dm, oldest=stamps[0], limit=2,
+                                         include_all_metadata=True)
+    assert [m["text"] for m in first["messages"]] == ["4", "3"] and first["has_more"] is True
+    assert first["messages"][0]["metadata"] == METADATA
+    rest = client.conversations_history(channel=dm, oldest=stamps[0], limit=2,
+                                        cursor=first["response_metadata"]["next_cursor"])
+    assert [m["text"] for m in rest["messages"]] == ["2", "1"]  # oldest is exclusive: no "0"
+    assert rest["has_more"] is False and not rest.get("response_metadata")
+
+
+def test_conversations_history_takes_channel_ids_only(standin: SlackStandIn,
+                                                      client: WebClient) -> None:
+    standin.add_channel("C0TEAMML", "team-ml")
+    client.chat_postMessage(channel="#team-ml", text="hello team")
+    [msg] = client.conversations_history(channel="C0TEAMML")["messages"]
+    assert msg["text"] == "hello team" and msg["bot_id"]
+    for channel in ("#team-ml", "C0NOWHERE"):
+        call = lambda: client.conversations_history(channel=channel)  # noqa: E731
+        assert slack_error(call).response["error"] == "channel_not_found"
+
+
+def test_conversations_list_names_the_public_channels(standin: SlackStandIn,
+                                                      client: WebClient) -> None:
+    for n in range(3):
+        standin.add_channel(f"C0CHAN{n}", f"chan-{n}")
+    first = client.conversations_list(limit=2)
+    rest = client.conversations_list(limit=2, cursor=first["response_metadata"]["next_cursor"])
+    found = {c["id"]: c["name"] for c in first["channels"] + rest["channels"]}
+    assert found == {"C0CHAN0": "chan-0", "C0CHAN1": "chan-1", "C0CHAN2": "chan-2"}
+    assert rest["response_metadata"]["next_cursor"] == ""
+
+
+def test_a_slow_reply_comes_after_the_message_is_posted(
+        standin: SlackStandIn, control: SlackStandInControl) -> None:
+    hasty = WebClient(token=DEFAULT_TOKEN, base_url=standin.base_url, timeout=0.5)  # type: ignore[arg-type]
+    dm = hasty.conversations_open(users=ALICE.id)["channel"]["id"]
+    control.fail("slow", method="chat.postMessage", delay=1.5)
+    with pytest.raises(TimeoutError):
+        hasty.chat_postMessage(channel=dm, text="did it go out?")
+    assert [m.text for m in standin.messages(dm)] == ["did it go out?"]
+    [req] = standin.requests("chat.postMessage")
+    assert (req.status, req.error) == (200, None)
+
+
+def test_calls_are_served_while_a_slow_reply_waits(standin: SlackStandIn,
+                                                   client: WebClient) -> None:
+    standin.fail("slow", method="chat.postMessage", delay=2)
+    replies: list[str] = []
+    slow = threading.Thread(target=lambda: replies.append(
+        client.chat_postMessage(channel=ALICE.id, text="slow")["ts"]), daemon=True)
+    slow.start()
+    while not standin.requests("chat.postMessage"):  # the pytest timeout bounds this wait
+        time.sleep(0.01)
+    assert client.auth_test()["ok"] and replies == []  # served while the slow reply waits
+    slow.join(timeout=10)
+    assert replies == [m.ts for m in standin.messages(client.conversations_open(
+        users=ALICE.id)["channel"]["id"])]
+
+
 def test_unknown_method(client: WebClient, control: SlackStandInControl) -> None:
     assert slack_error(lambda: client.api_call("chat.teleport")).response["error"] == \
         "unknown_method"
@@ -264,6 +354,8 @@ def test_fail_refuses_unknown_kinds(standin: SlackStandIn, control: SlackStandIn
         control.fail("meteor_strike")
     with pytest.raises(ValueError):
         standin.fail("ratelimited", count=0)
+    with pytest.raises(ValueError):
+        standin.fail("slow", delay=-1)
 
 
 def test_reset_clears_requests_messages_faults_and_added_users(

@@ -1,0 +1,219 @@
+"""Block Kit messages for the lifecycle's notices: what, why, when, and how to keep it.
+
+One owner gets one digest per cycle, so a researcher reads a single DM that says what is about to
+happen to their idle GPUs and the exact command that stops it. Rendering is pure (the cycle's `now`
+comes in, plain dicts go out) so tests read exactly what the user would see. Slack rejects a
+message rather than trimming it, so every limit is enforced here: a long digest becomes numbered
+parts that each repeat the summary, because any part may be the one a user opens first.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from janitor.decide.notices import Notice, NoticeKind
+
+MAX_BLOCKS = 50
+MAX_SECTION = 3000  # characters of a section's text
+MAX_HEADER = 150  # characters of a header's plain_text
+MAX_TEXT = 3000  # the fallback; Slack wants under 4000, phones show far less
+# Undocumented: Slack answers msg_blocks_too_long at about 13,200 characters of block text.
+MAX_BLOCK_CHARS = 12_000
+COMPACT_OVER = 200  # more notices than this: shorter `why`, so the parts stay few
+WHY_LIMIT, WHY_LIMIT_COMPACT, COMMAND_LIMIT, NAME_LIMIT = 1200, 200, 400, 300  # keep a section < 3000
+
+UTC = datetime.timezone.utc
+ORDER = (NoticeKind.WARNING, NoticeKind.REMINDER, NoticeKind.DONE, NoticeKind.CANCELLED)
+TITLE = {NoticeKind.WARNING: ":warning: *Warning:*", NoticeKind.REMINDER: ":alarm_clock: *Reminder:*",
+         NoticeKind.DONE: ":broom: *Done:*", NoticeKind.CANCELLED: ":white_check_mark: *Cancelled:*"}
+NOUN = {NoticeKind.WARNING: ("warning", "warnings"), NoticeKind.REMINDER: ("reminder", "reminders"),
+        NoticeKind.DONE: ("done", "done"), NoticeKind.CANCELLED: ("cancelled", "cancelled")}
+DONE_TO = {"delete": "deleted", "suspend": "suspended", "scale-to-zero": "scaled to zero", "stop": "stopped"}
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One chat.postMessage: `text` is the notification and screen-reader fallback."""
+
+    text: str
+    blocks: tuple[Mapping[str, Any], ...]
+
+
+def escape(text: str) -> str:
+    """Slack reads `&`, `<` and `>` as markup (links, mentions); user text must not become one."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def cut(text: str, limit: int) -> str:
+    """At most `limit` characters, marked with an ellipsis; never splits an `&amp;` entity."""
+    if len(text) <= limit:
+        return text
+    kept = text[:limit - 1]
+    amp = kept.rfind("&")
+    if amp > len(kept) - 5 and ";" not in kept[amp:]:
+        kept = kept[:amp]
+    return kept + "…"
+
+
+def _utc(when: datetime.datetime) -> datetime.datetime:
+    """Naive times are taken as UTC, so rendering never depends on the host's zone."""
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+
+
+def slack_date(when: datetime.datetime) -> str:
+    """Shown in the reader's own time zone by Slack; the fallback (old clients, search) is UTC."""
+    at = _utc(when)
+    return f"<!date^{int(at.timestamp())}^{{date_short_pretty}} at {{time}}|{at:%Y-%m-%d %H:%M} UTC>"
+
+
+def relative(delta: datetime.timedelta) -> str:
+    """"in 40 min", "in 1 h 30 min", "in 23 h", "in 3 d": as precise as a reader can use; "now" if due."""
+    seconds = delta.total_seconds()
+    if seconds <= 0:
+        return "now"
+    minutes = max(1, round(seconds / 60))
+    if minutes < 60:
+        return f"in {minutes} min"
+    if minutes < 120:
+        return f"in 1 h {minutes - 60} min" if minutes > 60 else "in 1 h"
+    hours = round(minutes / 60)
+    return f"in {hours} h" if hours < 48 else f"in {round(hours / 24)} d"
+
+
+def _count(n: int, singular: str, plural: str | None = None) -> str:
+    return f"{n} {singular if n == 1 else plural or singular + 's'}"
+
+
+def _done_to(action: str) -> str:
+    return DONE_TO.get(action) or escape(cut(action, 40))
+
+
+def _ref(notice: Notice) -> str:
+    ref = notice.workload
+    where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
+    return escape(cut(f"{ref.kind} {where}", NAME_LIMIT))
+
+
+def _when(deadline: datetime.datetime, now: datetime.datetime, *, rich: bool) -> str:
+    at = slack_date(deadline) if rich else f"{_utc(deadline):%Y-%m-%d %H:%M} UTC"
+    return f"{at} ({relative(_utc(deadline) - _utc(now))})"
+
+
+def _code(command: str) -> str:
+    return "```" + cut(escape(command), COMMAND_LIMIT) + "```"
+
+
+def _sort_key(notice: Notice) -> tuple[int, float, str, str]:
+    deadline = _utc(notice.deadline).timestamp() if notice.deadline else float("inf")
+    return ORDER.index(notice.kind), deadline, notice.workload.namespace or "", notice.workload.name
+
+
+def _verbs(notices: Sequence[Notice]) -> str:
+    return " or ".join(dict.fromkeys(_done_to(n.action) for n in notices))
+
+
+def summary(notices: Sequence[Notice], now: datetime.datetime, *, rich: bool = True) -> str:
+    """The whole digest in a few sentences; `rich` adds bold and Slack's local-time dates."""
+    by = {kind: [n for n in notices if n.kind is kind] for kind in ORDER}
+    pending = by[NoticeKind.WARNING] + by[NoticeKind.REMINDER]
+    done, cancelled = by[NoticeKind.DONE], by[NoticeKind.CANCELLED]
+    parts = []
+    if pending:
+        many, gpus = len(pending) > 1, sum(n.gpus for n in pending)
+        verb = ("hold" if many else "holds") if gpus else ("are" if many else "is")
+        state = f"{verb} {_count(gpus, 'GPU')} idle" if gpus else f"{verb} idle"
+        lead = f"{len(pending)} of your workloads {state}"
+        deadlines = [_utc(n.deadline) for n in pending if n.deadline]
+        first = f" The first deadline is {_when(min(deadlines), now, rich=rich)}." if deadlines else ""
+        parts.append(f"{f'*{lead}*' if rich else lead}: {'they' if many else 'it'} will be {_verbs(pending)} "
+                     f"unless used or kept.{first}")
+    if done:
+        gpus = sum(n.gpus for n in done)
+        freed = f", freeing {_count(gpus, 'GPU')}" if gpus else ""
+        parts.append(f"{_count(len(done), 'workload')} {'were' if len(done) > 1 else 'was'} {_verbs(done)}{freed}.")
+    if cancelled:
+        many = len(cancelled) > 1
+        parts.append(f"{_count(len(cancelled), 'workload')} {'are' if many else 'is'} no longer marked: "
+                     f"nothing will happen to {'them' if many else 'it'}.")
+    counts = " · ".join(_count(len(by[k]), *NOUN[k]) for k in ORDER if by[k])
+    return " ".join(parts) + (f"\n{counts}" if rich else f" ({counts})")
+
+
+def _headline(notices: Sequence[Notice]) -> str:
+    pending = sum(n.kind in (NoticeKind.WARNING, NoticeKind.REMINDER) for n in notices)
+    done = sum(n.kind is NoticeKind.DONE for n in notices)
+    if pending:
+        return f"Idle GPUs: {_count(pending, 'workload')} will be reclaimed"
+    if done:
+        return f"Idle GPUs: {_count(done, 'workload')} reclaimed"
+    return f"Idle GPUs: {_count(len(notices), 'workload')} no longer marked"
+
+
+def notice_text(notice: Notice, now: datetime.datetime, *, compact: bool = False) -> str:
+    """One notice as a section's mrkdwn: what, why, when, and the command that keeps or resumes it."""
+    policy = f"policy `{escape(cut(notice.policy, 100))}`"
+    gpus = _count(notice.gpus, "GPU")
+    why = f"*Why:* {cut(escape(notice.why), WHY_LIMIT_COMPACT if compact else WHY_LIMIT)}"
+    title, to = f"{TITLE[notice.kind]} *{_ref(notice)}*", _done_to(notice.action)
+    if notice.kind is NoticeKind.CANCELLED:
+        lines = [f"{title} is no longer marked ({policy}): it is in use again or no longer covered, "
+                 f"so it will not be {to}. Nothing to do.", why]
+    elif notice.kind is NoticeKind.DONE:
+        lines = [f"{title} was *{to}* ({policy}){f', freeing {gpus}' if notice.gpus else ''}.", why]
+        if notice.resume_command:
+            lines.append(f"*To bring it back:*\n{_code(notice.resume_command)}")
+    else:
+        lines = [f"{title} will be *{to}* ({policy}, {gpus}) unless it is used or kept.", why]
+        if notice.deadline:
+            lines.append(f"*When:* {_when(notice.deadline, now, rich=True)}")
+        if notice.keep_command:
+            lines.append(f"*To keep it:*\n{_code(notice.keep_command)}")
+        if notice.resume_command and notice.action != "delete" and not compact:
+            lines.append(f"*After that, resume with:*\n{_code(notice.resume_command)}")
+    return cut("\n".join(lines), MAX_SECTION)  # a guard: the limits above keep it shorter
+
+
+def _section(text: str) -> dict[str, Any]:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": cut(text, MAX_SECTION)}}
+
+
+def _pack(sections: list[dict[str, Any]], *, room: int, chars: int) -> list[list[dict[str, Any]]]:
+    """Greedy, in order: a part takes sections until its block count or character budget is spent."""
+    parts: list[list[dict[str, Any]]] = [[]]
+    used = 0
+    for section in sections:
+        size = len(section["text"]["text"])
+        if parts[-1] and (len(parts[-1]) >= room or used + size > chars):
+            parts.append([])
+            used = 0
+        parts[-1].append(section)
+        used += size
+    return parts
+
+
+def render_digest(notices: Sequence[Notice], now: datetime.datetime) -> list[Message]:
+    """One owner's notices as one or more messages (parts); nothing to say gives no message."""
+    if not notices:
+        return []
+    ordered = sorted(notices, key=_sort_key)
+    compact = len(ordered) > COMPACT_OVER
+    rich, plain, headline = summary(ordered, now), summary(ordered, now, rich=False), _headline(ordered)
+    overhead = 3  # header, summary, divider
+    sections = [_section(notice_text(n, now, compact=compact)) for n in ordered]
+    parts = _pack(sections, room=MAX_BLOCKS - overhead, chars=MAX_BLOCK_CHARS - len(rich) - 200)
+    messages, first = [], 0
+    for index, part in enumerate(parts, start=1):
+        label = f" (part {index} of {len(parts)})" if len(parts) > 1 else ""
+        shown = ordered[first:first + len(part)]
+        span = f"\nThis part shows {first + 1}–{first + len(part)} of {len(ordered)}." if label else ""
+        blocks = ({"type": "header", "text": {"type": "plain_text", "emoji": True,
+                                              "text": cut(headline, MAX_HEADER - len(label)) + label}},
+                  _section(rich + span), {"type": "divider"}, *part)
+        names = ", ".join(_ref(n) for n in shown)
+        text = cut(f"GPU janitor{label}: {plain} Workloads: {names}", MAX_TEXT)
+        messages.append(Message(text, blocks))
+        first += len(part)
+    return messages

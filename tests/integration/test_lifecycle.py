@@ -1,0 +1,303 @@
+"""The idle lifecycle end to end: marks, Slack warnings, reminders and actions on the sandbox.
+
+Policies here use seconds instead of hours (warnBefore 20s) so that a test sees a whole
+lifecycle; the evidence is still two hours of backfilled history plus live scrapes.
+
+Aspects covered:
+- an idle GPU Job is marked, its owner DMed with the numbers and the keep command, reminded, and
+  deleted at the deadline with an Event and a "done" message; a busy Job is never touched;
+- a Deployment under a scale-to-zero policy is scaled to zero and the message says how to scale back;
+- a marked Job that wakes up is unmarked, and its owner told;
+- with Slack failing for longer than the whole grace nothing is acted on, and once Slack recovers
+  the deadline moves to delivery + grace (written into janitor/expires);
+- a kill -9 of the janitor between Slack accepting a warning and its record: no second message;
+- a user's own janitor/expires is never shortened or marked over;
+- keep-until delays the action, but not past maxExtension after the first mark.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from devenv.exporters.server import ValuesControl
+from devenv.exporters.values import Kind, Segment
+from devenv.history import prometheus_with_history
+from devenv.nodes import STARTED_AT
+from devenv.procs import wait_until
+from devenv.slack_standin import SlackStandInControl
+from janitor import annotations as a
+from janitor.daemon import Janitor
+from janitor.decide.lifecycle import LifecycleSettings
+from janitor.settings import Settings
+
+H = 3600
+ALICE = ("alice@lab.example", "U0ALICE1", "alice")
+
+
+def started() -> str:
+    return datetime.datetime.fromtimestamp(time.time() - 3 * H, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def gpu_template(label: str, restart: str = "Never") -> client.V1PodTemplateSpec:
+    return client.V1PodTemplateSpec(
+        metadata=client.V1ObjectMeta(labels={"app": label}, annotations={STARTED_AT: started()}),
+        spec=client.V1PodSpec(restart_policy=restart, containers=[client.V1Container(
+            name="main", image="x", resources=client.V1ResourceRequirements(limits={"nvidia.com/gpu": "1"}))]))
+
+
+def write_policy(path: Path, namespace: str, **lifecycle: str) -> Path:
+    settings = {"warnBefore": "20s", "remindEvery": "0s", **lifecycle}
+    body = ", ".join(f"{k}: {v}" for k, v in settings.items())
+    path.write_text(f"""policies:
+- name: idle-gpu
+  mode: enforce
+  match:
+    namespaces: {{include: ["{namespace}"]}}
+  triggers:
+    idleGpu: {{threshold: 5, window: 2h, minCoverage: 0.8}}
+  lifecycle: {{{body}}}
+""")
+    return path
+
+
+def create_job(kube, namespace: str, name: str, owner: str | None = ALICE[0],
+               notes: dict[str, str] | None = None) -> None:
+    meta = client.V1ObjectMeta(name=name, annotations={**({"janitor/owner": owner} if owner else {}), **(notes or {})})
+    client.BatchV1Api(kube).create_namespaced_job(namespace, client.V1Job(
+        metadata=meta, spec=client.V1JobSpec(template=gpu_template(name))))
+
+
+def history(core: client.CoreV1Api, namespace: str, values: ValuesControl, utils: dict[str, float]) -> None:
+    """Pods of each app idle (or busy) for the last 3 hours, live and backfilled."""
+    wait_until(lambda: sum(p.status.phase == "Running" for p in core.list_namespaced_pod(namespace).items)
+               == len(utils), timeout=90, what=f"{len(utils)} pods Running")
+    now = time.time()
+    for pod in core.list_namespaced_pod(namespace).items:
+        util = utils[pod.metadata.labels["app"]]
+        values.add_history(Kind.GPU_UTIL, (namespace, pod.metadata.name, None), [Segment(now - 3 * H, now, util)])
+        values.set_gpu_util(namespace, pod.metadata.name, util)
+
+
+@pytest.fixture
+def prometheus(kube, sandbox) -> Iterator[callable]:
+    servers = []
+
+    def start() -> str:
+        server, _ = prometheus_with_history(kube, sandbox.exporters_url, step=15, work_dir=sandbox.run_dir)
+        servers.append(server)
+        return server.url
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def alice(slack: SlackStandInControl) -> str:
+    slack.add_user(*ALICE)
+    return ALICE[1]
+
+
+def janitor_for(kube, sandbox, namespace: str, policy: Path, prometheus_url: str, **extra) -> Janitor:
+    settings = Settings(namespaces=(namespace,), state_namespace=namespace, policy_paths=(str(policy),),
+                        prometheus_url=prometheus_url, scrape_interval=datetime.timedelta(seconds=15),
+                        slack_token=sandbox.slack_token, slack_api_url=sandbox.slack_api_url,
+                        lifecycle=LifecycleSettings(pace=datetime.timedelta(0)),
+                        notice_retry=datetime.timedelta(0), **extra)
+    return Janitor(kube, settings)
+
+
+def notes_of(kube, namespace: str, name: str, kind: str = "job") -> dict[str, str]:
+    if kind == "job":
+        obj = client.BatchV1Api(kube).read_namespaced_job(name, namespace)
+    else:
+        obj = client.AppsV1Api(kube).read_namespaced_deployment(name, namespace)
+    return dict(obj.metadata.annotations or {})
+
+
+def events(core: client.CoreV1Api, namespace: str, name: str) -> list[str]:
+    return [e.reason for e in core.list_namespaced_event(namespace).items if e.involved_object.name == name]
+
+
+def jobs(kube, namespace: str) -> set[str]:
+    return {j.metadata.name for j in client.BatchV1Api(kube).list_namespaced_job(namespace).items
+            if j.metadata.deletion_timestamp is None}
+
+
+def until_due(notes: dict[str, str]) -> None:
+    """Sleep past the janitor/expires deadline on the object."""
+    deadline = a.parse_expires(notes[a.EXPIRES]).timestamp()
+    time.sleep(max(0.0, deadline - time.time()) + 1.5)
+
+
+def test_idle_job_is_marked_warned_reminded_and_deleted_a_busy_one_never(
+        kube, core, namespace, sandbox, tmp_path, exporter_values, slack, alice, prometheus) -> None:
+    create_job(kube, namespace, "idle-job")
+    create_job(kube, namespace, "busy-job")
+    history(core, namespace, exporter_values, {"idle-job": 0, "busy-job": 90})
+    policy = write_policy(tmp_path / "p.yaml", namespace, warnBefore="20s", remindEvery="8s")
+    janitor = janitor_for(kube, sandbox, namespace, policy, prometheus())
+
+    janitor.run_cycle()
+    notes = notes_of(kube, namespace, "idle-job")
+    assert notes[a.POLICY] == "idle-gpu" and "peak 0" in notes[a.REASON]
+    assert a.WARNED_AT in notes and notes[a.WARNED_VIA].startswith("owner D") and a.NOTICE not in notes
+    assert "IdleMarked" in events(core, namespace, "idle-job")
+    assert not any(k.startswith("janitor/") and k != "janitor/owner" for k in notes_of(kube, namespace, "busy-job"))
+    [warning] = slack.messages(notes[a.WARNED_VIA].split()[1].split("/")[0])
+    shown = warning.text + str(warning.blocks)
+    assert "idle-job" in shown and "peak 0" in shown and "janitor/keep-until=" in shown
+    assert "busy-job" not in shown
+
+    time.sleep(9)
+    janitor.run_cycle()  # a reminder: 8 s since the warning
+    channel = notes[a.WARNED_VIA].split()[1].split("/")[0]
+    assert len(slack.messages(channel)) == 2 and "reminder" in str(slack.messages(channel)[1].blocks).lower()
+    assert a.REMINDED_AT in notes_of(kube, namespace, "idle-job")
+    assert "idle-job" in jobs(kube, namespace)
+
+    until_due(notes_of(kube, namespace, "idle-job"))
+    result = janitor.run_cycle()
+    assert [str(r.outcome) for r in result.results if r.action.target.name == "idle-job"] == ["done"]
+    assert jobs(kube, namespace) == {"busy-job"}
+    assert "IdleReclaimed" in events(core, namespace, "idle-job")
+    assert "deleted" in (slack.messages(channel)[-1].text + str(slack.messages(channel)[-1].blocks)).lower()
+    assert not any(k.startswith("janitor/") and k != "janitor/owner" for k in notes_of(kube, namespace, "busy-job"))
+
+
+def test_deployment_is_scaled_to_zero_and_told_how_to_scale_back(
+        kube, core, namespace, sandbox, tmp_path, exporter_values, slack, alice, prometheus) -> None:
+    apps = client.AppsV1Api(kube)
+    apps.create_namespaced_deployment(namespace, client.V1Deployment(
+        metadata=client.V1ObjectMeta(name="notebook", annotations={"janitor/owner": ALICE[0]}),
+        spec=client.V1DeploymentSpec(replicas=1, selector=client.V1LabelSelector(match_labels={"app": "notebook"}),
+                                     template=gpu_template("notebook", "Always"))))
+    history(core, namespace, exporter_values, {"notebook": 0})
+    policy = write_policy(tmp_path / "p.yaml", namespace, warnBefore="10s", action="scale-to-zero")
+    janitor = janitor_for(kube, sandbox, namespace, policy, prometheus())
+
+    janitor.run_cycle()
+    notes = notes_of(kube, namespace, "notebook", kind="deployment")
+    channel = notes[a.WARNED_VIA].split()[1].split("/")[0]
+    until_due(notes)
+    janitor.run_cycle()
+    deployment = apps.read_namespaced_deployment("notebook", namespace)
+    assert deployment.spec.replicas == 0
+    assert not any(k in (deployment.metadata.annotations or {}) for k in (a.POLICY, a.EXPIRES, a.WARNED_AT))
+    done = slack.messages(channel)[-1]
+    assert f"kubectl -n {namespace} scale deployment/notebook --replicas=1" in done.text + str(done.blocks)
+
+
+def test_a_job_that_wakes_up_is_unmarked_and_its_owner_told(
+        kube, core, namespace, sandbox, tmp_path, exporter_values, slack, alice, prometheus) -> None:
+    create_job(kube, namespace, "sleepy")
+    history(core, namespace, exporter_values, {"sleepy": 0})
+    janitor = janitor_for(kube, sandbox, namespace, write_policy(tmp_path / "p.yaml", namespace, warnBefore="1h"),
+                          prometheus())
+    janitor.run_cycle()
+    channel = notes_of(kube, namespace, "sleepy")[a.WARNED_VIA].split()[1].split("/")[0]
+
+    pod = core.list_namespaced_pod(namespace).items[0].metadata.name
+    exporter_values.set_gpu_util(namespace, pod, 75)
+    time.sleep(6)  # a few scrapes at 75 %
+    janitor.run_cycle()
+    assert not any(k in notes_of(kube, namespace, "sleepy") for k in (a.POLICY, a.EXPIRES, a.WARNED_AT))
+    assert "IdleUnmarked" in events(core, namespace, "sleepy")
+    last = slack.messages(channel)[-1]
+    assert len(slack.messages(channel)) == 2 and "no longer marked" in (last.text + str(last.blocks))
+    assert "sleepy" in jobs(kube, namespace)
+
+
+def test_slack_down_longer_than_the_grace_acts_on_nothing_and_moves_the_deadline(
+        kube, core, namespace, sandbox, tmp_path, exporter_values, slack, alice, prometheus) -> None:
+    create_job(kube, namespace, "unwarned")
+    history(core, namespace, exporter_values, {"unwarned": 0})
+    janitor = janitor_for(kube, sandbox, namespace,
+                          write_policy(tmp_path / "p.yaml", namespace, warnBefore="10s"), prometheus())
+    slack.fail("server_error", count=10_000, method="chat.postMessage", status=503)
+    janitor.run_cycle()
+    marked = notes_of(kube, namespace, "unwarned")
+    assert a.POLICY in marked and a.WARNED_AT not in marked and a.NOTICE in marked
+    first_deadline = a.parse_expires(marked[a.EXPIRES])
+    until_due(marked)
+    time.sleep(10)  # now past the mark's deadline by more than the whole grace
+    janitor.run_cycle()
+    assert "unwarned" in jobs(kube, namespace) and a.WARNED_AT not in notes_of(kube, namespace, "unwarned")
+
+    slack.recover()  # Slack is back
+    before = time.time()
+    janitor.run_cycle()
+    notes = notes_of(kube, namespace, "unwarned")
+    delivered = a.parse_expires(notes[a.WARNED_AT]).timestamp()
+    assert delivered >= before - 1
+    assert a.parse_expires(notes[a.EXPIRES]).timestamp() >= delivered + 10 - 1 > first_deadline.timestamp()
+    assert "unwarned" in jobs(kube, namespace)
+    janitor.run_cycle()
+    assert "unwarned" in jobs(kube, namespace)  # still within delivery + grace
+
+
+def test_kill_9_between_send_and_record_sends_no_second_message(
+        kube, core, namespace, sandbox, tmp_path, exporter_values, slack, alice, prometheus) -> None:
+    create_job(kube, namespace, "crashy")
+    history(core, namespace, exporter_values, {"crashy": 0})
+    policy = write_policy(tmp_path / "p.yaml", namespace, warnBefore="1h")
+    url = prometheus()
+    slack.fail("slow", count=1, method="chat.postMessage", delay=60)
+    env = {**os.environ, "SLACK_BOT_TOKEN": sandbox.slack_token, "SLACK_API_URL": sandbox.slack_api_url}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "janitor.cli", "run", "--once", "--kubeconfig", str(sandbox.kubeconfig),
+         "--namespaces", namespace, "--state-namespace", namespace, "--policies", str(policy),
+         "--prometheus-url", url, "--scrape-interval", "15", "--message-pace", "1s"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: slack.requests("chat.postMessage"), timeout=90, what="the warning to reach Slack")
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    notes = notes_of(kube, namespace, "crashy")
+    assert a.NOTICE in notes and a.WARNED_AT not in notes  # the send happened, its record did not
+
+    janitor = janitor_for(kube, sandbox, namespace, policy, url)
+    janitor.run_cycle()
+    janitor.run_cycle()
+    assert len(slack.requests("chat.postMessage")) == 1
+    notes = notes_of(kube, namespace, "crashy")
+    [message] = slack.messages(notes[a.WARNED_VIA].split()[1].split("/")[0])
+    assert notes[a.WARNED_VIA].endswith(f"/{message.ts}") and a.NOTICE not in notes
+
+
+def test_users_own_expires_is_never_shortened_and_keep_until_is_capped(
+        kube, core, namespace, sandbox, tmp_path, exporter_values, slack, alice, prometheus) -> None:
+    create_job(kube, namespace, "users-own", notes={a.EXPIRES: "2099-01-01T00:00:00Z"})
+    create_job(kube, namespace, "kept")
+    history(core, namespace, exporter_values, {"users-own": 0, "kept": 0})
+    janitor = janitor_for(kube, sandbox, namespace,
+                          write_policy(tmp_path / "p.yaml", namespace, warnBefore="5s", maxExtension="25s"),
+                          prometheus())
+    janitor.run_cycle()
+    own = notes_of(kube, namespace, "users-own")
+    assert own[a.EXPIRES] == "2099-01-01T00:00:00Z" and a.POLICY not in own
+    marked = notes_of(kube, namespace, "kept")
+    cap = a.parse_expires(marked[a.MARKED_AT]) + datetime.timedelta(seconds=25)
+    client.BatchV1Api(kube).patch_namespaced_job("kept", namespace, {"metadata": {"annotations": {
+        a.KEEP_UNTIL: "2099-01-01T00:00:00Z"}}})
+    until_due(marked)
+    janitor.run_cycle()
+    notes = notes_of(kube, namespace, "kept")
+    assert a.parse_expires(notes[a.EXPIRES]) == cap  # extended, to the cap and no further
+    assert "kept" in jobs(kube, namespace)
+    until_due(notes)
+    janitor.run_cycle()
+    assert jobs(kube, namespace) == {"users-own"}
+    assert notes_of(kube, namespace, "users-own")[a.EXPIRES] == "2099-01-01T00:00:00Z"
