@@ -131,17 +131,19 @@ def _duration(text: str, flag: str) -> datetime.timedelta:
     return value
 
 
-def _janitor(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _api(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from kubernetes import client, config
 
+    if args.kubeconfig or os.environ.get("KUBECONFIG"):
+        return config.new_client_from_config(config_file=args.kubeconfig or os.environ["KUBECONFIG"])
+    config.load_incluster_config()
+    return client.ApiClient()
+
+
+def _janitor(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from janitor.daemon import Janitor
 
-    if args.kubeconfig or os.environ.get("KUBECONFIG"):
-        api = config.new_client_from_config(config_file=args.kubeconfig or os.environ["KUBECONFIG"])
-    else:
-        config.load_incluster_config()
-        api = client.ApiClient()
-    return Janitor(api, _settings(args))
+    return Janitor(_api(args), _settings(args))
 
 
 def _progress(kind: str, count: int) -> None:
@@ -198,6 +200,62 @@ def _policy_errors(janitor) -> bool:  # type: ignore[no-untyped-def]
     for error in janitor.policy_errors:
         print(error, file=sys.stderr)
     return bool(janitor.policy_errors)
+
+
+def _cmd_unmark(args: argparse.Namespace) -> int:
+    from janitor.lifecycle_cycle import unmark
+
+    janitor = _janitor(args)
+    done = unmark(janitor.api, janitor.settings, policy=args.policy, dry_run=args.dry_run)
+    for item in done:
+        print(f"{item.ref}  policy {item.policy}: {item.result}")
+    failed = [d for d in done if d.result.startswith("not removed")]
+    verb = "would be removed" if args.dry_run else "removed"
+    print(f"{len(done) - len(failed)} marks {verb}" + (f", {len(failed)} failed" if failed else "") + ".")
+    return 1 if failed else 0
+
+
+def _cmd_keep(args: argparse.Namespace) -> int:
+    """Write janitor/keep-until as an absolute UTC time, from a duration or a time."""
+    from janitor import errors
+    from janitor.act import kube
+    from janitor.observe import cluster
+
+    parts = args.object.split("/")
+    if len(parts) != 3:
+        print("name the workload as KIND/NAMESPACE/NAME, e.g. Job/team-a/train", file=sys.stderr)
+        return 2
+    try:
+        kind = parse_kind(parts[0])
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
+    try:
+        relative = annotations.parse_ttl(args.until)
+    except ValueError:
+        relative = None
+    try:
+        now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+        until = now + relative if relative else annotations.parse_expires(args.until)
+    except ValueError:
+        print(f"{args.until!r}: give a duration from now (3d, 12h) or a UTC time (2026-12-01T18:00:00Z)",
+              file=sys.stderr)
+        return 2
+    api = _api(args)
+    try:
+        view = cluster.read_by_name(api, kind, parts[1], parts[2])
+        if view is None:
+            print(f"{args.object} not found", file=sys.stderr)
+            return 1
+        kube.annotate(api, view.ref, view.resource_version,
+                      {annotations.KEEP_UNTIL: annotations.format_expires(until)}, kind=kind)
+    except errors.KubeError as e:
+        print(f"{args.object}: {e}", file=sys.stderr)
+        return 1
+    print(f"{args.object}: {annotations.KEEP_UNTIL}={annotations.format_expires(until)}. The janitor keeps it "
+          "until then, at most its policy's maxExtension after it was first marked; janitor/expires shows the "
+          "deadline in force after its next cycle.")
+    return 0
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -409,6 +467,30 @@ interact with janitor/ttl, janitor/expires and janitor/opt-out: docs/policies.md
     _add_cluster_options(explain)
     _add_idle_options(explain)
     explain.set_defaults(func=_cmd_explain)
+
+    unmark_cmd = commands.add_parser(
+        "unmark", help="remove the janitor's own marks (all, or one policy's)",
+        description="Remove janitor/expires, janitor/policy, janitor/reason and the warning records from every "
+                    "object the janitor marked (with --policy, only that policy's marks). A user's own "
+                    "janitor/expires (without janitor/policy) and janitor/keep-until are never touched. Use it "
+                    "before uninstalling, or after a policy marked what it should not have; an enforcing "
+                    "policy that still finds the workload idle marks it again on its next cycle.")
+    unmark_cmd.add_argument("--policy", help="only marks of this policy")
+    unmark_cmd.add_argument("--dry-run", action="store_true", help="list what would be removed, change nothing")
+    _add_cluster_options(unmark_cmd)
+    unmark_cmd.set_defaults(func=_cmd_unmark)
+
+    keep_cmd = commands.add_parser(
+        "keep", help="keep an idle workload a while longer (writes janitor/keep-until)",
+        description="Write janitor/keep-until on a workload so the janitor does not reclaim it before then. "
+                    "UNTIL is a duration from now (3d, 12h) or a UTC time (2026-12-01T18:00:00Z). The policy "
+                    "caps it at maxExtension after the first mark; using the workload again removes the mark "
+                    "altogether.",
+        epilog="example:\n  janitor keep Job/team-a/train 2d")
+    keep_cmd.add_argument("object", metavar="KIND/NAMESPACE/NAME")
+    keep_cmd.add_argument("until", metavar="UNTIL")
+    keep_cmd.add_argument("--kubeconfig", help="default: $KUBECONFIG, else in-cluster")
+    keep_cmd.set_defaults(func=_cmd_keep)
 
     rbac_cmd = commands.add_parser(
         "rbac", help="print the ClusterRole (and binding) the janitor needs for --kinds",

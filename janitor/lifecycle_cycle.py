@@ -216,3 +216,37 @@ class LifecycleRunner:
             return None, f"no longer due on a fresh read ({steps})"
         return again.action, "still idle and due"
 
+
+
+@dataclass(frozen=True)
+class Unmarked:
+    ref: str
+    policy: str
+    result: str  # "removed", "would remove" or why not
+
+
+def unmark(api: ApiClient, settings: Settings, *, policy: str | None = None, dry_run: bool = False) -> list[Unmarked]:
+    """Remove the janitor's own marks (all, or one policy's): for uninstalling, and for mistakes.
+
+    Only marks are touched (`janitor/policy` present); a user's own `janitor/expires` and their
+    `janitor/keep-until` stay. Each write is guarded by the resourceVersion it was read at."""
+    snapshot = cluster.read_snapshot(api, settings.kinds, page_size=settings.page_size,
+                                     namespaces=settings.namespaces)
+    kinds = {k.kind: k for k in settings.kinds}
+    done: list[Unmarked] = []
+    for obj in snapshot.objects:
+        mark = obj.annotations.get(annotations.POLICY)
+        if mark is None or (policy is not None and mark != policy):
+            continue
+        notes = {k: None for k in lifecycle.MARK_KEYS if k in obj.annotations}
+        if dry_run:
+            done.append(Unmarked(str(obj.ref), mark, "would remove"))
+            continue
+        try:
+            kube.annotate(api, obj.ref, obj.resource_version, notes, kind=kinds[obj.ref.kind],
+                          event=("IdleUnmarked", f"mark of policy {mark} removed by `janitor unmark`"))
+        except errors.KubeError as e:
+            done.append(Unmarked(str(obj.ref), mark, f"not removed: {e}"))
+            continue
+        done.append(Unmarked(str(obj.ref), mark, "removed"))
+    return done

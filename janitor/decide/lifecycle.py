@@ -265,7 +265,7 @@ def plan_lifecycle(
 ) -> LifecyclePlan:
     """One change per enforced workload and per marked workload, in a stable order."""
     by_name = {p.name: p for p in policies}
-    last_message = _last_message_per_owner(findings, objects)
+    pace = _Pace(_last_message_per_owner(findings, objects), settings.pace)
     changes: list[Change] = []
     seen: set[str] = set()
     candidates: list[tuple[IdleFinding, ObjectView, Policy]] = []
@@ -282,8 +282,8 @@ def plan_lifecycle(
             if finding.idleness is Idleness.IDLE:
                 candidates.append((finding, view, policy))
             continue
-        changes.append(_marked(finding, view, policy, mark, now, settings, last_message))
-    changes.extend(_new_marks(candidates, now, settings, last_message))
+        changes.append(_marked(finding, view, policy, mark, now, pace))
+    changes.extend(_new_marks(candidates, now, settings, pace))
     for uid, view in objects.items():  # marks nobody enforces any more
         mark = read_mark(view.annotations)
         if uid in seen or mark is None or view.deleting:
@@ -319,7 +319,7 @@ def _notice(kind: NoticeKind, finding: IdleFinding, view: ObjectView, policy: Po
 
 
 def _new_marks(candidates: list[tuple[IdleFinding, ObjectView, Policy]], now: datetime.datetime,
-               settings: LifecycleSettings, last_message: dict[str, datetime.datetime]) -> list[Change]:
+               settings: LifecycleSettings, pace: _Pace) -> list[Change]:
     """Most GPUs first, within the caps on new marks per cycle, owner and namespace."""
     out: list[Change] = []
     per_owner: Counter[str] = Counter()
@@ -354,20 +354,29 @@ def _new_marks(candidates: list[tuple[IdleFinding, ObjectView, Policy]], now: da
         }
         notice = None
         why = f"idle: marked, to {policy.lifecycle.action} at {_stamp(deadline)} at the earliest"
-        if _may_message(owner, now, settings, last_message):
+        if pace.allows(owner, now):
             notice = _notice(NoticeKind.WARNING, finding, view, policy, now, deadline, None)
             patch[annotations.NOTICE] = str(Intent(NoticeKind.WARNING, intent_id(finding.owner, now), now))
-            last_message[owner] = now
+            pace.sending(owner)
         else:
             why += "; the warning waits for the per-owner message pace"
         out.append(Change(Step.MARK, ref, view.resource_version, policy.name, why, patch, notice, deadline))
     return out
 
 
-def _may_message(owner: str, now: datetime.datetime, settings: LifecycleSettings,
-                 last_message: Mapping[str, datetime.datetime]) -> bool:
-    last = last_message.get(owner)
-    return last is None or last >= now or now - last >= settings.pace
+class _Pace:
+    """At most one warning or reminder per owner per `pace`; everything for an owner in this
+    cycle goes into the one digest already being sent."""
+
+    def __init__(self, last: Mapping[str, datetime.datetime], pace: datetime.timedelta) -> None:
+        self.last, self.pace, self.now_sending = last, pace, set[str]()
+
+    def allows(self, owner: str, now: datetime.datetime) -> bool:
+        last = self.last.get(owner)
+        return owner in self.now_sending or last is None or now - last >= self.pace
+
+    def sending(self, owner: str) -> None:
+        self.now_sending.add(owner)
 
 
 def _unmark(view: ObjectView, mark: Mark, why: str, finding: IdleFinding | None, now: datetime.datetime) -> Change:
@@ -379,7 +388,7 @@ def _unmark(view: ObjectView, mark: Mark, why: str, finding: IdleFinding | None,
 
 
 def _marked(finding: IdleFinding, view: ObjectView, policy: Policy, mark: Mark, now: datetime.datetime,
-            settings: LifecycleSettings, last_message: dict[str, datetime.datetime]) -> Change:
+            pace: _Pace) -> Change:
     ref, rv = view.ref, view.resource_version
     if mark.problems:
         return _unmark(view, mark, f"the mark does not parse ({'; '.join(mark.problems)}): removed, "
@@ -399,9 +408,9 @@ def _marked(finding: IdleFinding, view: ObjectView, policy: Policy, mark: Mark, 
     if not counted:
         if finding.idleness is not Idleness.IDLE:
             return Change(Step.WAIT, ref, rv, policy.name, f"marked, not warned; not idle now: {finding.why}")
-        if not _may_message(owner, now, settings, last_message):
+        if not pace.allows(owner, now):
             return Change(Step.WAIT, ref, rv, policy.name, "marked; the warning waits for the per-owner message pace")
-        last_message[owner] = now
+        pace.sending(owner)
         intent = Intent(NoticeKind.WARNING, intent_id(finding.owner, now), now)
         return Change(Step.NOTIFY, ref, rv, policy.name,
                       "marked; warning the owner" + (" again (only the admins were reached)" if mark.warned_via else ""),
@@ -427,8 +436,8 @@ def _marked(finding: IdleFinding, view: ObjectView, policy: Policy, mark: Mark, 
                       deadline=deadline, action=action)
     every = policy.lifecycle.remind_every
     last = max(t for t in (mark.warned_at, mark.reminded_at) if t is not None)
-    if every and now - last >= every and _may_message(owner, now, settings, last_message):
-        last_message[owner] = now
+    if every and now - last >= every and pace.allows(owner, now):
+        pace.sending(owner)
         intent = Intent(NoticeKind.REMINDER, intent_id(finding.owner, now), now)
         return Change(Step.NOTIFY, ref, rv, policy.name, f"still idle; reminding the owner of the deadline {shown}",
                       {annotations.NOTICE: str(intent)},

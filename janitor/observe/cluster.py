@@ -109,6 +109,14 @@ def read_object(api: ApiClient, ref: ObjectRef, kind: ResourceKind) -> ObjectVie
     return view
 
 
+def read_by_name(api: ApiClient, kind: ResourceKind, namespace: str | None, name: str) -> ObjectView | None:
+    """The object of that name now, whatever its uid (for commands people type), or None."""
+    try:
+        return to_view(kind, _get(api, kubeapi.path(kind, namespace, name), doing=f"read {kind.kind} {name}").body)
+    except errors.NotFound:
+        return None
+
+
 def read_ledger(api: ApiClient, namespace: str, name: str) -> SafetyLedger:
     """The rails' memory from ConfigMap namespace/name (format: `janitor.ledger`).
 

@@ -301,3 +301,81 @@ def test_users_own_expires_is_never_shortened_and_keep_until_is_capped(
     janitor.run_cycle()
     assert jobs(kube, namespace) == {"users-own"}
     assert notes_of(kube, namespace, "users-own")[a.EXPIRES] == "2099-01-01T00:00:00Z"
+
+
+def test_unmark_removes_only_the_janitors_marks_and_keep_writes_keep_until(
+        kube, core, namespace, sandbox, tmp_path, exporter_values, slack, alice, prometheus) -> None:
+    create_job(kube, namespace, "marked")
+    create_job(kube, namespace, "users-own", notes={a.EXPIRES: "2099-01-01T00:00:00Z"})
+    history(core, namespace, exporter_values, {"marked": 0, "users-own": 0})
+    janitor = janitor_for(kube, sandbox, namespace, write_policy(tmp_path / "p.yaml", namespace, warnBefore="1h"),
+                          prometheus())
+    janitor.run_cycle()
+    assert a.POLICY in notes_of(kube, namespace, "marked")
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "janitor.cli", *args, "--kubeconfig", str(sandbox.kubeconfig)],
+                              capture_output=True, text=True, timeout=60)
+
+    kept = cli("keep", f"Job/{namespace}/marked", "2d")
+    assert kept.returncode == 0, kept.stderr
+    keep_until = a.parse_expires(notes_of(kube, namespace, "marked")[a.KEEP_UNTIL])
+    assert abs(keep_until.timestamp() - (time.time() + 2 * 86400)) < 120
+    listed = cli("unmark", "--namespaces", namespace, "--state-namespace", namespace, "--dry-run")
+    assert listed.returncode == 0 and f"Job/{namespace}/marked  policy idle-gpu: would remove" in listed.stdout
+    assert "users-own" not in listed.stdout and a.POLICY in notes_of(kube, namespace, "marked")
+    done = cli("unmark", "--namespaces", namespace, "--state-namespace", namespace, "--policy", "idle-gpu")
+    assert done.returncode == 0 and "1 marks removed." in done.stdout, done.stdout + done.stderr
+    notes = notes_of(kube, namespace, "marked")
+    assert not any(k in notes for k in (a.POLICY, a.EXPIRES, a.WARNED_AT, a.WARNED_VIA, a.MARKED_AT, a.REASON))
+    assert a.KEEP_UNTIL in notes  # the owner's
+    assert notes_of(kube, namespace, "users-own")[a.EXPIRES] == "2099-01-01T00:00:00Z"
+    assert "IdleUnmarked" in events(core, namespace, "marked")
+
+
+def test_first_start_with_200_idle_workloads_caps_marks_and_paces_digests(
+        kube, core, namespace, sandbox, tmp_path, slack, prometheus) -> None:
+    owners = [f"user{i}@lab.example" for i in range(4)]
+    for i, email in enumerate(owners):
+        slack.add_user(email, f"U0USER{i:04}", f"user{i}")
+    for i in range(200):
+        core.create_namespaced_pod(namespace, client.V1Pod(
+            metadata=client.V1ObjectMeta(name=f"w{i:03}", labels={"app": "idle-cpu"},
+                                         annotations={STARTED_AT: started(), "janitor/owner": owners[i % 4]}),
+            spec=client.V1PodSpec(containers=[client.V1Container(
+                name="app", image="x", resources=client.V1ResourceRequirements(requests={"cpu": "10m"}))])))
+    wait_until(lambda: sum(p.status.phase == "Running" for p in core.list_namespaced_pod(namespace).items) == 200,
+               timeout=180, what="200 pods Running")
+    server, _ = prometheus_with_history(kube, sandbox.exporters_url, hours=0.5, step=15, work_dir=sandbox.run_dir)
+    policy = tmp_path / "cpu.yaml"
+    policy.write_text(f"""policies:
+- name: idle-cpu
+  mode: enforce
+  match: {{namespaces: {{include: ["{namespace}"]}}}}
+  triggers: {{idleCpu: {{cores: 0.05, window: 20m}}}}
+  lifecycle: {{warnBefore: 1h}}
+""")
+    try:
+        settings = Settings(namespaces=(namespace,), state_namespace=namespace, policy_paths=(str(policy),),
+                            prometheus_url=server.url, slack_token=sandbox.slack_token,
+                            slack_api_url=sandbox.slack_api_url)  # default caps and a 1 h message pace
+        janitor = Janitor(kube, settings)
+        janitor.run_cycle()
+        marked = [p.metadata.name for p in core.list_namespaced_pod(namespace).items
+                  if a.POLICY in (p.metadata.annotations or {})]
+        assert len(marked) == 20  # the per-namespace cap on new marks per cycle
+        posts = slack.requests("chat.postMessage")
+        assert len(posts) == 4  # one digest per owner
+        for post in posts:
+            assert "5 of your workloads" in str(post.params.get("text")) or "5 workloads" in str(post.params)
+        get = janitor.telemetry.registry.get_sample_value
+        assert get("janitor_lifecycle_steps_total", {"step": "held", "policy": "idle-cpu"}) == 180
+
+        janitor.run_cycle()  # 20 more marks; their owners heard from the janitor a moment ago
+        marked = [p for p in core.list_namespaced_pod(namespace).items if a.POLICY in (p.metadata.annotations or {})]
+        assert len(marked) == 40
+        assert len(slack.requests("chat.postMessage")) == 4
+        assert sum(a.WARNED_AT in p.metadata.annotations for p in marked) == 20
+    finally:
+        server.stop()
+    assert len(core.list_namespaced_pod(namespace).items) == 200

@@ -226,3 +226,12 @@ def test_resend_gets_this_cycles_intent() -> None:
     again = resend(change, NOW)
     assert again.step is Step.NOTIFY and again.annotations[a.NOTICE].startswith("warning ")
     assert "abc-1" not in again.annotations[a.NOTICE]
+
+
+def test_all_new_marks_of_one_owner_in_one_cycle_share_the_digest() -> None:
+    views = [job(name=f"w{i}") for i in range(3)]
+    plan = plan_lifecycle([finding(v) for v in views], {v.ref.uid: v for v in views}, [policy()], NOW,
+                          LifecycleSettings(pace=H))
+    intents = {c.annotations[a.NOTICE] for c in plan.changes}
+    assert [c.step for c in plan.changes] == [Step.MARK] * 3 and len(intents) == 1
+    assert all(c.notice is not None for c in plan.changes)
