@@ -58,6 +58,7 @@ MARKED_AT = "janitor/marked-at"  # the janitor: when it first marked the object 
 REMINDED_AT = "janitor/reminded-at"  # the janitor: UTC time the last reminder was delivered
 NOTICE = "janitor/notice"  # the janitor: a send in flight, "<kind> <intent id> <UTC time>", recorded before it
 KEEP_UNTIL = "janitor/keep-until"  # owners: never reclaim before this UTC time; unparseable = keep
+TIME_ZONE = "janitor/time-zone"  # admins, on a namespace: the IANA zone its working hours are counted in
 OPT_OUT = "janitor/opt-out"  # owners/admins: "true" = never act on this, where the policy honours it
 REPORTED = "janitor/reported"  # the janitor: the mistakes on this object it already reported (one Event each)
 ACKNOWLEDGE_TRIPWIRE = "janitor/acknowledge-tripwire"  # admins, on the state ConfigMap: resume deletions

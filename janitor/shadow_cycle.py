@@ -8,14 +8,14 @@ read once per distinct (signal, window) the policies need, never once per pod.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from kubernetes.client import ApiClient
 
 from janitor.decide import shadow
 from janitor.decide.evidence import CpuEvidence, GpuEvidence
-from janitor.decide.model import ObjectView, PodView
+from janitor.decide.model import NamespaceView, ObjectView, PodView
 from janitor.observe import evidence, pods
 from janitor.observe.prometheus import HONOR_LABELS, SERVICE_MONITOR, Matcher, PrometheusConfig, PrometheusSource
 from janitor.policy.model import Policy
@@ -29,6 +29,7 @@ class ShadowReport:
     gpu_pods_without_telemetry: tuple[str, ...] = ()
     silent_nodes: tuple[str, ...] = ()  # the node of each of those pods, for the gauge by node
     pods: tuple[PodView, ...] = ()  # as read this cycle: the lifecycle's re-check looks for starting pods
+    namespaces: Mapping[str, NamespaceView] = field(default_factory=dict)  # by name, as read this cycle
 
 
 def prometheus_source(settings: Settings) -> PrometheusSource:
@@ -66,7 +67,8 @@ def idle_report(
                    if p.gpus and p.phase == "Running" and (p.ref.namespace, p.ref.name) not in seen and gpu
                    and not any(e.failed for e in gpu.values())]
     silent = tuple(sorted(f"{p.ref.namespace}/{p.ref.name} on {p.node}" for p in silent_pods))
-    return ShadowReport(tuple(findings), failures, silent, tuple(p.node or "" for p in silent_pods), tuple(pod_views))
+    return ShadowReport(tuple(findings), failures, silent, tuple(p.node or "" for p in silent_pods), tuple(pod_views),
+                        namespaces)
 
 
 class PolicySet:

@@ -30,10 +30,11 @@ from enum import StrEnum
 
 from janitor import annotations
 from janitor.decide.idle import Idleness
-from janitor.decide.model import Action, ActionType, ObjectRef, ObjectView
+from janitor.decide.model import Action, ActionType, NamespaceView, ObjectRef, ObjectView
 from janitor.decide.notices import Delivery, Notice, NoticeKind
 from janitor.decide.owners import Owner
 from janitor.decide.shadow import IdleFinding
+from janitor.decide.workhours import add_working_time
 from janitor.policy.model import Action as PolicyAction
 from janitor.policy.model import Mode, Policy
 
@@ -168,6 +169,7 @@ class Change:
     deadline: datetime.datetime | None = None
     action: Action | None = None  # ACT: what goes through the rails
     intent: Intent | None = None  # RECOVER: the send to look for
+    time_zone: str | None = None  # the namespace's own zone for working hours (janitor/time-zone)
 
 
 @dataclass(frozen=True)
@@ -222,11 +224,20 @@ def extension_cap(mark: Mark, policy: Policy) -> datetime.datetime | None:
     return mark.marked_at + policy.lifecycle.max_extension
 
 
-def effective_deadline(mark: Mark, policy: Policy, notes: Mapping[str, str]) -> tuple[datetime.datetime | None, str]:
-    """The latest of the mark's deadline, delivery + grace and a kept-until within its cap."""
+def earliest_after_delivery(delivered_at: datetime.datetime, policy: Policy,
+                            time_zone: str | None = None) -> datetime.datetime:
+    """The least notice: `grace` after delivery and, with working hours, that much working time."""
+    at = delivered_at + policy.lifecycle.grace
+    hours = policy.lifecycle.working_hours
+    return max(at, add_working_time(delivered_at, hours, time_zone)) if hours else at
+
+
+def effective_deadline(mark: Mark, policy: Policy, notes: Mapping[str, str],
+                       time_zone: str | None = None) -> tuple[datetime.datetime | None, str]:
+    """The latest of the mark's deadline, the least notice after delivery and a kept-until within its cap."""
     if mark.deadline is None or mark.warned_at is None:
         return None, "not warned yet"
-    deadline = max(mark.deadline, mark.warned_at + policy.lifecycle.grace)
+    deadline = max(mark.deadline, earliest_after_delivery(mark.warned_at, policy, time_zone))
     why = ""
     cap = extension_cap(mark, policy)
     keep = notes.get(annotations.KEEP_UNTIL)
@@ -251,7 +262,7 @@ def delivered(change: Change, delivery: Delivery, policy: Policy | None) -> dict
         return patch
     patch |= {annotations.WARNED_AT: at, annotations.WARNED_VIA: str(delivery)}
     if policy is not None and change.deadline is not None:
-        deadline = max(change.deadline, delivery.at + policy.lifecycle.grace)
+        deadline = max(change.deadline, earliest_after_delivery(delivery.at, policy, change.time_zone))
         patch[annotations.EXPIRES] = _stamp(deadline)
     return patch
 
@@ -262,8 +273,10 @@ def plan_lifecycle(
     policies: Sequence[Policy],
     now: datetime.datetime,
     settings: LifecycleSettings = LifecycleSettings(),
+    namespaces: Mapping[str, NamespaceView] | None = None,
 ) -> LifecyclePlan:
-    """One change per enforced workload and per marked workload, in a stable order."""
+    """One change per enforced workload and per marked workload, in a stable order. `namespaces`
+    carry the zones (`janitor/time-zone`) working hours are counted in."""
     by_name = {p.name: p for p in policies}
     pace = _Pace(_last_message_per_owner(findings, objects), settings.pace)
     changes: list[Change] = []
@@ -282,7 +295,7 @@ def plan_lifecycle(
             if finding.idleness is Idleness.IDLE:
                 candidates.append((finding, view, policy))
             continue
-        changes.append(_marked(finding, view, policy, mark, now, pace))
+        changes.append(_marked(finding, view, policy, mark, now, pace, _zone(namespaces, view)))
     changes.extend(_new_marks(candidates, now, settings, pace))
     for uid, view in objects.items():  # marks nobody enforces any more
         mark = read_mark(view.annotations)
@@ -291,7 +304,13 @@ def plan_lifecycle(
         why = (f"no longer covered: policy {mark.policy} is gone, in shadow mode or no longer matches, "
                "or the workload has no running pods")
         changes.append(_unmark(view, mark, why, None, now))
-    return LifecyclePlan(tuple(changes))
+    return LifecyclePlan(tuple(replace(c, time_zone=_zone(namespaces, c.workload)) for c in changes))
+
+
+def _zone(namespaces: Mapping[str, NamespaceView] | None, item: ObjectView | ObjectRef) -> str | None:
+    ref = item.ref if isinstance(item, ObjectView) else item
+    view = (namespaces or {}).get(ref.namespace or "")
+    return view.annotations.get(annotations.TIME_ZONE) if view else None
 
 
 def _last_message_per_owner(findings: Sequence[IdleFinding],
@@ -388,7 +407,7 @@ def _unmark(view: ObjectView, mark: Mark, why: str, finding: IdleFinding | None,
 
 
 def _marked(finding: IdleFinding, view: ObjectView, policy: Policy, mark: Mark, now: datetime.datetime,
-            pace: _Pace) -> Change:
+            pace: _Pace, time_zone: str | None) -> Change:
     ref, rv = view.ref, view.resource_version
     if mark.problems:
         return _unmark(view, mark, f"the mark does not parse ({'; '.join(mark.problems)}): removed, "
@@ -416,7 +435,7 @@ def _marked(finding: IdleFinding, view: ObjectView, policy: Policy, mark: Mark, 
                       "marked; warning the owner" + (" again (only the admins were reached)" if mark.warned_via else ""),
                       {annotations.NOTICE: str(intent)},
                       _notice(NoticeKind.WARNING, finding, view, policy, now, mark.deadline, mark), mark.deadline)
-    deadline, extended = effective_deadline(mark, policy, view.annotations)
+    deadline, extended = effective_deadline(mark, policy, view.annotations, time_zone)
     assert deadline is not None  # warned, and a mark without a readable deadline has problems
     shown = _stamp(deadline)
     if finding.idleness is not Idleness.IDLE:

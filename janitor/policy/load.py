@@ -424,9 +424,56 @@ _TRIGGER_READERS: dict[str, Callable[[_Reader, Node, str], model.Trigger | None]
 }
 
 
+_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_HOURS = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])-([01][0-9]|2[0-4]):([0-5][0-9])")
+
+
+def _working_hours(r: _Reader, node: Node, path: str) -> model.WorkingHours | None:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    f = r.fields(node, path, ("timeZone", "days", "hours", "grace"), required=("timeZone",))
+    if f is None:
+        return None
+    default = model.WorkingHours("UTC")
+    tz = r.string(f["timeZone"], f"{path}.timeZone") if "timeZone" in f else None
+    if tz is not None:
+        try:
+            ZoneInfo(tz)
+        except (ZoneInfoNotFoundError, ValueError):
+            r.fail(f["timeZone"], f"{path}.timeZone", f"{tz!r} is not an IANA time zone (e.g. Europe/Berlin, "
+                                                      "America/New_York, UTC)")
+            tz = None
+    days: tuple[int, ...] = default.days
+    if "days" in f:
+        def day(n: Node, p: str) -> int | None:
+            value = r.string(n, p, forms=f"a day: {', '.join(_DAYS)}")
+            if value is not None and value not in _DAYS:
+                r.fail(n, p, f"{value!r} is not a day: use {', '.join(_DAYS)}")
+                return None
+            return _DAYS.index(value) if value is not None else None
+
+        read = r.items(f["days"], f"{path}.days", day)
+        days = tuple(sorted({d for d in read if d is not None}))
+        if isinstance(f["days"], SequenceNode) and not f["days"].value:
+            r.fail(f["days"], f"{path}.days", "give at least one working day")
+    start, end = default.start, default.end
+    if "hours" in f:
+        text = r.string(f["hours"], f"{path}.hours", _HOURS, 'a range like "09:00-18:00" (quote it)')
+        if text is not None:
+            h1, m1, h2, m2 = (int(x) for x in _HOURS.fullmatch(text).groups())  # type: ignore[union-attr]
+            start = _dt.time(h1, m1)
+            end = _dt.time(23, 59, 59) if h2 == 24 else _dt.time(h2, m2)
+            if end <= start:
+                r.fail(f["hours"], f"{path}.hours", f"{text!r} ends before it starts")
+    grace = r.duration(f["grace"], f"{path}.grace") if "grace" in f else default.grace
+    if tz is None or grace is None:
+        return None
+    return model.WorkingHours(tz, days, start, end, grace)
+
+
 def _lifecycle(r: _Reader, node: Node, path: str) -> model.Lifecycle:
     f = r.fields(node, path, ("warnBefore", "remindEvery", "action", "maxExtension", "honourOptOut", "minGrace",
-                              "adminFallbackCounts")) or {}
+                              "adminFallbackCounts", "workingHours")) or {}
     default = model.Lifecycle()
     values = {
         "warn_before": r.duration(f["warnBefore"], f"{path}.warnBefore") if "warnBefore" in f else default.warn_before,
@@ -440,6 +487,7 @@ def _lifecycle(r: _Reader, node: Node, path: str) -> model.Lifecycle:
         "min_grace": r.duration(f["minGrace"], f"{path}.minGrace") if "minGrace" in f else None,
         "admin_fallback_counts": r.boolean(f["adminFallbackCounts"], f"{path}.adminFallbackCounts")
         if "adminFallbackCounts" in f else default.admin_fallback_counts,
+        "working_hours": _working_hours(r, f["workingHours"], f"{path}.workingHours") if "workingHours" in f else None,
     }
     # A None here always comes with an error recorded, so the policy is dropped; keep the type honest.
     return model.Lifecycle(**{k: v for k, v in values.items() if v is not None})

@@ -208,6 +208,19 @@ T = TypeVar("T", IdleGpu, IdleCpu, Pending, Terminating)
 
 
 @dataclass(frozen=True, slots=True)
+class WorkingHours:
+    """The least notice counted in working time: `grace` of hours between `start` and `end` on
+    `days` (0 = Monday) in `time_zone`, so a warning on Friday evening is not acted on over the
+    weekend. A namespace annotated `janitor/time-zone` uses its own zone."""
+
+    time_zone: str
+    days: tuple[int, ...] = (0, 1, 2, 3, 4)
+    start: _dt.time = _dt.time(9)
+    end: _dt.time = _dt.time(18)
+    grace: _dt.timedelta = _dt.timedelta(hours=4)
+
+
+@dataclass(frozen=True, slots=True)
 class Lifecycle:
     """What happens after a trigger fires, in enforce mode.
 
@@ -227,6 +240,7 @@ class Lifecycle:
     honour_opt_out: bool = True
     min_grace: _dt.timedelta | None = None
     admin_fallback_counts: bool = False
+    working_hours: WorkingHours | None = None
 
     @property
     def grace(self) -> _dt.timedelta:

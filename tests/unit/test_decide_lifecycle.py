@@ -235,3 +235,22 @@ def test_all_new_marks_of_one_owner_in_one_cycle_share_the_digest() -> None:
     intents = {c.annotations[a.NOTICE] for c in plan.changes}
     assert [c.step for c in plan.changes] == [Step.MARK] * 3 and len(intents) == 1
     assert all(c.notice is not None for c in plan.changes)
+
+
+def test_friday_evening_warning_is_not_acted_on_over_the_weekend() -> None:
+    from janitor.decide.model import NamespaceView
+    from janitor.policy.model import WorkingHours
+
+    friday = datetime.datetime(2026, 11, 27, 18, tzinfo=datetime.timezone.utc)  # 19:00 in Berlin
+    pol = policy(warn_before=H, remind_every=0 * H,
+                 working_hours=WorkingHours("Europe/Berlin", grace=4 * H))
+    notes = marked(friday, friday + H, friday)
+    view = job(notes)
+    saturday = friday + 20 * H
+    changes = plan_lifecycle([finding(view, pol=pol)], {view.ref.uid: view}, [pol], saturday).changes
+    assert changes[0].step is Step.EXTEND
+    assert changes[0].annotations[a.EXPIRES] == "2026-11-30T12:00:00Z"  # Monday 13:00 in Berlin
+    # A namespace in New York counts its own working day: Friday 13:00 there, 4 h later is 17:00.
+    ny = {"team-a": NamespaceView("team-a", annotations={a.TIME_ZONE: "America/New_York"})}
+    changes = plan_lifecycle([finding(view, pol=pol)], {view.ref.uid: view}, [pol], saturday, namespaces=ny).changes
+    assert changes[0].step is Step.EXTEND and changes[0].annotations[a.EXPIRES] == "2026-11-27T22:00:00Z"

@@ -122,6 +122,23 @@ def test_defaults_for_a_minimal_policy() -> None:
     assert policy.trigger(model.Terminating) is None
 
 
+def test_lifecycle_working_hours_and_grace() -> None:
+    [policy], errors = parse(BASE + """    lifecycle:
+      warnBefore: 24h
+      minGrace: 2h
+      adminFallbackCounts: true
+      action: stop
+      workingHours: {timeZone: Europe/Berlin, days: [Mon, Tue, Wed], hours: "08:30-17:00", grace: 6h}
+""")
+    assert errors == ()
+    life = policy.lifecycle
+    assert life.grace == dt.timedelta(hours=2) and life.admin_fallback_counts and life.action is model.Action.STOP
+    assert life.working_hours == model.WorkingHours("Europe/Berlin", (0, 1, 2), dt.time(8, 30), dt.time(17),
+                                                    dt.timedelta(hours=6))
+    [default], _ = parse(BASE)
+    assert default.lifecycle.grace == default.lifecycle.warn_before and default.lifecycle.working_hours is None
+
+
 def test_gr_engine_threshold_defaults_to_its_own_range() -> None:
     (policy,), _ = parse("""\
         policies:
@@ -237,6 +254,17 @@ ERROR_CASES = [
                  "p.yaml:8: lifecycle.honorOptOut: unknown field; did you mean 'honourOptOut'?", id="us-spelling"),
     pytest.param(BASE + "    lifecycle: {honourOptOut: 'no'}\n",
                  "p.yaml:8: lifecycle.honourOptOut: 'no' is not true or false", id="bool-quoted"),
+    pytest.param(BASE + "    lifecycle: {workingHours: {timeZone: Europe/Berlinn}}\n",
+                 "p.yaml:8: lifecycle.workingHours.timeZone: 'Europe/Berlinn' is not an IANA time zone",
+                 id="bad-zone"),
+    pytest.param(BASE + "    lifecycle: {workingHours: {timeZone: UTC, days: [Monday]}}\n",
+                 "p.yaml:8: lifecycle.workingHours.days[0]: 'Monday' is not a day: use Mon, Tue", id="bad-day"),
+    pytest.param(BASE + "    lifecycle: {workingHours: {timeZone: UTC, hours: \"18:00-09:00\"}}\n",
+                 "p.yaml:8: lifecycle.workingHours.hours: '18:00-09:00' ends before it starts", id="hours-reversed"),
+    pytest.param(BASE + "    lifecycle: {workingHours: {days: [Mon]}}\n",
+                 "p.yaml:8: lifecycle.workingHours.timeZone: is required", id="zone-required"),
+    pytest.param(BASE + "    lifecycle: {action: stop, adminFallbackCounts: 1}\n",
+                 "p.yaml:8: lifecycle.adminFallbackCounts: 1 is not true or false", id="fallback-not-bool"),
     pytest.param(BASE + "    lifecycle: {warnBefore: 0s}\n",
                  "p.yaml:8: lifecycle.warnBefore: must be longer than 0s", id="warn-zero"),
     pytest.param(BASE.replace("policies:\n", "policy:\n"),
