@@ -19,8 +19,10 @@ DESCRIPTION = """\
 kube-idle-janitor keeps shared GPU clusters clean. It deletes objects whose janitor/ttl or
 janitor/expires annotation has passed (kube-janitor compatible), on the kinds you list, behind
 safety rails; every deletion is announced by an Event on the object and one audit log line.
-Idle GPU/CPU detection from Prometheus runs in shadow mode (reports what it would reclaim, acts
-on nothing); Slack warnings to owners and stuck-pod handling build on the same plan-then-act core.
+Idle GPU/CPU detection from Prometheus follows policy files: in mode: shadow it reports what it
+would reclaim; in mode: enforce it marks idle workloads (janitor/expires, janitor/policy), warns
+their owners on Slack, reminds them, and deletes, suspends, scales to zero or stops the workload
+once a delivered warning's notice has run out, unless it is in use again or kept.
 
 The annotation contract (kube-janitor compatible):
   janitor/ttl: 7d              delete when the object is older than this
@@ -38,8 +40,10 @@ examples:
   janitor annotation janitor/ttl=7d     what a value means, or why it is rejected (exit 1)
   janitor check policies/               validate policy files: file:line: field: what is wrong
   janitor plan --policies policies/ --prometheus-url http://prometheus:9090
-                                        add the idle GPU/CPU findings (shadow: nothing is acted on)
-                                        with the GPU-hours enforcing would reclaim
+                                        add the idle GPU/CPU findings, the GPU-hours enforcing would
+                                        reclaim, and the lifecycle's next step per workload
+  janitor keep Job/team-a/train 2d      keep an idle workload (janitor/keep-until, within its cap)
+  janitor unmark --dry-run              list (then remove) the janitor's own marks
   janitor rbac | kubectl apply -f -     the ClusterRole for the kinds the janitor cleans up
 
 Safety rails on every deletion: protected namespaces (kube-system, kube-public,
