@@ -51,7 +51,7 @@ def _serve(sandbox: Sandbox, *, demo: bool, exit_after: bool) -> int:
         while True:
             time.sleep(15 if janitor else 3600)
             if janitor:
-                demo_mod.cycle(janitor)
+                demo_mod.cycle(janitor, sandbox)
     except (KeyboardInterrupt, _Stop):
         print("\nStopping the sandbox ...", file=sys.stderr)
         return 0

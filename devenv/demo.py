@@ -4,13 +4,17 @@ A notebook holding a GPU and doing nothing, a training Job with one busy and one
 sweep that asks for more GPUs than any node has (Pending), and a MIG notebook. The exporters get
 usage values for them, so Prometheus shows the same picture the janitor will read.
 
-Then the janitor's TTL/expiry cleanup at work on objects users annotated: an old sweep Job whose
-`janitor/expires` has passed, scratch results with a short `janitor/ttl`, and a typo it reports
-instead of acting on. The demo prints the plan, runs a cycle, and keeps running cycles.
+Then the janitor at work. Its TTL/expiry cleanup on objects users annotated: an old sweep Job
+whose `janitor/expires` has passed, scratch results with a short `janitor/ttl`, and a typo it
+reports instead of acting on. And the idle lifecycle, on a minutes scale instead of hours (the
+policy file is printed): the idle notebook is marked, its owner alice gets a Slack DM (on the
+sandbox's stand-in, printed here), and a minute after that it is scaled to zero; the busy
+training Job is never touched. The demo prints the plan, runs a cycle, and keeps running cycles.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import sys
 import urllib.parse
@@ -19,9 +23,10 @@ import urllib.request
 from kubernetes import client
 
 from devenv.procs import wait_until
-from devenv.sandbox import Sandbox
+from devenv.sandbox import SLACK_TOKEN, Sandbox
 from janitor import annotations, report
 from janitor.daemon import Janitor
+from janitor.decide.lifecycle import LifecycleSettings, Step
 from janitor.settings import Settings
 
 NAMESPACE = "demo"
@@ -105,24 +110,63 @@ def run(sandbox: Sandbox) -> None:
     )
 
 
+POLICY = f"""\
+policies:
+  # Demo timing: minutes instead of the hours a real policy would use.
+  - name: idle-notebooks
+    description: A notebook whose GPU did nothing for a minute is scaled to zero a minute after its owner heard.
+    mode: enforce
+    match: {{namespaces: {{include: [{NAMESPACE}]}}, kinds: [Deployment]}}
+    triggers: {{idleGpu: {{threshold: 5, window: 1m, minPodAge: 1m}}}}
+    lifecycle: {{warnBefore: 1m, remindEvery: 0s, action: scale-to-zero, maxExtension: 1h}}
+  - name: idle-gpu-report
+    description: Everything else with a GPU, reported only.
+    mode: shadow
+    match: {{namespaces: {{include: [{NAMESPACE}]}}}}
+    triggers: {{idleGpu: {{window: 1m, minPodAge: 1m}}}}
+"""
+
+
 def janitor_demo(sandbox: Sandbox) -> Janitor:
     """Show `janitor plan` and one cycle on the demo namespace; return the janitor for more cycles."""
     create_expiring(sandbox.admin)
-    janitor = Janitor(sandbox.admin, Settings(namespaces=(NAMESPACE,), state_namespace=NAMESPACE))
+    assert sandbox.prometheus is not None and sandbox.slack is not None
+    sandbox.slack.add_user("alice@lab.example", "U0ALICE", "alice")
+    policy = sandbox.run_dir / "demo-policies.yaml"
+    policy.write_text(POLICY)
+    print(f"\n$ cat {policy}\n{POLICY}")
+    janitor = Janitor(sandbox.admin, Settings(
+        namespaces=(NAMESPACE,), state_namespace=NAMESPACE, policy_paths=(str(policy),),
+        prometheus_url=sandbox.prometheus.url, scrape_interval=datetime.timedelta(seconds=2),
+        slack_token=SLACK_TOKEN, slack_api_url=sandbox.slack.base_url,
+        lifecycle=LifecycleSettings(pace=datetime.timedelta(0))))
     decided, objects = janitor.plan_now()
-    print(f"\n$ janitor plan --namespaces {NAMESPACE}   ({objects} objects read)")
+    print(f"$ janitor plan --namespaces {NAMESPACE} --policies {policy}   ({objects} objects read)")
     print(report.plan_table(decided, dry_run=False))
-    cycle(janitor)
+    if janitor.idle is not None:
+        print(report.idle_table(janitor.idle.findings, janitor.idle.evidence_failures))
+    cycle(janitor, sandbox)
     return janitor
 
 
-def cycle(janitor: Janitor) -> None:
-    """One janitor cycle, printed as what happened to which object."""
+def cycle(janitor: Janitor, sandbox: Sandbox | None = None) -> None:
+    """One janitor cycle, printed as what happened to which object and what Slack received."""
+    seen = len(sandbox.slack.requests("chat.postMessage")) if sandbox and sandbox.slack else 0
     result = janitor.run_cycle()
     stamp = f"{result.plan.now:%H:%M:%S}"
     for r in result.results:
         print(f"{stamp} janitor: {r.action.type} {r.action.target}: {r.outcome} -- {r.action.why}", flush=True)
-    if not result.results:
+    for change in janitor.lifecycle.changes:
+        if change.step not in (Step.WAIT, Step.ACT):
+            print(f"{stamp} janitor: {change.step} {change.workload}: {change.why}", flush=True)
+        elif change.step is Step.WAIT and change.deadline:
+            print(f"{stamp} janitor: {change.workload}: {change.why}", flush=True)
+    if sandbox and sandbox.slack:
+        for posted in sandbox.slack.requests("chat.postMessage")[seen:]:
+            if posted.error is None:
+                text = str(posted.params.get("text", ""))
+                print(f"{stamp} slack -> {posted.params.get('channel')}: {text[:300]}", flush=True)
+    if not result.results and not janitor.lifecycle.changes:
         waiting = [v for v in result.plan.verdicts if v.deadline and v.deadline > result.plan.now]
         nxt = min(waiting, key=lambda v: v.deadline, default=None)
         hint = f"; next: {nxt.target} at {nxt.deadline:%H:%M:%S}" if nxt else ""

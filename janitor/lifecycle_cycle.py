@@ -65,7 +65,8 @@ class LifecycleRunner:
         self.settings = settings
         self.kinds = kinds
         self.slack = slack
-        self._seen: Mapping[str, Mapping[str, str]] = {}  # uid -> annotations the plan was made on
+        # uid -> the annotations the plan was made on, plus this cycle's own writes so far
+        self._expected: dict[str, dict[str, str]] = {}
 
     # -- marks, messages, records ---------------------------------------------------------------
     def run(self, plan: lifecycle.LifecyclePlan, done: Sequence[tuple[Change, kube.ActionResult]],
@@ -79,7 +80,7 @@ class LifecycleRunner:
                     logger.info("DRY-RUN lifecycle %s %s: %s", change.step, change.workload, change.why)
             return out
         by_policy = {p.name: p for p in policies}
-        self._seen = seen
+        self._expected = {uid: dict(notes) for uid, notes in seen.items()}
         rv: dict[str, str] = {}
         to_send: list[Change] = []
         for change in plan.changes:
@@ -91,7 +92,7 @@ class LifecycleRunner:
             if change.step in (Step.MARK, Step.UNMARK, Step.EXTEND, Step.NOTIFY) and change.annotations:
                 if not self._write(change, change.resource_version, rv, out, event=_EVENTS.get(change.step)):
                     continue
-            if change.notice is not None:
+            if change.notice is not None and change.step is not Step.ACT:  # "done" only once it is done
                 to_send.append(change)
         for change, result in done:
             if result.outcome is kube.Outcome.DONE and change.notice is not None:
@@ -120,12 +121,18 @@ class LifecycleRunner:
                 break
             except errors.Conflict as e:
                 fresh = cluster.read_object(self.api, ref, self.kinds[ref.kind]) if attempt == 0 else None
-                seen = self._seen.get(ref.uid)
-                if fresh is None or seen is None or _decided_on(fresh.annotations) != _decided_on(seen):
+                expected = self._expected.get(ref.uid)
+                if fresh is None or expected is None or _decided_on(fresh.annotations) != _decided_on(expected):
                     return self._failed(change, out, e)
                 current = fresh.resource_version
             except errors.KubeError as e:
                 return self._failed(change, out, e)
+        expected = self._expected.setdefault(ref.uid, {})
+        for key, value in patch.items():
+            if value is None:
+                expected.pop(key, None)
+            else:
+                expected[key] = value
         out.written[str(change.step)] = out.written.get(str(change.step), 0) + 1
         logger.info("lifecycle %s %s: %s", change.step, ref, change.why,
                     extra={"object": str(ref), "policy": change.policy, "step": str(change.step)})

@@ -299,12 +299,19 @@ def plan_lifecycle(
     changes.extend(_new_marks(candidates, now, settings, pace))
     for uid, view in objects.items():  # marks nobody enforces any more
         mark = read_mark(view.annotations)
-        if uid in seen or mark is None or view.deleting:
+        if uid in seen or mark is None or view.deleting or not _may_carry_a_mark(view):
             continue
         why = (f"no longer covered: policy {mark.policy} is gone, in shadow mode or no longer matches, "
                "or the workload has no running pods")
         changes.append(_unmark(view, mark, why, None, now))
     return LifecyclePlan(tuple(replace(c, time_zone=_zone(namespaces, c.workload)) for c in changes))
+
+
+def _may_carry_a_mark(view: ObjectView) -> bool:
+    """Marks are written on workloads at the top of their owner chain (or a CronJob's Job). A
+    ReplicaSet shows its Deployment's mark only because the Deployment controller copies
+    annotations down: that copy is not the janitor's to remove."""
+    return view.controller is None or (view.ref.kind == "Job" and view.controller.kind == "CronJob")
 
 
 def _zone(namespaces: Mapping[str, NamespaceView] | None, item: ObjectView | ObjectRef) -> str | None:

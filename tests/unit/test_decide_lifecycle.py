@@ -254,3 +254,13 @@ def test_friday_evening_warning_is_not_acted_on_over_the_weekend() -> None:
     ny = {"team-a": NamespaceView("team-a", annotations={a.TIME_ZONE: "America/New_York"})}
     changes = plan_lifecycle([finding(view, pol=pol)], {view.ref.uid: view}, [pol], saturday, namespaces=ny).changes
     assert changes[0].step is Step.EXTEND and changes[0].annotations[a.EXPIRES] == "2026-11-27T22:00:00Z"
+
+
+def test_a_replicasets_copy_of_its_deployments_mark_is_left_alone() -> None:
+    deployment = job(marked(ago(hours=2), NOW + H, ago(hours=2)), kind="Deployment", name="nb")
+    copy = obj("nb-5d4f", kind="ReplicaSet", namespace="team-a", owner=deployment,
+               annotations=dict(deployment.annotations))
+    pol = policy()
+    objects = {v.ref.uid: v for v in (deployment, copy)}
+    changes = plan_lifecycle([finding(deployment)], objects, [pol], NOW).changes
+    assert [c.workload.kind for c in changes] == ["Deployment"]
