@@ -18,7 +18,7 @@ from pathlib import Path
 
 from kubernetes import client
 
-from devenv import access, testbin
+from devenv import access, crds, testbin
 from devenv.controlplane import ControlPlane
 from devenv.exporters.server import ExporterServer
 from devenv.exporters.values import Values
@@ -80,6 +80,7 @@ class Sandbox:
         self._timed("control_plane", t)
         self._admin = access.api_client(self.control_plane.admin_kubeconfig)
         core = client.CoreV1Api(self._admin)
+        crds.install(self._admin)
 
         t = time.monotonic()
         create_nodes(core, self.nodes)

@@ -62,6 +62,7 @@ TIME_ZONE = "janitor/time-zone"  # admins, on a namespace: the IANA zone its wor
 OPT_OUT = "janitor/opt-out"  # owners/admins: "true" = never act on this, where the policy honours it
 REPORTED = "janitor/reported"  # the janitor: the mistakes on this object it already reported (one Event each)
 ACKNOWLEDGE_TRIPWIRE = "janitor/acknowledge-tripwire"  # admins, on the state ConfigMap: resume deletions
+NOTEBOOK_STOPPED = "kubeflow-resource-stopped"  # Kubeflow: the Notebook is stopped (the `stop` action sets it)
 FOREVER = "forever"  # TTL value meaning "no TTL" (matched case-insensitively, as kube-janitor)
 
 # Largest unit first: format_duration relies on this order.

@@ -183,7 +183,7 @@ _RECLAIM_PATCHES: dict[ActionType, Callable[[], dict[str, Any]]] = {
     ActionType.STOP: lambda: {"metadata": {"annotations": {
         NOTEBOOK_STOPPED: datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}}},
 }
-NOTEBOOK_STOPPED = "kubeflow-resource-stopped"
+NOTEBOOK_STOPPED = annotations.NOTEBOOK_STOPPED
 
 
 def guarded(patch: dict[str, Any], target: ObjectRef, resource_version: str) -> dict[str, Any]:

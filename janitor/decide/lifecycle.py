@@ -292,8 +292,8 @@ def plan_lifecycle(
         seen.add(finding.workload.uid)
         mark = read_mark(view.annotations)
         if mark is None:
-            if finding.idleness is Idleness.IDLE:
-                candidates.append((finding, view, policy))
+            if finding.idleness is Idleness.IDLE and annotations.NOTEBOOK_STOPPED not in view.annotations:
+                candidates.append((finding, view, policy))  # a stopped Notebook's pods are on their way out
             continue
         changes.append(_marked(finding, view, policy, mark, now, pace, _zone(namespaces, view)))
     changes.extend(_new_marks(candidates, now, settings, pace))

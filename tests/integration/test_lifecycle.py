@@ -12,7 +12,10 @@ Aspects covered:
   the deadline moves to delivery + grace (written into janitor/expires);
 - a kill -9 of the janitor between Slack accepting a warning and its record: no second message;
 - a user's own janitor/expires is never shortened or marked over;
-- keep-until delays the action, but not past maxExtension after the first mark.
+- keep-until delays the action, but not past maxExtension after the first mark;
+- `janitor keep` and `janitor unmark` as owners and admins use them;
+- 200 idle workloads on a first start: new marks capped, one digest per owner, then paced;
+- a Kubeflow Notebook (Notebook -> StatefulSet -> Pod) is stopped with Kubeflow's annotation.
 """
 
 from __future__ import annotations
@@ -383,3 +386,46 @@ def test_first_start_with_200_idle_workloads_caps_marks_and_paces_digests(
     finally:
         server.stop()
     assert len(core.list_namespaced_pod(namespace).items) == 200
+
+
+def test_a_notebook_is_stopped_through_its_statefulset_chain(
+        kube, core, namespace, sandbox, tmp_path, exporter_values, slack, alice, prometheus) -> None:
+    crs = client.CustomObjectsApi(kube)
+    notebook = crs.create_namespaced_custom_object("kubeflow.org", "v1", namespace, "notebooks", {
+        "apiVersion": "kubeflow.org/v1", "kind": "Notebook",
+        "metadata": {"name": "nb", "annotations": {"janitor/owner": ALICE[0]}},
+        "spec": {"template": {"spec": {"containers": [{"name": "nb", "image": "jupyter"}]}}}})
+    owner = client.V1OwnerReference(api_version="kubeflow.org/v1", kind="Notebook", name="nb",
+                                    uid=notebook["metadata"]["uid"], controller=True, block_owner_deletion=True)
+    client.AppsV1Api(kube).create_namespaced_stateful_set(namespace, client.V1StatefulSet(
+        metadata=client.V1ObjectMeta(name="nb", owner_references=[owner]),
+        spec=client.V1StatefulSetSpec(service_name="nb", replicas=1,
+                                      selector=client.V1LabelSelector(match_labels={"app": "nb"}),
+                                      template=gpu_template("nb", "Always"))))
+    history(core, namespace, exporter_values, {"nb": 0})
+    policy = tmp_path / "nb.yaml"
+    policy.write_text(f"""policies:
+- name: idle-notebooks
+  mode: enforce
+  match: {{namespaces: {{include: ["{namespace}"]}}, kinds: [Notebook]}}
+  triggers: {{idleGpu: {{window: 2h}}}}
+  lifecycle: {{warnBefore: 5s, remindEvery: 0s, action: stop}}
+""")
+    janitor = janitor_for(kube, sandbox, namespace, policy, prometheus())
+    janitor.run_cycle()
+
+    def nb_notes() -> dict[str, str]:
+        return crs.get_namespaced_custom_object("kubeflow.org", "v1", namespace, "notebooks", "nb")["metadata"].get(
+            "annotations", {})
+
+    assert nb_notes()[a.POLICY] == "idle-notebooks"
+    until_due(nb_notes())
+    janitor.run_cycle()
+    notes = nb_notes()
+    assert a.NOTEBOOK_STOPPED in notes and a.POLICY not in notes
+    assert a.WARNED_VIA not in notes and a.EXPIRES not in notes  # the mark went with the stop, in one write
+    done = [m for r in slack.requests("chat.postMessage") for m in [r.params] if "stopped" in str(m.get("text"))]
+    assert done and f"kubectl -n {namespace} annotate notebook.kubeflow.org/nb kubeflow-resource-stopped-" in str(
+        done[-1])
+    janitor.run_cycle()  # stopped: not marked again while its pods go away
+    assert a.POLICY not in nb_notes()

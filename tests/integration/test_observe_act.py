@@ -49,7 +49,7 @@ CRONJOB = ResourceKind("batch", "v1", "CronJob", "cronjobs")
 POD = ResourceKind("", "v1", "Pod", "pods")
 CONFIGMAP = ResourceKind("", "v1", "ConfigMap", "configmaps")
 NAMESPACE = ResourceKind("", "v1", "Namespace", "namespaces", namespaced=False)
-NOTEBOOK = ResourceKind("kubeflow.org", "v1", "Notebook", "notebooks")
+GIZMO = ResourceKind("example.org", "v1", "Gizmo", "gizmos")  # a custom resource nobody registered
 UTC = datetime.timezone.utc
 
 
@@ -269,14 +269,14 @@ def test_kinds_not_listable_are_skipped_not_errors(
     snapshot = cluster.read_snapshot(reader_kube, [CONFIGMAP, DEPLOYMENT])
     # Authorization comes before routing: only a client allowed to list a kind can learn that
     # it is not served (the janitor's ClusterRole is generated from its kinds, so it can).
-    unserved = cluster.read_snapshot(kube, [NOTEBOOK, unknown_plural])
+    unserved = cluster.read_snapshot(kube, [GIZMO, unknown_plural])
 
     assert "visible" in in_namespace(snapshot.objects, namespace, "ConfigMap")
     assert {v.ref.kind for v in snapshot.objects} == {"ConfigMap"}
     [forbidden] = snapshot.skipped_kinds
     assert forbidden.kind == "Deployment" and forbidden.reason.startswith("forbidden")
     assert unserved.objects == ()
-    assert [s.kind for s in unserved.skipped_kinds] == ["notebooks.kubeflow.org", "Widget"]
+    assert [s.kind for s in unserved.skipped_kinds] == ["gizmos.example.org", "Widget"]
     assert all(s.reason.startswith("not served") for s in unserved.skipped_kinds)
 
 
@@ -304,7 +304,7 @@ def test_apiserver_time_comes_from_the_apiserver(kube: client.ApiClient) -> None
 
     assert snapshot.apiserver_time is not None and snapshot.apiserver_time.utcoffset() == datetime.timedelta(0)
     assert before - datetime.timedelta(seconds=2) <= snapshot.apiserver_time <= after + datetime.timedelta(seconds=2)
-    assert cluster.read_snapshot(kube, [NOTEBOOK]).apiserver_time is None  # nothing listed, no clock
+    assert cluster.read_snapshot(kube, [GIZMO]).apiserver_time is None  # nothing listed, no clock
 
 
 def test_read_object_tells_gone_and_recreated_apart(

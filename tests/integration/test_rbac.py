@@ -62,8 +62,8 @@ def test_cycle_under_generated_role(janitor_api, kube, core: client.CoreV1Api, n
     assert sorted(act.target.name for act in result.deleted()) == ["old", "sweep"]
     assert all(str(r.outcome) == "done" for r in result.results)
     [skipped] = [n for n in result.plan.notices if n.startswith("not listed")]
-    assert "Service (" in skipped and "notebooks.kubeflow.org (" in skipped
-    assert janitor.telemetry.registry.get_sample_value("janitor_kinds_skipped") == 2  # Service (403), Notebook (404)
+    assert "Service (" in skipped and "notebooks.kubeflow.org" not in skipped  # Notebooks: served and allowed
+    assert janitor.telemetry.registry.get_sample_value("janitor_kinds_skipped") == 1  # Service (403)
     wait_until(lambda: not core.list_namespaced_pod(namespace, label_selector="job=sweep").items, timeout=60,
                what="job pod garbage-collected")
     assert "ledger.json" in core.read_namespaced_config_map("janitor-state", namespace).data
