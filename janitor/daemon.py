@@ -97,7 +97,8 @@ class Janitor:
         if self.settings.policy_paths:
             self.idle = self._idle_report(now)
             self.lifecycle = lifecycle.plan_lifecycle(self.idle.findings, self._snapshot_by_uid, self.policies, now,
-                                                      self.settings.lifecycle, self.idle.namespaces)
+                                                      self.settings.lifecycle, self.idle.namespaces,
+                                                      self.settings.owner_keys)
         decided = plan(snapshot, ledger, self.settings.rails, local_now=local_now,
                        reclaims=self.lifecycle.reclaims())
         skew = (local_now - snapshot.apiserver_time).total_seconds() if snapshot.apiserver_time else None

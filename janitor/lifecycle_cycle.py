@@ -216,7 +216,7 @@ class LifecycleRunner:
             why = findings[0].why if findings else "no enforcing policy covers it now"
             return None, f"not idle on a fresh look: {why}"
         plan = lifecycle.plan_lifecycle(findings, {fresh.ref.uid: fresh}, policies, now,
-                                        self.settings.lifecycle, report.namespaces)
+                                        self.settings.lifecycle, report.namespaces, self.settings.owner_keys)
         again = next((c for c in plan.changes if c.step is Step.ACT and c.action is not None), None)
         if again is None or again.action is None or again.action.type is not action.type:
             steps = ", ".join(f"{c.step}: {c.why}" for c in plan.changes) or "nothing"

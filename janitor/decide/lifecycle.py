@@ -32,7 +32,7 @@ from janitor import annotations
 from janitor.decide.idle import Idleness
 from janitor.decide.model import Action, ActionType, NamespaceView, ObjectRef, ObjectView
 from janitor.decide.notices import Delivery, Notice, NoticeKind
-from janitor.decide.owners import Owner
+from janitor.decide.owners import DEFAULT_OWNER_KEYS, Owner, OwnerKind, find_owner
 from janitor.decide.shadow import IdleFinding
 from janitor.decide.workhours import add_working_time
 from janitor.policy.model import Action as PolicyAction
@@ -274,6 +274,7 @@ def plan_lifecycle(
     now: datetime.datetime,
     settings: LifecycleSettings = LifecycleSettings(),
     namespaces: Mapping[str, NamespaceView] | None = None,
+    owner_keys: Sequence[tuple[str, str]] = DEFAULT_OWNER_KEYS,
 ) -> LifecyclePlan:
     """One change per enforced workload and per marked workload, in a stable order. `namespaces`
     carry the zones (`janitor/time-zone`) working hours are counted in."""
@@ -303,7 +304,8 @@ def plan_lifecycle(
             continue
         why = (f"no longer covered: policy {mark.policy} is gone, in shadow mode or no longer matches, "
                "or the workload has no running pods")
-        changes.append(_unmark(view, mark, why, None, now))
+        ns = (namespaces or {}).get(view.ref.namespace or "")
+        changes.append(_unmark(view, mark, why, find_owner(view, ns, owner_keys), now))
     return LifecyclePlan(tuple(replace(c, time_zone=_zone(namespaces, c.workload)) for c in changes))
 
 
@@ -405,10 +407,11 @@ class _Pace:
         self.now_sending.add(owner)
 
 
-def _unmark(view: ObjectView, mark: Mark, why: str, finding: IdleFinding | None, now: datetime.datetime) -> Change:
+def _unmark(view: ObjectView, mark: Mark, why: str, owner: Owner | None, now: datetime.datetime) -> Change:
+    """Remove the mark; an owner who was warned hears that nothing will happen."""
     notice = None
-    if mark.warned_at is not None and finding is not None:
-        notice = Notice(NoticeKind.CANCELLED, view.ref, mark.policy, finding.owner, "", why, now)
+    if mark.warned_at is not None and owner is not None and owner.kind is not OwnerKind.UNKNOWN:
+        notice = Notice(NoticeKind.CANCELLED, view.ref, mark.policy, owner, "", why, now)
     return Change(Step.UNMARK, view.ref, view.resource_version, mark.policy, why,
                   {k: None for k in MARK_KEYS if k in view.annotations}, notice)
 
@@ -420,9 +423,10 @@ def _marked(finding: IdleFinding, view: ObjectView, policy: Policy, mark: Mark, 
         return _unmark(view, mark, f"the mark does not parse ({'; '.join(mark.problems)}): removed, "
                                    "to start again", None, now)
     if mark.policy != policy.name:
-        return _unmark(view, mark, f"marked by policy {mark.policy}, now decided by {policy.name}", finding, now)
+        return _unmark(view, mark, f"marked by policy {mark.policy}, now decided by {policy.name}", finding.owner,
+                       now)
     if finding.idleness in (Idleness.BUSY, Idleness.PARTIAL):
-        return _unmark(view, mark, f"in use again: {finding.why}", finding, now)
+        return _unmark(view, mark, f"in use again: {finding.why}", finding.owner, now)
     if mark.intent is not None:
         notice = _notice(mark.intent.kind, finding, view, policy, now, mark.deadline, mark)
         return Change(Step.RECOVER, ref, rv, policy.name,
@@ -434,6 +438,10 @@ def _marked(finding: IdleFinding, view: ObjectView, policy: Policy, mark: Mark, 
     if not counted:
         if finding.idleness is not Idleness.IDLE:
             return Change(Step.WAIT, ref, rv, policy.name, f"marked, not warned; not idle now: {finding.why}")
+        if mark.warned_via is not None and finding.owner.kind is OwnerKind.UNKNOWN:
+            return Change(Step.WAIT, ref, rv, policy.name,
+                          "only the admins could be warned (no owner known); it is not acted on until an owner "
+                          "is set and warned (or the policy's adminFallbackCounts)")
         if not pace.allows(owner, now):
             return Change(Step.WAIT, ref, rv, policy.name, "marked; the warning waits for the per-owner message pace")
         pace.sending(owner)

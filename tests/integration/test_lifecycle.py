@@ -429,3 +429,20 @@ def test_a_notebook_is_stopped_through_its_statefulset_chain(
         done[-1])
     janitor.run_cycle()  # stopped: not marked again while its pods go away
     assert a.POLICY not in nb_notes()
+
+
+def test_a_workload_without_an_owner_is_reported_to_admins_and_never_acted_on(
+        kube, core, namespace, sandbox, tmp_path, exporter_values, slack, prometheus) -> None:
+    create_job(kube, namespace, "orphan", owner=None)
+    history(core, namespace, exporter_values, {"orphan": 0})
+    janitor = janitor_for(kube, sandbox, namespace, write_policy(tmp_path / "p.yaml", namespace, warnBefore="5s"),
+                          prometheus(), admin_channel="#gpu-admins")
+    janitor.run_cycle()
+    notes = notes_of(kube, namespace, "orphan")
+    assert notes[a.WARNED_VIA].startswith("admins C0ADMINS/")
+    [report] = slack.messages("C0ADMINS")
+    assert "orphan" in report.text + str(report.blocks)
+    until_due(notes)
+    janitor.run_cycle()
+    janitor.run_cycle()
+    assert "orphan" in jobs(kube, namespace) and len(slack.messages("C0ADMINS")) == 1

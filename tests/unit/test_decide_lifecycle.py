@@ -264,3 +264,21 @@ def test_a_replicasets_copy_of_its_deployments_mark_is_left_alone() -> None:
     objects = {v.ref.uid: v for v in (deployment, copy)}
     changes = plan_lifecycle([finding(deployment)], objects, [pol], NOW).changes
     assert [c.workload.kind for c in changes] == ["Deployment"]
+
+
+def test_owner_hears_when_a_policy_no_longer_covers_their_warned_workload() -> None:
+    view = job(marked(ago(hours=2), NOW + H, ago(hours=2)) | {"janitor/owner": "bob@lab.example"})
+    [change] = plan_lifecycle([], {view.ref.uid: view}, [], NOW).changes
+    assert change.step is Step.UNMARK and change.notice is not None
+    assert change.notice.kind is NoticeKind.CANCELLED and change.notice.owner.value == "bob@lab.example"
+    unwarned = job(marked(ago(hours=2), NOW + H) | {"janitor/owner": "bob@lab.example"})
+    [quiet] = plan_lifecycle([], {unwarned.ref.uid: unwarned}, [], NOW).changes
+    assert quiet.step is Step.UNMARK and quiet.notice is None  # never told, nothing to take back
+
+
+def test_admin_only_warning_waits_for_an_owner_without_repeating() -> None:
+    notes = marked(ago(hours=30), ago(hours=6), ago(hours=30), via="admins C0ADMINS/{}")
+    nobody = Owner(OwnerKind.UNKNOWN)
+    view = job(notes)
+    [change] = plan_lifecycle([finding(view, owner=nobody)], {view.ref.uid: view}, [policy()], NOW).changes
+    assert change.step is Step.WAIT and change.notice is None and "only the admins" in change.why
