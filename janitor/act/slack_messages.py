@@ -31,7 +31,8 @@ TITLE = {NoticeKind.WARNING: ":warning: *Warning:*", NoticeKind.REMINDER: ":alar
          NoticeKind.DONE: ":broom: *Done:*", NoticeKind.CANCELLED: ":white_check_mark: *Cancelled:*"}
 NOUN = {NoticeKind.WARNING: ("warning", "warnings"), NoticeKind.REMINDER: ("reminder", "reminders"),
         NoticeKind.DONE: ("done", "done"), NoticeKind.CANCELLED: ("cancelled", "cancelled")}
-DONE_TO = {"delete": "deleted", "suspend": "suspended", "scale-to-zero": "scaled to zero", "stop": "stopped"}
+DONE_TO = {"delete": "deleted", "suspend": "suspended", "scale-to-zero": "scaled to zero", "stop": "stopped",
+           "report": "reported (this policy does nothing to it)"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -459,6 +459,9 @@ def _marked(finding: IdleFinding, view: ObjectView, policy: Policy, mark: Mark, 
     if mark.deadline is None or _stamp(mark.deadline) != shown:
         return Change(Step.EXTEND, ref, rv, policy.name, f"deadline moves to {shown}: {extended or 'delivery + grace'}",
                       {annotations.EXPIRES: shown}, deadline=deadline)
+    if now >= deadline and policy.lifecycle.action is PolicyAction.REPORT:
+        return Change(Step.WAIT, ref, rv, policy.name, f"deadline {shown} passed; the policy only reports, "
+                      "so nothing is done to it", deadline=deadline)
     if now >= deadline:
         action = Action(_ACTION_TYPES[policy.lifecycle.action], ref, rv, RULE, "IdleReclaimed",
                         f"idle since before {_stamp(mark.marked_at or now)} and warned at "

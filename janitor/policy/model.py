@@ -43,6 +43,7 @@ class Action(enum.StrEnum):
     SUSPEND = "suspend"  # Job/JobSet/CronJob `spec.suspend: true`
     SCALE_TO_ZERO = "scale-to-zero"  # Deployment/StatefulSet `spec.replicas: 0`
     STOP = "stop"  # Kubeflow Notebook: the `kubeflow-resource-stopped` annotation
+    REPORT = "report"  # mark, warn and remind, and never act: for trying a policy out on real owners
 
     def applies_to(self, kind: str) -> bool:
         """Whether this action means anything for a workload of `kind` (delete: always)."""

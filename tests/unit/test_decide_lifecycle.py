@@ -282,3 +282,10 @@ def test_admin_only_warning_waits_for_an_owner_without_repeating() -> None:
     view = job(notes)
     [change] = plan_lifecycle([finding(view, owner=nobody)], {view.ref.uid: view}, [policy()], NOW).changes
     assert change.step is Step.WAIT and change.notice is None and "only the admins" in change.why
+
+
+def test_report_policy_warns_and_never_acts() -> None:
+    pol = policy(action=Action.REPORT)
+    assert one(job(), pol=pol).step is Step.MARK
+    change = one(job(marked(ago(hours=30), ago(hours=6), ago(hours=30))), pol=pol)
+    assert change.step is Step.WAIT and change.action is None and "only reports" in change.why
