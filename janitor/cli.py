@@ -262,6 +262,46 @@ def _cmd_keep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_node_agent(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    from janitor import telemetry
+    from janitor.node_agent.agent import AgentSettings, NodeAgent
+
+    telemetry.configure_logging(args.log_level, json_lines=not args.once)
+    node = args.node_name or os.environ.get("NODE_NAME")
+    if not node:
+        print("--node-name (or $NODE_NAME, from the downward API's spec.nodeName) is required", file=sys.stderr)
+        return 2
+    settings = AgentSettings(node=node, proc_root=Path(args.proc_root), cgroup_root=Path(args.cgroup_root),
+                             interval=datetime.timedelta(seconds=args.interval), sustain=args.sustain,
+                             condition_type=args.condition_type)
+    registry = CollectorRegistry()
+    agent = NodeAgent(_api(args), settings, registry)
+    if args.once:
+        report = agent.scan_once()
+        for leftover in report.leftovers:
+            print(f"leftover: {leftover.describe(agent.clock())}")
+        for kill in report.oom_kills:
+            print(f"oom: pod uid {kill.pod_uid}: {kill.new_kills} new kills ({kill.total} in all)")
+        return 0
+    if args.metrics_port:
+        start_http_server(args.metrics_port, registry=registry)
+    stopping = {"now": False}
+
+    def stop(signum: int, frame: object) -> None:
+        stopping["now"] = True
+
+    import signal
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    agent.run_forever(stop=lambda: stopping["now"])
+    return 0
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from janitor import daemon, report, telemetry
 
@@ -495,6 +535,31 @@ interact with janitor/ttl, janitor/expires and janitor/opt-out: docs/policies.md
     keep_cmd.add_argument("until", metavar="UNTIL")
     keep_cmd.add_argument("--kubeconfig", help="default: $KUBECONFIG, else in-cluster")
     keep_cmd.set_defaults(func=_cmd_keep)
+
+    agent = commands.add_parser(
+        "node-agent", help="run on every node (DaemonSet): D-state leftovers of deleted pods, OOM kills per pod",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+Scan /proc (threads included) for tasks in D state and map each to its pod through its cgroup
+path; a task of a pod that is gone, or Terminating past its grace, that stays in D for
+--sustain scans is a leftover: the Node gets condition --condition-type=True (cleared when they
+are gone; its lastHeartbeatTime moves every scan, so a silent agent shows) and a Warning Event
+naming pod, process, time in D and wchan. New OOM kills in a pod's memory cgroup (cgroup v2
+memory.events) become a Warning Event on the Pod, saying whether the whole container or single
+processes were killed. Metrics are per node. Run with hostPID, /proc and /sys/fs/cgroup mounted
+read-only, and the narrow RBAC of manifests/ (list pods, get and patch-status nodes, events).""")
+    agent.add_argument("--node-name", help="this node (default: $NODE_NAME)")
+    agent.add_argument("--proc-root", default="/proc", help="the host's /proc (%(default)s)")
+    agent.add_argument("--cgroup-root", default="/sys/fs/cgroup", help="the host's cgroup mount (%(default)s)")
+    agent.add_argument("--interval", type=float, default=30.0, help="seconds between scans (%(default)s)")
+    agent.add_argument("--sustain", type=int, default=3,
+                       help="scans a task must stay in D before it counts (%(default)s)")
+    agent.add_argument("--condition-type", default="OrphanedDStateProcesses", help="(%(default)s)")
+    agent.add_argument("--metrics-port", type=int, default=9101, help="/metrics (%(default)s; 0: none)")
+    agent.add_argument("--once", action="store_true", help="one scan, print what it found, exit")
+    agent.add_argument("--log-level", default="INFO")
+    agent.add_argument("--kubeconfig", help="default: $KUBECONFIG, else the in-cluster ServiceAccount")
+    agent.set_defaults(func=_cmd_node_agent)
 
     rbac_cmd = commands.add_parser(
         "rbac", help="print the ClusterRole (and binding) the janitor needs for --kinds",

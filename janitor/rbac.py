@@ -48,3 +48,20 @@ def cluster_role_binding(*, name: str, role: str, namespace: str, service_accoun
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
         "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
     }
+
+
+def node_agent_role(*, name: str = "kube-idle-janitor-node-agent") -> dict[str, Any]:
+    """What `janitor node-agent` needs and no more: its node's pods (list with a field selector;
+    RBAC cannot narrow to one node, so list pods cluster-wide), its Node and the Node's status
+    condition (as node-problem-detector's role), and Events on the Node and on Pods."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "kube-idle-janitor"}},
+        "rules": [
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+        ],
+    }

@@ -1,0 +1,242 @@
+"""`janitor node-agent`: one per node (a DaemonSet), reporting what only the node can see.
+
+Every scan: walk `/proc` for D-state tasks, list this node's pods from the API (field selector,
+so the agent's RBAC and load stay small), read each pod cgroup's OOM counters, and report in the
+conventions admins already use:
+
+- a Node condition (node-problem-detector style, type `--condition-type`), patched every scan so
+  `lastHeartbeatTime` tells a silent agent from a healthy node; `lastTransitionTime` moves only
+  when the status flips; `False` again once the processes are gone;
+- a Warning Event on the Node per leftover task (pod, process, time in D, wchan), once per task;
+- a Warning Event on the Pod per new OOM kill reading (so `kubectl describe pod` and the central
+  janitor see kills that leave no `OOMKilled` status);
+- metrics per node only (no per-pod labels: one series per node keeps Prometheus small).
+
+It talks to the API with the plain typed client: it must not depend on the cluster-side janitor.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from janitor.node_agent import cgroups, procfs
+from janitor.node_agent.tracker import DStateTracker, Leftover, OomKill, OomTracker, PodOnNode
+
+logger = logging.getLogger(__name__)
+
+COMPONENT = "kube-idle-janitor-node-agent"
+EVENT_NAMESPACE = "default"  # where Events about Nodes go, as the kubelet's do
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    node: str
+    proc_root: Path = Path("/proc")
+    cgroup_root: Path = Path("/sys/fs/cgroup")
+    interval: datetime.timedelta = datetime.timedelta(seconds=30)
+    sustain: int = 3  # consecutive scans in D before a task counts as stuck
+    condition_type: str = "OrphanedDStateProcesses"
+
+
+@dataclass
+class ScanReport:
+    leftovers: list[Leftover] = field(default_factory=list)
+    oom_kills: list[OomKill] = field(default_factory=list)
+    pods_known: bool = True
+    condition_written: bool = False
+
+
+class AgentMetrics:
+    def __init__(self, registry: CollectorRegistry, node: str) -> None:
+        r = registry
+        self.node = node
+        self.scans = Counter("janitor_node_scans", "Node agent scans, by result", ["node", "result"], registry=r)
+        self.scan_seconds = Histogram("janitor_node_scan_seconds", "Wall time of one scan", ["node"], registry=r,
+                                      buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
+        self.dstate = Gauge("janitor_node_dstate_tasks", "Tasks in D state seen in the last scan", ["node"],
+                            registry=r)
+        self.leftovers = Gauge("janitor_node_leftover_tasks", "D-state tasks of deleted or long-Terminating pods",
+                               ["node"], registry=r)
+        self.oom_kills = Counter("janitor_node_oom_kills", "OOM kills in pod cgroups, by kind (group: whole "
+                                 "container; process: single processes; unknown)", ["node", "kind"], registry=r)
+        self.unreadable = Counter("janitor_node_unreadable_files", "/proc files that exist but could not be read",
+                                  ["node"], registry=r)
+        self.heartbeat = Gauge("janitor_node_agent_last_scan_timestamp_seconds", "When the last scan finished",
+                               ["node"], registry=r)
+        for result in ("success", "error"):
+            self.scans.labels(node=node, result=result)
+        for kind in ("group", "process", "unknown"):
+            self.oom_kills.labels(node=node, kind=kind)
+
+
+class NodeAgent:
+    def __init__(self, api: client.ApiClient, settings: AgentSettings, registry: CollectorRegistry | None = None,
+                 clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.timezone.utc)) -> None:
+        self.core = client.CoreV1Api(api)
+        self.settings = settings
+        self.registry = registry or CollectorRegistry()
+        self.metrics = AgentMetrics(self.registry, settings.node)
+        self.clock = clock
+        self.dstate = DStateTracker(settings.sustain)
+        self.oom = OomTracker()
+        self._announced: set[tuple[int, int, str]] = set()  # leftovers already given a Node Event
+        self._node_uid = ""  # read with the node, for the Events' involvedObject
+
+    # -- one scan --------------------------------------------------------------------------------
+    def scan_once(self) -> ScanReport:
+        began = time.monotonic()
+        now = self.clock()
+        report = ScanReport()
+        try:
+            result = procfs.scan(self.settings.proc_root)
+            pods = self._pods()
+            report.pods_known = pods is not None
+            report.leftovers = self.dstate.update(result.found, pods, now)
+            report.oom_kills = self.oom.update(self._oom_states(pods))
+            self.metrics.dstate.labels(node=self.settings.node).set(sum(t.state == "D" for t in result.found))
+            self.metrics.unreadable.labels(node=self.settings.node).inc(result.unreadable)
+            if report.pods_known:  # unknown pods: no verdict, so the condition keeps its last word
+                self.metrics.leftovers.labels(node=self.settings.node).set(len(report.leftovers))
+                report.condition_written = self._condition(report.leftovers, now)
+                self._node_events(report.leftovers, now)
+            self._oom_events(report.oom_kills, pods or {})
+        except Exception:
+            self.metrics.scans.labels(node=self.settings.node, result="error").inc()
+            raise
+        self.metrics.scans.labels(node=self.settings.node, result="success").inc()
+        self.metrics.scan_seconds.labels(node=self.settings.node).observe(time.monotonic() - began)
+        self.metrics.heartbeat.labels(node=self.settings.node).set(time.time())
+        return report
+
+    def run_forever(self, stop: Callable[[], bool] = lambda: False) -> None:
+        while not stop():
+            try:
+                report = self.scan_once()
+                logger.info("scan: %d leftovers, %d new OOM kill readings", len(report.leftovers),
+                            len(report.oom_kills))
+            except Exception:
+                logger.exception("node scan failed; next scan in %s", self.settings.interval)
+            deadline = time.monotonic() + self.settings.interval.total_seconds()
+            while not stop() and time.monotonic() < deadline:
+                time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+
+    # -- reading -----------------------------------------------------------------------------------
+    def _pods(self) -> dict[str, PodOnNode] | None:
+        """This node's pods (paginated); None when they cannot be listed (then nothing is 'gone')."""
+        pods: dict[str, PodOnNode] = {}
+        token = None
+        try:
+            while True:
+                page = self.core.list_pod_for_all_namespaces(
+                    field_selector=f"spec.nodeName={self.settings.node}", limit=500, _continue=token)
+                for p in page.items:
+                    meta = p.metadata
+                    grace = datetime.timedelta(seconds=meta.deletion_grace_period_seconds or 0)
+                    pods[meta.uid] = PodOnNode(meta.uid, meta.namespace, meta.name, meta.deletion_timestamp, grace)
+                token = page.metadata._continue
+                if not token:
+                    return pods
+        except (ApiException, OSError) as e:
+            logger.warning("cannot list the pods of node %s: %s", self.settings.node, e)
+            return None
+
+    def _oom_states(self, pods: dict[str, PodOnNode] | None) -> dict[str, cgroups.OomState]:
+        """Counters of this node's pods' cgroups; the kubelet's usual places first, then a bounded search."""
+        states: dict[str, cgroups.OomState] = {}
+        for uid in sorted(pods or {}):
+            pod_dir = cgroups.pod_cgroup_dir(self.settings.cgroup_root, cgroups.PodRef(uid, None, cgroups.UNKNOWN_QOS))
+            state = cgroups.read_oom(pod_dir) if pod_dir is not None else None
+            if state is not None:
+                states[uid] = state
+        return states
+
+    # -- reporting ---------------------------------------------------------------------------------
+    def _condition(self, leftovers: list[Leftover], now: datetime.datetime) -> bool:
+        """Patch the condition (merged by type, as node-problem-detector does); True if written."""
+        ctype = self.settings.condition_type
+        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        try:
+            node = self.core.read_node(self.settings.node)
+        except ApiException as e:
+            logger.warning("cannot read node %s: %s", self.settings.node, e)
+            return False
+        self._node_uid = node.metadata.uid or ""
+        previous = next((c for c in node.status.conditions or [] if c.type == ctype), None)
+        status = "True" if leftovers else "False"
+        if leftovers:
+            pods = sorted({f.pod_uid for f in leftovers})
+            reason = "DStateProcessesOfDeletedPods"
+            message = (f"{len(leftovers)} tasks in D state from {len(pods)} deleted or long-Terminating pods: "
+                       + "; ".join(f.describe(now) for f in leftovers[:3]) + ("; ..." if len(leftovers) > 3 else ""))
+        else:
+            reason, message = "NoDStateProcessesOfDeletedPods", "no D-state processes of deleted pods"
+        changed = previous is None or previous.status != status
+        transition = stamp if changed or previous.last_transition_time is None else (
+            previous.last_transition_time.strftime("%Y-%m-%dT%H:%M:%SZ"))
+        body = {"status": {"conditions": [{
+            "type": ctype, "status": status, "reason": reason, "message": message[:1024],
+            "lastHeartbeatTime": stamp, "lastTransitionTime": transition}]}}
+        try:
+            self.core.patch_node_status(self.settings.node, body)
+        except ApiException as e:
+            logger.warning("cannot set condition %s on node %s: %s", ctype, self.settings.node, e)
+            return False
+        if changed:
+            logger.warning("%s=%s on node %s: %s", ctype, status, self.settings.node, message)
+        return True
+
+    def _node_events(self, leftovers: list[Leftover], now: datetime.datetime) -> None:
+        keys = set()
+        for f in leftovers:
+            key = (f.pid, f.tid, f.pod_uid)
+            keys.add(key)
+            if key in self._announced:
+                continue
+            node = {"kind": "Node", "name": self.settings.node, "uid": self._node_uid, "apiVersion": "v1"}
+            if self._event(EVENT_NAMESPACE, node, "DStateProcessOfDeletedPod", f.describe(now)):
+                self._announced.add(key)
+        self._announced &= keys  # a task that is gone may be announced again if it ever comes back
+
+    def _oom_events(self, kills: list[OomKill], pods: dict[str, PodOnNode]) -> None:
+        for kill in kills:
+            kind = "unknown" if kill.group is None else ("group" if kill.group else "process")
+            self.metrics.oom_kills.labels(node=self.settings.node, kind=kind).inc(kill.new_kills)
+            pod = pods.get(kill.pod_uid)
+            if pod is None:
+                continue
+            how = {"group": "the whole container was killed (memory.oom.group)",
+                   "process": "single processes were killed; the container kept running, so its status shows no "
+                              "OOMKilled",
+                   "unknown": "whether whole containers or single processes is unknown"}[kind]
+            message = (f"{kill.new_kills} OOM kill{'s' if kill.new_kills != 1 else ''} in this pod's memory cgroup "
+                       f"({kill.total} since it started): {how}")
+            involved = {"kind": "Pod", "namespace": pod.namespace, "name": pod.name, "uid": pod.uid, "apiVersion": "v1"}
+            self._event(pod.namespace, involved, "OOMKillInPod", message)
+
+    def _event(self, namespace: str, involved: dict[str, str], reason: str, message: str) -> bool:
+        now = datetime.datetime.now(datetime.timezone.utc)
+        body = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{involved['name'][:200]}.", namespace=namespace),
+            involved_object=client.V1ObjectReference(**{k: involved[k] for k in involved if k != "apiVersion"},
+                                                     api_version=involved["apiVersion"]),
+            reason=reason, message=message[:1024], type="Warning",
+            source=client.V1EventSource(component=COMPONENT, host=self.settings.node),
+            reporting_component=COMPONENT, reporting_instance=socket.gethostname()[:128],
+            first_timestamp=now, last_timestamp=now, count=1)
+        try:
+            self.core.create_namespaced_event(namespace, body)
+        except ApiException as e:
+            logger.warning("cannot post %s Event on %s/%s: %s", reason, involved["kind"], involved["name"], e)
+            return False
+        logger.warning("%s %s/%s: %s", reason, involved["kind"], involved["name"], message)
+        return True

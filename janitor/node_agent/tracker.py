@@ -1,0 +1,121 @@
+"""What the node agent remembers between scans, and what it concludes: pure, no I/O, no clock.
+
+D state is normal for a moment (a disk read), so a task only becomes a *leftover* when it stays
+in D over `sustain` consecutive scans (keyed by pid, tid and start time, so a reused PID starts
+over) and its pod is gone from the API or Terminating past its grace period. A pod list that
+could not be read means "unknown", never "gone": no leftovers that scan. Static pods (32-hex
+UIDs) have mirror pods under another UID, so they are never reported as deleted.
+
+OOM kills are counted from each pod cgroup's cumulative `oom_kill`; the first reading of a pod
+is its baseline, and a drop (a recreated cgroup) starts a new one, so only kills seen happening
+are reported.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from janitor.node_agent.cgroups import OomState, pod_of
+from janitor.node_agent.procfs import Task
+
+TaskKey = tuple[int, int, int]  # (pid, tid, starttime ticks)
+
+
+@dataclass(frozen=True, slots=True)
+class PodOnNode:
+    """A pod bound to this node, as the API lists it."""
+
+    uid: str
+    namespace: str
+    name: str
+    deleting_since: datetime.datetime | None = None  # metadata.deletionTimestamp
+    grace: datetime.timedelta = datetime.timedelta(seconds=30)  # metadata.deletionGracePeriodSeconds
+
+
+@dataclass(frozen=True, slots=True)
+class Leftover:
+    """A task of a pod that should be gone, stuck in D."""
+
+    pid: int
+    tid: int
+    comm: str
+    wchan: str | None
+    pod_uid: str
+    container_id: str | None
+    pod: PodOnNode | None  # None: the pod is gone from the API
+    since: datetime.datetime  # first scan that saw it in D
+    scans: int
+
+    def describe(self, now: datetime.datetime) -> str:
+        who = (f"pod {self.pod.namespace}/{self.pod.name} (uid {self.pod_uid}), Terminating since "
+               f"{self.pod.deleting_since:%Y-%m-%dT%H:%M:%SZ}" if self.pod and self.pod.deleting_since
+               else f"deleted pod uid {self.pod_uid}")
+        held = int((now - self.since).total_seconds())
+        return (f"{who}: process {self.comm!r} pid {self.pid}" + (f" thread {self.tid}" if self.tid != self.pid else "")
+                + f" in D state for at least {held}s, wchan {self.wchan or 'unknown'}")
+
+
+@dataclass(frozen=True, slots=True)
+class OomKill:
+    pod_uid: str
+    new_kills: int
+    total: int
+    group: bool | None  # True: the whole container was killed (memory.oom.group), False: single processes
+
+
+@dataclass
+class DStateTracker:
+    sustain: int = 3
+    _seen: dict[TaskKey, tuple[datetime.datetime, int]] = field(default_factory=dict)
+
+    def update(self, tasks: Sequence[Task], pods: Mapping[str, PodOnNode] | None,
+               now: datetime.datetime) -> list[Leftover]:
+        """Record this scan; return the leftovers as of now (none when `pods` is unknown)."""
+        current: dict[TaskKey, tuple[datetime.datetime, int]] = {}
+        candidates: list[tuple[Task, TaskKey]] = []
+        for task in tasks:
+            if task.state != "D":
+                continue
+            key = (task.pid, task.tid, task.starttime_ticks)
+            since, count = self._seen.get(key, (now, 0))
+            current[key] = (since, count + 1)
+            candidates.append((task, key))
+        self._seen = current  # a task that left D (or vanished) starts over
+        if pods is None:
+            return []
+        found: list[Leftover] = []
+        for task, key in candidates:
+            since, count = current[key]
+            ref = pod_of(task.cgroup) if task.cgroup else None
+            if count < self.sustain or ref is None or len(ref.uid) == 32:  # not yet, not a pod, static pod
+                continue
+            pod = pods.get(ref.uid)
+            if pod is not None and (pod.deleting_since is None or now < pod.deleting_since + pod.grace):
+                continue  # a live pod's D state is its own business (and the kernel's hung-task warning)
+            found.append(Leftover(task.pid, task.tid, task.comm, task.wchan, ref.uid, ref.container_id, pod,
+                                  since, count))
+        return sorted(found, key=lambda f: (f.pod_uid, f.pid, f.tid))
+
+
+@dataclass
+class OomTracker:
+    _last: dict[str, OomState] = field(default_factory=dict)
+
+    def update(self, states: Mapping[str, OomState]) -> list[OomKill]:
+        """New kills per pod since the previous reading; pods no longer read are forgotten.
+
+        Whether the whole container went: `oom_group_kill` rose (kernels since ~5.17), else the
+        container cgroups' `memory.oom.group` setting, else unknown."""
+        kills: list[OomKill] = []
+        for uid, state in sorted(states.items()):
+            before = self._last.get(uid)
+            if before is None or state.oom_kill <= before.oom_kill:
+                continue
+            group = state.group_mode
+            if state.oom_group_kill is not None and before.oom_group_kill is not None:
+                group = state.oom_group_kill > before.oom_group_kill
+            kills.append(OomKill(uid, state.oom_kill - before.oom_kill, state.oom_kill, group))
+        self._last = dict(states)
+        return kills
