@@ -203,7 +203,8 @@ class LifecycleRunner:
             return None, "gone or recreated before acting"
         report = idle(action.target.namespace or "")
         index = {**objects, fresh.ref.uid: fresh}
-        for pod in report.pods:
+        idle_trigger = action.evidence.get("trigger") != "pending"  # pending workloads are all starting pods
+        for pod in report.pods if idle_trigger else ():
             if pod.phase in ("Running", "Succeeded", "Failed") or pod.deleting:
                 continue
             owner = resolve(ObjectView(pod.ref, pod.resource_version, pod.started or now, pod.annotations,

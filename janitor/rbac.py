@@ -29,6 +29,8 @@ def cluster_role(kinds: Sequence[ResourceKind], *, name: str = "kube-idle-janito
     # Events announce every action; the state ConfigMap (ledger, tripwire) is read and written.
     grant("", "events", "create", "patch")
     grant("", "configmaps", "get", "create", "patch")
+    # Pending pods are judged against every node (could it ever fit?), and admin reports name nodes.
+    grant("", "nodes", "get", "list")
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",

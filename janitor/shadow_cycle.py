@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 
 from kubernetes.client import ApiClient
 
-from janitor.decide import shadow
+from janitor.decide import pending, shadow
 from janitor.decide.evidence import CpuEvidence, GpuEvidence
 from janitor.decide.model import NamespaceView, ObjectView, PodView
 from janitor.observe import evidence, pods
 from janitor.observe.prometheus import HONOR_LABELS, SERVICE_MONITOR, Matcher, PrometheusConfig, PrometheusSource
-from janitor.policy.model import Policy
+from janitor.policy.model import Pending, Policy
 from janitor.settings import Settings
 
 
@@ -61,6 +61,12 @@ def idle_report(
     findings = shadow.idle_findings(pod_views, namespaces, {o.ref.uid: o for o in owners}, policies, gpu, cpu, now,
                                     protected_namespaces=settings.rails.protected_namespaces,
                                     cronjob_mode=settings.cronjob_target, owner_keys=settings.owner_keys)
+    if any(p.trigger(Pending) for p in policies):
+        nodes = pods.read_nodes(api, page_size=settings.page_size)
+        findings += pending.pending_findings(
+            pod_views, namespaces, {o.ref.uid: o for o in owners}, policies, nodes, now,
+            cronjob_mode=settings.cronjob_target, protected_namespaces=settings.rails.protected_namespaces,
+            owner_keys=settings.owner_keys)
     failures = tuple(sorted({e.failed for e in [*gpu.values(), *cpu.values()] if e.failed}))
     seen = {(k.namespace, k.pod) for e in gpu.values() for k in e.pods}
     silent_pods = [p for p in pod_views

@@ -124,8 +124,12 @@ def summary(notices: Sequence[Notice], now: datetime.datetime, *, rich: bool = T
     parts = []
     if pending:
         many, gpus = len(pending) > 1, sum(n.gpus for n in pending)
-        verb = ("hold" if many else "holds") if gpus else ("are" if many else "is")
-        state = f"{verb} {_count(gpus, 'GPU')} idle" if gpus else f"{verb} idle"
+        conditions = {n.condition for n in pending}
+        if conditions == {"idle"}:
+            verb = ("hold" if many else "holds") if gpus else ("are" if many else "is")
+            state = f"{verb} {_count(gpus, 'GPU')} idle" if gpus else f"{verb} idle"
+        else:
+            state = f"{'are' if many else 'is'} " + (conditions.pop() if len(conditions) == 1 else "idle or stuck")
         lead = f"{len(pending)} of your workloads {state}"
         deadlines = [_utc(n.deadline) for n in pending if n.deadline]
         first = f" The first deadline is {_when(min(deadlines), now, rich=rich)}." if deadlines else ""
@@ -146,11 +150,12 @@ def summary(notices: Sequence[Notice], now: datetime.datetime, *, rich: bool = T
 def _headline(notices: Sequence[Notice]) -> str:
     pending = sum(n.kind in (NoticeKind.WARNING, NoticeKind.REMINDER) for n in notices)
     done = sum(n.kind is NoticeKind.DONE for n in notices)
+    lead = "Idle GPUs" if all(n.condition == "idle" for n in notices) else "GPU janitor"
     if pending:
-        return f"Idle GPUs: {_count(pending, 'workload')} will be reclaimed"
+        return f"{lead}: {_count(pending, 'workload')} will be reclaimed"
     if done:
-        return f"Idle GPUs: {_count(done, 'workload')} reclaimed"
-    return f"Idle GPUs: {_count(len(notices), 'workload')} no longer marked"
+        return f"{lead}: {_count(done, 'workload')} reclaimed"
+    return f"{lead}: {_count(len(notices), 'workload')} no longer marked"
 
 
 def notice_text(notice: Notice, now: datetime.datetime, *, compact: bool = False) -> str:

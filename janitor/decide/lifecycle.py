@@ -343,7 +343,8 @@ def _notice(kind: NoticeKind, finding: IdleFinding, view: ObjectView, policy: Po
                                                      if policy.lifecycle.max_extension else None)
     return Notice(kind, view.ref, policy.name, finding.owner, str(policy.lifecycle.action), finding.why, now,
                   deadline, keep_command(view.ref, cap),
-                  resume_command(view.ref, policy.lifecycle.action, view.replicas), finding.gpus_held)
+                  resume_command(view.ref, policy.lifecycle.action, view.replicas), finding.gpus_held,
+                  finding.condition)
 
 
 def _new_marks(candidates: list[tuple[IdleFinding, ObjectView, Policy]], now: datetime.datetime,
@@ -467,7 +468,7 @@ def _marked(finding: IdleFinding, view: ObjectView, policy: Policy, mark: Mark, 
                         f"idle since before {_stamp(mark.marked_at or now)} and warned at "
                         f"{_stamp(mark.warned_at or now)}; deadline {shown} passed: "
                         f"{policy.lifecycle.action} (policy {policy.name}): {finding.why}",
-                        {"policy": policy.name})
+                        {"policy": policy.name, "trigger": finding.trigger})
         done = _notice(NoticeKind.DONE, finding, view, policy, now, None, mark)
         return Change(Step.ACT, ref, rv, policy.name, action.why, notice=replace(done, keep_command=""),
                       deadline=deadline, action=action)

@@ -191,6 +191,42 @@ class ContainerView:
 
 
 @dataclass(frozen=True, slots=True)
+class PodState:
+    """What the stuck triggers read of a pod besides its phase: times come from condition and
+    container-status transitions, so "stuck for 2 h" means in that state, not since creation."""
+
+    scheduled: bool | None = None  # the PodScheduled condition (None: not reported yet)
+    schedule_reason: str = ""  # Unschedulable, SchedulingGated, ...
+    schedule_message: str = ""  # the scheduler's own words ("0/4 nodes are available: ...")
+    scheduled_changed: datetime.datetime | None = None  # PodScheduled lastTransitionTime
+    gated: bool = False  # spec.schedulingGates: queued on purpose (Kueue and the like)
+    waiting: tuple[tuple[str, str, str], ...] = ()  # (container, reason, message) of waiting containers
+    restarts: int = 0
+    last_exit: str = ""  # the last terminated container state in words ("OOMKilled, exit 137")
+    requests: Mapping[str, float] = field(default_factory=dict)  # resource -> amount, all containers
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    # requiredDuringScheduling node affinity: any term may hold, every expression of a term must
+    required_affinity: tuple[tuple[tuple[str, str, tuple[str, ...]], ...], ...] = ()
+    tolerations: tuple[tuple[str, str, str, str], ...] = ()  # (key, operator, value, effect)
+    finalizers: tuple[str, ...] = ()
+    deleting_since: datetime.datetime | None = None
+    grace_seconds: int = 30
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """A node as the stuck triggers and admin reports read it."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect)
+    allocatable: Mapping[str, float] = field(default_factory=dict)
+    ready: bool | None = None
+    # The node agent's condition: (status, message, lastHeartbeatTime), if it reports on this node.
+    agent: tuple[str, str, datetime.datetime | None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class PodView:
     """A pod as the idle and stuck triggers read it."""
 
@@ -205,6 +241,7 @@ class PodView:
     containers: tuple[ContainerView, ...] = ()
     deleting: bool = False
     annotations: Mapping[str, str] = field(default_factory=dict)
+    state: PodState = field(default_factory=PodState)
 
 
 @dataclass(frozen=True, slots=True)

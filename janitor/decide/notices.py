@@ -36,6 +36,7 @@ class Notice:
     keep_command: str = ""  # the exact command that keeps it (WARNING, REMINDER)
     resume_command: str = ""  # how to undo suspend/scale-to-zero/stop (DONE, and in warnings)
     gpus: int = 0  # GPUs the workload holds, for the summary line
+    condition: str = "idle"  # what is wrong, in words: "idle", "stuck Pending", "crash-looping"
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ class IdleFinding:
     reclaim_gpu_hours: float  # idle GPUs x the window they were proven idle for
     managed_by: str | None = None
     owner: Owner = Owner(OwnerKind.UNKNOWN)
+    condition: str = "idle"  # what the owner is told is wrong: "idle", "stuck Pending"
 
 
 def gpu_evidence_needed(policies: Iterable[Policy]) -> set[GpuKey]:

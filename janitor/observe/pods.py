@@ -10,10 +10,20 @@ from typing import Any
 from kubernetes.client import ApiClient
 
 from janitor import kubeapi
-from janitor.decide.model import ContainerView, NamespaceView, ObjectRef, OwnerRef, PodView, ResourceKind
+from janitor.decide.model import (
+    ContainerView,
+    NamespaceView,
+    NodeInfo,
+    ObjectRef,
+    OwnerRef,
+    PodState,
+    PodView,
+    ResourceKind,
+)
 
 PODS = ResourceKind("", "v1", "Pod", "pods")
 NAMESPACES = ResourceKind("", "v1", "Namespace", "namespaces", namespaced=False)
+NODES = ResourceKind("", "v1", "Node", "nodes", namespaced=False)
 
 
 def _time(text: str | None) -> datetime.datetime | None:
@@ -51,7 +61,100 @@ def pod_view(item: Mapping[str, Any]) -> PodView:
         ),
         deleting=bool(meta.get("deletionTimestamp")),
         annotations=dict(meta.get("annotations") or {}),
+        state=pod_state(meta, spec, status),
     )
+
+
+_SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+             "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+
+
+def quantity(text: str | int | float | None) -> float:
+    """A Kubernetes quantity ('500m', '16Gi', '2', '1e3') as a number; unparseable is 0."""
+    if text is None:
+        return 0.0
+    if isinstance(text, int | float):
+        return float(text)
+    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
+        if text.endswith(suffix):
+            try:
+                return float(text[: -len(suffix)]) * _SUFFIXES[suffix]
+            except ValueError:
+                break
+    try:
+        return float(text)
+    except ValueError:
+        return 0.0
+
+
+def _requests(containers: list[Mapping[str, Any]]) -> dict[str, float]:
+    total: dict[str, float] = {}
+    for c in containers:
+        resources = c.get("resources") or {}
+        merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        for name, value in merged.items():
+            total[name] = total.get(name, 0.0) + quantity(value)
+    return total
+
+
+def _affinity(spec: Mapping[str, Any]) -> tuple[tuple[tuple[str, str, tuple[str, ...]], ...], ...]:
+    required = ((((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                 .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [])
+    return tuple(tuple((e.get("key", ""), e.get("operator", ""), tuple(e.get("values") or ()))
+                       for e in term.get("matchExpressions") or []) for term in required)
+
+
+def _last_exit(statuses: list[Mapping[str, Any]]) -> str:
+    for c in statuses:
+        done = (c.get("lastState") or {}).get("terminated")
+        if done:
+            return f"{c.get('name')}: {done.get('reason') or 'exited'}, exit code {done.get('exitCode')}"
+    return ""
+
+
+def pod_state(meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[str, Any]) -> PodState:
+    scheduled = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), None)
+    statuses = list(status.get("containerStatuses") or []) + list(status.get("initContainerStatuses") or [])
+    waiting = tuple((c.get("name", ""), w.get("reason", ""), w.get("message", ""))
+                    for c in statuses if (w := (c.get("state") or {}).get("waiting")))
+    return PodState(
+        scheduled=None if scheduled is None else scheduled.get("status") == "True",
+        schedule_reason=(scheduled or {}).get("reason") or "",
+        schedule_message=(scheduled or {}).get("message") or "",
+        scheduled_changed=_time((scheduled or {}).get("lastTransitionTime")),
+        gated=bool(spec.get("schedulingGates")),
+        waiting=waiting,
+        restarts=sum(int(c.get("restartCount") or 0) for c in statuses),
+        last_exit=_last_exit(statuses),
+        requests=_requests(list(spec.get("containers") or [])),
+        node_selector=dict(spec.get("nodeSelector") or {}),
+        required_affinity=_affinity(spec),
+        tolerations=tuple((t.get("key") or "", t.get("operator") or "Equal", t.get("value") or "", t.get("effect") or "")
+                          for t in spec.get("tolerations") or []),
+        finalizers=tuple(meta.get("finalizers") or ()),
+        deleting_since=_time(meta.get("deletionTimestamp")),
+        grace_seconds=int(meta.get("deletionGracePeriodSeconds") or spec.get("terminationGracePeriodSeconds") or 30),
+    )
+
+
+def node_info(item: Mapping[str, Any], agent_condition: str = "OrphanedDStateProcesses") -> NodeInfo:
+    meta, spec, status = item["metadata"], item.get("spec") or {}, item.get("status") or {}
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    ready = conditions.get("Ready")
+    agent = conditions.get(agent_condition)
+    return NodeInfo(
+        name=meta["name"],
+        labels=dict(meta.get("labels") or {}),
+        taints=tuple((t.get("key") or "", t.get("value") or "", t.get("effect") or "") for t in spec.get("taints") or []),
+        allocatable={k: quantity(v) for k, v in (status.get("allocatable") or {}).items()},
+        ready=None if ready is None else ready.get("status") == "True",
+        agent=None if agent is None else (agent.get("status", ""), agent.get("message", ""),
+                                          _time(agent.get("lastHeartbeatTime"))),
+    )
+
+
+def read_nodes(api: ApiClient, *, page_size: int = 500) -> list[NodeInfo]:
+    return [node_info(item) for item in _items(api, NODES, None, page_size)]
 
 
 def _items(api: ApiClient, kind: ResourceKind, namespace: str | None, page_size: int) -> Iterator[Mapping[str, Any]]:

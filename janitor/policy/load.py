@@ -406,8 +406,8 @@ def _idle_cpu(r: _Reader, node: Node, path: str) -> model.IdleCpu | None:
                          **_window_fields(r, f, path))
 
 
-def _after(cls: type[model.Pending] | type[model.Terminating]) -> Callable[[_Reader, Node, str], Any]:
-    def read(r: _Reader, node: Node, path: str) -> model.Pending | model.Terminating | None:
+def _after(cls: type[model.Terminating]) -> Callable[[_Reader, Node, str], Any]:
+    def read(r: _Reader, node: Node, path: str) -> model.Terminating | None:
         f = r.fields(node, path, ("after",), required=("after",))
         after = r.duration(f["after"], f"{path}.after") if f and "after" in f else None
         return cls(after=after) if after is not None else None
@@ -415,11 +415,18 @@ def _after(cls: type[model.Pending] | type[model.Terminating]) -> Callable[[_Rea
     return read
 
 
+def _pending(r: _Reader, node: Node, path: str) -> model.Pending | None:
+    f = r.fields(node, path, ("after", "includeGated"), required=("after",))
+    after = r.duration(f["after"], f"{path}.after") if f and "after" in f else None
+    gated = r.boolean(f["includeGated"], f"{path}.includeGated") if f and "includeGated" in f else False
+    return model.Pending(after=after, include_gated=bool(gated)) if after is not None else None
+
+
 # The tagged union's readers, by YAML key: a new trigger kind adds one entry here.
 _TRIGGER_READERS: dict[str, Callable[[_Reader, Node, str], model.Trigger | None]] = {
     model.IdleGpu.key: _idle_gpu,
     model.IdleCpu.key: _idle_cpu,
-    model.Pending.key: _after(model.Pending),
+    model.Pending.key: _pending,
     model.Terminating.key: _after(model.Terminating),
 }
 

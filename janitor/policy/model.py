@@ -189,10 +189,12 @@ class IdleCpu:
 
 @dataclass(frozen=True, slots=True)
 class Pending:
-    """A pod Pending (unscheduled or not started) for longer than `after`."""
+    """A workload none of whose pods runs, its Pending pods unschedulable or not started for longer
+    than `after` (time in that state); one that could never fit triggers at once."""
 
     key: ClassVar[str] = "pending"
     after: _dt.timedelta = _dt.timedelta(hours=24)
+    include_gated: bool = False  # scheduling-gated pods (Kueue) are queued on purpose: not stuck by default
 
 
 @dataclass(frozen=True, slots=True)
