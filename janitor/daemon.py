@@ -54,7 +54,7 @@ class CycleResult:
 
     def deleted(self) -> list[Action]:
         return [r.action for r in self.results
-                if r.action.type is ActionType.DELETE and r.outcome is kube.Outcome.DONE]
+                if r.action.type is not ActionType.REPORT and r.outcome is kube.Outcome.DONE]
 
     def outcomes(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -77,12 +77,14 @@ class Janitor:
         self._policies = None  # janitor.shadow_cycle.PolicySet, made on first use
         self.idle = None  # janitor.shadow_cycle.ShadowReport of the last plan_now, with policies
         self.lifecycle = lifecycle.LifecyclePlan(())
-        self._fresh: dict[str, object] = {}  # namespace -> ShadowReport read again before acting
+        self._fresh: dict[str, ShadowReport] = {}  # namespace -> a fresh look right before acting there
         self._slack: Slack | None = None
         if settings.slack_token:
             self._slack = Slack.connect(settings.slack_token, base_url=settings.slack_api_url,
                                         admin_channel=settings.admin_channel)
         self._runner = LifecycleRunner(api, settings, self._kinds, self._slack)
+        self._admin_sent: tuple[str, float] = ("", 0.0)  # the last admin report sent: its key and when
+        self.last_admin_report = None
 
     def plan_now(self, progress: Callable[[str, int], None] | None = None) -> tuple[Plan, int]:
         """Observe and decide, changing nothing; also what `janitor plan` prints."""
@@ -99,8 +101,9 @@ class Janitor:
             self.lifecycle = lifecycle.plan_lifecycle(self.idle.findings, self._snapshot_by_uid, self.policies, now,
                                                       self.settings.lifecycle, self.idle.namespaces,
                                                       self.settings.owner_keys)
+        forced = tuple(s.force for s in (self.idle.stuck if self.idle else ()) if s.force is not None)
         decided = plan(snapshot, ledger, self.settings.rails, local_now=local_now,
-                       reclaims=self.lifecycle.reclaims())
+                       reclaims=self.lifecycle.reclaims() + forced)
         skew = (local_now - snapshot.apiserver_time).total_seconds() if snapshot.apiserver_time else None
         self.telemetry.observe_plan(decided, objects=len(snapshot.objects),
                                     skipped_kinds=len(snapshot.skipped_kinds),
@@ -204,6 +207,8 @@ class Janitor:
         kind = self._kinds[action.target.kind]
         if action.rule == lifecycle.RULE:
             return self._reclaim_rechecked(action, kind, now)
+        if action.type is ActionType.FORCE_DELETE:
+            return self._force_rechecked(action, kind)
         if action.type is not ActionType.DELETE:
             return kube.apply(self.api, action, kind=kind, dry_run=self.settings.rails.dry_run)
         try:
@@ -214,19 +219,30 @@ class Janitor:
 
     def _reclaim_rechecked(self, action: Action, kind: ResourceKind, now: datetime.datetime) -> kube.ActionResult:
         """An idle workload's action, decided again on a fresh read of it, its pods and the evidence."""
-        def fresh_idle(namespace: str):  # type: ignore[no-untyped-def]
-            if namespace not in self._fresh:
-                self._fresh[namespace] = self._idle_report(self.clock(), namespaces=(namespace,))
-            return self._fresh[namespace]
-
         try:
-            again, why = self._runner.recheck(action, fresh_idle, self.policies, self._snapshot_by_uid, now)
+            again, why = self._runner.recheck(action, self._fresh_idle, self.policies, self._snapshot_by_uid, now)
         except errors.KubeError as e:
             logger.warning("could not re-read %s before acting on it: %s", action.target, e)
             return kube.ActionResult(action, kube.Outcome.FAILED, f"re-read failed: {e}")
         if again is None:
             logger.info("not acting on %s: %s", action.target, why, extra={"object": str(action.target)})
             return kube.ActionResult(action, kube.Outcome.SKIPPED, why)
+        return kube.apply(self.api, again, kind=kind, dry_run=self.settings.rails.dry_run)
+
+    def _fresh_idle(self, namespace: str) -> ShadowReport:
+        if namespace not in self._fresh:
+            self._fresh[namespace] = self._idle_report(self.clock(), namespaces=(namespace,))
+        return self._fresh[namespace]
+
+    def _force_rechecked(self, action: Action, kind: ResourceKind) -> kube.ActionResult:
+        """A force delete only if a fresh look (pod, its node, the node agent) still gives the evidence."""
+        try:
+            fresh = self._fresh_idle(action.target.namespace or "")
+        except errors.KubeError as e:
+            return kube.ActionResult(action, kube.Outcome.FAILED, f"re-read failed: {e}")
+        again = next((s.force for s in fresh.stuck if s.pod.uid == action.target.uid and s.force), None)
+        if again is None:
+            return kube.ActionResult(action, kube.Outcome.SKIPPED, "no longer stuck, or no longer the evidence")
         return kube.apply(self.api, again, kind=kind, dry_run=self.settings.rails.dry_run)
 
     def _run_lifecycle(self, decided: Plan, result: CycleResult) -> None:
@@ -240,6 +256,37 @@ class Janitor:
                          if annotations.POLICY in o.annotations)
         self.telemetry.observe_lifecycle(self.lifecycle.changes, outcome.sent, outcome.failed, marked)
         self.last_lifecycle = outcome
+        self._admin_report(decided)
+
+    def _admin_report(self, decided: Plan) -> None:
+        """One message to the admin channel when its content changed, else at the admin pace."""
+        if self.idle is None:
+            return
+        from janitor.act.slack import Digest
+        from janitor.act.slack_messages import render_admin_report
+        from janitor.decide.admin_report import admin_report
+        from janitor.decide.owners import Owner, OwnerKind
+
+        tripped = decided.notices[0] if is_tripped(decided.ledger) and decided.notices else None
+        report = admin_report(self.idle.stuck, self.idle.findings, self.idle.nodes,
+                              self.idle.gpu_pods_without_telemetry, tripped)
+        self.last_admin_report = report
+        if report.empty:
+            return
+        for title, lines in report.sections:
+            logger.warning("admin report: %s: %d", title, len(lines), extra={"admin_report": title, "items": lines})
+        last_key, last_at = self._admin_sent
+        due = report.key != last_key or time.monotonic() - last_at >= self.settings.admin_report_every.total_seconds()
+        if not due or self._slack is None or not self.settings.admin_channel or self.settings.rails.dry_run:
+            return
+        channel = Owner(OwnerKind.CHANNEL, self.settings.admin_channel, "--admin-channel")
+        messages = render_admin_report(f"GPU janitor: {len(report.sections)} things need an admin", report.sections)
+        result = self._slack.send(Digest(channel, (), f"admin-{report.key}-{int(time.time())}", tuple(messages)))
+        self.telemetry.messages.labels(result="delivered" if result.delivery else "failed", to="admins").inc()
+        if result.delivery is not None:
+            self._admin_sent = (report.key, time.monotonic())
+        else:
+            logger.warning("admin report not delivered: %s", result.error)
 
     def _redecide(self, fresh: ObjectView, now: datetime.datetime) -> Action | None:
         """The deletion the rules call for on a freshly read object, if they still do."""

@@ -27,7 +27,7 @@ def table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
 def plan_table(plan: Plan, *, dry_run: bool) -> str:
     rows = []
     for action in plan.actions:
-        verb = "DELETE" if action.type is ActionType.DELETE else "REPORT"
+        verb = action.type.value.upper()
         rows.append([verb + (" (dry-run)" if dry_run else ""), str(action.target), action.rule, action.why])
     for held in plan.held:
         rows.append([f"HOLD ({held.reason})", str(held.action.target), held.action.rule,

@@ -74,6 +74,8 @@ class Settings:
     lifecycle: LifecycleSettings = field(default_factory=LifecycleSettings)  # pace, caps on new marks
     send_budget: datetime.timedelta = datetime.timedelta(seconds=20)  # Slack time per cycle; the rest waits
     notice_retry: datetime.timedelta = datetime.timedelta(minutes=5)  # between attempts at one undelivered send
+    # The admins' report (stuck pods, leftovers, never-fits, silent GPUs): sent when it changes, else at this pace.
+    admin_report_every: datetime.timedelta = datetime.timedelta(hours=1)
 
 
 __all__ = ["Caps", "DEFAULT_KINDS", "DEFAULT_PROTECTED_NAMESPACES", "LifecycleSettings", "MarkCaps", "Rails",

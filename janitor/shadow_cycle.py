@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 
 from kubernetes.client import ApiClient
 
-from janitor.decide import pending, shadow
+from janitor.decide import pending, shadow, terminating
 from janitor.decide.evidence import CpuEvidence, GpuEvidence
-from janitor.decide.model import NamespaceView, ObjectView, PodView
+from janitor.decide.model import NamespaceView, NodeInfo, ObjectView, PodView
 from janitor.observe import evidence, pods
 from janitor.observe.prometheus import HONOR_LABELS, SERVICE_MONITOR, Matcher, PrometheusConfig, PrometheusSource
-from janitor.policy.model import Pending, Policy
+from janitor.policy.model import Pending, Policy, Terminating
 from janitor.settings import Settings
 
 
@@ -30,6 +30,8 @@ class ShadowReport:
     silent_nodes: tuple[str, ...] = ()  # the node of each of those pods, for the gauge by node
     pods: tuple[PodView, ...] = ()  # as read this cycle: the lifecycle's re-check looks for starting pods
     namespaces: Mapping[str, NamespaceView] = field(default_factory=dict)  # by name, as read this cycle
+    stuck: tuple[terminating.StuckPod, ...] = ()  # pods stuck Terminating under a `terminating` policy
+    nodes: tuple[NodeInfo, ...] = ()  # read when a pending or terminating policy needs them
 
 
 def prometheus_source(settings: Settings) -> PrometheusSource:
@@ -61,8 +63,11 @@ def idle_report(
     findings = shadow.idle_findings(pod_views, namespaces, {o.ref.uid: o for o in owners}, policies, gpu, cpu, now,
                                     protected_namespaces=settings.rails.protected_namespaces,
                                     cronjob_mode=settings.cronjob_target, owner_keys=settings.owner_keys)
+    nodes = pods.read_nodes(api, page_size=settings.page_size) if any(
+        p.trigger(Pending) or p.trigger(Terminating) for p in policies) else []
+    stuck = terminating.stuck_pods(pod_views, nodes, namespaces, policies, now,
+                                   protected_namespaces=settings.rails.protected_namespaces)
     if any(p.trigger(Pending) for p in policies):
-        nodes = pods.read_nodes(api, page_size=settings.page_size)
         findings += pending.pending_findings(
             pod_views, namespaces, {o.ref.uid: o for o in owners}, policies, nodes, now,
             cronjob_mode=settings.cronjob_target, protected_namespaces=settings.rails.protected_namespaces,
@@ -74,7 +79,7 @@ def idle_report(
                    and not any(e.failed for e in gpu.values())]
     silent = tuple(sorted(f"{p.ref.namespace}/{p.ref.name} on {p.node}" for p in silent_pods))
     return ShadowReport(tuple(findings), failures, silent, tuple(p.node or "" for p in silent_pods), tuple(pod_views),
-                        namespaces)
+                        namespaces, tuple(stuck), tuple(nodes))
 
 
 class PolicySet:

@@ -78,7 +78,7 @@ def apply(
         _log(result, dry_run=dry_run)
         return result
     try:
-        if action.type is ActionType.DELETE:
+        if action.type in (ActionType.DELETE, ActionType.FORCE_DELETE):
             detail = _delete(api, action, kind=kind, dry_run=dry_run, component=component)
         elif action.type is ActionType.REPORT:
             detail = _report(api, action, kind=kind, dry_run=dry_run, component=component)
@@ -170,6 +170,8 @@ def _delete_options(action: Action, *, dry_run: bool) -> dict[str, Any]:
         "propagationPolicy": "Background",
         "preconditions": {"uid": action.target.uid, "resourceVersion": action.resource_version},
     }
+    if action.type is ActionType.FORCE_DELETE:
+        options["gracePeriodSeconds"] = 0
     if dry_run:
         options["dryRun"] = ["All"]
     return options

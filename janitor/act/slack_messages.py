@@ -223,3 +223,18 @@ def render_digest(notices: Sequence[Notice], now: datetime.datetime) -> list[Mes
         messages.append(Message(text, blocks))
         first += len(part)
     return messages
+
+
+def render_admin_report(title: str, sections: Sequence[tuple[str, Sequence[str]]], *,
+                        lines_per_section: int = 20) -> list[Message]:
+    """The admins' report: a header, then one section per topic, long lists cut with a count."""
+    blocks: list[dict[str, Any]] = [{"type": "header", "text": {"type": "plain_text", "text": cut(title, 150)}}]
+    summary_parts = []
+    for name, lines in sections:
+        shown = [f"• {escape(line)}" for line in lines[:lines_per_section]]
+        if len(lines) > lines_per_section:
+            shown.append(f"… and {len(lines) - lines_per_section} more")
+        blocks.append(_section(f"*{escape(name)}* ({len(lines)})\n" + "\n".join(shown)))
+        summary_parts.append(f"{name}: {len(lines)}")
+    text = cut(f"{title}: " + "; ".join(summary_parts), 3000)
+    return [Message(text, tuple(blocks[i:i + MAX_BLOCKS])) for i in range(0, len(blocks), MAX_BLOCKS)]

@@ -118,6 +118,7 @@ class ActionType(StrEnum):
     SUSPEND = "suspend"
     SCALE_TO_ZERO = "scale-to-zero"
     STOP = "stop"
+    FORCE_DELETE = "force-delete"  # grace 0, for pods stuck Terminating on positive evidence only
 
 
 @dataclass(frozen=True, slots=True)

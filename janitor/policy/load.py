@@ -406,13 +406,11 @@ def _idle_cpu(r: _Reader, node: Node, path: str) -> model.IdleCpu | None:
                          **_window_fields(r, f, path))
 
 
-def _after(cls: type[model.Terminating]) -> Callable[[_Reader, Node, str], Any]:
-    def read(r: _Reader, node: Node, path: str) -> model.Terminating | None:
-        f = r.fields(node, path, ("after",), required=("after",))
-        after = r.duration(f["after"], f"{path}.after") if f and "after" in f else None
-        return cls(after=after) if after is not None else None
-
-    return read
+def _terminating(r: _Reader, node: Node, path: str) -> model.Terminating | None:
+    f = r.fields(node, path, ("after", "forceDelete"), required=("after",))
+    after = r.duration(f["after"], f"{path}.after") if f and "after" in f else None
+    force = r.boolean(f["forceDelete"], f"{path}.forceDelete") if f and "forceDelete" in f else False
+    return model.Terminating(after=after, force_delete=bool(force)) if after is not None else None
 
 
 def _pending(r: _Reader, node: Node, path: str) -> model.Pending | None:
@@ -427,7 +425,7 @@ _TRIGGER_READERS: dict[str, Callable[[_Reader, Node, str], model.Trigger | None]
     model.IdleGpu.key: _idle_gpu,
     model.IdleCpu.key: _idle_cpu,
     model.Pending.key: _pending,
-    model.Terminating.key: _after(model.Terminating),
+    model.Terminating.key: _terminating,
 }
 
 

@@ -199,10 +199,13 @@ class Pending:
 
 @dataclass(frozen=True, slots=True)
 class Terminating:
-    """A pod still Terminating `after` its deletion timestamp plus its grace period."""
+    """A pod still Terminating `after` its deletion timestamp plus its grace period: reported to
+    admins with what holds it. `force_delete` (off by default) removes it with grace 0, and only
+    on positive evidence that nothing of it is alive (see decide/terminating.py)."""
 
     key: ClassVar[str] = "terminating"
     after: _dt.timedelta = _dt.timedelta(minutes=30)
+    force_delete: bool = False
 
 
 Trigger = IdleGpu | IdleCpu | Pending | Terminating

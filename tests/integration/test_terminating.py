@@ -1,0 +1,109 @@
+"""Pods stuck Terminating: reported to admins with what holds them, force-deleted only on evidence.
+
+Aspects covered:
+- a pod held by a finalizer is reported with its finalizer and never force-deleted;
+- a pod whose node's agent reports its processes stuck in D state is reported with "drain and
+  reboot", never force-deleted;
+- a StatefulSet's pod is never force-deleted;
+- a pod whose node agent reported, after the deletion, that nothing of a deleted pod is stuck is
+  force-deleted (grace 0) when the policy allows it;
+- the admin report arrives as one Slack message to the admin channel with those sections, and is
+  not repeated while nothing changes.
+"""
+
+from __future__ import annotations
+
+import runpy
+import time
+from pathlib import Path
+
+from kubernetes import client
+
+from devenv.nodes import HOLD_TERMINATING
+from devenv.procs import wait_until
+from devenv.slack_standin import SlackStandInControl
+from janitor.daemon import Janitor
+from janitor.node_agent.agent import AgentSettings, NodeAgent
+from janitor.settings import Settings
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "node"
+_fake = runpy.run_path(str(FIXTURES / "fake_proc.py"))
+
+
+def held_pod(core: client.CoreV1Api, namespace: str, name: str, node: str, finalizer: str | None = None) -> str:
+    pod = core.create_namespaced_pod(namespace, client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, annotations={HOLD_TERMINATING: "true"},
+                                     finalizers=[finalizer] if finalizer else None),
+        spec=client.V1PodSpec(node_name=node, termination_grace_period_seconds=1,
+                              containers=[client.V1Container(name="main", image="x")])))
+    return pod.metadata.uid
+
+
+def agent_scan(kube, tmp_path: Path, node: str, stuck_uid: str | None = None) -> None:
+    """One node-agent scan of `node` over a fake /proc (with a D-state task of `stuck_uid`)."""
+    proc = tmp_path / f"proc-{node}-{time.monotonic_ns()}"
+    proc.mkdir()
+    if stuck_uid:
+        pdir = proc / "4242"
+        pdir.mkdir()
+        (pdir / "stat").write_text(_fake["stat_line"](4242, "python", "S"))
+        (pdir / "cgroup").write_text(f"0::/kubepods/besteffort/pod{stuck_uid}/{'e' * 64}\n")
+        _fake["write_task"](pdir, 4242, "python", "D", wchan="nfs_wait_bit_killable")
+    NodeAgent(kube, AgentSettings(node, proc, tmp_path / "no-cgroups", sustain=1)).scan_once()
+
+
+def test_stuck_terminating_pods_reported_and_forced_only_on_evidence(
+        kube, core: client.CoreV1Api, namespace: str, sandbox, tmp_path: Path, slack: SlackStandInControl) -> None:
+    held_pod(core, namespace, "finalized", "cpu-node-1", finalizer="example.com/protect")
+    held_pod(core, namespace, "clear", "cpu-node-1")
+    stuck_uid = held_pod(core, namespace, "dstate", "gpu-node-2")
+    client.AppsV1Api(kube).create_namespaced_stateful_set(namespace, client.V1StatefulSet(
+        metadata=client.V1ObjectMeta(name="db"),
+        spec=client.V1StatefulSetSpec(service_name="db", replicas=1,
+                                      selector=client.V1LabelSelector(match_labels={"app": "db"}),
+                                      template=client.V1PodTemplateSpec(
+                                          metadata=client.V1ObjectMeta(labels={"app": "db"},
+                                                                       annotations={HOLD_TERMINATING: "true"}),
+                                          spec=client.V1PodSpec(node_name="cpu-node-1",
+                                                                termination_grace_period_seconds=1,
+                                                                containers=[client.V1Container(name="db", image="x")])))))
+    wait_until(lambda: len([p for p in core.list_namespaced_pod(namespace).items if p.status.phase == "Running"]) == 4,
+               timeout=60, what="4 pods Running")
+    for name in ("finalized", "clear", "dstate", "db-0"):
+        core.delete_namespaced_pod(name, namespace, grace_period_seconds=1)
+    time.sleep(2.5)  # all past their grace
+    agent_scan(kube, tmp_path, "cpu-node-1")  # after the deletions: nothing of a deleted pod is stuck there
+    agent_scan(kube, tmp_path, "gpu-node-2", stuck_uid)  # the dstate pod's process is stuck
+
+    policy = tmp_path / "stuck.yaml"
+    policy.write_text(f"""policies:
+- name: stuck-terminating
+  mode: enforce
+  match: {{namespaces: {{include: ["{namespace}"]}}}}
+  triggers: {{terminating: {{after: 1s, forceDelete: true}}}}
+""")
+    janitor = Janitor(kube, Settings(
+        namespaces=(namespace,), state_namespace=namespace, policy_paths=(str(policy),),
+        prometheus_url=sandbox.prometheus_url, slack_token=sandbox.slack_token, slack_api_url=sandbox.slack_api_url,
+        admin_channel="#gpu-admins"))
+    try:
+        result = janitor.run_cycle()
+        outcomes = {r.action.target.name: (str(r.action.type), str(r.outcome)) for r in result.results}
+        assert outcomes == {"clear": ("force-delete", "done")}, outcomes
+        wait_until(lambda: "clear" not in {p.metadata.name for p in core.list_namespaced_pod(namespace).items},
+                   timeout=30, what="the force-deleted pod gone")
+        [report] = slack.messages("C0ADMINS")
+        shown = report.text + str(report.blocks)
+        assert "Pods stuck Terminating" in shown and "finalizers example.com/protect" in shown
+        assert f"{namespace}/dstate" in shown and "drain and reboot gpu-node-2" in shown
+        assert f"{namespace}/db-0" in shown and "Nodes with processes of deleted pods stuck in D state" in shown
+        janitor.run_cycle()  # the force-deleted pod is resolved: the report changed, and is sent again
+        assert len(slack.messages("C0ADMINS")) == 2 and f"{namespace}/clear" not in str(slack.messages("C0ADMINS")[1])
+        janitor.run_cycle()
+        assert len(slack.messages("C0ADMINS")) == 2  # nothing changed: not sent again
+        assert {p.metadata.name for p in core.list_namespaced_pod(namespace).items} == {"finalized", "dstate", "db-0"}
+    finally:
+        agent_scan(kube, tmp_path, "gpu-node-2")
+        for name in ("finalized", "dstate", "db-0"):
+            core.patch_namespaced_pod(name, namespace, {"metadata": {"finalizers": None,
+                                                                     "annotations": {HOLD_TERMINATING: None}}})
