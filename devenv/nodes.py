@@ -19,6 +19,7 @@ from devenv.procs import Component
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 HOLD_TERMINATING = "devenv.janitor.dev/hold-terminating"
 WAITING = "devenv.janitor.dev/waiting"  # pod annotation: stay Pending, containers waiting with this reason
+CRASH = "devenv.janitor.dev/crash"  # pod annotation: Running in CrashLoopBackOff, last exit with this reason
 COMPLETE = "devenv.janitor.dev/complete"
 STARTED_AT = "devenv.janitor.dev/started-at"
 GPU_MODEL = "devenv.janitor.dev/gpu-model"  # the exact model name; label values cannot hold spaces

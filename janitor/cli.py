@@ -351,7 +351,14 @@ def _cmd_check(args: argparse.Namespace) -> int:
             limit = f"{t.cores:g} cores" if t.cores is not None else f"{t.fraction_of_request:g} of request"
             ignored = f", ignoring {', '.join(t.ignore_containers)}" if t.ignore_containers else ""
             return f"idleCpu: peak <= {limit} over {duration(t.window)}{ignored}"
-        return f"{t.key}: after {duration(t.after)}"
+        if isinstance(t, model.CrashLoop):
+            return f"crashLoop: >= {t.restarts} restarts, the last within {duration(t.window)}, holding GPUs"
+        if isinstance(t, model.Pending):
+            return f"pending: after {duration(t.after)} in that state" + (" (gated pods too)" if t.include_gated else "")
+        if isinstance(t, model.Terminating):
+            return f"terminating: after {duration(t.after)} past grace" + (", force delete on evidence"
+                                                                            if t.force_delete else "")
+        return f"{t.key}"
 
     def selector(label: str, s: model.LabelSelector) -> list[str]:
         parts = [f"{k}={v}" for k, v in s.match_labels] + [

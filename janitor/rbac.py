@@ -27,7 +27,7 @@ def cluster_role(kinds: Sequence[ResourceKind], *, name: str = "kube-idle-janito
     for kind in kinds:
         grant(kind.group, kind.plural, *KIND_VERBS)
     # Events announce every action; the state ConfigMap (ledger, tripwire) is read and written.
-    grant("", "events", "create", "patch")
+    grant("", "events", "create", "patch", "list")  # list: the node agent's OOMKillInPod Events
     grant("", "configmaps", "get", "create", "patch")
     # Pending pods are judged against every node (could it ever fit?), and admin reports name nodes.
     grant("", "nodes", "get", "list")

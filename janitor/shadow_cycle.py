@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 
 from kubernetes.client import ApiClient
 
-from janitor.decide import pending, shadow, terminating
+from janitor.decide import crashloop, pending, shadow, terminating
 from janitor.decide.evidence import CpuEvidence, GpuEvidence
 from janitor.decide.model import NamespaceView, NodeInfo, ObjectView, PodView
 from janitor.observe import evidence, pods
 from janitor.observe.prometheus import HONOR_LABELS, SERVICE_MONITOR, Matcher, PrometheusConfig, PrometheusSource
-from janitor.policy.model import Pending, Policy, Terminating
+from janitor.policy.model import CrashLoop, Pending, Policy, Terminating
 from janitor.settings import Settings
 
 
@@ -67,6 +67,12 @@ def idle_report(
         p.trigger(Pending) or p.trigger(Terminating) for p in policies) else []
     stuck = terminating.stuck_pods(pod_views, nodes, namespaces, policies, now,
                                    protected_namespaces=settings.rails.protected_namespaces)
+    if any(p.trigger(CrashLoop) for p in policies):
+        findings += crashloop.crash_findings(
+            pod_views, namespaces, {o.ref.uid: o for o in owners}, policies, now,
+            pods.read_pod_events(api, "OOMKillInPod", settings.namespaces, page_size=settings.page_size),
+            cronjob_mode=settings.cronjob_target, protected_namespaces=settings.rails.protected_namespaces,
+            owner_keys=settings.owner_keys)
     if any(p.trigger(Pending) for p in policies):
         findings += pending.pending_findings(
             pod_views, namespaces, {o.ref.uid: o for o in owners}, policies, nodes, now,

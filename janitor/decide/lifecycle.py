@@ -283,7 +283,7 @@ def plan_lifecycle(
     changes: list[Change] = []
     seen: set[str] = set()
     candidates: list[tuple[IdleFinding, ObjectView, Policy]] = []
-    for finding in findings:
+    for finding in _one_per_workload(findings, objects):
         if finding.mode is not Mode.ENFORCE or finding.workload is None or finding.workload.uid in seen:
             continue
         view = objects.get(finding.workload.uid)
@@ -307,6 +307,22 @@ def plan_lifecycle(
         ns = (namespaces or {}).get(view.ref.namespace or "")
         changes.append(_unmark(view, mark, why, find_owner(view, ns, owner_keys), now))
     return LifecyclePlan(tuple(replace(c, time_zone=_zone(namespaces, c.workload)) for c in changes))
+
+
+def _one_per_workload(findings: Sequence[IdleFinding], objects: Mapping[str, ObjectView]) -> list[IdleFinding]:
+    """A workload may be found by several triggers (idle and crash-looping): the one whose policy
+    marked it decides; otherwise the first that fired; otherwise the first."""
+    by_uid: dict[str, list[IdleFinding]] = {}
+    for f in findings:
+        if f.mode is Mode.ENFORCE and f.workload is not None:
+            by_uid.setdefault(f.workload.uid, []).append(f)
+    chosen = []
+    for uid, group in by_uid.items():
+        view = objects.get(uid)
+        mark = view.annotations.get(annotations.POLICY) if view else None
+        chosen.append(next((f for f in group if f.policy == mark), None)
+                      or next((f for f in group if f.idleness is Idleness.IDLE), group[0]))
+    return chosen
 
 
 def _may_carry_a_mark(view: ObjectView) -> bool:

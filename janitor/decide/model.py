@@ -204,6 +204,8 @@ class PodState:
     waiting: tuple[tuple[str, str, str], ...] = ()  # (container, reason, message) of waiting containers
     restarts: int = 0
     last_exit: str = ""  # the last terminated container state in words ("OOMKilled, exit 137")
+    last_exit_at: datetime.datetime | None = None  # when that container last stopped
+    limits: Mapping[str, float] = field(default_factory=dict)  # resource -> limit, all containers
     requests: Mapping[str, float] = field(default_factory=dict)  # resource -> amount, all containers
     node_selector: Mapping[str, str] = field(default_factory=dict)
     # requiredDuringScheduling node affinity: any term may hold, every expression of a term must

@@ -104,12 +104,24 @@ def _affinity(spec: Mapping[str, Any]) -> tuple[tuple[tuple[str, str, tuple[str,
                        for e in term.get("matchExpressions") or []) for term in required)
 
 
-def _last_exit(statuses: list[Mapping[str, Any]]) -> str:
+def _last_exit(statuses: list[Mapping[str, Any]]) -> tuple[str, datetime.datetime | None]:
+    """The most recent terminated state of any container, in words, and when it ended."""
+    latest: tuple[str, datetime.datetime | None] = ("", None)
     for c in statuses:
         done = (c.get("lastState") or {}).get("terminated")
         if done:
-            return f"{c.get('name')}: {done.get('reason') or 'exited'}, exit code {done.get('exitCode')}"
-    return ""
+            at = _time(done.get("finishedAt"))
+            if latest[1] is None or (at is not None and at > latest[1]):
+                latest = (f"{c.get('name')}: {done.get('reason') or 'exited'}, exit code {done.get('exitCode')}", at)
+    return latest
+
+
+def _limits(containers: list[Mapping[str, Any]]) -> dict[str, float]:
+    total: dict[str, float] = {}
+    for c in containers:
+        for name, value in ((c.get("resources") or {}).get("limits") or {}).items():
+            total[name] = total.get(name, 0.0) + quantity(value)
+    return total
 
 
 def pod_state(meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[str, Any]) -> PodState:
@@ -125,7 +137,9 @@ def pod_state(meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[
         gated=bool(spec.get("schedulingGates")),
         waiting=waiting,
         restarts=sum(int(c.get("restartCount") or 0) for c in statuses),
-        last_exit=_last_exit(statuses),
+        last_exit=_last_exit(statuses)[0],
+        last_exit_at=_last_exit(statuses)[1],
+        limits=_limits(list(spec.get("containers") or [])),
         requests=_requests(list(spec.get("containers") or [])),
         node_selector=dict(spec.get("nodeSelector") or {}),
         required_affinity=_affinity(spec),
@@ -151,6 +165,32 @@ def node_info(item: Mapping[str, Any], agent_condition: str = "OrphanedDStatePro
         agent=None if agent is None else (agent.get("status", ""), agent.get("message", ""),
                                           _time(agent.get("lastHeartbeatTime"))),
     )
+
+
+EVENTS = ResourceKind("", "v1", "Event", "events")
+
+
+def read_pod_events(api: ApiClient, reason: str, namespaces: Sequence[str] | None = None, *,
+                    page_size: int = 500) -> dict[str, list[str]]:
+    """Messages of the Events with `reason` (e.g. the node agent's OOMKillInPod), by pod uid, oldest first."""
+    scopes: Sequence[str | None] = namespaces if namespaces is not None else [None]
+    found: dict[str, list[tuple[str, str]]] = {}
+    for scope in scopes:
+        token: str | None = None
+        while True:
+            query: list[tuple[str, Any]] = [("limit", page_size), ("fieldSelector", f"reason={reason}")]
+            query += [("continue", token)] if token else []
+            body = json.loads(kubeapi.request(api, "GET", kubeapi.path(EVENTS, scope), query=query,
+                                              doing=f"list {reason} events").data)
+            for item in body.get("items") or []:
+                uid = (item.get("involvedObject") or {}).get("uid")
+                if uid:
+                    stamp = item.get("lastTimestamp") or item.get("eventTime") or ""
+                    found.setdefault(uid, []).append((stamp, item.get("message") or ""))
+            token = (body.get("metadata") or {}).get("continue")
+            if not token:
+                break
+    return {uid: [m for _, m in sorted(items)] for uid, items in found.items()}
 
 
 def read_nodes(api: ApiClient, *, page_size: int = 500) -> list[NodeInfo]:

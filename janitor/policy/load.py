@@ -420,12 +420,25 @@ def _pending(r: _Reader, node: Node, path: str) -> model.Pending | None:
     return model.Pending(after=after, include_gated=bool(gated)) if after is not None else None
 
 
+def _crash_loop(r: _Reader, node: Node, path: str) -> model.CrashLoop | None:
+    f = r.fields(node, path, ("restarts", "window"))
+    if f is None:
+        return None
+    default = model.CrashLoop()
+    restarts = r.number(f["restarts"], f"{path}.restarts", 1, 10_000) if "restarts" in f else default.restarts
+    window = r.duration(f["window"], f"{path}.window") if "window" in f else default.window
+    if restarts is None or window is None:
+        return None
+    return model.CrashLoop(restarts=int(restarts), window=window)
+
+
 # The tagged union's readers, by YAML key: a new trigger kind adds one entry here.
 _TRIGGER_READERS: dict[str, Callable[[_Reader, Node, str], model.Trigger | None]] = {
     model.IdleGpu.key: _idle_gpu,
     model.IdleCpu.key: _idle_cpu,
     model.Pending.key: _pending,
     model.Terminating.key: _terminating,
+    model.CrashLoop.key: _crash_loop,
 }
 
 

@@ -208,9 +208,19 @@ class Terminating:
     force_delete: bool = False
 
 
-Trigger = IdleGpu | IdleCpu | Pending | Terminating
-TRIGGER_KINDS: tuple[type[Trigger], ...] = (IdleGpu, IdleCpu, Pending, Terminating)
-T = TypeVar("T", IdleGpu, IdleCpu, Pending, Terminating)
+@dataclass(frozen=True, slots=True)
+class CrashLoop:
+    """A GPU workload whose every GPU pod restarted at least `restarts` times, the last time within
+    `window`: it holds GPUs while doing nothing but failing."""
+
+    key: ClassVar[str] = "crashLoop"
+    restarts: int = 5
+    window: _dt.timedelta = _dt.timedelta(hours=1)
+
+
+Trigger = IdleGpu | IdleCpu | Pending | Terminating | CrashLoop
+TRIGGER_KINDS: tuple[type[Trigger], ...] = (IdleGpu, IdleCpu, Pending, Terminating, CrashLoop)
+T = TypeVar("T", IdleGpu, IdleCpu, Pending, Terminating, CrashLoop)
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,7 +84,8 @@ def test_rbac_prints_role_and_binding_for_the_kinds(capsys: pytest.CaptureFixtur
     assert rules[(("",), ("configmaps",))] == ["get", "list", "delete", "patch", "create"]
     assert rules[(("batch",), ("jobs",))] == ["get", "list", "delete", "patch"]
     assert rules[(("kubeflow.org",), ("notebooks",))] == ["get", "list", "delete", "patch"]
-    assert rules[(("",), ("events",))] == ["create", "patch"]
+    assert rules[(("",), ("events",))] == ["create", "patch", "list"]  # list: the node agent's OOM Events
+    assert rules[(("",), ("nodes",))] == ["get", "list"]  # pending pods are judged against every node
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kube-idle-janitor", "namespace": "ops"}]
 
 
