@@ -269,7 +269,7 @@ class Janitor:
 
         tripped = decided.notices[0] if is_tripped(decided.ledger) and decided.notices else None
         report = admin_report(self.idle.stuck, self.idle.findings, self.idle.nodes,
-                              self.idle.gpu_pods_without_telemetry, tripped)
+                              self.idle.gpu_pods_without_telemetry, tripped, self.idle.ghost_gpus)
         self.last_admin_report = report
         if report.empty:
             return

@@ -32,6 +32,7 @@ class ShadowReport:
     namespaces: Mapping[str, NamespaceView] = field(default_factory=dict)  # by name, as read this cycle
     stuck: tuple[terminating.StuckPod, ...] = ()  # pods stuck Terminating under a `terminating` policy
     nodes: tuple[NodeInfo, ...] = ()  # read when a pending or terminating policy needs them
+    ghost_gpus: tuple[tuple[str, str, float], ...] = ()  # (node, gpu, MiB) in use with no pod mapped
 
 
 def prometheus_source(settings: Settings) -> PrometheusSource:
@@ -67,6 +68,9 @@ def idle_report(
         p.trigger(Pending) or p.trigger(Terminating) for p in policies) else []
     stuck = terminating.stuck_pods(pod_views, nodes, namespaces, policies, now,
                                    protected_namespaces=settings.rails.protected_namespaces)
+    ghosts = evidence.ghost_gpus(source, at=now, labels=source.config.label_map,
+                                 hostname_label=settings.hostname_label) if any(
+        p.trigger(Terminating) for p in policies) else None
     if any(p.trigger(CrashLoop) for p in policies):
         findings += crashloop.crash_findings(
             pod_views, namespaces, {o.ref.uid: o for o in owners}, policies, now,
@@ -85,7 +89,7 @@ def idle_report(
                    and not any(e.failed for e in gpu.values())]
     silent = tuple(sorted(f"{p.ref.namespace}/{p.ref.name} on {p.node}" for p in silent_pods))
     return ShadowReport(tuple(findings), failures, silent, tuple(p.node or "" for p in silent_pods), tuple(pod_views),
-                        namespaces, tuple(stuck), tuple(nodes))
+                        namespaces, tuple(stuck), tuple(nodes), ghosts or ())
 
 
 class PolicySet:

@@ -98,7 +98,8 @@ def render_dcgm(
             mem = min(100.0, float(util) * 0.4) if float(util) <= 100 else float(util)
             out["DCGM_FI_DEV_MEM_COPY_UTIL"].append(Sample("DCGM_FI_DEV_MEM_COPY_UTIL", labels, _d(mem)))
         busy = 0.0 if util == ABSENT else min(max(float(util), 0.0), 100.0)
-        fb = 0 if a.pod is None else CUDA_CONTEXT_MIB + int(busy * 300)
+        ghost = values.level(Kind.GHOST_GPU, (f"{node.name}/{a.device.index}",), now) if a.pod is None else 0
+        fb = (0 if ghost == ABSENT else int(ghost)) if a.pod is None else CUDA_CONTEXT_MIB + int(busy * 300)
         out["DCGM_FI_DEV_FB_USED"].append(Sample("DCGM_FI_DEV_FB_USED", labels, _d(fb)))
         if gr != ABSENT:
             out["DCGM_FI_PROF_GR_ENGINE_ACTIVE"].append(Sample("DCGM_FI_PROF_GR_ENGINE_ACTIVE", labels, _f(gr)))

@@ -55,6 +55,7 @@ class Kind(StrEnum):
     NODE_DSTATE = "node_dstate"  # (node,), processes in state D
     NODE_OOM_KILLS = "node_oom_kills"  # (node,), node_vmstat_oom_kill counter value
     TARGET_DOWN = "target_down"  # ("<exporter>/<node>",), 1 = the target fails its scrapes
+    GHOST_GPU = "ghost_gpu"  # ("<node>/<gpu index>",), MiB of GPU memory in use with no pod on the GPU
 
 
 DEFAULTS: Final[Mapping[Kind, float]] = {
@@ -64,6 +65,7 @@ DEFAULTS: Final[Mapping[Kind, float]] = {
     Kind.NODE_DSTATE: 0,
     Kind.NODE_OOM_KILLS: 0,
     Kind.TARGET_DOWN: 0,
+    Kind.GHOST_GPU: 0,
 }
 _POD_KINDS = frozenset({Kind.GPU_UTIL, Kind.GR_ENGINE_ACTIVE, Kind.CPU})
 
@@ -164,6 +166,10 @@ class ValueSetters:
 
     def set_node_oom_kills(self, node: str, n: Setting) -> None:
         self.set(Kind.NODE_OOM_KILLS, (node,), n)
+
+    def set_ghost_gpu(self, node: str, gpu: int, mib: Setting) -> None:
+        """Memory in use on a GPU no pod holds: a process of a deleted pod that did not let go."""
+        self.set(Kind.GHOST_GPU, (f"{node}/{gpu}",), mib)
 
     def set_target_down(self, exporter: str, node: str, down: bool = True) -> None:
         """Make one exporter of one node fail its scrapes (503, `up == 0`), or recover."""

@@ -235,3 +235,20 @@ def cpu_evidence(
     if evidence.failed:
         logger.warning("CPU evidence unavailable, nothing is judged on it: %s", evidence.failed)
     return evidence
+
+
+def ghost_gpus(source: PrometheusSource, *, at: datetime, labels: LabelMap,
+               hostname_label: str | None = None) -> tuple[tuple[str, str, float], ...] | None:
+    """GPUs with framebuffer memory in use and no pod mapped: (node, gpu, MiB), or None if unknown.
+
+    A process of a deleted pod that still holds a GPU shows exactly so; the admin report puts
+    them beside the node agent's leftovers on the same node. One instant query."""
+    host = hostname_label or labels.hostname
+    sel = selector("DCGM_FI_DEV_FB_USED", (Matcher(labels.pod, "", "="),), source.config.extra_matchers)
+    query = f"max by ({host}, gpu) ({sel}) > 0"
+    try:
+        result = source.instant(query, at)
+    except PrometheusError as error:
+        logger.warning("ghost GPU query failed: %s", error)
+        return None
+    return tuple(sorted((s.labels.get(host, ""), s.labels.get("gpu", ""), s.value) for s in result.series))

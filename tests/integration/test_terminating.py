@@ -7,6 +7,7 @@ Aspects covered:
 - a StatefulSet's pod is never force-deleted;
 - a pod whose node agent reported, after the deletion, that nothing of a deleted pod is stuck is
   force-deleted (grace 0) when the policy allows it;
+- a GPU with memory in use and no pod shows as a ghost GPU, beside the node agent's leftovers;
 - the admin report arrives as one Slack message to the admin channel with those sections, and is
   not repeated while nothing changes.
 """
@@ -19,6 +20,8 @@ from pathlib import Path
 
 from kubernetes import client
 
+from devenv.exporters.server import ValuesControl
+from devenv.exporters.values import Kind
 from devenv.nodes import HOLD_TERMINATING
 from devenv.procs import wait_until
 from devenv.slack_standin import SlackStandInControl
@@ -28,6 +31,16 @@ from janitor.settings import Settings
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "node"
 _fake = runpy.run_path(str(FIXTURES / "fake_proc.py"))
+
+
+def _ghost_seen(prometheus_url: str) -> bool:
+    import json
+    import urllib.parse
+    import urllib.request
+
+    query = urllib.parse.urlencode({"query": 'DCGM_FI_DEV_FB_USED{Hostname="gpu-node-2",gpu="3"} > 0'})
+    with urllib.request.urlopen(f"{prometheus_url}/api/v1/query?{query}", timeout=10) as resp:
+        return bool(json.load(resp)["data"]["result"])
 
 
 def held_pod(core: client.CoreV1Api, namespace: str, name: str, node: str, finalizer: str | None = None) -> str:
@@ -74,6 +87,9 @@ def test_stuck_terminating_pods_reported_and_forced_only_on_evidence(
     time.sleep(2.5)  # all past their grace
     agent_scan(kube, tmp_path, "cpu-node-1")  # after the deletions: nothing of a deleted pod is stuck there
     agent_scan(kube, tmp_path, "gpu-node-2", stuck_uid)  # the dstate pod's process is stuck
+    ValuesControl(sandbox.exporters_url).set_ghost_gpu("gpu-node-2", 3, 30_000)  # ... and holds a GPU's memory
+    wait_until(lambda: _ghost_seen(sandbox.prometheus_url), timeout=30, what="Prometheus to scrape the ghost GPU")
+    time.sleep(2.5)  # the cycle queries at the apiserver's whole-second time: let a sample predate it
 
     policy = tmp_path / "stuck.yaml"
     policy.write_text(f"""policies:
@@ -97,12 +113,14 @@ def test_stuck_terminating_pods_reported_and_forced_only_on_evidence(
         assert "Pods stuck Terminating" in shown and "finalizers example.com/protect" in shown
         assert f"{namespace}/dstate" in shown and "drain and reboot gpu-node-2" in shown
         assert f"{namespace}/db-0" in shown and "Nodes with processes of deleted pods stuck in D state" in shown
+        assert "gpu-node-2 GPU 3: 30000 MiB in use, no pod on it; the node agent reports" in shown
         janitor.run_cycle()  # the force-deleted pod is resolved: the report changed, and is sent again
         assert len(slack.messages("C0ADMINS")) == 2 and f"{namespace}/clear" not in str(slack.messages("C0ADMINS")[1])
         janitor.run_cycle()
         assert len(slack.messages("C0ADMINS")) == 2  # nothing changed: not sent again
         assert {p.metadata.name for p in core.list_namespaced_pod(namespace).items} == {"finalized", "dstate", "db-0"}
     finally:
+        ValuesControl(sandbox.exporters_url).unset(Kind.GHOST_GPU, "gpu-node-2/3")
         agent_scan(kube, tmp_path, "gpu-node-2")
         for name in ("finalized", "dstate", "db-0"):
             core.patch_namespaced_pod(name, namespace, {"metadata": {"finalizers": None,

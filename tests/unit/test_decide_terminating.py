@@ -77,3 +77,12 @@ def test_admin_report_sections_and_stable_key() -> None:
                                     NOW + 5 * M), [], [node], ["team-a/nb on n2"], None)
     assert later.key == report.key and later.sections != report.sections
     assert admin_report([], [], [], [], None).empty
+
+
+def test_ghost_gpus_are_put_beside_the_node_agents_leftovers() -> None:
+    node = NodeInfo("n1", agent=agent("True", "1 tasks in D state from 1 deleted pods"))
+    report = admin_report([], [], [node], [], None, ghost_gpus=[("n1", "3", 30000.0), ("n2", "0", 512.0)])
+    [title, lines] = report.sections[-1]
+    assert title == "Ghost GPUs (memory in use, no pod)"
+    assert lines[0].startswith("n1 GPU 3: 30000 MiB in use, no pod on it; the node agent reports")
+    assert lines[1] == "n2 GPU 0: 512 MiB in use, no pod on it"
