@@ -5,7 +5,8 @@ Aspects covered:
   owner warned with the scheduler's message, and deleted at the deadline;
 - a Deployment whose image cannot be pulled goes the same way, ImagePullBackOff quoted;
 - a scheduling-gated pod (Kueue style) is left alone;
-- a pod asking for 16 GPUs on 4-GPU nodes is reported as never fitting on the first cycle.
+- a pod asking for 16 GPUs on 4-GPU nodes is reported as never fitting on the first cycle, to its
+  owner and in the admins' report.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def test_stuck_pending_workloads_go_through_the_lifecycle(
     janitor = Janitor(kube, Settings(
         namespaces=(namespace,), state_namespace=namespace, policy_paths=(str(policy),),
         prometheus_url=sandbox.prometheus_url, slack_token=sandbox.slack_token, slack_api_url=sandbox.slack_api_url,
-        lifecycle=LifecycleSettings(pace=datetime.timedelta(0))))
+        lifecycle=LifecycleSettings(pace=datetime.timedelta(0)), admin_channel="#gpu-admins"))
 
     def notes(kind: str, name: str) -> dict[str, str]:
         if kind == "job":
@@ -106,6 +107,8 @@ def test_stuck_pending_workloads_go_through_the_lifecycle(
     assert a.POLICY not in notes("job", "queued") and a.POLICY not in notes("deployment", "pull-stuck")
     texts = " ".join(str(r.params) for r in slack.requests("chat.postMessage"))
     assert "huge" in texts and "asks 16" in texts and "stuck Pending" in texts
+    [admins] = slack.messages("C0ADMINS")  # and the admins see it in their report
+    assert "Workloads that can never fit" in str(admins.blocks) and f"Pod/{namespace}/huge" in str(admins.blocks)
 
     time.sleep(9)
     second = janitor.run_cycle()  # the never-fitting pod's deadline (6 s after the warning) has passed
