@@ -312,7 +312,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(report.plan_table(result.plan, dry_run=janitor.settings.rails.dry_run))
         failed = [r for r in result.results if str(r.outcome) in ("failed", "forbidden")]
         return 1 if failed else 0
-    daemon.run_forever(janitor, metrics_port=args.metrics_port)
+    elector = None
+    in_cluster = not (args.kubeconfig or os.environ.get("KUBECONFIG"))
+    if args.leader_elect if args.leader_elect is not None else in_cluster:
+        import socket
+
+        from janitor.leader import LeaseElector, LeaseSettings
+
+        duration = datetime.timedelta(seconds=args.lease_duration)
+        elector = LeaseElector(janitor.api, LeaseSettings(
+            namespace=janitor.settings.state_namespace, name=args.lease_name,
+            identity=os.environ.get("POD_NAME") or socket.gethostname(), lease_duration=duration,
+            renew_deadline=duration * 2 / 3, retry_period=duration / 7))
+    daemon.run_forever(janitor, metrics_port=args.metrics_port, elector=elector)
     return 0
 
 
@@ -589,6 +601,15 @@ read-only, and the narrow RBAC of manifests/ (list pods, get and patch-status no
     run.add_argument("--interval", type=float, default=60.0, help="seconds between cycles (%(default)s)")
     run.add_argument("--metrics-port", type=int, default=8080, help="/metrics and /healthz (%(default)s)")
     run.add_argument("--log-level", default="INFO")
+    leader = run.add_argument_group(
+        "leader election", "Run two replicas: the one holding a coordination.k8s.io Lease in the state namespace acts, "
+        "the other stands by and takes over within a lease duration of the leader dying (at once when it stops "
+        "cleanly). The leader stops writing as soon as it cannot prove it still holds the lease.")
+    leader.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=None,
+                        help="default: on in-cluster, off with a kubeconfig")
+    leader.add_argument("--lease-name", default="kube-idle-janitor", help="(%(default)s)")
+    leader.add_argument("--lease-duration", type=float, default=15.0,
+                        help="seconds; the leader fences itself after 2/3 of it without a renewal (%(default)s)")
     _add_cluster_options(run)
     _add_idle_options(run)  # with `run`, policies are re-read every cycle; findings go to logs and metrics
     _add_lifecycle_options(run)

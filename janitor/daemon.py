@@ -32,6 +32,7 @@ from janitor.decide.plan import gate, plan
 from janitor.decide.rails import is_tripped, record_deletions
 from janitor.observe import cluster
 from janitor import shadow_cycle
+from janitor.leader import LeaseElector
 from janitor.lifecycle_cycle import LifecycleRunner
 from janitor.policy.model import Policy
 from janitor.shadow_cycle import ShadowReport
@@ -84,6 +85,9 @@ class Janitor:
                                         admin_channel=settings.admin_channel)
         self._runner = LifecycleRunner(api, settings, self._kinds, self._slack)
         self._admin_sent: tuple[str, float] = ("", 0.0)  # the last admin report sent: its key and when
+        # Checked before every write: with leader election, "do we still hold the lease?"
+        self.fence: Callable[[], bool] = lambda: True
+        self._runner.fence = lambda: self.fence()
         self.last_admin_report = None
 
     def plan_now(self, progress: Callable[[str, int], None] | None = None) -> tuple[Plan, int]:
@@ -175,12 +179,17 @@ class Janitor:
         result = CycleResult(decided)
         try:
             for action in decided.actions:
+                if not self.fence():
+                    logger.warning("no longer the leader: stopping before %s; the new leader decides again",
+                                   action.target)
+                    break
                 outcome = self._apply(action, decided.now)
                 result.results.append(outcome)
                 audit(outcome.action, outcome=str(outcome.outcome), dry_run=dry_run, detail=outcome.detail)
                 self.telemetry.count(outcome.action, str(outcome.outcome))
         finally:
-            if not dry_run and not decided.ledger.unreadable:  # never overwrite what an admin must look at
+            if not dry_run and not decided.ledger.unreadable and self.fence():  # never overwrite what an admin
+                # must look at, nor what a new leader wrote
                 ledger = record_deletions(decided.ledger, result.deleted(), decided.now)
                 kube.write_ledger(self.api, self.settings.state_namespace, self.settings.state_name, ledger)
         for held in decided.held:
@@ -246,9 +255,16 @@ class Janitor:
         return kube.apply(self.api, again, kind=kind, dry_run=self.settings.rails.dry_run)
 
     def _run_lifecycle(self, decided: Plan, result: CycleResult) -> None:
+        if not self.fence():
+            logger.warning("no longer the leader: the lifecycle's writes and messages are left to the new leader")
+            return
         by_uid = {c.workload.uid: c for c in self.lifecycle.changes if c.step is lifecycle.Step.ACT}
         done = [(by_uid[r.action.target.uid], r) for r in result.results
                 if r.action.rule == lifecycle.RULE and r.action.target.uid in by_uid]
+        for change, result in done:
+            if result.outcome is kube.Outcome.DONE and change.notice is not None and change.action is not None:
+                self.telemetry.reclaimed_gpus.labels(policy=change.policy, action=str(change.action.type)).inc(
+                    change.notice.gpus)
         outcome = self._runner.run(self.lifecycle, done, self.policies, decided.now,
                                    {uid: o.annotations for uid, o in self._snapshot_by_uid.items()})
         self._fresh.clear()
@@ -318,13 +334,16 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
-def serve_health_and_metrics(janitor: Janitor, port: int, health: Callable[[], tuple[bool, str]]) -> threading.Thread:
-    """/metrics (Prometheus) and /healthz (200 while cycles succeed) on one port."""
+def serve_health_and_metrics(janitor: Janitor, port: int, health: Callable[[], tuple[bool, str]],
+                             ready: Callable[[], tuple[bool, str]] | None = None) -> threading.Thread:
+    """/metrics (Prometheus), /healthz (200 while cycles succeed) and /readyz (200 once the first
+    cycle, or the first stand-by check, is done) on one port."""
     metrics_app = make_wsgi_app(janitor.telemetry.registry)
 
     def app(environ, start_response):  # type: ignore[no-untyped-def]
-        if environ.get("PATH_INFO") == "/healthz":
-            ok, text = health()
+        path = environ.get("PATH_INFO")
+        if path in ("/healthz", "/readyz"):
+            ok, text = health() if path == "/healthz" or ready is None else ready()
             start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
             return [text.encode()]
         return metrics_app(environ, start_response)
@@ -335,42 +354,63 @@ def serve_health_and_metrics(janitor: Janitor, port: int, health: Callable[[], t
     return thread
 
 
-def run_forever(janitor: Janitor, *, metrics_port: int | None) -> None:
-    """Run a cycle every interval: never two at once, late runs coalesced, misfires logged."""
-    state = {"last_error": "", "last_success": 0.0}
+def run_forever(janitor: Janitor, *, metrics_port: int | None, elector: LeaseElector | None = None) -> None:
+    """Run a cycle every interval: never two at once, late runs coalesced, misfires logged.
+
+    With an `elector`, only the replica holding the lease runs cycles, and every write is fenced
+    on it; the other stands by, ready and healthy, and takes over when the lease is free."""
+    state: dict[str, object] = {"last_error": "", "last_success": 0.0, "ready": False}
     interval = janitor.settings.interval.total_seconds()
+    if elector is not None:
+        janitor.fence = elector.is_leader
+        elector.on_change = lambda held: janitor.telemetry.leader.set(1 if held else 0)
+        elector.start()
 
     def job() -> None:
+        if elector is not None and not elector.is_leader():
+            janitor.telemetry.leader.set(0)
+            state["ready"] = True
+            return
+        janitor.telemetry.leader.set(1)
         try:
             janitor.run_cycle()
             state["last_success"] = time.time()
             state["last_error"] = ""
         except Exception as e:
             janitor.telemetry.cycles.labels(result="error").inc()
+            janitor.telemetry.errors.labels(source=error_source(e)).inc()
             state["last_error"] = f"{type(e).__name__}: {e}"
             logger.exception("cycle failed")
+        state["ready"] = True
 
     def health() -> tuple[bool, str]:
-        age = time.time() - float(state["last_success"])
+        age = time.time() - float(state["last_success"])  # type: ignore[arg-type]
         if state["last_error"] and age > 3 * interval:
             return False, f"last cycle failed: {state['last_error']}"
+        if elector is not None and not elector.is_leader():
+            return True, "ok, standing by (another replica holds the lease)"
         return True, f"ok, last success {age:.0f}s ago" if state["last_success"] else "ok, starting"
+
+    def ready() -> tuple[bool, str]:
+        return (True, "ready") if state["ready"] else (False, "first cycle not done yet")
 
     def on_event(event: JobExecutionEvent) -> None:
         if event.code == EVENT_JOB_MISSED:
             logger.warning("a cycle was missed (the previous one ran late); the next runs as soon as possible")
 
     if metrics_port is not None:
-        serve_health_and_metrics(janitor, metrics_port, health)
+        serve_health_and_metrics(janitor, metrics_port, health, ready)
     scheduler = BlockingScheduler(timezone=datetime.timezone.utc)
     scheduler.add_listener(on_event, EVENT_JOB_ERROR | EVENT_JOB_MISSED)
     scheduler.add_job(job, "interval", seconds=interval, next_run_time=utc_now(), max_instances=1,
                       coalesce=True, misfire_grace_time=None, id="cycle")
+
     def stop(signum: int, frame: object) -> None:
         raise SystemExit(0)
 
     # SIGTERM (a pod being stopped) ends like Ctrl-C: the running cycle finishes its current
-    # actions, then the process exits; no deletion is cut off between its Event and its DELETE.
+    # action (each is fenced), then the lease is handed back and the process exits; no deletion is
+    # cut off between its Event and its DELETE.
     signal.signal(signal.SIGTERM, stop)
     logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per run is noise
     try:
@@ -378,3 +418,19 @@ def run_forever(janitor: Janitor, *, metrics_port: int | None) -> None:
     except (KeyboardInterrupt, SystemExit):
         logger.info("stopping: waiting for the running cycle to finish")
         scheduler.shutdown(wait=True)
+    finally:
+        if elector is not None:
+            elector.stop(release=True)
+
+
+def error_source(error: BaseException) -> str:
+    """Which dependency a failed cycle tripped on, for janitor_errors_total{source}."""
+    from janitor.observe.prometheus import PrometheusError
+
+    if isinstance(error, errors.KubeError):
+        return "kubernetes"
+    if isinstance(error, PrometheusError):
+        return "prometheus"
+    if type(error).__module__.startswith("slack_sdk"):
+        return "slack"
+    return "janitor"

@@ -65,6 +65,7 @@ class LifecycleRunner:
         self.settings = settings
         self.kinds = kinds
         self.slack = slack
+        self.fence: Callable[[], bool] = lambda: True  # False once another replica may be leader
         # uid -> the annotations the plan was made on, plus this cycle's own writes so far
         self._expected: dict[str, dict[str, str]] = {}
 
@@ -112,6 +113,9 @@ class LifecycleRunner:
         the decision read has changed (a controller only updated its status), the same decision
         holds and is written on the fresh resourceVersion; otherwise it waits for the next cycle."""
         ref = change.workload
+        if not self.fence():
+            out.failed.append(f"{change.step} {ref}: not written, no longer the leader")
+            return False
         patch = notes if notes is not None else change.annotations
         current = rv.get(ref.uid, resource_version)
         for attempt in range(2):
@@ -180,6 +184,8 @@ class LifecycleRunner:
             intent = lifecycle.intent_id(owner, now)
             outbox.add(Digest(owner, notices, intent, tuple(render_digest(notices, now))))
             by_intent[intent] = members
+        if not self.fence():  # the intents are on the workloads: the new leader sends (after asking Slack)
+            return
         results = outbox.flush(self.settings.send_budget.total_seconds())
         out.unsent += outbox.pending
         for result in results:

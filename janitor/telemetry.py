@@ -108,6 +108,12 @@ class Telemetry:
                                 ["result", "to"], registry=r)
         self.lifecycle_write_failures = Counter("janitor_lifecycle_write_failures",
                                                 "Marks and records that could not be written", registry=r)
+        self.leader = Gauge("janitor_leader", "1 while this replica holds the lease and acts", registry=r)
+        self.errors = Counter("janitor_errors", "Failed cycles, by the dependency that failed", ["source"], registry=r)
+        self.reclaimed_gpus = Counter("janitor_reclaimed_gpus", "GPUs freed by lifecycle actions, by policy and "
+                                      "action", ["policy", "action"], registry=r)
+        for source in ("kubernetes", "prometheus", "slack", "janitor"):
+            self.errors.labels(source=source)
         for reason in HoldReason:
             self.held.labels(reason=str(reason))
         for result in ("success", "error"):
@@ -126,6 +132,7 @@ class Telemetry:
         for node, n in Tally(silent_nodes).items():
             self.silent_gpu_pods.labels(node=node).set(n)
         self.evidence_failures.inc(failures)
+        self.errors.labels(source="prometheus").inc(failures)
 
     def observe_lifecycle(self, changes: Sequence[Any], sent: Sequence[Any], failed: Sequence[str],
                           marked: Mapping[str, int]) -> None:
@@ -139,7 +146,10 @@ class Telemetry:
         for result in sent:
             to = "admins" if result.delivery is not None and result.delivery.to_admins else "owner"
             self.messages.labels(result="delivered" if result.delivery else "failed", to=to).inc()
+            if result.delivery is None:
+                self.errors.labels(source="slack").inc()
         self.lifecycle_write_failures.inc(len(failed))
+        self.errors.labels(source="kubernetes").inc(len(failed))
 
     def observe_plan(self, plan: Plan, *, objects: int, skipped_kinds: int, tripped: bool,
                      skew: float | None) -> None:
