@@ -307,6 +307,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     telemetry.configure_logging(args.log_level, json_lines=not args.once)
     janitor = _janitor(args)
+    import logging
+
+    # Every setting once, at start (the Slack token is not in the repr), so a log shows what ran.
+    logging.getLogger("janitor").info("kube-idle-janitor %s starting with %r", __version__, janitor.settings)
     if args.once:
         result = janitor.run_cycle()
         print(report.plan_table(result.plan, dry_run=janitor.settings.rails.dry_run))

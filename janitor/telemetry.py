@@ -77,8 +77,8 @@ class Telemetry:
             "janitor_cycle_duration_seconds", "Time one cycle took", registry=r,
             buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300),
         )
-        self.actions = Counter("janitor_actions", "Actions applied, by type, rule and outcome",
-                               ["action", "rule", "outcome"], registry=r)
+        self.actions = Counter("janitor_actions", "Actions applied, by type, rule, policy ('' for TTL/expiry) "
+                               "and outcome", ["action", "rule", "policy", "outcome"], registry=r)
         self.held = Counter("janitor_deletions_held", "Deletions the rails held back, by reason",
                             ["reason"], registry=r)
         self.objects = Gauge("janitor_objects_seen", "Objects in the last snapshot", registry=r)
@@ -162,7 +162,8 @@ class Telemetry:
             self.skew.set(skew)
 
     def count(self, action: Action, outcome: str) -> None:
-        self.actions.labels(action=str(action.type), rule=action.rule, outcome=outcome).inc()
+        self.actions.labels(action=str(action.type), rule=action.rule, policy=action.evidence.get("policy", ""),
+                            outcome=outcome).inc()
 
 
 def counts(registry: CollectorRegistry) -> Mapping[str, float]:

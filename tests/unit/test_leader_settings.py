@@ -3,7 +3,8 @@
 Aspects covered:
 - the fence must close before anyone could take over: retry < renew deadline < lease duration;
   an identity is required;
-- a failed cycle is counted against the dependency that failed.
+- a failed cycle is counted against the dependency that failed;
+- the logged settings never contain the Slack token.
 """
 
 from __future__ import annotations
@@ -35,3 +36,10 @@ def test_fence_closes_before_the_lease_can_be_taken() -> None:
 ])
 def test_errors_are_counted_by_source(error: BaseException, source: str) -> None:
     assert error_source(error) == source
+
+
+def test_the_slack_token_never_shows_in_the_logged_settings() -> None:
+    from janitor.settings import Settings
+
+    shown = repr(Settings(slack_token="xoxb-1234-secret", admin_channel="#gpu-admins"))
+    assert "xoxb-1234-secret" not in shown and "#gpu-admins" in shown

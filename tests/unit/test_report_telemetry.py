@@ -76,7 +76,7 @@ def test_metrics_count_outcomes_with_bounded_labels() -> None:
     t.observe_plan(p, objects=4, skipped_kinds=1, tripped=False, skew=0.4)
     t.count(p.deletions()[0], "done")
     get = t.registry.get_sample_value
-    assert get("janitor_actions_total", {"action": "delete", "rule": "expires", "outcome": "done"}) == 1
+    assert get("janitor_actions_total", {"action": "delete", "rule": "expires", "policy": "", "outcome": "done"}) == 1
     assert get("janitor_deletions_held_total", {"reason": "cap"}) == 1
     assert get("janitor_deletions_held_total", {"reason": "tripwire"}) == 0
     assert get("janitor_kinds_skipped") == 1 and get("janitor_clock_skew_seconds") == 0.4
