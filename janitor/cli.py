@@ -603,7 +603,7 @@ read-only, and the narrow RBAC of manifests/ (list pods, get and patch-status no
     run.add_argument("--dry-run", action="store_true",
                      help="decide and validate against the apiserver (dryRun=All), change nothing")
     run.add_argument("--interval", type=float, default=60.0, help="seconds between cycles (%(default)s)")
-    run.add_argument("--metrics-port", type=int, default=8080, help="/metrics and /healthz (%(default)s)")
+    run.add_argument("--metrics-port", type=int, default=8080, help="/metrics, /healthz and /readyz (%(default)s)")
     run.add_argument("--log-level", default="INFO")
     leader = run.add_argument_group(
         "leader election", "Run two replicas: the one holding a coordination.k8s.io Lease in the state namespace acts, "
