@@ -17,6 +17,8 @@ Aspects covered:
     protected namespace (a ConfigMap in kube-system, the Namespace kube-public itself);
   - may force-delete a pod already Terminating, and delete its state ConfigMap;
   - cannot read Secrets (RBAC); may get/create/update its Lease, in its namespace only;
+- the janitor daemon itself, with that token, expires what users annotated, marks and warns about
+  a stuck Deployment and scales it to zero once marked, and nothing it does is refused;
 - the node agent's ServiceAccount may list pods, patch nodes/status and create Events, and
   cannot delete pods or read Secrets;
 - `janitor/expires: tomorrow` on a new ConfigMap is rejected at apply time for any user (the
@@ -453,3 +455,55 @@ def test_recording_rules_and_alerts_run_on_prometheus(installed: Installed, core
             assert set(series["metric"]) == {"exported_namespace", "exported_pod", "gpu", "Hostname"}
         else:
             _query(sandbox.prometheus_url, rule["expr"])  # parses and runs (empty is fine)
+
+
+def test_the_janitor_runs_its_lifecycle_under_its_service_account_and_the_guard(
+        installed: Installed, kube: client.ApiClient, sandbox, tmp_path, slack) -> None:
+    """The daemon itself, with the token of the manifests' ServiceAccount: it expires what users
+    annotated, marks a stuck Deployment (annotation writes pass the guard), warns its owner, and
+    scales it to zero once marked; nothing it does is refused."""
+    import datetime
+
+    from janitor.daemon import Janitor
+    from janitor.decide.lifecycle import LifecycleSettings
+    from janitor.settings import Settings
+
+    ns = installed.namespace
+    slack.add_user("alice@lab.example", "U0ALICE1", "alice")
+    client.BatchV1Api(kube).create_namespaced_job(ns, _job("old-sweep", PAST))
+    client.AppsV1Api(kube).create_namespaced_deployment(ns, client.V1Deployment(
+        metadata=client.V1ObjectMeta(name="too-big", annotations={"janitor/owner": "alice@lab.example"}),
+        spec=client.V1DeploymentSpec(replicas=1, selector=client.V1LabelSelector(match_labels={"app": "too-big"}),
+                                     template=client.V1PodTemplateSpec(
+                                         metadata=client.V1ObjectMeta(labels={"app": "too-big"}),
+                                         spec=client.V1PodSpec(containers=[client.V1Container(
+                                             name="main", image="x", resources=client.V1ResourceRequirements(
+                                                 limits={"nvidia.com/gpu": "16"}))])))))
+    wait_until(lambda: [p.status.phase for p in client.CoreV1Api(kube).list_namespaced_pod(
+        ns, label_selector="app=too-big").items] == ["Pending"], timeout=60, what="the too-big pod Pending")
+    policy = tmp_path / "stuck.yaml"
+    policy.write_text(f"""policies:
+- name: never-fits
+  mode: enforce
+  match: {{namespaces: {{include: ["{ns}"]}}, kinds: [Deployment]}}
+  triggers: {{pending: {{after: 1h}}}}
+  lifecycle: {{warnBefore: 3s, remindEvery: 0s, action: scale-to-zero}}
+""")
+    janitor = Janitor(installed.janitor, Settings(
+        namespaces=(ns,), state_namespace=NAMESPACE, policy_paths=(str(policy),),
+        prometheus_url=sandbox.prometheus_url, slack_token=sandbox.slack_token, slack_api_url=sandbox.slack_api_url,
+        lifecycle=LifecycleSettings(pace=datetime.timedelta(0))))
+    first = janitor.run_cycle()
+    outcomes = {r.action.target.name: str(r.outcome) for r in first.results}
+    assert outcomes["old-sweep"] == "done" and set(outcomes.values()) == {"done"}, outcomes  # nothing refused
+    notes = client.AppsV1Api(kube).read_namespaced_deployment("too-big", ns).metadata.annotations
+    assert notes["janitor/policy"] == "never-fits" and "janitor/warned-at" in notes
+    assert janitor.last_lifecycle.failed == []
+    deadline = datetime.datetime.strptime(notes["janitor/expires"], "%Y-%m-%dT%H:%M:%SZ").replace(
+        tzinfo=datetime.timezone.utc)
+    import time
+
+    time.sleep(max(0.0, deadline.timestamp() - time.time()) + 1.5)
+    second = janitor.run_cycle()
+    assert {r.action.target.name: str(r.outcome) for r in second.results} == {"too-big": "done"}
+    assert client.AppsV1Api(kube).read_namespaced_deployment("too-big", ns).spec.replicas == 0
