@@ -265,6 +265,7 @@ class Janitor:
             if result.outcome is kube.Outcome.DONE and change.notice is not None and change.action is not None:
                 self.telemetry.reclaimed_gpus.labels(policy=change.policy, action=str(change.action.type)).inc(
                     change.notice.gpus)
+                self.telemetry.reclaimed_gpu_hours.labels(policy=change.policy).inc(change.gpu_hours)
         outcome = self._runner.run(self.lifecycle, done, self.policies, decided.now,
                                    {uid: o.annotations for uid, o in self._snapshot_by_uid.items()})
         self._fresh.clear()

@@ -112,6 +112,9 @@ class Telemetry:
         self.errors = Counter("janitor_errors", "Failed cycles, by the dependency that failed", ["source"], registry=r)
         self.reclaimed_gpus = Counter("janitor_reclaimed_gpus", "GPUs freed by lifecycle actions, by policy and "
                                       "action", ["policy", "action"], registry=r)
+        self.reclaimed_gpu_hours = Counter("janitor_reclaimed_gpu_hours", "Idle GPU-hours proven on workloads the "
+                                           "lifecycle then reclaimed (GPUs x window), by policy", ["policy"],
+                                           registry=r)
         for source in ("kubernetes", "prometheus", "slack", "janitor"):
             self.errors.labels(source=source)
         for reason in HoldReason:

@@ -170,6 +170,7 @@ class Change:
     action: Action | None = None  # ACT: what goes through the rails
     intent: Intent | None = None  # RECOVER: the send to look for
     time_zone: str | None = None  # the namespace's own zone for working hours (janitor/time-zone)
+    gpu_hours: float = 0.0  # ACT: the idle GPU-hours the finding proved (GPUs x window), for the metric
 
 
 @dataclass(frozen=True)
@@ -487,7 +488,7 @@ def _marked(finding: IdleFinding, view: ObjectView, policy: Policy, mark: Mark, 
                         {"policy": policy.name, "trigger": finding.trigger})
         done = _notice(NoticeKind.DONE, finding, view, policy, now, None, mark)
         return Change(Step.ACT, ref, rv, policy.name, action.why, notice=replace(done, keep_command=""),
-                      deadline=deadline, action=action)
+                      deadline=deadline, action=action, gpu_hours=finding.reclaim_gpu_hours)
     every = policy.lifecycle.remind_every
     last = max(t for t in (mark.warned_at, mark.reminded_at) if t is not None)
     if every and now - last >= every and pace.allows(owner, now):

@@ -175,6 +175,11 @@ def test_idle_job_is_marked_warned_reminded_and_deleted_a_busy_one_never(
     assert jobs(kube, namespace) == {"busy-job"}
     assert "IdleReclaimed" in events(core, namespace, "idle-job")
     assert "deleted" in (slack.messages(channel)[-1].text + str(slack.messages(channel)[-1].blocks)).lower()
+    get = janitor.telemetry.registry.get_sample_value
+    assert get("janitor_reclaimed_gpus_total", {"policy": "idle-gpu", "action": "delete"}) == 1
+    assert get("janitor_reclaimed_gpu_hours_total", {"policy": "idle-gpu"}) == 2  # 1 GPU idle over the 2 h window
+    assert get("janitor_actions_total", {"action": "delete", "rule": "lifecycle", "policy": "idle-gpu",
+                                         "outcome": "done"}) == 1
     assert not any(k.startswith("janitor/") and k != "janitor/owner" for k in notes_of(kube, namespace, "busy-job"))
 
 
