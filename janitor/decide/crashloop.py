@@ -14,13 +14,12 @@ from __future__ import annotations
 import datetime
 from collections.abc import Mapping, Sequence
 
-from janitor import annotations
 from janitor.decide.evidence import PodKey
 from janitor.decide.idle import Idleness, Judgement
 from janitor.decide.model import NamespaceView, ObjectView, PodView
 from janitor.decide.owners import DEFAULT_OWNER_KEYS, find_owner
-from janitor.decide.shadow import EPOCH, IdleFinding
-from janitor.decide.workloads import CronJobMode, Workload, resolve
+from janitor.decide.shadow import IdleFinding
+from janitor.decide.workloads import CronJobMode, deciding_policy, group_by_workload, workload_view
 from janitor.policy.model import CrashLoop, Policy
 
 GIB = 2**30
@@ -62,28 +61,15 @@ def crash_findings(
     """One finding per GPU workload with at least one crash-looping pod."""
     if not any(p.trigger(CrashLoop) for p in policies):
         return []
-    index = dict(objects_by_uid)
-    for pod in pods:
-        index.setdefault(pod.ref.uid, ObjectView(pod.ref, pod.resource_version, pod.started or EPOCH,
-                                                 pod.annotations, pod.labels, pod.deleting, pod.controller))
-    groups: dict[str, tuple[Workload, list[PodView]]] = {}
-    for pod in pods:
-        if pod.gpus <= 0 or pod.deleting or pod.phase not in ("Running", "Pending") or (
-                pod.ref.namespace or "") in protected_namespaces:
-            continue
-        owner = resolve(index[pod.ref.uid], index, cronjob_mode=cronjob_mode)
-        if isinstance(owner, Workload):
-            groups.setdefault(owner.ref.uid, (owner, []))[1].append(pod)
+    groups = group_by_workload(pods, objects_by_uid, lambda pod: pod.gpus > 0 and not pod.deleting and pod.phase in (
+        "Running", "Pending") and (pod.ref.namespace or "") not in protected_namespaces, cronjob_mode=cronjob_mode)
     found = []
-    for workload, members in groups.values():
+    for workload, members in groups:
         namespace = workload.ref.namespace or ""
         ns_view = namespaces.get(namespace, NamespaceView(namespace))
-        policy = next((pol for pol in policies if pol.trigger(CrashLoop) is not None and all(
-            pol.match.matches(namespace=namespace, namespace_labels=ns_view.labels, kind=workload.ref.kind,
-                              pod_labels=p.labels) for p in members)), None)
-        view = index.get(workload.ref.uid)
-        if policy is None or (policy.lifecycle.honour_opt_out and view is not None and view.annotations.get(
-                annotations.OPT_OUT, "").strip().lower() == "true"):
+        view = workload_view(workload, members, objects_by_uid)
+        policy = deciding_policy(policies, CrashLoop, workload, members, ns_view, view)
+        if policy is None:
             continue
         trigger = policy.trigger(CrashLoop)
         assert trigger is not None

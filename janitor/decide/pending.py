@@ -18,13 +18,12 @@ import datetime
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from janitor import annotations
 from janitor.decide.evidence import PodKey
 from janitor.decide.idle import Idleness, Judgement
 from janitor.decide.model import NamespaceView, NodeInfo, ObjectView, PodView
 from janitor.decide.owners import DEFAULT_OWNER_KEYS, find_owner
-from janitor.decide.shadow import EPOCH, IdleFinding
-from janitor.decide.workloads import CronJobMode, Unknown, Workload, resolve
+from janitor.decide.shadow import IdleFinding
+from janitor.decide.workloads import CronJobMode, deciding_policy, group_by_workload, workload_view
 from janitor.policy.model import Pending, Policy
 
 # Resources whose shortage on *every* node means "never", not "not now".
@@ -109,10 +108,6 @@ def never_fits(pod: PodView, nodes: Sequence[NodeInfo]) -> str | None:
     return f"no node could ever run it: {shown}"
 
 
-def _opted_out(view: ObjectView | None) -> bool:
-    return view is not None and view.annotations.get(annotations.OPT_OUT, "").strip().lower() == "true"
-
-
 def pending_findings(
     pods: Sequence[PodView],
     namespaces: Mapping[str, NamespaceView],
@@ -128,31 +123,19 @@ def pending_findings(
     """One finding per workload with a Pending pod, under the first matching `pending` policy."""
     if not any(p.trigger(Pending) for p in policies):
         return []
-    index = dict(objects_by_uid)
-    for pod in pods:
-        index.setdefault(pod.ref.uid, ObjectView(pod.ref, pod.resource_version, pod.started or EPOCH,
-                                                 pod.annotations, pod.labels, pod.deleting, pod.controller))
-    groups: dict[str, tuple[Workload, list[PodView]]] = {}
-    for pod in pods:
-        if pod.phase not in ("Pending", "Running") or pod.deleting or (pod.ref.namespace or "") in protected_namespaces:
-            continue
-        owner = resolve(index[pod.ref.uid], index, cronjob_mode=cronjob_mode)
-        if isinstance(owner, Workload):
-            groups.setdefault(owner.ref.uid, (owner, []))[1].append(pod)
-        elif isinstance(owner, Unknown) and pod.phase == "Pending":
-            continue  # never acted on: the owner chain cannot be read
+    groups = group_by_workload(pods, objects_by_uid, lambda pod: pod.phase in ("Pending", "Running") and not
+                               pod.deleting and (pod.ref.namespace or "") not in protected_namespaces,
+                               cronjob_mode=cronjob_mode)
     found = []
-    for workload, members in groups.values():
+    for workload, members in groups:
         waiting = [p for p in members if p.phase == "Pending"]
         if not waiting:
             continue
         namespace = workload.ref.namespace or ""
         ns_view = namespaces.get(namespace, NamespaceView(namespace))
-        policy = next((pol for pol in policies if pol.trigger(Pending) is not None and all(
-            pol.match.matches(namespace=namespace, namespace_labels=ns_view.labels, kind=workload.ref.kind,
-                              pod_labels=p.labels) for p in members)), None)
-        view = index.get(workload.ref.uid)
-        if policy is None or (policy.lifecycle.honour_opt_out and _opted_out(view)):
+        view = workload_view(workload, members, objects_by_uid)
+        policy = deciding_policy(policies, Pending, workload, members, ns_view, view)
+        if policy is None:
             continue
         trigger = policy.trigger(Pending)
         assert trigger is not None

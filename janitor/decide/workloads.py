@@ -9,11 +9,16 @@ already being deleted makes the workload *unknown*, and unknown is never acted o
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import datetime
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from janitor.decide.model import ObjectRef, ObjectView
+from janitor.annotations import OPT_OUT
+from janitor.decide.model import NamespaceView, ObjectRef, ObjectView, PodView
+from janitor.policy.model import Policy
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)  # a pod not started yet
 
 # Tools that recreate what is deleted: acting on their objects only fights them.
 # (where, key, required value or None for any, the tool's name)
@@ -91,3 +96,45 @@ def resolve(
 
 def _chain_views(chain: list[ObjectRef], by_uid: Mapping[str, ObjectView], pod: ObjectView) -> list[ObjectView]:
     return [pod if ref.uid == pod.ref.uid else by_uid[ref.uid] for ref in chain]
+
+
+def group_by_workload(
+    pods: Sequence[PodView], objects_by_uid: Mapping[str, ObjectView], keep: Callable[[PodView], bool], *,
+    cronjob_mode: CronJobMode = CronJobMode.JOB,
+) -> list[tuple[Workload, list[PodView]]]:
+    """The kept pods grouped by the workload they resolve to; pods whose chain cannot be read
+    (unknown) or that are never candidates (DaemonSet) are left out."""
+    index = dict(objects_by_uid)
+    for pod in pods:
+        index.setdefault(pod.ref.uid, pod_as_object(pod))
+    groups: dict[str, tuple[Workload, list[PodView]]] = {}
+    for pod in pods:
+        if not keep(pod):
+            continue
+        owner = resolve(index[pod.ref.uid], index, cronjob_mode=cronjob_mode)
+        if isinstance(owner, Workload):
+            groups.setdefault(owner.ref.uid, (owner, []))[1].append(pod)
+    return list(groups.values())
+
+
+def pod_as_object(pod: PodView) -> ObjectView:
+    return ObjectView(pod.ref, pod.resource_version, pod.started or _EPOCH, pod.annotations, pod.labels,
+                      pod.deleting, pod.controller)
+
+
+def workload_view(workload: Workload, members: Sequence[PodView],
+                  objects_by_uid: Mapping[str, ObjectView]) -> ObjectView | None:
+    """The workload as read, or the pod itself for a bare pod (listed or not)."""
+    found = objects_by_uid.get(workload.ref.uid)
+    return found or next((pod_as_object(p) for p in members if p.ref.uid == workload.ref.uid), None)
+
+
+def deciding_policy(policies: Sequence[Policy], kind: type, workload: Workload, members: Sequence[PodView],
+                    namespace: NamespaceView, view: ObjectView | None) -> Policy | None:
+    """The first policy with a `kind` trigger whose match holds for every pod of the workload,
+    unless the workload opted out and that policy honours it."""
+    policy = next((p for p in policies if p.trigger(kind) is not None and all(
+        p.match.matches(namespace=namespace.name, namespace_labels=namespace.labels, kind=workload.ref.kind,
+                        pod_labels=pod.labels) for pod in members)), None)
+    opted_out = view is not None and view.annotations.get(OPT_OUT, "").strip().lower() == "true"
+    return None if policy is None or (policy.lifecycle.honour_opt_out and opted_out) else policy
