@@ -265,7 +265,7 @@ def _cmd_keep(args: argparse.Namespace) -> int:
 def _cmd_node_agent(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client import CollectorRegistry
 
     from janitor import telemetry
     from janitor.node_agent.agent import AgentSettings, NodeAgent
@@ -288,7 +288,7 @@ def _cmd_node_agent(args: argparse.Namespace) -> int:
             print(f"oom: pod uid {kill.pod_uid}: {kill.new_kills} new kills ({kill.total} in all)")
         return 0
     if args.metrics_port:
-        start_http_server(args.metrics_port, registry=registry)
+        agent.serve(args.metrics_port)
     stopping = {"now": False}
 
     def stop(signum: int, frame: object) -> None:
@@ -578,7 +578,8 @@ read-only, and the narrow RBAC of manifests/ (list pods, get and patch-status no
     agent.add_argument("--sustain", type=int, default=3,
                        help="scans a task must stay in D before it counts (%(default)s)")
     agent.add_argument("--condition-type", default="OrphanedDStateProcesses", help="(%(default)s)")
-    agent.add_argument("--metrics-port", type=int, default=9101, help="/metrics (%(default)s; 0: none)")
+    agent.add_argument("--metrics-port", type=int, default=9101,
+                       help="/metrics and /healthz (%(default)s; 0: none)")
     agent.add_argument("--once", action="store_true", help="one scan, print what it found, exit")
     agent.add_argument("--log-level", default="INFO")
     agent.add_argument("--kubeconfig", help="default: $KUBECONFIG, else the in-cluster ServiceAccount")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime
 import logging
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -117,6 +118,38 @@ class NodeAgent:
         self.metrics.scan_seconds.labels(node=self.settings.node).observe(time.monotonic() - began)
         self.metrics.heartbeat.labels(node=self.settings.node).set(time.time())
         return report
+
+    def healthy(self) -> tuple[bool, str]:
+        """Alive while scans keep finishing: none for three intervals means the agent is stuck."""
+        last = self.registry.get_sample_value("janitor_node_agent_last_scan_timestamp_seconds",
+                                              {"node": self.settings.node})
+        if not last:
+            return True, "starting"
+        age = time.time() - last
+        limit = 3 * self.settings.interval.total_seconds() + 60
+        return (age < limit), f"last scan {age:.0f}s ago"
+
+    def serve(self, port: int) -> None:
+        """/metrics and /healthz on one port, in a background thread."""
+        from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+        from prometheus_client import make_wsgi_app
+
+        metrics = make_wsgi_app(self.registry)
+
+        def app(environ, start_response):  # type: ignore[no-untyped-def]
+            if environ.get("PATH_INFO") == "/healthz":
+                ok, text = self.healthy()
+                start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
+                return [text.encode()]
+            return metrics(environ, start_response)
+
+        class Quiet(WSGIRequestHandler):
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+                pass
+
+        server = make_server("0.0.0.0", port, app, handler_class=Quiet)
+        threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
 
     def run_forever(self, stop: Callable[[], bool] = lambda: False) -> None:
         while not stop():

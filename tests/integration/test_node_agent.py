@@ -7,6 +7,7 @@ Aspects covered:
   heartbeat moves every scan;
 - a new oom_kill in the pod cgroup's memory.events gives a Warning Event on that Pod, saying
   single processes were killed (memory.oom.group 0);
+- /healthz and /metrics (per node, the counts the scans caused) on one port;
 - the agent's ServiceAccount may not delete pods or read Secrets;
 - `janitor node-agent --once` runs the same scan from the command line.
 """
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import runpy
 import shutil
+import socket
+import urllib.request
 import subprocess
 import sys
 import time
@@ -53,6 +56,12 @@ def agent_api(kube: client.ApiClient, core: client.CoreV1Api, namespace: str, tm
     api.close()
     rbac_api.delete_cluster_role_binding(name)
     rbac_api.delete_cluster_role(name)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def pod_on_node(core: client.CoreV1Api, namespace: str, name: str, notes: dict[str, str] | None = None) -> str:
@@ -139,6 +148,15 @@ def test_leftover_d_state_and_oom_kills_reported_under_narrow_rbac(
     cleared = condition(core)
     assert cleared.status == "False" and cleared.last_heartbeat_time > heartbeat
     assert agent.registry.get_sample_value("janitor_node_leftover_tasks", {"node": NODE}) == 0
+
+    port = _free_port()
+    agent.serve(port)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as health:
+        assert health.status == 200 and health.read().startswith(b"last scan")
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as metrics:
+        text = metrics.read().decode()
+    assert f'janitor_node_leftover_tasks{{node="{NODE}"}} 0.0' in text
+    assert f'janitor_node_oom_kills_total{{kind="process",node="{NODE}"}} 1.0' in text
 
     with pytest.raises(ApiException) as denied:
         client.CoreV1Api(api).delete_namespaced_pod("oomy", namespace)
