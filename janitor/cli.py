@@ -337,6 +337,12 @@ def _cmd_rbac(args: argparse.Namespace) -> int:
 
     from janitor import rbac
 
+    if args.node_agent:
+        role = rbac.node_agent_role(name=args.name)
+        binding = rbac.cluster_role_binding(name=args.name, role=args.name, namespace=args.namespace,
+                                            service_account=args.service_account)
+        print(yaml.safe_dump_all([role, binding], sort_keys=False), end="")
+        return 0
     kinds = tuple(parse_kind(k.strip()) for k in args.kinds.split(",") if k.strip())
     role = rbac.cluster_role(kinds, name=args.name)
     binding = rbac.cluster_role_binding(name=args.name, role=args.name, namespace=args.namespace,
@@ -595,6 +601,9 @@ read-only, and the narrow RBAC of manifests/ (list pods, get and patch-status no
     rbac_cmd.add_argument("--name", default="kube-idle-janitor", help="ClusterRole and binding name (%(default)s)")
     rbac_cmd.add_argument("--namespace", default="kube-idle-janitor", help="the ServiceAccount's namespace (%(default)s)")
     rbac_cmd.add_argument("--service-account", default="kube-idle-janitor", help="(%(default)s)")
+    rbac_cmd.add_argument("--node-agent", action="store_true",
+                          help="the node agent's narrow role instead (list pods, get nodes, patch nodes/status, "
+                               "create events); give --name and --service-account for it")
     rbac_cmd.set_defaults(func=_cmd_rbac)
 
     run = commands.add_parser("run", help="run the janitor (a cycle every --interval, or --once)",

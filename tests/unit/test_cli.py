@@ -104,3 +104,15 @@ def test_idle_options_reach_the_settings() -> None:
     assert settings.extra_matchers == ('cluster="mn2"',)
     with pytest.raises(SystemExit, match="expected annotation:KEY or label:KEY"):
         cli._settings(cli.build_parser().parse_args(["plan", "--owner-key", "owner"]))
+
+
+def test_rbac_prints_the_node_agents_narrow_role(capsys) -> None:
+    import yaml
+
+    from janitor.cli import main
+
+    assert main(["rbac", "--node-agent", "--name", "agent", "--service-account", "agent"]) == 0
+    role, binding = yaml.safe_load_all(capsys.readouterr().out)
+    verbs = {r["resources"][0]: r["verbs"] for r in role["rules"]}
+    assert verbs == {"pods": ["list"], "nodes": ["get"], "nodes/status": ["patch"], "events": ["create"]}
+    assert binding["subjects"][0]["name"] == "agent"
