@@ -33,14 +33,15 @@ FIXTURES = Path(__file__).parents[1] / "fixtures" / "node"
 _fake = runpy.run_path(str(FIXTURES / "fake_proc.py"))
 
 
-def _ghost_seen(prometheus_url: str) -> bool:
+def _free_gpus(prometheus_url: str, node: str) -> dict[str, float]:
+    """GPU index -> FB_USED of the node's GPUs no pod holds, as Prometheus has them now."""
     import json
     import urllib.parse
     import urllib.request
 
-    query = urllib.parse.urlencode({"query": 'DCGM_FI_DEV_FB_USED{Hostname="gpu-node-2",gpu="3"} > 0'})
+    query = urllib.parse.urlencode({"query": f'DCGM_FI_DEV_FB_USED{{Hostname="{node}",exported_pod=""}}'})
     with urllib.request.urlopen(f"{prometheus_url}/api/v1/query?{query}", timeout=10) as resp:
-        return bool(json.load(resp)["data"]["result"])
+        return {r["metric"]["gpu"]: float(r["value"][1]) for r in json.load(resp)["data"]["result"]}
 
 
 def held_pod(core: client.CoreV1Api, namespace: str, name: str, node: str, finalizer: str | None = None) -> str:
@@ -87,8 +88,14 @@ def test_stuck_terminating_pods_reported_and_forced_only_on_evidence(
     time.sleep(2.5)  # all past their grace
     agent_scan(kube, tmp_path, "cpu-node-1")  # after the deletions: nothing of a deleted pod is stuck there
     agent_scan(kube, tmp_path, "gpu-node-2", stuck_uid)  # the dstate pod's process is stuck
-    ValuesControl(sandbox.exporters_url).set_ghost_gpu("gpu-node-2", 3, 30_000)  # ... and holds a GPU's memory
-    wait_until(lambda: _ghost_seen(sandbox.prometheus_url), timeout=30, what="Prometheus to scrape the ghost GPU")
+    ghost = sorted(_free_gpus(sandbox.prometheus_url, "gpu-node-2"))[-1]  # a GPU no pod holds ...
+    ValuesControl(sandbox.exporters_url).set_ghost_gpu("gpu-node-2", int(ghost), 30_000)  # ... holding memory
+    try:
+        wait_until(lambda: _free_gpus(sandbox.prometheus_url, "gpu-node-2").get(ghost) == 30_000, timeout=30,
+                   what="Prometheus to scrape the ghost GPU")
+    except BaseException:
+        ValuesControl(sandbox.exporters_url).unset(Kind.GHOST_GPU, f"gpu-node-2/{ghost}")
+        raise
     time.sleep(2.5)  # the cycle queries at the apiserver's whole-second time: let a sample predate it
 
     policy = tmp_path / "stuck.yaml"
@@ -113,14 +120,14 @@ def test_stuck_terminating_pods_reported_and_forced_only_on_evidence(
         assert "Pods stuck Terminating" in shown and "finalizers example.com/protect" in shown
         assert f"{namespace}/dstate" in shown and "drain and reboot gpu-node-2" in shown
         assert f"{namespace}/db-0" in shown and "Nodes with processes of deleted pods stuck in D state" in shown
-        assert "gpu-node-2 GPU 3: 30000 MiB in use, no pod on it; the node agent reports" in shown
+        assert f"gpu-node-2 GPU {ghost}: 30000 MiB in use, no pod on it; the node agent reports" in shown
         janitor.run_cycle()  # the force-deleted pod is resolved: the report changed, and is sent again
         assert len(slack.messages("C0ADMINS")) == 2 and f"{namespace}/clear" not in str(slack.messages("C0ADMINS")[1])
         janitor.run_cycle()
         assert len(slack.messages("C0ADMINS")) == 2  # nothing changed: not sent again
         assert {p.metadata.name for p in core.list_namespaced_pod(namespace).items} == {"finalized", "dstate", "db-0"}
     finally:
-        ValuesControl(sandbox.exporters_url).unset(Kind.GHOST_GPU, "gpu-node-2/3")
+        ValuesControl(sandbox.exporters_url).unset(Kind.GHOST_GPU, f"gpu-node-2/{ghost}")
         agent_scan(kube, tmp_path, "gpu-node-2")
         for name in ("finalized", "dstate", "db-0"):
             core.patch_namespaced_pod(name, namespace, {"metadata": {"finalizers": None,
