@@ -70,7 +70,21 @@ def test_stuck_terminating_pods_reported_and_forced_only_on_evidence(
         kube, core: client.CoreV1Api, namespace: str, sandbox, tmp_path: Path, slack: SlackStandInControl) -> None:
     held_pod(core, namespace, "finalized", "cpu-node-1", finalizer="example.com/protect")
     held_pod(core, namespace, "clear", "cpu-node-1")
-    stuck_uid = held_pod(core, namespace, "dstate", "gpu-node-2")
+    # A GPU no pod holds (earlier tests' pods may still be going away): the ghost goes there, and
+    # the pod whose process is stuck sits on the same node, so the report can put them together.
+    free: dict[str, str] = {}
+
+    def a_free_gpu() -> bool:
+        for node in ("gpu-node-2", "gpu-node-1"):
+            gpus = _free_gpus(sandbox.prometheus_url, node)
+            if gpus:
+                free.update(node=node, gpu=sorted(gpus)[-1])
+                return True
+        return False
+
+    wait_until(a_free_gpu, timeout=120, what="a GPU no pod holds")
+    gnode, ghost = free["node"], free["gpu"]
+    stuck_uid = held_pod(core, namespace, "dstate", gnode)
     client.AppsV1Api(kube).create_namespaced_stateful_set(namespace, client.V1StatefulSet(
         metadata=client.V1ObjectMeta(name="db"),
         spec=client.V1StatefulSetSpec(service_name="db", replicas=1,
@@ -87,14 +101,13 @@ def test_stuck_terminating_pods_reported_and_forced_only_on_evidence(
         core.delete_namespaced_pod(name, namespace, grace_period_seconds=1)
     time.sleep(2.5)  # all past their grace
     agent_scan(kube, tmp_path, "cpu-node-1")  # after the deletions: nothing of a deleted pod is stuck there
-    agent_scan(kube, tmp_path, "gpu-node-2", stuck_uid)  # the dstate pod's process is stuck
-    ghost = sorted(_free_gpus(sandbox.prometheus_url, "gpu-node-2"))[-1]  # a GPU no pod holds ...
-    ValuesControl(sandbox.exporters_url).set_ghost_gpu("gpu-node-2", int(ghost), 30_000)  # ... holding memory
+    agent_scan(kube, tmp_path, gnode, stuck_uid)  # the dstate pod's process is stuck
+    ValuesControl(sandbox.exporters_url).set_ghost_gpu(gnode, int(ghost), 30_000)  # ... and holds GPU memory
     try:
-        wait_until(lambda: _free_gpus(sandbox.prometheus_url, "gpu-node-2").get(ghost) == 30_000, timeout=30,
+        wait_until(lambda: _free_gpus(sandbox.prometheus_url, gnode).get(ghost) == 30_000, timeout=30,
                    what="Prometheus to scrape the ghost GPU")
     except BaseException:
-        ValuesControl(sandbox.exporters_url).unset(Kind.GHOST_GPU, f"gpu-node-2/{ghost}")
+        ValuesControl(sandbox.exporters_url).unset(Kind.GHOST_GPU, f"{gnode}/{ghost}")
         raise
     time.sleep(2.5)  # the cycle queries at the apiserver's whole-second time: let a sample predate it
 
@@ -118,17 +131,17 @@ def test_stuck_terminating_pods_reported_and_forced_only_on_evidence(
         [report] = slack.messages("C0ADMINS")
         shown = report.text + str(report.blocks)
         assert "Pods stuck Terminating" in shown and "finalizers example.com/protect" in shown
-        assert f"{namespace}/dstate" in shown and "drain and reboot gpu-node-2" in shown
+        assert f"{namespace}/dstate" in shown and f"drain and reboot {gnode}" in shown
         assert f"{namespace}/db-0" in shown and "Nodes with processes of deleted pods stuck in D state" in shown
-        assert f"gpu-node-2 GPU {ghost}: 30000 MiB in use, no pod on it; the node agent reports" in shown
+        assert f"{gnode} GPU {ghost}: 30000 MiB in use, no pod on it; the node agent reports" in shown
         janitor.run_cycle()  # the force-deleted pod is resolved: the report changed, and is sent again
         assert len(slack.messages("C0ADMINS")) == 2 and f"{namespace}/clear" not in str(slack.messages("C0ADMINS")[1])
         janitor.run_cycle()
         assert len(slack.messages("C0ADMINS")) == 2  # nothing changed: not sent again
         assert {p.metadata.name for p in core.list_namespaced_pod(namespace).items} == {"finalized", "dstate", "db-0"}
     finally:
-        ValuesControl(sandbox.exporters_url).unset(Kind.GHOST_GPU, f"gpu-node-2/{ghost}")
-        agent_scan(kube, tmp_path, "gpu-node-2")
+        ValuesControl(sandbox.exporters_url).unset(Kind.GHOST_GPU, f"{gnode}/{ghost}")
+        agent_scan(kube, tmp_path, gnode)
         for name in ("finalized", "dstate", "db-0"):
             core.patch_namespaced_pod(name, namespace, {"metadata": {"finalizers": None,
                                                                      "annotations": {HOLD_TERMINATING: None}}})
