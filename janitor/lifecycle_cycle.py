@@ -194,7 +194,9 @@ class LifecycleRunner:
                 logger.warning("message to %s not delivered: %s", result.digest.owner, result.error)
                 continue
             for change in by_intent[result.digest.intent]:
-                if annotations.NOTICE in change.annotations:  # an intent to settle
+                # An intent to settle: only marks and notices carry one (an unmark may clear a stale one,
+                # and its "cancelled" note must not write warning records back onto the workload).
+                if change.step in (Step.MARK, Step.NOTIFY) and change.annotations.get(annotations.NOTICE):
                     self._write(change, change.resource_version, rv, out,
                                 notes=lifecycle.delivered(change, result.delivery, by_policy.get(change.policy)))
 
