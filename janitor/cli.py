@@ -339,12 +339,9 @@ def _cmd_rbac(args: argparse.Namespace) -> int:
 
     if args.node_agent:
         role = rbac.node_agent_role(name=args.name)
-        binding = rbac.cluster_role_binding(name=args.name, role=args.name, namespace=args.namespace,
-                                            service_account=args.service_account)
-        print(yaml.safe_dump_all([role, binding], sort_keys=False), end="")
-        return 0
-    kinds = tuple(parse_kind(k.strip()) for k in args.kinds.split(",") if k.strip())
-    role = rbac.cluster_role(kinds, name=args.name)
+    else:
+        kinds = tuple(parse_kind(k.strip()) for k in args.kinds.split(",") if k.strip())
+        role = rbac.cluster_role(kinds, name=args.name)
     binding = rbac.cluster_role_binding(name=args.name, role=args.name, namespace=args.namespace,
                                         service_account=args.service_account)
     print(yaml.safe_dump_all([role, binding], sort_keys=False), end="")

@@ -88,7 +88,6 @@ class Janitor:
         # Checked before every write: with leader election, "do we still hold the lease?"
         self.fence: Callable[[], bool] = lambda: True
         self._runner.fence = lambda: self.fence()
-        self.last_admin_report = None
 
     def plan_now(self, progress: Callable[[str, int], None] | None = None) -> tuple[Plan, int]:
         """Observe and decide, changing nothing; also what `janitor plan` prints."""
@@ -273,6 +272,12 @@ class Janitor:
                          if annotations.POLICY in o.annotations)
         self.telemetry.observe_lifecycle(self.lifecycle.changes, outcome.sent, outcome.failed, marked)
         self.last_lifecycle = outcome
+        if outcome.written or outcome.sent or outcome.failed or outcome.recovered or outcome.unsent:
+            logger.info("lifecycle: %s written, %d digests sent (%d delivered), %d sends found on Slack after a "
+                        "restart, %d left for the next cycle, %d writes failed",
+                        dict(outcome.written) or "nothing", len(outcome.sent),
+                        sum(r.delivery is not None for r in outcome.sent), outcome.recovered, outcome.unsent,
+                        len(outcome.failed))
         self._admin_report(decided)
 
     def _admin_report(self, decided: Plan) -> None:
@@ -287,7 +292,6 @@ class Janitor:
         tripped = decided.notices[0] if is_tripped(decided.ledger) and decided.notices else None
         report = admin_report(self.idle.stuck, self.idle.findings, self.idle.nodes,
                               self.idle.gpu_pods_without_telemetry, tripped, self.idle.ghost_gpus)
-        self.last_admin_report = report
         if report.empty:
             return
         for title, lines in report.sections:

@@ -26,7 +26,7 @@ from janitor.decide.idle import Idleness
 from janitor.decide.lifecycle import Change, Step
 from janitor.decide.model import Action, ObjectView, ResourceKind
 from janitor.decide.owners import Owner
-from janitor.decide.workloads import Workload, resolve
+from janitor.decide.workloads import starting_pod
 from janitor.observe import cluster
 from janitor.policy.model import Policy
 from janitor.settings import Settings
@@ -210,16 +210,11 @@ class LifecycleRunner:
         if fresh is None:
             return None, "gone or recreated before acting"
         report = idle(action.target.namespace or "")
-        index = {**objects, fresh.ref.uid: fresh}
-        idle_trigger = action.evidence.get("trigger") != "pending"  # pending workloads are all starting pods
-        for pod in report.pods if idle_trigger else ():
-            if pod.phase in ("Running", "Succeeded", "Failed") or pod.deleting:
-                continue
-            owner = resolve(ObjectView(pod.ref, pod.resource_version, pod.started or now, pod.annotations,
-                                       pod.labels, pod.deleting, pod.controller), index,
-                            cronjob_mode=self.settings.cronjob_target)
-            if isinstance(owner, Workload) and owner.ref.uid == fresh.ref.uid:
-                return None, f"pod {pod.ref.name} is starting ({pod.phase}): in use again"
+        # A stuck-Pending workload is nothing but starting pods; for the other triggers one means "in use".
+        if action.evidence.get("trigger") != "pending":
+            starting = starting_pod(report.pods, fresh, objects, cronjob_mode=self.settings.cronjob_target)
+            if starting is not None:
+                return None, f"pod {starting.ref.name} is starting ({starting.phase}): in use again"
         findings = [f for f in report.findings if f.workload is not None and f.workload.uid == fresh.ref.uid]
         if not any(f.idleness is Idleness.IDLE for f in findings):
             why = findings[0].why if findings else "no enforcing policy covers it now"

@@ -18,12 +18,11 @@ from janitor.decide.evidence import CpuEvidence, GpuEvidence, PodKey
 from janitor.decide.idle import Idleness, Judgement, PodFacts, judge_cpu, judge_gpu, judge_workload
 from janitor.decide.model import NamespaceView, ObjectRef, ObjectView, PodView
 from janitor.decide.owners import DEFAULT_OWNER_KEYS, Owner, OwnerKind, find_owner
-from janitor.decide.workloads import CronJobMode, Unknown, Workload, resolve
+from janitor.decide.workloads import CronJobMode, Unknown, Workload, pod_as_object, resolve
 from janitor.policy.model import IdleCpu, IdleGpu, Mode, Policy
 
 GpuKey = tuple[str, datetime.timedelta]  # (signal, window)
 CpuKey = tuple[datetime.timedelta, tuple[str, ...]]  # (window, ignored containers)
-EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +48,6 @@ def gpu_evidence_needed(policies: Iterable[Policy]) -> set[GpuKey]:
 
 def cpu_evidence_needed(policies: Iterable[Policy]) -> set[CpuKey]:
     return {(t.window, tuple(sorted(t.ignore_containers))) for p in policies if (t := p.trigger(IdleCpu))}
-
-
-def _as_object(pod: PodView) -> ObjectView:
-    return ObjectView(pod.ref, pod.resource_version, pod.started or EPOCH, pod.annotations, pod.labels, pod.deleting,
-                      pod.controller)
 
 
 def _opted_out(workload: Workload | Unknown, index: Mapping[str, ObjectView]) -> bool:
@@ -85,12 +79,12 @@ def idle_findings(
     for every pod of the workload decides, and judges all of them: a workload is never judged on a
     subset of its pods. Precedence (docs/policies.md): a protected namespace is not evaluated at
     all, and an opted-out workload is not evaluated by a policy that honours the opt-out."""
-    index = {**objects_by_uid, **{p.ref.uid: _as_object(p) for p in pods}}
+    index = {**objects_by_uid, **{p.ref.uid: pod_as_object(p) for p in pods}}
     workloads: dict[str, tuple[Workload | Unknown, list[PodView]]] = {}
     for pod in pods:
         if pod.phase != "Running" or pod.deleting or (pod.ref.namespace or "") in protected_namespaces:
             continue
-        owner = resolve(_as_object(pod), index, cronjob_mode=cronjob_mode)
+        owner = resolve(pod_as_object(pod), index, cronjob_mode=cronjob_mode)
         if not isinstance(owner, (Workload, Unknown)):
             continue  # DaemonSet pods are never candidates
         key = owner.ref.uid if isinstance(owner, Workload) else f"unknown:{pod.ref.uid}"

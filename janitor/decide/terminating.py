@@ -36,14 +36,14 @@ class StuckPod:
     force: Action | None = None  # the force delete, where the policy allows it and the evidence holds
 
 
-def _holds(pod: PodView, node: NodeInfo | None) -> tuple[list[str], str]:
+def _holds(pod: PodView, node: NodeInfo | None, nodes_known: bool) -> tuple[list[str], str]:
     st = pod.state
     holds: list[str] = []
     remedy = ""
     if st.finalizers:
         holds.append(f"finalizers {', '.join(st.finalizers)}")
         remedy = "check the controllers of its finalizers; remove one only if its controller is gone"
-    if pod.node and node is None:
+    if pod.node and node is None and nodes_known:
         holds.append(f"its node {pod.node} is gone")
     elif node is not None and node.ready is False:
         holds.append(f"its node {node.name} is NotReady")
@@ -58,15 +58,16 @@ def _holds(pod: PodView, node: NodeInfo | None) -> tuple[list[str], str]:
     return holds, remedy
 
 
-def _force_evidence(pod: PodView, node: NodeInfo | None, since: datetime.datetime) -> str | None:
-    """Why a force delete is safe, or None. Only positive evidence counts."""
+def _force_evidence(pod: PodView, node: NodeInfo | None, since: datetime.datetime, nodes_known: bool) -> str | None:
+    """Why a force delete is safe, or None. Only positive evidence counts: a node missing from an
+    empty node list (nothing read) is no evidence that it was deleted."""
     if pod.state.finalizers:
         return None
     if pod.controller is not None and pod.controller.kind == "StatefulSet":
         return None  # a second copy with the same identity could start while the first still runs
     if node is not None and node.agent and node.agent[0] == "True" and pod.ref.uid in node.agent[1]:
         return None
-    if pod.node and node is None:
+    if pod.node and node is None and nodes_known:
         return f"its node {pod.node} was deleted"
     if node is not None and any(key == OUT_OF_SERVICE for key, _, _ in node.taints):
         return f"an admin tainted {node.name} {OUT_OF_SERVICE}"
@@ -98,9 +99,9 @@ def stuck_pods(pods: Sequence[PodView], nodes: Sequence[NodeInfo], namespaces: M
         if overdue < trigger.after:
             continue
         node = by_name.get(pod.node or "")
-        holds, remedy = _holds(pod, node)
+        holds, remedy = _holds(pod, node, bool(nodes))
         force = None
-        evidence = _force_evidence(pod, node, since) if trigger.force_delete else None
+        evidence = _force_evidence(pod, node, since, bool(nodes)) if trigger.force_delete else None
         if evidence:
             force = Action(ActionType.FORCE_DELETE, pod.ref, pod.resource_version, RULE, "ForceDeletedStuckPod",
                            f"Terminating since {since:%Y-%m-%dT%H:%M:%SZ} ({', '.join(holds)}); force deleted "

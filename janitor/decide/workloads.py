@@ -18,7 +18,7 @@ from janitor.annotations import OPT_OUT
 from janitor.decide.model import NamespaceView, ObjectRef, ObjectView, PodView
 from janitor.policy.model import Policy
 
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)  # a pod not started yet
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)  # a pod not started yet
 
 # Tools that recreate what is deleted: acting on their objects only fights them.
 # (where, key, required value or None for any, the tool's name)
@@ -118,8 +118,22 @@ def group_by_workload(
 
 
 def pod_as_object(pod: PodView) -> ObjectView:
-    return ObjectView(pod.ref, pod.resource_version, pod.started or _EPOCH, pod.annotations, pod.labels,
+    return ObjectView(pod.ref, pod.resource_version, pod.started or EPOCH, pod.annotations, pod.labels,
                       pod.deleting, pod.controller)
+
+
+def starting_pod(pods: Sequence[PodView], workload: ObjectView, objects_by_uid: Mapping[str, ObjectView], *,
+                 cronjob_mode: CronJobMode = CronJobMode.JOB) -> PodView | None:
+    """A pod of `workload` that is starting (not running or finished, not being deleted): the workload is in use
+    again, or about to be, whatever its running pods' history says."""
+    index = {**objects_by_uid, workload.ref.uid: workload}
+    for pod in pods:
+        if pod.phase in ("Running", "Succeeded", "Failed") or pod.deleting:
+            continue
+        owner = resolve(pod_as_object(pod), index, cronjob_mode=cronjob_mode)
+        if isinstance(owner, Workload) and owner.ref.uid == workload.ref.uid:
+            return pod
+    return None
 
 
 def workload_view(workload: Workload, members: Sequence[PodView],

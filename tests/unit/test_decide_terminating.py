@@ -40,13 +40,13 @@ def agent(status: str, message: str = "", at: datetime.datetime | None = NOW) ->
 
 
 @pytest.mark.parametrize(("the_pod", "nodes", "force", "held_by"), [
-    pytest.param(pod(), [], True, "its node n1 is gone", id="node-deleted"),
+    pytest.param(pod(), [NodeInfo("n2")], True, "its node n1 is gone", id="node-deleted"),
     pytest.param(pod(), [NodeInfo("n1", taints=((OUT_OF_SERVICE, "nodeshutdown", "NoExecute"),))], True,
                  "nothing the API shows", id="out-of-service"),
     pytest.param(pod(), [NodeInfo("n1", agent=agent("False"))], True, "nothing the API shows", id="agent-says-clear"),
     pytest.param(pod(), [NodeInfo("n1", agent=agent("False", at=DELETED - M))], False, "nothing", id="agent-too-old"),
     pytest.param(pod(), [NodeInfo("n1", ready=False)], False, "NotReady", id="silence"),
-    pytest.param(pod(controller="StatefulSet"), [], False, "gone", id="statefulset"),
+    pytest.param(pod(controller="StatefulSet"), [NodeInfo("n2")], False, "gone", id="statefulset"),
     pytest.param(pod(finalizers=["example.com/x"]), [], False, "finalizers example.com/x", id="finalizer"),
     pytest.param(pod(uid="u-stuck"), [NodeInfo("n1", agent=agent("True", "deleted pod uid u-stuck: process"))],
                  False, "processes stuck in D state", id="agent-reports-it"),
@@ -86,3 +86,11 @@ def test_ghost_gpus_are_put_beside_the_node_agents_leftovers() -> None:
     assert title == "Ghost GPUs (memory in use, no pod)"
     assert lines[0].startswith("n1 GPU 3: 30000 MiB in use, no pod on it; the node agent reports")
     assert lines[1] == "n2 GPU 0: 512 MiB in use, no pod on it"
+
+
+def test_an_empty_node_list_is_no_evidence_that_the_node_was_deleted() -> None:
+    [stuck] = stuck_pods([pod()], [], {}, [policy()], NOW)
+    assert stuck.force is None  # nothing read about nodes: the pod's node may well be there
+    assert not any("gone" in h for h in stuck.holds)
+    [other] = stuck_pods([pod()], [NodeInfo("n2")], {}, [policy()], NOW)
+    assert other.force is not None and "its node n1 was deleted" in other.force.why

@@ -97,3 +97,26 @@ def test_managed_by_markers(labels, annotations, expected) -> None:
     pod = obj("web-1-x", kind="Pod", owner=rs)
     result = resolve(pod, index(deploy, rs, pod))
     assert isinstance(result, Workload) and result.managed_by == expected
+
+
+def test_a_starting_pod_of_the_workload_is_found_and_others_are_not() -> None:
+    import uuid
+
+    from janitor.decide.model import ObjectRef, OwnerRef, PodView
+    from janitor.decide.workloads import starting_pod
+
+    deployment = obj("nb", kind="Deployment")
+    replicas = obj("nb-1", kind="ReplicaSet", owner=deployment)
+    other = obj("web", kind="Deployment")
+
+    def pod(owner, phase: str, deleting: bool = False) -> PodView:
+        return PodView(ObjectRef("Pod", "v1", "team-a", f"p-{uuid.uuid4().hex[:4]}", str(uuid.uuid4())), "1", {},
+                       OwnerRef(owner.ref.kind, owner.ref.api_version, owner.ref.name, owner.ref.uid), None, phase,
+                       None, 1, deleting=deleting)
+
+    objects = index(deployment, replicas, other)
+    starting = pod(replicas, "Pending")
+    assert starting_pod([pod(replicas, "Running"), starting], deployment, objects) == starting
+    assert starting_pod([pod(replicas, "Running"), pod(replicas, "Pending", deleting=True)], deployment,
+                        objects) is None
+    assert starting_pod([pod(other, "Pending")], deployment, objects) is None
