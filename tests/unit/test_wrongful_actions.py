@@ -1,0 +1,258 @@
+"""Actions the janitor must never take, each found by trying it as a careful admin would.
+
+Each test builds one small cluster, runs one cycle's decision on it and checks what a user would
+see: which objects are marked, warned, deleted or reclaimed, and under which policy.
+
+Aspects covered:
+- busy on one policy's signal beats idle on another's (an idle-CPU policy never reclaims a busy GPU);
+- an owner's keep-until never moves a deadline earlier than the one they were warned of;
+- a Deployment's janitor/ttl or janitor/expires copied onto its ReplicaSet is never acted on;
+- a restored or re-applied object's predecessor mark and warning are never acted on;
+- removing only janitor/policy never turns the janitor's deadline into a user expiry;
+- a policy whose action changed since the warning needs a new warning before acting;
+- the audit line names the policy that decided the action.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pytest
+from factories import NOW, ago
+
+# Each of these is a wrongful action the janitor took when this file was written; the fix removes this mark.
+pytestmark = pytest.mark.xfail(strict=True, reason="a wrongful action the janitor still takes")
+
+from janitor import annotations as a
+from janitor.decide.model import ContainerView, NamespaceView, ObjectRef, ObjectView, OwnerRef, PodView
+from janitor.policy.model import Action as PolicyAction
+from janitor.policy.model import IdleCpu, IdleGpu, Lifecycle, Mode, Policy
+
+H = datetime.timedelta(hours=1)
+NS = "ml"
+
+
+def t(when: datetime.datetime) -> str:
+    return a.format_expires(when)
+
+
+def view(name: str, kind: str, *, notes: Mapping[str, str] | None = None, owner: ObjectView | None = None,
+         created: datetime.datetime | None = None, uid: str | None = None) -> ObjectView:
+    api_version = {"Deployment": "apps/v1", "ReplicaSet": "apps/v1", "StatefulSet": "apps/v1",
+                   "Job": "batch/v1"}.get(kind, "v1")
+    return ObjectView(
+        ObjectRef(kind, api_version, NS, name, uid or str(uuid.uuid4())), "7", created or ago(hours=5),
+        annotations=dict(notes or {}),
+        controller=OwnerRef(owner.ref.kind, owner.ref.api_version, owner.ref.name, owner.ref.uid) if owner else None,
+        replicas=1 if kind in ("Deployment", "StatefulSet") else None,
+    )
+
+
+def gpu_pod(name: str, owner: ObjectView, *, gpus: int = 1, cpu_request: float = 32.0) -> PodView:
+    return PodView(
+        ObjectRef("Pod", "v1", NS, name, str(uuid.uuid4())), "1", {},
+        OwnerRef(owner.ref.kind, owner.ref.api_version, owner.ref.name, owner.ref.uid),
+        node="gpu-node-1", phase="Running", started=NOW - 5 * H, gpus=gpus,
+        containers=(ContainerView("main", cpu_request),),
+    )
+
+
+def gpu_policy(name: str = "idle-gpu", **lifecycle: object) -> Policy:
+    return Policy(name, (IdleGpu(window=2 * H),), mode=Mode.ENFORCE, lifecycle=Lifecycle(**lifecycle))
+
+
+def cpu_policy(name: str = "idle-cpu", **lifecycle: object) -> Policy:
+    return Policy(name, (IdleCpu(fraction_of_request=0.1, window=2 * H),), mode=Mode.ENFORCE,
+                  lifecycle=Lifecycle(**lifecycle))
+
+
+@dataclass(frozen=True)
+class Usage:
+    gpu_peak: float | None = None  # percent, per GPU of each pod
+    cpu_peak_cores: float | None = None
+
+
+@dataclass(frozen=True)
+class Decided:
+    """What one cycle decided, as a user sees it: writes and actions by object name."""
+
+    marked: frozenset[str]
+    warned: frozenset[str]  # a warning (not a reminder) goes out
+    unmarked: frozenset[str]  # mark records removed
+    acted: Mapping[str, tuple[str, str]]  # name -> (action type, policy)
+    deleted: frozenset[str]  # by the plain TTL/expiry path
+    deadlines: Mapping[str, str]  # name -> janitor/expires as written this cycle
+
+
+def decide(objects: Sequence[ObjectView], pods: Sequence[PodView], policies: Sequence[Policy],
+           usage: Usage = Usage(), now: datetime.datetime = NOW) -> Decided:
+    """One cycle's decision on this cluster, through the janitor's public deciding API."""
+    from janitor.decide.evidence import CpuEvidence, CpuUsage, EvidenceWindow, GpuEvidence, GpuSeries, PodKey
+    from janitor.decide.lifecycle import Step, plan_lifecycle
+    from janitor.decide.model import ActionType, ClusterSnapshot, SafetyLedger
+    from janitor.decide.plan import plan
+    from janitor.decide.rails import Caps, Rails
+    from janitor.decide.shadow import idle_findings
+
+    step = datetime.timedelta(seconds=15)
+    gpu, cpu = {}, {}
+    for p in policies:
+        if (g := p.trigger(IdleGpu)) is not None:
+            series = {PodKey(NS, pod.ref.name): tuple(GpuSeries(str(i), usage.gpu_peak, 480) for i in range(pod.gpus))
+                      for pod in pods} if usage.gpu_peak is not None else {}
+            gpu[(str(g.signal), g.window)] = GpuEvidence(EvidenceWindow(str(g.signal), g.window, step, now), series)
+        if (c := p.trigger(IdleCpu)) is not None:
+            usages = {PodKey(NS, pod.ref.name): CpuUsage(usage.cpu_peak_cores, 120)
+                      for pod in pods} if usage.cpu_peak_cores is not None else {}
+            cpu[(c.window, ())] = CpuEvidence(EvidenceWindow("cpu", c.window, datetime.timedelta(minutes=1), now),
+                                              usages)
+    namespaces = {NS: NamespaceView(NS)}
+    by_uid = {o.ref.uid: o for o in objects}
+    findings = idle_findings(pods, namespaces, by_uid, policies, gpu, cpu, now)
+    lifecycle = plan_lifecycle(findings, by_uid, policies, now, namespaces=namespaces)
+    rails = Rails(caps=Caps(1000, 1000, 1000, 1000))
+    decided = plan(ClusterSnapshot(tuple(objects), apiserver_time=now), SafetyLedger(), rails, local_now=now,
+                   reclaims=lifecycle.reclaims())
+    names = {o.ref.uid: o.ref.name for o in objects}
+    changes = lifecycle.changes
+    return Decided(
+        marked=frozenset(c.workload.name for c in changes if c.step is Step.MARK),
+        warned=frozenset(c.workload.name for c in changes
+                         if c.notice is not None and str(c.notice.kind) == "warning" and c.step is not Step.RECOVER),
+        unmarked=frozenset(c.workload.name for c in changes
+                           if c.annotations and a.POLICY in c.annotations and c.annotations[a.POLICY] is None),
+        acted={names[x.target.uid]: (str(x.type), x.evidence.get("policy", ""))
+               for x in decided.actions if x.rule == "lifecycle"},
+        deleted=frozenset(names[x.target.uid] for x in decided.actions
+                          if x.type is ActionType.DELETE and x.rule != "lifecycle"),
+        deadlines={c.workload.name: c.annotations[a.EXPIRES] for c in changes
+                   if c.annotations.get(a.EXPIRES) is not None},
+    )
+
+
+def mark(target: ObjectView | str, *, policy: str, marked_at: datetime.datetime, deadline: datetime.datetime,
+         warned_at: datetime.datetime | None, action: str = "delete",
+         warned_deadline: datetime.datetime | None = None) -> dict[str, str]:
+    """The annotations the janitor writes when it marks `target` and its warning is delivered."""
+    uid = target if isinstance(target, str) else target.ref.uid
+    notes = {a.POLICY: policy, a.EXPIRES: t(deadline), a.MARKED_AT: t(marked_at), a.REASON: "idle",
+             "janitor/marked-uid": uid}
+    if warned_at is not None:
+        notes |= {a.WARNED_AT: t(warned_at), a.WARNED_VIA: f"owner D0ALICE/{warned_at.timestamp():.6f}",
+                  "janitor/warned-of": f"{action} {t(warned_deadline or deadline)}"}
+    return notes
+
+
+def with_notes(target: ObjectView, notes: Mapping[str, str]) -> ObjectView:
+    return ObjectView(target.ref, target.resource_version, target.created, dict(notes), target.labels,
+                      target.deleting, target.controller, target.template_annotations, target.replicas)
+
+
+# -- busy beats idle ---------------------------------------------------------------------------------
+
+def test_a_busy_gpu_is_never_reclaimed_by_an_idle_cpu_policy() -> None:
+    """97 % GPU, 1.2 of 32 cores: the CPU policy would find it idle; the GPU finding vetoes."""
+    sts = view("trainer", "StatefulSet")
+    pods = [gpu_pod("trainer-0", sts)]
+    decided = decide([sts], pods, [gpu_policy(), cpu_policy()], Usage(gpu_peak=97.0, cpu_peak_cores=1.2))
+    assert decided.marked == frozenset() and decided.acted == {}
+
+    # The order of the policies does not matter.
+    decided = decide([sts], pods, [cpu_policy(), gpu_policy()], Usage(gpu_peak=97.0, cpu_peak_cores=1.2))
+    assert decided.marked == frozenset() and decided.acted == {}
+
+
+def test_a_busy_gpu_cancels_the_idle_cpu_policys_due_mark() -> None:
+    sts = view("trainer", "StatefulSet")
+    sts = with_notes(sts, mark(sts, policy="idle-cpu", marked_at=ago(hours=30), deadline=ago(hours=6),
+                               warned_at=ago(hours=30)))
+    decided = decide([sts], [gpu_pod("trainer-0", sts)], [gpu_policy(), cpu_policy()],
+                     Usage(gpu_peak=97.0, cpu_peak_cores=1.2))
+    assert decided.acted == {}
+    assert decided.unmarked == {"trainer"}
+
+
+# -- extensions ---------------------------------------------------------------------------------------
+
+def test_keep_until_never_moves_the_deadline_earlier_than_the_warning_said() -> None:
+    """Marked two days ago, warned late (23 h ago, 24 h grace): due in an hour. The owner asks for
+    three more days; the policy's cap (first mark + 1 day) lies in the past. Asking for time must
+    not get the workload reclaimed now."""
+    job = view("train", "Job")
+    notes = mark(job, policy="idle-gpu", marked_at=ago(hours=48), deadline=NOW + H, warned_at=ago(hours=23))
+    job = with_notes(job, notes | {a.KEEP_UNTIL: t(NOW + 72 * H)})
+    decided = decide([job], [gpu_pod("train-x", job)], [gpu_policy(max_extension=24 * H)], Usage(gpu_peak=0.0))
+    assert decided.acted == {}
+    assert a.parse_expires(decided.deadlines.get("train", t(NOW + H))) >= NOW + H
+
+
+# -- copies of annotations on other objects -------------------------------------------------------------
+
+@pytest.mark.parametrize("key,value", [(a.TTL, "1h"), (a.EXPIRES, t(ago(hours=1)))], ids=["ttl", "expires"])
+def test_a_deployments_annotation_copied_onto_its_replicaset_is_never_acted_on(key: str, value: str) -> None:
+    """The user removed it from their Deployment; the Deployment controller never removes the copy."""
+    deploy = view("web", "Deployment")
+    rs = view("web-7d9f", "ReplicaSet", notes={key: value}, owner=deploy, created=ago(hours=3))
+    decided = decide([deploy, rs], [], [])
+    assert "web-7d9f" not in decided.deleted
+
+
+def test_a_restored_objects_predecessor_mark_is_never_acted_on() -> None:
+    """Saved YAML of a marked and warned Job, applied again after the Job was deleted: a new object
+    (a new UID) carrying the old one's mark and warning records."""
+    predecessor = str(uuid.uuid4())
+    job = view("train", "Job")
+    job = with_notes(job, mark(predecessor, policy="idle-gpu", marked_at=ago(hours=30), deadline=ago(hours=6),
+                               warned_at=ago(hours=30)))
+    decided = decide([job], [gpu_pod("train-x", job)], [gpu_policy()], Usage(gpu_peak=0.0))
+    assert decided.acted == {}
+
+
+def test_removing_only_janitor_policy_never_makes_the_mark_a_user_expiry() -> None:
+    job = view("train", "Job")
+    notes = mark(job, policy="idle-gpu", marked_at=ago(hours=30), deadline=ago(hours=6), warned_at=ago(hours=30))
+    del notes[a.POLICY]
+    decided = decide([with_notes(job, notes)], [], [])
+    assert decided.deleted == frozenset()
+
+
+# -- a changed action needs a new warning ---------------------------------------------------------------
+
+def test_a_policy_whose_action_changed_since_the_warning_warns_again_before_acting() -> None:
+    """Warned: suspend at the deadline. The admin changed the policy to delete since."""
+    job = view("train", "Job")
+    job = with_notes(job, mark(job, policy="idle-gpu", marked_at=ago(hours=30), deadline=ago(hours=6),
+                               warned_at=ago(hours=30), action="suspend"))
+    decided = decide([job], [gpu_pod("train-x", job)], [gpu_policy(action=PolicyAction.DELETE)],
+                     Usage(gpu_peak=0.0))
+    assert decided.acted == {}
+    assert decided.warned == {"train"}
+
+
+# -- the audit line -----------------------------------------------------------------------------------
+
+def test_the_audit_line_names_the_policy_that_decided(caplog: pytest.LogCaptureFixture) -> None:
+    from janitor.decide.lifecycle import LifecycleSettings  # noqa: F401  (the lifecycle's action shape)
+    from janitor.telemetry import audit
+
+    job = view("train", "Job")
+    job = with_notes(job, mark(job, policy="idle-gpu", marked_at=ago(hours=30), deadline=ago(hours=6),
+                               warned_at=ago(hours=30)))
+    decided = decide([job], [gpu_pod("train-x", job)], [gpu_policy()], Usage(gpu_peak=0.0))
+    assert decided.acted == {"train": ("delete", "idle-gpu")}
+    action = _lifecycle_action(job)
+    with caplog.at_level(logging.INFO, logger="janitor.audit"):
+        audit(action, outcome="done", dry_run=False)
+    [record] = [r for r in caplog.records if r.name == "janitor.audit"]
+    assert record.policy == "idle-gpu"  # type: ignore[attr-defined]
+
+
+def _lifecycle_action(job: ObjectView):  # type: ignore[no-untyped-def]
+    from janitor.decide.model import Action, ActionType
+
+    return Action(ActionType.DELETE, job.ref, job.resource_version, "lifecycle", "IdleReclaimed", "idle",
+                  {"policy": "idle-gpu", "trigger": "idleGpu"})
