@@ -19,15 +19,18 @@ import json
 import sys
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass, field
 
 from kubernetes import client
 
 from devenv.procs import wait_until
 from devenv.sandbox import SLACK_TOKEN, Sandbox
 from janitor import annotations, report
-from janitor.daemon import Janitor
+from janitor import cycle as cycles
+from janitor.act.slack import Slack
 from janitor.decide.lifecycle import LifecycleSettings, Step
-from janitor.settings import Settings
+from janitor.decide.model import TriggerKind
+from janitor.settings import ClusterSettings, PrometheusSettings, Settings, SlackSettings
 
 NAMESPACE = "demo"
 
@@ -127,7 +130,16 @@ policies:
 """
 
 
-def janitor_demo(sandbox: Sandbox) -> Janitor:
+@dataclass
+class DemoJanitor:
+    """The janitor as the daemon runs it: its ports, its settings, and what one cycle leaves the next."""
+
+    ports: cycles.Ports
+    settings: Settings
+    memory: cycles.Memory = field(default_factory=cycles.Memory)
+
+
+def janitor_demo(sandbox: Sandbox) -> DemoJanitor:
     """Show `janitor plan` and one cycle on the demo namespace; return the janitor for more cycles."""
     create_expiring(sandbox.admin)
     assert sandbox.prometheus is not None and sandbox.slack is not None
@@ -135,28 +147,33 @@ def janitor_demo(sandbox: Sandbox) -> Janitor:
     policy = sandbox.run_dir / "demo-policies.yaml"
     policy.write_text(POLICY)
     print(f"\n$ cat {policy}\n{POLICY}")
-    janitor = Janitor(sandbox.admin, Settings(
-        namespaces=(NAMESPACE,), state_namespace=NAMESPACE, policy_paths=(str(policy),),
-        prometheus_url=sandbox.prometheus.url, scrape_interval=datetime.timedelta(seconds=2),
-        slack_token=SLACK_TOKEN, slack_api_url=sandbox.slack.base_url,
-        lifecycle=LifecycleSettings(pace=datetime.timedelta(0))))
-    decided, objects = janitor.plan_now()
-    print(f"$ janitor plan --namespaces {NAMESPACE} --policies {policy}   ({objects} objects read)")
-    print(report.plan_table(decided, dry_run=False))
-    if janitor.idle is not None:
-        print(report.idle_table(janitor.idle.findings, janitor.idle.evidence_failures))
+    settings = Settings(
+        cluster=ClusterSettings(namespaces=(NAMESPACE,), state_namespace=NAMESPACE),
+        prometheus=PrometheusSettings(url=sandbox.prometheus.url, scrape_interval=datetime.timedelta(seconds=2)),
+        slack=SlackSettings(token=SLACK_TOKEN, api_url=sandbox.slack.base_url),
+        lifecycle=LifecycleSettings(pace=datetime.timedelta(0)), policy_paths=(str(policy),))
+    janitor = DemoJanitor(cycles.Ports(sandbox.admin, Slack.connect(SLACK_TOKEN, base_url=sandbox.slack.base_url)),
+                          settings)
+    planned = cycles.plan_once(janitor.ports, settings)
+    print(f"$ janitor plan --namespaces {NAMESPACE} --policies {policy}   "
+          f"({len(planned.observation.objects)} objects read)")
+    print(report.plan_table(planned.plan, dry_run=False))
+    if planned.policies:
+        print(report.idle_table(planned.plan))
     cycle(janitor, sandbox)
     return janitor
 
 
-def cycle(janitor: Janitor, sandbox: Sandbox | None = None) -> None:
+def cycle(janitor: DemoJanitor, sandbox: Sandbox | None = None) -> None:
     """One janitor cycle, printed as what happened to which object and what Slack received."""
     seen = len(sandbox.slack.requests("chat.postMessage")) if sandbox and sandbox.slack else 0
-    result = janitor.run_cycle()
+    result = cycles.run_cycle(janitor.ports, janitor.settings, janitor.memory)
+    janitor.memory = result.memory
+    changes = result.plan.changes
     stamp = f"{result.plan.now:%H:%M:%S}"
     for r in result.results:
         print(f"{stamp} janitor: {r.action.type} {r.action.target}: {r.outcome} -- {r.action.why}", flush=True)
-    for change in janitor.lifecycle.changes:
+    for change in changes:
         if change.step not in (Step.WAIT, Step.ACT):
             print(f"{stamp} janitor: {change.step} {change.workload}: {change.why}", flush=True)
         elif change.step is Step.WAIT and change.deadline:
@@ -166,8 +183,9 @@ def cycle(janitor: Janitor, sandbox: Sandbox | None = None) -> None:
             if posted.error is None:
                 text = str(posted.params.get("text", ""))
                 print(f"{stamp} slack -> {posted.params.get('channel')}: {text[:300]}", flush=True)
-    if not result.results and not janitor.lifecycle.changes:
-        waiting = [v for v in result.plan.verdicts if v.deadline and v.deadline > result.plan.now]
-        nxt = min(waiting, key=lambda v: v.deadline, default=None)
-        hint = f"; next: {nxt.target} at {nxt.deadline:%H:%M:%S}" if nxt else ""
+    if not result.results and not changes:
+        waiting = [f for f in result.plan.findings
+                   if f.trigger is TriggerKind.EXPIRY and f.deadline and f.deadline > result.plan.now]
+        nxt = min(waiting, key=lambda f: f.deadline or result.plan.now, default=None)
+        hint = f"; next: {nxt.subject} at {nxt.deadline:%H:%M:%S}" if nxt and nxt.deadline else ""
         print(f"{stamp} janitor: nothing due{hint}", flush=True)

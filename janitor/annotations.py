@@ -40,30 +40,48 @@ Intentional differences, and why:
    guessing a zone or silently dropping precision (which could move an
    expiry earlier).
 
+The janitor's own mark is part of the same contract (`read_mark`, `Mark`, `Intent`, `Delivery`,
+`WarnedOf`): the deciding code reads it and the acting code writes it, so both use these values
+and neither parses the other's strings.
+
 Everything here is pure: no clock reads, standard library only.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import enum
 import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
 
 TTL = "janitor/ttl"  # users/CI: lifetime counted from creation, e.g. 8h; FOREVER = none
 EXPIRES = "janitor/expires"  # users/CI: absolute UTC time after which the object may be deleted
-POLICY = "janitor/policy"  # the janitor: the policy that marked it; beside EXPIRES, the mark is its own
-REASON = "janitor/reason"  # the janitor: why it marked the object, with the numbers
-WARNED_AT = "janitor/warned-at"  # the janitor: UTC time (format_expires) the warning was delivered
-WARNED_VIA = "janitor/warned-via"  # the janitor: where it went, "owner|admins <channel>/<Slack ts>"
-MARKED_AT = "janitor/marked-at"  # the janitor: when it first marked the object (extensions count from it)
-REMINDED_AT = "janitor/reminded-at"  # the janitor: UTC time the last reminder was delivered
-NOTICE = "janitor/notice"  # the janitor: a send in flight, "<kind> <intent id> <UTC time>", recorded before it
 KEEP_UNTIL = "janitor/keep-until"  # owners: never reclaim before this UTC time; unparseable = keep
 TIME_ZONE = "janitor/time-zone"  # admins, on a namespace: the IANA zone its working hours are counted in
-OPT_OUT = "janitor/opt-out"  # owners/admins: "true" = never act on this, where the policy honours it
+OPT_OUT = "janitor/opt-out"  # owners/admins, on an object or its namespace: "true" = never act on it
+OWNER = "janitor/owner"  # owners: who is warned (a Slack user, an e-mail or a channel)
+# The janitor's mark. Beside any of these, EXPIRES is the janitor's deadline, never a user's.
+POLICY = "janitor/policy"  # the policy that marked the object
+REASON = "janitor/reason"  # why it marked the object, with the numbers (words for people)
+MARKED_AT = "janitor/marked-at"  # when it first marked the object (extensions count from it)
+MARKED_UID = "janitor/marked-uid"  # the UID of the object the mark was written on: a copy elsewhere is not a mark
+NOTICE = "janitor/notice"  # a send in flight, "<kind> <intent id> <UTC time> [<action> <deadline>]", written before it
+WARNED_AT = "janitor/warned-at"  # UTC time (format_expires) the warning was delivered
+WARNED_VIA = "janitor/warned-via"  # where it went, "owner|admins <channel>/<Slack ts>"
+WARNED_OF = "janitor/warned-of"  # what the delivered warning said would happen: "<action> <deadline>"
+REMINDED_AT = "janitor/reminded-at"  # UTC time the last reminder was delivered
 REPORTED = "janitor/reported"  # the janitor: the mistakes on this object it already reported (one Event each)
 ACKNOWLEDGE_TRIPWIRE = "janitor/acknowledge-tripwire"  # admins, on the state ConfigMap: resume deletions
 NOTEBOOK_STOPPED = "kubeflow-resource-stopped"  # Kubeflow: the Notebook is stopped (the `stop` action sets it)
 FOREVER = "forever"  # TTL value meaning "no TTL" (matched case-insensitively, as kube-janitor)
+
+# Everything the janitor writes for a mark; removing them all is "unmark". keep-until is the owner's.
+MARK_KEYS: tuple[str, ...] = (EXPIRES, POLICY, REASON, MARKED_AT, MARKED_UID, NOTICE, WARNED_AT, WARNED_VIA,
+                              WARNED_OF, REMINDED_AT)
+# Written by the janitor only: any of them on an object makes its EXPIRES part of a mark.
+JANITOR_ONLY_KEYS: tuple[str, ...] = tuple(k for k in MARK_KEYS if k != EXPIRES)
 
 # Largest unit first: format_duration relies on this order.
 _UNIT_SECONDS = {"w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1}
@@ -80,6 +98,7 @@ _EXPIRES_FORMS = (
     "use 2019-02-25T09:26:14Z, 2019-02-25T09:26 or 2019-02-25 (UTC, no offset)"
 )
 _SECOND = _dt.timedelta(seconds=1)
+T = TypeVar("T")
 
 
 def _show(text: str) -> str:
@@ -115,9 +134,9 @@ def parse_expires(text: str) -> _dt.datetime:
     aware UTC datetime; ValueError, naming the valid forms, otherwise."""
     match = _EXPIRES_RE.fullmatch(text)
     if match is not None:
-        fields = [int(group) for group in match.groups(default="0")]
+        year, month, day, hour, minute, second = (int(group) for group in match.groups(default="0"))
         try:
-            return _dt.datetime(*fields, tzinfo=_dt.timezone.utc)
+            return _dt.datetime(year, month, day, hour, minute, second, tzinfo=_dt.timezone.utc)
         except ValueError:  # e.g. Feb 30, hour 24, second 60, year 0000
             pass
     raise ValueError(f"{_show(text)} is not a valid expiry time: {_EXPIRES_FORMS}")
@@ -158,4 +177,186 @@ def format_expires(when: _dt.datetime) -> str:
     return (
         f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}"
         f"T{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d}Z"
+    )
+
+
+def format_deadline(when: _dt.datetime) -> str:
+    """A deadline in kube-janitor's whole-second format, rounded *up*, so a written deadline is
+    never earlier than the one decided."""
+    if when.microsecond:
+        when = when.replace(microsecond=0) + _SECOND
+    return format_expires(when)
+
+
+def is_true(value: str | None) -> bool:
+    """How every `"true"` flag annotation reads (opt-out): case and surrounding spaces ignored."""
+    return value is not None and value.strip().lower() == "true"
+
+
+# -- the mark codec: what the janitor writes on a workload it marks, and reads back ------------------
+
+class NoticeKind(enum.StrEnum):
+    """What a message to an owner says: the kinds of notice, and of sends in flight."""
+
+    WARNING = "warning"  # marked: it will be reclaimed at the deadline unless used or kept
+    REMINDER = "reminder"  # still idle, the deadline is near
+    CANCELLED = "cancelled"  # in use again (or no longer covered): the mark is gone
+    DONE = "done"  # the action was taken
+
+
+def _time_of_ts(ts: str) -> _dt.datetime | None:
+    try:
+        return _dt.datetime.fromtimestamp(float(ts), _dt.timezone.utc)
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """Where a message went and Slack's timestamp for it (also its send time)."""
+
+    channel: str
+    ts: str
+    to_admins: bool = False  # the owner could not be reached; the admin channel got it instead
+
+    @property
+    def at(self) -> _dt.datetime:
+        at = _time_of_ts(self.ts)
+        if at is None:
+            raise ValueError(f"Slack timestamp {self.ts!r} is not a time")
+        return at
+
+    def __str__(self) -> str:
+        return f"{'admins' if self.to_admins else 'owner'} {self.channel}/{self.ts}"
+
+    @classmethod
+    def parse(cls, text: str) -> Delivery | None:
+        """The `__str__` form back; None if it is not one (then the delivery is unknown)."""
+        who, _, rest = text.strip().partition(" ")
+        channel, _, ts = rest.partition("/")
+        if who not in ("owner", "admins") or not channel or not ts or _time_of_ts(ts) is None:
+            return None
+        return cls(channel, ts, who == "admins")
+
+
+@dataclass(frozen=True, slots=True)
+class WarnedOf:
+    """What a delivered warning told its owner would happen, and when: acting needs exactly this."""
+
+    action: str  # the policy's action: delete | suspend | scale-to-zero | stop | report
+    deadline: _dt.datetime
+
+    def __str__(self) -> str:
+        return f"{self.action} {format_deadline(self.deadline)}"
+
+    @classmethod
+    def parse(cls, text: str) -> WarnedOf | None:
+        parts = text.split()
+        if len(parts) != 2 or not parts[0]:
+            return None
+        try:
+            return cls(parts[0], parse_expires(parts[1]))
+        except ValueError:
+            return None
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    """A send in flight, recorded before the message goes out; for a warning, what it says."""
+
+    kind: NoticeKind
+    id: str
+    at: _dt.datetime
+    warns_of: WarnedOf | None = None
+
+    def __str__(self) -> str:
+        text = f"{self.kind} {self.id} {format_deadline(self.at)}"
+        return f"{text} {self.warns_of}" if self.warns_of is not None else text
+
+    @classmethod
+    def parse(cls, text: str) -> Intent | None:
+        parts = text.split()
+        if len(parts) not in (3, 5):
+            return None
+        try:
+            kind, at = NoticeKind(parts[0]), parse_expires(parts[2])
+        except ValueError:
+            return None
+        warns_of = WarnedOf.parse(" ".join(parts[3:])) if len(parts) == 5 else None
+        if len(parts) == 5 and warns_of is None:
+            return None
+        return cls(kind, parts[1], at, warns_of)
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """The janitor's mark on an object, as read back from its annotations.
+
+    `uid` is the object the mark was written on: on any other object (a ReplicaSet the Deployment
+    controller copied it onto, a restored or re-applied object) it is a copy, never a mark.
+    `problems` lists what is missing or does not parse: such a mark is never acted on."""
+
+    uid: str | None
+    policy: str | None
+    deadline: _dt.datetime | None
+    marked_at: _dt.datetime | None
+    reason: str = ""
+    warned_at: _dt.datetime | None = None
+    warned_via: Delivery | None = None
+    warned_of: WarnedOf | None = None
+    reminded_at: _dt.datetime | None = None
+    intent: Intent | None = None
+    problems: tuple[str, ...] = ()
+
+    def belongs_to(self, uid: str) -> bool:
+        return self.uid == uid
+
+    @property
+    def warned(self) -> bool:
+        """A delivered warning is on record, with what it said."""
+        return self.warned_at is not None and self.warned_via is not None and self.warned_of is not None
+
+
+def carries_mark(notes: Mapping[str, str]) -> bool:
+    """Any janitor-only mark key is present: the object's EXPIRES (if any) is the janitor's."""
+    return any(key in notes for key in JANITOR_ONLY_KEYS)
+
+
+def read_mark(notes: Mapping[str, str]) -> Mark | None:
+    """The mark on an object, whole or partial; None if it carries none of the janitor's keys."""
+    if not carries_mark(notes):
+        return None
+    problems: list[str] = []
+
+    def time(key: str, *, required: bool = False) -> _dt.datetime | None:
+        text = notes.get(key)
+        if text is None:
+            if required:
+                problems.append(f"{key} missing")
+            return None
+        try:
+            return parse_expires(text)
+        except ValueError:
+            problems.append(f"{key}={_show(text)}")
+            return None
+
+    def parsed(key: str, parse: Callable[[str], T | None]) -> T | None:
+        text = notes.get(key)
+        value = parse(text) if text is not None else None
+        if text is not None and value is None:
+            problems.append(f"{key}={_show(text)}")
+        return value
+
+    for key in (POLICY, MARKED_UID):
+        if not notes.get(key):
+            problems.append(f"{key} missing")
+    warned = [k for k in (WARNED_AT, WARNED_VIA, WARNED_OF) if k in notes]
+    if warned and len(warned) != 3:
+        problems.append("warning record incomplete (" + ", ".join(warned) + " without the rest)")
+    return Mark(
+        uid=notes.get(MARKED_UID) or None, policy=notes.get(POLICY) or None,
+        deadline=time(EXPIRES, required=True), marked_at=time(MARKED_AT, required=True),
+        reason=notes.get(REASON, ""), warned_at=time(WARNED_AT), warned_via=parsed(WARNED_VIA, Delivery.parse),
+        warned_of=parsed(WARNED_OF, WarnedOf.parse), reminded_at=time(REMINDED_AT),
+        intent=parsed(NOTICE, Intent.parse), problems=tuple(problems),
     )

@@ -12,8 +12,17 @@ import os
 import sys
 from collections.abc import Sequence
 
-from janitor import __version__, annotations
-from janitor.settings import DEFAULT_KINDS, Settings, parse_kind
+from typing import TYPE_CHECKING
+
+from janitor import __version__, node_report
+from janitor import annotations as ann
+from janitor.settings import DEFAULT_KINDS, Settings, from_args, parse_kind
+from janitor.settings import DEFAULTS as D
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+    from janitor.cycle import Planned, Ports
 
 DESCRIPTION = """\
 kube-idle-janitor keeps shared GPU clusters clean. It deletes objects whose janitor/ttl or
@@ -77,65 +86,18 @@ def _cmd_annotation(args: argparse.Namespace) -> int:
 
 
 def _meaning(key: str, value: str) -> str:
-    if key == annotations.TTL:
-        ttl = annotations.parse_ttl(value)
+    if key == ann.TTL:
+        ttl = ann.parse_ttl(value)
         if ttl is None:
             return "never deleted for its age (forever)"
         return f"deleted once older than {ttl} ({int(ttl.total_seconds())} s after creation)"
-    if key == annotations.EXPIRES:
-        when = annotations.parse_expires(value)
-        return f"deleted after {when.isoformat()} ({annotations.format_expires(when)})"
-    raise ValueError(f"not an annotation users set; use {annotations.TTL} or {annotations.EXPIRES}")
+    if key == ann.EXPIRES:
+        when = ann.parse_expires(value)
+        return f"deleted after {when.isoformat()} ({ann.format_expires(when)})"
+    raise ValueError(f"not an annotation users set; use {ann.TTL} or {ann.EXPIRES}")
 
 
-def _settings(args: argparse.Namespace) -> Settings:
-    from janitor.decide.lifecycle import LifecycleSettings, MarkCaps
-    from janitor.decide.rails import Caps, Rails, Tripwire
-    from janitor.decide.workloads import CronJobMode
-
-    kinds = tuple(parse_kind(k.strip()) for k in args.kinds.split(",") if k.strip())
-    rails = Rails(
-        protected_namespaces=tuple(n.strip() for n in args.protected_namespaces.split(",") if n.strip()),
-        honour_opt_out=not args.ignore_opt_out,
-        caps=Caps(args.max_deletions_per_hour, args.max_deletions_per_day,
-                  args.max_deletions_per_namespace_per_hour, args.max_deletions_per_namespace_per_day),
-        tripwire=Tripwire(args.tripwire_fraction, args.tripwire_min_jump),
-        dry_run=getattr(args, "dry_run", False),
-        max_clock_skew=datetime.timedelta(seconds=args.max_clock_skew),
-    )
-    namespaces = tuple(n.strip() for n in args.namespaces.split(",") if n.strip()) or None
-    return Settings(kinds=kinds, rails=rails, state_namespace=args.state_namespace, namespaces=namespaces,
-                    policy_paths=tuple(getattr(args, "policies", None) or ()),
-                    prometheus_url=getattr(args, "prometheus_url", None) or os.environ.get("PROMETHEUS_URL"),
-                    dcgm_labels=getattr(args, "dcgm_labels", "servicemonitor"),
-                    hostname_label=getattr(args, "hostname_label", "Hostname"),
-                    scrape_interval=datetime.timedelta(seconds=getattr(args, "scrape_interval", 30.0)),
-                    extra_matchers=tuple(getattr(args, "prometheus_matcher", None) or ()),
-                    cronjob_target=CronJobMode(getattr(args, "cronjob_target", "job")),
-                    owner_keys=_owner_keys(getattr(args, "owner_key", None)),
-                    interval=datetime.timedelta(seconds=getattr(args, "interval", 60)),
-                    slack_token=getattr(args, "slack_token", None) or os.environ.get("SLACK_BOT_TOKEN") or None,
-                    slack_api_url=getattr(args, "slack_api_url", None) or os.environ.get("SLACK_API_URL") or None,
-                    admin_channel=getattr(args, "admin_channel", None),
-                    lifecycle=LifecycleSettings(
-                        pace=_duration(getattr(args, "message_pace", "1h"), "--message-pace"),
-                        caps=MarkCaps(getattr(args, "max_new_marks_per_cycle", 50),
-                                      getattr(args, "max_new_marks_per_owner", 10),
-                                      getattr(args, "max_new_marks_per_namespace", 20))),
-                    send_budget=datetime.timedelta(seconds=getattr(args, "slack_budget", 20.0)))
-
-
-def _duration(text: str, flag: str) -> datetime.timedelta:
-    try:
-        value = annotations.parse_ttl(text)
-    except ValueError as e:
-        raise SystemExit(f"{flag} {text!r}: {e}") from e
-    if value is None:
-        raise SystemExit(f"{flag} {text!r}: give a duration such as 30m or 1h")
-    return value
-
-
-def _api(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _api(args: argparse.Namespace) -> ApiClient:
     from kubernetes import client, config
 
     if args.kubeconfig or os.environ.get("KUBECONFIG"):
@@ -144,33 +106,48 @@ def _api(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return client.ApiClient()
 
 
-def _janitor(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from janitor.daemon import Janitor
+def _ports(args: argparse.Namespace, settings: Settings) -> Ports:
+    from janitor.act.slack import Slack
+    from janitor.cycle import Ports
 
-    return Janitor(_api(args), _settings(args))
+    slack = None
+    if settings.slack.token:
+        slack = Slack.connect(settings.slack.token, base_url=settings.slack.api_url,
+                              admin_channel=settings.slack.admin_channel)
+    return Ports(_api(args), slack)
 
 
 def _progress(kind: str, count: int) -> None:
     print(f"\rlisting {kind}: {count} objects ...".ljust(60), end="", file=sys.stderr, flush=True)
 
 
+def _plan(args: argparse.Namespace) -> tuple[Settings, Planned] | None:
+    """Observe and decide once; None (after printing them) when the policy files have errors."""
+    from janitor.cycle import plan_once
+
+    settings = from_args(args)
+    planned = plan_once(_ports(args, settings), settings, progress=_progress if sys.stderr.isatty() else None)
+    if sys.stderr.isatty():
+        print("\r".ljust(60), end="\r", file=sys.stderr)
+    for error in planned.memory.policy_errors:
+        print(error, file=sys.stderr)
+    return None if planned.memory.policy_errors else (settings, planned)
+
+
 def _cmd_plan(args: argparse.Namespace) -> int:
     from janitor import report
 
-    janitor = _janitor(args)
-    decided, objects = janitor.plan_now(progress=_progress if sys.stderr.isatty() else None)
-    if sys.stderr.isatty():
-        print("\r".ljust(60), end="\r", file=sys.stderr)
-    if _policy_errors(janitor):
+    done = _plan(args)
+    if done is None:
         return 1
-    print(report.plan_table(decided, dry_run=janitor.settings.rails.dry_run))
-    print(f"{objects} objects read.")
-    idle = janitor.idle
-    if idle is not None:
+    settings, planned = done
+    print(report.plan_table(planned.plan, dry_run=settings.rails.dry_run))
+    print(f"{len(planned.observation.objects)} objects read.")
+    if planned.policies:
         print()
-        print(report.idle_table(idle.findings, idle.evidence_failures, idle.gpu_pods_without_telemetry))
+        print(report.idle_table(planned.plan))
         print()
-        print(report.lifecycle_table(janitor.lifecycle.changes))
+        print(report.lifecycle_table(planned.plan.changes))
     return 0
 
 
@@ -182,35 +159,19 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         print("name the object as KIND/NAMESPACE/NAME (or KIND/NAME if cluster-scoped)", file=sys.stderr)
         return 2
     kind, namespace, name = (parts[0], None, parts[1]) if len(parts) == 2 else parts
-    janitor = _janitor(args)
-    decided, _ = janitor.plan_now()
-    if _policy_errors(janitor):
+    done = _plan(args)
+    if done is None:
         return 1
-    verdicts = [v for v in decided.verdicts if report.matches(v.target, kind, namespace, name)]
-    print(report.explain(decided, verdicts, args.object))
-    idle = janitor.idle
-    if idle is None:
-        return 0
-    findings = [f for f in idle.findings if f.workload and report.matches(f.workload, kind, namespace, name)]
-    print(report.explain_idle(findings, idle.evidence_failures))
-    changes = [c for c in janitor.lifecycle.changes if report.matches(c.workload, kind, namespace, name)]
-    for change in changes:
-        print(f"  lifecycle  {change.step}  policy {change.policy}: {change.why}")
+    _, planned = done
+    print(report.explain(planned.plan, kind, namespace, name, args.object))
     return 0
 
 
-def _policy_errors(janitor) -> bool:  # type: ignore[no-untyped-def]
-    """Print the policy files' errors; a one-shot command does not go on with a partial picture."""
-    for error in janitor.policy_errors:
-        print(error, file=sys.stderr)
-    return bool(janitor.policy_errors)
-
-
 def _cmd_unmark(args: argparse.Namespace) -> int:
-    from janitor.lifecycle_cycle import unmark
+    from janitor.cycle import unmark
 
-    janitor = _janitor(args)
-    done = unmark(janitor.api, janitor.settings, policy=args.policy, dry_run=args.dry_run)
+    settings = from_args(args)
+    done = unmark(_api(args), settings, policy=args.policy, dry_run=args.dry_run)
     for item in done:
         print(f"{item.ref}  policy {item.policy}: {item.result}")
     failed = [d for d in done if d.result.startswith("not removed")]
@@ -235,12 +196,12 @@ def _cmd_keep(args: argparse.Namespace) -> int:
         print(e, file=sys.stderr)
         return 2
     try:
-        relative = annotations.parse_ttl(args.until)
+        relative = ann.parse_ttl(args.until)
     except ValueError:
         relative = None
     try:
         now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
-        until = now + relative if relative else annotations.parse_expires(args.until)
+        until = now + relative if relative else ann.parse_expires(args.until)
     except ValueError:
         print(f"{args.until!r}: give a duration from now (3d, 12h) or a UTC time (2026-12-01T18:00:00Z)",
               file=sys.stderr)
@@ -252,11 +213,11 @@ def _cmd_keep(args: argparse.Namespace) -> int:
             print(f"{args.object} not found", file=sys.stderr)
             return 1
         kube.annotate(api, view.ref, view.resource_version,
-                      {annotations.KEEP_UNTIL: annotations.format_expires(until)}, kind=kind)
+                      {ann.KEEP_UNTIL: ann.format_expires(until)}, kind=kind)
     except errors.KubeError as e:
         print(f"{args.object}: {e}", file=sys.stderr)
         return 1
-    print(f"{args.object}: {annotations.KEEP_UNTIL}={annotations.format_expires(until)}. The janitor keeps it "
+    print(f"{args.object}: {ann.KEEP_UNTIL}={ann.format_expires(until)}. The janitor keeps it "
           "until then, at most its policy's maxExtension after it was first marked; janitor/expires shows the "
           "deadline in force after its next cycle.")
     return 0
@@ -303,32 +264,35 @@ def _cmd_node_agent(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from janitor import daemon, report, telemetry
-
-    telemetry.configure_logging(args.log_level, json_lines=not args.once)
-    janitor = _janitor(args)
     import logging
 
+    from janitor import cycle, daemon, report, telemetry
+
+    telemetry.configure_logging(args.log_level, json_lines=not args.once)
+    settings = from_args(args)
+    ports = _ports(args, settings)
     # Every setting once, at start (the Slack token is not in the repr), so a log shows what ran.
-    logging.getLogger("janitor").info("kube-idle-janitor %s starting with %r", __version__, janitor.settings)
+    logging.getLogger("janitor").info("kube-idle-janitor %s starting with %r", __version__, settings)
+    metrics = telemetry.Telemetry()
     if args.once:
-        result = janitor.run_cycle()
-        print(report.plan_table(result.plan, dry_run=janitor.settings.rails.dry_run))
+        result = cycle.run_cycle(ports, settings, cycle.Memory())
+        daemon.record(metrics, result)
+        print(report.plan_table(result.plan, dry_run=settings.rails.dry_run))
         failed = [r for r in result.results if str(r.outcome) in ("failed", "forbidden")]
         return 1 if failed else 0
     elector = None
     in_cluster = not (args.kubeconfig or os.environ.get("KUBECONFIG"))
-    if args.leader_elect if args.leader_elect is not None else in_cluster:
+    if settings.leader.elect if settings.leader.elect is not None else in_cluster:
         import socket
 
         from janitor.leader import LeaseElector, LeaseSettings
 
-        duration = datetime.timedelta(seconds=args.lease_duration)
-        elector = LeaseElector(janitor.api, LeaseSettings(
-            namespace=janitor.settings.state_namespace, name=args.lease_name,
+        duration = settings.leader.lease_duration
+        elector = LeaseElector(ports.api, LeaseSettings(
+            namespace=settings.cluster.state_namespace, name=settings.leader.lease_name,
             identity=os.environ.get("POD_NAME") or socket.gethostname(), lease_duration=duration,
             renew_deadline=duration * 2 / 3, retry_period=duration / 7))
-    daemon.run_forever(janitor, metrics_port=args.metrics_port, elector=elector)
+    daemon.run_forever(ports, settings, metrics, metrics_port=args.metrics_port, elector=elector)
     return 0
 
 
@@ -352,7 +316,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     """Validate policy files; print every error (stderr, exit 1) or the policies in match order."""
     from janitor.policy import load, model
 
-    loaded = load.from_paths(args.paths, parse_duration=annotations.parse_ttl)
+    loaded = load.from_paths(args.paths, parse_duration=ann.parse_ttl)
     for error in loaded.errors:
         print(error, file=sys.stderr)
     if loaded.errors:
@@ -360,7 +324,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         return 1
 
     def duration(delta: datetime.timedelta) -> str:
-        return annotations.format_duration(delta)
+        return ann.format_duration(delta)
 
     def trigger(t: model.Trigger) -> str:
         if isinstance(t, model.IdleGpu):
@@ -408,21 +372,26 @@ def _add_cluster_options(p: argparse.ArgumentParser) -> None:
                         "(default: %(default)s)")
     g.add_argument("--namespaces", default="",
                    help="only these namespaces, comma-separated (default: the whole cluster)")
-    g.add_argument("--protected-namespaces", default="kube-system,kube-public,kube-node-lease",
+    g.add_argument("--protected-namespaces", default=",".join(D.rails.protected_namespaces),
                    help="never touched (default: %(default)s)")
     g.add_argument("--ignore-opt-out", action="store_true",
-                   help=f"act even on objects annotated {annotations.OPT_OUT}: \"true\"")
-    g.add_argument("--max-deletions-per-hour", type=int, default=30, help="rolling hour, all namespaces (%(default)s)")
-    g.add_argument("--max-deletions-per-day", type=int, default=200, help="rolling day, all namespaces (%(default)s)")
-    g.add_argument("--max-deletions-per-namespace-per-hour", type=int, default=10, help="(%(default)s)")
-    g.add_argument("--max-deletions-per-namespace-per-day", type=int, default=50, help="(%(default)s)")
-    g.add_argument("--tripwire-fraction", type=float, default=0.5,
+                   help=f"act even on objects annotated {ann.OPT_OUT}: \"true\"")
+    caps = D.rails.caps
+    g.add_argument("--max-deletions-per-hour", type=int, default=caps.per_hour,
+                   help="rolling hour, all namespaces (%(default)s)")
+    g.add_argument("--max-deletions-per-day", type=int, default=caps.per_day,
+                   help="rolling day, all namespaces (%(default)s)")
+    g.add_argument("--max-deletions-per-namespace-per-hour", type=int, default=caps.per_namespace_per_hour,
+                   help="(%(default)s)")
+    g.add_argument("--max-deletions-per-namespace-per-day", type=int, default=caps.per_namespace_per_day,
+                   help="(%(default)s)")
+    g.add_argument("--tripwire-fraction", type=float, default=D.rails.tripwire.fraction,
                    help="stop all deletions when candidates grow by more than this fraction (%(default)s)")
-    g.add_argument("--tripwire-min-jump", type=int, default=20,
+    g.add_argument("--tripwire-min-jump", type=int, default=D.rails.tripwire.min_jump,
                    help="... and by at least this many objects (%(default)s)")
-    g.add_argument("--max-clock-skew", type=float, default=30.0,
+    g.add_argument("--max-clock-skew", type=float, default=D.rails.max_clock_skew.total_seconds(),
                    help="seconds our clock may differ from the apiserver's before deletions pause (%(default)s)")
-    g.add_argument("--state-namespace", default="kube-idle-janitor",
+    g.add_argument("--state-namespace", default=D.cluster.state_namespace,
                    help="namespace of the janitor-state ConfigMap (deletion ledger, tripwire) (%(default)s)")
 
 
@@ -431,15 +400,16 @@ def _add_idle_options(p: argparse.ArgumentParser) -> None:
     idle.add_argument("--policies", action="append", metavar="PATH",
                       help="policy file or directory (repeatable); adds the idle findings, with their evidence")
     idle.add_argument("--prometheus-url", help="default: $PROMETHEUS_URL")
-    idle.add_argument("--dcgm-labels", choices=("servicemonitor", "direct"), default="servicemonitor",
+    idle.add_argument("--dcgm-labels", choices=("servicemonitor", "direct"), default=D.prometheus.dcgm_labels,
                       help="servicemonitor: workload labels are exported_pod/exported_namespace (the "
                            "dcgm-exporter chart's default); direct: pod/namespace (%(default)s)")
-    idle.add_argument("--hostname-label", default="Hostname", help="Hostname, or hostname on newer dcgm-exporter")
-    idle.add_argument("--scrape-interval", type=float, default=30.0,
+    idle.add_argument("--hostname-label", default=D.prometheus.hostname_label,
+                      help="Hostname, or hostname on newer dcgm-exporter (%(default)s)")
+    idle.add_argument("--scrape-interval", type=float, default=D.prometheus.scrape_interval.total_seconds(),
                       help="seconds between dcgm-exporter samples, for coverage (%(default)s)")
     idle.add_argument("--prometheus-matcher", action="append", metavar='LABEL="VALUE"',
                       help='added to every query, e.g. cluster="mn2" (repeatable)')
-    idle.add_argument("--cronjob-target", choices=("job", "cronjob"), default="job",
+    idle.add_argument("--cronjob-target", choices=("job", "cronjob"), default=str(D.cluster.cronjob_target),
                       help="the workload of a CronJob's pods: this run's Job, or the CronJob (%(default)s)")
     idle.add_argument("--owner-key", action="append", metavar="annotation:KEY|label:KEY",
                       help="where owners are read, in order, on the workload then its namespace "
@@ -456,27 +426,15 @@ def _add_lifecycle_options(p: argparse.ArgumentParser) -> None:
     life.add_argument("--slack-api-url", help="Web API base URL (default: $SLACK_API_URL, else Slack's)")
     life.add_argument("--admin-channel", help="where warnings for owners that cannot be reached go, e.g. "
                                               "#gpu-admins (they count as delivered only where a policy says so)")
-    life.add_argument("--message-pace", default="1h",
+    life.add_argument("--message-pace", default=ann.format_duration(D.lifecycle.pace),
                       help="at most one warning or reminder per owner this often (%(default)s)")
-    life.add_argument("--max-new-marks-per-cycle", type=int, default=50, help="(%(default)s)")
-    life.add_argument("--max-new-marks-per-owner", type=int, default=10, help="per cycle (%(default)s)")
-    life.add_argument("--max-new-marks-per-namespace", type=int, default=20, help="per cycle (%(default)s)")
-    life.add_argument("--slack-budget", type=float, default=20.0,
+    marks = D.lifecycle.caps
+    life.add_argument("--max-new-marks-per-cycle", type=int, default=marks.per_cycle, help="(%(default)s)")
+    life.add_argument("--max-new-marks-per-owner", type=int, default=marks.per_owner, help="per cycle (%(default)s)")
+    life.add_argument("--max-new-marks-per-namespace", type=int, default=marks.per_namespace,
+                      help="per cycle (%(default)s)")
+    life.add_argument("--slack-budget", type=float, default=D.slack.send_budget.total_seconds(),
                       help="seconds of Slack sending per cycle; the rest goes next cycle (%(default)s)")
-
-
-def _owner_keys(values: list[str] | None) -> tuple[tuple[str, str], ...]:
-    from janitor.decide.owners import DEFAULT_OWNER_KEYS
-
-    if not values:
-        return DEFAULT_OWNER_KEYS
-    keys = []
-    for value in values:
-        where, sep, key = value.partition(":")
-        if not sep or where not in ("annotation", "label") or not key:
-            raise SystemExit(f"--owner-key {value!r}: expected annotation:KEY or label:KEY")
-        keys.append((where, key))
-    return tuple(keys)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -580,7 +538,7 @@ read-only, and the narrow RBAC of manifests/ (list pods, get and patch-status no
     agent.add_argument("--interval", type=float, default=30.0, help="seconds between scans (%(default)s)")
     agent.add_argument("--sustain", type=int, default=3,
                        help="scans a task must stay in D before it counts (%(default)s)")
-    agent.add_argument("--condition-type", default="OrphanedDStateProcesses", help="(%(default)s)")
+    agent.add_argument("--condition-type", default=node_report.CONDITION_TYPE, help="(%(default)s)")
     agent.add_argument("--metrics-port", type=int, default=9101,
                        help="/metrics and /healthz (%(default)s; 0: none)")
     agent.add_argument("--once", action="store_true", help="one scan, print what it found, exit")
@@ -609,7 +567,8 @@ read-only, and the narrow RBAC of manifests/ (list pods, get and patch-status no
     run.add_argument("--once", action="store_true", help="one cycle, print the plan, exit (1 if an action failed)")
     run.add_argument("--dry-run", action="store_true",
                      help="decide and validate against the apiserver (dryRun=All), change nothing")
-    run.add_argument("--interval", type=float, default=60.0, help="seconds between cycles (%(default)s)")
+    run.add_argument("--interval", type=float, default=D.interval.total_seconds(),
+                     help="seconds between cycles (%(default)s)")
     run.add_argument("--metrics-port", type=int, default=8080, help="/metrics, /healthz and /readyz (%(default)s)")
     run.add_argument("--log-level", default="INFO")
     leader = run.add_argument_group(
@@ -618,8 +577,8 @@ read-only, and the narrow RBAC of manifests/ (list pods, get and patch-status no
         "cleanly). The leader stops writing as soon as it cannot prove it still holds the lease.")
     leader.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=None,
                         help="default: on in-cluster, off with a kubeconfig")
-    leader.add_argument("--lease-name", default="kube-idle-janitor", help="(%(default)s)")
-    leader.add_argument("--lease-duration", type=float, default=15.0,
+    leader.add_argument("--lease-name", default=D.leader.lease_name, help="(%(default)s)")
+    leader.add_argument("--lease-duration", type=float, default=D.leader.lease_duration.total_seconds(),
                         help="seconds; the leader fences itself after 2/3 of it without a renewal (%(default)s)")
     _add_cluster_options(run)
     _add_idle_options(run)  # with `run`, policies are re-read every cycle; findings go to logs and metrics

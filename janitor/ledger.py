@@ -2,13 +2,13 @@
 
 `observe` reads the ledger and `act` writes it; they may not import each other, and both must
 agree on the format, so the format lives here, once, as pure functions (standard library only,
-no clock), like the annotation contract in `annotations.py`.
+no clock), like the annotation contract in `ann.py`.
 
 The ConfigMap (Settings.state_namespace/state_name) holds:
 - `data["ledger.json"]`: `{"version": 1, "deletions": [{"at": <ISO 8601 UTC>, "namespace": str |
   null}, ...], "previous_candidates": int | null, "tripped_at": <ISO 8601 UTC> | null}`, written by
   the janitor only;
-- annotation `janitor/acknowledge-tripwire` (annotations.ACKNOWLEDGE_TRIPWIRE), written by admins:
+- annotation `janitor/acknowledge-tripwire` (ann.ACKNOWLEDGE_TRIPWIRE), written by admins:
   when they acknowledged a trip, in the `janitor/expires` forms (2026-05-01T09:30:00Z,
   2026-05-01T09:30, 2026-05-01) or RFC 3339 with an offset (2026-05-01T11:30:00+02:00). The
   janitor never writes it, so the two writers never touch the same field.
@@ -20,7 +20,7 @@ import datetime
 import json
 from typing import Any
 
-from janitor import annotations
+from janitor import annotations as ann
 from janitor.decide.model import Deletion, SafetyLedger
 
 DATA_KEY = "ledger.json"
@@ -74,7 +74,7 @@ def parse_acknowledged(text: str) -> datetime.datetime:
     than guessed. Raises ValueError naming the accepted forms.
     """
     try:
-        return annotations.parse_expires(text)
+        return ann.parse_expires(text)
     except ValueError:
         pass
     try:

@@ -31,6 +31,10 @@ def cluster_role(kinds: Sequence[ResourceKind], *, name: str = "kube-idle-janito
     grant("", "configmaps", "get", "create", "patch")
     # Pending pods are judged against every node (could it ever fit?), and admin reports name nodes.
     grant("", "nodes", "get", "list")
+    # Every cycle reads namespaces (opt-outs, labels, time zones) and, with policies, pods; the
+    # re-check before acting reads them too. Read-only unless the kinds list says more.
+    grant("", "namespaces", "get", "list")
+    grant("", "pods", "get", "list")
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",

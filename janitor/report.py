@@ -1,34 +1,36 @@
-"""A plan as people read it: the table `janitor plan` prints and `janitor explain`'s verdicts.
+"""A plan as people read it: the tables `janitor plan` prints and what `janitor explain` says.
 
-The words are the planner's own (`Action.why`, `Verdict.why`), so the table, dry-run output,
-Events and the audit log never disagree about the reason.
+The words are the planner's own (each `Reason` rendered once), so the tables, dry-run output,
+Events, Slack and the audit log never disagree about why.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from janitor import annotations
+from janitor import annotations as ann
+from janitor.decide.lifecycle import Change
+from janitor.decide.model import ActionType, Finding, ObjectRef, State, TriggerKind
+from janitor.decide.plan import CyclePlan
+from janitor.decide.triggers.idle import reclaim_by
 
-from janitor.decide.model import ActionType, ObjectRef, Outcome, Plan, Verdict
-from janitor.decide.shadow import IdleFinding, reclaim_by
+_VERDICT_ORDER = {"idle": 0, "partially-idle": 1, "unknown": 2, "too-young": 3, "busy": 4}
 
 
 def table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     return "\n".join(
-        "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip()
+        "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in [header, *rows]
     )
 
 
-def plan_table(plan: Plan, *, dry_run: bool) -> str:
+def plan_table(plan: CyclePlan, *, dry_run: bool) -> str:
     rows = []
     for action in plan.actions:
         verb = action.type.value.upper()
-        rows.append([verb + (" (dry-run)" if dry_run else ""), str(action.target), action.rule, action.why])
+        rows.append([verb + (" (dry-run)" if dry_run else ""), str(action.target), action.rule, str(action.why)])
     for held in plan.held:
         rows.append([f"HOLD ({held.reason})", str(held.action.target), held.action.rule,
                      f"{held.action.why} -- {held.why}"])
@@ -39,13 +41,14 @@ def plan_table(plan: Plan, *, dry_run: bool) -> str:
     return "\n".join(lines)
 
 
-def summary(plan: Plan) -> str:
-    outcomes = Counter(v.outcome for v in plan.verdicts)
+def summary(plan: CyclePlan) -> str:
+    expiry = [f for f in plan.findings if f.trigger is TriggerKind.EXPIRY]
+    states = Counter(f.state for f in expiry)
     return (
-        f"{len(plan.deletions())} to delete, {len(plan.held)} held, "
+        f"{sum(a.type.deletes for a in plan.actions)} to delete or reclaim, {len(plan.held)} held, "
         f"{sum(a.type is ActionType.REPORT for a in plan.actions)} to report; "
-        f"verdicts: {outcomes[Outcome.DELETE]} expired, {outcomes[Outcome.KEEP]} kept, "
-        f"{outcomes[Outcome.SKIP]} skipped, {outcomes[Outcome.INVALID]} invalid "
+        f"verdicts: {states[State.FIRES]} expired, {states[State.CLEAR]} kept, "
+        f"{states[State.SKIPPED]} skipped, {states[State.INVALID]} invalid "
         f"(at {plan.now:%Y-%m-%d %H:%M:%SZ}, apiserver clock)"
     )
 
@@ -54,69 +57,76 @@ def matches(ref: ObjectRef, kind: str, namespace: str | None, name: str) -> bool
     return ref.kind.lower() == kind.lower() and ref.name == name and (ref.namespace or None) == (namespace or None)
 
 
-def explain(plan: Plan, verdicts: Iterable[Verdict], target: str) -> str:
-    """Every rule's verdict on one object, and what the rails do with it this cycle."""
-    verdicts = list(verdicts)
-    if not verdicts:
-        return f"{target}: no janitor rule applies (no {', '.join(('janitor/ttl', 'janitor/expires'))} annotation)"
-    ref = verdicts[0].target
+def explain(plan: CyclePlan, kind: str, namespace: str | None, name: str, target: str) -> str:
+    """Every rule's and every policy's verdict on one object, and what happens to it this cycle."""
+    found = [f for f in plan.findings if matches(f.subject, kind, namespace, name)]
+    changes = [c for c in plan.changes if matches(c.workload, kind, namespace, name)]
+    if not found and not changes:
+        return (f"{target}: no janitor rule applies (no {ann.TTL} or {ann.EXPIRES} annotation, and no policy "
+                "selects it)")
+    ref = (found[0].subject if found else changes[0].workload)
     lines = [f"{ref} (uid {ref.uid})"]
-    for v in verdicts:
-        deadline = f" [deadline {v.deadline:%Y-%m-%dT%H:%M:%SZ}]" if v.deadline else ""
-        lines.append(f"  {v.rule:<8} {v.outcome.upper():<8} {v.why}{deadline}")
+    for f in (f for f in found if f.trigger is TriggerKind.EXPIRY):
+        deadline = f" [deadline {f.deadline:%Y-%m-%dT%H:%M:%SZ}]" if f.deadline else ""
+        lines.append(f"  {f.rule:<8} {f.word.upper():<8} {f.why}{deadline}")
     for action in plan.actions:
         if action.target.uid == ref.uid:
             lines.append(f"  => {action.type.upper()} now: {action.why}")
     for held in plan.held:
         if held.action.target.uid == ref.uid:
-            lines.append(f"  => would DELETE, held ({held.reason}): {held.why}")
+            lines.append(f"  => would {held.action.type.upper()}, held ({held.reason}): {held.why}")
+    policies = [f for f in found if f.trigger is not TriggerKind.EXPIRY]
+    if policies:
+        lines.append(explain_findings(policies, plan.evidence_failures))
+    elif any(f.trigger is TriggerKind.EXPIRY for f in found):
+        lines.append("  policies: none selected this workload")
+    lines.extend(f"  lifecycle  {c.step}  policy {c.policy}: {c.why}" for c in changes)
     return "\n".join(lines)
 
 
-def idle_table(findings: Sequence[IdleFinding], failures: Sequence[str] = (), silent: Sequence[str] = ()) -> str:
-    """The shadow-mode report: every idle policy's verdict per workload, and what enforcing
-    would reclaim, in GPU-hours per policy and namespace."""
-    order = {"idle": 0, "partially-idle": 1, "unknown": 2, "too-young": 3, "busy": 4}
+def explain_findings(findings: Sequence[Finding], failures: Sequence[str] = ()) -> str:
+    """Each policy's verdict on one workload, pod by pod, with the evidence behind it."""
+    lines = []
+    for f in findings:
+        lines.append(f"  {f.trigger:<8} {f.word.upper():<8} policy {f.policy} ({f.source or 'no source'}, "
+                     f"{f.mode}): {f.why}")
+        lines.append(f"           owner: {f.owner} [{f.owner.source}]; GPUs held {f.gpus}, "
+                     f"would reclaim {f.reclaim_gpu_hours:g} GPU-hours")
+        for j in f.pods:
+            peaks = ", ".join(f"GPU {g} peak {'n/a' if v is None else f'{v:g}'}" for g, v in sorted(j.peaks.items()))
+            shown = str(j.why)
+            lines.append(f"           pod {j.pod.name}: {j.state} -- {shown}"
+                         + (f" [{peaks}]" if peaks and not j.idle_gpus and j.state is not State.CLEAR else ""))
+    lines.extend(f"  evidence unavailable: {e}" for e in failures)
+    return "\n".join(lines)
+
+
+def idle_table(plan: CyclePlan) -> str:
+    """Every policy's verdict per workload (shadow mode: reported only), and what enforcing would
+    reclaim, in GPU-hours per policy and namespace."""
+    findings = [f for f in plan.findings if f.trigger not in (TriggerKind.EXPIRY, TriggerKind.TERMINATING)]
     rows = [
-        [f.policy, f.mode, f.trigger, str(f.workload) if f.workload else "(unknown workload)", f.idleness,
-         str(f.gpus_held), f"{f.reclaim_gpu_hours:g}", str(f.owner),
+        [f.policy, str(f.mode), str(f.trigger), str(f.workload) if f.workload else "(unknown workload)", f.word,
+         str(f.gpus), f"{f.reclaim_gpu_hours:g}", str(f.owner),
          f.why + (f" [managed by {f.managed_by}]" if f.managed_by else "")]
-        for f in sorted(findings, key=lambda f: (order.get(str(f.idleness), 9), f.policy, str(f.workload)))
+        for f in sorted(findings, key=lambda f: (_VERDICT_ORDER.get(f.word, 9), f.policy, str(f.workload)))
     ]
     lines = ["Idle policies (mode shadow: reported only; mode enforce: the lifecycle below):"]
     lines.append(table(rows, ["POLICY", "MODE", "TRIGGER", "WORKLOAD", "VERDICT", "GPUS", "GPU-H", "OWNER", "WHY"])
                  if rows else "No workload matched an idle policy.")
-    totals = reclaim_by(findings)
-    for (policy, namespace), hours in sorted(totals.items()):
+    for (policy, namespace), hours in sorted(reclaim_by(findings).items()):
         lines.append(f"would reclaim {hours:g} GPU-hours: policy {policy}, namespace {namespace}")
-    lines.extend(f"evidence unavailable (nothing judged idle on it): {f}" for f in failures)
+    lines.extend(f"evidence unavailable (nothing judged idle on it): {f}" for f in plan.evidence_failures)
+    silent = sorted(f"{p.ref.namespace}/{p.ref.name} on {p.node}" for p in plan.silent_gpu_pods)
     if silent:
         lines.append(f"{len(silent)} running GPU pods have no GPU telemetry: " + ", ".join(silent))
     return "\n".join(lines)
 
 
-def explain_idle(findings: Sequence[IdleFinding], failures: Sequence[str] = ()) -> str:
-    """Each idle policy's verdict on one workload, pod by pod, with the evidence behind it."""
-    if not findings:
-        return "  idle policies: none matched this workload"
-    lines = []
-    for f in findings:
-        lines.append(f"  {f.trigger:<8} {str(f.idleness).upper():<8} policy {f.policy} ({f.source or 'no source'}, "
-                     f"{f.mode}): {f.why}")
-        lines.append(f"           owner: {f.owner} [{f.owner.source}]; GPUs held {f.gpus_held}, "
-                     f"would reclaim {f.reclaim_gpu_hours:g} GPU-hours")
-        for j in f.pods:
-            peaks = ", ".join(f"GPU {g} peak {'n/a' if v is None else f'{v:g}'}" for g, v in sorted(j.peaks.items()))
-            lines.append(f"           pod {j.pod.pod}: {j.idleness} -- {j.why}" + (f" [{peaks}]" if peaks and peaks not in j.why else ""))
-    lines.extend(f"  evidence unavailable: {e}" for e in failures)
-    return "\n".join(lines)
-
-
-def lifecycle_table(changes: Sequence[Any]) -> str:
-    """The lifecycle's decision per enforced or marked workload (`decide.lifecycle.Change`)."""
+def lifecycle_table(changes: Sequence[Change]) -> str:
+    """The lifecycle's decision per enforced or marked workload."""
     if not changes:
         return "Lifecycle: no workload under an enforcing policy is idle or marked."
-    rows = [[str(c.step), c.policy, str(c.workload),
-             annotations.format_expires(c.deadline) if c.deadline else "-", c.why]
+    rows = [[str(c.step), c.policy, str(c.workload), ann.format_deadline(c.deadline) if c.deadline else "-", str(c.why)]
             for c in sorted(changes, key=lambda c: (str(c.step), str(c.workload)))]
     return "Lifecycle (policies in mode: enforce):\n" + table(rows, ["STEP", "POLICY", "WORKLOAD", "DEADLINE", "WHY"])

@@ -1,19 +1,26 @@
-"""Daemon settings: one frozen value, built once from flags and environment, logged once.
+"""The janitor's settings: one frozen value, grouped by concern, with one set of defaults.
 
-Every default is safe on its own: protected system namespaces, an honoured opt-out, caps that
-bound a bad day to a few dozen deletions, and a tripwire that stops everything on a sudden jump.
+Built once (`from_args`, from the command line and the environment), logged once at start, and
+passed down. The command line takes its defaults from these dataclasses, so a default is written
+in exactly one place. Every default is safe on its own: protected system namespaces, an honoured
+opt-out, caps that bound a bad day to a few dozen deletions, and a tripwire that stops everything
+on a sudden jump.
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime
+import os
 from dataclasses import dataclass, field
 
+from janitor import annotations as ann
 from janitor.decide.lifecycle import LifecycleSettings, MarkCaps
 from janitor.decide.model import ResourceKind
 from janitor.decide.owners import DEFAULT_OWNER_KEYS
-from janitor.decide.rails import DEFAULT_PROTECTED_NAMESPACES, Caps, Rails
-from janitor.decide.workloads import CronJobMode
+from janitor.decide.plan import PlanSettings
+from janitor.decide.rails import DEFAULT_PROTECTED_NAMESPACES, Caps, Rails, Tripwire
+from janitor.decide.selection import CronJobMode
 
 # The kinds the TTL/expiry cleanup looks at. The deployment generates the janitor's ClusterRole
 # from this same list, so a kind it may not list is skipped and counted, not an error.
@@ -32,6 +39,7 @@ DEFAULT_KINDS: tuple[ResourceKind, ...] = (
     ResourceKind("kubeflow.org", "v1", "Notebook", "notebooks"),
 )
 
+
 def parse_kind(text: str) -> ResourceKind:
     """`Kind`, or `plural.group/version` for custom resources (e.g. `notebooks.kubeflow.org/v1`)."""
     for kind in DEFAULT_KINDS:
@@ -48,35 +56,171 @@ def parse_kind(text: str) -> ResourceKind:
 
 
 @dataclass(frozen=True)
-class Settings:
+class ClusterSettings:
     kinds: tuple[ResourceKind, ...] = DEFAULT_KINDS
-    rails: Rails = field(default_factory=Rails)
-    # Where the rails keep their memory (deletion ledger, tripwire) and admins acknowledge trips.
-    state_namespace: str = "kube-idle-janitor"
+    namespaces: tuple[str, ...] | None = None  # only these (kube-janitor's --include-namespaces); None: all
+    state_namespace: str = "kube-idle-janitor"  # the rails' ledger, the tripwire, the lease
     state_name: str = "janitor-state"
-    interval: datetime.timedelta = datetime.timedelta(seconds=60)
     page_size: int = 500  # objects per list call: bounded memory and apiserver load on big clusters
-    # Only these namespaces (kube-janitor's --include-namespaces); None = the whole cluster.
-    namespaces: tuple[str, ...] | None = None
-    # The idle triggers: policy files (empty = none) and where their evidence comes from.
-    policy_paths: tuple[str, ...] = ()
-    prometheus_url: str | None = None
-    dcgm_labels: str = "servicemonitor"  # "servicemonitor": exported_pod/...; "direct": pod/...
-    hostname_label: str = "Hostname"  # dcgm-exporter before 4.x renamed it: "hostname"
-    scrape_interval: datetime.timedelta = datetime.timedelta(seconds=30)  # coverage is measured against it
-    extra_matchers: tuple[str, ...] = ()  # e.g. cluster="mn2" when one Thanos serves several clusters
     cronjob_target: CronJobMode = CronJobMode.JOB  # act on a CronJob's Job, or on the CronJob itself
     owner_keys: tuple[tuple[str, str], ...] = DEFAULT_OWNER_KEYS  # (annotation|label, key), in order
-    # The lifecycle (policies in mode: enforce): where warnings go and how fast.
-    slack_token: str | None = field(default=None, repr=False)  # never logged
-    slack_api_url: str | None = None  # None: Slack itself; the sandbox points it at its stand-in
-    admin_channel: str | None = None  # owners that cannot be reached are reported here
-    lifecycle: LifecycleSettings = field(default_factory=LifecycleSettings)  # pace, caps on new marks
+
+
+@dataclass(frozen=True)
+class PrometheusSettings:
+    url: str | None = None
+    dcgm_labels: str = "servicemonitor"  # "servicemonitor": exported_pod/...; "direct": pod/...
+    hostname_label: str = "Hostname"  # dcgm-exporter before 4.x; newer: "hostname"
+    scrape_interval: datetime.timedelta = datetime.timedelta(seconds=30)  # coverage is measured against it
+    extra_matchers: tuple[str, ...] = ()  # e.g. cluster="mn2" when one Thanos serves several clusters
+
+
+@dataclass(frozen=True)
+class SlackSettings:
+    token: str | None = field(default=None, repr=False)  # never logged
+    api_url: str | None = None  # None: Slack itself; the sandbox points it at its stand-in
+    admin_channel: str | None = None  # owners that cannot be reached, and the admins' report
     send_budget: datetime.timedelta = datetime.timedelta(seconds=20)  # Slack time per cycle; the rest waits
     notice_retry: datetime.timedelta = datetime.timedelta(minutes=5)  # between attempts at one undelivered send
-    # The admins' report (stuck pods, leftovers, never-fits, silent GPUs): sent when it changes, else at this pace.
-    admin_report_every: datetime.timedelta = datetime.timedelta(hours=1)
+    admin_report_every: datetime.timedelta = datetime.timedelta(hours=1)  # unless what it says changed
 
 
-__all__ = ["Caps", "DEFAULT_KINDS", "DEFAULT_PROTECTED_NAMESPACES", "LifecycleSettings", "MarkCaps", "Rails",
-           "Settings", "parse_kind"]
+@dataclass(frozen=True)
+class LeaderSettings:
+    elect: bool | None = None  # None: on in-cluster, off with a kubeconfig
+    lease_name: str = "kube-idle-janitor"
+    lease_duration: datetime.timedelta = datetime.timedelta(seconds=15)
+
+
+@dataclass(frozen=True)
+class Settings:
+    cluster: ClusterSettings = field(default_factory=ClusterSettings)
+    rails: Rails = field(default_factory=Rails)
+    prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
+    slack: SlackSettings = field(default_factory=SlackSettings)
+    lifecycle: LifecycleSettings = field(default_factory=LifecycleSettings)
+    leader: LeaderSettings = field(default_factory=LeaderSettings)
+    policy_paths: tuple[str, ...] = ()  # policy files and directories; empty: the expiry path only
+    interval: datetime.timedelta = datetime.timedelta(seconds=60)
+
+    def plan(self) -> PlanSettings:
+        """What deciding needs of these settings."""
+        return PlanSettings(self.rails, self.lifecycle, self.cluster.cronjob_target, self.cluster.owner_keys)
+
+
+DEFAULTS = Settings()
+
+
+def _duration(text: str, flag: str) -> datetime.timedelta:
+    try:
+        value = ann.parse_ttl(text)
+    except ValueError as e:
+        raise SystemExit(f"{flag} {text!r}: {e}") from e
+    if value is None:
+        raise SystemExit(f"{flag} {text!r}: give a duration such as 30m or 1h")
+    return value
+
+
+def _owner_keys(values: list[str] | None) -> tuple[tuple[str, str], ...]:
+    if not values:
+        return DEFAULTS.cluster.owner_keys
+    keys = []
+    for value in values:
+        where, sep, key = value.partition(":")
+        if not sep or where not in ("annotation", "label") or not key:
+            raise SystemExit(f"--owner-key {value!r}: expected annotation:KEY or label:KEY")
+        keys.append((where, key))
+    return tuple(keys)
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in text.split(",") if n.strip())
+
+
+class _Args:
+    """Typed reads of parsed arguments: a command without an option gets the default."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+
+    def raw(self, name: str) -> object:
+        return getattr(self.args, name, None)
+
+    def text(self, name: str, default: str) -> str:
+        value = self.raw(name)
+        return default if value is None else str(value)
+
+    def whole(self, name: str, default: int) -> int:
+        value = self.raw(name)
+        return default if value is None else int(str(value))
+
+    def seconds(self, name: str, default: datetime.timedelta) -> datetime.timedelta:
+        value = self.raw(name)
+        return default if value is None else datetime.timedelta(seconds=float(str(value)))
+
+    def number(self, name: str, default: float) -> float:
+        value = self.raw(name)
+        return default if value is None else float(str(value))
+
+    def texts(self, name: str) -> tuple[str, ...]:
+        value = self.raw(name)
+        return tuple(str(v) for v in value) if isinstance(value, list | tuple) else ()
+
+
+def from_args(args: argparse.Namespace) -> Settings:
+    """The settings from parsed arguments (each command has only some options; the rest keep their
+    defaults) and the environment (PROMETHEUS_URL, SLACK_BOT_TOKEN, SLACK_API_URL)."""
+    a, d = _Args(args), DEFAULTS
+    cluster = ClusterSettings(
+        kinds=tuple(parse_kind(k) for k in _names(a.text("kinds", ""))) or d.cluster.kinds,
+        namespaces=_names(a.text("namespaces", "")) or None,
+        state_namespace=a.text("state_namespace", d.cluster.state_namespace),
+        cronjob_target=CronJobMode(a.text("cronjob_target", d.cluster.cronjob_target)),
+        owner_keys=_owner_keys(list(a.texts("owner_key"))),
+    )
+    protected = a.raw("protected_namespaces")
+    caps, trip = d.rails.caps, d.rails.tripwire
+    rails = Rails(
+        protected_namespaces=_names(str(protected)) if protected is not None else d.rails.protected_namespaces,
+        honour_opt_out=not a.raw("ignore_opt_out"),
+        caps=Caps(a.whole("max_deletions_per_hour", caps.per_hour), a.whole("max_deletions_per_day", caps.per_day),
+                  a.whole("max_deletions_per_namespace_per_hour", caps.per_namespace_per_hour),
+                  a.whole("max_deletions_per_namespace_per_day", caps.per_namespace_per_day)),
+        tripwire=Tripwire(a.number("tripwire_fraction", trip.fraction), a.whole("tripwire_min_jump", trip.min_jump)),
+        dry_run=bool(a.raw("dry_run")),
+        max_clock_skew=a.seconds("max_clock_skew", d.rails.max_clock_skew),
+    )
+    prometheus = PrometheusSettings(
+        url=a.text("prometheus_url", "") or os.environ.get("PROMETHEUS_URL") or None,
+        dcgm_labels=a.text("dcgm_labels", d.prometheus.dcgm_labels),
+        hostname_label=a.text("hostname_label", d.prometheus.hostname_label),
+        scrape_interval=a.seconds("scrape_interval", d.prometheus.scrape_interval),
+        extra_matchers=a.texts("prometheus_matcher"),
+    )
+    slack = SlackSettings(
+        token=a.text("slack_token", "") or os.environ.get("SLACK_BOT_TOKEN") or None,
+        api_url=a.text("slack_api_url", "") or os.environ.get("SLACK_API_URL") or None,
+        admin_channel=a.text("admin_channel", "") or None,
+        send_budget=a.seconds("slack_budget", d.slack.send_budget),
+    )
+    pace = a.raw("message_pace")
+    marks = d.lifecycle.caps
+    lifecycle = LifecycleSettings(
+        pace=_duration(str(pace), "--message-pace") if pace is not None else d.lifecycle.pace,
+        caps=MarkCaps(a.whole("max_new_marks_per_cycle", marks.per_cycle),
+                      a.whole("max_new_marks_per_owner", marks.per_owner),
+                      a.whole("max_new_marks_per_namespace", marks.per_namespace)),
+    )
+    elect = a.raw("leader_elect")
+    leader = LeaderSettings(
+        elect=elect if isinstance(elect, bool) else None,
+        lease_name=a.text("lease_name", d.leader.lease_name),
+        lease_duration=a.seconds("lease_duration", d.leader.lease_duration),
+    )
+    return Settings(cluster, rails, prometheus, slack, lifecycle, leader, policy_paths=a.texts("policies"),
+                    interval=a.seconds("interval", d.interval))
+
+
+__all__ = ["DEFAULTS", "DEFAULT_KINDS", "DEFAULT_PROTECTED_NAMESPACES", "Caps", "ClusterSettings", "LeaderSettings",
+           "LifecycleSettings", "MarkCaps", "PrometheusSettings", "Rails", "Settings", "SlackSettings", "Tripwire",
+           "from_args", "parse_kind"]

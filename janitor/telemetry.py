@@ -17,8 +17,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from janitor.decide.model import Action, HoldReason, Plan
-from janitor.decide.shadow import IdleFinding, reclaim_by
+from janitor.decide.model import Action, Finding, TriggerKind
+from janitor.decide.plan import CyclePlan
+from janitor.decide.rails import HoldReason
+from janitor.decide.triggers.idle import reclaim_by
 
 AUDIT = logging.getLogger("janitor.audit")
 
@@ -57,9 +59,12 @@ def audit(action: Action, *, outcome: str, dry_run: bool, detail: str = "") -> N
             "action": str(action.type),
             "object": str(action.target),
             "uid": action.target.uid,
-            "policy": "ttl-expiry",
+            "policy": action.policy,
+            "trigger": str(action.trigger),
             "rule": action.rule,
             "reason": action.reason,
+            "why": str(action.why),
+            "why_code": str(action.why.code),
             "evidence": dict(action.evidence),
             "outcome": outcome,
             "dry_run": dry_run,
@@ -77,8 +82,9 @@ class Telemetry:
             "janitor_cycle_duration_seconds", "Time one cycle took", registry=r,
             buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300),
         )
-        self.actions = Counter("janitor_actions", "Actions applied, by type, rule, policy ('' for TTL/expiry) "
-                               "and outcome", ["action", "rule", "policy", "outcome"], registry=r)
+        self.actions = Counter("janitor_actions", "Actions applied, by type, rule, policy (ttl-expiry for "
+                               "janitor/ttl and janitor/expires) and outcome", ["action", "rule", "policy", "outcome"],
+                               registry=r)
         self.held = Counter("janitor_deletions_held", "Deletions the rails held back, by reason",
                             ["reason"], registry=r)
         self.objects = Gauge("janitor_objects_seen", "Objects in the last snapshot", registry=r)
@@ -123,10 +129,11 @@ class Telemetry:
             self.cycles.labels(result=result)
             self.policy_reloads.labels(result=result)
 
-    def observe_idle(self, findings: Sequence[IdleFinding], failures: int, silent_nodes: Sequence[str]) -> None:
+    def observe_idle(self, findings: Sequence[Finding], failures: int, silent_nodes: Sequence[str]) -> None:
         """Gauges describe the current cycle only: cleared first so vanished workloads disappear."""
         self.idle_workloads.clear()
-        for (policy, trigger, verdict), n in Tally((f.policy, f.trigger, str(f.idleness)) for f in findings).items():
+        judged = [f for f in findings if f.trigger not in (TriggerKind.EXPIRY, TriggerKind.TERMINATING)]
+        for (policy, trigger, verdict), n in Tally((f.policy, str(f.trigger), f.word) for f in judged).items():
             self.idle_workloads.labels(policy=policy, trigger=trigger, verdict=verdict).set(n)
         self.would_reclaim.clear()
         for (policy, namespace), hours in reclaim_by(findings).items():
@@ -154,7 +161,7 @@ class Telemetry:
         self.lifecycle_write_failures.inc(len(failed))
         self.errors.labels(source="kubernetes").inc(len(failed))
 
-    def observe_plan(self, plan: Plan, *, objects: int, skipped_kinds: int, tripped: bool,
+    def observe_plan(self, plan: CyclePlan, *, objects: int, skipped_kinds: int, tripped: bool,
                      skew: float | None) -> None:
         for held in plan.held:
             self.held.labels(reason=str(held.reason)).inc()
@@ -165,8 +172,7 @@ class Telemetry:
             self.skew.set(skew)
 
     def count(self, action: Action, outcome: str) -> None:
-        self.actions.labels(action=str(action.type), rule=action.rule, policy=action.evidence.get("policy", ""),
-                            outcome=outcome).inc()
+        self.actions.labels(action=str(action.type), rule=action.rule, policy=action.policy, outcome=outcome).inc()
 
 
 def counts(registry: CollectorRegistry) -> Mapping[str, float]:

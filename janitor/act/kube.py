@@ -32,9 +32,9 @@ from urllib.parse import quote
 
 from kubernetes.client import ApiClient
 
-from janitor import annotations, errors, kubeapi, ledger
-from janitor.decide.lifecycle import MARK_KEYS
-from janitor.decide.model import Action, ActionType, ObjectRef, ResourceKind, SafetyLedger
+from janitor import annotations as ann, errors, kubeapi, ledger
+from janitor.decide.model import Action, ActionType, ObjectRef, ResourceKind, SafetyLedger, TriggerKind
+from janitor.decide.reasons import text
 
 logger = logging.getLogger(__name__)
 
@@ -185,7 +185,7 @@ _RECLAIM_PATCHES: dict[ActionType, Callable[[], dict[str, Any]]] = {
     ActionType.STOP: lambda: {"metadata": {"annotations": {
         NOTEBOOK_STOPPED: datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}}},
 }
-NOTEBOOK_STOPPED = annotations.NOTEBOOK_STOPPED
+NOTEBOOK_STOPPED = ann.NOTEBOOK_STOPPED
 
 
 def guarded(patch: dict[str, Any], target: ObjectRef, resource_version: str) -> dict[str, Any]:
@@ -203,7 +203,7 @@ def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: boo
     is the user's workload, as they had it, minus its running pods."""
     body = _RECLAIM_PATCHES[action.type]()
     notes = dict((body.get("metadata") or {}).get("annotations") or {})
-    notes |= {key: None for key in MARK_KEYS}
+    notes |= {key: None for key in ann.MARK_KEYS}
     body = guarded(body | {"metadata": {"annotations": notes}}, action.target, action.resource_version)
     path = kubeapi.path(kind, action.target.namespace, action.target.name)
     _call(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, dry_run=True,
@@ -235,7 +235,8 @@ def annotate(
     path = kubeapi.path(kind, target.namespace, target.name)
     if event is not None:
         _call(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, dry_run=True, doing=f"annotate {target} (dry run)")
-        notice = Action(ActionType.REPORT, target, resource_version, rule="lifecycle", reason=event[0], why=event[1])
+        notice = Action(ActionType.REPORT, target, resource_version, "", TriggerKind.EXPIRY, "lifecycle", event[0],
+                        text(event[1]))
         _post_event(api, notice, event_type="Normal", component=component)
     answer = _call(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, doing=f"annotate {target}")
     return str((answer.get("metadata") or {}).get("resourceVersion") or resource_version)
@@ -247,7 +248,7 @@ def _report(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool
     patch = {
         "metadata": {
             "resourceVersion": action.resource_version,  # the optimistic lock: 409 if it changed
-            "annotations": {annotations.REPORTED: action.report_key},
+            "annotations": {ann.REPORTED: action.report_key},
         }
     }
     path = kubeapi.path(kind, target.namespace, target.name)
@@ -284,7 +285,7 @@ def _event_body(action: Action, namespace: str, *, event_type: str, component: s
         "metadata": {"generateName": f"{action.target.name[:200]}.", "namespace": namespace},
         "involvedObject": _involved_object(action.target, action.resource_version),
         "reason": action.reason,
-        "message": errors.cut(action.why, EVENT_MESSAGE_MAX),
+        "message": errors.cut(str(action.why), EVENT_MESSAGE_MAX),
         "type": event_type,
         "source": {"component": component},
         "reportingComponent": component,
@@ -348,6 +349,8 @@ def _extra(action: Action, *, dry_run: bool) -> dict[str, object]:
         "object_name": target.name,
         "object_uid": target.uid,
         "rule": action.rule,
+        "policy": action.policy,
+        "trigger": str(action.trigger),
         "action": action.type.value,
         "reason": action.reason,
         "dry_run": dry_run,
@@ -368,5 +371,6 @@ def announce(api: ApiClient, namespace: str, name: str, *, reason: str, message:
     except errors.KubeError as e:
         logger.error("could not announce %s on %s/%s: %s", reason, namespace, name, e)
         return
-    notice = Action(ActionType.REPORT, ref, meta.get("resourceVersion", ""), rule="rails", reason=reason, why=message)
+    notice = Action(ActionType.REPORT, ref, meta.get("resourceVersion", ""), "", TriggerKind.EXPIRY, "rails", reason,
+                    text(message))
     _post_event(api, notice, event_type="Warning", component=component)

@@ -20,7 +20,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.error import URLError
 
 import slack_sdk
@@ -29,7 +29,8 @@ from slack_sdk.http_retry.builtin_handlers import (ConnectionErrorRetryHandler,
                                                    RateLimitErrorRetryHandler, ServerErrorRetryHandler)
 
 from janitor.act.slack_messages import Message
-from janitor.decide.notices import Delivery, Notice
+from janitor.annotations import Delivery
+from janitor.decide.notices import Notice
 from janitor.decide.owners import Owner, OwnerKind
 
 logger = logging.getLogger(__name__)
@@ -275,10 +276,14 @@ def _take(pages: Iterator[dict[str, Any]], most: int, what: str) -> Iterator[dic
             return
 
 
+class Sender(Protocol):
+    def send(self, digest: Digest) -> SendResult: ...
+
+
 class Outbox:
     """Digests waiting to be sent; flush sends until a time budget is spent so one slow Slack does not stall the cycle."""
 
-    def __init__(self, slack: Slack, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, slack: Sender, clock: Callable[[], float] = time.monotonic) -> None:
         self._slack = slack
         self._clock = clock
         self._queue: deque[Digest] = deque()

@@ -162,7 +162,7 @@ def notice_text(notice: Notice, now: datetime.datetime, *, compact: bool = False
     """One notice as a section's mrkdwn: what, why, when, and the command that keeps or resumes it."""
     policy = f"policy `{escape(cut(notice.policy, 100))}`"
     gpus = _count(notice.gpus, "GPU")
-    why = f"*Why:* {cut(escape(notice.why), WHY_LIMIT_COMPACT if compact else WHY_LIMIT)}"
+    why = f"*Why:* {cut(escape(str(notice.why)), WHY_LIMIT_COMPACT if compact else WHY_LIMIT)}"
     title, to = f"{TITLE[notice.kind]} *{_ref(notice)}*", _done_to(notice.action)
     if notice.kind is NoticeKind.CANCELLED:
         lines = [f"{title} is no longer marked ({policy}): it is in use again or no longer covered, "

@@ -1,9 +1,9 @@
-"""The admins' report: one message per cycle with everything that needs a person, not a bot.
+"""The admins' report: one message with everything that needs a person, not a bot.
 
 Admins get one summary, by section, instead of one message per object: pods stuck Terminating
 (per node, with what holds them and the remedy), nodes whose agent reports leftover processes,
-pods that can never fit, GPU pods without telemetry, GPUs with memory in use and no pod (beside
-the node agent's leftovers on the same node), and the tripwire. Its `key` changes only
+workloads that can never fit, GPU pods without telemetry, GPUs with memory in use and no pod
+(beside the node agent's leftovers on the same node), and the tripwire. Its `key` changes only
 when what it is about changes (an item added or resolved), not when its times tick on, so the
 daemon sends it when something changed and otherwise at a slow pace, never every minute.
 """
@@ -14,16 +14,14 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from janitor.decide.model import NodeInfo
-from janitor.decide.shadow import IdleFinding
-from janitor.decide.terminating import StuckPod
-
-NEVER_FITS = "no node could ever run it"
+from janitor.decide.evidence import GhostGpu
+from janitor.decide.model import Finding, NodeInfo, PodView, State, TriggerKind
+from janitor.decide.reasons import Code
 
 
 @dataclass(frozen=True, slots=True)
 class AdminReport:
-    sections: tuple[tuple[str, tuple[str, ...]], ...]
+    sections: tuple[tuple[str, tuple[str, ...]], ...] = ()
     ids: tuple[str, ...] = ()  # what the report is about (uids, node names): its identity, not its wording
 
     @property
@@ -42,37 +40,46 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
 
 
-def admin_report(stuck: Sequence[StuckPod], findings: Sequence[IdleFinding], nodes: Sequence[NodeInfo],
-                 silent_gpu_pods: Sequence[str], tripwire: str | None,
-                 ghost_gpus: Sequence[tuple[str, str, float]] = ()) -> AdminReport:
+def never_fits(finding: Finding) -> bool:
+    """A pending finding that fires because a pod could never run anywhere."""
+    return (finding.trigger is TriggerKind.PENDING and finding.state is State.FIRES
+            and any(Code.NEVER_FITS in j.why.codes() for j in finding.pods))
+
+
+def admin_report(findings: Sequence[Finding], nodes: Sequence[NodeInfo], silent_gpu_pods: Sequence[PodView],
+                 tripwire: str | None, ghost_gpus: Sequence[GhostGpu] = ()) -> AdminReport:
     sections: list[tuple[str, tuple[str, ...]]] = []
+    stuck = sorted((f for f in findings if f.stuck is not None), key=lambda f: (f.stuck.node or "" if f.stuck else "",
+                                                                              str(f.subject)))
     if stuck:
         sections.append(("Pods stuck Terminating", tuple(
-            f"{s.node or '(no node)'}: {s.pod} Terminating since {s.since:%Y-%m-%d %H:%M}Z, "
-            f"{_hours(s.overdue.total_seconds())} past its grace; held by {', '.join(s.holds)}"
-            + (f". Remedy: {s.remedy}" if s.remedy else "") for s in stuck)))
-    leftovers = [n for n in nodes if n.agent and n.agent[0] == "True"]
+            f"{s.node or '(no node)'}: {f.subject} Terminating since {s.since:%Y-%m-%d %H:%M}Z, "
+            f"{_hours(s.overdue.total_seconds())} past its grace; held by {', '.join(str(h) for h in s.holds)}"
+            + (f". Remedy: {s.remedy}" if s.remedy else "") for f in stuck if (s := f.stuck) is not None)))
+    leftovers = [n for n in nodes if n.agent is not None and n.agent.status is True]
     if leftovers:
         sections.append(("Nodes with processes of deleted pods stuck in D state", tuple(
-            f"{n.name}: {n.agent[1] if n.agent else ''}. Remedy: drain and reboot {n.name}" for n in leftovers)))
+            f"{n.name}: {n.agent.message.summary if n.agent else ''}. Remedy: drain and reboot {n.name}"
+            for n in leftovers)))
     if ghost_gpus:
         by_name = {n.name: n for n in nodes}
 
-        def ghost(node: str, gpu: str, mib: float) -> str:
-            seen = by_name.get(node)
-            also = (f"; the node agent reports processes of deleted pods stuck there: {seen.agent[1][:200]}"
-                    if seen and seen.agent and seen.agent[0] == "True" else "")
-            return f"{node} GPU {gpu}: {mib:.0f} MiB in use, no pod on it{also}"
+        def ghost(g: GhostGpu) -> str:
+            seen = by_name.get(g.node)
+            also = (f"; the node agent reports processes of deleted pods stuck there: {seen.agent.message.summary[:200]}"
+                    if seen and seen.agent and seen.agent.status is True else "")
+            return f"{g.node} GPU {g.gpu}: {g.mib:.0f} MiB in use, no pod on it{also}"
 
-        sections.append(("Ghost GPUs (memory in use, no pod)", tuple(ghost(*g) for g in ghost_gpus)))
-    never = [f for f in findings if f.workload is not None and NEVER_FITS in f.why]
+        sections.append(("Ghost GPUs (memory in use, no pod)", tuple(ghost(g) for g in ghost_gpus)))
+    never = [f for f in findings if f.known and never_fits(f)]
     if never:
-        sections.append(("Workloads that can never fit", tuple(f"{f.workload} ({f.owner}): {f.why}" for f in never)))
-    if silent_gpu_pods:
-        sections.append(("GPU pods without GPU telemetry (never judged idle)", tuple(silent_gpu_pods)))
+        sections.append(("Workloads that can never fit", tuple(f"{f.subject} ({f.owner}): {f.why}" for f in never)))
+    silent = sorted(f"{p.ref.namespace}/{p.ref.name} on {p.node}" for p in silent_gpu_pods)
+    if silent:
+        sections.append(("GPU pods without GPU telemetry (never judged idle)", tuple(silent)))
     if tripwire:
         sections.append(("Tripwire", (tripwire,)))
-    ids = ([f"stuck:{s.pod.uid}" for s in stuck] + [f"leftovers:{n.name}" for n in leftovers]
-           + [f"never:{f.workload.uid}" for f in never if f.workload] + [f"silent:{p}" for p in silent_gpu_pods]
-           + (["tripwire"] if tripwire else []) + [f"ghost:{node}/{gpu}" for node, gpu, _ in ghost_gpus])
+    ids = ([f"stuck:{f.subject.uid}" for f in stuck] + [f"leftovers:{n.name}" for n in leftovers]
+           + [f"never:{f.subject.uid}" for f in never] + [f"silent:{p}" for p in silent]
+           + (["tripwire"] if tripwire else []) + [f"ghost:{g.node}/{g.gpu}" for g in ghost_gpus])
     return AdminReport(tuple(sections), tuple(ids))

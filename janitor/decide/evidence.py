@@ -63,3 +63,31 @@ class CpuEvidence:
     window: EvidenceWindow
     pods: Mapping[PodKey, CpuUsage] = field(default_factory=dict)
     failed: str | None = None
+
+
+GpuKey = tuple[str, datetime.timedelta]  # (signal, window)
+CpuKey = tuple[datetime.timedelta, tuple[str, ...]]  # (window, ignored containers, sorted)
+
+
+@dataclass(frozen=True, slots=True)
+class GhostGpu:
+    """A GPU with framebuffer memory in use and no pod mapped to it."""
+
+    node: str
+    gpu: str
+    mib: float
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """All usage evidence one cycle read: one answer per distinct (signal, window) the policies need.
+    A key that is missing was not read; a value with `failed` set was read and is unusable."""
+
+    gpu: Mapping[GpuKey, GpuEvidence] = field(default_factory=dict)
+    cpu: Mapping[CpuKey, CpuEvidence] = field(default_factory=dict)
+    ghost_gpus: tuple[GhostGpu, ...] | None = None  # None: not read, or the query failed
+
+    @property
+    def failures(self) -> tuple[str, ...]:
+        failed = [e.failed for e in self.gpu.values()] + [e.failed for e in self.cpu.values()]
+        return tuple(sorted({f for f in failed if f}))

@@ -1,9 +1,10 @@
-"""The values that cross layers: what `observe` reads, what `decide` returns, what `act` applies.
+"""The values that cross layers: what `observe` reads (`Observation`), what `decide` finds and plans
+(`Finding`, `Action`), and what `act` applies.
 
 They live here, with the deciding code that consumes and produces them, so that `observe` and
-`act` both depend on `decide` and never on each other (DESIGN.md, "Layers"). All are frozen
-plain values: a snapshot is a fact about one moment, and a plan is a list of intentions with
-their reasons in words, which dry-run, `janitor plan`, Events and the audit log all show.
+`act` both depend on `decide` and never on each other (DESIGN.md, "Layers"). All are frozen plain
+values: an observation is a fact about one moment; a finding or an action carries its reason as
+data (`decide.reasons.Reason`), rendered into words for people and never parsed back.
 """
 
 from __future__ import annotations
@@ -13,10 +14,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from janitor.decide.evidence import Evidence
+from janitor.decide.owners import Owner, OwnerKind
+from janitor.decide.reasons import Reason
+from janitor.node_report import ConditionMessage, OomReport
+from janitor.policy.model import Mode
+
+# -- what was read ----------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True, slots=True)
 class ResourceKind:
-    """A kind the janitor lists and may delete; the same list generates its ClusterRole."""
+    """A kind the janitor lists and may act on; the same list generates its ClusterRole."""
 
     group: str  # "" for the core group
     version: str
@@ -82,110 +91,6 @@ class SkippedKind:
 
 
 @dataclass(frozen=True, slots=True)
-class ClusterSnapshot:
-    objects: tuple[ObjectView, ...]
-    skipped_kinds: tuple[SkippedKind, ...] = ()
-    # The apiserver's clock (its Date header) when the snapshot was read; None if unknown.
-    apiserver_time: datetime.datetime | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Deletion:
-    """One past deletion, for the rolling-window caps."""
-
-    at: datetime.datetime
-    namespace: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class SafetyLedger:
-    """What the rails remember between cycles (kept on a ConfigMap, so restarts lose nothing)."""
-
-    deletions: tuple[Deletion, ...] = ()
-    previous_candidates: int | None = None
-    tripped_at: datetime.datetime | None = None  # the tripwire stopped deletions at this time
-    acknowledged_at: datetime.datetime | None = None  # an admin acknowledged a trip at this time
-    # The stored ledger could not be read: the caps' memory is lost, so the rails stop deletions
-    # (and it is not overwritten) until an admin repairs or deletes it.
-    unreadable: bool = False
-
-
-class ActionType(StrEnum):
-    DELETE = "delete"
-    # A Warning Event on the object plus a note on it, so the same mistake is reported once.
-    REPORT = "report"
-    # The idle lifecycle's other endings (policy `action`): they keep the object, reclaim its pods.
-    SUSPEND = "suspend"
-    SCALE_TO_ZERO = "scale-to-zero"
-    STOP = "stop"
-    FORCE_DELETE = "force-delete"  # grace 0, for pods stuck Terminating on positive evidence only
-
-
-@dataclass(frozen=True, slots=True)
-class Action:
-    """One intended change, with its reason in words, as every sink shows it."""
-
-    type: ActionType
-    target: ObjectRef
-    resource_version: str
-    rule: str  # "ttl", "expires", "malformed", "inherited-ttl"
-    reason: str  # CamelCase Event reason, e.g. "TTLExpired"
-    why: str  # one sentence with the numbers
-    evidence: Mapping[str, str] = field(default_factory=dict)
-    # For REPORT: the note the janitor leaves so it does not report the same value again.
-    report_key: str | None = None
-
-
-class Outcome(StrEnum):
-    DELETE = "delete"
-    KEEP = "keep"
-    SKIP = "skip"  # not the janitor's to judge now (being deleted, protected, opted out)
-    INVALID = "invalid"
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """One rule's judgement of one object, for `janitor explain` and the plan table."""
-
-    target: ObjectRef
-    rule: str
-    outcome: Outcome
-    why: str
-    deadline: datetime.datetime | None = None
-
-
-class HoldReason(StrEnum):
-    DRY_RUN = "dry-run"
-    CAP = "cap"
-    TRIPWIRE = "tripwire"
-    CLOCK_SKEW = "clock-skew"
-    LEDGER = "ledger-unreadable"
-
-
-@dataclass(frozen=True, slots=True)
-class Held:
-    """A deletion the rails did not let through this cycle, and why."""
-
-    action: Action
-    reason: HoldReason
-    why: str
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    now: datetime.datetime
-    actions: tuple[Action, ...]  # what act applies, in order
-    held: tuple[Held, ...]
-    verdicts: tuple[Verdict, ...]
-    ledger: SafetyLedger  # the ledger to store after this cycle (deletions not yet added)
-    notices: tuple[str, ...] = ()  # things admins must hear about (tripwire, skew)
-    tripped_now: bool = False  # the tripwire tripped in this cycle (announce it once)
-
-    def deletions(self) -> tuple[Action, ...]:
-        return tuple(a for a in self.actions if a.type is ActionType.DELETE)
-
-
-@dataclass(frozen=True, slots=True)
 class ContainerView:
     name: str
     cpu_request_cores: float = 0.0
@@ -217,21 +122,8 @@ class PodState:
 
 
 @dataclass(frozen=True, slots=True)
-class NodeInfo:
-    """A node as the stuck triggers and admin reports read it."""
-
-    name: str
-    labels: Mapping[str, str] = field(default_factory=dict)
-    taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect)
-    allocatable: Mapping[str, float] = field(default_factory=dict)
-    ready: bool | None = None
-    # The node agent's condition: (status, message, lastHeartbeatTime), if it reports on this node.
-    agent: tuple[str, str, datetime.datetime | None] | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class PodView:
-    """A pod as the idle and stuck triggers read it."""
+    """A pod as the pod triggers read it."""
 
     ref: ObjectRef
     resource_version: str
@@ -245,6 +137,7 @@ class PodView:
     deleting: bool = False
     annotations: Mapping[str, str] = field(default_factory=dict)
     state: PodState = field(default_factory=PodState)
+    created: datetime.datetime | None = None  # metadata.creationTimestamp
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,3 +145,228 @@ class NamespaceView:
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentCondition:
+    """The node agent's condition on a node (janitor.node_report): True while processes of deleted
+    pods are stuck in D state there; the message names those pods."""
+
+    status: bool | None  # None: neither True nor False (Unknown)
+    message: ConditionMessage
+    heartbeat: datetime.datetime | None  # lastHeartbeatTime: the agent's last scan
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """A node as the stuck triggers and admin reports read it."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect)
+    allocatable: Mapping[str, float] = field(default_factory=dict)
+    ready: bool | None = None
+    agent: AgentCondition | None = None  # None: no node agent reports on this node
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """Everything one cycle (or one re-check) read, as of `at`.
+
+    Each kind is listed once: `objects` are the configured kinds (pods and namespaces among them
+    when configured), and `pods` and `namespaces` are views of the same lists. What could not be
+    read is said explicitly: `nodes_known` False means the nodes were not read (an empty tuple is
+    then no evidence that a node is gone), `skipped_kinds` the kinds that could not be listed, and
+    an evidence query that failed carries its failure."""
+
+    at: datetime.datetime | None  # the apiserver's clock (its Date header) at the read; None if unknown
+    objects: tuple[ObjectView, ...] = ()
+    pods: tuple[PodView, ...] = ()
+    namespaces: Mapping[str, NamespaceView] = field(default_factory=dict)
+    nodes: tuple[NodeInfo, ...] = ()
+    nodes_known: bool = False
+    evidence: Evidence = field(default_factory=Evidence)
+    oom: Mapping[str, tuple[OomReport, ...]] = field(default_factory=dict)  # pod uid -> the agent's reports
+    skipped_kinds: tuple[SkippedKind, ...] = ()
+
+    def namespace(self, name: str | None) -> NamespaceView:
+        return self.namespaces.get(name or "", NamespaceView(name or ""))
+
+
+# -- the rails' memory ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Deletion:
+    """One past deletion, for the rolling-window caps."""
+
+    at: datetime.datetime
+    namespace: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SafetyLedger:
+    """What the rails remember between cycles (kept on a ConfigMap, so restarts lose nothing)."""
+
+    deletions: tuple[Deletion, ...] = ()
+    previous_candidates: int | None = None
+    tripped_at: datetime.datetime | None = None  # the tripwire stopped deletions at this time
+    acknowledged_at: datetime.datetime | None = None  # an admin acknowledged a trip at this time
+    # The stored ledger could not be read: the caps' memory is lost, so the rails stop deletions
+    # (and it is not overwritten) until an admin repairs or deletes it.
+    unreadable: bool = False
+
+
+# -- what was found and what is to be done ------------------------------------------------------------
+
+
+class TriggerKind(StrEnum):
+    """Every trigger, keyed as policy files name them (`expiry` is the annotations' own path)."""
+
+    EXPIRY = "expiry"
+    IDLE_GPU = "idleGpu"
+    IDLE_CPU = "idleCpu"
+    PENDING = "pending"
+    CRASH_LOOP = "crashLoop"
+    TERMINATING = "terminating"
+
+    @property
+    def reads_usage(self) -> bool:
+        """Its finding says whether the workload is in use: busy here vetoes every other policy."""
+        return self in (TriggerKind.IDLE_GPU, TriggerKind.IDLE_CPU)
+
+
+class State(StrEnum):
+    """A trigger's verdict on what it judged (`word` gives the trigger's own word for it)."""
+
+    FIRES = "fires"  # the condition holds: idle, stuck, crash-looping, stuck Terminating, expired
+    PARTIAL = "partial"  # some GPUs idle, some busy: in use
+    CLEAR = "clear"  # the condition does not hold: busy, running, not expired
+    UNKNOWN = "unknown"  # the evidence does not say
+    TOO_YOUNG = "too-young"  # not judged yet
+    INVALID = "invalid"  # the annotation does not parse
+    SKIPPED = "skipped"  # not this trigger's to judge here
+
+
+_WORDS = {
+    State.FIRES: "idle", State.PARTIAL: "partially-idle", State.CLEAR: "busy", State.UNKNOWN: "unknown",
+    State.TOO_YOUNG: "too-young", State.INVALID: "invalid", State.SKIPPED: "skip",
+}
+_EXPIRY_WORDS = {State.FIRES: "delete", State.CLEAR: "keep"}
+
+
+def word(trigger: TriggerKind, state: State) -> str:
+    """The verdict as plans, metrics and logs show it: idle/busy for the pod triggers (stuck or
+    not for pending and crash loops), delete/keep for expiry."""
+    if trigger is TriggerKind.EXPIRY:
+        return _EXPIRY_WORDS.get(state, _WORDS[state])
+    return _WORDS[state]
+
+
+class ActionType(StrEnum):
+    DELETE = "delete"
+    # A Warning Event on the object plus a note on it, so the same mistake is reported once.
+    REPORT = "report"
+    # The lifecycle's other endings (policy `action`): they keep the object, reclaim its pods.
+    SUSPEND = "suspend"
+    SCALE_TO_ZERO = "scale-to-zero"
+    STOP = "stop"
+    FORCE_DELETE = "force-delete"  # grace 0, for pods stuck Terminating on positive evidence only
+
+    @property
+    def deletes(self) -> bool:
+        """Counted by the deletion caps and the tripwire (everything but a report)."""
+        return self is not ActionType.REPORT
+
+
+EXPIRY_POLICY = "ttl-expiry"  # the policy name of the annotations' own path (janitor/ttl, janitor/expires)
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One intended change, with its reason as data; every sink renders `why` the same way."""
+
+    type: ActionType
+    target: ObjectRef
+    resource_version: str
+    policy: str  # the policy that decided it (EXPIRY_POLICY for janitor/ttl and janitor/expires)
+    trigger: TriggerKind
+    rule: str  # "ttl", "expires", "malformed", "inherited", "lifecycle", "terminating"
+    reason: str  # CamelCase Event reason, e.g. "TTLExpired"
+    why: Reason
+    evidence: Mapping[str, str] = field(default_factory=dict)  # the values it was decided on, for the audit
+    report_key: str | None = None  # REPORT: the note left so the same value is not reported again
+
+    @property
+    def key(self) -> tuple[str, ActionType, str]:
+        """What a re-check must decide again, exactly: the object, the action and the policy."""
+        return self.target.uid, self.type, self.policy
+
+
+@dataclass(frozen=True, slots=True)
+class PodJudgement:
+    """One pod's verdict inside a finding."""
+
+    pod: ObjectRef
+    state: State
+    why: Reason
+    idle_gpus: tuple[str, ...] = ()
+    peaks: Mapping[str, float | None] = field(default_factory=dict)  # GPU -> peak over the window
+
+
+@dataclass(frozen=True, slots=True)
+class StuckPod:
+    """What holds a pod stuck Terminating, for the admins' report."""
+
+    node: str | None
+    since: datetime.datetime  # deletionTimestamp
+    overdue: datetime.timedelta  # past deletionTimestamp + grace
+    holds: tuple[Reason, ...]
+    remedy: Reason | None
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One trigger's verdict on one subject (a workload; for expiry any object; for terminating a
+    pod) under one policy."""
+
+    trigger: TriggerKind
+    policy: str
+    mode: Mode
+    subject: ObjectRef  # the workload; the pod itself when its owner chain cannot be read
+    state: State
+    reason: Reason
+    source: str = ""  # the policy's file:line
+    known: bool = True  # False: the owner chain could not be read; never acted on
+    pods: tuple[PodJudgement, ...] = ()
+    gpus: int = 0  # GPUs its pods hold
+    reclaim_gpu_hours: float = 0.0  # idle GPUs x the window they were proven idle for
+    owner: Owner = Owner(OwnerKind.UNKNOWN)
+    managed_by: str | None = None  # "Helm", "Argo CD", "Flux": they recreate what is deleted
+    rule: str = ""  # expiry: "ttl", "expires", "rails"
+    deadline: datetime.datetime | None = None  # expiry: when it expires
+    proposal: Action | None = None  # what the trigger itself proposes (expiry, force delete)
+    stuck: StuckPod | None = None  # terminating
+
+    @property
+    def workload(self) -> ObjectRef | None:
+        return self.subject if self.known else None
+
+    @property
+    def why(self) -> str:
+        return str(self.reason)
+
+    @property
+    def word(self) -> str:
+        return word(self.trigger, self.state)
+
+    @property
+    def in_use(self) -> bool:
+        """Positive evidence of use on a usage signal: no policy marks or acts on this workload."""
+        return self.trigger.reads_usage and self.state in (State.CLEAR, State.PARTIAL)
+
+    @property
+    def condition(self) -> str:
+        """What the owner is told is wrong."""
+        return {TriggerKind.PENDING: "stuck Pending", TriggerKind.CRASH_LOOP: "crash-looping"}.get(
+            self.trigger, "idle")

@@ -1,26 +1,24 @@
-"""What the lifecycle tells people: one `Notice` per workload and message kind.
+"""What the lifecycle tells people: one `Notice` per workload and message kind, with its commands.
 
 A notice is a plain value the planner produces and the Slack side renders; it carries the facts
-in words and numbers (what, why, when, how to keep it), never presentation. Notices of one owner
-in one cycle are sent together as one digest; `intent` names that send, so a crash between the
-send and its record can be recognised on Slack instead of repeated.
+(what, why, when, how to keep it, how to undo the action), never presentation. Notices of one
+owner in one cycle are sent together as one digest; the send's `Intent` (janitor.annotations)
+names it, so a crash between the send and its record can be recognised on Slack, not repeated.
 """
 
 from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass
-from enum import StrEnum
 
+from janitor import annotations as ann
+from janitor.annotations import NoticeKind
 from janitor.decide.model import ObjectRef
 from janitor.decide.owners import Owner
+from janitor.decide.reasons import Reason
+from janitor.policy.model import Action as PolicyAction
 
-
-class NoticeKind(StrEnum):
-    WARNING = "warning"  # marked: it will be reclaimed at the deadline unless used or kept
-    REMINDER = "reminder"  # still idle, the deadline is near
-    CANCELLED = "cancelled"  # in use again (or no longer covered): the mark is gone
-    DONE = "done"  # the action was taken
+__all__ = ["Notice", "NoticeKind", "keep_command", "kubectl_ref", "resume_command"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,8 +27,8 @@ class Notice:
     workload: ObjectRef
     policy: str
     owner: Owner
-    action: str  # the policy's action: delete | suspend | scale-to-zero | stop
-    why: str  # the measured numbers and the window, one sentence
+    action: str  # the policy's action: delete | suspend | scale-to-zero | stop | report
+    why: Reason  # the measured numbers and the window
     now: datetime.datetime
     deadline: datetime.datetime | None = None  # when the action happens (WARNING, REMINDER)
     keep_command: str = ""  # the exact command that keeps it (WARNING, REMINDER)
@@ -39,30 +37,29 @@ class Notice:
     condition: str = "idle"  # what is wrong, in words: "idle", "stuck Pending", "crash-looping"
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """Where a message went and Slack's timestamp for it (also its send time)."""
+def kubectl_ref(ref: ObjectRef) -> str:
+    group = ref.api_version.split("/")[0] if "/" in ref.api_version else ""
+    kind = ref.kind.lower() if group in ("", "apps", "batch") else f"{ref.kind.lower()}.{group}"
+    return f"{kind}/{ref.name}"
 
-    channel: str
-    ts: str
-    to_admins: bool = False  # the owner could not be reached; the admin channel got it instead
 
-    @property
-    def at(self) -> datetime.datetime:
-        return datetime.datetime.fromtimestamp(float(self.ts), datetime.timezone.utc)
+def _ns(ref: ObjectRef) -> str:
+    return f"-n {ref.namespace} " if ref.namespace else ""
 
-    def __str__(self) -> str:
-        return f"{'admins' if self.to_admins else 'owner'} {self.channel}/{self.ts}"
 
-    @classmethod
-    def parse(cls, text: str) -> Delivery | None:
-        """The `__str__` form back; None if it is not one (then the delivery is unknown)."""
-        who, _, rest = text.strip().partition(" ")
-        channel, _, ts = rest.partition("/")
-        if who not in ("owner", "admins") or not channel or not ts:
-            return None
-        try:
-            float(ts)
-        except ValueError:
-            return None
-        return cls(channel, ts, who == "admins")
+def keep_command(ref: ObjectRef, until: datetime.datetime | None) -> str:
+    if until is None:
+        return ""
+    return (f"kubectl {_ns(ref)}annotate {kubectl_ref(ref)} "
+            f"{ann.KEEP_UNTIL}={ann.format_deadline(until)} --overwrite")
+
+
+def resume_command(ref: ObjectRef, action: PolicyAction, replicas: int | None) -> str:
+    target = f"kubectl {_ns(ref)}"
+    if action is PolicyAction.SUSPEND:
+        return target + f"patch {kubectl_ref(ref)} --type=merge -p '{{\"spec\":{{\"suspend\":false}}}}'"
+    if action is PolicyAction.SCALE_TO_ZERO:
+        return target + f"scale {kubectl_ref(ref)} --replicas={replicas if replicas else 1}"
+    if action is PolicyAction.STOP:
+        return target + f"annotate {kubectl_ref(ref)} {ann.NOTEBOOK_STOPPED}-"
+    return ""

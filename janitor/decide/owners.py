@@ -11,13 +11,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
-from janitor.decide.model import NamespaceView, ObjectView
+from janitor import annotations as ann
+
+if TYPE_CHECKING:  # model holds an Owner in every finding, so it imports this module
+    from janitor.decide.model import NamespaceView, ObjectView
 
 # (where, key): looked up in this order, on the workload and then on its namespace.
 DEFAULT_OWNER_KEYS: tuple[tuple[str, str], ...] = (
-    ("annotation", "janitor/owner"),
-    ("label", "janitor/owner"),
+    ("annotation", ann.OWNER),
+    ("label", ann.OWNER),
     ("annotation", "owner"),  # Kubeflow Profiles annotate their namespace with the owner's e-mail
 )
 

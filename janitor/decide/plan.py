@@ -1,106 +1,226 @@
-"""One cycle's decision: from a snapshot of the cluster to the actions to take, and why.
+"""One cycle's decision: `plan(observation, policies, ledger, now) -> CyclePlan`, pure.
 
-`plan` only combines: it gates objects the janitor must not touch (being deleted, protected
-namespaces, opted out), asks each trigger for its verdicts, keeps one deletion per object, and
-hands the deletions to the rails. It reads no clock: the caller passes its own time, and the
-apiserver's time from the snapshot is what deadlines are compared with.
+It reads top-down, as kube-janitor's cycle does:
+
+1. selection: which objects the plain path may judge, and the workloads the pods belong to;
+2. every trigger, each with its one signature, on what the policy governing it selects;
+3. the lifecycle on every workload's findings (busy on any signal beats idle on another);
+4. the rails on everything that deletes or reclaims: caps, tripwire, dry-run, clock skew;
+5. the admins' report.
+
+`decide` is steps 1-3 alone: the re-check right before acting (decide/recheck.py) runs exactly
+it on a fresh, scoped observation, so the rules that decided an action are the rules that
+confirm it. No clock is read: `now` is the caller's, and deadlines are compared with the
+apiserver's time from the observation when it is known.
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
-from janitor import annotations
-from janitor.decide import expiry
+from janitor import annotations as ann
+from janitor.decide import lifecycle, selection
+from janitor.decide.admin_report import AdminReport, admin_report
+from janitor.decide.lifecycle import Change, LifecycleSettings, Step
 from janitor.decide.model import (
+    EXPIRY_POLICY,
     Action,
     ActionType,
-    ClusterSnapshot,
-    ObjectView,
-    Outcome,
-    Plan,
+    Finding,
+    Observation,
+    PodView,
     SafetyLedger,
-    Verdict,
+    State,
+    TriggerKind,
 )
-from janitor.decide.rails import Rails, apply_rails, clock_skew
+from janitor.decide.owners import DEFAULT_OWNER_KEYS, find_owner
+from janitor.decide.rails import Held, Rails, apply_rails, clock_skew, is_tripped
+from janitor.decide.reasons import Code, why
+from janitor.decide.selection import CronJobMode, Workload
+from janitor.decide.triggers import Trigger, crashloop, expiry, idle, pending, terminating
+from janitor.policy.model import Mode, Policy
+
+# The pod triggers, in the order their findings are considered: (trigger, the pods it judges, findings).
+POD_TRIGGERS: tuple[tuple[TriggerKind, Callable[[Workload], Sequence[PodView]], Trigger], ...] = (
+    (TriggerKind.IDLE_GPU, idle.gpu_pods, idle.gpu_findings),
+    (TriggerKind.IDLE_CPU, idle.running, idle.cpu_findings),
+    (TriggerKind.PENDING, pending.pods, pending.findings),
+    (TriggerKind.CRASH_LOOP, crashloop.pods, crashloop.findings),
+    (TriggerKind.TERMINATING, terminating.pods, terminating.findings),
+)
+EXPIRY = Policy(EXPIRY_POLICY, (), description="janitor/ttl and janitor/expires (kube-janitor's annotations)",
+                mode=Mode.ENFORCE, source="annotations")
+_ENDLESS = datetime.datetime.max.replace(tzinfo=datetime.timezone.utc)
 
 
-def gate(obj: ObjectView, rails: Rails) -> Verdict | None:
-    """Why the janitor must leave `obj` alone whatever its annotations say, if it must."""
-    if obj.deleting:
-        return Verdict(obj.ref, "rails", Outcome.SKIP, "already being deleted")
-    namespace = obj.ref.name if obj.ref.kind == "Namespace" else obj.ref.namespace
-    if namespace in rails.protected_namespaces:
-        return Verdict(obj.ref, "rails", Outcome.SKIP, f"namespace {namespace} is protected")
-    opted_out = obj.annotations.get(annotations.OPT_OUT, "").strip().lower() == "true"
-    if opted_out and rails.honour_opt_out:
-        return Verdict(obj.ref, "rails", Outcome.SKIP, f"opted out ({annotations.OPT_OUT}: true)")
-    return None
+@dataclass(frozen=True)
+class PlanSettings:
+    """What deciding needs besides the policies (built from the daemon's settings once)."""
+
+    rails: Rails = field(default_factory=Rails)
+    lifecycle: LifecycleSettings = field(default_factory=LifecycleSettings)
+    cronjob_mode: CronJobMode = CronJobMode.JOB
+    owner_keys: tuple[tuple[str, str], ...] = DEFAULT_OWNER_KEYS
 
 
-def _deadline_order(pair: tuple[Action, Verdict]) -> tuple[datetime.datetime, str]:
-    action, verdict = pair
-    return verdict.deadline or datetime.datetime.max.replace(tzinfo=datetime.timezone.utc), str(action.target)
+@dataclass(frozen=True)
+class Decision:
+    """Steps 1-3: what was found, what the lifecycle writes and sends, and what is due."""
+
+    now: datetime.datetime  # the time deadlines were compared with
+    findings: tuple[Finding, ...]
+    changes: tuple[Change, ...]
+    due: tuple[Action, ...]  # deletions, reclaims and force deletes, most overdue first
+    reports: tuple[Action, ...]  # Warning Events for malformed or misplaced annotations
+
+    def still_due(self, key: tuple[str, ActionType, str]) -> Action | None:
+        return next((a for a in self.due if a.key == key), None)
 
 
-def plan(
-    snapshot: ClusterSnapshot, ledger: SafetyLedger, rails: Rails, *, local_now: datetime.datetime,
-    reclaims: Sequence[Action] = (),
-) -> Plan:
-    """`reclaims` are the idle lifecycle's due actions (decide/lifecycle.py): they go through the
-    same rails as the expiry deletions, after them, and count against the same caps."""
-    now = snapshot.apiserver_time or local_now
-    by_uid = {o.ref.uid: o for o in snapshot.objects}
-    verdicts: list[Verdict] = []
-    reports: list[Action] = []
-    deletions: dict[str, tuple[Action, Verdict]] = {}
-    for obj in snapshot.objects:
-        skipped = gate(obj, rails)
+@dataclass(frozen=True)
+class CyclePlan:
+    """One cycle's plan: what `act` applies, and everything the CLI, metrics and logs show."""
+
+    now: datetime.datetime
+    actions: tuple[Action, ...]  # what act applies, in order: reports, then what the rails let through
+    held: tuple[Held, ...]
+    changes: tuple[Change, ...]  # the lifecycle's writes and messages (ACT ones go with their action)
+    findings: tuple[Finding, ...]
+    ledger: SafetyLedger  # the ledger to store after this cycle (deletions not yet added)
+    notices: tuple[str, ...] = ()  # what admins must hear about (tripwire, skew, kinds not listed)
+    tripped_now: bool = False  # the tripwire tripped in this cycle (announce it once)
+    admin_report: AdminReport = field(default_factory=AdminReport)
+    silent_gpu_pods: tuple[PodView, ...] = ()
+    evidence_failures: tuple[str, ...] = ()
+    skew_seconds: float | None = None  # the janitor's clock minus the apiserver's, when the latter is known
+
+    def deletions(self) -> tuple[Action, ...]:
+        return tuple(a for a in self.actions if a.type is ActionType.DELETE)
+
+    def change_for(self, action: Action) -> Change | None:
+        return next((c for c in self.changes if c.step is Step.ACT and c.action is not None
+                     and c.action.key == action.key), None)
+
+
+def _expiry(observation: Observation, rails: Rails, now: datetime.datetime) -> list[Finding]:
+    subjects: list[Workload] = []
+    found: list[Finding] = []
+    for obj in observation.objects:
+        skipped = selection.gate(obj, observation, rails)
         if skipped is not None:
-            verdicts.append(skipped)
-            continue
-        for verdict, action in expiry.evaluate(obj, now, by_uid):
-            verdicts.append(verdict)
-            if action is None:
-                continue
-            if action.type is ActionType.REPORT:
-                reports.append(action)
-            elif obj.ref.uid not in deletions or _deadline_order((action, verdict)) < _deadline_order(
-                deletions[obj.ref.uid]
-            ):
-                deletions[obj.ref.uid] = (action, verdict)  # one deletion per object: the earliest rule
-
-    candidates = [action for action, _ in sorted(deletions.values(), key=_deadline_order)]
-    candidates += [a for a in reclaims if a.target.uid not in deletions]
-    railed = apply_rails(candidates, ledger, rails, now=now, skew=clock_skew(local_now, snapshot.apiserver_time))
-    notices = list(railed.notices)
-    if snapshot.skipped_kinds:
-        notices.append(
-            "not listed: " + ", ".join(f"{s.kind} ({s.reason})" for s in snapshot.skipped_kinds)
-        )
-    return Plan(
-        now=now,
-        actions=tuple(_dedupe(reports)) + railed.allowed,
-        held=railed.held,
-        verdicts=tuple(verdicts),
-        ledger=railed.ledger,
-        notices=tuple(notices),
-        tripped_now=railed.tripped_now,
-    )
+            found.append(Finding(TriggerKind.EXPIRY, EXPIRY.name, Mode.ENFORCE, obj.ref, State.SKIPPED, skipped,
+                                 rule="rails"))
+        elif any(True for _ in expiry.rules(obj)):
+            subjects.append(Workload(obj.ref, obj, (), observation.namespace(obj.ref.namespace), obj.ref.kind))
+    return found + expiry.findings(subjects, observation, EXPIRY, now)
 
 
-def _dedupe(reports: list[Action]) -> list[Action]:
-    """Several pods inheriting one template produce one report on their controller."""
+def _pod_triggers(workloads: Sequence[Workload], observation: Observation, policies: Sequence[Policy],
+                  now: datetime.datetime) -> list[Finding]:
+    found: list[Finding] = []
+    for trigger, judged, findings in POD_TRIGGERS:
+        governed: dict[str, tuple[Policy, list[Workload]]] = {}
+        for workload in workloads:
+            if not workload.candidate and trigger is not TriggerKind.TERMINATING:
+                continue  # DaemonSet pods: only their stuck Terminating pods are reported
+            pods = judged(workload)
+            policy = selection.governing(policies, trigger, workload, pods) if pods else None
+            if policy is not None:
+                governed.setdefault(policy.name, (policy, []))[1].append(workload)
+        for policy, members in governed.values():
+            found.extend(findings(members, observation, policy, now))
+    return found
+
+
+def _one_deletion_per_object(findings: Sequence[Finding]) -> list[Action]:
+    """An object with both a passed TTL and a passed expiry is deleted once, by the earliest rule."""
+    best: dict[str, Finding] = {}
+    for f in findings:
+        if f.proposal is not None and f.proposal.type is ActionType.DELETE:
+            kept = best.get(f.subject.uid)
+            if kept is None or (f.deadline or _ENDLESS, f.rule) < (kept.deadline or _ENDLESS, kept.rule):
+                best[f.subject.uid] = f
+    ordered = sorted(best.values(), key=lambda f: (f.deadline or _ENDLESS, str(f.subject)))
+    return [f.proposal for f in ordered if f.proposal is not None]
+
+
+def _reports(findings: Sequence[Finding]) -> list[Action]:
+    """Several pods inheriting one template give one report on their controller."""
     merged: dict[str, Action] = {}
-    for action in reports:
+    for f in findings:
+        action = f.proposal
+        if action is None or action.type is not ActionType.REPORT:
+            continue
         previous = merged.get(action.target.uid)
         if previous is None:
             merged[action.target.uid] = action
         elif action.report_key and previous.report_key and action.report_key not in previous.report_key:
             lines = set(previous.report_key.splitlines()) | set(action.report_key.splitlines())
             merged[action.target.uid] = Action(
-                previous.type, previous.target, previous.resource_version, previous.rule, previous.reason,
-                f"{previous.why} {action.why}", previous.evidence, "\n".join(sorted(lines)),
-            )
+                previous.type, previous.target, previous.resource_version, previous.policy, previous.trigger,
+                previous.rule, previous.reason, previous.why, previous.evidence, "\n".join(sorted(lines)))
     return list(merged.values())
+
+
+def decide(observation: Observation, policies: Sequence[Policy], now: datetime.datetime,
+           settings: PlanSettings = PlanSettings()) -> Decision:
+    """Steps 1-3 of a plan: findings, the lifecycle's changes, and what is due (before the rails)."""
+    now = observation.at or now
+    rails = settings.rails
+    workloads = selection.workloads(observation, rails, cronjob_mode=settings.cronjob_mode,
+                                    owner_keys=settings.owner_keys)
+    expired = _expiry(observation, rails, now)
+    found = _pod_triggers(workloads, observation, policies, now)
+    objects = [o for o in observation.objects if not selection.is_protected(selection.namespace_of(o), rails)]
+    owners = {o.ref.uid: find_owner(o, observation.namespace(o.ref.namespace), settings.owner_keys)
+              for o in objects if ann.carries_mark(o.annotations)}
+    changes = lifecycle.plan_lifecycle(workloads, objects, found, policies, now, settings.lifecycle, owners)
+    acts = sorted((c for c in changes if c.step is Step.ACT and c.action is not None),
+                  key=lambda c: (c.deadline or _ENDLESS, str(c.workload)))
+    forced = [f.proposal for f in found if f.proposal is not None and f.mode is Mode.ENFORCE]
+    deletions = _one_deletion_per_object(expired)
+    due = deletions + [c.action for c in acts if c.action is not None and c.workload.uid not in
+                       {a.target.uid for a in deletions}] + forced
+    return Decision(now, tuple(expired + found), changes, tuple(due), tuple(_reports(expired)))
+
+
+def silent_gpu_pods(observation: Observation) -> tuple[PodView, ...]:
+    """Running GPU pods without a single GPU series, when GPU evidence was read and is usable."""
+    gpu = observation.evidence.gpu
+    if not gpu or any(e.failed for e in gpu.values()):
+        return ()
+    seen = {(k.namespace, k.pod) for e in gpu.values() for k in e.pods}
+    return tuple(p for p in observation.pods
+                 if p.gpus and p.phase == "Running" and (p.ref.namespace, p.ref.name) not in seen)
+
+
+def plan(observation: Observation, policies: Sequence[Policy], ledger: SafetyLedger, now: datetime.datetime, *,
+         settings: PlanSettings = PlanSettings()) -> CyclePlan:
+    """The whole cycle's plan; `now` is the janitor's own clock, compared with the apiserver's."""
+    decision = decide(observation, policies, now, settings)
+    skew = clock_skew(now, observation.at)
+    railed = apply_rails(decision.due, ledger, settings.rails, now=decision.now, skew=skew)
+    notices = list(railed.notices)
+    if observation.skipped_kinds:
+        notices.append("not listed: " + ", ".join(f"{s.kind} ({s.reason})" for s in observation.skipped_kinds))
+    silent = silent_gpu_pods(observation)
+    tripwire = railed.notices[0] if is_tripped(railed.ledger) and railed.notices else None
+    report = admin_report(decision.findings, observation.nodes, silent, tripwire,
+                          observation.evidence.ghost_gpus or ())
+    return CyclePlan(decision.now, decision.reports + railed.allowed, railed.held, decision.changes,
+                     decision.findings, railed.ledger, tuple(notices), railed.tripped_now, report, silent,
+                     observation.evidence.failures,
+                     (now - observation.at).total_seconds() if observation.at is not None else None)
+
+
+def verdicts(findings: Sequence[Finding]) -> Mapping[str, tuple[Finding, ...]]:
+    """Findings by the uid of what they judged, for `janitor explain`."""
+    out: dict[str, list[Finding]] = {}
+    for f in findings:
+        out.setdefault(f.subject.uid, []).append(f)
+    return {uid: tuple(fs) for uid, fs in out.items()}
+
+
+__all__ = ["CyclePlan", "Decision", "PlanSettings", "decide", "plan", "silent_gpu_pods", "why", "Code"]

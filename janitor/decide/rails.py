@@ -14,12 +14,31 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from janitor.decide.model import Action, Deletion, Held, HoldReason, SafetyLedger
+from enum import StrEnum
+
+from janitor.decide.model import Action, Deletion, SafetyLedger
 
 DEFAULT_PROTECTED_NAMESPACES: tuple[str, ...] = ("kube-system", "kube-public", "kube-node-lease")
 
 HOUR = datetime.timedelta(hours=1)
 DAY = datetime.timedelta(days=1)
+
+
+class HoldReason(StrEnum):
+    DRY_RUN = "dry-run"
+    CAP = "cap"
+    TRIPWIRE = "tripwire"
+    CLOCK_SKEW = "clock-skew"
+    LEDGER = "ledger-unreadable"
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A deletion the rails did not let through this cycle, and why."""
+
+    action: Action
+    reason: HoldReason
+    why: str
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from janitor import node_report
 from janitor.node_agent import cgroups, procfs
 from janitor.node_agent.tracker import DStateTracker, Leftover, OomKill, OomTracker, PodOnNode
 
@@ -46,7 +47,7 @@ class AgentSettings:
     cgroup_root: Path = Path("/sys/fs/cgroup")
     interval: datetime.timedelta = datetime.timedelta(seconds=30)
     sustain: int = 3  # consecutive scans in D before a task counts as stuck
-    condition_type: str = "OrphanedDStateProcesses"
+    condition_type: str = node_report.CONDITION_TYPE
 
 
 @dataclass
@@ -208,16 +209,19 @@ class NodeAgent:
         status = "True" if leftovers else "False"
         if leftovers:
             pods = sorted({f.pod_uid for f in leftovers})
-            reason = "DStateProcessesOfDeletedPods"
-            message = (f"{len(leftovers)} tasks in D state from {len(pods)} deleted or long-Terminating pods: "
-                       + "; ".join(f.describe(now) for f in leftovers[:3]) + ("; ..." if len(leftovers) > 3 else ""))
+            reason = node_report.REASON_LEFTOVERS
+            message = node_report.encode_condition(
+                f"{len(leftovers)} tasks in D state from {len(pods)} deleted or long-Terminating pods: "
+                + "; ".join(f.describe(now) for f in leftovers[:3]) + ("; ..." if len(leftovers) > 3 else ""),
+                {uid: node_report.PodTaskState.D_STATE for uid in pods})
         else:
-            reason, message = "NoDStateProcessesOfDeletedPods", "no D-state processes of deleted pods"
+            reason = node_report.REASON_CLEAR
+            message = node_report.encode_condition("no D-state processes of deleted pods", {})
         changed = previous is None or previous.status != status
         transition = stamp if changed or previous.last_transition_time is None else (
             previous.last_transition_time.strftime("%Y-%m-%dT%H:%M:%SZ"))
         body = {"status": {"conditions": [{
-            "type": ctype, "status": status, "reason": reason, "message": message[:1024],
+            "type": ctype, "status": status, "reason": reason, "message": message[:node_report.MESSAGE_MAX],
             "lastHeartbeatTime": stamp, "lastTransitionTime": transition}]}}
         try:
             self.core.patch_node_status(self.settings.node, body)
@@ -236,7 +240,7 @@ class NodeAgent:
             if key in self._announced:
                 continue
             node = {"kind": "Node", "name": self.settings.node, "uid": self._node_uid, "apiVersion": "v1"}
-            if self._event(EVENT_NAMESPACE, node, "DStateProcessOfDeletedPod", f.describe(now)):
+            if self._event(EVENT_NAMESPACE, node, node_report.EVENT_LEFTOVER, f.describe(now)):
                 self._announced.add(key)
         self._announced &= keys  # a task that is gone may be announced again if it ever comes back
 
@@ -247,14 +251,17 @@ class NodeAgent:
             pod = pods.get(kill.pod_uid)
             if pod is None:
                 continue
+            scope = {"group": node_report.OomScope.CONTAINER, "process": node_report.OomScope.PROCESS,
+                     "unknown": node_report.OomScope.UNKNOWN}[kind]
             how = {"group": "the whole container was killed (memory.oom.group)",
                    "process": "single processes were killed; the container kept running, so its status shows no "
                               "OOMKilled",
                    "unknown": "whether whole containers or single processes is unknown"}[kind]
-            message = (f"{kill.new_kills} OOM kill{'s' if kill.new_kills != 1 else ''} in this pod's memory cgroup "
-                       f"({kill.total} since it started): {how}")
+            words = (f"{kill.new_kills} OOM kill{'s' if kill.new_kills != 1 else ''} in this pod's memory cgroup "
+                     f"({kill.total} since it started): {how}")
+            message = node_report.encode_oom(node_report.OomReport(kill.new_kills, kill.total, scope, words))
             involved = {"kind": "Pod", "namespace": pod.namespace, "name": pod.name, "uid": pod.uid, "apiVersion": "v1"}
-            self._event(pod.namespace, involved, "OOMKillInPod", message)
+            self._event(pod.namespace, involved, node_report.EVENT_OOM, message)
 
     def _event(self, namespace: str, involved: dict[str, str], reason: str, message: str) -> bool:
         now = datetime.datetime.now(datetime.timezone.utc)

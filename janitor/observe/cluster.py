@@ -1,4 +1,4 @@
-"""Reading the cluster into plain values: a `ClusterSnapshot`, fresh re-reads, the safety ledger.
+"""Reading the cluster: paginated lists of raw items, single objects, the safety ledger.
 
 Every kind, built-in or custom, is read the same way: raw JSON through the client's generic
 `param_serialize`/`call_api`, not the generated typed models. That way a Notebook CRD needs no
@@ -24,9 +24,8 @@ from typing import Any
 
 from kubernetes.client import ApiClient
 
-from janitor import annotations, errors, kubeapi, ledger
+from janitor import annotations as ann, errors, kubeapi, ledger
 from janitor.decide.model import (
-    ClusterSnapshot,
     ObjectRef,
     ObjectView,
     OwnerRef,
@@ -37,7 +36,6 @@ from janitor.decide.model import (
 
 logger = logging.getLogger(__name__)
 
-Progress = Callable[[str, int], None]
 
 # Where each workload keeps the annotations of the pods it creates.
 _POD_TEMPLATE_PATHS: dict[tuple[str, str], tuple[str, ...]] = {
@@ -53,42 +51,35 @@ class _Page:
     date: datetime.datetime | None  # the apiserver's Date header
 
 
-def read_snapshot(
-    api: ApiClient,
-    kinds: Sequence[ResourceKind],
-    *,
-    page_size: int = 500,
-    progress: Progress | None = None,
-    namespaces: Sequence[str] | None = None,
-) -> ClusterSnapshot:
-    """List every kind in all namespaces (or only in `namespaces`), page by page, into one snapshot.
+def list_items(
+    api: ApiClient, kind: ResourceKind, *, page_size: int = 500, namespaces: Sequence[str] | None = None,
+    label_selector: str | None = None, field_selector: str | None = None,
+) -> Iterator[tuple[list[dict[str, Any]], datetime.datetime | None]]:
+    """Pages of one kind's raw items in all namespaces (or only in `namespaces`), following
+    `continue` tokens, with each page's Date header. A cluster-scoped kind with `namespaces` keeps
+    only the Namespace objects of that name (other cluster-scoped kinds are listed whole)."""
+    scopes: Sequence[str | None] = namespaces if (namespaces is not None and kind.namespaced) else [None]
+    for scope in scopes:
+        for items, date in _pages(api, kind, page_size=page_size, namespace=scope, label_selector=label_selector,
+                                  field_selector=field_selector):
+            if namespaces is not None and kind.kind == "Namespace":
+                items = [i for i in items if (i.get("metadata") or {}).get("name") in namespaces]
+            yield items, date
 
-    With `namespaces`, namespaced kinds are listed per namespace and of the Namespace objects only
-    those named are kept, so the janitor touches nothing outside its scope.
 
-    `apiserver_time` is the Date header of the first page read: the earliest moment of the
-    snapshot, so that objects read later look younger, never older, than they are.
-    """
-    views: list[ObjectView] = []
-    skipped: list[SkippedKind] = []
-    first_date: datetime.datetime | None = None
-    for kind in kinds:
-        kind_views: list[ObjectView] = []
-        try:
-            scopes: Sequence[str | None] = namespaces if (namespaces is not None and kind.namespaced) else [None]
-            for page_views, date in (page for scope in scopes
-                                     for page in _list_kind(api, kind, page_size=page_size, namespace=scope)):
-                first_date = first_date or date
-                if namespaces is not None and not kind.namespaced:
-                    page_views = [v for v in page_views if v.ref.name in namespaces]
-                kind_views.extend(page_views)
-                if progress is not None:
-                    progress(kind.key, len(kind_views))
-        except (errors.NotFound, errors.Forbidden) as e:
-            skipped.append(_skip(kind, e))
-            continue
-        views.extend(kind_views)
-    return ClusterSnapshot(objects=tuple(views), skipped_kinds=tuple(skipped), apiserver_time=first_date)
+def skipped(kind: ResourceKind, error: errors.KubeError) -> SkippedKind:
+    """A kind that cannot be listed (404: not served; 403: RBAC), as a value the plan shows."""
+    return _skip(kind, error)
+
+
+def read_item(api: ApiClient, kind: ResourceKind, namespace: str | None, name: str) -> tuple[dict[str, Any] | None,
+                                                                                            datetime.datetime | None]:
+    """One object's raw JSON by name (None if not found) and the apiserver's Date."""
+    try:
+        page = _get(api, kubeapi.path(kind, namespace, name), doing=f"read {kind.kind} {namespace or ''}/{name}")
+    except errors.NotFound:
+        return None, None
+    return page.body, page.date
 
 
 def read_object(api: ApiClient, ref: ObjectRef, kind: ResourceKind) -> ObjectView | None:
@@ -175,19 +166,23 @@ def _replicas(item: Mapping[str, Any]) -> int | None:
 _CONFIG_MAPS = ResourceKind("", "v1", "ConfigMap", "configmaps")
 
 
-def _list_kind(
-    api: ApiClient, kind: ResourceKind, *, page_size: int, namespace: str | None = None
-) -> Iterator[tuple[list[ObjectView], datetime.datetime | None]]:
-    """Pages of one kind's views, following `continue` tokens until the list is complete."""
+def _pages(
+    api: ApiClient, kind: ResourceKind, *, page_size: int, namespace: str | None = None,
+    label_selector: str | None = None, field_selector: str | None = None,
+) -> Iterator[tuple[list[dict[str, Any]], datetime.datetime | None]]:
+    """Pages of one kind's raw items, following `continue` tokens until the list is complete."""
     token: str | None = None
     path = kubeapi.path(kind, namespace)
     while True:
         query: list[tuple[str, str | int]] = [("limit", page_size)]
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
         if token:
             query.append(("continue", token))
         page = _get(api, path, query=query, doing=f"list {kind.key}")
-        items = page.body.get("items") or []
-        yield [to_view(kind, item) for item in items], page.date
+        yield list(page.body.get("items") or []), page.date
         token = (page.body.get("metadata") or {}).get("continue")
         if not token:
             return
@@ -232,14 +227,14 @@ def _template_annotations(kind: ResourceKind, item: Mapping[str, Any]) -> dict[s
 
 
 def _acknowledged_at(object_annotations: Mapping[str, str], *, where: str) -> datetime.datetime | None:
-    text = object_annotations.get(annotations.ACKNOWLEDGE_TRIPWIRE)
+    text = object_annotations.get(ann.ACKNOWLEDGE_TRIPWIRE)
     if text is None:
         return None
     try:
         return ledger.parse_acknowledged(text)
     except ValueError as e:
         logger.error(
-            "%s on ConfigMap %s is ignored (not acknowledged): %s", annotations.ACKNOWLEDGE_TRIPWIRE, where, e
+            "%s on ConfigMap %s is ignored (not acknowledged): %s", ann.ACKNOWLEDGE_TRIPWIRE, where, e
         )
         return None
 

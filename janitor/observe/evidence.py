@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 
 from janitor.decide.evidence import (
     CpuEvidence,
+    GhostGpu,
     CpuUsage,
     EvidenceWindow,
     GpuEvidence,
@@ -88,7 +89,7 @@ def gpu_query(
     return f"max by ({by}) ({inner})"
 
 
-def sidecar_regex(names: Iterable[str]) -> str:
+def exact_names_regex(names: Iterable[str]) -> str:
     """An RE2 alternation matching exactly these container names (Prometheus anchors it).
 
     Names are escaped, so `a.b` never matches `axb`; empty names are dropped (they would match
@@ -109,7 +110,7 @@ def cpu_query(
     series, so the peak is the busiest `rate_window` and the count shows gaps like a scrape count.
     """
     matchers = [Matcher(labels.container, "", "!="), Matcher(labels.container, "POD", "!=")]
-    sidecars = sidecar_regex(ignore_containers)
+    sidecars = exact_names_regex(ignore_containers)
     if sidecars:
         matchers.append(Matcher(labels.container, sidecars, "!~"))
     sel = selector(CPU_METRIC, matchers, extra)
@@ -194,9 +195,19 @@ def fold_cpu(result: QueryResult, window: EvidenceWindow, labels: LabelMap = HON
 # ----------------------------------------------------------------------------- one query each
 
 
+def scope(labels: LabelMap, pods: Sequence[PodKey] | None) -> tuple[Matcher, ...]:
+    """Matchers that keep a query to these pods (all in one namespace, as a re-check reads them);
+    None means every pod."""
+    if pods is None:
+        return ()
+    namespaces = sorted({p.namespace for p in pods})
+    names = exact_names_regex(sorted(p.pod for p in pods)) or "$^"  # no pods: match nothing
+    return (Matcher(labels.namespace, exact_names_regex(namespaces) or "$^", "=~"), Matcher(labels.pod, names, "=~"))
+
+
 def gpu_evidence(
     source: PrometheusSource, *, signal: str, window: timedelta, step: timedelta, at: datetime,
-    labels: LabelMap, hostname_label: str | None = None,
+    labels: LabelMap, hostname_label: str | None = None, pods: Sequence[PodKey] | None = None,
 ) -> GpuEvidence:
     """Per-GPU peak and sample count of `signal` for every workload pod, from one instant query.
 
@@ -205,8 +216,8 @@ def gpu_evidence(
     Prometheus trouble: the evidence says `failed` instead.
     """
     span = EvidenceWindow(signal, window, step, at)
-    query = gpu_query(signal, window=window, labels=labels, extra=source.config.extra_matchers,
-                      hostname_label=hostname_label)
+    query = gpu_query(signal, window=window, labels=labels,
+                      extra=(*source.config.extra_matchers, *scope(labels, pods)), hostname_label=hostname_label)
     try:
         evidence = fold_gpu(source.instant(query, at), span, labels, hostname_label)
     except PrometheusError as error:
@@ -219,14 +230,15 @@ def gpu_evidence(
 def cpu_evidence(
     source: PrometheusSource, *, window: timedelta, step: timedelta, at: datetime,
     labels: LabelMap = HONOR_LABELS, ignore_containers: Sequence[str] = (),
-    rate_window: timedelta = timedelta(minutes=5),
+    rate_window: timedelta = timedelta(minutes=5), pods: Sequence[PodKey] | None = None,
 ) -> CpuEvidence:
     """Peak cores of each pod's app containers (sidecars ignored) and coverage, from one query.
 
     cAdvisor is scraped with `honor_labels`, so `labels` is the plain map unless a site differs.
     """
     span = EvidenceWindow(CPU_METRIC, window, step, at)
-    query = cpu_query(window=window, step=step, labels=labels, extra=source.config.extra_matchers,
+    query = cpu_query(window=window, step=step, labels=labels,
+                      extra=(*source.config.extra_matchers, *scope(labels, pods)),
                       ignore_containers=ignore_containers, rate_window=rate_window)
     try:
         evidence = fold_cpu(source.instant(query, at), span, labels)
@@ -238,7 +250,7 @@ def cpu_evidence(
 
 
 def ghost_gpus(source: PrometheusSource, *, at: datetime, labels: LabelMap,
-               hostname_label: str | None = None) -> tuple[tuple[str, str, float], ...] | None:
+               hostname_label: str | None = None) -> tuple[GhostGpu, ...] | None:
     """GPUs with framebuffer memory in use and no pod mapped: (node, gpu, MiB), or None if unknown.
 
     A process of a deleted pod that still holds a GPU shows exactly so; the admin report puts
@@ -251,4 +263,5 @@ def ghost_gpus(source: PrometheusSource, *, at: datetime, labels: LabelMap,
     except PrometheusError as error:
         logger.warning("ghost GPU query failed: %s", error)
         return None
-    return tuple(sorted((s.labels.get(host, ""), s.labels.get("gpu", ""), s.value) for s in result.series))
+    found = sorted((s.labels.get(host, ""), s.labels.get("gpu", ""), s.value) for s in result.series)
+    return tuple(GhostGpu(node, gpu, mib) for node, gpu, mib in found)

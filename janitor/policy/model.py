@@ -220,7 +220,7 @@ class CrashLoop:
 
 Trigger = IdleGpu | IdleCpu | Pending | Terminating | CrashLoop
 TRIGGER_KINDS: tuple[type[Trigger], ...] = (IdleGpu, IdleCpu, Pending, Terminating, CrashLoop)
-T = TypeVar("T", IdleGpu, IdleCpu, Pending, Terminating, CrashLoop)
+T = TypeVar("T", bound=Trigger)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,10 +18,10 @@ from devenv.nodes import CRASH
 from devenv.procs import wait_until
 from devenv.slack_standin import SlackStandInControl
 from janitor import annotations as a
-from janitor.daemon import Janitor
 from janitor.decide.lifecycle import LifecycleSettings
 from janitor.node_agent.agent import AgentSettings, NodeAgent
-from janitor.settings import Settings
+from runner import Runner
+from runner import settings as build
 
 ALICE = ("alice@lab.example", "U0ALICE1", "alice")
 
@@ -68,7 +68,7 @@ def test_crash_looping_gpu_job_is_warned_with_its_exit_and_oom_details(
   triggers: {{crashLoop: {{restarts: 5, window: 1h}}}}
   lifecycle: {{warnBefore: 1h, action: suspend}}
 """)
-    janitor = Janitor(kube, Settings(
+    janitor = Runner(kube, build(
         namespaces=(namespace,), state_namespace=namespace, policy_paths=(str(policy),),
         prometheus_url=sandbox.prometheus_url, slack_token=sandbox.slack_token, slack_api_url=sandbox.slack_api_url,
         lifecycle=LifecycleSettings(pace=datetime.timedelta(0))))

@@ -68,6 +68,8 @@ from test_manifests import (
 from devenv import access
 from devenv.nodes import HOLD_TERMINATING
 from devenv.procs import wait_until
+from runner import Runner
+from runner import settings as build
 
 FIELD_MANAGER = "kube-idle-janitor-tests"
 JANITOR_SA = "kube-idle-janitor"
@@ -464,9 +466,7 @@ def test_the_janitor_runs_its_lifecycle_under_its_service_account_and_the_guard(
     scales it to zero once marked; nothing it does is refused."""
     import datetime
 
-    from janitor.daemon import Janitor
     from janitor.decide.lifecycle import LifecycleSettings
-    from janitor.settings import Settings
 
     ns = installed.namespace
     slack.add_user("alice@lab.example", "U0ALICE1", "alice")
@@ -489,7 +489,7 @@ def test_the_janitor_runs_its_lifecycle_under_its_service_account_and_the_guard(
   triggers: {{pending: {{after: 1h}}}}
   lifecycle: {{warnBefore: 3s, remindEvery: 0s, action: scale-to-zero}}
 """)
-    janitor = Janitor(installed.janitor, Settings(
+    janitor = Runner(installed.janitor, build(
         namespaces=(ns,), state_namespace=NAMESPACE, policy_paths=(str(policy),),
         prometheus_url=sandbox.prometheus_url, slack_token=sandbox.slack_token, slack_api_url=sandbox.slack_api_url,
         lifecycle=LifecycleSettings(pace=datetime.timedelta(0))))
@@ -498,7 +498,7 @@ def test_the_janitor_runs_its_lifecycle_under_its_service_account_and_the_guard(
     assert outcomes["old-sweep"] == "done" and set(outcomes.values()) == {"done"}, outcomes  # nothing refused
     notes = client.AppsV1Api(kube).read_namespaced_deployment("too-big", ns).metadata.annotations
     assert notes["janitor/policy"] == "never-fits" and "janitor/warned-at" in notes
-    assert janitor.last_lifecycle.failed == []
+    assert janitor.last is not None and janitor.last.lifecycle is not None and janitor.last.lifecycle.failed == []
     deadline = datetime.datetime.strptime(notes["janitor/expires"], "%Y-%m-%dT%H:%M:%SZ").replace(
         tzinfo=datetime.timezone.utc)
     import time

@@ -39,8 +39,20 @@ from devenv import access
 from devenv.procs import free_port, wait_until
 from janitor import annotations, errors
 from janitor.act import kube as act
-from janitor.decide.model import Action, ActionType, Deletion, ObjectView, OwnerRef, ResourceKind, SafetyLedger
-from janitor.observe import cluster
+from janitor.decide.model import (
+    Action,
+    ActionType,
+    Deletion,
+    ObjectView,
+    Observation,
+    OwnerRef,
+    ResourceKind,
+    SafetyLedger,
+    TriggerKind,
+)
+from janitor.decide.reasons import text
+from janitor.observe import cluster, observation
+from runner import settings as build
 
 DEPLOYMENT = ResourceKind("apps", "v1", "Deployment", "deployments")
 REPLICASET = ResourceKind("apps", "v1", "ReplicaSet", "replicasets")
@@ -72,8 +84,19 @@ def config_map_view(kube_api: client.ApiClient, namespace: str, name: str) -> Ob
 
 
 def action_for(view: ObjectView, type_: ActionType = ActionType.DELETE, **fields: str) -> Action:
-    defaults = {"rule": "ttl", "reason": "TTLExpired", "why": f"{view.ref} is older than its janitor/ttl of 1h (age 2h)"}
-    return Action(type=type_, target=view.ref, resource_version=view.resource_version, **{**defaults, **fields})
+    defaults: dict[str, object] = {"rule": "ttl", "reason": "TTLExpired",
+                                   "why": f"{view.ref} is older than its janitor/ttl of 1h (age 2h)"}
+    values = {**defaults, **fields}
+    values["why"] = text(str(values["why"]))
+    return Action(type=type_, target=view.ref, resource_version=view.resource_version, policy="ttl-expiry",
+                  trigger=TriggerKind.EXPIRY, **values)  # type: ignore[arg-type]
+
+
+def read_snapshot(api: client.ApiClient, kinds: list[ResourceKind], *, page_size: int = 500,
+                  progress=None) -> Observation:  # noqa: ANN001
+    """One cycle's read of these kinds (and, as every cycle, the namespaces)."""
+    settings = build(kinds=tuple(kinds), page_size=page_size)
+    return observation.read(api, settings, (), datetime.datetime.now(UTC), progress=progress)
 
 
 def events_about(core: client.CoreV1Api, namespace: str, uid: str) -> list[client.CoreV1Event]:
@@ -108,14 +131,15 @@ def gone(read: Callable[[], object]) -> bool:
 def reader_kube(
     kube: client.ApiClient, core: client.CoreV1Api, namespace: str, tmp_path: Path
 ) -> Iterator[client.ApiClient]:
-    """A ServiceAccount that may list and get ConfigMaps cluster-wide, and nothing else."""
+    """A ServiceAccount that may list and get ConfigMaps (and Namespaces, which every cycle reads)
+    cluster-wide, and nothing else."""
     rbac = client.RbacAuthorizationV1Api(kube)
     name = f"configmap-reader-{uuid.uuid4().hex[:6]}"
     account = client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="reader"))
     core.create_namespaced_service_account(namespace, account)
     rbac.create_cluster_role(client.V1ClusterRole(
         metadata=client.V1ObjectMeta(name=name),
-        rules=[client.V1PolicyRule(api_groups=[""], resources=["configmaps"], verbs=["get", "list"])],
+        rules=[client.V1PolicyRule(api_groups=[""], resources=["configmaps", "namespaces"], verbs=["get", "list"])],
     ))
     rbac.create_cluster_role_binding(client.V1ClusterRoleBinding(
         metadata=client.V1ObjectMeta(name=name),
@@ -203,7 +227,7 @@ def test_snapshot_reads_workloads_pods_and_annotations(
     wait_until(lambda: len(core.list_namespaced_pod(namespace).items) == 2, timeout=60, what="2 nb pods")
     calls: list[tuple[str, int]] = []
 
-    snapshot = cluster.read_snapshot(
+    snapshot = read_snapshot(
         kube, [DEPLOYMENT, REPLICASET, CRONJOB, POD, CONFIGMAP], progress=lambda key, n: calls.append((key, n))
     )
 
@@ -226,7 +250,8 @@ def test_snapshot_reads_workloads_pods_and_annotations(
     settings = in_namespace(snapshot.objects, namespace, "ConfigMap")["settings"]
     assert settings.annotations == {annotations.TTL: "7d", "other": "x"} and settings.labels == {"team": "a"}
     assert settings.resource_version == core.read_namespaced_config_map("settings", namespace).metadata.resource_version
-    assert [key for key, _ in calls] == ["Deployment", "ReplicaSet", "CronJob", "Pod", "ConfigMap"]
+    assert list(dict.fromkeys(key for key, _ in calls)) == ["Deployment", "ReplicaSet", "CronJob", "Pod", "ConfigMap",
+                                                            "Namespace"]  # namespaces last: every cycle reads them
 
 
 def test_custom_resource_is_listed_and_read_like_a_builtin(
@@ -238,7 +263,7 @@ def test_custom_resource_is_listed_and_read_like_a_builtin(
          "metadata": {"name": "g1", "annotations": {annotations.TTL: "1h"}}, "spec": {"size": 3}},
     )
 
-    snapshot = cluster.read_snapshot(kube, [gadget_kind])
+    snapshot = read_snapshot(kube, [gadget_kind])
 
     gadget = in_namespace(snapshot.objects, namespace, "Gadget")["g1"]
     assert gadget.ref.api_version == gadget_kind.api_version
@@ -252,7 +277,8 @@ def test_paging_yields_every_object(kube: client.ApiClient, core: client.CoreV1A
         make_config_map(core, namespace, name)
     counts: list[int] = []
 
-    snapshot = cluster.read_snapshot(kube, [CONFIGMAP], page_size=2, progress=lambda key, n: counts.append(n))
+    snapshot = read_snapshot(kube, [CONFIGMAP], page_size=2,
+                             progress=lambda key, n: counts.append(n) if key == "ConfigMap" else None)
 
     assert names <= set(in_namespace(snapshot.objects, namespace, "ConfigMap"))
     assert len(counts) >= 4  # 7 of ours alone need 4 pages of 2
@@ -266,10 +292,10 @@ def test_kinds_not_listable_are_skipped_not_errors(
     make_config_map(core, namespace, "visible")
     unknown_plural = ResourceKind("apps", "v1", "Widget", "widgets")
 
-    snapshot = cluster.read_snapshot(reader_kube, [CONFIGMAP, DEPLOYMENT])
+    snapshot = read_snapshot(reader_kube, [CONFIGMAP, DEPLOYMENT])
     # Authorization comes before routing: only a client allowed to list a kind can learn that
     # it is not served (the janitor's ClusterRole is generated from its kinds, so it can).
-    unserved = cluster.read_snapshot(kube, [GIZMO, unknown_plural])
+    unserved = read_snapshot(kube, [GIZMO, unknown_plural])
 
     assert "visible" in in_namespace(snapshot.objects, namespace, "ConfigMap")
     assert {v.ref.kind for v in snapshot.objects} == {"ConfigMap"}
@@ -287,24 +313,25 @@ def test_bad_credentials_and_no_apiserver_raise_typed_errors(kube: client.ApiCli
     config.api_key_prefix = {"BearerToken": "Bearer"}
     with client.ApiClient(config) as stranger:
         with pytest.raises(errors.Unauthorized) as refused:
-            cluster.read_snapshot(stranger, [CONFIGMAP])
+            read_snapshot(stranger, [CONFIGMAP])
     assert refused.value.status == 401 and "list ConfigMap" in str(refused.value)
 
     config.host, config.retries = f"https://127.0.0.1:{free_port()}", 0
     with client.ApiClient(config) as nobody:
         with pytest.raises(errors.ServerError) as unreachable:
-            cluster.read_snapshot(nobody, [CONFIGMAP])
+            read_snapshot(nobody, [CONFIGMAP])
     assert unreachable.value.temporary and len(str(unreachable.value)) < 400
 
 
 def test_apiserver_time_comes_from_the_apiserver(kube: client.ApiClient) -> None:
     before = datetime.datetime.now(UTC).replace(microsecond=0)
-    snapshot = cluster.read_snapshot(kube, [NAMESPACE])
+    snapshot = read_snapshot(kube, [NAMESPACE])
     after = datetime.datetime.now(UTC)
 
-    assert snapshot.apiserver_time is not None and snapshot.apiserver_time.utcoffset() == datetime.timedelta(0)
-    assert before - datetime.timedelta(seconds=2) <= snapshot.apiserver_time <= after + datetime.timedelta(seconds=2)
-    assert cluster.read_snapshot(kube, [GIZMO]).apiserver_time is None  # nothing listed, no clock
+    assert snapshot.at is not None and snapshot.at.utcoffset() == datetime.timedelta(0)
+    assert before - datetime.timedelta(seconds=2) <= snapshot.at <= after + datetime.timedelta(seconds=2)
+    unserved = read_snapshot(kube, [GIZMO])
+    assert unserved.skipped_kinds and unserved.at is not None  # the namespaces, read every cycle, give the clock
 
 
 def test_read_object_tells_gone_and_recreated_apart(
@@ -330,14 +357,14 @@ def test_delete_job_posts_event_then_removes_job_and_pods(
     make_job(kube, namespace, "train", parallelism=2)
     wait_until(lambda: len(core.list_namespaced_pod(namespace, label_selector="job=train").items) == 2,
                timeout=60, what="2 job pods")
-    job = in_namespace(cluster.read_snapshot(kube, [JOB]).objects, namespace, "Job")["train"]
+    job = in_namespace(read_snapshot(kube, [JOB]).objects, namespace, "Job")["train"]
     assert events_about(core, namespace, job.ref.uid) == []
 
     result = apply_fresh(kube, job, JOB)
 
     assert result.outcome is act.Outcome.DONE, result.detail
     [event] = events_about(core, namespace, job.ref.uid)
-    assert (event.type, event.reason, event.message) == ("Normal", "TTLExpired", result.action.why)
+    assert (event.type, event.reason, event.message) == ("Normal", "TTLExpired", str(result.action.why))
     assert event.source.component == "kube-idle-janitor" and event.reporting_component == "kube-idle-janitor"
     involved = event.involved_object
     assert (involved.kind, involved.api_version, involved.name) == ("Job", "batch/v1", "train")
@@ -350,7 +377,7 @@ def test_delete_job_posts_event_then_removes_job_and_pods(
 def test_delete_namespace(kube: client.ApiClient, core: client.CoreV1Api) -> None:
     name = f"doomed-{uuid.uuid4().hex[:6]}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    view = next(v for v in cluster.read_snapshot(kube, [NAMESPACE]).objects if v.ref.name == name)
+    view = next(v for v in read_snapshot(kube, [NAMESPACE]).objects if v.ref.name == name)
     assert view.ref.namespace is None
 
     result = apply_fresh(kube, view, NAMESPACE)
@@ -434,7 +461,7 @@ def test_report_posts_one_warning_event_and_marks_the_object(
     marked = config_map_view(kube, namespace, "typo")
     assert marked.annotations == {annotations.TTL: "7 days", annotations.REPORTED: "ttl:7 days"}
     [event] = events_about(core, namespace, view.ref.uid)
-    assert (event.type, event.reason, event.message) == ("Warning", "InvalidTTL", report.why)
+    assert (event.type, event.reason, event.message) == ("Warning", "InvalidTTL", str(report.why))
 
 
 # ---------------------------------------------------------------- ledger

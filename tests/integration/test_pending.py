@@ -20,9 +20,9 @@ from devenv.nodes import WAITING
 from devenv.procs import wait_until
 from devenv.slack_standin import SlackStandInControl
 from janitor import annotations as a
-from janitor.daemon import Janitor
 from janitor.decide.lifecycle import LifecycleSettings
-from janitor.settings import Settings
+from runner import Runner
+from runner import settings as build
 
 ALICE = ("alice@lab.example", "U0ALICE1", "alice")
 NODE = "cpu-node-1"
@@ -89,7 +89,7 @@ def test_stuck_pending_workloads_go_through_the_lifecycle(
   triggers: {{pending: {{after: 8s}}}}
   lifecycle: {{warnBefore: 6s, remindEvery: 0s}}
 """)
-    janitor = Janitor(kube, Settings(
+    janitor = Runner(kube, build(
         namespaces=(namespace,), state_namespace=namespace, policy_paths=(str(policy),),
         prometheus_url=sandbox.prometheus_url, slack_token=sandbox.slack_token, slack_api_url=sandbox.slack_api_url,
         lifecycle=LifecycleSettings(pace=datetime.timedelta(0)), admin_channel="#gpu-admins"))

@@ -20,9 +20,10 @@ from devenv import access
 from devenv.procs import wait_until
 from janitor import annotations as a
 from janitor import rbac
-from janitor.daemon import Janitor
 from janitor.decide.rails import Rails
-from janitor.settings import DEFAULT_KINDS, Settings
+from janitor.settings import DEFAULT_KINDS
+from runner import Runner
+from runner import settings as build
 
 
 @pytest.fixture
@@ -56,7 +57,7 @@ def test_cycle_under_generated_role(janitor_api, kube, core: client.CoreV1Api, n
     wait_until(lambda: len(core.list_namespaced_pod(namespace, label_selector="job=sweep").items) == 1,
                timeout=60, what="job pod")
 
-    janitor = Janitor(janitor_api, Settings(namespaces=(namespace,), state_namespace=namespace, rails=Rails()))
+    janitor = Runner(janitor_api, build(namespaces=(namespace,), state_namespace=namespace, rails=Rails()))
     result = janitor.run_cycle()
 
     assert sorted(act.target.name for act in result.deleted()) == ["old", "sweep"]

@@ -22,6 +22,8 @@ from devenv.exporters.values import Kind, Segment
 from devenv.history import prometheus_with_history
 from devenv.nodes import STARTED_AT
 from devenv.procs import wait_until
+from runner import Runner
+from runner import settings as build
 
 H = 3600
 
@@ -149,9 +151,7 @@ def test_shadow_plan_on_backfilled_history(kube, core: client.CoreV1Api, namespa
 def test_daemon_cycle_reports_shadow_metrics_and_keeps_last_good_policies(
     kube, core: client.CoreV1Api, namespace: str, sandbox, policy_file, exporter_values: ValuesControl
 ) -> None:
-    from janitor.daemon import Janitor
-    from janitor.settings import Settings
-
+        
     now = time.time()
     started = datetime.datetime.fromtimestamp(now - 3 * H, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     client.BatchV1Api(kube).create_namespaced_job(namespace, client.V1Job(
@@ -163,9 +163,9 @@ def test_daemon_cycle_reports_shadow_metrics_and_keeps_last_good_policies(
 
     server, _ = prometheus_with_history(kube, sandbox.exporters_url, step=15, work_dir=sandbox.run_dir)
     try:
-        settings = Settings(namespaces=(namespace,), state_namespace=namespace, policy_paths=(str(policy_file),),
+        settings = build(namespaces=(namespace,), state_namespace=namespace, policy_paths=(str(policy_file),),
                             prometheus_url=server.url, scrape_interval=datetime.timedelta(seconds=15))
-        janitor = Janitor(kube, settings)
+        janitor = Runner(kube, settings)
         janitor.run_cycle()
         get = janitor.telemetry.registry.get_sample_value
         assert get("janitor_idle_workloads", {"policy": "idle-gpu", "trigger": "idleGpu", "verdict": "idle"}) == 1

@@ -25,9 +25,9 @@ from devenv.exporters.values import Kind
 from devenv.nodes import HOLD_TERMINATING
 from devenv.procs import wait_until
 from devenv.slack_standin import SlackStandInControl
-from janitor.daemon import Janitor
 from janitor.node_agent.agent import AgentSettings, NodeAgent
-from janitor.settings import Settings
+from runner import Runner
+from runner import settings as build
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "node"
 _fake = runpy.run_path(str(FIXTURES / "fake_proc.py"))
@@ -118,7 +118,7 @@ def test_stuck_terminating_pods_reported_and_forced_only_on_evidence(
   match: {{namespaces: {{include: ["{namespace}"]}}}}
   triggers: {{terminating: {{after: 1s, forceDelete: true}}}}
 """)
-    janitor = Janitor(kube, Settings(
+    janitor = Runner(kube, build(
         namespaces=(namespace,), state_namespace=namespace, policy_paths=(str(policy),),
         prometheus_url=sandbox.prometheus_url, slack_token=sandbox.slack_token, slack_api_url=sandbox.slack_api_url,
         admin_channel="#gpu-admins"))

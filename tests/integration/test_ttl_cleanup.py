@@ -26,10 +26,11 @@ from kubernetes.client.exceptions import ApiException
 
 from devenv.procs import wait_until
 from janitor import annotations as a
-from janitor.daemon import Janitor
 from janitor.decide.model import ResourceKind
 from janitor.decide.rails import Caps, Rails, Tripwire
 from janitor.settings import DEFAULT_KINDS, Settings
+from runner import Runner
+from runner import settings as build
 
 GADGETS = ResourceKind("example.com", "v1", "Gadget", "gadgets")
 OPEN = Caps(1000, 1000, 1000, 1000)
@@ -38,7 +39,7 @@ OPEN = Caps(1000, 1000, 1000, 1000)
 def settings(namespace: str, *, kinds=DEFAULT_KINDS, caps: Caps = OPEN, dry_run: bool = False,
              protected: tuple[str, ...] = ("kube-system",), extra_namespaces: tuple[str, ...] = (),
              tripwire: Tripwire = Tripwire()) -> Settings:
-    return Settings(
+    return build(
         kinds=kinds, namespaces=(namespace, *extra_namespaces), state_namespace=namespace,
         rails=Rails(protected_namespaces=protected, caps=caps, dry_run=dry_run, tripwire=tripwire),
     )
@@ -124,7 +125,7 @@ def test_expired_objects_of_many_kinds_are_deleted_and_the_rest_kept(
     wait_until(lambda: all(p.status.phase == "Running" for p in core.list_namespaced_pod(namespace).items),
                timeout=60, what="pods Running")
 
-    janitor = Janitor(kube, settings(namespace, kinds=DEFAULT_KINDS + (gadget_crd,), extra_namespaces=(doomed_ns,)))
+    janitor = Runner(kube, settings(namespace, kinds=DEFAULT_KINDS + (gadget_crd,), extra_namespaces=(doomed_ns,)))
     with caplog.at_level(logging.INFO, logger="janitor.audit"):
         result = janitor.run_cycle()
 
@@ -150,7 +151,7 @@ def test_expired_objects_of_many_kinds_are_deleted_and_the_rest_kept(
 
 def test_malformed_value_kept_with_exactly_one_event(kube, core: client.CoreV1Api, namespace: str) -> None:
     configmap(core, namespace, "typo", {a.TTL: "30 minutes"})
-    janitor = Janitor(kube, settings(namespace))
+    janitor = Runner(kube, settings(namespace))
     for _ in range(3):
         janitor.run_cycle()
     assert exists(core.read_namespaced_config_map, "typo", namespace)
@@ -161,19 +162,19 @@ def test_malformed_value_kept_with_exactly_one_event(kube, core: client.CoreV1Ap
 
 def test_protected_namespace_and_opt_out_are_kept(kube, core: client.CoreV1Api, namespace: str) -> None:
     configmap(core, namespace, "protected", EXPIRED)
-    janitor = Janitor(kube, settings(namespace, protected=(namespace,)))
+    janitor = Runner(kube, settings(namespace, protected=(namespace,)))
     assert janitor.run_cycle().deleted() == []
     assert exists(core.read_namespaced_config_map, "protected", namespace)
 
     configmap(core, namespace, "opted-out", {**EXPIRED, a.OPT_OUT: "true"})
-    unprotected = Janitor(kube, settings(namespace)).run_cycle()
+    unprotected = Runner(kube, settings(namespace)).run_cycle()
     assert [act.target.name for act in unprotected.deleted()] == ["protected"]
     assert exists(core.read_namespaced_config_map, "opted-out", namespace)
 
 
 def test_dry_run_and_plan_delete_nothing(kube, core: client.CoreV1Api, namespace: str, sandbox) -> None:
     configmap(core, namespace, "old", EXPIRED)
-    result = Janitor(kube, settings(namespace, dry_run=True)).run_cycle()
+    result = Runner(kube, settings(namespace, dry_run=True)).run_cycle()
     assert result.deleted() == [] and [h.action.target.name for h in result.plan.held] == ["old"]
 
     out = subprocess.run(
@@ -190,15 +191,18 @@ def test_dry_run_and_plan_delete_nothing(kube, core: client.CoreV1Api, namespace
 
 def test_object_recreated_before_action_is_not_deleted(kube, core: client.CoreV1Api, namespace: str) -> None:
     configmap(core, namespace, "reborn", EXPIRED)
-    janitor = Janitor(kube, settings(namespace))
-    decided, _ = janitor.plan_now()
-    assert [act.target.name for act in decided.deletions()] == ["reborn"]
+    janitor = Runner(kube, settings(namespace))
+    fresh = None
 
-    core.delete_namespaced_config_map("reborn", namespace)
-    fresh = configmap(core, namespace, "reborn", EXPIRED)  # same name, new UID
+    def recreate() -> None:
+        nonlocal fresh
+        core.delete_namespaced_config_map("reborn", namespace)
+        fresh = configmap(core, namespace, "reborn", EXPIRED)  # same name, new UID
 
-    result = janitor.act(decided)
-    assert result.deleted() == []
+    result = janitor.plan_then_act(recreate)
+    assert [act.target.name for act in result.plan.deletions()] == ["reborn"]
+    assert result.deleted() == [] and [str(r.outcome) for r in result.results] == ["gone"]
+    assert fresh is not None
     assert core.read_namespaced_config_map("reborn", namespace).metadata.uid == fresh.metadata.uid
 
 
@@ -208,7 +212,7 @@ def test_burst_trips_the_wire_until_acknowledged_then_stops_at_the_cap(
     rails = dict(caps=Caps(per_hour=50, per_day=100, per_namespace_per_hour=50, per_namespace_per_day=100),
                  tripwire=Tripwire(fraction=0.5, min_jump=20))
     kinds = (ResourceKind("", "v1", "ConfigMap", "configmaps"),)
-    janitor = Janitor(kube, settings(namespace, kinds=kinds, **rails))
+    janitor = Runner(kube, settings(namespace, kinds=kinds, **rails))
     for i in range(2):
         configmap(core, namespace, f"baseline-{i}", EXPIRED)
     assert len(janitor.run_cycle().deleted()) == 2
@@ -272,7 +276,7 @@ def test_ttl_in_a_pod_template_is_reported_on_the_deployment_and_pods_kept(
         (datetime.datetime.now(datetime.timezone.utc) - p.metadata.creation_timestamp).total_seconds() > 2
         for p in core.list_namespaced_pod(namespace).items), timeout=10, what="pods older than their TTL")
 
-    result = Janitor(kube, settings(namespace)).run_cycle()
+    result = Runner(kube, settings(namespace)).run_cycle()
 
     assert result.deleted() == []
     [report] = result.results
@@ -287,20 +291,20 @@ def test_ttl_in_a_pod_template_is_reported_on_the_deployment_and_pods_kept(
 def test_clock_skew_against_the_apiserver_pauses_deletions(kube, core: client.CoreV1Api, namespace: str) -> None:
     configmap(core, namespace, "old", EXPIRED)
     fast_clock = lambda: datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=10)  # noqa: E731
-    result = Janitor(kube, settings(namespace), clock=fast_clock).run_cycle()
+    result = Runner(kube, settings(namespace), clock=fast_clock).run_cycle()
     assert result.deleted() == []
     assert [str(h.reason) for h in result.plan.held] == ["clock-skew"]
     assert exists(core.read_namespaced_config_map, "old", namespace)
-    assert len(Janitor(kube, settings(namespace)).run_cycle().deleted()) == 1  # a right clock deletes it
+    assert len(Runner(kube, settings(namespace)).run_cycle().deleted()) == 1  # a right clock deletes it
 
 
 def test_unreadable_ledger_stops_deletions_and_is_left_for_an_admin(kube, core: client.CoreV1Api, namespace: str) -> None:
     core.create_namespaced_config_map(namespace, client.V1ConfigMap(
         metadata=client.V1ObjectMeta(name="janitor-state"), data={"ledger.json": "{not json"}))
     configmap(core, namespace, "old", EXPIRED)
-    result = Janitor(kube, settings(namespace)).run_cycle()
+    result = Runner(kube, settings(namespace)).run_cycle()
     assert result.deleted() == [] and [str(h.reason) for h in result.plan.held] == ["ledger-unreadable"]
     assert core.read_namespaced_config_map("janitor-state", namespace).data["ledger.json"] == "{not json"
 
     core.delete_namespaced_config_map("janitor-state", namespace)  # the documented way to resume
-    assert [act.target.name for act in Janitor(kube, settings(namespace)).run_cycle().deleted()] == ["old"]
+    assert [act.target.name for act in Runner(kube, settings(namespace)).run_cycle().deleted()] == ["old"]

@@ -90,20 +90,33 @@ def test_rbac_prints_role_and_binding_for_the_kinds(capsys: pytest.CaptureFixtur
 
 
 def test_idle_options_reach_the_settings() -> None:
-    from janitor.decide.workloads import CronJobMode
+    from janitor.decide.selection import CronJobMode
+    from janitor.settings import from_args
 
     args = cli.build_parser().parse_args([
         "plan", "--policies", "policies/", "--prometheus-url", "http://p:9090", "--dcgm-labels", "direct",
         "--cronjob-target", "cronjob", "--owner-key", "label:team.example.com/owner",
         "--prometheus-matcher", 'cluster="mn2"',
     ])
-    settings = cli._settings(args)
-    assert settings.policy_paths == ("policies/",) and settings.prometheus_url == "http://p:9090"
-    assert settings.dcgm_labels == "direct" and settings.cronjob_target is CronJobMode.CRONJOB
-    assert settings.owner_keys == (("label", "team.example.com/owner"),)
-    assert settings.extra_matchers == ('cluster="mn2"',)
+    settings = from_args(args)
+    assert settings.policy_paths == ("policies/",) and settings.prometheus.url == "http://p:9090"
+    assert settings.prometheus.dcgm_labels == "direct" and settings.cluster.cronjob_target is CronJobMode.CRONJOB
+    assert settings.cluster.owner_keys == (("label", "team.example.com/owner"),)
+    assert settings.prometheus.extra_matchers == ('cluster="mn2"',)
     with pytest.raises(SystemExit, match="expected annotation:KEY or label:KEY"):
-        cli._settings(cli.build_parser().parse_args(["plan", "--owner-key", "owner"]))
+        from_args(cli.build_parser().parse_args(["plan", "--owner-key", "owner"]))
+
+
+@pytest.mark.parametrize("command", ["plan", "run", "unmark", "explain"])
+def test_every_command_gets_the_one_set_of_defaults(command: str) -> None:
+    """A command's parsed defaults and the Settings dataclasses' defaults are the same settings."""
+    from janitor.settings import DEFAULTS, from_args
+
+    argv = [command, "Job/ns/x"] if command == "explain" else [command]
+    settings = from_args(cli.build_parser().parse_args(argv))
+    assert settings.rails == DEFAULTS.rails and settings.lifecycle == DEFAULTS.lifecycle
+    assert settings.cluster == DEFAULTS.cluster and settings.interval == DEFAULTS.interval
+    assert settings.prometheus.scrape_interval == DEFAULTS.prometheus.scrape_interval
 
 
 def test_rbac_prints_the_node_agents_narrow_role(capsys) -> None:

@@ -4,7 +4,9 @@ Aspects covered:
 - strict comparisons as kube-janitor: age > ttl deletes, age == ttl keeps; now > expires deletes;
 - forever and a zero TTL keep; empty values count as absent;
 - invalid values keep the object and are reported once per object and value, not every cycle;
-- janitor/expires beside janitor/policy is the janitor's own mark, not for this path;
+- janitor/expires beside any janitor-only mark key is part of the janitor's mark, not for this path;
+- a Deployment's janitor/ttl or janitor/expires copied onto its ReplicaSet is never acted on;
+- every action of this path names the policy ttl-expiry;
 - a TTL inherited from a pod template is reported on the top-most owner, pods are kept;
   an owner that is not visible keeps the pod; a TTL set on one pod directly deletes it;
 - gates: being deleted, protected namespace (and the protected Namespace itself), opt-out
@@ -18,59 +20,65 @@ import pytest
 from factories import NOW, ago, obj
 
 from janitor import annotations as a
-from janitor.decide.model import ActionType, ClusterSnapshot, Outcome, SafetyLedger
-from janitor.decide.plan import plan
+from janitor.decide.model import EXPIRY_POLICY, ActionType, Finding, Observation, SafetyLedger, State, TriggerKind
+from janitor.decide.plan import CyclePlan, PlanSettings, plan
 from janitor.decide.rails import Caps, Rails
 
 OPEN = Rails(caps=Caps(10**6, 10**6, 10**6, 10**6))
+Outcome = State  # the expiry path's verdicts: FIRES deletes, CLEAR keeps
 
 
-def run(*objects, rails: Rails = OPEN):
-    return plan(ClusterSnapshot(tuple(objects), apiserver_time=NOW), SafetyLedger(), rails, local_now=NOW)
+def run(*objects, rails: Rails = OPEN) -> CyclePlan:
+    return plan(Observation(NOW, tuple(objects)), (), SafetyLedger(), NOW, settings=PlanSettings(rails=rails))
 
 
-def outcome_of(p, name: str, rule: str | None = None) -> Outcome:
-    [verdict] = [v for v in p.verdicts if v.target.name == name and rule in (None, v.rule)]
-    return verdict.outcome
+def verdicts(p: CyclePlan) -> list[Finding]:
+    return [f for f in p.findings if f.trigger is TriggerKind.EXPIRY]
+
+
+def outcome_of(p: CyclePlan, name: str, rule: str | None = None) -> State:
+    [verdict] = [v for v in verdicts(p) if v.subject.name == name and rule in (None, v.rule)]
+    return verdict.state
 
 
 @pytest.mark.parametrize(
     ("annotations", "created", "expected"),
     [
-        ({a.TTL: "1h"}, ago(hours=1, seconds=1), Outcome.DELETE),
-        ({a.TTL: "1h"}, ago(hours=1), Outcome.KEEP),
-        ({a.TTL: "2d"}, ago(days=3), Outcome.DELETE),
-        ({a.TTL: "1w"}, ago(days=6), Outcome.KEEP),
-        ({a.TTL: "forever"}, ago(days=3000), Outcome.KEEP),
-        ({a.TTL: "0s"}, ago(days=3), Outcome.KEEP),
-        ({a.TTL: "30 minutes"}, ago(days=3), Outcome.INVALID),
-        ({a.EXPIRES: "2026-11-23T11:59:59Z"}, ago(days=1), Outcome.DELETE),
-        ({a.EXPIRES: "2026-11-23T12:00:00Z"}, ago(days=1), Outcome.KEEP),
-        ({a.EXPIRES: "2026-11-22"}, ago(days=1), Outcome.DELETE),
-        ({a.EXPIRES: "2026-11-24"}, ago(days=1), Outcome.KEEP),
-        ({a.EXPIRES: "next tuesday"}, ago(days=1), Outcome.INVALID),
+        ({a.TTL: "1h"}, ago(hours=1, seconds=1), State.FIRES),
+        ({a.TTL: "1h"}, ago(hours=1), State.CLEAR),
+        ({a.TTL: "2d"}, ago(days=3), State.FIRES),
+        ({a.TTL: "1w"}, ago(days=6), State.CLEAR),
+        ({a.TTL: "forever"}, ago(days=3000), State.CLEAR),
+        ({a.TTL: "0s"}, ago(days=3), State.CLEAR),
+        ({a.TTL: "30 minutes"}, ago(days=3), State.INVALID),
+        ({a.EXPIRES: "2026-11-23T11:59:59Z"}, ago(days=1), State.FIRES),
+        ({a.EXPIRES: "2026-11-23T12:00:00Z"}, ago(days=1), State.CLEAR),
+        ({a.EXPIRES: "2026-11-22"}, ago(days=1), State.FIRES),
+        ({a.EXPIRES: "2026-11-24"}, ago(days=1), State.CLEAR),
+        ({a.EXPIRES: "next tuesday"}, ago(days=1), State.INVALID),
     ],
     ids=["ttl-passed-by-1s", "ttl-exactly-now-keeps", "ttl-days", "ttl-week-not-yet", "forever",
          "zero-ttl", "ttl-invalid", "expired-1s-ago", "expires-exactly-now-keeps", "expired-date",
          "expires-tomorrow", "expires-invalid"],
 )
-def test_rule_verdicts(annotations: dict[str, str], created, expected: Outcome) -> None:
+def test_rule_verdicts(annotations: dict[str, str], created, expected: State) -> None:
     p = run(obj("x", annotations=annotations, created=created))
     assert outcome_of(p, "x") is expected
     deleted = [act.target.name for act in p.deletions()]
-    assert deleted == (["x"] if expected is Outcome.DELETE else [])
+    assert deleted == (["x"] if expected is State.FIRES else [])
+    assert all(act.policy == EXPIRY_POLICY and act.trigger is TriggerKind.EXPIRY for act in p.actions)
 
 
 def test_empty_value_is_no_annotation() -> None:
     p = run(obj("x", annotations={a.TTL: "", a.EXPIRES: ""}, created=ago(days=9)))
-    assert p.verdicts == () and p.actions == ()
+    assert verdicts(p) == [] and p.actions == ()
 
 
 def test_invalid_value_is_reported_once_and_kept() -> None:
     bad = obj("x", annotations={a.TTL: "30 minutes"}, created=ago(days=3))
     [report] = run(bad).actions
     assert report.type is ActionType.REPORT and report.reason == "InvalidAnnotation"
-    assert "30m" in report.why and "kept" in report.why
+    assert "30m" in str(report.why) and "kept" in str(report.why)
     assert report.report_key == "janitor/ttl=30 minutes"
 
     already = obj("x", annotations={a.TTL: "30 minutes", a.REPORTED: report.report_key}, created=ago(days=3))
@@ -81,10 +89,34 @@ def test_invalid_value_is_reported_once_and_kept() -> None:
     assert again.report_key.splitlines() == ["janitor/ttl=30 minutes", "janitor/ttl=thirty"]
 
 
-def test_janitor_mark_is_not_plain_expiry() -> None:
-    marked = obj("x", annotations={a.EXPIRES: "2026-01-01", a.POLICY: "idle-gpu"})
+@pytest.mark.parametrize("key", a.JANITOR_ONLY_KEYS)
+def test_expires_beside_any_mark_key_is_the_janitors_not_plain_expiry(key: str) -> None:
+    """A mark with all but one key removed (janitor/policy among them) is still a mark."""
+    marked = obj("x", annotations={a.EXPIRES: "2026-01-01", key: "anything"})
     p = run(marked)
-    assert outcome_of(p, "x") is Outcome.SKIP and p.actions == ()
+    assert outcome_of(p, "x") is State.SKIPPED and p.actions == ()
+
+
+def test_a_users_ttl_beside_a_mark_still_counts() -> None:
+    """Precedence: the mark owns janitor/expires only; the user's own janitor/ttl stays theirs."""
+    marked = obj("x", annotations={a.EXPIRES: "2099-01-01", a.POLICY: "idle-gpu", a.TTL: "1h"},
+                 created=ago(hours=2))
+    assert [act.rule for act in run(marked).deletions()] == ["ttl"]
+
+
+@pytest.mark.parametrize("notes", [{a.TTL: "1h"}, {a.EXPIRES: "2026-01-01"}], ids=["ttl", "expires"])
+def test_a_replicasets_copy_of_its_deployments_annotation_is_never_acted_on(notes: dict[str, str]) -> None:
+    deploy = obj("web", kind="Deployment", created=ago(days=2))
+    rs = obj("web-abc", kind="ReplicaSet", owner=deploy, annotations=notes, created=ago(days=2))
+    p = run(deploy, rs)
+    assert outcome_of(p, "web-abc") is State.SKIPPED and p.actions == ()
+    [verdict] = verdicts(p)
+    assert "copy" in verdict.why and "Deployment/web" in verdict.why
+
+
+def test_a_replicaset_of_its_own_is_expired_like_anything_else() -> None:
+    rs = obj("standalone", kind="ReplicaSet", annotations={a.TTL: "1h"}, created=ago(days=2))
+    assert [act.target.name for act in run(rs).deletions()] == ["standalone"]
 
 
 def test_inherited_ttl_reported_on_top_owner_and_pods_kept() -> None:
@@ -97,7 +129,7 @@ def test_inherited_ttl_reported_on_top_owner_and_pods_kept() -> None:
     assert p.deletions() == ()
     [report] = p.actions
     assert (report.type, report.target.name, report.reason) == (ActionType.REPORT, "web", "InheritedTTL")
-    assert all(outcome_of(p, pod.ref.name) is Outcome.SKIP for pod in pods)
+    assert all(outcome_of(p, pod.ref.name) is State.SKIPPED for pod in pods)
 
 
 def test_pod_with_its_own_ttl_is_deleted_and_invisible_owner_keeps() -> None:
@@ -109,7 +141,7 @@ def test_pod_with_its_own_ttl_is_deleted_and_invisible_owner_keeps() -> None:
     p = run(job, own, hidden)  # the second pod's owner is not in the snapshot
 
     assert [act.target.name for act in p.deletions()] == ["train-x"]
-    assert outcome_of(p, "hidden-x") is Outcome.SKIP
+    assert outcome_of(p, "hidden-x") is State.SKIPPED
 
 
 @pytest.mark.parametrize(
@@ -124,9 +156,19 @@ def test_pod_with_its_own_ttl_is_deleted_and_invisible_owner_keeps() -> None:
 )
 def test_gates_keep(target, rails: Rails, reason: str) -> None:
     p = run(target, rails=rails)
-    [verdict] = p.verdicts
-    assert verdict.outcome is Outcome.SKIP and reason in verdict.why
+    [verdict] = verdicts(p)
+    assert verdict.state is State.SKIPPED and reason in verdict.why
     assert p.actions == () and p.held == ()
+
+
+def test_an_opted_out_namespace_keeps_everything_in_it() -> None:
+    from janitor.decide.model import NamespaceView
+
+    target = obj("x", annotations={a.TTL: "1s"})
+    observation = Observation(NOW, (target,), namespaces={"team-a": NamespaceView("team-a", {}, {a.OPT_OUT: " True "})})
+    p = plan(observation, (), SafetyLedger(), NOW, settings=PlanSettings(rails=OPEN))
+    [verdict] = verdicts(p)
+    assert verdict.state is State.SKIPPED and "namespace team-a" in verdict.why and p.actions == ()
 
 
 def test_opt_out_not_honoured_when_forbidden() -> None:

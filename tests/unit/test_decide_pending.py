@@ -1,101 +1,252 @@
 """The pending trigger: stuck workloads, judged by time in state, and pods that could never fit.
 
 Aspects covered:
-- unschedulable and stuck-starting pods trigger after `after` in that state (transition times,
-  not age), quoting the scheduler's message or the waiting reason;
-- a workload with any pod running is reported busy, never stuck; gated pods are left alone
-  unless the policy includes them;
-- a pod no node could ever run triggers at once with the reason: resources, nodeSelector,
-  required affinity, untolerated taints; one that fits some node does not.
+- a pending pod's verdict by its state: unschedulable and stuck-starting pods fire after `after`
+  in that state (transition times, not the pod's age), quoting the scheduler's message or the
+  waiting reason; too short in the state is too young; no PodScheduled condition is unknown;
+- a workload is judged as a whole: any pod running keeps it (reported, not stuck), gated pods
+  are left alone unless the policy includes them (also when they fit no node yet: their
+  constraints are final only once the gate is lifted), an unreadable owner chain is not judged;
+- a pod no node could ever run fires at once with the reason (resources, nodeSelector, required
+  affinity, untolerated taints); one that fits some node does not; unread nodes give no verdict;
+- through a cycle's plan: an enforcing policy marks a stuck workload and names it stuck Pending;
+  the admins' report lists never-fitting workloads by the reason's code, not by its words.
 """
 
 from __future__ import annotations
 
 import datetime
 import uuid
+from collections.abc import Sequence
+from typing import Any
 
-from factories import NOW, obj
+import pytest
+from factories import NOW, ago, obj
 
-from janitor.decide.idle import Idleness
-from janitor.decide.model import NodeInfo, ObjectRef, OwnerRef, PodState, PodView
-from janitor.decide.pending import never_fits, pending_findings
-from janitor.policy.model import Match, Namespaces, Pending, Policy
+from janitor.decide import selection
+from janitor.decide.lifecycle import Step
+from janitor.decide.model import (
+    Finding,
+    NamespaceView,
+    NodeInfo,
+    ObjectRef,
+    ObjectView,
+    Observation,
+    OwnerRef,
+    PodState,
+    PodView,
+    SafetyLedger,
+    State,
+    TriggerKind,
+)
+from janitor.decide.plan import plan
+from janitor.decide.rails import Rails
+from janitor.decide.reasons import Code
+from janitor.decide.triggers import pending
+from janitor.decide.triggers.pending import never_fits
+from janitor.policy.model import Match, Mode, Namespaces, Pending, Policy
 
 M = datetime.timedelta(minutes=1)
-NODES = [NodeInfo("gpu-node-1", {"kubernetes.io/hostname": "gpu-node-1", "gpu": "a100"},
-                  allocatable={"cpu": 64, "memory": 2**38, "nvidia.com/gpu": 4}),
+NODES = (NodeInfo("gpu-node-1", {"kubernetes.io/hostname": "gpu-node-1", "gpu": "a100"},
+                  allocatable={"cpu": 64, "memory": 2**38, "nvidia.com/gpu": 4, "ephemeral-storage": 2**40}),
          NodeInfo("cpu-node-1", {"kubernetes.io/hostname": "cpu-node-1"}, taints=(("dedicated", "cpu", "NoSchedule"),),
-                  allocatable={"cpu": 32, "memory": 2**37})]
+                  allocatable={"cpu": 32, "memory": 2**37}))
 POLICY = Policy("stuck", (Pending(after=30 * M),), match=Match(namespaces=Namespaces(("*",))))
+INCLUDING_GATED = Policy("stuck", (Pending(after=30 * M, include_gated=True),),
+                         match=Match(namespaces=Namespaces(("*",))))
+SCHEDULER = "0/2 nodes are available: 2 Insufficient cpu."
 
 
-def pod(name: str, owner=None, phase: str = "Pending", **state) -> PodView:
+def pod(name: str, owner: ObjectView | None = None, phase: str = "Pending", **state: Any) -> PodView:
     return PodView(ObjectRef("Pod", "v1", "team-a", name, str(uuid.uuid4())), "1", {},
                    OwnerRef(owner.ref.kind, owner.ref.api_version, owner.ref.name, owner.ref.uid) if owner else None,
-                   None, phase, None, 0, state=PodState(**state))
+                   None, phase, None, 0, state=PodState(**state), created=ago(hours=5))
 
 
-def unschedulable(minutes: float, **extra) -> dict:
-    return {"scheduled": False, "schedule_reason": "Unschedulable",
-            "schedule_message": "0/2 nodes are available: 2 Insufficient cpu.",
+def unschedulable(minutes: float, **extra: Any) -> dict[str, Any]:
+    return {"scheduled": False, "schedule_reason": "Unschedulable", "schedule_message": SCHEDULER,
             "scheduled_changed": NOW - minutes * M, "requests": {"cpu": 8}, **extra}
 
 
-def findings(*pods: PodView, owners=(), policies=(POLICY,)):
-    return pending_findings(pods, {}, {o.ref.uid: o for o in owners}, list(policies), NODES, NOW)
+def starting(minutes: float) -> dict[str, Any]:
+    return {"scheduled": True, "scheduled_changed": NOW - minutes * M,
+            "waiting": (("app", "ImagePullBackOff", 'Back-off pulling image "registry/x:typo"'),)}
 
 
-def test_unschedulable_job_triggers_after_time_in_state_with_the_schedulers_words() -> None:
+def gated() -> dict[str, Any]:
+    return {"scheduled": False, "schedule_reason": "SchedulingGated", "gated": True, "scheduled_changed": NOW - 600 * M}
+
+
+def observe(pods: Sequence[PodView], objects: Sequence[ObjectView] = (), *, nodes: Sequence[NodeInfo] = NODES,
+            nodes_known: bool = True, at: datetime.datetime = NOW) -> Observation:
+    return Observation(at, objects=tuple(objects), pods=tuple(pods), namespaces={"team-a": NamespaceView("team-a")},
+                       nodes=tuple(nodes), nodes_known=nodes_known)
+
+
+def findings(*pods: PodView, owners: Sequence[ObjectView] = (), policy: Policy = POLICY,
+             nodes: Sequence[NodeInfo] = NODES, nodes_known: bool = True) -> list[Finding]:
+    observation = observe(pods, owners, nodes=nodes, nodes_known=nodes_known)
+    return pending.findings(selection.workloads(observation, Rails()), observation, policy, NOW)
+
+
+@pytest.mark.parametrize(("state", "verdict", "words"), [
+    pytest.param(unschedulable(10), State.TOO_YOUNG,
+                 f"unschedulable: {SCHEDULER}, for 10m00s (acted on after 30m00s)", id="unschedulable-10min"),
+    pytest.param(unschedulable(45), State.FIRES, f"unschedulable: {SCHEDULER}, for 45m00s", id="unschedulable-45min"),
+    pytest.param(starting(5), State.TOO_YOUNG, "ImagePullBackOff", id="starting-5min"),
+    pytest.param(starting(120), State.FIRES,
+                 'scheduled but not started: app: ImagePullBackOff (Back-off pulling image "registry/x:typo"), '
+                 "for 2h00m", id="starting-2h"),
+    pytest.param({"scheduled": None}, State.UNKNOWN, "not scheduled yet (no PodScheduled condition)",
+                 id="no-condition"),
+    pytest.param(gated(), State.CLEAR, "scheduling gated: queued on purpose", id="gated"),
+    pytest.param(unschedulable(0, requests={"nvidia.com/gpu": 16}), State.FIRES,
+                 "no node could ever run it: nvidia.com/gpu: asks 16, a node has 4", id="never-fits-at-once"),
+])
+def test_a_pending_jobs_verdict_by_time_in_state(state: dict[str, Any], verdict: State, words: str) -> None:
     job = obj("train", kind="Job")
-    [early] = findings(pod("train-a", job, **unschedulable(10)), owners=[job])
-    assert early.idleness is Idleness.TOO_YOUNG and early.workload == job.ref
-    [late] = findings(pod("train-a", job, **unschedulable(45)), owners=[job])
-    assert late.idleness is Idleness.IDLE and "0/2 nodes are available: 2 Insufficient cpu." in late.why
-    assert late.trigger == "pending" and late.condition == "stuck Pending"
+    [found] = findings(pod("train-a", job, **state), owners=[job])
+    assert found.state is verdict, found.why
+    assert words in found.why
+    assert found.trigger is TriggerKind.PENDING and found.subject == job.ref and found.workload == job.ref
+    assert found.condition == "stuck Pending" and found.policy == "stuck"
+    assert [j.pod.name for j in found.pods] == ["train-a"]
 
 
-def test_stuck_starting_quotes_the_waiting_reason() -> None:
+def test_time_counts_in_the_state_not_since_creation() -> None:
+    # Created five hours ago, waited for a node, and pulling its image for five minutes only.
+    job = obj("train", kind="Job", created=ago(hours=5))
+    [found] = findings(pod("train-a", job, **starting(5)), owners=[job])
+    assert found.state is State.TOO_YOUNG and "for 5m00s (acted on after 30m00s)" in found.why
+
+
+def test_a_stuck_starting_replica_is_judged_as_its_deployment() -> None:
     deployment = obj("web", kind="Deployment")
     replica = obj("web-5d4f", kind="ReplicaSet", owner=deployment)
-    stuck = pod("web-5d4f-x", replica, scheduled=True, scheduled_changed=NOW - 2 * 60 * M,
-                waiting=(("app", "ImagePullBackOff", 'Back-off pulling image "registry/x:typo"'),))
-    [found] = findings(stuck, owners=[deployment, replica])
-    assert found.idleness is Idleness.IDLE and found.workload == deployment.ref
+    [found] = findings(pod("web-5d4f-x", replica, **starting(120)), owners=[deployment, replica])
+    assert found.state is State.FIRES and found.subject == deployment.ref
     assert "ImagePullBackOff" in found.why and "registry/x:typo" in found.why
 
 
-def test_one_running_pod_keeps_the_workload_and_gated_pods_are_left_alone() -> None:
+def test_one_running_pod_keeps_the_workload() -> None:
     deployment = obj("web", kind="Deployment")
-    running = pod("web-1", deployment, phase="Running")
-    [busy] = findings(pod("web-2", deployment, **unschedulable(600)), running, owners=[deployment])
-    assert busy.idleness is Idleness.BUSY and "1 of 2 pods running" in busy.why
-    gated = pod("queued", scheduled=False, schedule_reason="SchedulingGated", gated=True,
-                scheduled_changed=NOW - 600 * M)
-    [left] = findings(gated)
-    assert left.idleness is Idleness.BUSY and "queued on purpose" in left.why
-    including = Policy("stuck", (Pending(after=30 * M, include_gated=True),), match=Match(namespaces=Namespaces(("*",))))
-    [taken] = findings(gated, policies=[including])
-    assert taken.idleness is Idleness.IDLE
+    [busy] = findings(pod("web-2", deployment, **unschedulable(600)), pod("web-1", deployment, phase="Running"),
+                      owners=[deployment])
+    assert busy.state is State.CLEAR and "1 of 2 pods running; not acted on while any runs" in busy.why
+    assert findings(pod("web-1", deployment, phase="Running"), owners=[deployment]) == []  # nothing pending
 
 
-def test_never_fits_triggers_at_once_with_the_reason() -> None:
+def test_gated_pods_are_left_alone_unless_the_policy_includes_them() -> None:
+    [left] = findings(pod("queued", **gated()))
+    assert left.state is State.CLEAR and "queued on purpose" in left.why
+    [taken] = findings(pod("queued", **gated()), policy=INCLUDING_GATED)
+    assert taken.state is State.FIRES and "for 10h00m" in taken.why
+
+
+def test_a_gated_pod_is_left_alone_even_when_it_fits_no_node_yet() -> None:
+    # Kueue adds its flavor's tolerations and node labels to a pod when it lifts the gate: while
+    # gated, the pod's scheduling constraints are not final, so "never fits" cannot be told yet.
+    gpu_nodes = (NodeInfo("gpu-node-1", allocatable={"cpu": 64, "nvidia.com/gpu": 4},
+                          taints=(("nvidia.com/gpu", "present", "NoSchedule"),)),)
+    queued = pod("queued", **gated(), requests={"nvidia.com/gpu": 1})
+    assert never_fits(queued, gpu_nodes) is not None  # as it stands now, before admission
+    [left] = findings(queued, nodes=gpu_nodes)
+    assert left.state is State.CLEAR and "queued on purpose" in left.why
+    enforcing = Policy("stuck", (Pending(after=30 * M),), mode=Mode.ENFORCE)
+    cycle = plan(observe([queued], nodes=gpu_nodes), [enforcing], SafetyLedger(), NOW)
+    assert cycle.changes == ()
+    assert "Workloads that can never fit" not in dict(cycle.admin_report.sections)
+
+
+def test_one_stuck_pod_beside_a_young_one_is_not_yet_stuck() -> None:
+    job = obj("train", kind="Job")
+    [found] = findings(pod("a", job, **unschedulable(600)), pod("b", job, **unschedulable(5)), owners=[job])
+    assert found.state is State.TOO_YOUNG and "1 of 2 pending pods" in found.why
+
+
+def test_a_pod_whose_owner_cannot_be_read_is_not_judged() -> None:
+    job = obj("train", kind="Job")  # not among what was read
+    assert findings(pod("train-a", job, **unschedulable(600)), owners=[]) == []
+
+
+def test_without_the_nodes_read_a_pod_is_judged_by_time_only() -> None:
     huge = pod("huge", **unschedulable(0, requests={"nvidia.com/gpu": 16}))
-    [found] = findings(huge)
-    assert found.idleness is Idleness.IDLE and "nvidia.com/gpu: asks 16, a node has 4" in found.why
+    [found] = findings(huge, nodes=(), nodes_known=False)
+    assert found.state is State.TOO_YOUNG and "no node could ever run it" not in found.why
 
 
-def test_never_fits_reasons() -> None:
-    def fits(**state) -> str | None:
-        return never_fits(pod("p", **state), NODES)
+@pytest.mark.parametrize(("state", "misfit"), [
+    pytest.param({"requests": {"cpu": 16}}, None, id="fits-the-gpu-node"),
+    pytest.param({"requests": {"cpu": 128}}, "cpu: asks 128, a node has 64", id="more-cpu-than-any-node"),
+    pytest.param({"requests": {"ephemeral-storage": 2**50, "pods": 1000}}, None, id="storage-and-pod-count-ignored"),
+    pytest.param({"node_selector": {"gpu": "h100"}}, "nodeSelector gpu=h100 matches no node", id="selector-no-node"),
+    pytest.param({"node_selector": {"gpu": "a100"}}, None, id="selector-matches"),
+    pytest.param({"required_affinity": ((("gpu", "In", ("h100",)),),)}, "required node affinity matches no node",
+                 id="affinity-no-node"),
+    pytest.param({"required_affinity": ((("gpu", "In", ("h100",)),), (("gpu", "Exists", ()),))}, None,
+                 id="affinity-any-term-holds"),
+    pytest.param({"node_selector": {"kubernetes.io/hostname": "cpu-node-1"}},
+                 "taint dedicated=cpu:NoSchedule not tolerated", id="taint-not-tolerated"),
+    pytest.param({"node_selector": {"kubernetes.io/hostname": "cpu-node-1"},
+                  "tolerations": (("dedicated", "Equal", "cpu", "NoSchedule"),)}, None, id="taint-tolerated"),
+    pytest.param({"node_selector": {"kubernetes.io/hostname": "cpu-node-1"},
+                  "tolerations": (("", "Exists", "", ""),)}, None, id="tolerates-everything"),
+])
+def test_never_fits_reasons(state: dict[str, Any], misfit: str | None) -> None:
+    reason = never_fits(pod("p", **state), NODES)
+    if misfit is None:
+        assert reason is None
+    else:
+        assert reason is not None and reason.code is Code.NEVER_FITS
+        assert str(reason).startswith("no node could ever run it: ") and misfit in str(reason)
 
-    assert fits(requests={"cpu": 16}) is None  # the GPU node has room for it
-    assert "asks 128" in fits(requests={"cpu": 128})
-    assert "nodeSelector gpu=h100" in fits(node_selector={"gpu": "h100"})
-    assert fits(node_selector={"gpu": "a100"}) is None
-    assert "affinity" in fits(required_affinity=((("gpu", "In", ("h100",)),),))
-    assert fits(required_affinity=((("gpu", "In", ("h100",)),), (("gpu", "Exists", ()),))) is None
-    pinned = {"node_selector": {"kubernetes.io/hostname": "cpu-node-1"}}
-    assert "taint dedicated=cpu:NoSchedule" in fits(**pinned)
-    assert fits(**pinned, tolerations=(("dedicated", "Equal", "cpu", "NoSchedule"),)) is None
-    assert fits(**pinned, tolerations=(("", "Exists", "", ""),)) is None
+
+def test_never_fits_counts_the_nodes_per_reason_and_needs_nodes() -> None:
+    reason = never_fits(pod("p", requests={"nvidia.com/gpu": 1}, node_selector={"gpu": "h100"}), NODES)
+    assert str(reason) == ("no node could ever run it: nodeSelector gpu=h100 matches no node (1 node), "
+                           "nvidia.com/gpu: asks 1, a node has 0 (1 node)")
     assert never_fits(pod("p", requests={"cpu": 999}), []) is None  # no nodes known: no verdict
+
+
+# -- through a cycle's plan ---------------------------------------------------------------------------------
+
+
+def test_an_enforcing_policy_marks_a_stuck_workload_and_a_shadow_one_does_not() -> None:
+    job = obj("train", kind="Job")
+    stuck = pod("train-a", job, **unschedulable(45))
+    enforcing = Policy("stuck", (Pending(after=30 * M),), mode=Mode.ENFORCE)
+    [change] = plan(observe([stuck], [job]), [enforcing], SafetyLedger(), NOW).changes
+    assert change.step is Step.MARK and change.workload == job.ref and change.policy == "stuck"
+    assert str(change.why).startswith("stuck Pending: marked, to delete at ")
+    assert f"unschedulable: {SCHEDULER}" in str(change.annotations["janitor/reason"])
+
+    shadow = plan(observe([stuck], [job]), [POLICY], SafetyLedger(), NOW)
+    assert shadow.changes == () and shadow.actions == ()
+    [found] = [f for f in shadow.findings if f.trigger is TriggerKind.PENDING]
+    assert found.state is State.FIRES and found.mode is Mode.SHADOW
+
+
+def test_the_admins_report_lists_never_fitting_workloads_by_reason_not_by_words() -> None:
+    never = obj("huge", kind="Job")
+    # The scheduler's own message happens to use the report's words; it is merely stuck.
+    echo = obj("echo", kind="Job")
+    stuck = obj("slow", kind="Job")
+    pods = [pod("huge-a", never, **unschedulable(0, requests={"nvidia.com/gpu": 16})),
+            pod("echo-a", echo, **unschedulable(600, schedule_message="no node could ever run it: quota")),
+            pod("slow-a", stuck, **unschedulable(600))]
+    cycle = plan(observe(pods, [never, echo, stuck]), [POLICY], SafetyLedger(), NOW)
+    fired = {f.subject.name for f in cycle.findings if f.trigger is TriggerKind.PENDING and f.state is State.FIRES}
+    assert fired == {"huge", "echo", "slow"}
+    sections = dict(cycle.admin_report.sections)
+    [line] = sections["Workloads that can never fit"]
+    assert line.startswith(f"{never.ref} (") and "nvidia.com/gpu: asks 16, a node has 4" in line
+
+
+def test_the_admins_report_key_follows_the_never_fitting_workloads() -> None:
+    never = obj("huge", kind="Job")
+    huge = pod("huge-a", never, **unschedulable(0, requests={"nvidia.com/gpu": 16}))
+    first = plan(observe([huge], [never]), [POLICY], SafetyLedger(), NOW).admin_report
+    later = plan(observe([huge], [never], at=NOW + 5 * M), [POLICY], SafetyLedger(), NOW + 5 * M).admin_report
+    assert later.key == first.key and not first.empty
+    fitting = pod("huge-a", never, **unschedulable(0, requests={"nvidia.com/gpu": 2}))
+    assert plan(observe([fitting], [never]), [POLICY], SafetyLedger(), NOW).admin_report.empty

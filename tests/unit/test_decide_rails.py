@@ -18,9 +18,9 @@ import datetime
 from factories import NOW, ago, obj
 
 from janitor import annotations as a
-from janitor.decide.model import ActionType, ClusterSnapshot, Deletion, HoldReason, SafetyLedger
-from janitor.decide.plan import plan
-from janitor.decide.rails import Caps, Rails, Tripwire, record_deletions
+from janitor.decide.model import ActionType, Deletion, Observation, SafetyLedger
+from janitor.decide.plan import PlanSettings, plan
+from janitor.decide.rails import Caps, HoldReason, Rails, Tripwire, record_deletions
 
 TIGHT = Caps(per_hour=5, per_day=8, per_namespace_per_hour=3, per_namespace_per_day=100)
 
@@ -31,7 +31,7 @@ def expired(n: int, namespace: str = "team-a", prefix: str = "cm") -> list:
 
 
 def run(objects, ledger=SafetyLedger(), rails=Rails(caps=TIGHT), local_now=NOW, apiserver=NOW):
-    return plan(ClusterSnapshot(tuple(objects), apiserver_time=apiserver), ledger, rails, local_now=local_now)
+    return plan(Observation(apiserver, tuple(objects)), (), ledger, local_now, settings=PlanSettings(rails=rails))
 
 
 def names(actions) -> list[str]:

@@ -320,7 +320,7 @@ def test_deployment_runs_the_daemon_as_the_cli_defines_it(base) -> None:
     assert "subPath" not in policies_mount  # a subPath mount never sees ConfigMap updates
     assert volumes[policies_mount["name"]]["configMap"]["name"] == find(base, "ConfigMap")["metadata"]["name"]
 
-    assert args.state_namespace == NAMESPACE == Settings().state_namespace
+    assert args.state_namespace == NAMESPACE == Settings().cluster.state_namespace
     role = find(base, "Role", "kube-idle-janitor-leader-election")
     verbs = {(tuple(r.get("resourceNames", ())), v) for r in role["rules"] for v in r["verbs"]
              if r["apiGroups"] == ["coordination.k8s.io"] and r["resources"] == ["leases"]}
@@ -435,7 +435,7 @@ def test_guard_is_for_the_janitor_and_knows_its_namespaces_and_state(base) -> No
     variables = {v["name"]: v["expression"] for v in spec["variables"]}
     protected = "[" + ", ".join(f"'{n}'" for n in DEFAULT_PROTECTED_NAMESPACES) + "]"
     assert variables["protected"].count(protected) == 2
-    settings = Settings()
+    settings = Settings().cluster
     assert (f"request.namespace == '{settings.state_namespace}' && request.name == '{settings.state_name}'"
             in variables["stateConfigMap"])
     assert all(v["reason"] == "Forbidden" for v in spec["validations"])

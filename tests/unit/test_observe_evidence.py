@@ -28,7 +28,7 @@ from janitor.observe.evidence import (
     fold_gpu,
     gpu_evidence,
     gpu_query,
-    sidecar_regex,
+    exact_names_regex,
 )
 from janitor.observe.prometheus import (
     HONOR_LABELS,
@@ -111,11 +111,11 @@ def test_cpu_query_without_sidecars_has_no_regex_and_follows_label_map() -> None
 
 
 def test_sidecar_regex_matches_names_exactly() -> None:
-    assert sidecar_regex(["istio-proxy", "a.b", "x|y", "q(1)", 'c"d', "", "a.b"]) == r'istio-proxy|a\.b|x\|y|q\(1\)|c"d'
+    assert exact_names_regex(["istio-proxy", "a.b", "x|y", "q(1)", 'c"d', "", "a.b"]) == r'istio-proxy|a\.b|x\|y|q\(1\)|c"d'
     # The PromQL string literal escapes the backslashes and the quote on top.
     query = cpu_query(window=HOURS_2, step=STEP, ignore_containers=('c"d', "a.b"))
     assert 'container!~"c\\"d|a\\\\.b"' in query
-    assert sidecar_regex([]) == ""
+    assert exact_names_regex([]) == ""
 
 
 @pytest.mark.parametrize(("span", "text"), [

@@ -4,7 +4,8 @@ Aspects covered:
 - the plan table lists deletions, reports and held deletions with the planner's own words,
   and a summary with counts and the apiserver time;
 - explain shows every rule's verdict with its deadline, and what the rails do with it;
-- the audit line is one JSON object with audit: true, object, rule, evidence, outcome, dry_run;
+- the audit line is one JSON object with audit: true, object, policy, trigger, rule, the reason's
+  code and words, evidence, outcome, dry_run;
 - metrics count outcomes by bounded labels and pre-create the held-reason series at zero.
 """
 
@@ -17,8 +18,8 @@ from factories import NOW, ago, obj
 
 from janitor import annotations as a
 from janitor import report
-from janitor.decide.model import ClusterSnapshot, SafetyLedger
-from janitor.decide.plan import plan
+from janitor.decide.model import Observation, SafetyLedger
+from janitor.decide.plan import PlanSettings, plan
 from janitor.decide.rails import Caps, Rails
 from janitor.telemetry import JsonFormatter, Telemetry, audit
 
@@ -31,7 +32,7 @@ def sample_plan(dry_run: bool = False):
         obj("over-cap", namespace="team-b", annotations={a.EXPIRES: "2026-11-01"}),
     )
     rails = Rails(caps=Caps(per_hour=1), dry_run=dry_run)
-    return plan(ClusterSnapshot(objects, apiserver_time=NOW), SafetyLedger(), rails, local_now=NOW)
+    return plan(Observation(NOW, objects), (), SafetyLedger(), NOW, settings=PlanSettings(rails=rails))
 
 
 def test_plan_table_reads_well() -> None:
@@ -41,7 +42,7 @@ def test_plan_table_reads_well() -> None:
     assert any(l.startswith("REPORT") and "ConfigMap/team-a/typo" in l for l in lines)
     assert any(l.startswith("DELETE") and "ConfigMap/team-b/over-cap" in l and "passed" in l for l in lines)
     assert any(l.startswith("HOLD (cap)") and "ConfigMap/team-a/old" in l and "per hour" in l for l in lines)
-    assert "1 to delete, 1 held, 1 to report" in text and "2026-11-23 12:00:00Z" in text
+    assert "1 to delete or reclaim, 1 held, 1 to report" in text and "2026-11-23 12:00:00Z" in text
 
 
 def test_dry_run_rows_say_so() -> None:
@@ -51,13 +52,11 @@ def test_dry_run_rows_say_so() -> None:
 
 def test_explain_shows_rules_deadlines_and_rails() -> None:
     p = sample_plan()
-    young = [v for v in p.verdicts if v.target.name == "young"]
-    text = report.explain(p, young, "ConfigMap/team-a/young")
+    text = report.explain(p, "ConfigMap", "team-a", "young", "ConfigMap/team-a/young")
     assert "ttl      KEEP" in text and "[deadline 2026-11-30T11:00:00Z]" in text
-    old = [v for v in p.verdicts if v.target.name == "old"]
-    text = report.explain(p, old, "ConfigMap/team-a/old")
-    assert "ttl      DELETE" in text and "held (cap)" in text
-    assert "no janitor rule applies" in report.explain(p, [], "ConfigMap/team-a/plain")
+    text = report.explain(p, "ConfigMap", "team-a", "old", "ConfigMap/team-a/old")
+    assert "ttl      DELETE" in text and "would DELETE, held (cap)" in text
+    assert "no janitor rule applies" in report.explain(p, "ConfigMap", "team-a", "plain", "ConfigMap/team-a/plain")
 
 
 def test_audit_line_is_one_json_object(caplog) -> None:
@@ -67,6 +66,8 @@ def test_audit_line_is_one_json_object(caplog) -> None:
     line = json.loads(JsonFormatter().format(caplog.records[-1]))
     assert line["audit"] is True and line["object"] == "ConfigMap/team-b/over-cap"
     assert line["rule"] == "expires" and line["evidence"]["janitor/expires"] == "2026-11-01"
+    assert (line["policy"], line["trigger"], line["why_code"]) == ("ttl-expiry", "expiry", "expires-passed")
+    assert line["why"].startswith("janitor/expires 2026-11-01 passed")
     assert (line["outcome"], line["dry_run"]) == ("done", False)
 
 
@@ -76,7 +77,8 @@ def test_metrics_count_outcomes_with_bounded_labels() -> None:
     t.observe_plan(p, objects=4, skipped_kinds=1, tripped=False, skew=0.4)
     t.count(p.deletions()[0], "done")
     get = t.registry.get_sample_value
-    assert get("janitor_actions_total", {"action": "delete", "rule": "expires", "policy": "", "outcome": "done"}) == 1
+    assert get("janitor_actions_total", {"action": "delete", "rule": "expires", "policy": "ttl-expiry",
+                                         "outcome": "done"}) == 1
     assert get("janitor_deletions_held_total", {"reason": "cap"}) == 1
     assert get("janitor_deletions_held_total", {"reason": "tripwire"}) == 0
     assert get("janitor_kinds_skipped") == 1 and get("janitor_clock_skew_seconds") == 0.4

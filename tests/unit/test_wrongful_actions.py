@@ -24,9 +24,6 @@ from dataclasses import dataclass
 import pytest
 from factories import NOW, ago
 
-# Each of these is a wrongful action the janitor took when this file was written; the fix removes this mark.
-pytestmark = pytest.mark.xfail(strict=True, reason="a wrongful action the janitor still takes")
-
 from janitor import annotations as a
 from janitor.decide.model import ContainerView, NamespaceView, ObjectRef, ObjectView, OwnerRef, PodView
 from janitor.policy.model import Action as PolicyAction
@@ -86,17 +83,17 @@ class Decided:
     acted: Mapping[str, tuple[str, str]]  # name -> (action type, policy)
     deleted: frozenset[str]  # by the plain TTL/expiry path
     deadlines: Mapping[str, str]  # name -> janitor/expires as written this cycle
+    actions: tuple[object, ...] = ()  # the planned actions themselves
 
 
 def decide(objects: Sequence[ObjectView], pods: Sequence[PodView], policies: Sequence[Policy],
            usage: Usage = Usage(), now: datetime.datetime = NOW) -> Decided:
     """One cycle's decision on this cluster, through the janitor's public deciding API."""
-    from janitor.decide.evidence import CpuEvidence, CpuUsage, EvidenceWindow, GpuEvidence, GpuSeries, PodKey
-    from janitor.decide.lifecycle import Step, plan_lifecycle
-    from janitor.decide.model import ActionType, ClusterSnapshot, SafetyLedger
-    from janitor.decide.plan import plan
+    from janitor.decide.evidence import CpuEvidence, CpuUsage, Evidence, EvidenceWindow, GpuEvidence, GpuSeries, PodKey
+    from janitor.decide.lifecycle import Step
+    from janitor.decide.model import ActionType, Observation, SafetyLedger
+    from janitor.decide.plan import PlanSettings, plan
     from janitor.decide.rails import Caps, Rails
-    from janitor.decide.shadow import idle_findings
 
     step = datetime.timedelta(seconds=15)
     gpu, cpu = {}, {}
@@ -110,27 +107,24 @@ def decide(objects: Sequence[ObjectView], pods: Sequence[PodView], policies: Seq
                       for pod in pods} if usage.cpu_peak_cores is not None else {}
             cpu[(c.window, ())] = CpuEvidence(EvidenceWindow("cpu", c.window, datetime.timedelta(minutes=1), now),
                                               usages)
-    namespaces = {NS: NamespaceView(NS)}
-    by_uid = {o.ref.uid: o for o in objects}
-    findings = idle_findings(pods, namespaces, by_uid, policies, gpu, cpu, now)
-    lifecycle = plan_lifecycle(findings, by_uid, policies, now, namespaces=namespaces)
-    rails = Rails(caps=Caps(1000, 1000, 1000, 1000))
-    decided = plan(ClusterSnapshot(tuple(objects), apiserver_time=now), SafetyLedger(), rails, local_now=now,
-                   reclaims=lifecycle.reclaims())
+    observation = Observation(now, tuple(objects), tuple(pods), {NS: NamespaceView(NS)},
+                              evidence=Evidence(gpu, cpu))
+    decided = plan(observation, policies, SafetyLedger(), now,
+                   settings=PlanSettings(rails=Rails(caps=Caps(1000, 1000, 1000, 1000))))
     names = {o.ref.uid: o.ref.name for o in objects}
-    changes = lifecycle.changes
+    changes = decided.changes
     return Decided(
         marked=frozenset(c.workload.name for c in changes if c.step is Step.MARK),
         warned=frozenset(c.workload.name for c in changes
                          if c.notice is not None and str(c.notice.kind) == "warning" and c.step is not Step.RECOVER),
         unmarked=frozenset(c.workload.name for c in changes
                            if c.annotations and a.POLICY in c.annotations and c.annotations[a.POLICY] is None),
-        acted={names[x.target.uid]: (str(x.type), x.evidence.get("policy", ""))
-               for x in decided.actions if x.rule == "lifecycle"},
+        acted={names[x.target.uid]: (str(x.type), x.policy) for x in decided.actions if x.rule == "lifecycle"},
         deleted=frozenset(names[x.target.uid] for x in decided.actions
                           if x.type is ActionType.DELETE and x.rule != "lifecycle"),
-        deadlines={c.workload.name: c.annotations[a.EXPIRES] for c in changes
+        deadlines={c.workload.name: str(c.annotations[a.EXPIRES]) for c in changes
                    if c.annotations.get(a.EXPIRES) is not None},
+        actions=tuple(decided.actions),
     )
 
 
@@ -140,10 +134,10 @@ def mark(target: ObjectView | str, *, policy: str, marked_at: datetime.datetime,
     """The annotations the janitor writes when it marks `target` and its warning is delivered."""
     uid = target if isinstance(target, str) else target.ref.uid
     notes = {a.POLICY: policy, a.EXPIRES: t(deadline), a.MARKED_AT: t(marked_at), a.REASON: "idle",
-             "janitor/marked-uid": uid}
+             a.MARKED_UID: uid}
     if warned_at is not None:
         notes |= {a.WARNED_AT: t(warned_at), a.WARNED_VIA: f"owner D0ALICE/{warned_at.timestamp():.6f}",
-                  "janitor/warned-of": f"{action} {t(warned_deadline or deadline)}"}
+                  a.WARNED_OF: f"{action} {t(warned_deadline or deadline)}"}
     return notes
 
 
@@ -236,7 +230,6 @@ def test_a_policy_whose_action_changed_since_the_warning_warns_again_before_acti
 # -- the audit line -----------------------------------------------------------------------------------
 
 def test_the_audit_line_names_the_policy_that_decided(caplog: pytest.LogCaptureFixture) -> None:
-    from janitor.decide.lifecycle import LifecycleSettings  # noqa: F401  (the lifecycle's action shape)
     from janitor.telemetry import audit
 
     job = view("train", "Job")
@@ -244,15 +237,8 @@ def test_the_audit_line_names_the_policy_that_decided(caplog: pytest.LogCaptureF
                                warned_at=ago(hours=30)))
     decided = decide([job], [gpu_pod("train-x", job)], [gpu_policy()], Usage(gpu_peak=0.0))
     assert decided.acted == {"train": ("delete", "idle-gpu")}
-    action = _lifecycle_action(job)
+    [action] = decided.actions
     with caplog.at_level(logging.INFO, logger="janitor.audit"):
-        audit(action, outcome="done", dry_run=False)
+        audit(action, outcome="done", dry_run=False)  # type: ignore[arg-type]
     [record] = [r for r in caplog.records if r.name == "janitor.audit"]
     assert record.policy == "idle-gpu"  # type: ignore[attr-defined]
-
-
-def _lifecycle_action(job: ObjectView):  # type: ignore[no-untyped-def]
-    from janitor.decide.model import Action, ActionType
-
-    return Action(ActionType.DELETE, job.ref, job.resource_version, "lifecycle", "IdleReclaimed", "idle",
-                  {"policy": "idle-gpu", "trigger": "idleGpu"})

@@ -1,16 +1,18 @@
-"""Pods and namespaces as the idle triggers read them (one paginated list each per cycle)."""
+"""Raw API items into the views deciding reads: pods, namespaces, nodes, the node agent's reports.
+
+Only the fields `decide` reads are kept, so a cycle holds small values, not the API's objects.
+The node agent's condition and OOM Events are decoded with its own codec (janitor.node_report):
+pod UIDs and kill counts arrive as data, never read out of a sentence."""
 
 from __future__ import annotations
 
 import datetime
-import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kubernetes.client import ApiClient
-
-from janitor import kubeapi
+from janitor import node_report
 from janitor.decide.model import (
+    AgentCondition,
     ContainerView,
     NamespaceView,
     NodeInfo,
@@ -20,10 +22,12 @@ from janitor.decide.model import (
     PodView,
     ResourceKind,
 )
+from janitor.node_report import OomReport
 
 PODS = ResourceKind("", "v1", "Pod", "pods")
 NAMESPACES = ResourceKind("", "v1", "Namespace", "namespaces", namespaced=False)
 NODES = ResourceKind("", "v1", "Node", "nodes", namespaced=False)
+EVENTS = ResourceKind("", "v1", "Event", "events")
 
 
 def _time(text: str | None) -> datetime.datetime | None:
@@ -62,6 +66,7 @@ def pod_view(item: Mapping[str, Any]) -> PodView:
         deleting=bool(meta.get("deletionTimestamp")),
         annotations=dict(meta.get("annotations") or {}),
         state=pod_state(meta, spec, status),
+        created=_time(meta.get("creationTimestamp")),
     )
 
 
@@ -151,7 +156,7 @@ def pod_state(meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[
     )
 
 
-def node_info(item: Mapping[str, Any], agent_condition: str = "OrphanedDStateProcesses") -> NodeInfo:
+def node_info(item: Mapping[str, Any], agent_condition: str = node_report.CONDITION_TYPE) -> NodeInfo:
     meta, spec, status = item["metadata"], item.get("spec") or {}, item.get("status") or {}
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
     ready = conditions.get("Ready")
@@ -162,59 +167,27 @@ def node_info(item: Mapping[str, Any], agent_condition: str = "OrphanedDStatePro
         taints=tuple((t.get("key") or "", t.get("value") or "", t.get("effect") or "") for t in spec.get("taints") or []),
         allocatable={k: quantity(v) for k, v in (status.get("allocatable") or {}).items()},
         ready=None if ready is None else ready.get("status") == "True",
-        agent=None if agent is None else (agent.get("status", ""), agent.get("message", ""),
-                                          _time(agent.get("lastHeartbeatTime"))),
+        agent=None if agent is None else AgentCondition(
+            {"True": True, "False": False}.get(agent.get("status", "")),
+            node_report.decode_condition(agent.get("message") or ""), _time(agent.get("lastHeartbeatTime"))),
     )
 
 
-EVENTS = ResourceKind("", "v1", "Event", "events")
+def namespace_view(item: Mapping[str, Any]) -> NamespaceView:
+    meta = item["metadata"]
+    return NamespaceView(meta["name"], dict(meta.get("labels") or {}), dict(meta.get("annotations") or {}))
 
 
-def read_pod_events(api: ApiClient, reason: str, namespaces: Sequence[str] | None = None, *,
-                    page_size: int = 500) -> dict[str, list[str]]:
-    """Messages of the Events with `reason` (e.g. the node agent's OOMKillInPod), by pod uid, oldest first."""
-    scopes: Sequence[str | None] = namespaces if namespaces is not None else [None]
-    found: dict[str, list[tuple[str, str]]] = {}
-    for scope in scopes:
-        token: str | None = None
-        while True:
-            query: list[tuple[str, Any]] = [("limit", page_size), ("fieldSelector", f"reason={reason}")]
-            query += [("continue", token)] if token else []
-            body = json.loads(kubeapi.request(api, "GET", kubeapi.path(EVENTS, scope), query=query,
-                                              doing=f"list {reason} events").data)
-            for item in body.get("items") or []:
-                uid = (item.get("involvedObject") or {}).get("uid")
-                if uid:
-                    stamp = item.get("lastTimestamp") or item.get("eventTime") or ""
-                    found.setdefault(uid, []).append((stamp, item.get("message") or ""))
-            token = (body.get("metadata") or {}).get("continue")
-            if not token:
-                break
-    return {uid: [m for _, m in sorted(items)] for uid, items in found.items()}
-
-
-def read_nodes(api: ApiClient, *, page_size: int = 500) -> list[NodeInfo]:
-    return [node_info(item) for item in _items(api, NODES, None, page_size)]
-
-
-def _items(api: ApiClient, kind: ResourceKind, namespace: str | None, page_size: int) -> Iterator[Mapping[str, Any]]:
-    token: str | None = None
-    while True:
-        query: list[tuple[str, Any]] = [("limit", page_size)] + ([("continue", token)] if token else [])
-        body = json.loads(kubeapi.request(api, "GET", kubeapi.path(kind, namespace), query=query,
-                                          doing=f"list {kind.plural}").data)
-        yield from body.get("items") or []
-        token = (body.get("metadata") or {}).get("continue")
-        if not token:
-            return
-
-
-def read_pods(api: ApiClient, namespaces: Sequence[str] | None = None, *, page_size: int = 500) -> list[PodView]:
-    scopes: Sequence[str | None] = namespaces if namespaces is not None else [None]
-    return [pod_view(item) for scope in scopes for item in _items(api, PODS, scope, page_size)]
-
-
-def read_namespaces(api: ApiClient, *, page_size: int = 500) -> list[NamespaceView]:
-    return [NamespaceView(i["metadata"]["name"], dict(i["metadata"].get("labels") or {}),
-                          dict(i["metadata"].get("annotations") or {}))
-            for i in _items(api, NAMESPACES, None, page_size)]
+def oom_reports(items: Sequence[Mapping[str, Any]]) -> dict[str, tuple[OomReport, ...]]:
+    """The node agent's OOM Events, by pod uid, oldest first. An Event without the data part (an
+    older agent) counts as a report of unknown scope, with its words."""
+    found: dict[str, list[tuple[str, OomReport]]] = {}
+    for item in items:
+        uid = (item.get("involvedObject") or {}).get("uid")
+        if not uid or item.get("reason") != node_report.EVENT_OOM:
+            continue
+        message = item.get("message") or ""
+        report = node_report.decode_oom(message) or OomReport(0, 0, node_report.OomScope.UNKNOWN, message)
+        stamp = item.get("lastTimestamp") or item.get("eventTime") or ""
+        found.setdefault(uid, []).append((stamp, report))
+    return {uid: tuple(r for _, r in sorted(reports, key=lambda p: p[0])) for uid, reports in found.items()}

@@ -1,0 +1,198 @@
+"""The lifecycle's writes and messages, in the order that makes a crash harmless.
+
+An intent is written on the workload before its message goes out (in the same write as a new
+mark), and the delivery (Slack's timestamp, and what the warning said) after. A cycle that finds
+an intent without a delivery asks Slack before sending again (RECOVER). Every write carries the
+uid and resourceVersion of the read that decided it. Unsent digests are not kept in memory: the
+intents on the workloads are the queue, so a restart or a leader change loses and repeats nothing.
+
+It talks to Kubernetes and Slack through two small interfaces (`Annotator`, `Messenger`), so the
+write-ahead order is unit-tested with fakes as well as on the sandbox.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from janitor import annotations as ann
+from janitor import errors
+from janitor.act.slack import Digest, Outbox, SendResult, SlackUnavailable
+from janitor.act.slack_messages import render_digest
+from janitor.annotations import Delivery
+from janitor.decide import lifecycle
+from janitor.decide.lifecycle import Change, Step
+from janitor.decide.model import ObjectRef, ObjectView
+from janitor.decide.owners import Owner
+from janitor.policy.model import Policy
+
+logger = logging.getLogger(__name__)
+
+EVENTS = {Step.MARK: "IdleMarked", Step.UNMARK: "IdleUnmarked", Step.EXTEND: "IdleDeadlineMoved"}
+
+
+class Annotator(Protocol):
+    def annotate(self, ref: ObjectRef, resource_version: str, notes: Mapping[str, str | None], *,
+                 event: tuple[str, str] | None = None) -> str:
+        """Merge `notes` (None removes) guarded by uid and resourceVersion; the new resourceVersion.
+        Raises errors.KubeError (Conflict when the object changed)."""
+
+    def read(self, ref: ObjectRef) -> ObjectView | None:
+        """The object now, or None when gone or recreated."""
+
+
+class Messenger(Protocol):
+    def send(self, digest: Digest) -> SendResult: ...
+
+    def find_sent(self, owner: Owner, intent: str, *, since: datetime.datetime) -> Delivery | None:
+        """The delivery of an earlier send with this intent; raises SlackUnavailable when Slack cannot say."""
+
+
+@dataclass
+class LifecycleOutcome:
+    """What the lifecycle did this cycle, for logs, metrics and tests."""
+
+    written: dict[str, int] = field(default_factory=dict)  # step -> successful writes
+    failed: list[str] = field(default_factory=list)
+    sent: list[SendResult] = field(default_factory=list)
+    recovered: int = 0  # sends found on Slack after a crash, recorded without sending again
+    unsent: int = 0  # digests left for the next cycle (time budget spent)
+
+
+def decided_on(notes: Mapping[str, str]) -> dict[str, str]:
+    """The annotations a lifecycle decision reads: if these are unchanged, so is the decision."""
+    keys = (*ann.MARK_KEYS, ann.KEEP_UNTIL, ann.OPT_OUT, ann.TTL)
+    return {k: notes[k] for k in keys if k in notes}
+
+
+@dataclass
+class LifecycleRun:
+    """One cycle's lifecycle writes and sends (the changes of one plan)."""
+
+    annotator: Annotator
+    messenger: Messenger | None
+    policies: Mapping[str, Policy]
+    now: datetime.datetime
+    seen: Mapping[str, Mapping[str, str]]  # uid -> the annotations the plan was made on
+    fence: Callable[[], bool] = lambda: True  # False once another replica may be leader
+    send_budget: datetime.timedelta = datetime.timedelta(seconds=20)
+    notice_retry: datetime.timedelta = datetime.timedelta(minutes=5)
+    out: LifecycleOutcome = field(default_factory=LifecycleOutcome)
+    _rv: dict[str, str] = field(default_factory=dict)
+    _expected: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def run(self, changes: Sequence[Change], done: Sequence[Change]) -> LifecycleOutcome:
+        """Write and send `changes`; `done` are the ACT changes whose action went through ("done" notes)."""
+        self._expected = {uid: dict(notes) for uid, notes in self.seen.items()}
+        to_send: list[Change] = []
+        for change in changes:
+            if change.step is Step.RECOVER:
+                again = self._recover(change)
+                if again is None:
+                    continue
+                change = again
+            if change.step in (Step.MARK, Step.UNMARK, Step.DROP_COPY, Step.EXTEND, Step.NOTIFY) and change.annotations:
+                if not self._write(change, event=EVENTS.get(change.step)):
+                    continue
+            if change.notice is not None and change.step is not Step.ACT:  # "done" only once it is done
+                to_send.append(change)
+        to_send.extend(c for c in done if c.notice is not None)
+        if to_send and self.messenger is None:
+            logger.warning("%d lifecycle messages not sent: no Slack token configured (--slack-token); "
+                           "nothing is reclaimed without a delivered warning", len(to_send))
+        elif to_send:
+            self._send(to_send)
+        return self.out
+
+    def _write(self, change: Change, *, event: str | None = None,
+               notes: Mapping[str, str | None] | None = None) -> bool:
+        """One guarded annotation write. A conflict re-reads the object: if none of the annotations
+        the decision read has changed (a controller only updated its status), the same decision
+        holds and is written on the fresh resourceVersion; otherwise it waits for the next cycle."""
+        ref = change.workload
+        if not self.fence():
+            self.out.failed.append(f"{change.step} {ref}: not written, no longer the leader")
+            return False
+        patch = notes if notes is not None else change.annotations
+        current = self._rv.get(ref.uid, change.resource_version)
+        for attempt in range(2):
+            try:
+                self._rv[ref.uid] = self.annotator.annotate(ref, current, patch,
+                                                            event=(event, str(change.why)) if event else None)
+                break
+            except errors.Conflict as e:
+                fresh = self.annotator.read(ref) if attempt == 0 else None
+                expected = self._expected.get(ref.uid)
+                if fresh is None or expected is None or decided_on(fresh.annotations) != decided_on(expected):
+                    return self._failed(change, e)
+                current = fresh.resource_version
+            except errors.KubeError as e:
+                return self._failed(change, e)
+        expected = self._expected.setdefault(ref.uid, {})
+        for key, value in patch.items():
+            if value is None:
+                expected.pop(key, None)
+            else:
+                expected[key] = value
+        self.out.written[str(change.step)] = self.out.written.get(str(change.step), 0) + 1
+        logger.info("lifecycle %s %s: %s", change.step, ref, change.why,
+                    extra={"object": str(ref), "policy": change.policy, "step": str(change.step)})
+        return True
+
+    def _failed(self, change: Change, error: errors.KubeError) -> bool:
+        logger.warning("lifecycle %s %s not written: %s", change.step, change.workload, error)
+        self.out.failed.append(f"{change.step} {change.workload}: {error}")
+        return False
+
+    def _recover(self, change: Change) -> Change | None:
+        """Record a send Slack already has, or return the change to send again (None: not now)."""
+        assert change.intent is not None and change.notice is not None
+        if self.messenger is None:
+            return None
+        try:
+            found = self.messenger.find_sent(change.notice.owner, change.intent.id,
+                                             since=change.intent.at - datetime.timedelta(minutes=5))
+        except SlackUnavailable as e:
+            logger.warning("cannot ask Slack whether the %s for %s arrived: %s; not sending again yet",
+                           change.intent.kind, change.workload, e)
+            return None
+        if found is not None:
+            record = lifecycle.delivered(change, found, self.policies.get(change.policy))
+            if self._write(change, notes=record):
+                self.out.recovered += 1
+            return None
+        if self.now - change.intent.at < self.notice_retry:
+            return None  # the last attempt was recent: Slack is not asked to fail again yet
+        return lifecycle.resend(change, self.now)
+
+    def _send(self, changes: Sequence[Change]) -> None:
+        assert self.messenger is not None
+        grouped: dict[str, tuple[Owner, list[Change]]] = {}
+        for change in changes:
+            assert change.notice is not None
+            grouped.setdefault(str(change.notice.owner), (change.notice.owner, []))[1].append(change)
+        outbox = Outbox(self.messenger)
+        by_intent: dict[str, list[Change]] = {}
+        for owner, members in grouped.values():
+            notices = tuple(c.notice for c in members if c.notice is not None)
+            intent = lifecycle.intent_id(owner, self.now)
+            outbox.add(Digest(owner, notices, intent, tuple(render_digest(notices, self.now))))
+            by_intent[intent] = members
+        if not self.fence():  # the intents are on the workloads: the new leader sends (after asking Slack)
+            return
+        results = outbox.flush(self.send_budget.total_seconds())
+        self.out.unsent += outbox.pending
+        for result in results:
+            self.out.sent.append(result)
+            if result.delivery is None:
+                logger.warning("message to %s not delivered: %s", result.digest.owner, result.error)
+                continue
+            for change in by_intent[result.digest.intent]:
+                # An intent to settle: only marks and notices carry one (an unmark may clear a stale one,
+                # and its "cancelled" note must not write warning records back onto the workload).
+                if change.step in (Step.MARK, Step.NOTIFY) and change.annotations.get(ann.NOTICE):
+                    self._write(change, notes=lifecycle.delivered(change, result.delivery,
+                                                                  self.policies.get(change.policy)))

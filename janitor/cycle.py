@@ -1,0 +1,335 @@
+"""One cycle, read top-down: observe, plan, apply. A value goes in, a value comes out.
+
+    observation = observe.read(...)          # each kind listed once, the evidence queried once
+    plan        = decide.plan(observation, policies, ledger, now)    # pure
+    result      = apply(plan)                # each action re-checked on a fresh scoped read first
+
+The result is what the CLI prints, the metrics count and the logs summarise; `Memory` is the
+little a cycle leaves for the next (the last good policies, when the admins' report was sent).
+The daemon only schedules cycles, holds the lease and serves the HTTP endpoints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from kubernetes.client import ApiClient
+
+from janitor import annotations as ann
+from janitor import errors
+from janitor.act import kube
+from janitor.act.lifecycle import LifecycleOutcome, LifecycleRun
+from janitor.act.slack import Digest, Slack
+from janitor.act.slack_messages import render_admin_report
+from janitor.decide import recheck
+from janitor.decide.lifecycle import Change, Step
+from janitor.decide.model import Action, ActionType, ObjectRef, ObjectView, Observation, ResourceKind, TriggerKind
+from janitor.decide.owners import Owner, OwnerKind
+from janitor.decide.plan import CyclePlan, plan
+from janitor.decide.rails import is_tripped, record_deletions
+from janitor.observe import cluster, observation
+from janitor.observe.prometheus import PrometheusSource
+from janitor.policy import load
+from janitor.policy.model import Policy
+from janitor.settings import Settings
+from janitor.telemetry import audit
+
+logger = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime.datetime]
+
+
+def utc_now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+@dataclass
+class Ports:
+    """The outside world a cycle talks to."""
+
+    api: ApiClient
+    slack: Slack | None = None
+    fence: Callable[[], bool] = lambda: True  # with leader election: do we still hold the lease?
+    clock: Clock = utc_now
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What one cycle leaves for the next."""
+
+    policies: tuple[Policy, ...] | None = None  # the last good policies; None: never loaded
+    policy_errors: tuple[str, ...] = ()  # the policy files' errors now (the last good set is in use)
+    admin_sent: tuple[str, datetime.datetime] | None = None  # the admins' report last sent: its key and when
+    notices: frozenset[str] = frozenset()  # said last cycle (said again at debug level only)
+
+
+@dataclass(frozen=True)
+class Planned:
+    observation: Observation
+    plan: CyclePlan
+    policies: tuple[Policy, ...]
+    memory: Memory
+    policies_reloaded: bool | None = None  # True/False: the files were read, and were (not) good
+
+
+@dataclass
+class CycleResult:
+    planned: Planned
+    results: list[kube.ActionResult] = field(default_factory=list)
+    lifecycle: LifecycleOutcome | None = None
+    memory: Memory = field(default_factory=Memory)
+    seconds: float = 0.0
+
+    @property
+    def plan(self) -> CyclePlan:
+        return self.planned.plan
+
+    def deleted(self) -> list[Action]:
+        return [r.action for r in self.results if r.action.type.deletes and r.outcome is kube.Outcome.DONE]
+
+    def outcomes(self) -> dict[str, int]:
+        return dict(Counter(f"{r.action.type}:{r.outcome}" for r in self.results))
+
+
+def load_policies(settings: Settings, memory: Memory) -> tuple[Memory, bool | None]:
+    """Read the policy files again; a broken file keeps the last good set (and says so)."""
+    if not settings.policy_paths:
+        return replace(memory, policies=(), policy_errors=()), None
+    loaded = load.from_paths(settings.policy_paths)
+    errors_now = tuple(str(e) for e in loaded.errors)
+    for error in errors_now:
+        logger.error("policy file error, keeping the last good policies: %s", error)
+    if loaded.errors:
+        return replace(memory, policy_errors=errors_now), False
+    return replace(memory, policies=loaded.policies, policy_errors=()), True
+
+
+@contextlib.contextmanager
+def prometheus(settings: Settings, policies: Sequence[Policy]) -> Iterator[PrometheusSource | None]:
+    need = observation.needs(policies)
+    if not (need.gpu or need.cpu or need.ghost_gpus):
+        yield None
+        return
+    with observation.prometheus_source(settings) as source:
+        yield source
+
+
+def observe_and_plan(ports: Ports, settings: Settings, memory: Memory, *, source: PrometheusSource | None = None,
+                     progress: observation.Progress | None = None, reloaded: bool | None = None) -> Planned:
+    """Observe and decide with the policies in `memory`, changing nothing."""
+    policies = memory.policies or ()
+    now = ports.clock()
+    seen = observation.read(ports.api, settings, policies, now, source=source, progress=progress)
+    ledger = cluster.read_ledger(ports.api, settings.cluster.state_namespace, settings.cluster.state_name)
+    decided = plan(seen, policies, ledger, now, settings=settings.plan())
+    for f in decided.findings:
+        if f.trigger is TriggerKind.EXPIRY:
+            continue
+        logger.info("%s %s %s: %s (%s)", f.mode, f.policy, f.workload or "(unknown workload)", f.word, f.why,
+                    extra={"shadow": f.mode == "shadow", "policy": f.policy, "trigger": str(f.trigger),
+                           "verdict": f.word, "object": str(f.workload) if f.workload else None,
+                           "would_reclaim_gpu_hours": f.reclaim_gpu_hours})
+    return Planned(seen, decided, policies, memory, reloaded)
+
+
+class _Annotator:
+    """The lifecycle's writes, on the apiserver (act.kube), with the re-read a conflict needs (observe)."""
+
+    def __init__(self, api: ApiClient, kinds: Mapping[str, ResourceKind]) -> None:
+        self.api, self.kinds = api, kinds
+
+    def annotate(self, ref: ObjectRef, resource_version: str, notes: Mapping[str, str | None], *,
+                 event: tuple[str, str] | None = None) -> str:
+        return kube.annotate(self.api, ref, resource_version, notes, kind=self.kinds[ref.kind], event=event)
+
+    def read(self, ref: ObjectRef) -> ObjectView | None:
+        return cluster.read_object(self.api, ref, self.kinds[ref.kind])
+
+
+def _kinds(settings: Settings) -> dict[str, ResourceKind]:
+    from janitor.observe import views
+
+    return {k.kind: k for k in (views.PODS, views.NAMESPACES, *settings.cluster.kinds)}
+
+
+def _apply_one(ports: Ports, settings: Settings, planned: Planned, action: Action,
+               source: PrometheusSource | None) -> kube.ActionResult:
+    """One action: a report as planned; anything else decided again on a fresh, scoped read first."""
+    kind = _kinds(settings)[action.target.kind]
+    dry_run = settings.rails.dry_run
+    if action.type is ActionType.REPORT:
+        return kube.apply(ports.api, action, kind=kind, dry_run=dry_run)
+    result = kube.ActionResult(action, kube.Outcome.SKIPPED, "not tried")
+    for _ in range(2):  # the cycle's read, then once more after a conflict
+        try:
+            fresh = observation.read_scoped(ports.api, settings, planned.policies, action, ports.clock(), source=source)
+        except errors.KubeError as e:
+            logger.warning("could not re-read %s before acting on it: %s", action.target, e)
+            return kube.ActionResult(action, kube.Outcome.FAILED, f"re-read failed: {e}")
+        again = recheck.still_due(action, fresh, planned.policies, ports.clock(), settings.plan())
+        if again.action is None:
+            logger.info("not acting on %s: %s", action.target, again.why, extra={"object": str(action.target)})
+            outcome = kube.Outcome.GONE if fresh is None else kube.Outcome.SKIPPED
+            return kube.ActionResult(action, outcome, str(again.why))
+        result = kube.apply(ports.api, again.action, kind=kind, dry_run=dry_run)
+        if result.outcome is not kube.Outcome.CONFLICT:
+            return result
+    return result
+
+
+def apply(ports: Ports, settings: Settings, planned: Planned, *, source: PrometheusSource | None = None) -> CycleResult:
+    """Apply a plan: every action re-checked first; the ledger stored even when the cycle breaks off
+    half-way (deletions that happened always count); then the lifecycle's writes and messages."""
+    decided, dry_run = planned.plan, settings.rails.dry_run
+    result = CycleResult(planned, memory=planned.memory)
+    try:
+        for action in decided.actions:
+            if not ports.fence():
+                logger.warning("no longer the leader: stopping before %s; the new leader decides again", action.target)
+                break
+            outcome = _apply_one(ports, settings, planned, action, source)
+            result.results.append(outcome)
+            audit(outcome.action, outcome=str(outcome.outcome), dry_run=dry_run, detail=outcome.detail)
+    finally:
+        if not dry_run and not decided.ledger.unreadable and ports.fence():  # never overwrite what an admin
+            # must look at, nor what a new leader wrote
+            ledger = record_deletions(decided.ledger, result.deleted(), decided.now)
+            kube.write_ledger(ports.api, settings.cluster.state_namespace, settings.cluster.state_name, ledger)
+    _log_plan(ports, settings, decided, result)
+    if planned.memory.policies is None:
+        logger.error("the policies were never read successfully: the lifecycle does nothing until they are")
+    elif not dry_run and ports.fence():
+        result.lifecycle = _lifecycle(ports, settings, planned, result)
+        result.memory = _admin_report(ports, settings, planned, result.memory)
+    elif dry_run:
+        for change in decided.changes:
+            if change.step not in (Step.WAIT, Step.ACT):
+                logger.info("DRY-RUN lifecycle %s %s: %s", change.step, change.workload, change.why)
+    result.memory = replace(result.memory, notices=frozenset(decided.notices))
+    return result
+
+
+def _log_plan(ports: Ports, settings: Settings, decided: CyclePlan, result: CycleResult) -> None:
+    for held in decided.held:
+        logger.info("held %s: %s", held.action.target, held.why,
+                    extra={"object": str(held.action.target), "hold": str(held.reason)})
+    for notice in decided.notices:
+        # Said once while it lasts (the metrics keep showing it): a cluster without Kubeflow
+        # would otherwise log "notebooks not served" every minute.
+        level = logging.DEBUG if notice in result.memory.notices else logging.WARNING
+        logger.log(level, "%s", notice, extra={"notice": True})
+    if decided.tripped_now and not settings.rails.dry_run:  # tell admins once, where they look
+        c = settings.cluster
+        trip = decided.notices[0]
+        kube.announce(ports.api, c.state_namespace, c.state_name, reason="TripwireTripped",
+                      message=f"{trip}. Acknowledge with: kubectl -n {c.state_namespace} annotate configmap "
+                              f"{c.state_name} {ann.ACKNOWLEDGE_TRIPWIRE}=<now, UTC> --overwrite")
+        logger.error("%s", trip, extra={"tripwire": True})
+
+
+def _lifecycle(ports: Ports, settings: Settings, planned: Planned, result: CycleResult) -> LifecycleOutcome:
+    decided = planned.plan
+    done = [c for r in result.results if r.outcome is kube.Outcome.DONE
+            for c in [decided.change_for(r.action)] if c is not None]
+    seen = {o.ref.uid: o.annotations for o in planned.observation.objects}
+    seen |= {p.ref.uid: p.annotations for p in planned.observation.pods}
+    run = LifecycleRun(_Annotator(ports.api, _kinds(settings)), ports.slack, {p.name: p for p in planned.policies},
+                       decided.now, seen, ports.fence, settings.slack.send_budget, settings.slack.notice_retry)
+    outcome = run.run(decided.changes, done)
+    if outcome.written or outcome.sent or outcome.failed or outcome.recovered or outcome.unsent:
+        logger.info("lifecycle: %s written, %d digests sent (%d delivered), %d sends found on Slack after a "
+                    "restart, %d left for the next cycle, %d writes failed",
+                    dict(outcome.written) or "nothing", len(outcome.sent),
+                    sum(r.delivery is not None for r in outcome.sent), outcome.recovered, outcome.unsent,
+                    len(outcome.failed))
+    return outcome
+
+
+def _admin_report(ports: Ports, settings: Settings, planned: Planned, memory: Memory) -> Memory:
+    """One message to the admin channel when its content changed, else at the admin pace."""
+    report = planned.plan.admin_report
+    if report.empty:
+        return memory
+    for title, lines in report.sections:
+        logger.warning("admin report: %s: %d", title, len(lines), extra={"admin_report": title, "items": lines})
+    now = ports.clock()
+    due = (memory.admin_sent is None or report.key != memory.admin_sent[0]
+           or now - memory.admin_sent[1] >= settings.slack.admin_report_every)
+    if not due or ports.slack is None or not settings.slack.admin_channel:
+        return memory
+    channel = Owner(OwnerKind.CHANNEL, settings.slack.admin_channel, "--admin-channel")
+    messages = render_admin_report(f"GPU janitor: {len(report.sections)} things need an admin", report.sections)
+    sent = ports.slack.send(Digest(channel, (), f"admin-{report.key}-{int(time.time())}", tuple(messages)))
+    if sent.delivery is None:
+        logger.warning("admin report not delivered: %s", sent.error)
+        return memory
+    return replace(memory, admin_sent=(report.key, now))
+
+
+def plan_once(ports: Ports, settings: Settings, *, progress: observation.Progress | None = None) -> Planned:
+    """What `janitor plan` and `explain` print: the policies read, the cluster observed, the plan made."""
+    memory, reloaded = load_policies(settings, Memory())
+    with prometheus(settings, memory.policies or ()) as source:
+        return observe_and_plan(ports, settings, memory, source=source, progress=progress, reloaded=reloaded)
+
+
+def run_cycle(ports: Ports, settings: Settings, memory: Memory) -> CycleResult:
+    """One whole cycle; its result carries the memory for the next."""
+    began = time.monotonic()
+    memory, reloaded = load_policies(settings, memory)
+    with prometheus(settings, memory.policies or ()) as source:
+        planned = observe_and_plan(ports, settings, memory, source=source, reloaded=reloaded)
+        result = apply(ports, settings, planned, source=source)
+    result.seconds = time.monotonic() - began
+    logger.info(
+        "cycle done: %d objects, %d deleted, %d held, %d reported",
+        len(planned.observation.objects), len(result.deleted()), len(planned.plan.held),
+        sum(1 for r in result.results if r.action.type is ActionType.REPORT),
+        extra={"summary": result.outcomes(), "dry_run": settings.rails.dry_run, "seconds": round(result.seconds, 2)},
+    )
+    return result
+
+
+@dataclass(frozen=True)
+class Unmarked:
+    ref: str
+    policy: str
+    result: str  # "removed", "would remove" or why not
+
+
+def unmark(api: ApiClient, settings: Settings, *, policy: str | None = None, dry_run: bool = False) -> list[Unmarked]:
+    """Remove the janitor's own marks (all, or one policy's): for uninstalling, and for mistakes.
+
+    Only marks are touched (any janitor mark key present); a user's own `janitor/expires` and their
+    `janitor/keep-until` stay. Each write is guarded by the resourceVersion it was read at."""
+    seen = observation.read(api, settings, (), utc_now())
+    kinds = _kinds(settings)
+    done: list[Unmarked] = []
+    for obj in seen.objects:
+        if not ann.carries_mark(obj.annotations):
+            continue
+        marked_by = obj.annotations.get(ann.POLICY, "")
+        if policy is not None and marked_by != policy:
+            continue
+        notes: dict[str, str | None] = {k: None for k in ann.MARK_KEYS if k in obj.annotations}
+        if dry_run:
+            done.append(Unmarked(str(obj.ref), marked_by, "would remove"))
+            continue
+        try:
+            kube.annotate(api, obj.ref, obj.resource_version, notes, kind=kinds[obj.ref.kind],
+                          event=("IdleUnmarked", f"mark of policy {marked_by} removed by `janitor unmark`"))
+        except errors.KubeError as e:
+            done.append(Unmarked(str(obj.ref), marked_by, f"not removed: {e}"))
+            continue
+        done.append(Unmarked(str(obj.ref), marked_by, "removed"))
+    return done
+
+
+__all__ = ["Change", "Clock", "CycleResult", "Memory", "Planned", "Ports", "apply", "load_policies",
+           "observe_and_plan", "plan_once", "run_cycle", "unmark", "utc_now"]

@@ -1,0 +1,330 @@
+"""Why, as data: a `Reason` is a code and the facts behind it (numbers, thresholds, names), rendered
+into one sentence for `janitor plan`, Events, Slack, the audit log and `janitor/reason`.
+
+Code that needs to know *what* a finding says reads its `code` and facts, never its words: the
+admins' report finds never-fitting workloads by `Code.NEVER_FITS`, not by a phrase. Every code has
+one template here, so the words for one situation are written once.
+
+Facts are rendered by a small formatter: `None` is empty, a nested `Reason` is its sentence, a
+datetime is UTC (`{at}`: 2026-11-23T09:00:00Z, `{at:min}`: 2026-11-23 09:00Z), a timedelta with
+`{x:age}` is a short age (2d3h, 5h07m, 12m30s), and a tuple with `{xs:, }` is joined by that
+separator. Pure: no clock.
+"""
+
+from __future__ import annotations
+
+import datetime
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Union
+
+Fact = Union[str, int, float, bool, datetime.datetime, datetime.timedelta, "Reason", tuple[Any, ...], None]
+
+
+class Code(StrEnum):
+    # selection: what the janitor leaves alone whatever else is true
+    DELETING = "deleting"
+    PROTECTED = "protected"
+    OPTED_OUT = "opted-out"
+    OWNER_UNREADABLE = "owner-unreadable"
+    OWNER_DELETING = "owner-deleting"
+    POD_DELETING = "pod-deleting"
+    # expiry
+    TTL_INVALID = "ttl-invalid"
+    TTL_FOREVER = "ttl-forever"
+    TTL_ZERO = "ttl-zero"
+    TTL_PASSED = "ttl-passed"
+    TTL_NOT_YET = "ttl-not-yet"
+    EXPIRES_OF_MARK = "expires-of-mark"
+    EXPIRES_INVALID = "expires-invalid"
+    EXPIRES_PASSED = "expires-passed"
+    EXPIRES_NOT_YET = "expires-not-yet"
+    COPIED_BY_CONTROLLER = "copied-by-controller"
+    INHERITED = "inherited"
+    OWNER_NOT_VISIBLE = "owner-not-visible"
+    MALFORMED_KEPT = "malformed-kept"
+    # idle GPU and CPU, per pod
+    NOT_STARTED = "not-started"
+    TOO_YOUNG = "too-young"
+    NO_EVIDENCE_READ = "no-evidence-read"
+    EVIDENCE_FAILED = "evidence-failed"
+    SERIES_COUNT = "series-count"
+    GPU_LOW_COVERAGE = "gpu-low-coverage"
+    NON_FINITE = "non-finite"
+    GPU_IDLE = "gpu-idle"
+    GPU_PARTIAL = "gpu-partial"
+    GPU_BUSY = "gpu-busy"
+    CPU_NO_SERIES = "cpu-no-series"
+    CPU_LOW_COVERAGE = "cpu-low-coverage"
+    CPU_NO_REQUEST = "cpu-no-request"
+    CPU_IDLE = "cpu-idle"
+    CPU_BUSY = "cpu-busy"
+    POD_STARTING = "pod-starting"
+    # idle, per workload
+    NO_PODS = "no-pods"
+    PODS_IN_USE = "pods-in-use"
+    PODS_UNSURE = "pods-unsure"
+    ALL_IDLE = "all-idle"
+    WORKLOAD_UNKNOWN = "workload-unknown"
+    # pending
+    POD = "pod"  # "<pod>: <why>"
+    GATED = "gated"
+    UNSCHEDULABLE = "unschedulable"
+    NOT_STARTED_YET = "not-started-yet"
+    NOT_SCHEDULED = "not-scheduled"
+    MISFIT_RESOURCE = "misfit-resource"
+    MISFIT_SELECTOR = "misfit-selector"
+    MISFIT_AFFINITY = "misfit-affinity"
+    MISFIT_TAINT = "misfit-taint"
+    NEVER_FITS = "never-fits"
+    STUCK_TOO_SHORT = "stuck-too-short"
+    STUCK_FOR = "stuck-for"
+    SOME_RUNNING = "some-running"
+    SOME_PENDING = "some-pending"
+    NONE_RUNS = "none-runs"
+    # crash loop
+    RESTARTS = "restarts"
+    OOM = "oom"
+    SOME_LOOPING = "some-looping"
+    ALL_LOOPING = "all-looping"
+    # terminating
+    HOLD_FINALIZERS = "hold-finalizers"
+    HOLD_NODE_GONE = "hold-node-gone"
+    HOLD_NODE_NOT_READY = "hold-node-not-ready"
+    HOLD_D_STATE = "hold-d-state"
+    HOLD_NOTHING = "hold-nothing"
+    REMEDY_FINALIZERS = "remedy-finalizers"
+    REMEDY_OUT_OF_SERVICE = "remedy-out-of-service"
+    REMEDY_REBOOT = "remedy-reboot"
+    REMEDY_KUBELET = "remedy-kubelet"
+    REMEDY_EVENTS = "remedy-events"
+    REMEDY_FORCE = "remedy-force"
+    PROOF_NODE_DELETED = "proof-node-deleted"
+    PROOF_OUT_OF_SERVICE = "proof-out-of-service"
+    PROOF_AGENT_CLEAR = "proof-agent-clear"
+    STUCK_TERMINATING = "stuck-terminating"
+    FORCE_DELETED = "force-deleted"
+    # the lifecycle
+    MARKED = "marked"
+    USERS_EXPIRES = "users-expires"
+    ACTION_DOES_NOT_FIT = "action-does-not-fit"
+    MARK_CAPPED = "mark-capped"
+    NO_LONGER_COVERED = "no-longer-covered"
+    MARK_BROKEN = "mark-broken"
+    COPY_REMOVED = "copy-removed"
+    COPY_OF_SOURCE = "copy-of-source"
+    OTHER_POLICY = "other-policy"
+    IN_USE = "in-use"
+    NOT_SURE = "not-sure"
+    RECOVER = "recover"
+    RESEND = "resend"
+    NOT_WARNED_NOT_IDLE = "not-warned-not-idle"
+    ADMINS_ONLY = "admins-only"
+    WARNING_PACED = "warning-paced"
+    WARN = "warn"
+    WARN_AGAIN_ACTION = "warn-again-action"
+    WAIT_NOT_IDLE = "wait-not-idle"
+    EXTEND = "extend"
+    KEPT_UNTIL = "kept-until"
+    KEEP_UNPARSEABLE = "keep-unparseable"
+    DELIVERY_GRACE = "delivery-grace"
+    REPORT_ONLY = "report-only"
+    RECLAIM = "reclaim"
+    REMIND = "remind"
+    WAITING = "waiting"
+    STOPPED = "stopped"
+    # the re-check right before acting
+    GONE = "gone"
+    NO_LONGER_DUE = "no-longer-due"
+    STILL_DUE = "still-due"
+    FREE_TEXT = "text"  # words from outside (an error message), shown as they are
+
+
+_T: Mapping[Code, str] = {
+    Code.DELETING: "already being deleted",
+    Code.PROTECTED: "namespace {namespace} is protected",
+    Code.OPTED_OUT: "opted out (janitor/opt-out: true on {where})",
+    Code.OWNER_UNREADABLE: "owner {owner} (uid {uid}) cannot be read: not listed, forbidden or gone",
+    Code.OWNER_DELETING: "owner {owner} is already being deleted",
+    Code.POD_DELETING: "the pod is already being deleted",
+    Code.TTL_INVALID: "invalid janitor/ttl: {error}",
+    Code.TTL_FOREVER: "janitor/ttl is forever",
+    Code.TTL_ZERO: "janitor/ttl {value} is zero: no TTL, as in kube-janitor",
+    Code.TTL_PASSED: "janitor/ttl {value} passed: created {created}, age {age:age}, expired {deadline}",
+    Code.TTL_NOT_YET: "janitor/ttl {value}: age {age:age}, expires {deadline}",
+    Code.EXPIRES_OF_MARK: "janitor/expires is part of the janitor's own mark ({mark}); only the lifecycle acts "
+                          "on it, never the plain expiry path",
+    Code.EXPIRES_INVALID: "invalid janitor/expires: {error}",
+    Code.EXPIRES_PASSED: "janitor/expires {value} passed ({ago:age} ago)",
+    Code.EXPIRES_NOT_YET: "janitor/expires {value}: in {left:age}",
+    Code.COPIED_BY_CONTROLLER: "{key}={value} is a copy its {controller_kind} controller made from "
+                               "{controller}; only the {controller_kind}'s own annotation counts",
+    Code.INHERITED: "{key}={value} is in the pod template of {source}, so every pod inherits it; pods are not "
+                    "deleted one by one (the controller would recreate them). Put it on the {kind} itself, "
+                    "outside its template, to expire the workload.",
+    Code.OWNER_NOT_VISIBLE: "owner {owner} is not visible, so it cannot be told whether {key} was inherited "
+                            "from its pod template; kept",
+    Code.MALFORMED_KEPT: "{why}; the object is kept",
+    Code.NOT_STARTED: "its containers have not started",
+    Code.TOO_YOUNG: "running for {running} only; judged after {needed} (samples before its start belong to "
+                    "another pod)",
+    Code.NO_EVIDENCE_READ: "no {signal} evidence was read this cycle",
+    Code.EVIDENCE_FAILED: "no usable {signal} data: {error}",
+    Code.SERIES_COUNT: "{series} {signal} series for {gpus} requested GPUs",
+    Code.GPU_LOW_COVERAGE: "GPU {gpu}: samples cover {coverage:.0%} of the {window} window (at least "
+                           "{needed:.0%} needed)",
+    Code.NON_FINITE: "GPU {gpu}: no finite value in the window",
+    Code.GPU_IDLE: "idle: {detail} ({signal} <= {threshold:g} over {window})",
+    Code.GPU_PARTIAL: "{idle} of {total} GPUs idle: {detail} ({signal} <= {threshold:g} over {window})",
+    Code.GPU_BUSY: "busy: {detail}",
+    Code.CPU_NO_SERIES: "no CPU series for its app containers",
+    Code.CPU_LOW_COVERAGE: "CPU samples cover {coverage:.0%} of the {window} window",
+    Code.CPU_NO_REQUEST: "no CPU request to compare a fraction of it with",
+    Code.CPU_IDLE: "idle: CPU peak {peak:.3g} cores <= {limit} over {window}",
+    Code.CPU_BUSY: "busy: CPU peak {peak:.3g} cores > {limit}",
+    Code.POD_STARTING: "pod {pod} is starting ({phase}): in use again, or about to be",
+    Code.NO_PODS: "no pods",
+    Code.PODS_IN_USE: "{busy} of {total} pods in use ({pod}: {why})",
+    Code.PODS_UNSURE: "{unsure} of {total} pods cannot be judged ({pod}: {why})",
+    Code.ALL_IDLE: "all {total} pods idle ({shown:; }{more})",
+    Code.WORKLOAD_UNKNOWN: "workload unknown: {why}",
+    Code.POD: "{pod}: {why}",
+    Code.GATED: "scheduling gated: queued on purpose",
+    Code.UNSCHEDULABLE: "unschedulable: {message}",
+    Code.NOT_STARTED_YET: "scheduled but not started: {reasons}",
+    Code.NOT_SCHEDULED: "not scheduled yet (no PodScheduled condition)",
+    Code.MISFIT_RESOURCE: "{resource}: asks {amount:g}, a node has {has:g}",
+    Code.MISFIT_SELECTOR: "nodeSelector {key}={value} matches no node",
+    Code.MISFIT_AFFINITY: "required node affinity matches no node",
+    Code.MISFIT_TAINT: "taint {key}={value}:{effect} not tolerated",
+    Code.NEVER_FITS: "no node could ever run it: {shown}",
+    Code.STUCK_TOO_SHORT: "{state}, for {stuck:age} (acted on after {after:age})",
+    Code.STUCK_FOR: "{state}, for {stuck:age}",
+    Code.SOME_RUNNING: "{running} of {total} pods running; not acted on while any runs ({first})",
+    Code.SOME_PENDING: "{count} of {waiting} pending pods: {first}",
+    Code.NONE_RUNS: "none of its {total} pods runs: {first}",
+    Code.RESTARTS: "{pod}: {restarts} restarts, last exit {last_exit}{at}{oom}",
+    Code.OOM: "; OOM: {limit}{agent}; {explained}",
+    Code.SOME_LOOPING: "{looping} of {total} GPU pods crash-looping; not acted on while others run ({first})",
+    Code.ALL_LOOPING: "crash-looping while holding {gpus} GPUs: {shown:; }",
+    Code.HOLD_FINALIZERS: "finalizers {finalizers:, }",
+    Code.HOLD_NODE_GONE: "its node {node} is gone",
+    Code.HOLD_NODE_NOT_READY: "its node {node} is NotReady",
+    Code.HOLD_D_STATE: "processes stuck in D state on {node} (node agent: {summary})",
+    Code.HOLD_NOTHING: "nothing the API shows (kubelet slow or stuck?)",
+    Code.REMEDY_FINALIZERS: "check the controllers of its finalizers; remove one only if its controller is gone",
+    Code.REMEDY_OUT_OF_SERVICE: "if {node} is down for good: taint it "
+                                "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute, or delete the Node",
+    Code.REMEDY_REBOOT: "drain and reboot {node}: a process in D state cannot be killed",
+    Code.REMEDY_KUBELET: "look at the kubelet on {node}",
+    Code.REMEDY_EVENTS: "look at the pod's events",
+    Code.REMEDY_FORCE: "force delete: {proof}",
+    Code.PROOF_NODE_DELETED: "its node {node} was deleted",
+    Code.PROOF_OUT_OF_SERVICE: "an admin tainted {node} node.kubernetes.io/out-of-service",
+    Code.PROOF_AGENT_CLEAR: "the node agent on {node} reported at {at}, after the deletion, that no process of "
+                            "a deleted pod is stuck",
+    Code.STUCK_TERMINATING: "Terminating since {since}, {overdue:age} past its grace; held by {holds:, }",
+    Code.FORCE_DELETED: "Terminating since {since} ({holds:, }); force deleted (grace 0) by policy {policy} "
+                        "because {proof}",
+    Code.MARKED: "{condition}: marked, to {action} at {deadline} at the earliest{paced}",
+    Code.USERS_EXPIRES: "{condition}, but the user's own janitor/expires is in force; the janitor does not mark "
+                        "over it",
+    Code.ACTION_DOES_NOT_FIT: "{condition}, but action {action} does not apply to a {kind}; not marked",
+    Code.MARK_CAPPED: "{condition}; new-mark cap reached ({over:, }), marked in a later cycle",
+    Code.NO_LONGER_COVERED: "no longer covered: policy {policy} is gone, in shadow mode or no longer matches, "
+                            "or the workload has no running pods",
+    Code.MARK_BROKEN: "the mark does not parse ({problems:; }): removed, to start again",
+    Code.COPY_REMOVED: "a copy of the mark of another object (janitor/marked-uid {uid}): never acted on; removed",
+    Code.COPY_OF_SOURCE: "a copy of {source}'s mark, made by its controller: never acted on",
+    Code.OTHER_POLICY: "marked by policy {marked}, now decided by {policy}",
+    Code.IN_USE: "in use ({trigger}, policy {policy}): {why}",
+    Code.NOT_SURE: "not acted on while {trigger} (policy {policy}) is not idle: {why}",
+    Code.RECOVER: "a {kind} was being sent at {at}; asking Slack whether it arrived before sending again",
+    Code.RESEND: "{why}; it did not arrive, sending again",
+    Code.NOT_WARNED_NOT_IDLE: "marked, not warned; not {condition} now: {why}",
+    Code.ADMINS_ONLY: "only the admins could be warned (no owner known); it is not acted on until an owner is "
+                      "set and warned (or the policy's adminFallbackCounts)",
+    Code.WARNING_PACED: "marked; the warning waits for the per-owner message pace",
+    Code.WARN: "marked; warning the owner{again}",
+    Code.WARN_AGAIN_ACTION: "the warning said {warned}; the policy now says {action}: warning again before acting",
+    Code.WAIT_NOT_IDLE: "marked; not acted on while not {condition}: {why}",
+    Code.EXTEND: "deadline moves to {deadline}: {why}",
+    Code.KEPT_UNTIL: "kept until {until}{capped}",
+    Code.KEEP_UNPARSEABLE: "janitor/keep-until={value} does not parse: kept until the cap",
+    Code.DELIVERY_GRACE: "delivery + grace",
+    Code.REPORT_ONLY: "deadline {deadline} passed; the policy only reports, so nothing is done to it",
+    Code.RECLAIM: "{condition} since before {marked} and warned at {warned}; deadline {deadline} passed: {action} "
+                  "(policy {policy}): {why}",
+    Code.REMIND: "still {condition}; reminding the owner of the deadline {deadline}",
+    Code.WAITING: "marked and warned; {action} at {deadline}{extended}",
+    Code.STOPPED: "a stopped Notebook's pods are on their way out; not marked",
+    Code.GONE: "gone or recreated before acting",
+    Code.NO_LONGER_DUE: "no longer due on a fresh read: {why}",
+    Code.STILL_DUE: "still due on a fresh read",
+    Code.FREE_TEXT: "{text}",
+}
+
+
+def _age(delta: datetime.timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    if seconds >= 86400:
+        return f"{seconds // 86400}d{seconds % 86400 // 3600}h"
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    if seconds >= 60:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds}s"
+
+
+class _Formatter(string.Formatter):
+    def format_field(self, value: Any, format_spec: str) -> str:
+        if value is None:
+            return ""
+        if isinstance(value, Reason):
+            return str(value)
+        if isinstance(value, datetime.datetime):
+            utc = value.astimezone(datetime.timezone.utc)
+            return utc.strftime("%Y-%m-%d %H:%MZ" if format_spec == "min" else "%Y-%m-%dT%H:%M:%SZ")
+        if isinstance(value, datetime.timedelta):
+            return _age(value) if format_spec == "age" else str(value)
+        if isinstance(value, tuple):
+            return (format_spec or ", ").join(self.format_field(v, "") for v in value)
+        return super().format_field(value, format_spec)
+
+
+_FORMATTER = _Formatter()
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """A code and its facts; `str()` is the sentence."""
+
+    code: Code
+    facts: tuple[tuple[str, Fact], ...] = ()
+
+    def __str__(self) -> str:
+        return str(_FORMATTER.vformat(_T[self.code], (), dict(self.facts)))
+
+    def fact(self, name: str) -> Fact:
+        return dict(self.facts).get(name)
+
+    def codes(self) -> frozenset[Code]:
+        """This code and those of every reason nested in its facts."""
+        found = {self.code}
+        for _, value in self.facts:
+            for item in value if isinstance(value, tuple) else (value,):
+                if isinstance(item, Reason):
+                    found |= item.codes()
+        return frozenset(found)
+
+
+def why(code: Code, **facts: Fact) -> Reason:
+    """A reason; the facts' names are the template's placeholders."""
+    return Reason(code, tuple(facts.items()))
+
+
+def text(words: str) -> Reason:
+    """Words from outside the janitor (an apiserver error, a scheduler message), shown as they are."""
+    return Reason(Code.FREE_TEXT, (("text", words),))

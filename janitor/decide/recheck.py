@@ -1,0 +1,51 @@
+"""The one re-check right before acting: is this action still due, on a fresh look at its object?
+
+Every action that deletes or reclaims (an expiry deletion, a lifecycle reclaim, a force delete) is
+decided again, right before it is applied, on an observation read fresh and scoped to that one
+object: the object itself, its owner chain, its pods (a ReplicaSet created since the cycle's read
+included), its namespace (an opt-out added since), its node and the usage evidence of its pods.
+It is decided by `plan.decide`, the same rules as the cycle's, so no rule exists twice; the
+action goes ahead only if the same action (object, type, policy) comes out due again, and then
+with the fresh resourceVersion as its precondition.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from janitor.decide.lifecycle import Step
+from janitor.decide.model import Action, Observation
+from janitor.decide.plan import PlanSettings, decide
+from janitor.decide.reasons import Code, Reason, why
+from janitor.policy.model import Policy
+
+
+@dataclass(frozen=True, slots=True)
+class Recheck:
+    action: Action | None  # the action to apply (with the fresh resourceVersion), or None: not now
+    why: Reason
+
+
+def _present(uid: str, fresh: Observation) -> bool:
+    return any(o.ref.uid == uid for o in fresh.objects) or any(p.ref.uid == uid for p in fresh.pods)
+
+
+def still_due(action: Action, fresh: Observation | None, policies: Sequence[Policy], now: datetime.datetime,
+              settings: PlanSettings = PlanSettings()) -> Recheck:
+    """`fresh` is None when the object is gone, or is another object under the same name now."""
+    if fresh is None or not _present(action.target.uid, fresh):
+        return Recheck(None, why(Code.GONE))
+    decision = decide(fresh, policies, now, settings)
+    again = decision.still_due(action.key)
+    if again is not None:
+        return Recheck(again, why(Code.STILL_DUE))
+    uid = action.target.uid
+    change = next((c for c in decision.changes if c.workload.uid == uid and c.step is not Step.ACT), None)
+    finding = next((f for f in decision.findings if f.subject.uid == uid and f.policy == action.policy), None)
+    if change is not None:
+        return Recheck(None, why(Code.NO_LONGER_DUE, why=change.why))
+    if finding is not None:
+        return Recheck(None, why(Code.NO_LONGER_DUE, why=finding.reason))
+    return Recheck(None, why(Code.NO_LONGER_DUE, why=why(Code.NO_LONGER_COVERED, policy=action.policy)))

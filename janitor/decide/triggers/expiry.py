@@ -1,0 +1,149 @@
+"""The expiry trigger: objects whose `janitor/ttl` or `janitor/expires` has passed (kube-janitor's path).
+
+Same strict comparisons as kube-janitor: an object goes when its age is *greater* than its TTL,
+or the time is *past* its expiry. What users get wrong is reported, never punished: an invalid
+value keeps the object and is reported once per object and value; a TTL a pod inherited from its
+controller's pod template is reported on the controller, and the pods are left alone (the
+controller would recreate them, or a Job would count them as failed).
+
+Never acted on here: a `janitor/expires` that is part of the janitor's own mark (any janitor-only
+mark key beside it, even with `janitor/policy` removed: only the lifecycle acts on a mark), and
+annotations a controller copied onto the object (a Deployment's onto its ReplicaSets, which keep
+them after the user removed them from the Deployment).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterator, Mapping, Sequence
+
+from janitor import annotations as ann
+from janitor.decide.model import Action, ActionType, Finding, ObjectView, Observation, State, TriggerKind
+from janitor.decide.reasons import Code, Reason, why
+from janitor.decide.selection import Workload, copied_from
+from janitor.policy.model import Policy
+
+KEYS = ((ann.TTL, "ttl"), (ann.EXPIRES, "expires"))
+
+
+def reported_keys(obj: ObjectView) -> set[str]:
+    return {line for line in obj.annotations.get(ann.REPORTED, "").splitlines() if line}
+
+
+def report_key(key: str, value: str) -> str:
+    return f"{key}={value}"
+
+
+def _stamp(when: datetime.datetime) -> str:
+    return ann.format_expires(when.replace(microsecond=0))
+
+
+def judge_ttl(obj: ObjectView, value: str, now: datetime.datetime) -> tuple[State, Reason, datetime.datetime | None]:
+    try:
+        ttl = ann.parse_ttl(value)
+    except ValueError as e:
+        return State.INVALID, why(Code.TTL_INVALID, error=str(e)), None
+    if ttl is None:
+        return State.CLEAR, why(Code.TTL_FOREVER), None
+    if ttl <= datetime.timedelta(0):
+        return State.CLEAR, why(Code.TTL_ZERO, value=value), None
+    try:
+        deadline = obj.created + ttl
+    except OverflowError:
+        return State.CLEAR, why(Code.TTL_NOT_YET, value=value, age=now - obj.created, deadline="never"), None
+    age = now - obj.created
+    if age > ttl:
+        return State.FIRES, why(Code.TTL_PASSED, value=value, created=_stamp(obj.created), age=age,
+                                deadline=_stamp(deadline)), deadline
+    return State.CLEAR, why(Code.TTL_NOT_YET, value=value, age=age, deadline=_stamp(deadline)), deadline
+
+
+def judge_expires(value: str, now: datetime.datetime) -> tuple[State, Reason, datetime.datetime | None]:
+    try:
+        deadline = ann.parse_expires(value)
+    except ValueError as e:
+        return State.INVALID, why(Code.EXPIRES_INVALID, error=str(e)), None
+    if now > deadline:
+        return State.FIRES, why(Code.EXPIRES_PASSED, value=value, ago=now - deadline), deadline
+    return State.CLEAR, why(Code.EXPIRES_NOT_YET, value=value, left=deadline - now), deadline
+
+
+def inherited_from(obj: ObjectView, by_uid: Mapping[str, ObjectView], key: str) -> ObjectView | None:
+    """The top-most controller whose pod template carries the same `key` value as `obj`."""
+    value = obj.annotations.get(key)
+    source = None
+    current = obj
+    while current.controller is not None:
+        owner = by_uid.get(current.controller.uid)
+        if owner is None or owner.template_annotations.get(key) != value:
+            break
+        source = current = owner
+    return source
+
+
+def _report(judged: ObjectView, target: ObjectView, policy: Policy, rule: str, reason: str, why_: Reason,
+            key: str) -> Action | None:
+    """A REPORT on `target`, unless this exact mistake was reported there already."""
+    done = reported_keys(target)
+    if key in done:
+        return None
+    return Action(ActionType.REPORT, target.ref, target.resource_version, policy.name, TriggerKind.EXPIRY, rule,
+                  reason, why_, {"object": str(judged.ref)}, report_key="\n".join(sorted(done | {key})))
+
+
+def _judge(obj: ObjectView, key: str, rule: str, value: str, by_uid: Mapping[str, ObjectView], policy: Policy,
+           now: datetime.datetime) -> Finding:
+    def finding(state: State, reason: Reason, deadline: datetime.datetime | None = None,
+                proposal: Action | None = None) -> Finding:
+        return Finding(TriggerKind.EXPIRY, policy.name, policy.mode, obj.ref, state, reason, source=policy.source,
+                       rule=rule, deadline=deadline, proposal=proposal)
+
+    source = copied_from(obj)
+    if source is not None:
+        return finding(State.SKIPPED, why(Code.COPIED_BY_CONTROLLER, key=key, value=value,
+                                          controller_kind=source.kind, controller=f"{source.kind}/{source.name}"))
+    if key == ann.EXPIRES and ann.carries_mark(obj.annotations):
+        marked_by = obj.annotations.get(ann.POLICY)
+        return finding(State.SKIPPED, why(Code.EXPIRES_OF_MARK, mark=f"policy {marked_by}" if marked_by else
+                                          "janitor/policy removed, the rest of the mark kept"))
+    if obj.ref.kind == "Pod" and obj.controller is not None:
+        template = inherited_from(obj, by_uid, key)
+        if template is not None:
+            reason = why(Code.INHERITED, key=key, value=value, source=str(template.ref), kind=template.ref.kind)
+            return finding(State.SKIPPED, reason, proposal=_report(obj, template, policy, "inherited", "InheritedTTL",
+                                                                   reason, report_key("inherited:" + key, value)))
+        if obj.controller.uid not in by_uid:
+            return finding(State.SKIPPED, why(Code.OWNER_NOT_VISIBLE, key=key,
+                                              owner=f"{obj.controller.kind}/{obj.controller.name}"))
+    state, reason, deadline = judge_ttl(obj, value, now) if key == ann.TTL else judge_expires(value, now)
+    if state is State.INVALID:
+        return finding(state, reason, proposal=_report(obj, obj, policy, "malformed", "InvalidAnnotation",
+                                                       why(Code.MALFORMED_KEPT, why=reason), report_key(key, value)))
+    if state is State.FIRES:
+        evidence = {key: value, "created": _stamp(obj.created), "now": _stamp(now)}
+        return finding(state, reason, deadline, Action(
+            ActionType.DELETE, obj.ref, obj.resource_version, policy.name, TriggerKind.EXPIRY, rule,
+            "TTLExpired" if rule == "ttl" else "Expired", reason, evidence))
+    return finding(state, reason, deadline)
+
+
+def rules(obj: ObjectView) -> Iterator[tuple[str, str, str]]:
+    """(annotation, rule, value) of each expiry annotation on `obj` (absent or empty: none, as kube-janitor)."""
+    for key, rule in KEYS:
+        value = obj.annotations.get(key)
+        if value:
+            yield key, rule, value
+
+
+def findings(workloads: Sequence[Workload], observation: Observation, policy: Policy,
+             now: datetime.datetime) -> list[Finding]:
+    """Each expiry rule's finding on each object given (`workloads` wrap the objects to judge)."""
+    by_uid = {o.ref.uid: o for o in observation.objects}
+    found = []
+    for subject in workloads:
+        obj = subject.view
+        if obj is None:
+            continue
+        for key, rule, value in rules(obj):
+            found.append(_judge(obj, key, rule, value, by_uid, policy, now))
+    return found

@@ -1,0 +1,184 @@
+"""The idle triggers: is a workload idle on GPU (`idleGpu`) or CPU (`idleCpu`)?
+
+Judged pod by pod, per GPU, on the peak over the window, so one idle GPU of a two-GPU pod shows.
+Anything short of full evidence is *unknown*, never idle: a failed or partial query, fewer GPU
+series than the GPUs the pod asked for, samples covering too little of the window, non-finite
+values, and a pod whose containers started inside the window (a recreated pod with a reused name
+must not inherit the old one's history). A workload is idle only if every one of its running pods
+is, and none of its pods is starting (a starting pod means it is in use again, or about to be).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+from janitor.decide.evidence import CpuEvidence, GpuEvidence, PodKey
+from janitor.decide.model import Finding, Observation, PodJudgement, PodView, State, TriggerKind
+from janitor.decide.reasons import Code, Fact, Reason, why
+from janitor.decide.selection import Workload
+from janitor.policy.model import IdleCpu, IdleGpu, Policy
+
+
+def _key(pod: PodView) -> PodKey:
+    return PodKey(pod.ref.namespace or "", pod.ref.name)
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:g}"
+
+
+def _old_enough(pod: PodView, now: datetime.datetime, window: datetime.timedelta,
+                min_age: datetime.timedelta) -> PodJudgement | None:
+    if pod.started is None:
+        return PodJudgement(pod.ref, State.UNKNOWN, why(Code.NOT_STARTED))
+    needed = max(window, min_age)
+    if now - pod.started < needed:
+        return PodJudgement(pod.ref, State.TOO_YOUNG, why(Code.TOO_YOUNG, running=now - pod.started, needed=needed))
+    return None
+
+
+def judge_gpu(pod: PodView, evidence: GpuEvidence | None, trigger: IdleGpu, now: datetime.datetime) -> PodJudgement:
+    signal = str(trigger.signal)
+    if evidence is None:
+        return PodJudgement(pod.ref, State.UNKNOWN, why(Code.NO_EVIDENCE_READ, signal=signal))
+    if evidence.failed:
+        return PodJudgement(pod.ref, State.UNKNOWN, why(Code.EVIDENCE_FAILED, signal=signal, error=evidence.failed))
+    young = _old_enough(pod, now, trigger.window, trigger.min_pod_age)
+    if young:
+        return young
+    series = evidence.pods.get(_key(pod), ())
+    if len(series) != pod.gpus:
+        return PodJudgement(pod.ref, State.UNKNOWN,
+                            why(Code.SERIES_COUNT, series=len(series), signal=signal, gpus=pod.gpus))
+    expected = evidence.window.expected_samples
+    peaks = {s.gpu: s.peak for s in series}
+    for s in series:
+        coverage = s.samples / expected
+        if coverage < trigger.min_coverage:
+            return PodJudgement(pod.ref, State.UNKNOWN, why(Code.GPU_LOW_COVERAGE, gpu=s.gpu, coverage=coverage,
+                                                            window=trigger.window, needed=trigger.min_coverage),
+                                peaks=peaks)
+        if s.peak is None:
+            return PodJudgement(pod.ref, State.UNKNOWN, why(Code.NON_FINITE, gpu=s.gpu), peaks=peaks)
+    idle = tuple(sorted(s.gpu for s in series if s.peak is not None and s.peak <= trigger.threshold))
+    detail = ", ".join(f"GPU {s.gpu} peak {_fmt(s.peak)}" for s in sorted(series, key=lambda s: s.gpu))
+    limit: dict[str, Fact] = {"signal": signal, "threshold": trigger.threshold, "window": trigger.window}
+    if len(idle) == len(series):
+        return PodJudgement(pod.ref, State.FIRES, why(Code.GPU_IDLE, detail=detail, **limit), idle, peaks)
+    if idle:
+        return PodJudgement(pod.ref, State.PARTIAL,
+                            why(Code.GPU_PARTIAL, idle=len(idle), total=len(series), detail=detail, **limit),
+                            idle, peaks)
+    return PodJudgement(pod.ref, State.CLEAR, why(Code.GPU_BUSY, detail=detail), (), peaks)
+
+
+def judge_cpu(pod: PodView, evidence: CpuEvidence | None, trigger: IdleCpu, now: datetime.datetime) -> PodJudgement:
+    if evidence is None:
+        return PodJudgement(pod.ref, State.UNKNOWN, why(Code.NO_EVIDENCE_READ, signal="CPU"))
+    if evidence.failed:
+        return PodJudgement(pod.ref, State.UNKNOWN, why(Code.EVIDENCE_FAILED, signal="CPU", error=evidence.failed))
+    young = _old_enough(pod, now, trigger.window, trigger.min_pod_age)
+    if young:
+        return young
+    usage = evidence.pods.get(_key(pod))
+    if usage is None or usage.peak_cores is None:
+        return PodJudgement(pod.ref, State.UNKNOWN, why(Code.CPU_NO_SERIES))
+    coverage = usage.samples / evidence.window.expected_samples
+    if coverage < trigger.min_coverage:
+        return PodJudgement(pod.ref, State.UNKNOWN, why(Code.CPU_LOW_COVERAGE, coverage=coverage,
+                                                        window=trigger.window))
+    if trigger.cores is not None:
+        limit, described = trigger.cores, f"{trigger.cores:g} cores"
+    else:
+        request = sum(c.cpu_request_cores for c in pod.containers if c.name not in trigger.ignore_containers)
+        if request <= 0:
+            return PodJudgement(pod.ref, State.UNKNOWN, why(Code.CPU_NO_REQUEST))
+        fraction = trigger.fraction_of_request or 0.0
+        limit, described = fraction * request, f"{fraction:g} of its {request:g}-core request"
+    peak = usage.peak_cores
+    if peak <= limit:
+        return PodJudgement(pod.ref, State.FIRES, why(Code.CPU_IDLE, peak=peak, limit=described,
+                                                      window=trigger.window))
+    return PodJudgement(pod.ref, State.CLEAR, why(Code.CPU_BUSY, peak=peak, limit=described))
+
+
+def judge_workload(pods: Sequence[PodJudgement], starting: PodView | None = None) -> tuple[State, Reason]:
+    """Idle only if every pod is idle and none is starting; any busy pod keeps it; otherwise unknown."""
+    if starting is not None:
+        return State.CLEAR, why(Code.POD_STARTING, pod=starting.ref.name, phase=starting.phase)
+    if not pods:
+        return State.UNKNOWN, why(Code.NO_PODS)
+    busy = [j for j in pods if j.state in (State.CLEAR, State.PARTIAL)]
+    if busy:
+        return State.CLEAR, why(Code.PODS_IN_USE, busy=len(busy), total=len(pods), pod=busy[0].pod.name,
+                                why=busy[0].why)
+    unsure = [j for j in pods if j.state is not State.FIRES]
+    if unsure:
+        return State.UNKNOWN, why(Code.PODS_UNSURE, unsure=len(unsure), total=len(pods), pod=unsure[0].pod.name,
+                                  why=unsure[0].why)
+    shown = tuple(why(Code.POD, pod=j.pod.name, why=j.why) for j in pods[:3])
+    return State.FIRES, why(Code.ALL_IDLE, total=len(pods), shown=shown, more="; ..." if len(pods) > 3 else "")
+
+
+def running(workload: Workload) -> tuple[PodView, ...]:
+    return tuple(p for p in workload.pods if p.phase == "Running" and not p.deleting)
+
+
+def gpu_pods(workload: Workload) -> tuple[PodView, ...]:
+    """The pods `idleGpu` judges: running pods that hold GPUs."""
+    return tuple(p for p in running(workload) if p.gpus > 0)
+
+
+def _starting(workload: Workload) -> PodView | None:
+    return next((p for p in workload.pods if p.phase == "Pending" and not p.deleting), None)
+
+
+def _finding(trigger: TriggerKind, workload: Workload, policy: Policy, judged: Sequence[PodJudgement],
+             pods: Sequence[PodView], window: datetime.timedelta) -> Finding:
+    gpus = sum(p.gpus for p in pods)
+    if workload.unknown is not None:
+        state, reason = State.UNKNOWN, why(Code.WORKLOAD_UNKNOWN, why=workload.unknown)
+    else:
+        state, reason = judge_workload(judged, _starting(workload))
+    idle_gpus = gpus if state is State.FIRES and trigger is TriggerKind.IDLE_GPU else 0
+    return Finding(trigger, policy.name, policy.mode, workload.ref, state, reason, source=policy.source,
+                   known=workload.known, pods=tuple(judged), gpus=gpus,
+                   reclaim_gpu_hours=idle_gpus * window.total_seconds() / 3600,
+                   owner=workload.owner, managed_by=workload.managed_by)
+
+
+def gpu_findings(workloads: Sequence[Workload], observation: Observation, policy: Policy,
+                 now: datetime.datetime) -> list[Finding]:
+    trigger = policy.trigger(IdleGpu)
+    assert trigger is not None
+    evidence = observation.evidence.gpu.get((str(trigger.signal), trigger.window))
+    found = []
+    for workload in workloads:
+        pods = gpu_pods(workload)
+        judged = [judge_gpu(p, evidence, trigger, now) for p in pods]
+        found.append(_finding(TriggerKind.IDLE_GPU, workload, policy, judged, pods, trigger.window))
+    return found
+
+
+def cpu_findings(workloads: Sequence[Workload], observation: Observation, policy: Policy,
+                 now: datetime.datetime) -> list[Finding]:
+    trigger = policy.trigger(IdleCpu)
+    assert trigger is not None
+    evidence = observation.evidence.cpu.get((trigger.window, tuple(sorted(trigger.ignore_containers))))
+    found = []
+    for workload in workloads:
+        pods = running(workload)
+        judged = [judge_cpu(p, evidence, trigger, now) for p in pods]
+        found.append(_finding(TriggerKind.IDLE_CPU, workload, policy, judged, pods, trigger.window))
+    return found
+
+
+def reclaim_by(findings: Iterable[Finding]) -> dict[tuple[str, str], float]:
+    """GPU-hours enforcing would reclaim, per (policy, namespace)."""
+    totals: dict[tuple[str, str], float] = defaultdict(float)
+    for f in findings:
+        if f.known and f.reclaim_gpu_hours:
+            totals[(f.policy, f.subject.namespace or "")] += f.reclaim_gpu_hours
+    return dict(totals)

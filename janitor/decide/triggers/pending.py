@@ -1,0 +1,160 @@
+"""The pending trigger: workloads whose pods never start, and pods that could never fit.
+
+Time is time *in the state*, from the PodScheduled condition's transition time, not the pod's
+age: a pod that waited an hour for a node and has been pulling its image for five minutes is
+five minutes into "starting". Pods gated on purpose (`spec.schedulingGates`, as Kueue does) are
+not stuck unless the policy says so; suspended Jobs have no pods at all. A workload triggers only
+when none of its pods runs: a Deployment with 3 of 4 replicas running is reported (not stuck),
+never acted on. A pod that no node could ever run (more GPUs than any node has, a label no node
+carries, a taint nobody tolerates) triggers at once, with the reason, instead of after a day.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from janitor.decide.model import Finding, NodeInfo, Observation, PodJudgement, PodView, State, TriggerKind
+from janitor.decide.reasons import Code, Reason, why
+from janitor.decide.selection import Workload
+from janitor.policy.model import Pending, Policy
+
+# Resources whose shortage on *every* node means "never", not "not now".
+_IGNORED = frozenset({"pods", "ephemeral-storage"})
+
+
+def stuck_state(pod: PodView) -> tuple[str, datetime.datetime | None, Reason]:
+    """(state, since, why) of a Pending pod: gated, unschedulable, starting or unknown."""
+    st = pod.state
+    if st.gated or st.schedule_reason == "SchedulingGated":
+        return "gated", st.scheduled_changed, why(Code.GATED)
+    if st.scheduled is False:
+        return "unschedulable", st.scheduled_changed, why(Code.UNSCHEDULABLE,
+                                                          message=st.schedule_message or st.schedule_reason)
+    if st.scheduled is True:
+        reasons = "; ".join(f"{c}: {r}" + (f" ({m})" if m else "") for c, r, m in st.waiting)
+        return "starting", st.scheduled_changed, why(Code.NOT_STARTED_YET,
+                                                     reasons=reasons or "containers not started")
+    return "unknown", None, why(Code.NOT_SCHEDULED)
+
+
+def _misfit(pod: PodView, node: NodeInfo) -> Reason | None:
+    st = pod.state
+    for resource, amount in sorted(st.requests.items()):
+        if resource in _IGNORED or amount <= 0:
+            continue
+        has = node.allocatable.get(resource, 0.0)
+        if has < amount:
+            return why(Code.MISFIT_RESOURCE, resource=resource, amount=amount, has=has)
+    for key, value in sorted(st.node_selector.items()):
+        if node.labels.get(key) != value:
+            return why(Code.MISFIT_SELECTOR, key=key, value=value)
+    if st.required_affinity and not any(_term(term, node.labels) for term in st.required_affinity):
+        return why(Code.MISFIT_AFFINITY)
+    for key, value, effect in node.taints:
+        if effect in ("NoSchedule", "NoExecute") and not _tolerated(key, value, effect, st.tolerations):
+            return why(Code.MISFIT_TAINT, key=key, value=value, effect=effect)
+    return None
+
+
+def _term(term: Sequence[tuple[str, str, tuple[str, ...]]], labels: Mapping[str, str]) -> bool:
+    for key, op, values in term:
+        present = key in labels
+        if op == "In" and not (present and labels[key] in values):
+            return False
+        if op == "NotIn" and present and labels[key] in values:
+            return False
+        if op == "Exists" and not present:
+            return False
+        if op == "DoesNotExist" and present:
+            return False
+        if op in ("Gt", "Lt"):
+            try:
+                number, limit = int(labels.get(key, "")), int(values[0])
+            except (ValueError, IndexError):
+                return False
+            if (op == "Gt" and not number > limit) or (op == "Lt" and not number < limit):
+                return False
+    return True
+
+
+def _tolerated(key: str, value: str, effect: str, tolerations: Sequence[tuple[str, str, str, str]]) -> bool:
+    for t_key, t_op, t_value, t_effect in tolerations:
+        if t_effect and t_effect != effect:
+            continue
+        if t_op == "Exists" and (not t_key or t_key == key):
+            return True
+        if t_key == key and t_value == value:
+            return True
+    return False
+
+
+def never_fits(pod: PodView, nodes: Sequence[NodeInfo]) -> Reason | None:
+    """Why no node could ever run this pod, or None if one could (or no nodes are known)."""
+    if not nodes:
+        return None
+    reasons: Counter[str] = Counter()
+    for node in nodes:
+        misfit = _misfit(pod, node)
+        if misfit is None:
+            return None
+        reasons[str(misfit)] += 1
+    shown = ", ".join(f"{text} ({n} node{'s' if n > 1 else ''})" for text, n in reasons.most_common(3))
+    return why(Code.NEVER_FITS, shown=shown)
+
+
+def pods(workload: Workload) -> tuple[PodView, ...]:
+    """The pods `pending` judges: the workload's pending and running pods, if any is pending."""
+    judged = tuple(p for p in workload.pods if p.phase in ("Pending", "Running") and not p.deleting)
+    return judged if any(p.phase == "Pending" for p in judged) else ()
+
+
+def _judge_pod(pod: PodView, trigger: Pending, observation: Observation, now: datetime.datetime) -> PodJudgement:
+    state, since, reason = stuck_state(pod)
+    if state == "gated" and not trigger.include_gated:
+        # Queued on purpose: its queue (Kueue) may still add the tolerations and node selectors of
+        # the flavour it admits it to, so whether it could ever fit is not known yet either.
+        return PodJudgement(pod.ref, State.CLEAR, why(Code.POD, pod=pod.ref.name, why=reason))
+    misfit = never_fits(pod, observation.nodes) if observation.nodes_known else None
+    if misfit:
+        return PodJudgement(pod.ref, State.FIRES, why(Code.POD, pod=pod.ref.name, why=misfit))
+    if since is None:
+        return PodJudgement(pod.ref, State.UNKNOWN, why(Code.POD, pod=pod.ref.name, why=reason))
+    if now - since < trigger.after:
+        return PodJudgement(pod.ref, State.TOO_YOUNG, why(Code.POD, pod=pod.ref.name, why=why(
+            Code.STUCK_TOO_SHORT, state=reason, stuck=now - since, after=trigger.after)))
+    return PodJudgement(pod.ref, State.FIRES, why(Code.POD, pod=pod.ref.name, why=why(
+        Code.STUCK_FOR, state=reason, stuck=now - since)))
+
+
+def _judge(members: Sequence[PodView], trigger: Pending, observation: Observation,
+           now: datetime.datetime) -> tuple[State, Reason, tuple[PodJudgement, ...]]:
+    waiting = [p for p in members if p.phase == "Pending"]
+    judged = tuple(_judge_pod(p, trigger, observation, now) for p in waiting)
+    running = [p for p in members if p.phase == "Running"]
+    if running:
+        return State.CLEAR, why(Code.SOME_RUNNING, running=len(running), total=len(members),
+                                first=judged[0].why), judged
+    for state in (State.CLEAR, State.UNKNOWN, State.TOO_YOUNG):
+        hit = [j for j in judged if j.state is state]
+        if hit:
+            return state, why(Code.SOME_PENDING, count=len(hit), waiting=len(waiting), first=hit[0].why), judged
+    return State.FIRES, why(Code.NONE_RUNS, total=len(members), first=judged[0].why), judged
+
+
+def findings(workloads: Sequence[Workload], observation: Observation, policy: Policy,
+             now: datetime.datetime) -> list[Finding]:
+    """One finding per known workload with a pending pod."""
+    trigger = policy.trigger(Pending)
+    assert trigger is not None
+    found = []
+    for workload in workloads:
+        members = pods(workload)
+        if not members or not workload.known:
+            continue
+        state, reason, judged = _judge(members, trigger, observation, now)
+        found.append(Finding(TriggerKind.PENDING, policy.name, policy.mode, workload.ref, state, reason,
+                             source=policy.source, pods=judged, gpus=sum(p.gpus for p in members),
+                             owner=workload.owner, managed_by=workload.managed_by))
+    return found

@@ -1,0 +1,257 @@
+"""What a cycle reads, as one `Observation`; and what the re-check before acting reads, scoped to one object.
+
+A cycle lists each kind once (paginated): the configured kinds, and pods, namespaces and nodes
+only if the kinds do not include them and the policies need them; the same pod and namespace
+lists give both the objects the expiry path judges and the views the pod triggers read. Usage
+evidence is one query per distinct (signal, window) the policies need, never one per pod.
+
+The re-check reads only what one action's decision depends on: the object (by name, checked by
+UID), its owner chain, its namespace, and for a workload its pods (by its selector, so pods of a
+ReplicaSet created since the cycle's read are there too) with their owner chains, the usage
+evidence of exactly those pods, and the nodes or OOM reports the trigger reads.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes.client import ApiClient
+
+from janitor import errors, node_report
+from janitor.decide.evidence import CpuEvidence, CpuKey, Evidence, GpuEvidence, GpuKey, PodKey
+from janitor.decide.model import (
+    Action,
+    NamespaceView,
+    NodeInfo,
+    ObjectView,
+    Observation,
+    OwnerRef,
+    PodView,
+    ResourceKind,
+    SkippedKind,
+    TriggerKind,
+)
+from janitor.observe import cluster, evidence, views
+from janitor.observe.prometheus import HONOR_LABELS, SERVICE_MONITOR, Matcher, PrometheusConfig, PrometheusSource
+from janitor.policy.model import CrashLoop, IdleCpu, IdleGpu, Pending, Policy, Terminating
+from janitor.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+Progress = Callable[[str, int], None]
+CPU_STEP = datetime.timedelta(minutes=1)  # the CPU subquery's resolution: its peak is the busiest rate window
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What the policies read besides the configured kinds."""
+
+    pods: bool = False
+    nodes: bool = False
+    oom: bool = False
+    ghost_gpus: bool = False
+    gpu: frozenset[GpuKey] = field(default_factory=frozenset)
+    cpu: frozenset[CpuKey] = field(default_factory=frozenset)
+
+
+def needs(policies: Iterable[Policy]) -> Needs:
+    policies = tuple(policies)
+    return Needs(
+        pods=any(p.triggers for p in policies),
+        nodes=any(p.trigger(Pending) or p.trigger(Terminating) for p in policies),
+        oom=any(p.trigger(CrashLoop) for p in policies),
+        ghost_gpus=any(p.trigger(Terminating) for p in policies),
+        gpu=frozenset((str(t.signal), t.window) for p in policies if (t := p.trigger(IdleGpu))),
+        cpu=frozenset((t.window, tuple(sorted(t.ignore_containers))) for p in policies if (t := p.trigger(IdleCpu))),
+    )
+
+
+def prometheus_source(settings: Settings) -> PrometheusSource:
+    prom = settings.prometheus
+    if not prom.url:
+        raise ValueError("the idle policies need --prometheus-url")
+    labels = SERVICE_MONITOR if prom.dcgm_labels == "servicemonitor" else HONOR_LABELS
+    return PrometheusSource(PrometheusConfig(
+        prom.url, label_map=labels, extra_matchers=tuple(Matcher.parse(m) for m in prom.extra_matchers)))
+
+
+def _is(kind: ResourceKind, name: str) -> bool:
+    return kind.group == "" and kind.kind == name
+
+
+def read_evidence(source: PrometheusSource | None, settings: Settings, need: Needs, at: datetime.datetime,
+                  pods: Sequence[PodKey] | None = None) -> Evidence:
+    """One query per (signal, window) and per (window, ignored containers); `pods` scopes them."""
+    if source is None or not (need.gpu or need.cpu or need.ghost_gpus):
+        return Evidence()
+    prom = settings.prometheus
+    labels = source.config.label_map
+    gpu: dict[GpuKey, GpuEvidence] = {}
+    for signal, window in sorted(need.gpu, key=str):
+        gpu[(signal, window)] = evidence.gpu_evidence(
+            source, signal=signal, window=window, step=prom.scrape_interval, at=at, labels=labels,
+            hostname_label=prom.hostname_label, pods=pods)
+    cpu: dict[CpuKey, CpuEvidence] = {}
+    for window, ignore in sorted(need.cpu, key=str):
+        cpu[(window, ignore)] = evidence.cpu_evidence(source, window=window, step=CPU_STEP, at=at,
+                                                      ignore_containers=ignore, pods=pods)
+    ghosts = (evidence.ghost_gpus(source, at=at, labels=labels, hostname_label=prom.hostname_label)
+              if need.ghost_gpus and pods is None else None)
+    return Evidence(gpu, cpu, ghosts)
+
+
+def _oom(api: ApiClient, namespaces: Sequence[str] | None, page_size: int) -> dict[str, tuple[Any, ...]]:
+    items: list[Mapping[str, Any]] = []
+    for page, _ in cluster.list_items(api, views.EVENTS, page_size=page_size, namespaces=namespaces,
+                                      field_selector=f"reason={node_report.EVENT_OOM}"):
+        items.extend(page)
+    return views.oom_reports(items)
+
+
+def read(api: ApiClient, settings: Settings, policies: Sequence[Policy], now: datetime.datetime, *,
+         source: PrometheusSource | None = None, progress: Progress | None = None) -> Observation:
+    """The cycle's observation. `at` is the Date header of the first page read: the earliest moment
+    of the read, so that objects read later look younger, never older, than they are."""
+    c = settings.cluster
+    need = needs(policies)
+    objects: list[ObjectView] = []
+    pods: list[PodView] = []
+    namespaces: dict[str, NamespaceView] = {}
+    skipped: list[SkippedKind] = []
+    first: datetime.datetime | None = None
+
+    def listed(kind: ResourceKind, *, as_objects: bool) -> None:
+        nonlocal first
+        count = 0
+        for items, date in cluster.list_items(api, kind, page_size=c.page_size, namespaces=c.namespaces):
+            first = first or date
+            for item in items:
+                if as_objects:
+                    objects.append(cluster.to_view(kind, item))
+                if _is(kind, "Pod"):
+                    pods.append(views.pod_view(item))
+                elif _is(kind, "Namespace"):
+                    view = views.namespace_view(item)
+                    namespaces[view.name] = view
+            count += len(items)
+            if progress is not None:
+                progress(kind.key, count)
+
+    done: set[str] = set()
+    for kind in c.kinds:
+        try:
+            listed(kind, as_objects=True)
+            done.add(kind.key)
+        except (errors.NotFound, errors.Forbidden) as e:
+            skipped.append(cluster.skipped(kind, e))
+    if need.pods and views.PODS.key not in done:
+        listed(views.PODS, as_objects=False)
+    if views.NAMESPACES.key not in done:
+        listed(views.NAMESPACES, as_objects=False)
+    nodes: list[NodeInfo] = []
+    if need.nodes:
+        for items, _ in cluster.list_items(api, views.NODES, page_size=c.page_size):
+            nodes.extend(views.node_info(item) for item in items)
+    oom = _oom(api, c.namespaces, c.page_size) if need.oom else {}
+    at = first or now
+    return Observation(first, tuple(objects), tuple(pods), namespaces, tuple(nodes), need.nodes,
+                       read_evidence(source, settings, need, at), oom, tuple(skipped))
+
+
+# -- the re-check's scoped read -----------------------------------------------------------------------
+
+
+class _Scoped:
+    """Objects read by name for one re-check, each checked by UID, each read once."""
+
+    def __init__(self, api: ApiClient, settings: Settings) -> None:
+        self.api = api
+        self.kinds = {k.kind: k for k in (*settings.cluster.kinds, views.PODS, views.NAMESPACES)}
+        self.objects: dict[str, ObjectView] = {}
+        self.date: datetime.datetime | None = None
+
+    def get(self, kind_name: str, namespace: str | None, name: str, uid: str) -> dict[str, Any] | None:
+        kind = self.kinds.get(kind_name)
+        if kind is None:
+            return None  # a kind the janitor does not read: the chain stays unknown, never acted on
+        item, date = cluster.read_item(self.api, kind, namespace if kind.namespaced else None, name)
+        self.date = self.date or date
+        if item is None or (item.get("metadata") or {}).get("uid") != uid:
+            return None
+        self.objects.setdefault(uid, cluster.to_view(kind, item))
+        return item
+
+    def climb(self, controller: OwnerRef | None, namespace: str | None) -> tuple[str, ...]:
+        """Read the owner chain up from `controller`; the UIDs on it."""
+        chain: list[str] = []
+        while controller is not None:
+            view = self.objects.get(controller.uid)
+            if view is None and self.get(controller.kind, namespace, controller.name, controller.uid) is not None:
+                view = self.objects.get(controller.uid)
+            if view is None:
+                break
+            chain.append(controller.uid)
+            controller = view.controller
+        return tuple(chain)
+
+
+def _pods_of(scoped: _Scoped, target: ObjectView, item: Mapping[str, Any], page_size: int) -> list[PodView]:
+    """The target's pods now: listed by its selector's matchLabels when it has one (a superset
+    when it also has expressions), else every pod of its namespace; kept if their chain reaches it."""
+    labels = ((item.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or None
+    found = []
+    for items, _ in cluster.list_items(scoped.api, views.PODS, page_size=page_size,
+                                       namespaces=[target.ref.namespace or ""], label_selector=selector):
+        for raw in items:
+            pod = views.pod_view(raw)
+            if target.ref.uid in scoped.climb(pod.controller, pod.ref.namespace):
+                found.append(pod)
+    return found
+
+
+def read_scoped(api: ApiClient, settings: Settings, policies: Sequence[Policy], action: Action,
+                now: datetime.datetime, *, source: PrometheusSource | None = None) -> Observation | None:
+    """What `action`'s decision depends on, read now; None when its object is gone or recreated."""
+    target = action.target
+    scoped = _Scoped(api, settings)
+    item = scoped.get(target.kind, target.namespace, target.name, target.uid)
+    if item is None:
+        return None
+    view = scoped.objects[target.uid]
+    pods: list[PodView] = []
+    if target.kind == "Pod" and target.api_version == "v1":
+        pods.append(views.pod_view(item))
+    scoped.climb(view.controller, target.namespace)
+    if action.trigger not in (TriggerKind.EXPIRY, TriggerKind.TERMINATING) and target.kind != "Pod":
+        pods = _pods_of(scoped, view, item, settings.cluster.page_size)
+    namespaces: dict[str, NamespaceView] = {}
+    name = target.name if target.kind == "Namespace" else target.namespace
+    if name:
+        raw, _ = cluster.read_item(api, views.NAMESPACES, None, name)
+        if raw is not None:
+            namespaces[name] = views.namespace_view(raw)
+    nodes: list[NodeInfo] = []
+    nodes_known = False
+    if action.trigger is TriggerKind.PENDING:
+        for items, _ in cluster.list_items(api, views.NODES, page_size=settings.cluster.page_size):
+            nodes.extend(views.node_info(i) for i in items)
+        nodes_known = True
+    elif action.trigger is TriggerKind.TERMINATING:
+        for node in {p.node for p in pods if p.node}:
+            raw, _ = cluster.read_item(api, views.NODES, None, node)
+            nodes.extend([views.node_info(raw)] if raw is not None else [])
+        nodes_known = True
+    need = needs(policies)
+    oom = _oom(api, [target.namespace or ""], settings.cluster.page_size) if (
+        action.trigger is TriggerKind.CRASH_LOOP and need.oom) else {}
+    keys = [PodKey(p.ref.namespace or "", p.ref.name) for p in pods]
+    reclaim = action.trigger not in (TriggerKind.EXPIRY, TriggerKind.TERMINATING)
+    # Every usage signal the policies read, not only the acting trigger's: busy on any one vetoes.
+    found = read_evidence(source, settings, need, scoped.date or now, keys) if reclaim and pods else Evidence()
+    return Observation(scoped.date, tuple(scoped.objects.values()), tuple(pods), namespaces, tuple(nodes),
+                       nodes_known, found, oom)

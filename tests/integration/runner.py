@@ -1,0 +1,86 @@
+"""Running the janitor's cycles on the sandbox, as the daemon runs them.
+
+`Runner` keeps what the daemon keeps between cycles (the cycle memory, the metrics) so a test can
+run several cycles and read the metrics; `settings` builds the grouped `Settings` from the few
+values the sandbox tests vary.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+from dataclasses import fields
+from typing import Any
+
+from kubernetes.client import ApiClient
+
+from janitor import cycle, daemon
+from janitor.act.slack import Slack
+from janitor.cycle import CycleResult, Memory, Planned, Ports
+from janitor.settings import ClusterSettings, PrometheusSettings, Settings, SlackSettings
+from janitor.telemetry import Telemetry
+
+_GROUPS = {
+    "cluster": (ClusterSettings, {}),
+    "prometheus": (PrometheusSettings, {"prometheus_url": "url"}),
+    "slack": (SlackSettings, {"slack_token": "token", "slack_api_url": "api_url"}),
+}
+
+
+def settings(**values: Any) -> Settings:
+    """`Settings` from flat keywords: cluster fields (namespaces, state_namespace, kinds, ...),
+    prometheus_url / scrape_interval / ..., slack_token / slack_api_url / admin_channel / ..., and
+    the top-level ones (rails, lifecycle, policy_paths, interval)."""
+    groups: dict[str, dict[str, Any]] = {name: {} for name in _GROUPS}
+    top: dict[str, Any] = {}
+    for key, value in values.items():
+        for group, (kind, renamed) in _GROUPS.items():
+            name = renamed.get(key, key)
+            if name in {f.name for f in fields(kind)}:
+                groups[group][name] = value
+                break
+        else:
+            top[key] = value
+    built = {group: kind(**groups[group]) for group, (kind, _) in _GROUPS.items()}
+    return Settings(**built, **top)
+
+
+class Runner:
+    def __init__(self, api: ApiClient, settings: Settings,
+                 clock: Callable[[], datetime.datetime] = cycle.utc_now) -> None:
+        slack = None
+        if settings.slack.token:
+            slack = Slack.connect(settings.slack.token, base_url=settings.slack.api_url,
+                                  admin_channel=settings.slack.admin_channel)
+        self.settings = settings
+        self.ports = Ports(api, slack, clock=clock)
+        self.memory = Memory()
+        self.telemetry = Telemetry()
+        self.last: CycleResult | None = None
+
+    @property
+    def api(self) -> ApiClient:
+        return self.ports.api
+
+    def run_cycle(self) -> CycleResult:
+        result = cycle.run_cycle(self.ports, self.settings, self.memory)
+        return self._done(result)
+
+    def plan_then_act(self, between: Callable[[], None]) -> CycleResult:
+        """One cycle with `between()` changing the cluster after the cycle's read and before it acts."""
+        memory, reloaded = cycle.load_policies(self.settings, self.memory)
+        with cycle.prometheus(self.settings, memory.policies or ()) as source:
+            planned = cycle.observe_and_plan(self.ports, self.settings, memory, source=source, reloaded=reloaded)
+            between()
+            return self._done(cycle.apply(self.ports, self.settings, planned, source=source))
+
+    def plan(self) -> Planned:
+        memory, reloaded = cycle.load_policies(self.settings, self.memory)
+        with cycle.prometheus(self.settings, memory.policies or ()) as source:
+            return cycle.observe_and_plan(self.ports, self.settings, memory, source=source, reloaded=reloaded)
+
+    def _done(self, result: CycleResult) -> CycleResult:
+        self.memory = result.memory
+        self.last = result
+        daemon.record(self.telemetry, result)
+        return result
