@@ -43,7 +43,9 @@ def _container(name: str, resource: str, count: int) -> client.V1Container:
     )
 
 
-def _template(labels: dict[str, str], container: client.V1Container, restart: str = "Always") -> client.V1PodTemplateSpec:
+def _template(
+    labels: dict[str, str], container: client.V1Container, restart: str = "Always"
+) -> client.V1PodTemplateSpec:
     return client.V1PodTemplateSpec(
         metadata=client.V1ObjectMeta(labels=labels),
         spec=client.V1PodSpec(restart_policy=restart, containers=[container]),

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from kubernetes import client
 
+from devenv.exporters.model import NodeView, PodView
 from devenv.exporters.server import ValuesControl
 from devenv.exporters.values import Values
-from devenv.exporters.model import NodeView, PodView
 from devenv.podviews import node_view, pod_view
 from devenv.procs import wait_until
 from devenv.prometheus import BackfillReport, DcgmStyle, PrometheusServer, backfill, scrape_config, scrape_targets

@@ -130,7 +130,7 @@ class Sandbox:
             self._admin.close()
             self._admin = None
 
-    def __enter__(self) -> "Sandbox":
+    def __enter__(self) -> Sandbox:
         self.start()
         return self
 

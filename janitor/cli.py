@@ -11,7 +11,6 @@ import datetime
 import os
 import sys
 from collections.abc import Sequence
-
 from typing import TYPE_CHECKING
 
 from janitor import __version__, node_report
@@ -98,11 +97,14 @@ def _meaning(key: str, value: str) -> str:
 
 
 def _api(args: argparse.Namespace) -> ApiClient:
+    """The client of --kubeconfig or $KUBECONFIG, else of the in-cluster ServiceAccount."""
     from kubernetes import client, config
 
     if args.kubeconfig or os.environ.get("KUBECONFIG"):
-        return config.new_client_from_config(config_file=args.kubeconfig or os.environ["KUBECONFIG"])
-    config.load_incluster_config()
+        api: ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=args.kubeconfig or os.environ["KUBECONFIG"])
+        return api
+    config.load_incluster_config()  # type: ignore[no-untyped-call]
     return client.ApiClient()
 
 
@@ -337,7 +339,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
         if isinstance(t, model.CrashLoop):
             return f"crashLoop: >= {t.restarts} restarts, the last within {duration(t.window)}, holding GPUs"
         if isinstance(t, model.Pending):
-            return f"pending: after {duration(t.after)} in that state" + (" (gated pods too)" if t.include_gated else "")
+            gated = " (gated pods too)" if t.include_gated else ""
+            return f"pending: after {duration(t.after)} in that state{gated}"
         if isinstance(t, model.Terminating):
             return f"terminating: after {duration(t.after)} past grace" + (", force delete on evidence"
                                                                             if t.force_delete else "")
@@ -351,7 +354,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
     for number, p in enumerate(loaded.policies, 1):
         m = p.match
         where = ", ".join(m.namespaces.include) if m.namespaces.include else "NONE (inert until edited)"
-        scope = [f"namespaces {where}"] + ([f"except {', '.join(m.namespaces.exclude)}"] if m.namespaces.exclude else [])
+        scope = [f"namespaces {where}"]
+        scope += [f"except {', '.join(m.namespaces.exclude)}"] if m.namespaces.exclude else []
         scope += [f"kinds {', '.join(m.kinds) if m.kinds else 'any'}"]
         scope += selector("namespace labels", m.namespace_selector) + selector("pod labels", m.pod_selector)
         print(f"{number}. {p.name} [{p.mode}] ({p.source})")
@@ -554,7 +558,8 @@ read-only, and the narrow RBAC of manifests/ (list pods, get and patch-status no
     )
     rbac_cmd.add_argument("--kinds", default=",".join(k.key for k in DEFAULT_KINDS), help="(default: %(default)s)")
     rbac_cmd.add_argument("--name", default="kube-idle-janitor", help="ClusterRole and binding name (%(default)s)")
-    rbac_cmd.add_argument("--namespace", default="kube-idle-janitor", help="the ServiceAccount's namespace (%(default)s)")
+    rbac_cmd.add_argument("--namespace", default="kube-idle-janitor",
+                          help="the ServiceAccount's namespace (%(default)s)")
     rbac_cmd.add_argument("--service-account", default="kube-idle-janitor", help="(%(default)s)")
     rbac_cmd.add_argument("--node-agent", action="store_true",
                           help="the node agent's narrow role instead (list pods, get nodes, patch nodes/status, "

@@ -32,7 +32,7 @@ from janitor.decide.lifecycle import Change, Step
 from janitor.decide.model import Action, ActionType, ObjectRef, ObjectView, Observation, ResourceKind, TriggerKind
 from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.plan import CyclePlan, plan
-from janitor.decide.rails import is_tripped, record_deletions
+from janitor.decide.rails import record_deletions
 from janitor.observe import cluster, observation
 from janitor.observe.prometheus import PrometheusSource
 from janitor.policy import load

@@ -58,7 +58,7 @@ def request(
             auth_settings=["BearerToken"],
         )
         response = api.call_api(*serialized)
-        data = response.read()
+        data: bytes = response.read()  # type: ignore[no-untyped-call]
     except ApiException as e:
         raise errors.from_status(e.status, e.body or e.reason, doing=doing) from e
     except urllib3.exceptions.HTTPError as e:

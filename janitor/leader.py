@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import urllib3
 from kubernetes import client
@@ -52,7 +53,9 @@ class LeaseSettings:
             raise ValueError("need retry_period < renew_deadline < lease_duration")
 
 
-def _micro(now: datetime.datetime) -> str:
+def _micro(now: datetime.datetime) -> Any:
+    """A MicroTime as the apiserver wants it (UTC, microseconds, `Z`); the client's models type it as
+    datetime, but a string is serialised as it is, which is the point."""
     return now.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
@@ -103,7 +106,8 @@ class LeaseElector:
             logger.warning("leader election: cannot reach the apiserver: %s", e)
             return self.is_leader()
         spec = lease.spec or client.V1LeaseSpec()
-        record = (spec.holder_identity or "", str(spec.renew_time or ""), lease.metadata.resource_version or "")
+        version = lease.metadata.resource_version if lease.metadata is not None else None
+        record = (spec.holder_identity or "", str(spec.renew_time or ""), version or "")
         if record != self._observed:
             self._observed, self._observed_at = record, started
         ours = spec.holder_identity == s.identity
@@ -119,7 +123,8 @@ class LeaseElector:
             holder_identity=s.identity, lease_duration_seconds=int(s.lease_duration.total_seconds()),
             acquire_time=spec.acquire_time if ours else now, renew_time=now, lease_transitions=transitions)
         try:
-            self.leases.replace_namespaced_lease(s.name, s.namespace, lease, _request_timeout=self._timeout)  # carries resourceVersion: 409 on races
+            # The lease read carries its resourceVersion: a race with another candidate is a 409.
+            self.leases.replace_namespaced_lease(s.name, s.namespace, lease, _request_timeout=self._timeout)
         except _FAILURES as e:
             logger.warning("leader election: could not %s lease: %s", "renew" if ours else "take over",
                            getattr(e, "reason", e))

@@ -282,7 +282,7 @@ class Values(ValueSetters):
             return 0.0
         total = 0.0
         pts = self._breakpoints(kind, key, a, b)
-        for p, q in zip(pts, pts[1:]):
+        for p, q in zip(pts, pts[1:], strict=False):
             value = self.level(kind, key, p)
             total += float(DEFAULTS[kind] if value == ABSENT else value) * (q - p)
         return total

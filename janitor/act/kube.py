@@ -32,7 +32,8 @@ from urllib.parse import quote
 
 from kubernetes.client import ApiClient
 
-from janitor import annotations as ann, errors, kubeapi, ledger
+from janitor import annotations as ann
+from janitor import errors, kubeapi, ledger
 from janitor.decide.model import Action, ActionType, ObjectRef, ResourceKind, SafetyLedger, TriggerKind
 from janitor.decide.reasons import text
 
@@ -183,9 +184,8 @@ _RECLAIM_PATCHES: dict[ActionType, Callable[[], dict[str, Any]]] = {
     ActionType.SCALE_TO_ZERO: lambda: {"spec": {"replicas": 0}},
     # Kubeflow's notebook controller scales a Notebook to zero while this annotation is set.
     ActionType.STOP: lambda: {"metadata": {"annotations": {
-        NOTEBOOK_STOPPED: datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}}},
+        ann.NOTEBOOK_STOPPED: datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}}},
 }
-NOTEBOOK_STOPPED = ann.NOTEBOOK_STOPPED
 
 
 def guarded(patch: dict[str, Any], target: ObjectRef, resource_version: str) -> dict[str, Any]:
@@ -234,7 +234,8 @@ def annotate(
     body = guarded({"metadata": {"annotations": dict(notes)}}, target, resource_version)
     path = kubeapi.path(kind, target.namespace, target.name)
     if event is not None:
-        _call(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, dry_run=True, doing=f"annotate {target} (dry run)")
+        _call(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, dry_run=True,
+              doing=f"annotate {target} (dry run)")
         notice = Action(ActionType.REPORT, target, resource_version, "", TriggerKind.EXPIRY, "lifecycle", event[0],
                         text(event[1]))
         _post_event(api, notice, event_type="Normal", component=component)

@@ -25,8 +25,11 @@ from urllib.error import URLError
 
 import slack_sdk
 from slack_sdk.errors import SlackApiError, SlackClientError
-from slack_sdk.http_retry.builtin_handlers import (ConnectionErrorRetryHandler,
-                                                   RateLimitErrorRetryHandler, ServerErrorRetryHandler)
+from slack_sdk.http_retry.builtin_handlers import (
+    ConnectionErrorRetryHandler,
+    RateLimitErrorRetryHandler,
+    ServerErrorRetryHandler,
+)
 
 from janitor.act.slack_messages import Message
 from janitor.annotations import Delivery
@@ -102,9 +105,10 @@ class Slack:
         handlers = [ConnectionErrorRetryHandler(max_retry_count=max_retries),
                     RateLimitErrorRetryHandler(max_retry_count=max_retries),
                     ServerErrorRetryHandler(max_retry_count=max_retries)]
-        extra = {"base_url": base_url} if base_url else {}
+        # slack_sdk types the timeout as int, but passes it to urllib as it is: fractions work.
         client = slack_sdk.WebClient(token=token, timeout=timeout,  # type: ignore[arg-type]
-                                     retry_handlers=handlers, **extra)
+                                     retry_handlers=handlers,
+                                     **({"base_url": base_url} if base_url else {}))  # type: ignore[arg-type]
         return cls(client, admin_channel=admin_channel)
 
     # ----- destinations ------------------------------------------------------------------
@@ -281,7 +285,8 @@ class Sender(Protocol):
 
 
 class Outbox:
-    """Digests waiting to be sent; flush sends until a time budget is spent so one slow Slack does not stall the cycle."""
+    """Digests waiting to be sent; flush sends until a time budget is spent, so one slow Slack does
+    not stall the cycle."""
 
     def __init__(self, slack: Sender, clock: Callable[[], float] = time.monotonic) -> None:
         self._slack = slack

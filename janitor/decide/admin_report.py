@@ -66,8 +66,8 @@ def admin_report(findings: Sequence[Finding], nodes: Sequence[NodeInfo], silent_
 
         def ghost(g: GhostGpu) -> str:
             seen = by_name.get(g.node)
-            also = (f"; the node agent reports processes of deleted pods stuck there: {seen.agent.message.summary[:200]}"
-                    if seen and seen.agent and seen.agent.status is True else "")
+            stuck = seen.agent.message.summary[:200] if seen and seen.agent and seen.agent.status is True else ""
+            also = f"; the node agent reports processes of deleted pods stuck there: {stuck}" if stuck else ""
             return f"{g.node} GPU {g.gpu}: {g.mib:.0f} MiB in use, no pod on it{also}"
 
         sections.append(("Ghost GPUs (memory in use, no pod)", tuple(ghost(g) for g in ghost_gpus)))

@@ -13,7 +13,6 @@ import datetime
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-
 from enum import StrEnum
 
 from janitor.decide.model import Action, Deletion, SafetyLedger

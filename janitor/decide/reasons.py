@@ -291,7 +291,7 @@ class _Formatter(string.Formatter):
             return _age(value) if format_spec == "age" else str(value)
         if isinstance(value, tuple):
             return (format_spec or ", ").join(self.format_field(v, "") for v in value)
-        return super().format_field(value, format_spec)
+        return str(super().format_field(value, format_spec))
 
 
 _FORMATTER = _Formatter()

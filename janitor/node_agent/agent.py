@@ -175,9 +175,12 @@ class NodeAgent:
                     field_selector=f"spec.nodeName={self.settings.node}", limit=500, _continue=token)
                 for p in page.items:
                     meta = p.metadata
+                    if meta is None or not meta.uid:
+                        continue
                     grace = datetime.timedelta(seconds=meta.deletion_grace_period_seconds or 0)
-                    pods[meta.uid] = PodOnNode(meta.uid, meta.namespace, meta.name, meta.deletion_timestamp, grace)
-                token = page.metadata._continue
+                    pods[meta.uid] = PodOnNode(meta.uid, meta.namespace or "", meta.name or "", meta.deletion_timestamp,
+                                               grace)
+                token = page.metadata._continue if page.metadata is not None else None
                 if not token:
                     return pods
         except (ApiException, OSError) as e:
@@ -204,8 +207,9 @@ class NodeAgent:
         except ApiException as e:
             logger.warning("cannot read node %s: %s", self.settings.node, e)
             return False
-        self._node_uid = node.metadata.uid or ""
-        previous = next((c for c in node.status.conditions or [] if c.type == ctype), None)
+        self._node_uid = (node.metadata.uid if node.metadata is not None else None) or ""
+        conditions = (node.status.conditions if node.status is not None else None) or []
+        previous = next((c for c in conditions if c.type == ctype), None)
         status = "True" if leftovers else "False"
         if leftovers:
             pods = sorted({f.pod_uid for f in leftovers})
@@ -217,9 +221,9 @@ class NodeAgent:
         else:
             reason = node_report.REASON_CLEAR
             message = node_report.encode_condition("no D-state processes of deleted pods", {})
+        kept = previous.last_transition_time if previous is not None and previous.status == status else None
         changed = previous is None or previous.status != status
-        transition = stamp if changed or previous.last_transition_time is None else (
-            previous.last_transition_time.strftime("%Y-%m-%dT%H:%M:%SZ"))
+        transition = kept.strftime("%Y-%m-%dT%H:%M:%SZ") if kept is not None else stamp
         body = {"status": {"conditions": [{
             "type": ctype, "status": status, "reason": reason, "message": message[:node_report.MESSAGE_MAX],
             "lastHeartbeatTime": stamp, "lastTransitionTime": transition}]}}

@@ -18,13 +18,14 @@ import datetime
 import email.utils
 import json
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kubernetes.client import ApiClient
 
-from janitor import annotations as ann, errors, kubeapi, ledger
+from janitor import annotations as ann
+from janitor import errors, kubeapi, ledger
 from janitor.decide.model import (
     ObjectRef,
     ObjectView,

@@ -24,9 +24,9 @@ from datetime import datetime, timedelta
 
 from janitor.decide.evidence import (
     CpuEvidence,
-    GhostGpu,
     CpuUsage,
     EvidenceWindow,
+    GhostGpu,
     GpuEvidence,
     GpuSeries,
     PodKey,

@@ -66,7 +66,7 @@ def needs(policies: Iterable[Policy]) -> Needs:
         oom=any(p.trigger(CrashLoop) for p in policies),
         ghost_gpus=any(p.trigger(Terminating) for p in policies),
         gpu=frozenset((str(t.signal), t.window) for p in policies if (t := p.trigger(IdleGpu))),
-        cpu=frozenset((t.window, tuple(sorted(t.ignore_containers))) for p in policies if (t := p.trigger(IdleCpu))),
+        cpu=frozenset((c.window, tuple(sorted(c.ignore_containers))) for p in policies if (c := p.trigger(IdleCpu))),
     )
 
 

@@ -148,7 +148,8 @@ def pod_state(meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[
         requests=_requests(list(spec.get("containers") or [])),
         node_selector=dict(spec.get("nodeSelector") or {}),
         required_affinity=_affinity(spec),
-        tolerations=tuple((t.get("key") or "", t.get("operator") or "Equal", t.get("value") or "", t.get("effect") or "")
+        tolerations=tuple((t.get("key") or "", t.get("operator") or "Equal", t.get("value") or "",
+                           t.get("effect") or "")
                           for t in spec.get("tolerations") or []),
         finalizers=tuple(meta.get("finalizers") or ()),
         deleting_since=_time(meta.get("deletionTimestamp")),
@@ -164,7 +165,8 @@ def node_info(item: Mapping[str, Any], agent_condition: str = node_report.CONDIT
     return NodeInfo(
         name=meta["name"],
         labels=dict(meta.get("labels") or {}),
-        taints=tuple((t.get("key") or "", t.get("value") or "", t.get("effect") or "") for t in spec.get("taints") or []),
+        taints=tuple((t.get("key") or "", t.get("value") or "", t.get("effect") or "")
+                     for t in spec.get("taints") or []),
         allocatable={k: quantity(v) for k, v in (status.get("allocatable") or {}).items()},
         ready=None if ready is None else ready.get("status") == "True",
         agent=None if agent is None else AgentCondition(

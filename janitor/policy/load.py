@@ -94,7 +94,8 @@ def from_paths(paths: Iterable[str | Path], *, parse_duration: DurationParser = 
     return Loaded(() if errors else tuple(policies), tuple(errors), tuple(files))
 
 
-def from_text(text: str, *, file: str, parse_duration: DurationParser = parse_ttl) -> tuple[tuple[model.Policy, ...], tuple[PolicyError, ...]]:
+def from_text(text: str, *, file: str, parse_duration: DurationParser = parse_ttl
+              ) -> tuple[tuple[model.Policy, ...], tuple[PolicyError, ...]]:
     """Parse one file's text. Returns the valid policies and all errors (names unique within it)."""
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -268,7 +269,8 @@ class _Reader:
 def _policy(r: _Reader, node: Node, index: int) -> model.Policy | None:
     before = len(r.errors)
     if not isinstance(node, MappingNode):
-        r.fail(node, f"policies[{index}]", f"expected a policy (a mapping with name, match, triggers), got {_show(node)}")
+        r.fail(node, f"policies[{index}]",
+               f"expected a policy (a mapping with name, match, triggers), got {_show(node)}")
         return None
     f = r.fields(node, "", ("name", "description", "mode", "match", "triggers", "lifecycle"),
                  required=("name", "match", "triggers")) or {}
@@ -294,7 +296,8 @@ def _match(r: _Reader, node: Node, path: str) -> model.Match | None:
         namespaces=_namespaces(r, f["namespaces"], f"{path}.namespaces"),
         namespace_selector=_selector(r, f["namespaceSelector"], f"{path}.namespaceSelector")
         if "namespaceSelector" in f else model.LabelSelector(),
-        pod_selector=_selector(r, f["podSelector"], f"{path}.podSelector") if "podSelector" in f else model.LabelSelector(),
+        pod_selector=(_selector(r, f["podSelector"], f"{path}.podSelector") if "podSelector" in f
+                      else model.LabelSelector()),
         kinds=tuple(dict.fromkeys(kinds)),
     )
 
@@ -492,20 +495,25 @@ def _working_hours(r: _Reader, node: Node, path: str) -> model.WorkingHours | No
 def _lifecycle(r: _Reader, node: Node, path: str) -> model.Lifecycle:
     f = r.fields(node, path, ("warnBefore", "remindEvery", "action", "maxExtension", "honourOptOut", "minGrace",
                               "adminFallbackCounts", "workingHours")) or {}
-    default = model.Lifecycle()
-    values = {
-        "warn_before": r.duration(f["warnBefore"], f"{path}.warnBefore") if "warnBefore" in f else default.warn_before,
-        "remind_every": r.duration(f["remindEvery"], f"{path}.remindEvery", allow_zero=True)
-        if "remindEvery" in f else default.remind_every,
-        "action": r.choice(f["action"], f"{path}.action", model.Action) if "action" in f else default.action,
-        "max_extension": r.duration(f["maxExtension"], f"{path}.maxExtension", allow_zero=True)
-        if "maxExtension" in f else default.max_extension,
-        "honour_opt_out": r.boolean(f["honourOptOut"], f"{path}.honourOptOut")
-        if "honourOptOut" in f else default.honour_opt_out,
-        "min_grace": r.duration(f["minGrace"], f"{path}.minGrace") if "minGrace" in f else None,
-        "admin_fallback_counts": r.boolean(f["adminFallbackCounts"], f"{path}.adminFallbackCounts")
-        if "adminFallbackCounts" in f else default.admin_fallback_counts,
-        "working_hours": _working_hours(r, f["workingHours"], f"{path}.workingHours") if "workingHours" in f else None,
-    }
-    # A None here always comes with an error recorded, so the policy is dropped; keep the type honest.
-    return model.Lifecycle(**{k: v for k, v in values.items() if v is not None})
+    d = model.Lifecycle()
+    # A None from a reader always comes with an error recorded, so the policy is dropped: the
+    # default only keeps the value's type honest.
+    warn_before = r.duration(f["warnBefore"], f"{path}.warnBefore") if "warnBefore" in f else None
+    remind_every = (r.duration(f["remindEvery"], f"{path}.remindEvery", allow_zero=True)
+                    if "remindEvery" in f else None)
+    action = r.choice(f["action"], f"{path}.action", model.Action) if "action" in f else None
+    max_extension = (r.duration(f["maxExtension"], f"{path}.maxExtension", allow_zero=True)
+                     if "maxExtension" in f else None)
+    honour = r.boolean(f["honourOptOut"], f"{path}.honourOptOut") if "honourOptOut" in f else None
+    fallback = (r.boolean(f["adminFallbackCounts"], f"{path}.adminFallbackCounts")
+                if "adminFallbackCounts" in f else None)
+    return model.Lifecycle(
+        warn_before=d.warn_before if warn_before is None else warn_before,
+        remind_every=d.remind_every if remind_every is None else remind_every,
+        action=d.action if action is None else action,
+        max_extension=d.max_extension if max_extension is None else max_extension,
+        honour_opt_out=d.honour_opt_out if honour is None else honour,
+        min_grace=r.duration(f["minGrace"], f"{path}.minGrace") if "minGrace" in f else None,
+        admin_fallback_counts=d.admin_fallback_counts if fallback is None else fallback,
+        working_hours=_working_hours(r, f["workingHours"], f"{path}.workingHours") if "workingHours" in f else None,
+    )

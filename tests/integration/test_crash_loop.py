@@ -13,6 +13,8 @@ import datetime
 from pathlib import Path
 
 from kubernetes import client
+from runner import Runner
+from runner import settings as build
 
 from devenv.nodes import CRASH
 from devenv.procs import wait_until
@@ -20,8 +22,6 @@ from devenv.slack_standin import SlackStandInControl
 from janitor import annotations as a
 from janitor.decide.lifecycle import LifecycleSettings
 from janitor.node_agent.agent import AgentSettings, NodeAgent
-from runner import Runner
-from runner import settings as build
 
 ALICE = ("alice@lab.example", "U0ALICE1", "alice")
 

@@ -52,7 +52,7 @@ def test_daemon_deletes_on_schedule_and_serves_health_and_metrics(sandbox, core:
         wait_until(deleted, timeout=30, what="the daemon to delete the expired ConfigMap")
         status, metrics = get(f"http://127.0.0.1:{port}/metrics")
         assert status == 200
-        assert 'janitor_actions_total{action="delete",outcome="done",policy="",rule="expires"} 1.0' in metrics
+        assert 'janitor_actions_total{action="delete",outcome="done",policy="ttl-expiry",rule="expires"} 1.0' in metrics
         assert 'janitor_deletions_held_total{reason="cap"} 0.0' in metrics
         assert 'janitor_cycles_total{result="success"}' in metrics
     finally:

@@ -86,7 +86,8 @@ def test_two_janitors_one_acts_the_other_takes_over(sandbox, core: client.CoreV1
     env = {**os.environ, "KUBECONFIG": str(sandbox.kubeconfig)}
     procs = [subprocess.Popen(
         [sys.executable, "-m", "janitor.cli", "run", "--leader-elect", "--lease-duration", "3", "--interval", "1",
-         "--metrics-port", str(port), "--namespaces", namespace, "--state-namespace", namespace, "--kinds", "ConfigMap"],
+         "--metrics-port", str(port), "--namespaces", namespace, "--state-namespace", namespace,
+         "--kinds", "ConfigMap"],
         env={**env, "POD_NAME": f"janitor-{i}"}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for i, port in enumerate(ports)]
     try:

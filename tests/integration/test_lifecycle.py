@@ -31,6 +31,8 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
+from runner import Runner
+from runner import settings as build
 
 from devenv.exporters.server import ValuesControl
 from devenv.exporters.values import Kind, Segment
@@ -40,8 +42,6 @@ from devenv.procs import wait_until
 from devenv.slack_standin import SlackStandInControl
 from janitor import annotations as a
 from janitor.decide.lifecycle import LifecycleSettings
-from runner import Runner
-from runner import settings as build
 
 H = 3600
 ALICE = ("alice@lab.example", "U0ALICE1", "alice")
@@ -220,8 +220,9 @@ def test_a_job_that_wakes_up_is_unmarked_and_its_owner_told(
     channel = notes_of(kube, namespace, "sleepy")[a.WARNED_VIA].split()[1].split("/")[0]
 
     # A reminder was in flight when it woke up (its record never written): the unmark clears it too.
+    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
     client.BatchV1Api(kube).patch_namespaced_job("sleepy", namespace, {"metadata": {"annotations": {
-        a.NOTICE: f"reminder abc-1 {a.format_expires(datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0))}"}}})
+        a.NOTICE: f"reminder abc-1 {a.format_expires(now)}"}}})
     pod = core.list_namespaced_pod(namespace).items[0].metadata.name
     exporter_values.set_gpu_util(namespace, pod, 75)
     time.sleep(6)  # a few scrapes at 75 %
@@ -478,7 +479,8 @@ def idle_deployment_due(kube, core, namespace: str, exporter_values: ValuesContr
                                      template=gpu_template("notebook", "Always"))))
     history(core, namespace, exporter_values, {"notebook": 0})
     uid = apps.read_namespaced_deployment("notebook", namespace).metadata.uid
-    apps.patch_namespaced_deployment("notebook", namespace, {"metadata": {"annotations": due_mark(uid, "scale-to-zero")}})
+    apps.patch_namespaced_deployment("notebook", namespace,
+                                     {"metadata": {"annotations": due_mark(uid, "scale-to-zero")}})
     return apps.read_namespaced_deployment("notebook", namespace)
 
 

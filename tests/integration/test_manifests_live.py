@@ -52,6 +52,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
+from runner import Runner
+from runner import settings as build
 from test_manifests import (
     BASE,
     CLUSTER_SCOPED,
@@ -68,8 +70,6 @@ from test_manifests import (
 from devenv import access
 from devenv.nodes import HOLD_TERMINATING
 from devenv.procs import wait_until
-from runner import Runner
-from runner import settings as build
 
 FIELD_MANAGER = "kube-idle-janitor-tests"
 JANITOR_SA = "kube-idle-janitor"
@@ -206,7 +206,8 @@ def installed(kube: client.ApiClient, core: client.CoreV1Api,
             role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name="edit"),
             subjects=[client.RbacV1Subject(kind="ServiceAccount", name="researcher", namespace=namespace)]))
         for sa_namespace, sa in ((NAMESPACE, JANITOR_SA), (NAMESPACE, AGENT_SA), (namespace, "researcher")):
-            apis.append(access.api_client(access.service_account_kubeconfig(kube, sa_namespace, sa, tmp / f"{sa}.kubeconfig")))
+            config = access.service_account_kubeconfig(kube, sa_namespace, sa, tmp / f"{sa}.kubeconfig")
+            apis.append(access.api_client(config))
         janitor, agent, researcher = apis
         core.patch_namespace(namespace, {"metadata": {"labels": {TEST_LABEL: namespace}}})
         _wait_for_policies(core, client.CoreV1Api(janitor), namespace)
@@ -257,8 +258,9 @@ def test_janitor_deletes_a_job_whose_expiry_passed(installed: Installed, kube: c
     client.BatchV1Api(kube).create_namespaced_job(ns, _job("expired", PAST))
     as_janitor = client.BatchV1Api(installed.janitor)
     as_janitor.delete_namespaced_job("expired", ns, propagation_policy="Background")
-    wait_until(lambda: "expired" not in {j.metadata.name for j in client.BatchV1Api(kube).list_namespaced_job(ns).items},
-               timeout=30, what="the expired Job gone")
+    wait_until(
+        lambda: "expired" not in {j.metadata.name for j in client.BatchV1Api(kube).list_namespaced_job(ns).items},
+        timeout=30, what="the expired Job gone")
 
 
 def test_guard_denies_deleting_an_unmarked_deployment_rbac_would_allow(installed: Installed,
@@ -380,7 +382,8 @@ def test_malformed_expiry_is_rejected_at_apply_time_with_the_accepted_forms(inst
                                                                              core: client.CoreV1Api) -> None:
     ns = installed.namespace
     for api in (core, client.CoreV1Api(installed.researcher)):
-        e = _refused(lambda: api.create_namespaced_config_map(ns, _config_map("notes", {"janitor/expires": "tomorrow"})))
+        e = _refused(lambda api=api: api.create_namespaced_config_map(
+            ns, _config_map("notes", {"janitor/expires": "tomorrow"})))
         assert e.status == 422, e.body
         message = _message(e)
         assert "janitor/expires: tomorrow is not a valid expiry time" in message and FORMS in message
@@ -451,7 +454,7 @@ def test_recording_rules_and_alerts_run_on_prometheus(installed: Installed, core
         if "record" in rule:
             expr = rule["expr"].replace('{exported_pod!=""}', f'{{exported_namespace="{ns}", exported_pod="gpu"}}')
             assert expr != rule["expr"]
-            wait_until(lambda: _query(sandbox.prometheus_url, expr)["result"], timeout=60,
+            wait_until(lambda expr=expr: _query(sandbox.prometheus_url, expr)["result"], timeout=60,
                        what=f"{rule['record']} for the GPU pod")
             [series] = _query(sandbox.prometheus_url, expr)["result"]
             assert set(series["metric"]) == {"exported_namespace", "exported_pod", "gpu", "Hostname"}

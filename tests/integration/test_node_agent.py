@@ -17,10 +17,10 @@ from __future__ import annotations
 import runpy
 import shutil
 import socket
-import urllib.request
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -86,7 +86,8 @@ def fake_process(proc: Path, pid: int, uid: str, state: str) -> None:
 
 
 def pod_cgroup(root: Path, uid: str, oom_kill: int) -> None:
-    pod_dir = root / "kubepods.slice/kubepods-besteffort.slice" / f"kubepods-besteffort-pod{uid.replace('-', '_')}.slice"
+    pod_dir = (root / "kubepods.slice/kubepods-besteffort.slice"
+               / f"kubepods-besteffort-pod{uid.replace('-', '_')}.slice")
     container = pod_dir / f"cri-containerd-{CONTAINER}.scope"
     container.mkdir(parents=True, exist_ok=True)
     (container / "memory.oom.group").write_text("0\n")

@@ -34,6 +34,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from runner import settings as build
 
 from devenv import access
 from devenv.procs import free_port, wait_until
@@ -52,7 +53,6 @@ from janitor.decide.model import (
 )
 from janitor.decide.reasons import text
 from janitor.observe import cluster, observation
-from runner import settings as build
 
 DEPLOYMENT = ResourceKind("apps", "v1", "Deployment", "deployments")
 REPLICASET = ResourceKind("apps", "v1", "ReplicaSet", "replicasets")
@@ -147,7 +147,8 @@ def reader_kube(
         subjects=[client.RbacV1Subject(kind="ServiceAccount", name="reader", namespace=namespace)],
     ))
     try:
-        with access.api_client(access.service_account_kubeconfig(kube, namespace, "reader", tmp_path / "reader")) as api:
+        config = access.service_account_kubeconfig(kube, namespace, "reader", tmp_path / "reader")
+        with access.api_client(config) as api:
             yield api
     finally:
         rbac.delete_cluster_role_binding(name)
@@ -223,7 +224,8 @@ def test_snapshot_reads_workloads_pods_and_annotations(
             )),
         )),
     ))
-    make_config_map(core, namespace, "settings", annotations={annotations.TTL: "7d", "other": "x"}, labels={"team": "a"})
+    make_config_map(core, namespace, "settings", annotations={annotations.TTL: "7d", "other": "x"},
+                    labels={"team": "a"})
     wait_until(lambda: len(core.list_namespaced_pod(namespace).items) == 2, timeout=60, what="2 nb pods")
     calls: list[tuple[str, int]] = []
 
@@ -282,7 +284,7 @@ def test_paging_yields_every_object(kube: client.ApiClient, core: client.CoreV1A
 
     assert names <= set(in_namespace(snapshot.objects, namespace, "ConfigMap"))
     assert len(counts) >= 4  # 7 of ours alone need 4 pages of 2
-    assert counts == sorted(counts) and all(b - a <= 2 for a, b in zip([0, *counts], counts))
+    assert counts == sorted(counts) and all(b - a <= 2 for a, b in zip([0, *counts], counts, strict=False))
     assert counts[-1] == sum(v.ref.kind == "ConfigMap" for v in snapshot.objects)
 
 

@@ -15,14 +15,14 @@ import datetime
 import time
 
 from kubernetes import client
+from runner import Runner
+from runner import settings as build
 
 from devenv.nodes import WAITING
 from devenv.procs import wait_until
 from devenv.slack_standin import SlackStandInControl
 from janitor import annotations as a
 from janitor.decide.lifecycle import LifecycleSettings
-from runner import Runner
-from runner import settings as build
 
 ALICE = ("alice@lab.example", "U0ALICE1", "alice")
 NODE = "cpu-node-1"

@@ -15,6 +15,8 @@ import uuid
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from runner import Runner
+from runner import settings as build
 
 from devenv import access
 from devenv.procs import wait_until
@@ -22,8 +24,6 @@ from janitor import annotations as a
 from janitor import rbac
 from janitor.decide.rails import Rails
 from janitor.settings import DEFAULT_KINDS
-from runner import Runner
-from runner import settings as build
 
 
 @pytest.fixture
@@ -33,7 +33,8 @@ def janitor_api(kube: client.ApiClient, core: client.CoreV1Api, namespace: str, 
     rbac_api = client.RbacAuthorizationV1Api(kube)
     name = f"janitor-{uuid.uuid4().hex[:6]}"
     kinds = tuple(k for k in DEFAULT_KINDS if k.kind != "Service")
-    core.create_namespaced_service_account(namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="janitor")))
+    core.create_namespaced_service_account(
+        namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="janitor")))
     rbac_api.create_cluster_role(rbac.cluster_role(kinds, name=name))
     rbac_api.create_cluster_role_binding(
         rbac.cluster_role_binding(name=name, role=name, namespace=namespace, service_account="janitor"))

@@ -208,7 +208,9 @@ def test_service_account_token_is_held_to_its_rbac(
     kube: client.ApiClient, core: client.CoreV1Api, namespace: str, tmp_path
 ) -> None:
     rbac = client.RbacAuthorizationV1Api(kube)
-    core.create_namespaced_service_account(namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="reader")))
+    core.create_namespaced_service_account(
+        namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="reader"))
+    )
     rbac.create_namespaced_role(
         namespace,
         client.V1Role(
@@ -225,7 +227,8 @@ def test_service_account_token_is_held_to_its_rbac(
         ),
     )
     core.create_namespaced_pod(
-        namespace, client.V1Pod(metadata=client.V1ObjectMeta(name="victim"), spec=client.V1PodSpec(containers=[gpu_container()]))
+        namespace,
+        client.V1Pod(metadata=client.V1ObjectMeta(name="victim"), spec=client.V1PodSpec(containers=[gpu_container()])),
     )
     config = access.service_account_kubeconfig(kube, namespace, "reader", tmp_path / "reader.kubeconfig")
     with access.api_client(config) as as_reader:
@@ -247,7 +250,8 @@ def test_service_account_token_is_held_to_its_rbac(
 
 def test_delete_with_stale_uid_precondition_is_refused(core: client.CoreV1Api, namespace: str) -> None:
     pod = core.create_namespaced_pod(
-        namespace, client.V1Pod(metadata=client.V1ObjectMeta(name="p"), spec=client.V1PodSpec(containers=[gpu_container()]))
+        namespace,
+        client.V1Pod(metadata=client.V1ObjectMeta(name="p"), spec=client.V1PodSpec(containers=[gpu_container()])),
     )
     stale = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=str(uuid.uuid4())))
     with pytest.raises(ApiException) as conflict:

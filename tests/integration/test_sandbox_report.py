@@ -32,10 +32,10 @@ def test_status_report_shows_nodes_pods_targets(sandbox, core: client.CoreV1Api,
     assert "Kubernetes v1.34.4" in text
     for line in ("gpu-node-1  Ready   gpu=4", "mig-node-1  Ready   mig-3g.40gb=2", "cpu-node-1  Ready   -"):
         assert line in text
-    [pod_line] = [l for l in text.splitlines() if l.startswith(f"{namespace}/shown ")]
+    [pod_line] = [row for row in text.splitlines() if row.startswith(f"{namespace}/shown ")]
     assert pod_line.split()[1:4] == ["Running", node, "3"]
     for job in ("dcgm-exporter", "kube-state-metrics", "kubelet", "node-exporter"):
-        [job_line] = [l for l in text.splitlines() if l.startswith(job + " ")]
+        [job_line] = [row for row in text.splitlines() if row.startswith(job + " ")]
         up, total = job_line.split()[1].split("/")
         assert up == total != "0", job_line
     assert "Slack stand-in" in text and "NOT REACHABLE" not in text

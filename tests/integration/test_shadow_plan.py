@@ -16,14 +16,14 @@ import time
 
 import pytest
 from kubernetes import client
+from runner import Runner
+from runner import settings as build
 
 from devenv.exporters.server import ValuesControl
 from devenv.exporters.values import Kind, Segment
 from devenv.history import prometheus_with_history
 from devenv.nodes import STARTED_AT
 from devenv.procs import wait_until
-from runner import Runner
-from runner import settings as build
 
 H = 3600
 
@@ -144,18 +144,20 @@ def test_shadow_plan_on_backfilled_history(kube, core: client.CoreV1Api, namespa
     assert mig_row.startswith("idle-mig") and "idle " in mig_row and "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in mig_row
     assert f"would reclaim 4 GPU-hours: policy idle-gpu, namespace {namespace}" in out.stdout
     assert f"would reclaim 2 GPU-hours: policy idle-mig, namespace {namespace}" in out.stdout
-    assert all(not (p.metadata.annotations or {}).get("janitor/expires") for p in core.list_namespaced_pod(namespace).items)
+    assert all(not (p.metadata.annotations or {}).get("janitor/expires")
+               for p in core.list_namespaced_pod(namespace).items)
     assert len(core.list_namespaced_pod(namespace).items) == 7
 
 
 def test_daemon_cycle_reports_shadow_metrics_and_keeps_last_good_policies(
     kube, core: client.CoreV1Api, namespace: str, sandbox, policy_file, exporter_values: ValuesControl
 ) -> None:
-        
+
     now = time.time()
     started = datetime.datetime.fromtimestamp(now - 3 * H, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     client.BatchV1Api(kube).create_namespaced_job(namespace, client.V1Job(
-        metadata=client.V1ObjectMeta(name="idle-job"), spec=client.V1JobSpec(template=gpu_template("idle-job", started))))
+        metadata=client.V1ObjectMeta(name="idle-job"),
+        spec=client.V1JobSpec(template=gpu_template("idle-job", started))))
     wait_until(lambda: [p.status.phase for p in core.list_namespaced_pod(namespace).items] == ["Running"],
                timeout=60, what="pod Running")
     pod = core.list_namespaced_pod(namespace).items[0].metadata.name

@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 
 from kubernetes import client
+from runner import Runner
+from runner import settings as build
 
 from devenv.exporters.server import ValuesControl
 from devenv.exporters.values import Kind
@@ -26,8 +28,6 @@ from devenv.nodes import HOLD_TERMINATING
 from devenv.procs import wait_until
 from devenv.slack_standin import SlackStandInControl
 from janitor.node_agent.agent import AgentSettings, NodeAgent
-from runner import Runner
-from runner import settings as build
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "node"
 _fake = runpy.run_path(str(FIXTURES / "fake_proc.py"))
@@ -92,9 +92,9 @@ def test_stuck_terminating_pods_reported_and_forced_only_on_evidence(
                                       template=client.V1PodTemplateSpec(
                                           metadata=client.V1ObjectMeta(labels={"app": "db"},
                                                                        annotations={HOLD_TERMINATING: "true"}),
-                                          spec=client.V1PodSpec(node_name="cpu-node-1",
-                                                                termination_grace_period_seconds=1,
-                                                                containers=[client.V1Container(name="db", image="x")])))))
+                                          spec=client.V1PodSpec(
+                                              node_name="cpu-node-1", termination_grace_period_seconds=1,
+                                              containers=[client.V1Container(name="db", image="x")])))))
     wait_until(lambda: len([p for p in core.list_namespaced_pod(namespace).items if p.status.phase == "Running"]) == 4,
                timeout=60, what="4 pods Running")
     for name in ("finalized", "clear", "dstate", "db-0"):

@@ -19,18 +19,19 @@ import datetime
 import logging
 import subprocess
 import sys
+import time
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from runner import Runner
+from runner import settings as build
 
 from devenv.procs import wait_until
 from janitor import annotations as a
 from janitor.decide.model import ResourceKind
 from janitor.decide.rails import Caps, Rails, Tripwire
 from janitor.settings import DEFAULT_KINDS, Settings
-from runner import Runner
-from runner import settings as build
 
 GADGETS = ResourceKind("example.com", "v1", "Gadget", "gadgets")
 OPEN = Caps(1000, 1000, 1000, 1000)
@@ -101,7 +102,8 @@ def test_expired_objects_of_many_kinds_are_deleted_and_the_rest_kept(
     container = client.V1Container(name="c", image="x", resources=client.V1ResourceRequirements(
         limits={"nvidia.com/gpu": "1"}))
     core.create_namespaced_pod(namespace, client.V1Pod(
-        metadata=client.V1ObjectMeta(name="bare", annotations={a.TTL: "1s"}), spec=client.V1PodSpec(containers=[container])))
+        metadata=client.V1ObjectMeta(name="bare", annotations={a.TTL: "1s"}),
+        spec=client.V1PodSpec(containers=[container])))
     batch.create_namespaced_job(namespace, client.V1Job(
         metadata=client.V1ObjectMeta(name="train", annotations=EXPIRED),
         spec=client.V1JobSpec(template=client.V1PodTemplateSpec(
@@ -124,6 +126,7 @@ def test_expired_objects_of_many_kinds_are_deleted_and_the_rest_kept(
     wait_until(lambda: len(core.list_namespaced_pod(namespace).items) == 3, timeout=60, what="3 pods")
     wait_until(lambda: all(p.status.phase == "Running" for p in core.list_namespaced_pod(namespace).items),
                timeout=60, what="pods Running")
+    time.sleep(2)  # janitor/ttl 1s has passed even by the apiserver's whole-second clock (age > ttl, strictly)
 
     janitor = Runner(kube, settings(namespace, kinds=DEFAULT_KINDS + (gadget_crd,), extra_namespaces=(doomed_ns,)))
     with caplog.at_level(logging.INFO, logger="janitor.audit"):
@@ -285,7 +288,8 @@ def test_ttl_in_a_pod_template_is_reported_on_the_deployment_and_pods_kept(
     assert len(pods) == 2 and all(p.metadata.deletion_timestamp is None for p in pods)
     [event] = [e for e in events_for(core, namespace, "web") if e.reason == "InheritedTTL"]
     assert "pod template" in event.message
-    assert apps.read_namespaced_deployment("web", namespace).metadata.annotations[a.REPORTED] == "inherited:janitor/ttl=1s"
+    web = apps.read_namespaced_deployment("web", namespace)
+    assert web.metadata.annotations[a.REPORTED] == "inherited:janitor/ttl=1s"
 
 
 def test_clock_skew_against_the_apiserver_pauses_deletions(kube, core: client.CoreV1Api, namespace: str) -> None:
@@ -298,7 +302,8 @@ def test_clock_skew_against_the_apiserver_pauses_deletions(kube, core: client.Co
     assert len(Runner(kube, settings(namespace)).run_cycle().deleted()) == 1  # a right clock deletes it
 
 
-def test_unreadable_ledger_stops_deletions_and_is_left_for_an_admin(kube, core: client.CoreV1Api, namespace: str) -> None:
+def test_unreadable_ledger_stops_deletions_and_is_left_for_an_admin(
+        kube, core: client.CoreV1Api, namespace: str) -> None:
     core.create_namespaced_config_map(namespace, client.V1ConfigMap(
         metadata=client.V1ObjectMeta(name="janitor-state"), data={"ledger.json": "{not json"}))
     configmap(core, namespace, "old", EXPIRED)

@@ -237,7 +237,8 @@ def test_a_new_mark_is_written_with_its_intent_before_the_warning_and_its_delive
     assert mark_write.event[0] == "IdleMarked"
     assert [(n.kind, n.workload.name) for n in digest.notices] == [(NoticeKind.WARNING, "train")]
     warned_of = f"delete {t(SENT_AT + DAY)}"  # the least notice counts from the delivery
-    assert delivery_write.notes == {a.NOTICE: None, a.WARNED_AT: t(SENT_AT), a.WARNED_VIA: f"owner D0ALICE/{ts(SENT_AT)}",
+    assert delivery_write.notes == {a.NOTICE: None, a.WARNED_AT: t(SENT_AT),
+                                    a.WARNED_VIA: f"owner D0ALICE/{ts(SENT_AT)}",
                                     a.WARNED_OF: warned_of, a.EXPIRES: t(SENT_AT + DAY)}
     assert delivery_write.event is None
     assert out.failed == [] and [r.delivery is not None for r in out.sent] == [True]

@@ -28,8 +28,8 @@ from slack_sdk import WebClient
 from devenv.slack_standin import DEFAULT_TOKEN, SlackStandIn, SlackUser
 from janitor.act.slack import Digest, Outbox, Slack, SlackUnavailable
 from janitor.act.slack_messages import Message
-from janitor.decide.model import ObjectRef
 from janitor.annotations import Delivery
+from janitor.decide.model import ObjectRef
 from janitor.decide.notices import Notice, NoticeKind
 from janitor.decide.owners import Owner, OwnerKind
 

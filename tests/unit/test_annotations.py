@@ -269,8 +269,10 @@ def test_format_duration_rejects(delta: timedelta) -> None:
     ("when", "expected"),
     [
         pytest.param(datetime(2019, 2, 25, 9, 26, 14, tzinfo=UTC), "2019-02-25T09:26:14Z", id="utc"),
-        pytest.param(datetime(2019, 2, 25, 11, 26, 14, tzinfo=timezone(timedelta(hours=2))), "2019-02-25T09:26:14Z", id="plus-two"),
-        pytest.param(datetime(2019, 2, 24, 23, 0, 0, tzinfo=timezone(timedelta(hours=-5, minutes=-30))), "2019-02-25T04:30:00Z", id="minus-five-thirty-crosses-day"),
+        pytest.param(datetime(2019, 2, 25, 11, 26, 14, tzinfo=timezone(timedelta(hours=2))), "2019-02-25T09:26:14Z",
+                     id="plus-two"),
+        pytest.param(datetime(2019, 2, 24, 23, 0, 0, tzinfo=timezone(timedelta(hours=-5, minutes=-30))),
+                     "2019-02-25T04:30:00Z", id="minus-five-thirty-crosses-day"),
         pytest.param(datetime(999, 1, 2, 3, 4, 5, tzinfo=UTC), "0999-01-02T03:04:05Z", id="year-padded"),
     ],
 )
@@ -283,9 +285,11 @@ def test_format_expires(when: datetime, expected: str) -> None:
     [
         pytest.param(datetime(2019, 2, 25, 9, 26, 14), "naive", id="naive"),
         pytest.param(datetime(2019, 2, 25, 9, 26, 14, 1, tzinfo=UTC), "sub-second", id="microseconds"),
-        pytest.param(datetime(2019, 2, 25, tzinfo=timezone(timedelta(seconds=1, microseconds=5))), "sub-second", id="sub-second-offset"),
+        pytest.param(datetime(2019, 2, 25, tzinfo=timezone(timedelta(seconds=1, microseconds=5))), "sub-second",
+                     id="sub-second-offset"),
         pytest.param(datetime.min.replace(tzinfo=timezone(timedelta(hours=1))), "range", id="before-year-1-in-utc"),
-        pytest.param(datetime.max.replace(microsecond=0, tzinfo=timezone(timedelta(hours=-1))), "range", id="after-year-9999-in-utc"),
+        pytest.param(datetime.max.replace(microsecond=0, tzinfo=timezone(timedelta(hours=-1))), "range",
+                     id="after-year-9999-in-utc"),
     ],
 )
 def test_format_expires_rejects(when: datetime, match: str) -> None:

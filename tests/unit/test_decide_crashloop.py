@@ -87,7 +87,8 @@ def test_a_crash_looping_gpu_job_names_restarts_exit_and_memory_limit() -> None:
     assert found.state is State.FIRES and found.subject == job.ref and found.gpus == 2
     assert found.trigger is TriggerKind.CRASH_LOOP and found.condition == "crash-looping"
     assert found.why.startswith("crash-looping while holding 2 GPUs: ")
-    assert f"{looping.ref.name}: 7 restarts, last exit train: OOMKilled, exit code 137 at 2026-11-23 11:58Z" in found.why
+    assert (f"{looping.ref.name}: 7 restarts, last exit train: OOMKilled, exit code 137 at 2026-11-23 11:58Z"
+            in found.why)
     assert "memory limit 8.0 GiB" in found.why
 
 
@@ -99,7 +100,8 @@ def test_a_crash_looping_gpu_job_names_restarts_exit_and_memory_limit() -> None:
                  (f"node agent: {GROUP}", "memory.oom.group"), ("the container kept running",), id="whole-container"),
     pytest.param("OOMKilled", 8 * GIB, (OomReport(1, 1, OomScope.CONTAINER, "first"),
                                         OomReport(2, 3, OomScope.PROCESS, "latest")),
-                 ("node agent: latest", "the container kept running"), ("node agent: first",), id="latest-words-any-single"),
+                 ("node agent: latest", "the container kept running"), ("node agent: first",),
+                 id="latest-words-any-single"),
     pytest.param("Error", 8 * GIB, (OomReport(0, 0, OomScope.UNKNOWN, "OOM kills seen by an older agent"),),
                  ("node agent: OOM kills seen by an older agent", "memory.oom.group"), ("kept running",),
                  id="older-agent-scope-unknown"),

@@ -104,7 +104,8 @@ def marked(marked_at: datetime.datetime, deadline: datetime.datetime, warned_at:
            *, uid: str = "uid-train", via: str = "owner D0ALICE/{}", action: str = "delete",
            warned_deadline: datetime.datetime | None = None) -> dict[str, str]:
     """The annotations the janitor writes when it marks object `uid` and its warning is delivered."""
-    notes = {a.POLICY: "idle-gpu", a.EXPIRES: t(deadline), a.MARKED_AT: t(marked_at), a.REASON: "idle", a.MARKED_UID: uid}
+    notes = {a.POLICY: "idle-gpu", a.EXPIRES: t(deadline), a.MARKED_AT: t(marked_at), a.REASON: "idle",
+             a.MARKED_UID: uid}
     if warned_at is not None:
         notes |= {a.WARNED_AT: t(warned_at), a.WARNED_VIA: via.format(f"{warned_at.timestamp():.6f}"),
                   a.WARNED_OF: f"{action} {t(warned_deadline or deadline)}"}
@@ -113,8 +114,8 @@ def marked(marked_at: datetime.datetime, deadline: datetime.datetime, warned_at:
 
 def finding(view: ObjectView, state: State = State.FIRES, pol: Policy | None = None, owner: Owner = ALICE) -> Finding:
     pol = pol or policy()
-    return Finding(TriggerKind.IDLE_GPU, pol.name, pol.mode, view.ref, state, REASONS[state], gpus=1, reclaim_gpu_hours=2.0,
-                   owner=owner)
+    return Finding(TriggerKind.IDLE_GPU, pol.name, pol.mode, view.ref, state, REASONS[state], gpus=1,
+                   reclaim_gpu_hours=2.0, owner=owner)
 
 
 def workload(view: ObjectView, namespace: NamespaceView | None = None) -> Workload:
@@ -312,7 +313,8 @@ def test_a_reminders_delivery_records_only_when_it_was_sent() -> None:
 ])
 def test_keep_until_delays_but_not_past_the_cap(keep: datetime.datetime | str, expected: datetime.datetime) -> None:
     pol = policy(max_extension=7 * DAY, remind_every=0 * H)
-    notes = marked(ago(hours=30), ago(hours=6), ago(hours=30)) | {a.KEEP_UNTIL: keep if isinstance(keep, str) else t(keep)}
+    keep_until = keep if isinstance(keep, str) else t(keep)
+    notes = marked(ago(hours=30), ago(hours=6), ago(hours=30)) | {a.KEEP_UNTIL: keep_until}
     change = one(job(notes), pol=pol)
     assert change.step is Step.EXTEND and change.annotations == {a.EXPIRES: t(expected)}
     # Once written, it waits until then and acts after.
@@ -476,7 +478,8 @@ def test_a_replicasets_copy_of_a_mark_its_deployment_no_longer_carries_is_droppe
 # -- recovery --------------------------------------------------------------------------------------------
 
 def test_resend_gets_this_cycles_intent() -> None:
-    notes = marked(ago(hours=30), ago(hours=6)) | {a.NOTICE: f"warning abc-1 {t(ago(hours=1))} delete {t(ago(hours=6))}"}
+    notes = marked(ago(hours=30), ago(hours=6)) | {
+        a.NOTICE: f"warning abc-1 {t(ago(hours=1))} delete {t(ago(hours=6))}"}
     change = one(job(notes))
     assert change.step is Step.RECOVER and change.intent is not None and change.intent.id == "abc-1"
     assert change.annotations == {} and change.notice is not None and change.notice.kind is NoticeKind.WARNING

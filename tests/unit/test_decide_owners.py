@@ -37,13 +37,15 @@ def test_workload_annotation_wins_over_namespace() -> None:
 
 
 def test_kubeflow_profile_namespace_owner() -> None:
-    owner = find_owner(obj("nb", kind="Notebook"), NamespaceView("kubeflow-alice", annotations={"owner": "alice@lab.example"}))
+    namespace = NamespaceView("kubeflow-alice", annotations={"owner": "alice@lab.example"})
+    owner = find_owner(obj("nb", kind="Notebook"), namespace)
     assert (owner.kind, owner.value) == (OwnerKind.EMAIL, "alice@lab.example")
     assert owner.source.startswith("Namespace/kubeflow-alice")
 
 
 def test_label_owner_and_unreadable_values_skipped() -> None:
-    deploy = replace(obj("nb", kind="Deployment"), annotations={"owner": "someone"}, labels={"janitor/owner": "U04ABCD1234"})
+    deploy = replace(obj("nb", kind="Deployment"), annotations={"owner": "someone"},
+                     labels={"janitor/owner": "U04ABCD1234"})
     assert find_owner(deploy, None).kind is OwnerKind.SLACK_USER
 
 

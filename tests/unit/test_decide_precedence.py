@@ -20,8 +20,8 @@ from janitor.decide.evidence import Evidence, EvidenceWindow, GpuEvidence, GpuSe
 from janitor.decide.lifecycle import Step
 from janitor.decide.model import (
     NamespaceView,
-    Observation,
     ObjectRef,
+    Observation,
     OwnerRef,
     PodView,
     SafetyLedger,

@@ -153,7 +153,8 @@ def test_the_proof_is_named_in_the_force_delete() -> None:
 def test_a_pod_the_agent_reports_is_to_be_rebooted_away() -> None:
     [found] = stuck([pod(uid=STUCK_UID)], [NodeInfo("n1", ready=False, agent=agent(True, "1 tasks", [STUCK_UID]))])
     assert holds(found) == ["its node n1 is NotReady", "processes stuck in D state on n1 (node agent: 1 tasks)"]
-    assert found.stuck is not None and str(found.stuck.remedy) == "drain and reboot n1: a process in D state cannot be killed"
+    assert found.stuck is not None
+    assert str(found.stuck.remedy) == "drain and reboot n1: a process in D state cannot be killed"
 
 
 def test_not_before_grace_plus_after_and_not_without_force_delete() -> None:

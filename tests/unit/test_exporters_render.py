@@ -206,9 +206,10 @@ def test_cpu_counter_is_monotonic_across_rate_changes_and_absence(values: Values
         for _ in range(3):
             clock.t += 10
             text = cadvisor_text(GPU_NODE, [p], values, clock.t)
-            series = [s.value for s in samples(text, "container_cpu_usage_seconds_total") if s.labels["container"] == "c"]
+            cpu = samples(text, "container_cpu_usage_seconds_total")
+            series = [s.value for s in cpu if s.labels["container"] == "c"]
             assert len(series) == (0 if rate == ABSENT else 1)
-            total = [s.value for s in samples(text, "container_cpu_usage_seconds_total") if s.labels["id"].endswith(".slice")]
+            total = [s.value for s in cpu if s.labels["id"].endswith(".slice")]
             seen.append((series[0] if series else None, total[0]))
     app = [a for a, _ in seen if a is not None]
     pods = [t for _, t in seen]

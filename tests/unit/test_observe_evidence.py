@@ -24,11 +24,11 @@ from janitor.observe.evidence import (
     cpu_evidence,
     cpu_query,
     duration,
+    exact_names_regex,
     fold_cpu,
     fold_gpu,
     gpu_evidence,
     gpu_query,
-    exact_names_regex,
 )
 from janitor.observe.prometheus import (
     HONOR_LABELS,
@@ -111,7 +111,8 @@ def test_cpu_query_without_sidecars_has_no_regex_and_follows_label_map() -> None
 
 
 def test_sidecar_regex_matches_names_exactly() -> None:
-    assert exact_names_regex(["istio-proxy", "a.b", "x|y", "q(1)", 'c"d', "", "a.b"]) == r'istio-proxy|a\.b|x\|y|q\(1\)|c"d'
+    assert (exact_names_regex(["istio-proxy", "a.b", "x|y", "q(1)", 'c"d', "", "a.b"])
+            == r'istio-proxy|a\.b|x\|y|q\(1\)|c"d')
     # The PromQL string literal escapes the backslashes and the quote on top.
     query = cpu_query(window=HOURS_2, step=STEP, ignore_containers=('c"d', "a.b"))
     assert 'container!~"c\\"d|a\\\\.b"' in query

@@ -213,7 +213,8 @@ def test_empty_vector_is_a_result(fake: FakePrometheus) -> None:
 
 
 def test_matrix_and_scalar_answers(fake: FakePrometheus) -> None:
-    fake.answer(200, success("matrix", [{"metric": {"job": "self"}, "values": [[1795313323, "1"], [1795313328, "0.5"]]}]))
+    fake.answer(200, success("matrix", [{"metric": {"job": "self"},
+                                         "values": [[1795313323, "1"], [1795313328, "0.5"]]}]))
     fake.answer(200, success("scalar", [1795313323.617, "1"]))
     prom = source(fake)
     matrix = prom.range("up", AT - timedelta(minutes=5), AT, timedelta(seconds=5))
@@ -255,7 +256,8 @@ def test_warnings_make_a_partial_result(fake: FakePrometheus) -> None:
         pytest.param(422, {"status": "error", "errorType": "execution",
                            "error": "found duplicate series for the match group {} on the right hand-side"},
                      ErrorKind.EXECUTION, "duplicate series", id="422-execution"),
-        pytest.param(503, {"status": "error", "errorType": "timeout", "error": "query timed out in expression evaluation"},
+        pytest.param(503, {"status": "error", "errorType": "timeout",
+                           "error": "query timed out in expression evaluation"},
                      ErrorKind.TIMEOUT, "timed out", id="503-timeout"),
         pytest.param(503, {"status": "error", "errorType": "unavailable", "error": "no store"},
                      ErrorKind.UNAVAILABLE, "no store", id="503-unavailable"),
@@ -268,7 +270,8 @@ def test_warnings_make_a_partial_result(fake: FakePrometheus) -> None:
         pytest.param(200, b"<html>login page</html>", ErrorKind.MALFORMED, "login page", id="html-200"),
         pytest.param(200, {"status": "success", "data": {"resultType": "vector"}},
                      ErrorKind.MALFORMED, "shape", id="no-result"),
-        pytest.param(200, {"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}, "value": [1, "x"]}]}},
+        pytest.param(200, {"status": "success",
+                           "data": {"resultType": "vector", "result": [{"metric": {}, "value": [1, "x"]}]}},
                      ErrorKind.MALFORMED, "shape", id="bad-value"),
         pytest.param(200, success("string", [1, "hello"]), ErrorKind.MALFORMED, "string", id="string-result"),
         pytest.param(200, {"data": []}, ErrorKind.MALFORMED, "not a Prometheus", id="no-status"),

@@ -167,7 +167,8 @@ def with_line7(line: str) -> str:
 
 ERROR_CASES = [
     pytest.param(with_line7("      idleGpu: {window: 30 minutes}"),
-                 "p.yaml:7: triggers.idleGpu.window: '30 minutes' is not a duration (e.g. 30m, 8h, 7d)", id="duration-words"),
+                 "p.yaml:7: triggers.idleGpu.window: '30 minutes' is not a duration (e.g. 30m, 8h, 7d)",
+                 id="duration-words"),
     pytest.param(with_line7("      idleGpu: {window: 30}"),
                  "p.yaml:7: triggers.idleGpu.window: 30 is not a duration", id="duration-number"),
     pytest.param(with_line7("      pending: {after: forever}"),

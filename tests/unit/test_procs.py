@@ -54,7 +54,8 @@ def test_components_die_with_a_killed_parent(tmp_path: Path) -> None:
         import sys, time
         from pathlib import Path
         from devenv.procs import Component
-        c = Component("child", [sys.executable, "-c", "import time; time.sleep(300)"], Path({str(tmp_path / 'c.log')!r}))
+        c = Component("child", [sys.executable, "-c", "import time; time.sleep(300)"],
+                      Path({str(tmp_path / 'c.log')!r}))
         c.start()
         Path({str(pid_file)!r}).write_text(str(c.pid))
         time.sleep(300)

@@ -139,7 +139,7 @@ def test_backfilled_idle_history_joins_live_scrapes(run: dict, tmp_path: Path, s
     assert len(raw) == 1, f"backfilled and live samples are separate series: {[r['metric'] for r in raw]}"
     stamps = [float(t) for t, _ in raw[0]["values"]]
     assert stamps[0] < started - 7000 and stamps[-1] > started
-    assert max(b - a for a, b in zip(stamps, stamps[1:])) < 20 + run["targets_up_s"]
+    assert max(b - a for a, b in zip(stamps, stamps[1:], strict=False)) < 20 + run["targets_up_s"]
     assert {v for _, v in raw[0]["values"]} == {"0"}
 
     assert one(prom, f"max_over_time({idle}[2h])") == 0

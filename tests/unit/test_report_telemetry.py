@@ -39,9 +39,10 @@ def test_plan_table_reads_well() -> None:
     text = report.plan_table(sample_plan(), dry_run=False)
     lines = text.splitlines()
     assert lines[0].split() == ["ACTION", "OBJECT", "RULE", "WHY"]
-    assert any(l.startswith("REPORT") and "ConfigMap/team-a/typo" in l for l in lines)
-    assert any(l.startswith("DELETE") and "ConfigMap/team-b/over-cap" in l and "passed" in l for l in lines)
-    assert any(l.startswith("HOLD (cap)") and "ConfigMap/team-a/old" in l and "per hour" in l for l in lines)
+    assert any(line.startswith("REPORT") and "ConfigMap/team-a/typo" in line for line in lines)
+    assert any(line.startswith("DELETE") and "ConfigMap/team-b/over-cap" in line and "passed" in line for line in lines)
+    assert any(line.startswith("HOLD (cap)") and "ConfigMap/team-a/old" in line and "per hour" in line
+               for line in lines)
     assert "1 to delete or reclaim, 1 held, 1 to report" in text and "2026-11-23 12:00:00Z" in text
 
 

@@ -50,8 +50,6 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry import RateLimitErrorRetryHandler
 
-ROOT = Path(__file__).resolve().parents[2]
-
 from devenv import slack_standin
 from devenv.slack_standin import (
     DEFAULT_TOKEN,
@@ -59,6 +57,8 @@ from devenv.slack_standin import (
     SlackStandInControl,
     SlackUser,
 )
+
+ROOT = Path(__file__).resolve().parents[2]
 
 ALICE = SlackUser(email="alice@example.org", id="U0ALICE", name="alice")
 BOB = SlackUser(email="bob@example.org", id="U0BOB", name="bob")
@@ -194,7 +194,7 @@ def test_ts_are_strictly_increasing_and_unique_even_if_the_clock_stalls(
     dm = client.conversations_open(users=ALICE.id)["channel"]["id"]
     stamps = [client.chat_postMessage(channel=dm, text=str(i))["ts"] for i in range(25)]
     values = [Decimal(ts) for ts in stamps]
-    assert all(a < b for a, b in zip(values, values[1:]))
+    assert all(a < b for a, b in zip(values, values[1:], strict=False))
     assert [m.ts for m in control.messages(dm)] == stamps
 
 
@@ -258,7 +258,7 @@ def test_conversations_history_takes_channel_ids_only(standin: SlackStandIn,
     [msg] = client.conversations_history(channel="C0TEAMML")["messages"]
     assert msg["text"] == "hello team" and msg["bot_id"]
     for channel in ("#team-ml", "C0NOWHERE"):
-        call = lambda: client.conversations_history(channel=channel)  # noqa: E731
+        call = lambda channel=channel: client.conversations_history(channel=channel)  # noqa: E731
         assert slack_error(call).response["error"] == "channel_not_found"
 
 

@@ -154,12 +154,8 @@ def gpu_findings(workloads: Sequence[Workload], observation: Observation, policy
     trigger = policy.trigger(IdleGpu)
     assert trigger is not None
     evidence = observation.evidence.gpu.get((str(trigger.signal), trigger.window))
-    found = []
-    for workload in workloads:
-        pods = gpu_pods(workload)
-        judged = [judge_gpu(p, evidence, trigger, now) for p in pods]
-        found.append(_finding(TriggerKind.IDLE_GPU, workload, policy, judged, pods, trigger.window))
-    return found
+    return [_finding(TriggerKind.IDLE_GPU, w, policy, [judge_gpu(p, evidence, trigger, now) for p in pods], pods,
+                     trigger.window) for w in workloads for pods in [gpu_pods(w)]]
 
 
 def cpu_findings(workloads: Sequence[Workload], observation: Observation, policy: Policy,
@@ -167,12 +163,8 @@ def cpu_findings(workloads: Sequence[Workload], observation: Observation, policy
     trigger = policy.trigger(IdleCpu)
     assert trigger is not None
     evidence = observation.evidence.cpu.get((trigger.window, tuple(sorted(trigger.ignore_containers))))
-    found = []
-    for workload in workloads:
-        pods = running(workload)
-        judged = [judge_cpu(p, evidence, trigger, now) for p in pods]
-        found.append(_finding(TriggerKind.IDLE_CPU, workload, policy, judged, pods, trigger.window))
-    return found
+    return [_finding(TriggerKind.IDLE_CPU, w, policy, [judge_cpu(p, evidence, trigger, now) for p in pods], pods,
+                     trigger.window) for w in workloads for pods in [running(w)]]
 
 
 def reclaim_by(findings: Iterable[Finding]) -> dict[tuple[str, str], float]:

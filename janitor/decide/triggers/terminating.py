@@ -16,7 +16,17 @@ from __future__ import annotations
 import datetime
 from collections.abc import Sequence
 
-from janitor.decide.model import Action, ActionType, Finding, NodeInfo, Observation, PodView, State, StuckPod, TriggerKind
+from janitor.decide.model import (
+    Action,
+    ActionType,
+    Finding,
+    NodeInfo,
+    Observation,
+    PodView,
+    State,
+    StuckPod,
+    TriggerKind,
+)
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import Workload
 from janitor.policy.model import Policy, Terminating
