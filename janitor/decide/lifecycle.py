@@ -162,9 +162,15 @@ def delivered(change: Change, delivery: ann.Delivery, policy: Policy | None) -> 
 
 
 def resend(change: Change, now: datetime.datetime) -> Change:
-    """A RECOVER whose message Slack does not have: send it again under this cycle's intent."""
+    """A RECOVER whose message Slack does not have: send it again under this cycle's intent. The
+    message is rendered now, so the intent records what it says now (the deadline may have moved
+    since the first attempt), never what the lost attempt would have said."""
     assert change.notice is not None and change.intent is not None
-    intent = Intent(change.notice.kind, intent_id(change.notice.owner, now), now, change.intent.warns_of)
+    notice = change.notice
+    warns_of = change.intent.warns_of
+    if notice.kind is NoticeKind.WARNING and notice.deadline is not None:
+        warns_of = WarnedOf(notice.action, notice.deadline)
+    intent = Intent(notice.kind, intent_id(notice.owner, now), now, warns_of)
     return replace(change, step=Step.NOTIFY, why=why(Code.RESEND, why=change.why),
                    annotations={ann.NOTICE: str(intent)}, intent=intent)
 
@@ -462,4 +468,7 @@ def _decide(case: _Case, views: Mapping[str, ObjectView], by_policy: Mapping[str
     if governing.state in (State.CLEAR, State.PARTIAL):
         return _unmark(case, why(Code.IN_USE, trigger=str(governing.trigger), policy=governing.policy,
                                  why=governing.reason), governing.owner, now), None
+    if not policy.lifecycle.action.applies_to(view.ref.kind):
+        return _unmark(case, why(Code.ACTION_NO_LONGER_FITS, policy=policy.name, action=str(policy.lifecycle.action),
+                                 kind=view.ref.kind), owner, now), None
     return _marked(case, governing, policy, now, pace), None

@@ -146,12 +146,17 @@ def _one_deletion_per_object(findings: Sequence[Finding]) -> list[Action]:
     return [f.proposal for f in ordered if f.proposal is not None]
 
 
-def _reports(findings: Sequence[Finding]) -> list[Action]:
-    """Several pods inheriting one template give one report on their controller."""
+def _reports(findings: Sequence[Finding], observation: Observation, rails: Rails) -> list[Action]:
+    """Several pods inheriting one template give one report on their controller; nothing is
+    reported on an object the rails leave alone (a pod's controller may be opted out)."""
+    by_uid = {o.ref.uid: o for o in observation.objects}
     merged: dict[str, Action] = {}
     for f in findings:
         action = f.proposal
         if action is None or action.type is not ActionType.REPORT:
+            continue
+        target = by_uid.get(action.target.uid)
+        if target is None or selection.gate(target, observation, rails) is not None:
             continue
         previous = merged.get(action.target.uid)
         if previous is None:
@@ -183,7 +188,7 @@ def decide(observation: Observation, policies: Sequence[Policy], now: datetime.d
     deletions = _one_deletion_per_object(expired)
     due = deletions + [c.action for c in acts if c.action is not None and c.workload.uid not in
                        {a.target.uid for a in deletions}] + forced
-    return Decision(now, tuple(expired + found), changes, tuple(due), tuple(_reports(expired)))
+    return Decision(now, tuple(expired + found), changes, tuple(due), tuple(_reports(expired, observation, rails)))
 
 
 def silent_gpu_pods(observation: Observation) -> tuple[PodView, ...]:

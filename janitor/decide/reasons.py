@@ -112,6 +112,7 @@ class Code(StrEnum):
     ACTION_DOES_NOT_FIT = "action-does-not-fit"
     MARK_CAPPED = "mark-capped"
     NO_LONGER_COVERED = "no-longer-covered"
+    ACTION_NO_LONGER_FITS = "action-no-longer-fits"
     MARK_BROKEN = "mark-broken"
     COPY_REMOVED = "copy-removed"
     COPY_OF_SOURCE = "copy-of-source"
@@ -233,6 +234,7 @@ _T: Mapping[Code, str] = {
                         "over it",
     Code.ACTION_DOES_NOT_FIT: "{condition}, but action {action} does not apply to a {kind}; not marked",
     Code.MARK_CAPPED: "{condition}; new-mark cap reached ({over:, }), marked in a later cycle",
+    Code.ACTION_NO_LONGER_FITS: "policy {policy}'s action is now {action}, which does not apply to a {kind}; unmarked",
     Code.NO_LONGER_COVERED: "no longer covered: policy {policy} is gone, in shadow mode or no longer matches, "
                             "or the workload has no running pods",
     Code.MARK_BROKEN: "the mark does not parse ({problems:; }): removed, to start again",

@@ -50,9 +50,13 @@ def test_daemon_deletes_on_schedule_and_serves_health_and_metrics(sandbox, core:
             return "later" not in {c.metadata.name for c in core.list_namespaced_config_map(namespace).items}
 
         wait_until(deleted, timeout=30, what="the daemon to delete the expired ConfigMap")
+        # The cycle's outcomes are counted when the cycle ends, a moment after the delete itself.
+        done = 'janitor_actions_total{action="delete",outcome="done",policy="ttl-expiry",rule="expires"} 1.0'
+        wait_until(lambda: done in get(f"http://127.0.0.1:{port}/metrics")[1], timeout=30,
+                   what="the deletion to be counted in /metrics")
         status, metrics = get(f"http://127.0.0.1:{port}/metrics")
         assert status == 200
-        assert 'janitor_actions_total{action="delete",outcome="done",policy="ttl-expiry",rule="expires"} 1.0' in metrics
+        assert done in metrics
         assert 'janitor_deletions_held_total{reason="cap"} 0.0' in metrics
         assert 'janitor_cycles_total{result="success"}' in metrics
     finally:

@@ -227,6 +227,20 @@ def test_a_policy_whose_action_changed_since_the_warning_warns_again_before_acti
     assert decided.warned == {"train"}
 
 
+def test_a_policy_whose_new_action_does_not_apply_to_the_marked_kind_unmarks_it() -> None:
+    """Warned: delete at the deadline. The admin changed the policy to suspend since, which means
+    nothing for a Deployment: neither a new warning of it nor a suspend, and the owner hears the
+    mark is gone."""
+    deploy = view("notebook", "Deployment")
+    deploy = with_notes(deploy, mark(deploy, policy="idle-gpu", marked_at=ago(hours=30), deadline=ago(hours=6),
+                                     warned_at=ago(hours=30), action="delete"))
+    decided = decide([deploy], [gpu_pod("notebook-x", deploy)], [gpu_policy(action=PolicyAction.SUSPEND)],
+                     Usage(gpu_peak=0.0))
+    assert decided.acted == {}
+    assert decided.warned == frozenset()
+    assert decided.unmarked == {"notebook"}
+
+
 # -- the audit line -----------------------------------------------------------------------------------
 
 def test_the_audit_line_names_the_policy_that_decided(caplog: pytest.LogCaptureFixture) -> None:

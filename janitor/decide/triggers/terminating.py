@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Sequence
 
+from janitor.decide import selection
 from janitor.decide.model import (
     Action,
     ActionType,
@@ -94,6 +95,8 @@ def findings(workloads: Sequence[Workload], observation: Observation, policy: Po
     found = []
     for workload in workloads:
         for pod in pods(workload):
+            if policy.lifecycle.honour_opt_out and selection.opted_out(pod.annotations, workload.namespace):
+                continue  # the pod's own opt-out (the workload's is honoured by selection.governing)
             since = pod.state.deleting_since
             assert since is not None
             overdue = now - since - datetime.timedelta(seconds=pod.state.grace_seconds)

@@ -1,0 +1,994 @@
+"""Generated clusters for the promise properties (test_promises.py), and a small model of what
+happens around the janitor between its cycles.
+
+A `Cluster` is the ground truth of one generated cluster: its objects and pods with their
+annotations and owner chains, its namespaces and nodes, what every pod really uses on each signal,
+which evidence queries fail, which warnings were delivered before the run began, and what Slack
+holds. `Cluster.observe(policies, at)` is what one cycle (or one re-check) reads of it.
+
+`Simulator` runs the janitor's plans on a cluster for many cycles: it applies the plan's changes
+to the annotations as the acting layer does (a send's intent first, its delivery record after,
+`janitor.decide.lifecycle.delivered`; a send in flight asked about on Slack and sent again under a
+new intent), carries out the actions after their re-check, lets the Deployment controller copy
+annotations onto ReplicaSets, and does what users do between cycles. It keeps its own record of
+every warning that really reached someone: what the message said would happen, when, and when
+it arrived.
+
+Everything random is drawn through hypothesis, so every failure shrinks to a small cluster and a
+short script.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import functools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from factories import NOW
+from hypothesis import strategies as st
+
+from janitor import annotations as ann
+from janitor.annotations import Delivery, Intent, NoticeKind, WarnedOf
+from janitor.decide.evidence import (
+    CpuEvidence,
+    CpuUsage,
+    Evidence,
+    EvidenceWindow,
+    GpuEvidence,
+    GpuSeries,
+    PodKey,
+)
+from janitor.decide.lifecycle import Change, LifecycleSettings, MarkCaps, Step, delivered, resend
+from janitor.decide.model import (
+    Action,
+    ActionType,
+    ContainerView,
+    NamespaceView,
+    NodeInfo,
+    ObjectRef,
+    ObjectView,
+    Observation,
+    OwnerRef,
+    PodState,
+    PodView,
+    SafetyLedger,
+)
+from janitor.decide.owners import OwnerKind
+from janitor.decide.plan import CyclePlan, PlanSettings
+from janitor.decide.rails import Caps, Rails, record_deletions
+from janitor.decide.selection import CronJobMode
+from janitor.policy.model import (
+    Action as PolicyAction,
+)
+from janitor.policy.model import (
+    CrashLoop,
+    GpuSignal,
+    IdleCpu,
+    IdleGpu,
+    LabelSelector,
+    Lifecycle,
+    Match,
+    Mode,
+    Namespaces,
+    Operator,
+    Pending,
+    Policy,
+    Requirement,
+    Terminating,
+    WorkingHours,
+)
+
+M = datetime.timedelta(minutes=1)
+H = datetime.timedelta(hours=1)
+DAY = datetime.timedelta(days=1)
+
+NAMESPACES = ("team-a", "team-b", "ml", "kube-system", "vault")
+PROTECTED = ("kube-system", "kube-public", "kube-node-lease", "vault")
+NODES = ("gpu-1", "gpu-2", "cpu-1")
+GONE_POLICY = "retired"  # a policy name that marks may carry but no policy has any more
+SIDECAR = "sidecar"
+API = {"Deployment": "apps/v1", "ReplicaSet": "apps/v1", "StatefulSet": "apps/v1", "DaemonSet": "apps/v1",
+       "Job": "batch/v1", "CronJob": "batch/v1", "Notebook": "kubeflow.org/v1", "Pod": "v1", "ConfigMap": "v1",
+       "Namespace": "v1"}
+WORKLOAD_KINDS = ("Deployment", "StatefulSet", "Job", "CronJob", "Notebook", "Pod", "DaemonSet")
+MARK_STATES = ("none", "warned", "unwarned", "in-flight", "partial", "copy", "user-expires", "malformed")
+SIGNAL_MAX = {str(GpuSignal.GPU_UTIL): 100.0, str(GpuSignal.GR_ENGINE_ACTIVE): 1.0}
+GPU_STEP = datetime.timedelta(seconds=15)
+CPU_STEP = datetime.timedelta(minutes=1)
+
+
+def stamp(when: datetime.datetime) -> str:
+    return ann.format_deadline(when)
+
+
+# -- the ground truth -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Use:
+    """What one pod really does, as the exporters would report it."""
+
+    gpu: tuple[float | None, ...] = ()  # per GPU, the peak as a fraction of the signal's range (None: NaN)
+    gpu_coverage: float = 1.0  # the part of the window the samples cover
+    gpu_gap: bool = False  # the exporter lost one GPU's series
+    cpu: float | None = 0.0  # peak cores of the app containers (None: not a finite number)
+    sidecar: float = 0.0  # peak cores of the sidecar
+    cpu_coverage: float = 1.0
+    absent: bool = False  # no series at all (a scrape gap)
+
+
+@dataclass
+class Thing:
+    """An object as the cluster holds it."""
+
+    kind: str
+    namespace: str | None
+    name: str
+    uid: str
+    created: datetime.datetime
+    annotations: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    controller: OwnerRef | None = None
+    deleting: bool = False
+    template: dict[str, str] = field(default_factory=dict)
+    replicas: int | None = None
+    version: int = 1
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef(self.kind, API.get(self.kind, "v1"), self.namespace, self.name, self.uid)
+
+    def owner_ref(self) -> OwnerRef:
+        return OwnerRef(self.kind, API.get(self.kind, "v1"), self.name, self.uid)
+
+    def view(self) -> ObjectView:
+        return ObjectView(self.ref, str(self.version), self.created, dict(self.annotations), dict(self.labels),
+                          self.deleting, self.controller, dict(self.template), self.replicas)
+
+
+@dataclass
+class Pod:
+    namespace: str
+    name: str
+    uid: str
+    controller: OwnerRef | None
+    node: str | None
+    phase: str
+    started: datetime.datetime | None
+    gpus: int
+    created: datetime.datetime
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    containers: tuple[ContainerView, ...] = ()
+    deleting: bool = False
+    state: PodState = field(default_factory=PodState)
+    use: Use = field(default_factory=Use)
+    version: int = 1
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef("Pod", "v1", self.namespace, self.name, self.uid)
+
+    def view(self) -> PodView:
+        return PodView(self.ref, str(self.version), dict(self.labels), self.controller, self.node, self.phase,
+                       self.started, self.gpus, self.containers, self.deleting, dict(self.annotations), self.state,
+                       self.created)
+
+    def as_object(self) -> ObjectView:
+        return ObjectView(self.ref, str(self.version), self.created, dict(self.annotations), dict(self.labels),
+                          self.deleting, self.controller)
+
+
+@dataclass(frozen=True)
+class Warning:
+    """A warning that reached someone: what it said would happen, and when it arrived."""
+
+    uid: str
+    action: str
+    deadline: datetime.datetime
+    at: datetime.datetime
+    to_admins: bool
+
+
+@dataclass
+class Cluster:
+    objects: dict[str, Thing]
+    pods: dict[str, Pod]
+    namespaces: dict[str, tuple[dict[str, str], dict[str, str]]]  # name -> (labels, annotations)
+    nodes: tuple[NodeInfo, ...] = ()
+    nodes_known: bool = True
+    pods_listed: bool = False
+    namespaces_listed: bool = False
+    failing: set[str] = field(default_factory=set)  # evidence queries that fail ("gpu:..." / "cpu:...")
+    unread: set[str] = field(default_factory=set)  # evidence queries not made at all
+    history: dict[str, list[Warning]] = field(default_factory=dict)  # warnings delivered before the run
+    slack: dict[str, Delivery] = field(default_factory=dict)  # intent id -> the delivery Slack has
+    serial: int = 0
+
+    def new_uid(self, what: str) -> str:
+        self.serial += 1
+        return f"{what}-new-{self.serial}"
+
+    def copy(self) -> Cluster:
+        return copy.deepcopy(self)
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    def find(self, uid: str) -> Thing | Pod | None:
+        return self.objects.get(uid) or self.pods.get(uid)
+
+    def notes(self, uid: str) -> dict[str, str] | None:
+        found = self.find(uid)
+        return None if found is None else found.annotations
+
+    def namespace_views(self) -> dict[str, NamespaceView]:
+        return {name: NamespaceView(name, dict(labels), dict(notes))
+                for name, (labels, notes) in self.namespaces.items()}
+
+    def observe(self, policies: Sequence[Policy], at: datetime.datetime) -> Observation:
+        objects = [t.view() for t in self.objects.values()]
+        if self.pods_listed:
+            objects += [p.as_object() for p in self.pods.values()]
+        if self.namespaces_listed:
+            objects += [ObjectView(ObjectRef("Namespace", "v1", None, name, f"ns-{name}"), "1", NOW - 400 * DAY,
+                                   dict(notes), dict(labels)) for name, (labels, notes) in self.namespaces.items()]
+        return Observation(at, tuple(objects), tuple(p.view() for p in self.pods.values()), self.namespace_views(),
+                           self.nodes, self.nodes_known, self.evidence(policies, at))
+
+    def evidence(self, policies: Sequence[Policy], at: datetime.datetime) -> Evidence:
+        gpu: dict[tuple[str, datetime.timedelta], GpuEvidence] = {}
+        cpu: dict[tuple[datetime.timedelta, tuple[str, ...]], CpuEvidence] = {}
+        running = [p for p in self.pods.values() if p.phase == "Running" and not p.use.absent]
+        for policy in policies:
+            g = policy.trigger(IdleGpu)
+            if g is not None and (str(g.signal), g.window) not in gpu and gpu_key(g) not in self.unread:
+                window = EvidenceWindow(str(g.signal), g.window, GPU_STEP, at)
+                if gpu_key(g) in self.failing:
+                    gpu[(str(g.signal), g.window)] = GpuEvidence(window, failed="query timed out")
+                else:
+                    gpu[(str(g.signal), g.window)] = GpuEvidence(window, {
+                        PodKey(p.namespace, p.name): _series(p, str(g.signal), window.expected_samples)
+                        for p in running if p.gpus > 0})
+            c = policy.trigger(IdleCpu)
+            ignored = tuple(sorted(c.ignore_containers)) if c is not None else ()
+            if c is not None and (c.window, ignored) not in cpu and cpu_key(c) not in self.unread:
+                window = EvidenceWindow("cpu", c.window, CPU_STEP, at)
+                if cpu_key(c) in self.failing:
+                    cpu[(c.window, ignored)] = CpuEvidence(window, failed="partial response")
+                else:
+                    cpu[(c.window, ignored)] = CpuEvidence(window, {
+                        PodKey(p.namespace, p.name): _cpu(p, SIDECAR in ignored, window.expected_samples)
+                        for p in running})
+        return Evidence(gpu, cpu)
+
+    # -- changing -----------------------------------------------------------------------------------
+
+    def write(self, uid: str, patch: Mapping[str, str | None]) -> bool:
+        """A merge patch of annotations on the object with this uid; False when it is gone."""
+        found = self.find(uid)
+        if found is None:
+            return False
+        for key, value in patch.items():
+            if value is None:
+                found.annotations.pop(key, None)
+            else:
+                found.annotations[key] = value
+        found.version += 1
+        return True
+
+    def below(self, uid: str) -> tuple[list[str], list[str]]:
+        """The objects and pods whose controller chain passes through `uid` (not `uid` itself)."""
+        objects: list[str] = []
+        frontier = {uid}
+        while frontier:
+            step = [t.uid for t in self.objects.values() if t.controller is not None
+                    and t.controller.uid in frontier and t.uid not in objects]
+            objects += step
+            frontier = set(step)
+        tops = {uid, *objects}
+        pods = [p.uid for p in self.pods.values() if p.controller is not None and p.controller.uid in tops]
+        return objects, pods
+
+    def delete(self, uid: str) -> None:
+        """Deleted with background propagation: the garbage collector takes what it owns, and a
+        namespace takes everything in it."""
+        if uid.startswith("ns-"):
+            name = uid[3:]
+            self.namespaces.pop(name, None)
+            self.objects = {u: t for u, t in self.objects.items() if t.namespace != name}
+            self.pods = {u: p for u, p in self.pods.items() if p.namespace != name}
+            return
+        objects, pods = self.below(uid)
+        for gone in (uid, *objects):
+            self.objects.pop(gone, None)
+        for gone in (uid, *pods):
+            self.pods.pop(gone, None)
+
+    def stop_pods(self, uid: str) -> None:
+        """Suspend, scale to zero or stop: the workload stays, its pods go."""
+        for gone in self.below(uid)[1]:
+            self.pods.pop(gone, None)
+
+    def copy_to_replicasets(self) -> None:
+        """The Deployment controller copies a Deployment's annotations onto its ReplicaSets; it adds
+        and overwrites, and never removes one."""
+        for t in self.objects.values():
+            if t.kind == "ReplicaSet" and t.controller is not None and t.controller.kind == "Deployment":
+                source = self.objects.get(t.controller.uid)
+                if source is not None and any(t.annotations.get(k) != v for k, v in source.annotations.items()):
+                    t.annotations.update(source.annotations)
+                    t.version += 1
+
+
+def gpu_key(trigger: IdleGpu) -> str:
+    return f"gpu:{trigger.signal}:{trigger.window}"
+
+
+def cpu_key(trigger: IdleCpu) -> str:
+    return f"cpu:{trigger.window}:{','.join(sorted(trigger.ignore_containers))}"
+
+
+def _series(pod: Pod, signal: str, expected: int) -> tuple[GpuSeries, ...]:
+    use = pod.use
+    samples = max(0, int(expected * use.gpu_coverage))
+    peaks = [None if f is None else f * SIGNAL_MAX[signal] for f in use.gpu[: pod.gpus]]
+    peaks += [0.0] * (pod.gpus - len(peaks))
+    if use.gpu_gap and peaks:
+        peaks = peaks[:-1]
+    return tuple(GpuSeries(str(i), peak, samples, pod.node or "") for i, peak in enumerate(peaks))
+
+
+def _cpu(pod: Pod, sidecar_ignored: bool, expected: int) -> CpuUsage:
+    use = pod.use
+    peak = use.cpu if use.cpu is None or sidecar_ignored else use.cpu + use.sidecar
+    return CpuUsage(peak, max(0, int(expected * use.cpu_coverage)))
+
+
+# -- strategies -------------------------------------------------------------------------------------------
+
+@functools.cache
+def _sampled(typed: tuple[tuple[type, object], ...]) -> st.SearchStrategy[Any]:
+    return st.sampled_from(tuple(choice for _, choice in typed))
+
+
+def one_of(choices: Sequence[Any]) -> st.SearchStrategy[Any]:
+    """One of `choices`, shrinking towards the first (built once where it can be: building a
+    strategy costs more than drawing from it; keyed with the types, as "delete" == Action.DELETE)."""
+    try:
+        return _sampled(tuple((type(choice), choice) for choice in choices))
+    except TypeError:  # unhashable choices
+        return st.sampled_from(tuple(choices))
+
+
+@functools.cache
+def ints(low: int, high: int) -> st.SearchStrategy[int]:
+    return st.integers(low, high)
+
+
+BOOLEANS = st.booleans()
+
+
+@st.composite
+def idle_gpu(draw: st.DrawFn) -> IdleGpu:
+    signal = draw(one_of((GpuSignal.GPU_UTIL, GpuSignal.GR_ENGINE_ACTIVE)))
+    top = SIGNAL_MAX[str(signal)]
+    window = draw(one_of((H, 2 * H)))
+    return IdleGpu(signal, draw(one_of((0.05 * top, 0.5 * top))), window,
+                   draw(one_of((0.8, 0.5))), draw(one_of((H, 2 * H, 3 * H))))
+
+
+@st.composite
+def idle_cpu(draw: st.DrawFn) -> IdleCpu:
+    by_cores = draw(BOOLEANS)
+    return IdleCpu(cores=draw(one_of((0.1, 1.0))) if by_cores else None,
+                   fraction_of_request=None if by_cores else draw(one_of((0.1, 0.5))),
+                   window=draw(one_of((H, 2 * H))), min_coverage=0.8,
+                   min_pod_age=draw(one_of((H, 2 * H))),
+                   ignore_containers=draw(one_of(((), (SIDECAR,)))))
+
+
+TRIGGERS: Mapping[str, st.SearchStrategy[object]] = {
+    "idleGpu": idle_gpu(),
+    "idleCpu": idle_cpu(),
+    "pending": st.builds(Pending, after=st.sampled_from((30 * M, 4 * H)), include_gated=st.booleans()),
+    "crashLoop": st.builds(CrashLoop, restarts=st.sampled_from((3, 5)), window=st.just(H)),
+    "terminating": st.builds(Terminating, after=st.sampled_from((10 * M, H)), force_delete=st.booleans()),
+}
+
+
+TRIGGER_KINDS = st.lists(one_of(("idleGpu", "idleGpu", "idleCpu", "idleCpu", "pending", "crashLoop", "terminating")),
+                         min_size=1, max_size=3, unique=True)
+
+
+@st.composite
+def matches(draw: st.DrawFn) -> Match:
+    include = draw(one_of((("*",), ("*",), ("team-*",), ("ml", "team-a"), ("*", "kube-system"))))
+    exclude = draw(one_of(((), (), ("team-b",), ("t*",))))
+    ns_selector = draw(one_of((LabelSelector(), LabelSelector(), LabelSelector((("tier", "gpu"),)))))
+    pod_selector = draw(one_of((
+        LabelSelector(), LabelSelector(),
+        LabelSelector(match_expressions=(Requirement("app", Operator.IN, ("jupyter",)),)),
+        LabelSelector(match_expressions=(Requirement("app", Operator.NOT_IN, ("batch",)),)))))
+    kinds = draw(one_of(((), (), ("Notebook", "Pod"), ("Job", "Deployment", "StatefulSet"))))
+    return Match(Namespaces(include, exclude), ns_selector, pod_selector, kinds)
+
+
+@st.composite
+def lifecycles(draw: st.DrawFn) -> Lifecycle:
+    hours = draw(one_of((None, None, None, WorkingHours("Europe/Berlin", grace=4 * H))))
+    return Lifecycle(
+        warn_before=draw(one_of((H, 6 * H, 24 * H))),
+        remind_every=draw(one_of((datetime.timedelta(0), 2 * H, 8 * H))),
+        action=draw(one_of((PolicyAction.DELETE, PolicyAction.DELETE, PolicyAction.SUSPEND,
+                            PolicyAction.SCALE_TO_ZERO, PolicyAction.STOP, PolicyAction.REPORT))),
+        max_extension=draw(one_of((datetime.timedelta(0), DAY, 7 * DAY))),
+        honour_opt_out=draw(BOOLEANS),
+        min_grace=draw(one_of((None, None, 30 * M, 12 * H))),
+        admin_fallback_counts=draw(BOOLEANS),
+        working_hours=hours,
+    )
+
+
+@st.composite
+def policy(draw: st.DrawFn, name: str) -> Policy:
+    kinds = draw(TRIGGER_KINDS)
+    triggers = tuple(draw(TRIGGERS[k]) for k in kinds)  # type: ignore[misc]
+    mode = draw(one_of((Mode.ENFORCE, Mode.ENFORCE, Mode.SHADOW)))
+    return Policy(name, triggers, match=draw(matches()), lifecycle=draw(lifecycles()), mode=mode,  # type: ignore[arg-type]
+                  source=f"policies.yaml:{name}")
+
+
+@st.composite
+def policy_sets(draw: st.DrawFn) -> tuple[Policy, ...]:
+    count = draw(ints(1, 4))
+    return tuple(draw(policy(f"p{i}")) for i in range(count))
+
+
+@st.composite
+def plan_settings(draw: st.DrawFn) -> PlanSettings:
+    rails = Rails(protected_namespaces=PROTECTED, honour_opt_out=draw(BOOLEANS),
+                  caps=draw(one_of((Caps(1000, 1000, 1000, 1000), Caps(1000, 1000, 1000, 1000), Caps()))),
+                  dry_run=draw(one_of((False, False, False, True))))
+    lifecycle = LifecycleSettings(pace=draw(one_of((H, H, datetime.timedelta(0)))),
+                                  caps=draw(one_of((MarkCaps(), MarkCaps(2, 1, 1)))))
+    return PlanSettings(rails, lifecycle,
+                        cronjob_mode=draw(one_of((CronJobMode.JOB, CronJobMode.JOB, CronJobMode.CRONJOB))))
+
+
+@dataclass(frozen=True)
+class Story:
+    """A mark as the generator wrote it, and the warning that was really delivered before, if any."""
+
+    notes: dict[str, str]
+    delivered: Warning | None = None
+    intent: Intent | None = None  # a send in flight
+    on_slack: Delivery | None = None  # ... that Slack has (the record of it was lost)
+
+
+@st.composite
+def marks(draw: st.DrawFn, uid: str, policies: Sequence[Policy], *, profile: str = "any",
+          strangers: Sequence[str] = ()) -> Story:
+    """Any state a mark can be in on the object `uid` ("due": mostly warned and past its deadline;
+    "idle": mostly none yet)."""
+    due = profile == "due"
+    weights = {"due": ("warned",) * 6 + MARK_STATES, "idle": ("none",) * 12 + MARK_STATES}.get(
+        profile, MARK_STATES + ("none", "none", "warned", "partial", "partial", "copy"))
+    state = draw(one_of(weights))
+    if state == "none":
+        return Story({})
+    if state == "user-expires":
+        return Story({ann.EXPIRES: stamp(NOW + draw(one_of((-3 * H, 5 * H, -30 * DAY))))})
+    enforcing = [p for p in policies if p.mode is Mode.ENFORCE]
+    names = [p.name for p in (enforcing if due and enforcing else policies)] + ([] if due else [GONE_POLICY])
+    name = draw(one_of(names))
+    found = next((p for p in policies if p.name == name), None)
+    named = str(found.lifecycle.action) if found is not None and draw(ints(0, 3)) else \
+        str(draw(one_of(tuple(PolicyAction))))
+    marked_at = NOW - (30 * H if due else draw(one_of((H, 10 * H, 30 * H, 8 * DAY))))
+    deadline = marked_at + (24 * H if due else draw(one_of((H, 6 * H, 24 * H, 48 * H))))
+    notes = {ann.EXPIRES: stamp(deadline), ann.POLICY: name, ann.REASON: "idle: GPU 0 peak 0",
+             ann.MARKED_AT: stamp(marked_at), ann.MARKED_UID: uid}
+    story = Story(notes)
+    if state in ("warned", "in-flight", "partial", "copy", "malformed") and (state != "in-flight" or draw(BOOLEANS)):
+        warned_at = min(NOW, marked_at + (0 * H if due else draw(one_of((0 * H, 30 * M, 5 * H)))))
+        told = deadline + draw(one_of((0 * H, 0 * H, -2 * H, 3 * H)))
+        to_admins = not due and draw(ints(0, 3)) == 0
+        delivery = Delivery("D0OWNER" if not to_admins else "C0ADMINS", f"{warned_at.timestamp():.6f}", to_admins)
+        notes |= {ann.WARNED_AT: stamp(warned_at), ann.WARNED_VIA: str(delivery),
+                  ann.WARNED_OF: str(WarnedOf(named, told))}
+        if draw(BOOLEANS):
+            notes[ann.REMINDED_AT] = stamp(min(NOW, warned_at + 2 * H))
+        story = Story(notes, Warning(uid, named, told, warned_at, to_admins))
+    if state == "in-flight" or (state == "unwarned" and draw(BOOLEANS)):
+        at = NOW - draw(one_of((2 * M, 40 * M, 3 * H)))
+        kind = draw(one_of((NoticeKind.WARNING, NoticeKind.WARNING, NoticeKind.REMINDER)))
+        warns_of = WarnedOf(named, deadline) if kind is NoticeKind.WARNING else None
+        intent = Intent(kind, f"gen{uid[-6:]}-{int(at.timestamp())}", at, warns_of)
+        notes[ann.NOTICE] = str(intent)
+        on_slack = None
+        if draw(BOOLEANS):  # it went out; the janitor stopped before recording it
+            on_slack = Delivery("D0OWNER", f"{(at + 5 * M).timestamp():.6f}")
+        told_now = Warning(uid, named, deadline, at + 5 * M, False) if on_slack and warns_of else None
+        story = Story(notes, told_now or story.delivered, intent, on_slack)
+    if state == "partial":
+        keys = sorted(notes)
+        gone = draw(st.sets(st.sampled_from(keys), min_size=1, max_size=len(keys) - 1))
+        for key in gone:
+            del notes[key]
+    if state == "copy":
+        notes[ann.MARKED_UID] = draw(one_of((*strangers, "uid-of-a-deleted-object")))
+        story = Story(notes)  # delivered, but to the object it was written on
+    if state == "malformed":
+        key = draw(one_of(sorted(notes)))
+        notes[key] = draw(one_of(("soon", "", "2026-02-30T00:00:00Z", "delete", "owner /")))
+    return story
+
+
+@st.composite
+def user_notes(draw: st.DrawFn, owner: bool = True) -> dict[str, str]:
+    notes: dict[str, str] = {}
+    ttl = draw(one_of((None, None, None, "forever", "FOREVER", "1h", "30d", "0s", "8 hours")))
+    if ttl is not None:
+        notes[ann.TTL] = ttl
+    keep = draw(one_of((None, None, None, 5 * H, -5 * H, 3 * DAY, 30 * DAY, "next week")))
+    if keep is not None:
+        notes[ann.KEEP_UNTIL] = keep if isinstance(keep, str) else stamp(NOW + keep)
+    opt_out = draw(one_of((None,) * 6 + ("true", " True ", "false")))
+    if opt_out is not None:
+        notes[ann.OPT_OUT] = opt_out
+    who = draw(one_of((None, "alice@lab.example", "#team-ml", "U0ALICE123", "bob"))) if owner else None
+    if who is not None:
+        notes[ann.OWNER] = who
+    return notes
+
+
+@st.composite
+def uses(draw: st.DrawFn, gpus: int, *, idle: bool = False) -> Use:
+    levels = (0.0, 0.0, 0.01) if idle else (0.0, 0.0, 0.01, 0.3, 0.97, None)
+    gpu = tuple(draw(one_of(levels)) for _ in range(gpus))
+    cpu = draw(one_of((0.01, 0.05) if idle else (0.01, 0.05, 0.3, 3.0, 40.0, None)))
+    odd = not idle and draw(ints(0, 5)) == 0
+    return Use(gpu, draw(one_of((0.4, 1.0))) if odd else 1.0, odd and draw(BOOLEANS), cpu,
+               draw(one_of((0.0, 2.0))), draw(one_of((0.4, 1.0))) if odd else 1.0,
+               odd and draw(BOOLEANS))
+
+
+POD_STORIES = ("running",) * 5 + ("crash-looping",) * 3 + ("restarted", "pending", "pending", "starting", "gated",
+                                                            "never-fits", "stuck-terminating", "stuck-terminating",
+                                                            "succeeded")
+
+
+@st.composite
+def pods(draw: st.DrawFn, cluster: Cluster, namespace: str, name: str, controller: OwnerRef | None,
+         *, profile: str = "any", story: str | None = None) -> Pod:
+    """A pod with one story: running (idle or not), crash-looping, restarted long ago, pending in
+    one of its ways, stuck Terminating, or finished."""
+    calm = profile != "any"
+    story = story or draw(one_of(("running",) * 12 + ("pending",) if calm else POD_STORIES))
+    gpus = draw(one_of((1, 1, 2) if calm else (1, 1, 2, 0)))
+    phase = {"pending": "Pending", "starting": "Pending", "gated": "Pending", "never-fits": "Pending",
+             "succeeded": "Succeeded"}.get(story, "Running")
+    age = 3 * DAY if calm else draw(one_of((30 * M, 3 * H, 10 * H, 3 * DAY)))
+    started = None if phase == "Pending" else NOW - age
+    state = PodState()
+    if story == "crash-looping":
+        state = PodState(restarts=7, last_exit="OOMKilled, exit 137", last_exit_at=NOW - 10 * M)
+    elif story == "restarted":
+        state = PodState(restarts=draw(one_of((2, 7))), last_exit="Error, exit 1", last_exit_at=NOW - 3 * H)
+    elif phase == "Pending":
+        since = NOW - draw(one_of((10 * M, 5 * H, 2 * DAY)))
+        state = {
+            "pending": PodState(scheduled=False, schedule_reason="Unschedulable", scheduled_changed=since,
+                                schedule_message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu."),
+            "starting": PodState(scheduled=True, scheduled_changed=since,
+                                 waiting=(("main", "ImagePullBackOff", "pull access denied"),)),
+            "gated": PodState(gated=True, schedule_reason="SchedulingGated", scheduled_changed=since),
+            "never-fits": PodState(scheduled=False, schedule_reason="Unschedulable", scheduled_changed=since,
+                                   requests={"nvidia.com/gpu": 16.0}),
+        }[story]
+    deleting = story == "stuck-terminating"
+    if deleting:
+        state = replace(state, deleting_since=NOW - draw(one_of((5 * M, 2 * H))),
+                        finalizers=draw(one_of(((), (), ("example.com/hold",)))))
+    app = "" if calm else draw(one_of(("jupyter", "jupyter", "batch", "")))
+    labels = {"app": app} if app else {}
+    containers = (ContainerView("main", 4.0 if calm else draw(one_of((4.0, 4.0, 0.0)))),)
+    if draw(BOOLEANS):
+        containers += (ContainerView(SIDECAR, 0.5),)
+    notes = {}
+    if draw(ints(0, 5)) == 0:
+        notes[ann.OPT_OUT] = "true"
+    uid = cluster.new_uid(f"pod-{name}")
+    use = draw(uses(gpus, idle=calm))
+    if calm and draw(ints(0, 4)) == 0:  # mixed signals: one GPU busy beside an idle one, or busy on one signal only
+        mixed = draw(one_of(("one-gpu", "gpu-not-cpu", "cpu-not-gpu")))
+        use = replace(use, gpu=(0.97,) + use.gpu[1:] if mixed != "cpu-not-gpu" else use.gpu,
+                      cpu=40.0 if mixed == "cpu-not-gpu" else use.cpu)
+    return Pod(namespace, name, uid, controller, draw(one_of(NODES)), phase, started, gpus,
+               (started or NOW) - M, labels, notes, containers, deleting, state, use)
+
+
+@st.composite
+def workloads(draw: st.DrawFn, cluster: Cluster, index: int, policies: Sequence[Policy], *,
+              profile: str = "any") -> None:
+    """One workload with its owner chain and pods, added to `cluster`."""
+    calm = profile != "any"  # "due" and "idle": plain, readable, idle workloads
+    kind = draw(one_of(WORKLOAD_KINDS[:-1] if calm else WORKLOAD_KINDS))
+    namespace = draw(one_of(NAMESPACES[:3] if calm else NAMESPACES + NAMESPACES[:3]))
+    name = f"w{index}"
+    created = NOW - draw(one_of((2 * H, 5 * DAY)))
+    strangers = [*cluster.objects, *cluster.pods]
+
+    def thing(kind: str, name: str, controller: Thing | None = None) -> Thing:
+        made = Thing(kind, namespace, name, cluster.new_uid(kind.lower()), created,
+                     controller=controller.owner_ref() if controller is not None else None,
+                     replicas=1 if kind in ("Deployment", "StatefulSet", "ReplicaSet") else None)
+        cluster.objects[made.uid] = made
+        return made
+
+    chain: list[Thing] = []
+    if kind == "Deployment":
+        chain = [thing("Deployment", name)]
+        chain.append(thing("ReplicaSet", f"{name}-7d9f", chain[0]))
+    elif kind == "CronJob":
+        chain = [thing("CronJob", name)]
+        chain.append(thing("Job", f"{name}-2901", chain[0]))
+    elif kind == "Notebook":
+        chain = [thing("Notebook", name)]
+        chain.append(thing("StatefulSet", name, chain[0]))
+    elif kind != "Pod":
+        chain = [thing(kind, name)]
+    parent = chain[-1].owner_ref() if chain else None
+    count = draw(ints(1, 3) if calm or kind == "Pod" else ints(0, 3))
+    theme = None if calm else draw(one_of((None, None, None, "crash-looping", "stuck-terminating", "pending")))
+    members = [draw(pods(cluster, namespace, f"{name}-{i}", parent, profile=profile, story=theme))
+               for i in range(1 if kind == "Pod" else count)]
+    for pod in members:
+        cluster.pods[pod.uid] = pod
+    top = chain[0] if chain else (members[0] if members else None)
+    if top is None:
+        return
+    story = draw(marks(top.uid, policies, profile=profile, strangers=strangers))
+    notes = draw(user_notes()) if not calm else {ann.OWNER: "alice@lab.example"} | (
+        {ann.OPT_OUT: "true"} if draw(ints(0, 4)) == 0 else {})
+    top.annotations.update(notes | story.notes)
+    if story.delivered is not None:
+        cluster.history.setdefault(top.uid, []).append(story.delivered)
+    if story.intent is not None and story.on_slack is not None:
+        cluster.slack[story.intent.id] = story.on_slack
+    if kind == "Deployment" and draw(ints(0, 2)):  # the controller's copy, possibly stale
+        stale = draw(st.sets(st.sampled_from(sorted(top.annotations)), max_size=2)) if top.annotations else set()
+        chain[1].annotations.update({k: v for k, v in top.annotations.items() if k not in stale})
+    if chain and not calm and draw(ints(0, 4)) == 0:  # a TTL in the pod template, inherited by the pods
+        chain[-1].template[ann.TTL] = "1h"
+        for pod in members:
+            pod.annotations[ann.TTL] = "1h"
+    if chain and members and not calm and draw(ints(0, 5)) == 0:  # another object carries this mark
+        members[0].annotations.update({k: v for k, v in top.annotations.items() if k in ann.MARK_KEYS})
+    defect = "none" if calm or not chain else draw(one_of(("none",) * 6 + ("missing", "deleting")))
+    if defect != "none":
+        broken = draw(one_of(chain))
+        if defect == "missing":
+            del cluster.objects[broken.uid]
+        else:
+            broken.deleting = True
+
+
+@st.composite
+def clusters(draw: st.DrawFn, policies: Sequence[Policy], *, profile: str = "any") -> Cluster:
+    """A whole cluster: namespaces, nodes, 1-6 workloads, loose objects, evidence gaps."""
+    calm = profile != "any"
+    namespaces: dict[str, tuple[dict[str, str], dict[str, str]]] = {}
+    for name in NAMESPACES:
+        labels = {"tier": draw(one_of(("gpu", "cpu")))}
+        notes: dict[str, str] = {}
+        if draw(ints(0, 4 if calm else 5)) == 0:
+            notes[ann.OPT_OUT] = "true"
+        if draw(BOOLEANS):
+            notes[ann.OWNER] = "#team-ml"
+        if draw(ints(0, 4)) == 0:
+            notes[ann.TIME_ZONE] = "America/New_York"
+        if not calm and draw(ints(0, 6)) == 0:
+            notes[ann.TTL] = "1h"
+        namespaces[name] = (labels, notes)
+    nodes_known = draw(BOOLEANS)
+    node_views = tuple(NodeInfo(n, {"pool": n[:3]}, (("node.kubernetes.io/out-of-service", "", "NoExecute"),)
+                                if n == "gpu-2" and draw(BOOLEANS) else (),
+                                {"nvidia.com/gpu": 8.0 if n.startswith("gpu") else 0.0, "cpu": 64.0},
+                                draw(one_of((True, False)))) for n in NODES if draw(ints(0, 5)))
+    cluster = Cluster({}, {}, namespaces, node_views, nodes_known, pods_listed=not calm and draw(BOOLEANS),
+                      namespaces_listed=not calm and draw(ints(0, 3)) == 0)
+    for index in range(draw(ints(1, 6))):
+        draw(workloads(cluster, index, policies, profile=profile))
+    if not calm:
+        for index in range(draw(ints(0, 2))):
+            namespace = draw(one_of(NAMESPACES))
+            loose = Thing("ConfigMap", namespace, f"cm{index}", cluster.new_uid("configmap"),
+                          NOW - draw(one_of((2 * H, 5 * DAY))))
+            strangers = [*cluster.objects]
+            loose.annotations.update(draw(user_notes(owner=False)) | draw(marks(loose.uid, policies,
+                                                                                strangers=strangers)).notes)
+            cluster.objects[loose.uid] = loose
+        keys = sorted({gpu_key(g) for p in policies if (g := p.trigger(IdleGpu))} |
+                      {cpu_key(c) for p in policies if (c := p.trigger(IdleCpu))})
+        if keys:
+            cluster.failing = set(draw(st.sets(st.sampled_from(keys), max_size=1)))
+            cluster.unread = set(draw(st.sets(st.sampled_from(keys), max_size=1))) if draw(ints(0, 5)) == 0 \
+                else set()
+    return cluster
+
+
+@dataclass(frozen=True)
+class Case:
+    """One generated cluster, with the policies and settings a cycle runs under."""
+
+    cluster: Cluster
+    policies: tuple[Policy, ...]
+    settings: PlanSettings
+
+
+@st.composite
+def cases(draw: st.DrawFn, *profiles: str) -> Case:
+    """A cluster of one of `profiles` (default all): "any" (everything mixed), "due" (idle
+    workloads, warned, past their deadlines), "idle" (idle workloads not marked yet)."""
+    profile = draw(one_of(profiles or ("any", "any", "due", "idle")))
+    calm = profile != "any"
+    policies = draw(policy_sets())
+    if calm:  # an idle policy first that matches everything (enforcing, mostly), so that reclaims come due
+        first = policies[0]
+        mode = draw(one_of((Mode.ENFORCE, Mode.ENFORCE, Mode.ENFORCE, Mode.SHADOW)))
+        triggers = first.triggers if first.trigger(IdleGpu) else (draw(idle_gpu()),) + first.triggers[1:]
+        policies = (replace(first, mode=mode, match=Match(), triggers=triggers),) + policies[1:]
+    settings = draw(plan_settings())
+    if calm:
+        settings = replace(settings, rails=replace(settings.rails, dry_run=False, caps=Caps(1000, 1000, 1000, 1000)))
+    return Case(draw(clusters(policies, profile=profile)), policies, settings)
+
+
+# -- between cycles -------------------------------------------------------------------------------------
+
+SENDS = ("delivered", "delivered", "delivered", "late", "failed", "failed", "lost-record", "unsent", "unreachable")
+FATES = st.lists(one_of(SENDS), max_size=3)
+EVENTS = ("edit-expires", "edit-expires", "remove-expires", "remove-policy", "keep-until", "change-action",
+          "revert-action", "reapply", "busy", "idle", "resume", "opt-out")
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something an owner or admin does between two cycles."""
+
+    kind: str  # one of EVENTS
+    target: int  # which object, pod or policy it is about (modulo how many there are)
+    amount: datetime.timedelta  # the time it writes, relative to now
+    action: PolicyAction  # change-action: the policy's new action
+
+
+@dataclass(frozen=True)
+class Between:
+    """What happens in one cycle besides the janitor's plan."""
+
+    advance: datetime.timedelta
+    sends: tuple[str, ...]  # the fate of each digest sent this cycle, in order (then "delivered")
+    events: tuple[Event, ...]
+    failing: bool  # this cycle's evidence queries fail
+
+
+EVENT = st.builds(Event, one_of(EVENTS), ints(0, 30), one_of((-5 * H, 2 * H, 30 * H, 10 * DAY)),
+                  one_of(tuple(PolicyAction)))
+EVENT_LISTS = st.lists(EVENT, max_size=2)
+
+
+@st.composite
+def scripts(draw: st.DrawFn, cycles: int, *, quiet: bool = False) -> tuple[Between, ...]:
+    """`cycles` steps between cycles; `quiet`: every message arrives at once, and nobody does anything."""
+    return tuple(Between(
+        advance=draw(one_of((5 * M, 30 * M, H, 3 * H, 8 * H, 26 * H))),
+        sends=("delivered",) if quiet else tuple(draw(FATES)),
+        events=() if quiet else tuple(draw(EVENT_LISTS)),
+        failing=not quiet and draw(ints(0, 7)) == 0,
+    ) for _ in range(cycles))
+
+
+PlanFn = Callable[[Observation, Sequence[Policy], SafetyLedger, datetime.datetime, PlanSettings], CyclePlan]
+RecheckFn = Callable[[Action, Observation, Sequence[Policy], datetime.datetime, PlanSettings], Action | None]
+
+
+@dataclass
+class Simulator:
+    """The janitor's cycles on one cluster, with Slack, the acting layer and the users around them."""
+
+    cluster: Cluster
+    policies: list[Policy]
+    settings: PlanSettings
+    plan: PlanFn
+    recheck: RecheckFn
+    now: datetime.datetime = NOW
+    ledger: SafetyLedger = field(default_factory=SafetyLedger)
+    delivered: dict[str, list[Warning]] = field(default_factory=dict)  # uid -> warnings that reached someone
+    notice_retry: datetime.timedelta = 5 * M
+    configured: tuple[Policy, ...] = field(init=False, default=())  # the policies as the admin first wrote them
+
+    def __post_init__(self) -> None:
+        for uid, told in self.cluster.history.items():
+            self.delivered.setdefault(uid, []).extend(told)
+        self.configured = tuple(self.policies)
+
+    def by_name(self) -> dict[str, Policy]:
+        return {p.name: p for p in self.policies}
+
+    def observe(self) -> Observation:
+        return self.cluster.observe(self.policies, self.now)
+
+    def cycle(self, step: Between, check: Callable[[Simulator, CyclePlan, Observation], None]) -> CyclePlan:
+        """One cycle: read, plan, check, act, write and send; then what happens until the next one."""
+        failing = set(self.cluster.failing)
+        if step.failing:
+            self.cluster.failing |= {gpu_key(t) for p in self.policies if (t := p.trigger(IdleGpu))}
+        observation = self.observe()
+        planned = self.plan(observation, self.policies, self.ledger, self.now, self.settings)
+        check(self, planned, observation)
+        self.cluster.failing = failing
+        done = self._act(planned)
+        self._lifecycle(planned, done, step)
+        self.cluster.copy_to_replicasets()
+        self._user(step)
+        self.now += step.advance
+        return planned
+
+    def _act(self, planned: CyclePlan) -> list[Change]:
+        done: list[Change] = []
+        applied: list[Action] = []
+        for action in planned.actions:
+            if action.type is ActionType.REPORT:
+                self.cluster.write(action.target.uid, {ann.REPORTED: action.report_key})
+                continue
+            again = self.recheck(action, self.observe(), self.policies, self.now, self.settings)
+            if again is None:
+                continue
+            uid = again.target.uid
+            if again.type in (ActionType.DELETE, ActionType.FORCE_DELETE):
+                self.cluster.delete(uid)
+            else:
+                self.cluster.write(uid, {k: None for k in ann.MARK_KEYS} | (
+                    {ann.NOTEBOOK_STOPPED: stamp(self.now)} if again.type is ActionType.STOP else {}))
+                self.cluster.stop_pods(uid)
+                target = self.cluster.objects.get(uid)
+                if target is not None and again.type is ActionType.SCALE_TO_ZERO:
+                    target.replicas = 0
+            applied.append(again)
+            change = planned.change_for(action)
+            if change is not None:
+                done.append(change)
+        self.ledger = record_deletions(planned.ledger, applied, self.now)
+        return done
+
+    def _lifecycle(self, planned: CyclePlan, done: Sequence[Change], step: Between) -> None:
+        """As act/lifecycle.py: writes first (an intent before its send), then one digest per owner,
+        then the delivery records."""
+        policies = self.by_name()
+        to_send: list[Change] = []
+        for change in planned.changes:
+            if change.step is Step.RECOVER:
+                assert change.intent is not None
+                found = self.cluster.slack.get(change.intent.id)
+                if found is not None:
+                    self.cluster.write(change.workload.uid, delivered(change, found, policies.get(change.policy)))
+                    continue
+                if self.now - change.intent.at < self.notice_retry:
+                    continue
+                change = resend(change, self.now)
+            if change.step in (Step.MARK, Step.UNMARK, Step.DROP_COPY, Step.EXTEND, Step.NOTIFY) and change.annotations:
+                if not self.cluster.write(change.workload.uid, change.annotations):
+                    continue
+            if change.notice is not None and change.step is not Step.ACT:
+                to_send.append(change)
+        to_send.extend(c for c in done if c.notice is not None)
+        digests: dict[str, list[Change]] = {}
+        for change in to_send:
+            assert change.notice is not None
+            digests.setdefault(str(change.notice.owner), []).append(change)
+        fates = iter(step.sends)
+        for members in digests.values():
+            fate = next(fates, "delivered")
+            if fate in ("failed", "unsent"):
+                continue
+            owner = members[0].notice.owner  # type: ignore[union-attr]
+            to_admins = owner.kind is OwnerKind.UNKNOWN or fate == "unreachable"
+            # A late one arrives minutes after the cycle's read, still before the next cycle.
+            at = self.now + (3 * M + 13 * datetime.timedelta(seconds=1) if fate == "late" else
+                             datetime.timedelta(seconds=2))
+            delivery = Delivery("C0ADMINS" if to_admins else "D0OWNER", f"{at.timestamp():.6f}", to_admins)
+            for change in members:
+                notice = change.notice
+                assert notice is not None
+                if notice.kind is NoticeKind.WARNING:
+                    assert notice.deadline is not None
+                    self.delivered.setdefault(change.workload.uid, []).append(
+                        Warning(change.workload.uid, notice.action, notice.deadline, delivery.at, to_admins))
+                intent = change.annotations.get(ann.NOTICE)
+                if change.step in (Step.MARK, Step.NOTIFY) and intent:
+                    self.cluster.slack[Intent.parse(intent).id] = delivery  # type: ignore[union-attr]
+                    if fate != "lost-record":
+                        record = delivered(change, delivery, policies.get(change.policy))
+                        self.cluster.write(change.workload.uid, record)
+
+    def _user(self, step: Between) -> None:
+        for event in step.events:
+            self._event(event)
+
+    def _event(self, event: Event) -> None:
+        """What owners and admins do between two cycles."""
+        cluster, kind = self.cluster, event.kind
+        tops = [t for t in cluster.objects.values() if t.controller is None] + \
+            [p for p in cluster.pods.values() if p.controller is None]
+        marked = [t for t in tops if ann.carries_mark(t.annotations)]
+        in_flight = [t for t in marked if ann.NOTICE in t.annotations]
+        if kind in ("edit-expires", "remove-expires", "remove-policy", "keep-until", "reapply") and marked:
+            # What owners do to a mark they were warned of, or just found on their workload while
+            # its warning is still on its way.
+            tops = in_flight if in_flight and event.target % 2 == 0 else marked
+        target = tops[event.target % len(tops)] if tops else None
+        if kind == "edit-expires" and target is not None:
+            cluster.write(target.uid, {ann.EXPIRES: stamp(self.now + event.amount)})
+        elif kind == "remove-expires" and target is not None:
+            cluster.write(target.uid, {ann.EXPIRES: None})
+        elif kind == "remove-policy" and target is not None:
+            cluster.write(target.uid, {ann.POLICY: None})
+        elif kind == "keep-until" and target is not None:
+            cluster.write(target.uid, {ann.KEEP_UNTIL: stamp(self.now + event.amount)})
+        elif kind == "opt-out" and target is not None:
+            cluster.write(target.uid, {ann.OPT_OUT: "true"})
+        elif kind == "change-action" and self.policies:
+            index = event.target % len(self.policies)
+            chosen = self.policies[index]
+            self.policies[index] = replace(chosen, lifecycle=replace(chosen.lifecycle, action=event.action))
+        elif kind == "revert-action" and self.policies:  # the admin undoes their change
+            index = event.target % len(self.policies)
+            self.policies[index] = self.configured[index]
+        elif kind == "reapply" and isinstance(target, Thing):
+            self._reapply(target)
+        elif kind in ("busy", "idle") and cluster.pods:
+            pod = list(cluster.pods.values())[event.target % len(cluster.pods)]
+            level = 0.97 if kind == "busy" else 0.0
+            pod.use = Use(tuple(level for _ in range(pod.gpus)), cpu=40.0 if kind == "busy" else 0.01)
+        elif kind == "resume" and isinstance(target, Thing) and not cluster.below(target.uid)[1]:
+            self._resume(target)
+
+    def _reapply(self, old: Thing) -> None:
+        """The object deleted and applied again from saved YAML: a new uid, the old annotations.
+        What it owned goes with it and is created anew."""
+        objects, _ = self.cluster.below(old.uid)
+        saved = [copy.deepcopy(self.cluster.objects[u]) for u in objects]
+        self.cluster.delete(old.uid)
+        fresh = replace(old, uid=self.cluster.new_uid(old.kind.lower()), created=self.now, version=1,
+                        annotations=dict(old.annotations))
+        self.cluster.objects[fresh.uid] = fresh
+        renamed = {old.uid: fresh.owner_ref()}
+        for child in saved:
+            assert child.controller is not None
+            made = replace(child, uid=self.cluster.new_uid(child.kind.lower()), created=self.now, version=1,
+                           controller=renamed.get(child.controller.uid, child.controller),
+                           annotations=dict(child.annotations))
+            renamed[child.uid] = made.owner_ref()
+            self.cluster.objects[made.uid] = made
+        self._resume(fresh)
+
+    def _resume(self, top: Thing) -> None:
+        """The owner starts it again: a new pod under its lowest controller, starting up."""
+        objects, _ = self.cluster.below(top.uid)
+        lowest = self.cluster.objects[objects[-1]] if objects else top
+        if top.kind in ("ConfigMap", "Namespace"):
+            return
+        top.annotations.pop(ann.NOTEBOOK_STOPPED, None)
+        if top.replicas == 0:
+            top.replicas = 1
+        uid = self.cluster.new_uid("pod")
+        self.cluster.pods[uid] = Pod(top.namespace or "", f"{lowest.name}-{uid[-3:]}", uid, lowest.owner_ref(),
+                                     NODES[0], "Running", self.now, 1, self.now, use=Use((0.0,), cpu=0.01))
+
+
+def lifecycle_actions(actions: Iterable[Action]) -> list[Action]:
+    return [a for a in actions if a.rule == "lifecycle"]

@@ -1,0 +1,870 @@
+"""The janitor's promises, as properties of generated clusters (hypothesis; strategies in generated.py).
+
+Every example is a whole cluster: workloads with their owner chains (Deployment -> ReplicaSet -> Pod,
+StatefulSet, Job, CronJob -> Job, Notebook -> StatefulSet, bare pods, DaemonSet pods, owners missing
+or being deleted), pods in several phases on a few nodes, GPU and CPU evidence with gaps, failed
+queries and non-finite peaks, overlapping policies in shadow and enforce mode, user annotations,
+protected and opted-out namespaces, and marks in every state (none, warned, unwarned, in flight,
+partial, copied from another object, malformed). The expectations are computed here from the
+cluster, not by the janitor's own code.
+
+Aspects covered:
+- busy beats idle: a workload in use on any signal a governing policy reads (any mode) is never
+  marked, warned, extended or reclaimed, loses its own mark, and the re-check before acting never
+  confirms a reclaim of it;
+- no action without its warning, over many cycles with failing and late sends, lost delivery
+  records, users editing annotations, changed policy actions and re-applied objects: every reclaim
+  follows a delivered warning naming that action, at least the policy's grace earlier, and never
+  comes before the deadline the last warning named;
+- an owner's janitor/keep-until never gives an earlier janitor/expires or an earlier reclaim;
+- a mark belongs to the object it was written on: a copy is never acted on and is dropped (left
+  while its controller still carries its own mark); no subset of a mark's keys is a user expiry;
+- protected namespaces and honoured opt-outs (object or namespace; the rails for the plain path,
+  the policy for the lifecycle) are never acted on, and never written to except to remove the
+  janitor's own mark (docs/policies.md, "Unmark"); the plain expiry path never acts on a mark;
+- the precedence table of docs/policies.md: which policy evaluates a workload, what the plain
+  TTL/expiry path deletes, what the lifecycle may do (user expiry, keep-until, shadow mode, dry-run);
+- plan() is a pure function: the same inputs give the same plan, and the inputs are left as they were;
+- the smallest wrongful actions the properties found, as explicit cases: a warning sent again after
+  a failed send, acted on by the first attempt's deadline or action instead of the one it named; a
+  stuck pod annotated janitor/opt-out force-deleted; an opted-out controller reported about the
+  janitor/ttl in its pod template;
+- the default run decides at least 10,000 cycles (each plan() and still_due() call is one).
+
+JANITOR_PROPERTY_PROFILE=long runs about 20 times as many examples.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import functools
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import pytest
+from factories import NOW
+from generated import (
+    DAY,
+    Case,
+    Cluster,
+    H,
+    M,
+    Pod,
+    Simulator,
+    Thing,
+    Use,
+    cases,
+    lifecycle_actions,
+    scripts,
+    stamp,
+)
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from janitor import annotations as ann
+from janitor.annotations import Delivery
+from janitor.decide.evidence import CpuEvidence, GpuEvidence, PodKey
+from janitor.decide.lifecycle import Step, delivered, resend
+from janitor.decide.model import (
+    Action,
+    ActionType,
+    ContainerView,
+    NamespaceView,
+    NodeInfo,
+    ObjectRef,
+    ObjectView,
+    Observation,
+    PodState,
+    PodView,
+    SafetyLedger,
+    TriggerKind,
+)
+from janitor.decide.notices import Notice
+from janitor.decide.plan import CyclePlan, PlanSettings, plan
+from janitor.decide.recheck import still_due
+from janitor.decide.selection import CronJobMode
+from janitor.policy.model import Action as PolicyAction
+from janitor.policy.model import CrashLoop, IdleCpu, IdleGpu, Lifecycle, Mode, Pending, Policy, Terminating
+
+# -- the run's budget ---------------------------------------------------------------------------------
+
+settings.register_profile(
+    "janitor-promises", max_examples=100, deadline=None, database=None, print_blob=True,
+    phases=(Phase.explicit, Phase.generate, Phase.target, Phase.shrink),  # no explain: it traces every line
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+settings.register_profile("janitor-promises-long", settings.get_profile("janitor-promises"), max_examples=2000)
+LONG = os.environ.get("JANITOR_PROPERTY_PROFILE") == "long"
+PROFILE = settings.get_profile("janitor-promises-long" if LONG else "janitor-promises")
+# The long profile runs for many minutes per test: past the suite's per-test timeout.
+pytestmark = [pytest.mark.timeout(0)] if LONG else []
+CYCLES_PER_RUN = 10_000  # what the default profile must reach when the whole module runs
+CYCLES = 0  # plan() and still_due() calls so far
+PROPERTIES: set[str] = set()  # the property tests of this module
+HELD: set[str] = set()  # ... that ran all their examples and held
+
+
+def examples(share: float) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A property test running `share` of the profile's examples (the default profile's shares are
+    sized for about a minute), counted for the budget when it holds."""
+    def decorate(test: Callable[..., None]) -> Callable[..., None]:
+        run = settings(PROFILE, max_examples=max(1, round(PROFILE.max_examples * share)))(test)
+        PROPERTIES.add(test.__name__)
+
+        @functools.wraps(run)
+        def counted(*args: object, **kwargs: object) -> None:
+            run(*args, **kwargs)
+            HELD.add(test.__name__)
+        return counted
+    return decorate
+
+
+def run_plan(observation: Observation, policies: Sequence[Policy], ledger: SafetyLedger, now: datetime.datetime,
+             plan_settings: PlanSettings) -> CyclePlan:
+    global CYCLES
+    CYCLES += 1
+    return plan(observation, policies, ledger, now, settings=plan_settings)
+
+
+def run_recheck(action: Action, fresh: Observation, policies: Sequence[Policy], now: datetime.datetime,
+                plan_settings: PlanSettings) -> Action | None:
+    global CYCLES
+    CYCLES += 1
+    return still_due(action, fresh, policies, now, plan_settings).action
+
+
+OFFSETS = (0 * H, 2 * H, 7 * H, 30 * H, 9 * DAY)  # each generated cluster is judged at these times after NOW
+WRITING = (Step.MARK, Step.NOTIFY, Step.EXTEND, Step.ACT, Step.RECOVER, Step.HELD)  # toward an action
+
+
+# -- what the tests read of a cluster, computed here ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A workload as the tests see it: the top of its pods' controller chain."""
+
+    uid: str
+    view: ObjectView | None  # None when the chain cannot be read
+    kind: str
+    namespace: str
+    pods: tuple[PodView, ...]
+    known: bool
+    candidate: bool
+    opted_out: bool
+
+
+def opted_out(notes: Mapping[str, str], namespace: NamespaceView | None) -> bool:
+    def true(value: str | None) -> bool:
+        return value is not None and value.strip().lower() == "true"
+    return true(notes.get(ann.OPT_OUT)) or (namespace is not None and true(namespace.annotations.get(ann.OPT_OUT)))
+
+
+def pod_object(pod: PodView) -> ObjectView:
+    return ObjectView(pod.ref, pod.resource_version, pod.created or NOW, pod.annotations, pod.labels, pod.deleting,
+                      pod.controller)
+
+
+def units(observation: Observation, plan_settings: PlanSettings) -> list[Unit]:
+    """Every pod outside the protected namespaces, grouped under the top of its chain."""
+    by_uid = {o.ref.uid: o for o in observation.objects}
+    grouped: dict[str, list[PodView]] = {}
+    tops: dict[str, tuple[ObjectView | None, str, bool, bool]] = {}
+    for pod in observation.pods:
+        namespace = pod.ref.namespace or ""
+        if namespace in plan_settings.rails.protected_namespaces:
+            continue
+        view, known, candidate = pod_object(pod), True, True
+        while view.controller is not None:
+            controller = view.controller
+            candidate = candidate and controller.kind != "DaemonSet"
+            if (controller.kind == "CronJob" and view.ref.kind == "Job"
+                    and plan_settings.cronjob_mode is CronJobMode.JOB):
+                break
+            owner = by_uid.get(controller.uid)
+            if owner is None or owner.deleting:
+                known = False
+                break
+            view = owner
+        if known and view.ref.kind == "Pod" and pod.deleting:
+            known = False
+        key = view.ref.uid if known else f"unknown:{pod.ref.uid}"
+        kind = view.ref.kind if known else (pod.controller.kind if pod.controller else "Pod")
+        grouped.setdefault(key, []).append(pod)
+        tops.setdefault(key, (view if known else None, kind, known, candidate))
+    found = []
+    for key, members in grouped.items():
+        view, kind, known, candidate = tops[key]
+        namespace = members[0].ref.namespace or ""
+        notes = view.annotations if view is not None else members[0].annotations
+        found.append(Unit(view.ref.uid if view is not None else members[0].ref.uid, view, kind, namespace,
+                          tuple(members), known, candidate, opted_out(notes, observation.namespace(namespace))))
+    return found
+
+
+def running(unit: Unit) -> tuple[PodView, ...]:
+    return tuple(p for p in unit.pods if p.phase == "Running" and not p.deleting)
+
+
+JUDGED = {
+    TriggerKind.IDLE_GPU: lambda u: tuple(p for p in running(u) if p.gpus > 0),
+    TriggerKind.IDLE_CPU: running,
+    TriggerKind.PENDING: lambda u: (lambda js: js if any(p.phase == "Pending" for p in js) else ())(
+        tuple(p for p in u.pods if p.phase in ("Pending", "Running") and not p.deleting)),
+    TriggerKind.CRASH_LOOP: lambda u: tuple(p for p in u.pods if p.gpus > 0 and not p.deleting
+                                            and p.phase in ("Running", "Pending")),
+    TriggerKind.TERMINATING: lambda u: tuple(p for p in u.pods if p.state.deleting_since is not None),
+}
+TRIGGER_TYPES = {TriggerKind.IDLE_GPU: IdleGpu, TriggerKind.IDLE_CPU: IdleCpu, TriggerKind.PENDING: Pending,
+                 TriggerKind.CRASH_LOOP: CrashLoop, TriggerKind.TERMINATING: Terminating}
+
+
+def governing(policies: Sequence[Policy], trigger: TriggerKind, unit: Unit, observation: Observation) -> Policy | None:
+    """docs/policies.md, "First match wins, per trigger"; an honoured opt-out leaves it to nobody."""
+    judged = JUDGED[trigger](unit)
+    if not judged:
+        return None
+    namespace = observation.namespace(unit.namespace)
+    for policy in policies:
+        if policy.trigger(TRIGGER_TYPES[trigger]) is None:
+            continue
+        if all(policy.match.matches(namespace=namespace.name, namespace_labels=namespace.labels, kind=unit.kind,
+                                    pod_labels=pod.labels) for pod in judged):
+            return None if policy.lifecycle.honour_opt_out and unit.opted_out else policy
+    return None
+
+
+def gpu_in_use(pod: PodView, evidence: GpuEvidence | None, trigger: IdleGpu, now: datetime.datetime) -> bool:
+    """Full, finite evidence with at least one GPU above the threshold (CLEAR or PARTIAL)."""
+    if evidence is None or evidence.failed or pod.started is None:
+        return False
+    if now - pod.started < max(trigger.window, trigger.min_pod_age):
+        return False
+    series = evidence.pods.get(PodKey(pod.ref.namespace or "", pod.ref.name), ())
+    expected = evidence.window.expected_samples
+    if len(series) != pod.gpus or any(s.peak is None or s.samples / expected < trigger.min_coverage for s in series):
+        return False
+    return any(s.peak is not None and s.peak > trigger.threshold for s in series)
+
+
+def cpu_in_use(pod: PodView, evidence: CpuEvidence | None, trigger: IdleCpu, now: datetime.datetime) -> bool:
+    if evidence is None or evidence.failed or pod.started is None:
+        return False
+    if now - pod.started < max(trigger.window, trigger.min_pod_age):
+        return False
+    usage = evidence.pods.get(PodKey(pod.ref.namespace or "", pod.ref.name))
+    if usage is None or usage.peak_cores is None:
+        return False
+    if usage.samples / evidence.window.expected_samples < trigger.min_coverage:
+        return False
+    if trigger.cores is not None:
+        return usage.peak_cores > trigger.cores
+    request = sum(c.cpu_request_cores for c in pod.containers if c.name not in trigger.ignore_containers)
+    return request > 0 and usage.peak_cores > (trigger.fraction_of_request or 0.0) * request
+
+
+def in_use(observation: Observation, policies: Sequence[Policy], plan_settings: PlanSettings,
+           now: datetime.datetime) -> dict[str, str]:
+    """Known workloads in use on a usage signal their governing policy reads (any mode), and why."""
+    busy: dict[str, str] = {}
+    evidence = observation.evidence
+    for unit in units(observation, plan_settings):
+        if not unit.known or not unit.candidate:
+            continue
+        starting = next((p for p in unit.pods if p.phase == "Pending" and not p.deleting), None)
+        for trigger in (TriggerKind.IDLE_GPU, TriggerKind.IDLE_CPU):
+            policy = governing(policies, trigger, unit, observation)
+            if policy is None:
+                continue
+            if starting is not None:
+                busy[unit.uid] = f"pod {starting.ref.name} is starting ({trigger} of {policy.name})"
+                continue
+            for pod in JUDGED[trigger](unit):
+                if trigger is TriggerKind.IDLE_GPU:
+                    g = policy.trigger(IdleGpu)
+                    assert g is not None
+                    used = gpu_in_use(pod, evidence.gpu.get((str(g.signal), g.window)), g, now)
+                else:
+                    c = policy.trigger(IdleCpu)
+                    assert c is not None
+                    used = cpu_in_use(pod, evidence.cpu.get((c.window, tuple(sorted(c.ignore_containers)))), c, now)
+                if used:
+                    busy[unit.uid] = f"pod {pod.ref.name} is in use on {trigger} (policy {policy.name})"
+    return busy
+
+
+def expected_findings(observation: Observation, policies: Sequence[Policy], plan_settings: PlanSettings,
+                      now: datetime.datetime) -> set[tuple[str, str, str, bool]]:
+    """(trigger, policy, subject uid, known) of every finding the pod triggers must make."""
+    out: set[tuple[str, str, str, bool]] = set()
+    for unit in units(observation, plan_settings):
+        for trigger in JUDGED:
+            if not unit.candidate and trigger is not TriggerKind.TERMINATING:
+                continue
+            policy = governing(policies, trigger, unit, observation)
+            if policy is None:
+                continue
+            if trigger in (TriggerKind.IDLE_GPU, TriggerKind.IDLE_CPU):
+                out.add((str(trigger), policy.name, unit.uid, unit.known))
+            elif trigger is TriggerKind.PENDING and unit.known:
+                out.add((str(trigger), policy.name, unit.uid, True))
+            elif trigger is TriggerKind.CRASH_LOOP and unit.known:
+                loop = policy.trigger(CrashLoop)
+                assert loop is not None
+                if any(p.state.restarts >= loop.restarts and p.state.last_exit_at is not None
+                       and now - p.state.last_exit_at <= loop.window for p in JUDGED[trigger](unit)):
+                    out.add((str(trigger), policy.name, unit.uid, True))
+            elif trigger is TriggerKind.TERMINATING:
+                stuck = policy.trigger(Terminating)
+                assert stuck is not None
+                for pod in JUDGED[trigger](unit):
+                    assert pod.state.deleting_since is not None
+                    overdue = now - pod.state.deleting_since - datetime.timedelta(seconds=pod.state.grace_seconds)
+                    if overdue >= stuck.after:
+                        out.add((str(trigger), policy.name, pod.ref.uid, True))
+    return out
+
+
+def namespace_of(ref: ObjectRef) -> str | None:
+    return ref.name if ref.kind == "Namespace" else ref.namespace
+
+
+def expected_expiry_deletions(observation: Observation, plan_settings: PlanSettings,
+                              now: datetime.datetime) -> dict[str, str]:
+    """Object uid -> the rule ("ttl" or "expires") the plain path deletes it by (the earliest passed)."""
+    rails = plan_settings.rails
+    by_uid = {o.ref.uid: o for o in observation.objects}
+    out: dict[str, str] = {}
+    for obj in observation.objects:
+        namespace = namespace_of(obj.ref)
+        if obj.deleting or namespace in rails.protected_namespaces:
+            continue
+        if rails.honour_opt_out and opted_out(obj.annotations, observation.namespaces.get(namespace or "")):
+            continue
+        if obj.controller is not None and (obj.ref.kind, obj.controller.kind) == ("ReplicaSet", "Deployment"):
+            continue  # the Deployment's annotations, copied
+        passed: list[tuple[datetime.datetime, str]] = []
+        for key, rule in ((ann.TTL, "ttl"), (ann.EXPIRES, "expires")):
+            value = obj.annotations.get(key)
+            if not value or (key == ann.EXPIRES and any(k in obj.annotations for k in ann.JANITOR_ONLY_KEYS)):
+                continue
+            if obj.ref.kind == "Pod" and obj.controller is not None:
+                owner = by_uid.get(obj.controller.uid)
+                if owner is None or owner.template_annotations.get(key) == value:
+                    continue  # not visible, or inherited from the template: reported, never deleted
+            try:
+                if key == ann.TTL:
+                    ttl = ann.parse_ttl(value)
+                    if ttl is None or ttl <= datetime.timedelta(0):
+                        continue
+                    deadline = obj.created + ttl
+                    if now - obj.created > ttl:
+                        passed.append((deadline, rule))
+                else:
+                    deadline = ann.parse_expires(value)
+                    if now > deadline:
+                        passed.append((deadline, rule))
+            except (ValueError, OverflowError):
+                continue
+        if passed:
+            out[obj.ref.uid] = min(passed)[1]
+    return out
+
+
+def view_of(observation: Observation, uid: str) -> ObjectView | None:
+    found = next((o for o in observation.objects if o.ref.uid == uid), None)
+    if found is None:
+        pod = next((p for p in observation.pods if p.ref.uid == uid), None)
+        found = pod_object(pod) if pod is not None else None
+    return found
+
+
+def decided(planned: CyclePlan) -> tuple[Action, ...]:
+    """Every action the plan decided on, whether the rails let it through this cycle or not."""
+    return planned.actions + tuple(h.action for h in planned.held)
+
+
+def changes_on(planned: CyclePlan, uid: str) -> list:
+    return [c for c in planned.changes if c.workload.uid == uid]
+
+
+def own_mark(notes: Mapping[str, str], uid: str) -> ann.Mark | None:
+    mark = ann.read_mark(notes)
+    return mark if mark is not None and mark.uid == uid and not mark.problems else None
+
+
+def cycles(case: Case) -> Iterable[tuple[Observation, CyclePlan, datetime.datetime]]:
+    """One cycle's observation and plan at each of OFFSETS."""
+    for offset in OFFSETS:
+        now = NOW + offset
+        observation = case.cluster.observe(case.policies, now)
+        yield observation, run_plan(observation, case.policies, SafetyLedger(), now, case.settings), now
+
+
+# -- 1. busy beats idle -----------------------------------------------------------------------------------
+
+
+def assert_untouched_while_busy(busy: Mapping[str, str], planned: CyclePlan, observation: Observation) -> None:
+    for uid, reason in busy.items():
+        for change in changes_on(planned, uid):
+            assert change.step not in WRITING, f"{change.step} on a workload in use ({reason}): {change.why}"
+            written = {k: v for k, v in change.annotations.items() if v is not None and k in ann.MARK_KEYS}
+            assert not written, f"mark keys written on a workload in use ({reason}): {written}"
+        acted = [a for a in lifecycle_actions(decided(planned)) if a.target.uid == uid]
+        assert not acted, f"reclaimed while in use ({reason}): {acted[0].why}"
+        view = view_of(observation, uid)
+        assert view is not None
+        mark = ann.read_mark(view.annotations)
+        if mark is not None and mark.uid in (None, uid):
+            steps = [c.step for c in changes_on(planned, uid)]
+            assert steps == [Step.UNMARK], f"its own mark is kept while in use ({reason}): {steps}"
+
+
+BUSY_AGAIN = st.sampled_from(("starting-pod", "busy-gpu", "busy-cpu"))
+
+
+def make_busy(cluster: Cluster, unit: Unit, how: str, now: datetime.datetime) -> None:
+    """What a fresh read may find: a pod starting, or a pod's GPU or CPU in use (with full evidence)."""
+    cluster.failing.clear()
+    cluster.unread.clear()
+    members = [cluster.pods[p.ref.uid] for p in unit.pods if p.ref.uid in cluster.pods]
+    live = [p for p in members if p.phase == "Running" and not p.deleting]
+    if how == "starting-pod" and members and members[0].controller is not None:
+        sibling = members[0]
+        uid = cluster.new_uid("pod")
+        cluster.pods[uid] = Pod(sibling.namespace, f"{sibling.name}-s", uid, sibling.controller, sibling.node,
+                                "Pending", None, sibling.gpus, now, dict(sibling.labels))
+    elif how == "busy-gpu" and any(p.gpus for p in live):
+        pod = next(p for p in live if p.gpus)
+        pod.use = replace(pod.use, gpu=(0.97,) + tuple(0.0 for _ in range(pod.gpus - 1)), gpu_coverage=1.0,
+                          gpu_gap=False, absent=False)
+    elif how == "busy-cpu" and live:
+        live[0].use = replace(live[0].use, cpu=40.0, cpu_coverage=1.0, absent=False)
+
+
+@examples(3.0)
+@given(case=cases(), data=st.data())
+def test_busy_beats_idle(case: Case, data: st.DataObject) -> None:
+    """A workload in use on any signal a governing policy reads, in any mode, is never marked,
+    warned, extended or reclaimed, loses its own mark; and the re-check right before acting never
+    confirms a reclaim of a workload a fresh read finds in use."""
+    for observation, planned, now in cycles(case):
+        assert_untouched_while_busy(in_use(observation, case.policies, case.settings, now), planned, observation)
+
+        for action in lifecycle_actions(decided(planned)):
+            unit = next(u for u in units(observation, case.settings) if u.uid == action.target.uid)
+            fresh = case.cluster.copy()
+            make_busy(fresh, unit, data.draw(BUSY_AGAIN), now)
+            again = fresh.observe(case.policies, now)
+            busy = in_use(again, case.policies, case.settings, now)
+            confirmed = run_recheck(action, again, case.policies, now, case.settings)
+            if action.target.uid in busy:
+                assert confirmed is None, f"the re-check confirms {action.type} of {action.target} in use: " \
+                                          f"{busy[action.target.uid]}"
+
+
+# -- 2. no action without its warning -------------------------------------------------------------------
+
+
+def assert_warned_first(sim: Simulator, planned: CyclePlan, observation: Observation) -> None:
+    policies = sim.by_name()
+    for action in lifecycle_actions(decided(planned)):
+        assert PolicyAction(str(action.type)).applies_to(action.target.kind), \
+            f"{action.type} of {action.target} at {stamp(sim.now)}: means nothing for a {action.target.kind}"
+        told = sim.delivered.get(action.target.uid, [])
+        assert told, f"{action.type} of {action.target} at {stamp(sim.now)}: no warning ever reached anyone"
+        policy = policies[action.policy]
+        grace = policy.lifecycle.grace
+        counted = [w for w in told if w.action == str(action.type) and sim.now - w.at >= grace
+                   and (not w.to_admins or policy.lifecycle.admin_fallback_counts)]
+        assert counted, (f"{action.type} of {action.target} at {stamp(sim.now)}: no warning naming {action.type} "
+                         f"delivered {grace} before (policy {policy.name}); delivered: {told}")
+        last = max(told, key=lambda w: w.at)
+        assert last.action == str(action.type), (
+            f"{action.type} of {action.target} at {stamp(sim.now)}: the last warning delivered named {last.action}")
+        assert sim.now >= last.deadline, (
+            f"{action.type} of {action.target} at {stamp(sim.now)}: before {stamp(last.deadline)}, "
+            f"the deadline the last warning named")
+
+
+@examples(4.0)
+@given(case=cases("idle", "idle", "any", "due"), script=st.integers(12, 30).flatmap(scripts))
+def test_no_action_without_its_warning(case: Case, script: tuple) -> None:
+    """Every reclaim follows a warning that reached its owner (or the admins, where the policy
+    counts that), named that action, arrived at least the policy's grace earlier, and is never
+    earlier than the deadline the last delivered warning named; whatever Slack, users and admins
+    do between the cycles."""
+    sim = Simulator(case.cluster.copy(), list(case.policies), case.settings, run_plan, run_recheck)
+    for step in script:
+        sim.cycle(step, assert_warned_first)
+
+
+# The smallest cases the property above found, as they happen (they fail while the janitor has the bug).
+
+
+def idle_job(action: PolicyAction = PolicyAction.DELETE) -> tuple[Cluster, Policy]:
+    """A Job whose one GPU pod has idled for days, and an enforcing idle-GPU policy warning 1 h ahead."""
+    job = Thing("Job", "team-a", "train", "job-1", NOW - 5 * DAY, {ann.OWNER: "alice@lab.example"})
+    pod = Pod("team-a", "train-x", "pod-1", job.owner_ref(), "gpu-1", "Running", NOW - 3 * DAY, 1, NOW - 3 * DAY,
+              containers=(ContainerView("main", 4.0),), use=Use((0.0,), cpu=0.01))
+    policy = Policy("idle-gpu", (IdleGpu(),), mode=Mode.ENFORCE,
+                    lifecycle=Lifecycle(warn_before=H, remind_every=datetime.timedelta(0), action=action))
+    return Cluster({job.uid: job}, {pod.uid: pod}, {"team-a": ({}, {})}), policy
+
+
+def plan_on(cluster: Cluster, policies: Sequence[Policy], now: datetime.datetime) -> CyclePlan:
+    return run_plan(cluster.observe(policies, now), policies, SafetyLedger(), now, PlanSettings())
+
+
+def warned_after_a_failed_send(cluster: Cluster, first: Policy, then: Policy,
+                               meanwhile: Mapping[str, str]) -> Notice:
+    """Marked at NOW with its warning in flight; that send fails. Then `meanwhile` is written on the
+    Job and the policy becomes `then`. 30 min later Slack has no such message, so the warning is
+    sent again, and arrives. What the owner read."""
+    [mark] = plan_on(cluster, [first], NOW).changes
+    assert mark.step is Step.MARK
+    cluster.write("job-1", mark.annotations)
+    cluster.write("job-1", meanwhile)
+    later = NOW + 30 * M
+    [recover] = plan_on(cluster, [then], later).changes
+    assert recover.step is Step.RECOVER
+    again = resend(recover, later)
+    cluster.write("job-1", again.annotations)
+    cluster.write("job-1", delivered(again, Delivery("D0ALICE", f"{later.timestamp():.6f}"), then))
+    assert again.notice is not None
+    return again.notice
+
+
+def test_a_warning_sent_again_is_never_acted_on_before_the_deadline_it_named() -> None:
+    """The owner moves janitor/expires a day on while the first warning cannot be sent; the warning
+    sent again names the new deadline; the Job must not be deleted before it."""
+    cluster, policy = idle_job()
+    told = warned_after_a_failed_send(cluster, policy, policy, {ann.EXPIRES: stamp(NOW + 30 * H)})
+    at = NOW + 3 * H
+    acted = lifecycle_actions(plan_on(cluster, [policy], at).actions)
+    assert told.deadline is not None
+    assert not (acted and at < told.deadline), \
+        f"{acted[0].type} at {stamp(at)}; the only warning delivered said {told.action} at {stamp(told.deadline)}"
+
+
+def test_a_warning_sent_again_is_acted_on_only_with_the_action_it_named() -> None:
+    """An admin switches the policy from delete to suspend while the first warning cannot be sent,
+    and back once the warning sent again arrived: the owner must not lose the Job to an action no
+    message named."""
+    cluster, deleting = idle_job(PolicyAction.DELETE)
+    suspending = replace(deleting, lifecycle=replace(deleting.lifecycle, action=PolicyAction.SUSPEND))
+    told = warned_after_a_failed_send(cluster, deleting, suspending, {})
+    at = NOW + 3 * H
+    acted = [a for a in lifecycle_actions(plan_on(cluster, [deleting], at).actions) if str(a.type) != told.action]
+    assert not acted, f"{acted[0].type} at {stamp(at)}; the only warning delivered said {told.action}"
+
+
+# -- 3. an extension never moves a deadline earlier --------------------------------------------------------
+
+KEEPS = (-5 * H, 2 * H, 20 * H, 3 * DAY, 30 * DAY, None)  # None: unparseable
+
+
+def keep_value(delta: datetime.timedelta | None, now: datetime.datetime) -> str:
+    return "next friday" if delta is None else stamp(now + delta)
+
+
+def expires_after(planned: CyclePlan, uid: str, notes: Mapping[str, str]) -> datetime.datetime | None:
+    written = next((c.annotations[ann.EXPIRES] for c in changes_on(planned, uid) if ann.EXPIRES in c.annotations),
+                   notes.get(ann.EXPIRES))
+    try:
+        return ann.parse_expires(written) if written else None
+    except ValueError:
+        return None
+
+
+def warned_marks(cluster: Cluster) -> list[str]:
+    everything: list[Thing | Pod] = [*cluster.objects.values(), *cluster.pods.values()]
+    return [t.uid for t in everything if (mark := own_mark(t.annotations, t.uid)) is not None and mark.warned]
+
+
+def reclaims(planned: CyclePlan) -> set[str]:
+    return {a.target.uid for a in lifecycle_actions(decided(planned))}
+
+
+@examples(1.5)
+@given(case=cases("due", "due", "idle"), keeps=st.lists(st.sampled_from(KEEPS), min_size=6, max_size=6),
+       changed=st.lists(st.sampled_from(KEEPS), min_size=6, max_size=6), change_at=st.integers(0, 8),
+       offset=st.sampled_from(OFFSETS), script=scripts(8, quiet=True))
+def test_an_owners_extension_never_moves_a_deadline_earlier(
+        case: Case, keeps: list, changed: list, change_at: int, offset: datetime.timedelta, script: tuple) -> None:
+    """For marked, warned workloads: with janitor/keep-until added (or changed later), janitor/expires
+    is never earlier and the reclaim never comes sooner than without it, cycle after cycle."""
+    focus = warned_marks(case.cluster)
+    without, with_keep = case.cluster.copy(), case.cluster.copy()
+    for i, uid in enumerate(focus):
+        without.notes(uid).pop(ann.KEEP_UNTIL, None)  # type: ignore[union-attr]
+        with_keep.notes(uid)[ann.KEEP_UNTIL] = keep_value(keeps[i % 6], NOW)  # type: ignore[index]
+
+    # One cycle, at any time.
+    now = NOW + offset
+    plain = run_plan(without.observe(case.policies, now), case.policies, SafetyLedger(), now, case.settings)
+    kept = run_plan(with_keep.observe(case.policies, now), case.policies, SafetyLedger(), now, case.settings)
+    for uid in focus:
+        before = expires_after(plain, uid, without.notes(uid) or {})
+        after = expires_after(kept, uid, with_keep.notes(uid) or {})
+        if before is not None and after is not None:
+            assert after >= before, f"keep-until moved janitor/expires of {uid} from {stamp(before)} to {stamp(after)}"
+        d0 = next((c.deadline for c in changes_on(plain, uid) if c.deadline is not None), None)
+        d1 = next((c.deadline for c in changes_on(kept, uid) if c.deadline is not None), None)
+        if d0 is not None and d1 is not None:
+            assert d1 >= d0, f"keep-until moved the deadline in force of {uid} from {stamp(d0)} to {stamp(d1)}"
+        assert uid not in reclaims(kept) or uid in reclaims(plain), f"keep-until got {uid} reclaimed sooner"
+
+    # Cycle after cycle, with every warning delivered, and the owner changing keep-until on the way.
+    runs = [Simulator(c, list(case.policies), case.settings, run_plan, run_recheck) for c in (without, with_keep)]
+    first_reclaim: list[dict[str, datetime.datetime]] = [{}, {}]
+    for n, step in enumerate(script):
+        if n == change_at:
+            for i, uid in enumerate(focus):
+                runs[1].cluster.write(uid, {ann.KEEP_UNTIL: keep_value(changed[i % 6], runs[1].now)})
+        planned = [sim.cycle(step, lambda *_: None) for sim in runs]
+        for i in (0, 1):
+            for uid in reclaims(planned[i]):
+                first_reclaim[i].setdefault(uid, runs[i].now - step.advance)
+        for uid in focus:
+            if uid in first_reclaim[1]:
+                assert uid in first_reclaim[0] and first_reclaim[0][uid] <= first_reclaim[1][uid], \
+                    f"keep-until got {uid} reclaimed at {stamp(first_reclaim[1][uid])}, sooner than without it"
+            notes = runs[0].cluster.notes(uid), runs[1].cluster.notes(uid)
+            if notes[0] is not None and notes[1] is not None and own_mark(notes[0], uid) and own_mark(notes[1], uid):
+                base, extended = (ann.parse_expires(n[ann.EXPIRES]) for n in notes)
+                assert extended >= base, (f"janitor/expires of {uid} is {stamp(extended)} with keep-until, "
+                                          f"{stamp(base)} without it")
+
+
+# -- 4. a mark belongs to the object it was written on -------------------------------------------------------
+
+
+def everything(observation: Observation) -> list[ObjectView]:
+    listed = {o.ref.uid for o in observation.objects}
+    return list(observation.objects) + [pod_object(p) for p in observation.pods if p.ref.uid not in listed]
+
+
+@examples(2.0)
+@given(case=cases("any", "any", "due"))
+def test_a_mark_belongs_to_the_object_it_was_written_on(case: Case) -> None:
+    """A copy of a mark (janitor/marked-uid names another object) is never acted on and is removed,
+    silently, unless the object's controller is the one it names and still carries its own mark;
+    and no subset of a mark's keys is ever taken for a user's janitor/expires."""
+    for observation, planned, _ in cycles(case):
+        assert_marks_belong(case, observation, planned)
+
+
+def assert_marks_belong(case: Case, observation: Observation, planned: CyclePlan) -> None:
+    views = {o.ref.uid: o for o in observation.objects}
+    protected = case.settings.rails.protected_namespaces
+    lifecycle_sees = {u.uid for u in units(observation, case.settings) if u.known}
+    for obj in everything(observation):
+        uid, notes = obj.ref.uid, obj.annotations
+        mark = ann.read_mark(notes)
+        if ann.EXPIRES in notes and ann.carries_mark(notes):
+            expired = [a for a in decided(planned) if a.target.uid == uid and a.rule == "expires"]
+            beside = sorted(set(notes) & set(ann.JANITOR_ONLY_KEYS))
+            assert not expired, f"{obj.ref}: janitor/expires beside {beside} taken for a user's expiry"
+        if mark is None or mark.uid is None or mark.uid == uid:
+            continue
+        acted = [a for a in decided(planned) if a.target.uid == uid and a.rule in ("lifecycle", "expires")]
+        assert not acted, f"{obj.ref} acted on for a mark written on {mark.uid}: {acted[0].why}"
+        if obj.deleting or namespace_of(obj.ref) in protected or (uid not in views and uid not in lifecycle_sees):
+            assert not changes_on(planned, uid)
+            continue
+        source = views.get(obj.controller.uid) if obj.controller is not None else None
+        own = ann.read_mark(source.annotations) if source is not None and source.ref.uid == mark.uid else None
+        kept = source is not None and own is not None and own.uid == source.ref.uid
+        steps = [c.step for c in changes_on(planned, uid)]
+        assert steps == ([Step.WAIT] if kept else [Step.DROP_COPY]), f"{obj.ref} (a copy of {mark.uid}'s mark): {steps}"
+        if not kept:
+            [drop] = changes_on(planned, uid)
+            assert dict(drop.annotations) == {k: None for k in ann.MARK_KEYS if k in notes} and drop.notice is None
+
+
+# -- 5. protected namespaces and honoured opt-outs -----------------------------------------------------------
+
+
+@examples(2.5)
+@given(case=cases("any", "any", "due"))
+def test_protected_namespaces_and_honoured_opt_outs_are_left_alone(case: Case) -> None:
+    """Nothing in a protected namespace is acted on or written to. An opted-out object (its own
+    janitor/opt-out or its namespace's) is never acted on by the plain path while the rails honour
+    opt-outs, nor by a policy that honours them, and such a policy writes nothing on it but the
+    removal of the janitor's own mark. The plain path never acts on a mark's janitor/expires."""
+    for observation, planned, _ in cycles(case):
+        assert_left_alone(case, observation, planned)
+
+
+def assert_left_alone(case: Case, observation: Observation, planned: CyclePlan) -> None:
+    rails = case.settings.rails
+    policies = {p.name: p for p in case.policies}
+    for action in decided(planned):
+        assert namespace_of(action.target) not in rails.protected_namespaces, f"{action.type} of {action.target}"
+    for change in planned.changes:
+        assert change.workload.namespace not in rails.protected_namespaces, f"{change.step} on {change.workload}"
+
+    def out(uid: str) -> bool:
+        view = view_of(observation, uid)
+        assert view is not None
+        return opted_out(view.annotations, observation.namespaces.get(namespace_of(view.ref) or ""))
+
+    for action in decided(planned):
+        if action.trigger is TriggerKind.EXPIRY:
+            assert not (rails.honour_opt_out and out(action.target.uid)), \
+                f"{action.type} ({action.rule}) of opted-out {action.target}"
+            view = view_of(observation, action.target.uid)
+            assert view is not None
+            assert not (action.rule == "expires" and ann.carries_mark(view.annotations)), \
+                f"the plain path deleted {action.target} on the janitor's own mark"
+        else:
+            policy = policies[action.policy]
+            assert not (policy.lifecycle.honour_opt_out and out(action.target.uid)), \
+                f"{action.type} of opted-out {action.target} by {policy.name}, which honours opt-outs"
+    for change in planned.changes:
+        policy = policies.get(change.policy)
+        if policy is None or not policy.lifecycle.honour_opt_out or not out(change.workload.uid):
+            continue
+        removes_only = all(v is None and k in ann.MARK_KEYS for k, v in change.annotations.items())
+        assert change.step in (Step.WAIT, Step.UNMARK, Step.DROP_COPY) and removes_only, \
+            f"{change.step} {dict(change.annotations)} on opted-out {change.workload} by {policy.name}"
+        assert change.notice is None or change.notice.kind is ann.NoticeKind.CANCELLED
+
+
+# The smallest cases the property above found (they fail while the janitor has the bug).
+
+
+def test_a_stuck_pod_that_opted_out_is_never_force_deleted() -> None:
+    """A Deployment's pod annotated janitor/opt-out: "true" is stuck Terminating on a node an admin
+    marked out of service; the terminating policy force-deletes, and honours opt-outs."""
+    deploy = Thing("Deployment", "team-b", "web", "deploy-1", NOW - DAY, replicas=1)
+    rs = Thing("ReplicaSet", "team-b", "web-7d9f", "rs-1", NOW - DAY, controller=deploy.owner_ref(), replicas=1)
+    pod = Pod("team-b", "web-7d9f-x", "pod-1", rs.owner_ref(), "gpu-2", "Running", NOW - 2 * H, 1, NOW - 2 * H,
+              annotations={ann.OPT_OUT: "true"}, deleting=True, state=PodState(deleting_since=NOW - H))
+    node = NodeInfo("gpu-2", taints=(("node.kubernetes.io/out-of-service", "", "NoExecute"),))
+    cluster = Cluster({deploy.uid: deploy, rs.uid: rs}, {pod.uid: pod}, {"team-b": ({}, {})}, (node,))
+    policy = Policy("stuck", (Terminating(after=10 * M, force_delete=True),), mode=Mode.ENFORCE)
+    assert policy.lifecycle.honour_opt_out
+    acted = [a for a in plan_on(cluster, [policy], NOW).actions if a.target.uid == "pod-1"]
+    assert not acted, f"{acted[0].type} of a pod annotated janitor/opt-out: {acted[0].why}"
+
+
+def test_an_opted_out_controller_gets_no_report_about_its_pod_template() -> None:
+    """A StatefulSet annotated janitor/opt-out: "true" carries janitor/ttl in its pod template, so its
+    (listed) pods inherit it; the rails honour opt-outs, so nothing may be posted or written on it."""
+    sts = Thing("StatefulSet", "team-b", "db", "sts-1", NOW - DAY, {ann.OPT_OUT: "true"},
+                template={ann.TTL: "1h"}, replicas=1)
+    pod = Pod("team-b", "db-0", "pod-1", sts.owner_ref(), "cpu-1", "Running", NOW - 2 * H, 0, NOW - 2 * H,
+              annotations={ann.TTL: "1h"})
+    cluster = Cluster({sts.uid: sts}, {pod.uid: pod}, {"team-b": ({}, {})}, pods_listed=True)
+    acted = [a for a in plan_on(cluster, [], NOW).actions if a.target.uid == "sts-1"]
+    assert not acted, f"{acted[0].type} ({acted[0].reason}) on an opted-out StatefulSet: {acted[0].why}"
+
+
+# -- 6. the precedence table -----------------------------------------------------------------------------------
+
+
+@examples(2.5)
+@given(case=cases())
+def test_the_precedence_table_holds(case: Case) -> None:
+    """docs/policies.md, "Precedence", column by column: which policy evaluates a workload (rows
+    1-3: protected, opted out for a policy that honours it or not; others: the first match per
+    trigger), what the plain TTL/expiry path deletes (never in a protected namespace, an honoured
+    opt-out, `forever`, a mark or a controller's copy; a passed user TTL or expiry otherwise), and
+    what the lifecycle may do (never marks over a user's janitor/expires, waits for keep-until within
+    maxExtension, nothing in shadow mode); the rails on top (dry-run, caps)."""
+    for observation, planned, now in cycles(case):
+        assert_precedence(case, observation, planned, now)
+
+
+def assert_precedence(case: Case, observation: Observation, planned: CyclePlan, now: datetime.datetime) -> None:
+    policies = {p.name: p for p in case.policies}
+    rails = case.settings.rails
+
+    # Which policy evaluates what (rows 1-3, 8): the first match per trigger, opt-outs honoured.
+    found = {(str(f.trigger), f.policy, f.subject.uid, f.known) for f in planned.findings
+             if f.trigger is not TriggerKind.EXPIRY}
+    assert found == expected_findings(observation, case.policies, case.settings, now)
+
+    # The plain TTL/expiry path (rows 1-8).
+    deleted = {a.target.uid: a.rule for a in decided(planned)
+               if a.trigger is TriggerKind.EXPIRY and a.type is ActionType.DELETE}
+    assert deleted == expected_expiry_deletions(observation, case.settings, now)
+
+    # The lifecycle (rows 5, 7) and shadow mode.
+    reclaimed = {a.target.uid for a in lifecycle_actions(decided(planned))}
+    for unit in units(observation, case.settings):
+        if not unit.known or unit.view is None:
+            continue
+        notes = unit.view.annotations
+        steps = [c.step for c in changes_on(planned, unit.uid)]
+        if ann.EXPIRES in notes and not ann.carries_mark(notes):
+            assert Step.MARK not in steps and unit.uid not in reclaimed, \
+                f"marked over a user's janitor/expires: {steps}"
+        mark = own_mark(notes, unit.uid)
+        policy = policies.get(mark.policy or "") if mark is not None else None
+        if mark is None or policy is None or ann.KEEP_UNTIL not in notes or not policy.lifecycle.max_extension:
+            continue
+        assert mark.marked_at is not None
+        cap = mark.marked_at + policy.lifecycle.max_extension
+        try:
+            until = min(ann.parse_expires(notes[ann.KEEP_UNTIL]), cap)
+        except ValueError:
+            until = cap
+        assert not (unit.uid in reclaimed and now < until), f"reclaimed before keep-until {stamp(until)}"
+        for change in changes_on(planned, unit.uid):
+            if change.step is Step.EXTEND:
+                assert ann.parse_expires(str(change.annotations[ann.EXPIRES])) >= until
+    for change in planned.changes:
+        shadow = change.policy in policies and policies[change.policy].mode is Mode.SHADOW
+        assert not (shadow and change.step in WRITING), \
+            f"shadow policy {change.policy}: {change.step} {change.workload}"
+    for action in decided(planned):
+        assert action.policy not in policies or policies[action.policy].mode is Mode.ENFORCE, \
+            f"shadow policy {action.policy}: {action.type} {action.target}"
+
+    # The rails on top of every row.
+    destructive = [a for a in planned.actions if a.type is not ActionType.REPORT]
+    if rails.dry_run:
+        assert destructive == []
+    assert len(destructive) <= rails.caps.per_hour
+    per_namespace: dict[str | None, int] = {}
+    for action in destructive:
+        per_namespace[action.target.namespace] = per_namespace.get(action.target.namespace, 0) + 1
+    assert all(n <= rails.caps.per_namespace_per_hour for n in per_namespace.values())
+
+
+# -- plan() is a pure function ----------------------------------------------------------------------------------
+
+
+@examples(0.5)
+@given(case=cases(), offset=st.sampled_from(OFFSETS))
+def test_plan_is_a_pure_function(case: Case, offset: datetime.timedelta) -> None:
+    """The same observation, policies, ledger, time and settings give the same plan, and plan()
+    changes none of them."""
+    now = NOW + offset
+    observation = case.cluster.observe(case.policies, now)
+    kept = copy.deepcopy((observation, case.policies, case.settings))
+    first = run_plan(observation, case.policies, SafetyLedger(), now, case.settings)
+    second = run_plan(case.cluster.observe(case.policies, now), case.policies, SafetyLedger(), now, case.settings)
+    assert first == second
+    assert (observation, case.policies, case.settings) == kept
+
+
+# -- the budget (last in this module) ---------------------------------------------------------------------------
+
+
+def test_the_default_run_reaches_its_cycle_budget(request: pytest.FixtureRequest) -> None:
+    """Each plan() and still_due() call is one cycle; the properties together decide at least
+    CYCLES_PER_RUN of them (checked when the whole module ran and every property held)."""
+    module = sys.modules[__name__]
+    selected = {item.originalname for item in request.session.items if getattr(item, "module", None) is module}
+    everyone = {name for name in vars(module) if name.startswith("test_")}
+    if selected != everyone:
+        pytest.skip("only some of this module's tests were selected")
+    if HELD != PROPERTIES:
+        pytest.skip(f"not every property held ({', '.join(sorted(PROPERTIES - HELD))}): their examples stopped early")
+    assert CYCLES >= CYCLES_PER_RUN, f"{CYCLES} cycles decided, fewer than {CYCLES_PER_RUN}"
