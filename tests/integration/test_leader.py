@@ -99,7 +99,9 @@ def test_two_janitors_one_acts_the_other_takes_over(sandbox, core: client.CoreV1
         wait_until(lambda: "first" not in {c.metadata.name for c in core.list_namespaced_config_map(namespace).items},
                    timeout=30, what="the leader to delete the expired ConfigMap")
         deleted = "janitor_actions_total{action=\"delete\",outcome=\"done\""
-        assert _metric(ports[leader], deleted) == 1.0 and _metric(ports[1 - leader], deleted) == 0.0
+        # A cycle's outcomes are counted when it ends, a moment after the delete itself.
+        wait_until(lambda: _metric(ports[leader], deleted) == 1.0, timeout=30, what="the leader to count the delete")
+        assert _metric(ports[1 - leader], deleted) == 0.0
         assert _metric(ports[1 - leader], "janitor_cycles_total{result=\"success\"}") == 0.0  # standing by
 
         procs[leader].send_signal(signal.SIGKILL)
@@ -110,6 +112,11 @@ def test_two_janitors_one_acts_the_other_takes_over(sandbox, core: client.CoreV1
                    what="the standby to take over")
         wait_until(lambda: "second" not in {c.metadata.name for c in core.list_namespaced_config_map(namespace).items},
                    timeout=30, what="the new leader to delete the second ConfigMap")
+        wait_until(lambda: _metric(ports[1 - leader], deleted) == 1.0, timeout=30,
+                   what="the new leader to count its delete")
+        cycles = "janitor_cycles_total{result=\"success\"}"
+        seen = _metric(ports[1 - leader], cycles)
+        wait_until(lambda: _metric(ports[1 - leader], cycles) >= seen + 2, timeout=30, what="two more cycles")
         assert _metric(ports[1 - leader], deleted) == 1.0  # the first one was not deleted twice
         events = [e for e in core.list_namespaced_event(namespace).items if e.reason == "ExpiryTimeReached"
                   or e.involved_object.name in ("first", "second")]

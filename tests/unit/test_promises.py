@@ -92,10 +92,10 @@ from janitor.policy.model import CrashLoop, IdleCpu, IdleGpu, Lifecycle, Mode, P
 # -- the run's budget ---------------------------------------------------------------------------------
 
 settings.register_profile(
-    "janitor-promises", max_examples=100, deadline=None, database=None, print_blob=True,
+    "janitor-promises", max_examples=80, deadline=None, database=None, print_blob=True,
     phases=(Phase.explicit, Phase.generate, Phase.target, Phase.shrink),  # no explain: it traces every line
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
-settings.register_profile("janitor-promises-long", settings.get_profile("janitor-promises"), max_examples=2000)
+settings.register_profile("janitor-promises-long", settings.get_profile("janitor-promises"), max_examples=1600)
 LONG = os.environ.get("JANITOR_PROPERTY_PROFILE") == "long"
 PROFILE = settings.get_profile("janitor-promises-long" if LONG else "janitor-promises")
 # The long profile runs for many minutes per test: past the suite's per-test timeout.
