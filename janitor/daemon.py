@@ -12,15 +12,13 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MISSED, JobExecutionEvent
 from apscheduler.schedulers.blocking import BlockingScheduler
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import CollectorRegistry
 
 from janitor import annotations as ann
-from janitor import cycle, errors
+from janitor import cycle, endpoints, errors
 from janitor.act import kube
 from janitor.cycle import CycleResult, Memory, Ports
 from janitor.decide.rails import is_tripped
@@ -57,29 +55,11 @@ def record(telemetry: Telemetry, result: CycleResult) -> None:
     telemetry.last_success.set(time.time())
 
 
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
-        pass
-
-
 def serve_health_and_metrics(registry: CollectorRegistry, port: int, health: Callable[[], tuple[bool, str]],
                              ready: Callable[[], tuple[bool, str]] | None = None) -> threading.Thread:
     """/metrics (Prometheus), /healthz (200 while cycles succeed) and /readyz (200 once the first
     cycle, or the first stand-by check, is done) on one port."""
-    metrics_app = make_wsgi_app(registry)
-
-    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
-        path = environ.get("PATH_INFO")
-        if path in ("/healthz", "/readyz"):
-            ok, text = health() if path == "/healthz" or ready is None else ready()
-            start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
-            return [text.encode()]
-        return metrics_app(environ, start_response)
-
-    server = make_server("0.0.0.0", port, app, handler_class=_QuietHandler)
-    thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
-    thread.start()
-    return thread
+    return endpoints.serve(registry, port, {"/healthz": health, "/readyz": ready or health})
 
 
 def run_forever(ports: Ports, settings: Settings, telemetry: Telemetry, *, metrics_port: int | None,

@@ -20,7 +20,6 @@ from __future__ import annotations
 import datetime
 import logging
 import socket
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from janitor import node_report
+from janitor import endpoints, node_report
 from janitor.node_agent import cgroups, procfs
 from janitor.node_agent.tracker import DStateTracker, Leftover, OomKill, OomTracker, PodOnNode
 
@@ -131,26 +130,8 @@ class NodeAgent:
         return (age < limit), f"last scan {age:.0f}s ago"
 
     def serve(self, port: int) -> None:
-        """/metrics and /healthz on one port, in a background thread."""
-        from wsgiref.simple_server import WSGIRequestHandler, make_server
-
-        from prometheus_client import make_wsgi_app
-
-        metrics = make_wsgi_app(self.registry)
-
-        def app(environ, start_response):  # type: ignore[no-untyped-def]
-            if environ.get("PATH_INFO") == "/healthz":
-                ok, text = self.healthy()
-                start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
-                return [text.encode()]
-            return metrics(environ, start_response)
-
-        class Quiet(WSGIRequestHandler):
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
-                pass
-
-        server = make_server("0.0.0.0", port, app, handler_class=Quiet)
-        threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+        """/metrics and /healthz on one port, in background threads."""
+        endpoints.serve(self.registry, port, {"/healthz": self.healthy})
 
     def run_forever(self, stop: Callable[[], bool] = lambda: False) -> None:
         while not stop():
