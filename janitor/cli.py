@@ -98,14 +98,10 @@ def _meaning(key: str, value: str) -> str:
 
 def _api(args: argparse.Namespace) -> ApiClient:
     """The client of --kubeconfig or $KUBECONFIG, else of the in-cluster ServiceAccount."""
-    from kubernetes import client, config
+    from janitor import kubeapi
 
-    if args.kubeconfig or os.environ.get("KUBECONFIG"):
-        api: ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=args.kubeconfig or os.environ["KUBECONFIG"])
-        return api
-    config.load_incluster_config()  # type: ignore[no-untyped-call]
-    return client.ApiClient()
+    read = getattr(args, "kube_timeout", None) or kubeapi.DEFAULT_TIMEOUT[1]
+    return kubeapi.connect(args.kubeconfig or os.environ.get("KUBECONFIG"), (min(5.0, read), read))
 
 
 def _ports(args: argparse.Namespace, settings: Settings) -> Ports:
@@ -371,6 +367,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def _add_cluster_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("cluster and rails")
     g.add_argument("--kubeconfig", help="default: $KUBECONFIG, else the in-cluster ServiceAccount")
+    g.add_argument("--kube-timeout", type=float, default=30.0,
+                   help="seconds to wait for the apiserver's answer to one request; connecting gets at most 5 "
+                        "(%(default)s)")
     g.add_argument("--kinds", default=",".join(k.key for k in DEFAULT_KINDS),
                    help="kinds to clean up, comma-separated; custom resources as plural.group/version "
                         "(default: %(default)s)")
@@ -574,6 +573,9 @@ read-only, and the narrow RBAC of manifests/ (list pods, get and patch-status no
                      help="decide and validate against the apiserver (dryRun=All), change nothing")
     run.add_argument("--interval", type=float, default=D.interval.total_seconds(),
                      help="seconds between cycles (%(default)s)")
+    run.add_argument("--cycle-budget", type=float, default=D.cycle_budget.total_seconds(),
+                     help="seconds a cycle may take; one that takes longer is abandoned (it acts no further, "
+                          "/healthz fails, the lease is let go) and counted (%(default)s)")
     run.add_argument("--metrics-port", type=int, default=8080, help="/metrics, /healthz and /readyz (%(default)s)")
     run.add_argument("--log-level", default="INFO")
     leader = run.add_argument_group(

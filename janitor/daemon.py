@@ -12,6 +12,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 
 from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MISSED, JobExecutionEvent
 from apscheduler.schedulers.blocking import BlockingScheduler
@@ -62,74 +63,156 @@ def serve_health_and_metrics(registry: CollectorRegistry, port: int, health: Cal
     return endpoints.serve(registry, port, {"/healthz": health, "/readyz": ready or health})
 
 
+STOP_GRACE = 10.0  # seconds SIGTERM waits for the request in flight before the process exits anyway
+_WATCH_EVERY = 0.2  # seconds between looks at a running cycle
+_MAX_ABANDONED = 2  # abandoned cycles still waiting on a request; no new cycle starts beyond these
+
+
+class _Cycles:
+    """Runs each cycle on its own thread under a time budget.
+
+    Every request has a timeout, but a cycle of many slow requests can still run far past its
+    interval. One past its budget is abandoned: its fence closes, so it writes nothing more even
+    when its request returns; it is counted; /healthz fails until a cycle succeeds again; and a
+    leader steps down, so a standby that can reach the apiserver takes over."""
+
+    def __init__(self, ports: Ports, settings: Settings, telemetry: Telemetry, elector: LeaseElector | None) -> None:
+        self.ports, self.settings, self.telemetry, self.elector = ports, settings, telemetry, elector
+        self.memory = Memory()
+        self.stopping = threading.Event()
+        self.last_error = ""
+        self.last_success = 0.0
+        self.ready = False
+        self.abandoned: list[threading.Thread] = []
+        self.running: threading.Thread | None = None
+
+    def fence(self, cancelled: threading.Event) -> Callable[[], bool]:
+        elector = self.elector
+        return lambda: not cancelled.is_set() and (elector is None or elector.is_leader())
+
+    def job(self) -> None:
+        if self.elector is not None and not self.elector.is_leader():
+            self.telemetry.leader.set(0)
+            self.ready = True
+            return
+        self.abandoned = [t for t in self.abandoned if t.is_alive()]
+        if len(self.abandoned) >= _MAX_ABANDONED:
+            logger.error("%d abandoned cycles still wait on their requests; not starting another",
+                         len(self.abandoned))
+            return
+        self.telemetry.leader.set(1 if self.elector is not None else 0)
+        cancelled, done = threading.Event(), threading.Event()
+        outcome: dict[str, object] = {}
+        ports = replace(self.ports, fence=self.fence(cancelled))
+
+        def work() -> None:
+            try:
+                outcome["result"] = cycle.run_cycle(ports, self.settings, self.memory)
+            except Exception as e:  # reported below, on the scheduler's thread
+                outcome["error"] = e
+            finally:
+                done.set()
+
+        thread = threading.Thread(target=work, name="cycle", daemon=True)
+        self.running = thread
+        began = time.monotonic()
+        budget = self.settings.cycle_budget.total_seconds()
+        thread.start()
+        while not done.wait(_WATCH_EVERY):
+            if self.stopping.is_set() or time.monotonic() - began > budget:
+                break
+        if not done.is_set():
+            cancelled.set()
+            if not self.stopping.is_set():
+                self._abandon(thread, budget)
+            return
+        self.running = None
+        self._finished(outcome)
+
+    def _abandon(self, thread: threading.Thread, budget: float) -> None:
+        self.abandoned.append(thread)
+        self.running = None
+        self.telemetry.cycles.labels(result="abandoned").inc()
+        self.last_error = f"the last cycle was abandoned after its budget of {budget:g}s (a request without answer?)"
+        logger.error("cycle abandoned after %gs: it acts no further; the next starts on schedule", budget)
+        if self.elector is not None:
+            self.elector.step_down()
+
+    def _finished(self, outcome: dict[str, object]) -> None:
+        error = outcome.get("error")
+        if isinstance(error, Exception):
+            self.telemetry.cycles.labels(result="error").inc()
+            self.telemetry.errors.labels(source=error_source(error)).inc()
+            self.last_error = f"{type(error).__name__}: {error}"
+            logger.error("cycle failed", exc_info=error)
+        else:
+            result = outcome["result"]
+            assert isinstance(result, CycleResult)
+            self.memory = result.memory
+            record(self.telemetry, result)
+            self.last_success = time.time()
+            self.last_error = ""
+        self.ready = True
+
+    def health(self) -> tuple[bool, str]:
+        age = time.time() - self.last_success
+        interval = self.settings.interval.total_seconds()
+        if self.last_error.startswith("the last cycle was abandoned"):
+            return False, self.last_error
+        if self.last_error and age > 3 * interval:
+            return False, f"last cycle failed: {self.last_error}"
+        if self.elector is not None and not self.elector.is_leader():
+            return True, "ok, standing by (another replica holds the lease)"
+        return True, f"ok, last success {age:.0f}s ago" if self.last_success else "ok, starting"
+
+    def readiness(self) -> tuple[bool, str]:
+        return (True, "ready") if self.ready else (False, "first cycle not done yet")
+
+    def stop(self) -> None:
+        """Close every fence, then give the request in flight STOP_GRACE to return."""
+        self.stopping.set()
+        running = self.running
+        if running is not None and running.is_alive():
+            running.join(STOP_GRACE)
+            if running.is_alive():
+                logger.warning("stopping with a cycle still waiting on a request; it writes nothing more")
+
+
 def run_forever(ports: Ports, settings: Settings, telemetry: Telemetry, *, metrics_port: int | None,
                 elector: LeaseElector | None = None) -> None:
     """Run a cycle every interval: never two at once, late runs coalesced, misfires logged.
 
     With an `elector`, only the replica holding the lease runs cycles, and every write is fenced
     on it; the other stands by, ready and healthy, and takes over when the lease is free."""
-    state: dict[str, object] = {"last_error": "", "last_success": 0.0, "ready": False}
-    memory = Memory()
-    interval = settings.interval.total_seconds()
+    cycles = _Cycles(ports, settings, telemetry, elector)
     if elector is not None:
-        ports.fence = elector.is_leader
         elector.on_change = lambda held: telemetry.leader.set(1 if held else 0)
         elector.start()
-
-    def job() -> None:
-        nonlocal memory
-        if elector is not None and not elector.is_leader():
-            telemetry.leader.set(0)
-            state["ready"] = True
-            return
-        telemetry.leader.set(1)
-        try:
-            result = cycle.run_cycle(ports, settings, memory)
-            memory = result.memory
-            record(telemetry, result)
-            state["last_success"] = time.time()
-            state["last_error"] = ""
-        except Exception as e:
-            telemetry.cycles.labels(result="error").inc()
-            telemetry.errors.labels(source=error_source(e)).inc()
-            state["last_error"] = f"{type(e).__name__}: {e}"
-            logger.exception("cycle failed")
-        state["ready"] = True
-
-    def health() -> tuple[bool, str]:
-        age = time.time() - float(state["last_success"])  # type: ignore[arg-type]
-        if state["last_error"] and age > 3 * interval:
-            return False, f"last cycle failed: {state['last_error']}"
-        if elector is not None and not elector.is_leader():
-            return True, "ok, standing by (another replica holds the lease)"
-        return True, f"ok, last success {age:.0f}s ago" if state["last_success"] else "ok, starting"
-
-    def ready() -> tuple[bool, str]:
-        return (True, "ready") if state["ready"] else (False, "first cycle not done yet")
 
     def on_event(event: JobExecutionEvent) -> None:
         if event.code == EVENT_JOB_MISSED:
             logger.warning("a cycle was missed (the previous one ran late); the next runs as soon as possible")
 
     if metrics_port is not None:
-        serve_health_and_metrics(telemetry.registry, metrics_port, health, ready)
+        serve_health_and_metrics(telemetry.registry, metrics_port, cycles.health, cycles.readiness)
     scheduler = BlockingScheduler(timezone=datetime.timezone.utc)
     scheduler.add_listener(on_event, EVENT_JOB_ERROR | EVENT_JOB_MISSED)
-    scheduler.add_job(job, "interval", seconds=interval, next_run_time=cycle.utc_now(), max_instances=1,
-                      coalesce=True, misfire_grace_time=None, id="cycle")
+    scheduler.add_job(cycles.job, "interval", seconds=settings.interval.total_seconds(), next_run_time=cycle.utc_now(),
+                      max_instances=1, coalesce=True, misfire_grace_time=None, id="cycle")
 
     def stop(signum: int, frame: object) -> None:
         raise SystemExit(0)
 
-    # SIGTERM (a pod being stopped) ends like Ctrl-C: the running cycle finishes its current
-    # action (each is fenced), then the lease is handed back and the process exits; no deletion is
-    # cut off between its Event and its DELETE.
+    # SIGTERM (a pod being stopped) ends like Ctrl-C: the running cycle's fence closes, so it starts
+    # no further write; the write in flight gets STOP_GRACE to finish (no deletion is cut off
+    # between its Event and its DELETE unless its request hangs); then the lease is handed back.
     signal.signal(signal.SIGTERM, stop)
     logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per run is noise
     try:
         scheduler.start()
     except (KeyboardInterrupt, SystemExit):
-        logger.info("stopping: waiting for the running cycle to finish")
+        logger.info("stopping: the running cycle writes nothing more")
+        cycles.stop()
         scheduler.shutdown(wait=True)
     finally:
         if elector is not None:

@@ -3,6 +3,10 @@
 Both edges speak to the API through the generic `ApiClient.call_api`, so custom resources work
 exactly like built-in kinds; this is the one place that builds their REST paths and turns the
 client library's exceptions into the project's own error types (`janitor.errors`).
+
+It also builds the client itself (`connect`): one whose every request, typed or raw, carries a
+connect and a read timeout, since the client library waits forever by default and a request the
+apiserver never answers would otherwise hold a cycle, and the lease, for good.
 """
 
 from __future__ import annotations
@@ -13,11 +17,40 @@ from typing import Any
 from urllib.parse import quote
 
 import urllib3
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from janitor import errors
 from janitor.decide.model import ResourceKind
+
+Timeout = tuple[float, float]  # (connect, read) seconds
+DEFAULT_TIMEOUT: Timeout = (5.0, 30.0)
+
+
+class TimedApiClient(ApiClient):
+    """An ApiClient whose requests without an explicit `_request_timeout` get `timeout`."""
+
+    def __init__(self, configuration: k8s.Configuration | None = None, timeout: Timeout = DEFAULT_TIMEOUT) -> None:
+        super().__init__(configuration)
+        self.timeout = timeout
+
+    def call_api(self, method: Any, url: Any, header_params: Any = None, body: Any = None, post_params: Any = None,
+                 _request_timeout: Any = None) -> Any:
+        return super().call_api(method, url, header_params, body, post_params,
+                                _request_timeout if _request_timeout is not None else self.timeout)
+
+
+def connect(kubeconfig: str | None, timeout: Timeout = DEFAULT_TIMEOUT) -> TimedApiClient:
+    """The client of `kubeconfig`, else of the in-cluster ServiceAccount; every request timed."""
+    configuration = k8s.Configuration()
+    if kubeconfig:
+        k8s_config.load_kube_config(config_file=kubeconfig,  # type: ignore[no-untyped-call]
+                                    client_configuration=configuration)
+    else:
+        k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    return TimedApiClient(configuration, timeout)
 
 
 @dataclass(frozen=True, slots=True)

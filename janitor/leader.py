@@ -77,6 +77,8 @@ class LeaseElector:
         # A hung request must not hold the election loop; the fence is time-based either way.
         self._timeout = settings.retry_period.total_seconds() * 2
         self._thread: threading.Thread | None = None
+        self._hold_off_until = 0.0  # monotonic; after stepping down, no attempt before it
+        self._term = 0  # bumped on stepping down: a renewal begun before it does not count
 
     # -- the fence ---------------------------------------------------------------------------------
     def is_leader(self) -> bool:
@@ -94,6 +96,7 @@ class LeaseElector:
     def try_acquire_or_renew(self) -> bool:
         """One read-and-write round; True if we hold the lease after it."""
         started = self.monotonic()
+        term = self._term
         s = self.settings
         try:
             lease = self.leases.read_namespaced_lease(s.name, s.namespace, _request_timeout=self._timeout)
@@ -129,11 +132,16 @@ class LeaseElector:
             logger.warning("leader election: could not %s lease: %s", "renew" if ours else "take over",
                            getattr(e, "reason", e))
             return self.is_leader()
-        self._renewed_at = started
+        self._renewed(started, term)
         return self.is_leader()
+
+    def _renewed(self, started: float, term: int) -> None:
+        if term == self._term:
+            self._renewed_at = started
 
     def _create(self, started: float) -> bool:
         s = self.settings
+        term = self._term
         now = _micro(self.wall())
         body = client.V1Lease(metadata=client.V1ObjectMeta(name=s.name, namespace=s.namespace),
                               spec=client.V1LeaseSpec(holder_identity=s.identity,
@@ -144,18 +152,32 @@ class LeaseElector:
         except _FAILURES as e:
             logger.warning("leader election: could not create lease: %s", getattr(e, "reason", e))
             return self.is_leader()
-        self._renewed_at = started
+        self._renewed(started, term)
         return self.is_leader()
 
     # -- in the background ---------------------------------------------------------------------------
     def start(self) -> None:
         def loop() -> None:
             while not self._stop.is_set():
-                self.try_acquire_or_renew()
+                if self.monotonic() >= self._hold_off_until:
+                    self.try_acquire_or_renew()
                 self._stop.wait(self.settings.retry_period.total_seconds())
 
         self._thread = threading.Thread(target=loop, name="leader-election", daemon=True)
         self._thread.start()
+
+    def step_down(self) -> None:
+        """Stop counting as leader now, hand the lease back, and make no attempt for one lease
+        duration: a replica whose cycle hangs must not keep the lease a healthy one could use."""
+        self._term += 1
+        self._hold_off_until = self.monotonic() + self.settings.lease_duration.total_seconds()
+        held = self._renewed_at is not None
+        self._renewed_at = None
+        self.is_leader()
+        logger.warning("leader election: stepping down from lease %s/%s for %gs", self.settings.namespace,
+                       self.settings.name, self.settings.lease_duration.total_seconds())
+        if held:
+            self._release()
 
     def stop(self, release: bool = True) -> None:
         """Stop renewing; with `release`, hand the lease back so another replica takes over now."""
@@ -165,16 +187,18 @@ class LeaseElector:
         held = self.is_leader()
         self._renewed_at = None
         self.is_leader()
-        if not (release and held):
-            return
+        if release and held:
+            self._release()
+
+    def _release(self) -> None:
         s = self.settings
         try:
-            lease = self.leases.read_namespaced_lease(s.name, s.namespace)
+            lease = self.leases.read_namespaced_lease(s.name, s.namespace, _request_timeout=self._timeout)
             if lease.spec and lease.spec.holder_identity == s.identity:
                 lease.spec.holder_identity = None
                 lease.spec.lease_duration_seconds = 1
                 lease.spec.renew_time = _micro(self.wall())
-                self.leases.replace_namespaced_lease(s.name, s.namespace, lease)
+                self.leases.replace_namespaced_lease(s.name, s.namespace, lease, _request_timeout=self._timeout)
                 logger.info("leader election: released lease %s/%s", s.namespace, s.name)
         except _FAILURES as e:
             logger.warning("leader election: could not release the lease: %s", getattr(e, "reason", e))

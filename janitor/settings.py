@@ -102,6 +102,7 @@ class Settings:
     leader: LeaderSettings = field(default_factory=LeaderSettings)
     policy_paths: tuple[str, ...] = ()  # policy files and directories; empty: the expiry path only
     interval: datetime.timedelta = datetime.timedelta(seconds=60)
+    cycle_budget: datetime.timedelta = datetime.timedelta(minutes=10)  # longer: abandoned, fenced, counted
 
     def plan(self) -> PlanSettings:
         """What deciding needs of these settings."""
@@ -218,7 +219,7 @@ def from_args(args: argparse.Namespace) -> Settings:
         lease_duration=a.seconds("lease_duration", d.leader.lease_duration),
     )
     return Settings(cluster, rails, prometheus, slack, lifecycle, leader, policy_paths=a.texts("policies"),
-                    interval=a.seconds("interval", d.interval))
+                    interval=a.seconds("interval", d.interval), cycle_budget=a.seconds("cycle_budget", d.cycle_budget))
 
 
 __all__ = ["DEFAULTS", "DEFAULT_KINDS", "DEFAULT_PROTECTED_NAMESPACES", "Caps", "ClusterSettings", "LeaderSettings",
