@@ -277,7 +277,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         daemon.record(metrics, result)
         print(report.plan_table(result.plan, dry_run=settings.rails.dry_run))
         failed = [r for r in result.results if str(r.outcome) in ("failed", "forbidden")]
-        return 1 if failed else 0
+        if result.memory.policies is None:
+            print("no valid policy set: nothing was done (see `janitor check`)", file=sys.stderr)
+        return 1 if failed or result.memory.policies is None else 0
     elector = None
     in_cluster = not (args.kubeconfig or os.environ.get("KUBECONFIG"))
     if settings.leader.elect if settings.leader.elect is not None else in_cluster:

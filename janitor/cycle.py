@@ -158,13 +158,56 @@ def _kinds(settings: Settings) -> dict[str, ResourceKind]:
     return {k.kind: k for k in (views.PODS, views.NAMESPACES, *settings.cluster.kinds)}
 
 
+class _Ledger:
+    """The rails' ledger as this cycle changes it: each deletion is recorded in the cluster before
+    it happens, so the caps and the tripwire count it even if the janitor dies right after. A
+    record that cannot be written means no deletion, in this cycle and (the ledger being the
+    same) the next."""
+
+    def __init__(self, ports: Ports, settings: Settings, planned: Planned) -> None:
+        self.ports, self.settings = ports, settings
+        self.ledger = planned.plan.ledger
+        self.broken = ""
+
+    def record(self, action: Action) -> str:
+        """'' once the deletion is recorded; else why it must not happen."""
+        if self.broken:
+            return f"not tried: the ledger could not be written ({self.broken})"
+        if self.settings.rails.dry_run or not action.type.deletes:
+            return ""
+        c = self.settings.cluster
+        after = record_deletions(self.ledger, [action], self.ports.clock())
+        try:
+            kube.write_ledger(self.ports.api, c.state_namespace, c.state_name, after)
+        except errors.KubeError as e:
+            self.broken = str(e)
+            logger.error("the ledger could not be written; no deletion until it can: %s", e)
+            return f"not done: the ledger could not record it first ({e})"
+        self.ledger = after
+        return ""
+
+    def store(self) -> None:
+        """The cycle's ledger as plan() left it (the tripwire's count and state), deletions included.
+        Never over what an admin must look at, nor over what a new leader wrote."""
+        if self.settings.rails.dry_run or self.ledger.unreadable or self.broken or not self.ports.fence():
+            return
+        c = self.settings.cluster
+        try:
+            kube.write_ledger(self.ports.api, c.state_namespace, c.state_name, self.ledger)
+        except errors.KubeError as e:
+            logger.error("the ledger could not be written; no deletion until it can: %s", e)
+
+
 def _apply_one(ports: Ports, settings: Settings, planned: Planned, action: Action,
-               source: PrometheusSource | None) -> kube.ActionResult:
-    """One action: a report as planned; anything else decided again on a fresh, scoped read first."""
+               source: PrometheusSource | None, ledger: _Ledger) -> kube.ActionResult:
+    """One action: a report as planned; anything else decided again on a fresh, scoped read first,
+    and recorded in the ledger before it happens."""
     kind = _kinds(settings)[action.target.kind]
     dry_run = settings.rails.dry_run
     if action.type is ActionType.REPORT:
         return kube.apply(ports.api, action, kind=kind, dry_run=dry_run)
+    if ledger.broken:
+        return kube.ActionResult(action, kube.Outcome.FAILED, ledger.record(action))
     result = kube.ActionResult(action, kube.Outcome.SKIPPED, "not tried")
     for _ in range(2):  # the cycle's read, then once more after a conflict
         try:
@@ -177,6 +220,9 @@ def _apply_one(ports: Ports, settings: Settings, planned: Planned, action: Actio
             logger.info("not acting on %s: %s", action.target, again.why, extra={"object": str(action.target)})
             outcome = kube.Outcome.GONE if fresh is None else kube.Outcome.SKIPPED
             return kube.ActionResult(action, outcome, str(again.why))
+        refused = ledger.record(again.action) if result.outcome is not kube.Outcome.CONFLICT else ""
+        if refused:
+            return kube.ActionResult(action, kube.Outcome.FAILED, refused)
         result = kube.apply(ports.api, again.action, kind=kind, dry_run=dry_run)
         if result.outcome is not kube.Outcome.CONFLICT:
             return result
@@ -184,27 +230,29 @@ def _apply_one(ports: Ports, settings: Settings, planned: Planned, action: Actio
 
 
 def apply(ports: Ports, settings: Settings, planned: Planned, *, source: PrometheusSource | None = None) -> CycleResult:
-    """Apply a plan: every action re-checked first; the ledger stored even when the cycle breaks off
-    half-way (deletions that happened always count); then the lifecycle's writes and messages."""
+    """Apply a plan: every action re-checked and recorded in the ledger first; then the lifecycle's
+    writes and messages."""
     decided, dry_run = planned.plan, settings.rails.dry_run
     result = CycleResult(planned, memory=planned.memory)
+    ledger = _Ledger(ports, settings, planned)
+    if planned.memory.policies is None:
+        logger.error("the policies were never read successfully: acting on nothing, marking, unmarking and "
+                     "telling nothing until they are: %s", "; ".join(planned.memory.policy_errors))
+        result.memory = replace(result.memory, notices=frozenset(decided.notices))
+        return result
     try:
         for action in decided.actions:
             if not ports.fence():
-                logger.warning("no longer the leader: stopping before %s; the new leader decides again", action.target)
+                logger.warning("no longer the leader: stopping before %s; the new leader decides again",
+                               action.target)
                 break
-            outcome = _apply_one(ports, settings, planned, action, source)
+            outcome = _apply_one(ports, settings, planned, action, source, ledger)
             result.results.append(outcome)
             audit(outcome.action, outcome=str(outcome.outcome), dry_run=dry_run, detail=outcome.detail)
     finally:
-        if not dry_run and not decided.ledger.unreadable and ports.fence():  # never overwrite what an admin
-            # must look at, nor what a new leader wrote
-            ledger = record_deletions(decided.ledger, result.deleted(), decided.now)
-            kube.write_ledger(ports.api, settings.cluster.state_namespace, settings.cluster.state_name, ledger)
+        ledger.store()
     _log_plan(ports, settings, decided, result)
-    if planned.memory.policies is None:
-        logger.error("the policies were never read successfully: the lifecycle does nothing until they are")
-    elif not dry_run and ports.fence():
+    if not dry_run and ports.fence():
         result.lifecycle = _lifecycle(ports, settings, planned, result)
         result.memory = _admin_report(ports, settings, planned, result.memory)
     elif dry_run:

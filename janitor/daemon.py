@@ -37,6 +37,7 @@ def record(telemetry: Telemetry, result: CycleResult) -> None:
     if planned.policies_reloaded is not None:
         telemetry.policy_reloads.labels(result="success" if planned.policies_reloaded else "error").inc()
         telemetry.policies_broken.set(0 if planned.policies_reloaded else 1)
+    telemetry.policies_loaded.set(0 if planned.memory.policies is None else 1)
     telemetry.observe_plan(decided, objects=len(seen.objects), skipped_kinds=len(seen.skipped_kinds),
                            tripped=is_tripped(decided.ledger), skew=decided.skew_seconds)
     if planned.policies:
@@ -166,7 +167,13 @@ class _Cycles:
         return True, f"ok, last success {age:.0f}s ago" if self.last_success else "ok, starting"
 
     def readiness(self) -> tuple[bool, str]:
-        return (True, "ready") if self.ready else (False, "first cycle not done yet")
+        if not self.ready:
+            return False, "first cycle not done yet"
+        standing_by = self.elector is not None and not self.elector.is_leader()
+        if self.memory.policies is None and not standing_by:
+            errors_now = "; ".join(self.memory.policy_errors) or "not read yet"
+            return False, f"no valid policy set read yet, so acting on nothing: {errors_now}"
+        return True, "ready"
 
     def stop(self) -> None:
         """Close every fence, then give the request in flight STOP_GRACE to return."""

@@ -85,6 +85,8 @@ class Telemetry:
         self.actions = Counter("janitor_actions", "Actions applied, by type, rule, policy (ttl-expiry for "
                                "janitor/ttl and janitor/expires) and outcome", ["action", "rule", "policy", "outcome"],
                                registry=r)
+        self.policies_loaded = Gauge("janitor_policies_loaded", "1 once a valid policy set was read; 0: the janitor "
+                                     "acts on nothing, marks, unmarks and tells nothing", registry=r)
         self.held = Counter("janitor_deletions_held", "Deletions the rails held back, by reason",
                             ["reason"], registry=r)
         self.objects = Gauge("janitor_objects_seen", "Objects in the last snapshot", registry=r)

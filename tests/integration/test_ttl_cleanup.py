@@ -313,3 +313,55 @@ def test_unreadable_ledger_stops_deletions_and_is_left_for_an_admin(
 
     core.delete_namespaced_config_map("janitor-state", namespace)  # the documented way to resume
     assert [act.target.name for act in Runner(kube, settings(namespace)).run_cycle().deleted()] == ["old"]
+
+
+def test_an_unwritable_ledger_means_no_deletion(kube, core: client.CoreV1Api, namespace: str) -> None:
+    """The caps count what the ledger holds: a deletion it could not record first would not count,
+    and the next cycle would delete as many again."""
+    from janitor import errors, ledger
+    from janitor.decide.model import SafetyLedger
+
+    core.create_namespaced_config_map(namespace, client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name="janitor-state"), immutable=True,
+        data={ledger.DATA_KEY: ledger.dumps(SafetyLedger())}))
+    for i in range(5):
+        configmap(core, namespace, f"old-{i}", EXPIRED)
+    runner = Runner(kube, settings(namespace, caps=Caps(per_hour=2, per_day=100, per_namespace_per_hour=2,
+                                                        per_namespace_per_day=100)))
+    outcomes = []
+    for _ in range(3):
+        try:
+            outcomes += [(str(r.outcome), r.detail) for r in runner.run_cycle().results]
+        except errors.KubeError:
+            outcomes.append(("cycle failed", ""))
+    left = {c.metadata.name for c in core.list_namespaced_config_map(namespace).items
+            if c.metadata.name.startswith("old")}
+    assert left == {f"old-{i}" for i in range(5)}, f"deleted without a ledger entry: {outcomes}"
+    assert outcomes and all(o == "failed" and "ledger" in d for o, d in outcomes), outcomes
+
+
+def test_a_janitor_that_never_read_its_policies_acts_on_nothing(
+        kube, core: client.CoreV1Api, namespace: str, tmp_path) -> None:
+    """A fresh replica (a restart, a standby taking over) whose policy file is broken: it must not
+    delete, and must not take every policy's marks for marks no policy covers any more."""
+    broken = tmp_path / "policies.yaml"
+    broken.write_text("policies:\n  - name: idle-gpu\n    mode: enforce\n    triggers: [idleGpu: {window: 2h}\n")
+    configmap(core, namespace, "old", EXPIRED)
+    marked_at = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0) - datetime.timedelta(days=2)
+    mark = {a.POLICY: "idle-gpu", a.EXPIRES: a.format_expires(marked_at + datetime.timedelta(days=1)),
+            a.MARKED_AT: a.format_expires(marked_at), a.REASON: "idle", a.WARNED_AT: a.format_expires(marked_at),
+            a.WARNED_VIA: f"owner D0ALICE/{marked_at.timestamp():.6f}"}
+    client.AppsV1Api(kube).create_namespaced_deployment(namespace, client.V1Deployment(
+        metadata=client.V1ObjectMeta(name="trainer", annotations=mark),
+        spec=client.V1DeploymentSpec(
+            replicas=0, selector=client.V1LabelSelector(match_labels={"app": "trainer"}),
+            template=client.V1PodTemplateSpec(
+                metadata=client.V1ObjectMeta(labels={"app": "trainer"}),
+                spec=client.V1PodSpec(containers=[client.V1Container(name="main", image="busybox")])))))
+    runner = Runner(kube, build(namespaces=(namespace,), state_namespace=namespace, policy_paths=(str(broken),),
+                                rails=Rails(protected_namespaces=(), caps=OPEN)))
+    result = runner.run_cycle()
+    assert result.results == [] and exists(core.read_namespaced_config_map, "old", namespace)
+    notes = client.AppsV1Api(kube).read_namespaced_deployment("trainer", namespace).metadata.annotations or {}
+    assert {k: notes.get(k) for k in mark} == mark
+    assert runner.telemetry.registry.get_sample_value("janitor_policies_loaded") == 0
