@@ -404,7 +404,15 @@ def _add_idle_options(p: argparse.ArgumentParser) -> None:
     idle = p.add_argument_group("idle policies (shadow report)")
     idle.add_argument("--policies", action="append", metavar="PATH",
                       help="policy file or directory (repeatable); adds the idle findings, with their evidence")
-    idle.add_argument("--prometheus-url", help="default: $PROMETHEUS_URL")
+    idle.add_argument("--prometheus-url", help="default: $PROMETHEUS_URL (a user:password@ in it is used for basic "
+                                               "auth and never shown; prefer the files below)")
+    idle.add_argument("--prometheus-bearer-token-file", metavar="FILE", help="a bearer token, read each cycle")
+    idle.add_argument("--prometheus-username", help="basic auth user, with --prometheus-password-file")
+    idle.add_argument("--prometheus-password-file", metavar="FILE", help="basic auth password, read each cycle")
+    idle.add_argument("--prometheus-ca-file", metavar="FILE", help="CA bundle to verify Prometheus' TLS certificate")
+    idle.add_argument("--prometheus-client-cert", metavar="FILE", help="TLS client certificate (with --prometheus-"
+                                                                       "client-key)")
+    idle.add_argument("--prometheus-client-key", metavar="FILE", help="TLS client key")
     idle.add_argument("--dcgm-labels", choices=("servicemonitor", "direct"), default=D.prometheus.dcgm_labels,
                       help="servicemonitor: workload labels are exported_pod/exported_namespace (the "
                            "dcgm-exporter chart's default); direct: pod/namespace (%(default)s)")

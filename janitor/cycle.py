@@ -116,7 +116,13 @@ def prometheus(settings: Settings, policies: Sequence[Policy]) -> Iterator[Prome
     if not (need.gpu or need.cpu or need.ghost_gpus):
         yield None
         return
-    with observation.prometheus_source(settings) as source:
+    try:
+        opened = observation.prometheus_source(settings)
+    except ValueError as e:  # no URL, an unreadable credentials file: every idle verdict is unknown
+        logger.error("Prometheus cannot be queried this cycle, so nothing is judged idle: %s", e)
+        yield None
+        return
+    with opened as source:
         yield source
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import urllib.parse
 from dataclasses import dataclass, field
 
 from janitor import annotations as ann
@@ -73,6 +74,14 @@ class PrometheusSettings:
     hostname_label: str = "Hostname"  # dcgm-exporter before 4.x; newer: "hostname"
     scrape_interval: datetime.timedelta = datetime.timedelta(seconds=30)  # coverage is measured against it
     extra_matchers: tuple[str, ...] = ()  # e.g. cluster="mn2" when one Thanos serves several clusters
+    # Credentials: files, read each time a connection is made, so a rotated Secret is picked up.
+    bearer_token_file: str | None = None
+    username: str | None = None
+    password_file: str | None = None
+    password: str | None = field(default=None, repr=False)  # only from a URL's user:password@, never logged
+    ca_file: str | None = None
+    client_cert_file: str | None = None
+    client_key_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -168,6 +177,21 @@ class _Args:
         return tuple(str(v) for v in value) if isinstance(value, list | tuple) else ()
 
 
+def _userinfo(url: str | None) -> tuple[str | None, str | None, str | None]:
+    """(url without user:password@, user, password): credentials never stay where a URL is shown."""
+    if not url:
+        return None, None, None
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None, None
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return (urllib.parse.urlunsplit(parts._replace(netloc=netloc)), urllib.parse.unquote(parts.username or ""),
+            urllib.parse.unquote(parts.password or "") if parts.password is not None else None)
+
+
 def from_args(args: argparse.Namespace) -> Settings:
     """The settings from parsed arguments (each command has only some options; the rest keep their
     defaults) and the environment (PROMETHEUS_URL, SLACK_BOT_TOKEN, SLACK_API_URL)."""
@@ -191,8 +215,14 @@ def from_args(args: argparse.Namespace) -> Settings:
         dry_run=bool(a.raw("dry_run")),
         max_clock_skew=a.seconds("max_clock_skew", d.rails.max_clock_skew),
     )
+    url, user, password = _userinfo(a.text("prometheus_url", "") or os.environ.get("PROMETHEUS_URL") or None)
     prometheus = PrometheusSettings(
-        url=a.text("prometheus_url", "") or os.environ.get("PROMETHEUS_URL") or None,
+        url=url, username=a.text("prometheus_username", "") or user, password=password,
+        bearer_token_file=a.text("prometheus_bearer_token_file", "") or None,
+        password_file=a.text("prometheus_password_file", "") or None,
+        ca_file=a.text("prometheus_ca_file", "") or None,
+        client_cert_file=a.text("prometheus_client_cert", "") or None,
+        client_key_file=a.text("prometheus_client_key", "") or None,
         dcgm_labels=a.text("dcgm_labels", d.prometheus.dcgm_labels),
         hostname_label=a.text("hostname_label", d.prometheus.hostname_label),
         scrape_interval=a.seconds("scrape_interval", d.prometheus.scrape_interval),

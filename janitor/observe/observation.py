@@ -17,6 +17,7 @@ import datetime
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kubernetes.client import ApiClient
@@ -75,8 +76,24 @@ def prometheus_source(settings: Settings) -> PrometheusSource:
     if not prom.url:
         raise ValueError("the idle policies need --prometheus-url")
     labels = SERVICE_MONITOR if prom.dcgm_labels == "servicemonitor" else HONOR_LABELS
+    token = _secret(prom.bearer_token_file, "--prometheus-bearer-token-file") if prom.bearer_token_file else None
+    password = _secret(prom.password_file, "--prometheus-password-file") if prom.password_file else prom.password
+    if (prom.client_cert_file is None) != (prom.client_key_file is None):
+        raise ValueError("--prometheus-client-cert and --prometheus-client-key go together")
     return PrometheusSource(PrometheusConfig(
-        prom.url, label_map=labels, extra_matchers=tuple(Matcher.parse(m) for m in prom.extra_matchers)))
+        prom.url, label_map=labels, extra_matchers=tuple(Matcher.parse(m) for m in prom.extra_matchers),
+        bearer_token=token, basic_auth=(prom.username, password or "") if prom.username else None,
+        verify=prom.ca_file or True,
+        client_cert=(prom.client_cert_file, prom.client_key_file) if prom.client_cert_file and prom.client_key_file
+        else None))
+
+
+def _secret(path: str, flag: str) -> str:
+    """A credential from a file (a mounted Secret), read now so that a rotation is picked up."""
+    try:
+        return Path(path).read_text().strip()
+    except OSError as e:
+        raise ValueError(f"{flag} {path}: cannot read it ({e.strerror or e})") from None
 
 
 def _is(kind: ResourceKind, name: str) -> bool:

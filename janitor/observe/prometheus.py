@@ -285,7 +285,10 @@ class PrometheusConfig:
     read_timeout: float = 30.0
     """Seconds to wait for an answer. The server is told a slightly shorter query `timeout`, so
     it gives up first and says so (errorType timeout) instead of the client hanging up."""
-    bearer_token: str | None = None
+    bearer_token: str | None = field(default=None, repr=False)
+    basic_auth: tuple[str, str] | None = field(default=None, repr=False)
+    client_cert: tuple[str, str] | None = None
+    """(certificate file, key file) for TLS client authentication."""
     headers: Mapping[str, str] = field(default_factory=dict)
     """Extra headers, e.g. `X-Scope-OrgID` for Mimir tenants."""
     verify: bool | str = True
@@ -319,10 +322,12 @@ class PrometheusSource:
             raise_on_status=False,  # after the last try, hand back the answer so we read its envelope
         )
         self._connection = PrometheusConnect(
-            url=config.url.rstrip("/"), headers=headers, retry=retry, session=session,
+            url=config.url.rstrip("/"), headers=headers, retry=retry, session=session, auth=config.basic_auth,
             timeout=None, method="POST",  # timeouts are passed per request below, as (connect, read)
         )
         self._connection._session.verify = config.verify
+        if config.client_cert is not None:
+            self._connection._session.cert = config.client_cert
         self._server_timeout = max(config.read_timeout - 1.0, config.read_timeout * 0.5)
 
     def close(self) -> None:
