@@ -86,6 +86,17 @@ class _Cycles:
         self.ready = False
         self.abandoned: list[threading.Thread] = []
         self.running: threading.Thread | None = None
+        self.slack_error = ""
+
+    def check_slack(self) -> None:
+        """At start, and every cycle while it fails: does Slack take the token?"""
+        if self.ports.slack is None:
+            return
+        self.slack_error = self.ports.slack.check_token()
+        self.telemetry.slack_token_valid.set(0 if self.slack_error else 1)
+        if self.slack_error:
+            logger.error("Slack does not accept the bot token (%s): no warning can be sent, so nothing is "
+                         "reclaimed until it does", self.slack_error)
 
     def fence(self, cancelled: threading.Event) -> Callable[[], bool]:
         elector = self.elector
@@ -102,6 +113,8 @@ class _Cycles:
                          len(self.abandoned))
             return
         self.telemetry.leader.set(1 if self.elector is not None else 0)
+        if self.slack_error:
+            self.check_slack()
         cancelled, done = threading.Event(), threading.Event()
         outcome: dict[str, object] = {}
         ports = replace(self.ports, fence=self.fence(cancelled))
@@ -169,6 +182,8 @@ class _Cycles:
     def readiness(self) -> tuple[bool, str]:
         if not self.ready:
             return False, "first cycle not done yet"
+        if self.slack_error:
+            return False, f"Slack does not accept the bot token: {self.slack_error}"
         standing_by = self.elector is not None and not self.elector.is_leader()
         if self.memory.policies is None and not standing_by:
             errors_now = "; ".join(self.memory.policy_errors) or "not read yet"
@@ -192,6 +207,7 @@ def run_forever(ports: Ports, settings: Settings, telemetry: Telemetry, *, metri
     With an `elector`, only the replica holding the lease runs cycles, and every write is fenced
     on it; the other stands by, ready and healthy, and takes over when the lease is free."""
     cycles = _Cycles(ports, settings, telemetry, elector)
+    cycles.check_slack()
     if elector is not None:
         elector.on_change = lambda held: telemetry.leader.set(1 if held else 0)
         elector.start()

@@ -87,6 +87,8 @@ class Telemetry:
                                registry=r)
         self.policies_loaded = Gauge("janitor_policies_loaded", "1 once a valid policy set was read; 0: the janitor "
                                      "acts on nothing, marks, unmarks and tells nothing", registry=r)
+        self.slack_token_valid = Gauge("janitor_slack_token_valid", "1 while Slack accepts the bot token (auth.test); "
+                                       "0: no warning can reach anyone", registry=r)
         self.held = Counter("janitor_deletions_held", "Deletions the rails held back, by reason",
                             ["reason"], registry=r)
         self.objects = Gauge("janitor_objects_seen", "Objects in the last snapshot", registry=r)

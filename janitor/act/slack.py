@@ -111,6 +111,15 @@ class Slack:
                                      **({"base_url": base_url} if base_url else {}))  # type: ignore[arg-type]
         return cls(client, admin_channel=admin_channel)
 
+    def check_token(self) -> str:
+        """'' if Slack accepts the token (auth.test); else why not, so a wrong token shows at start
+        instead of when the first warning is due."""
+        try:
+            self._call("auth_test", "the bot token")
+        except _Failed as err:
+            return str(err)
+        return ""
+
     # ----- destinations ------------------------------------------------------------------
     def destination(self, owner: Owner) -> tuple[str, bool] | str:
         """(channel, to_admins) to post the owner's digest to, or why there is none."""

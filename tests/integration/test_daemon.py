@@ -75,3 +75,24 @@ def test_run_once_dry_run_deletes_nothing(sandbox, core: client.CoreV1Api, names
     assert out.returncode == 0, out.stderr
     assert f"HOLD (dry-run)  ConfigMap/{namespace}/old" in out.stdout
     assert "old" in {c.metadata.name for c in core.list_namespaced_config_map(namespace).items}
+
+
+def test_a_wrong_slack_token_shows_at_start(sandbox, namespace: str, tmp_path) -> None:
+    """Not when the first warning is due, days later: /readyz, a metric (and its alert) at once."""
+    port = free_port()
+    log = open(tmp_path / "janitor.log", "w")
+    proc = subprocess.Popen(cli(sandbox, namespace, "--interval", "2", "--metrics-port", str(port),
+                                "--slack-token", "xoxb-wrong", "--slack-api-url", sandbox.slack_api_url),
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: get(f"http://127.0.0.1:{port}/metrics")[0] == 200, timeout=30, what="/metrics")
+        wait_until(lambda: "janitor_slack_token_valid 0.0" in get(f"http://127.0.0.1:{port}/metrics")[1],
+                   timeout=30, what="the token check")
+        status, text = get(f"http://127.0.0.1:{port}/readyz")
+        assert status == 503 and "Slack does not accept the bot token: invalid_auth" in text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=30)
+        log.close()
+    assert code == 0
+    assert "xoxb-wrong" not in (tmp_path / "janitor.log").read_text()
