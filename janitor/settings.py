@@ -115,7 +115,8 @@ class Settings:
 
     def plan(self) -> PlanSettings:
         """What deciding needs of these settings."""
-        return PlanSettings(self.rails, self.lifecycle, self.cluster.cronjob_target, self.cluster.owner_keys)
+        return PlanSettings(self.rails, self.lifecycle, self.cluster.cronjob_target, self.cluster.owner_keys,
+                            (self.cluster.state_namespace, self.cluster.state_name))
 
 
 DEFAULTS = Settings()

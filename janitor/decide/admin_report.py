@@ -14,8 +14,10 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from janitor.annotations import ACKNOWLEDGE_TRIPWIRE
 from janitor.decide.evidence import GhostGpu
 from janitor.decide.model import Finding, NodeInfo, PodView, State, TriggerKind
+from janitor.decide.rails import Held, HoldReason
 from janitor.decide.reasons import Code
 
 
@@ -46,9 +48,34 @@ def never_fits(finding: Finding) -> bool:
             and any(Code.NEVER_FITS in j.why.codes() for j in finding.pods))
 
 
+def _held(held: Sequence[Held], state: tuple[str, str]) -> tuple[list[str], list[str]]:
+    """(lines, ids): what the rails hold back, by reason, each with what resumes it. A dry run is
+    what the admin asked for, so it is not news."""
+    by_reason: dict[HoldReason, list[Held]] = {}
+    for h in held:
+        if h.reason is not HoldReason.DRY_RUN:
+            by_reason.setdefault(h.reason, []).append(h)
+    namespace, name = state
+    resume = {
+        HoldReason.CAP: "they go through as the rolling hour and day free up; to let more through, raise "
+                        "--max-deletions-per-hour, --max-deletions-per-day or their per-namespace kin",
+        HoldReason.TRIPWIRE: "check they are wanted (`janitor plan`), then resume with: kubectl -n "
+                             f"{namespace} annotate configmap {name} {ACKNOWLEDGE_TRIPWIRE}=<now, UTC> --overwrite",
+        HoldReason.CLOCK_SKEW: "they resume once the janitor's clock agrees with the apiserver's (check NTP)",
+        HoldReason.LEDGER: f"look at configmap {namespace}/{name}; deleting it resumes (the caps start afresh)",
+    }
+    lines = [f"{len(hs)} deletions held by the {'deletion caps' if reason is HoldReason.CAP else reason} "
+             f"({hs[0].why}): {resume.get(reason, '')}" for reason, hs in sorted(by_reason.items())]
+    return lines, [f"held:{reason}" for reason in sorted(by_reason)]
+
+
 def admin_report(findings: Sequence[Finding], nodes: Sequence[NodeInfo], silent_gpu_pods: Sequence[PodView],
-                 tripwire: str | None, ghost_gpus: Sequence[GhostGpu] = ()) -> AdminReport:
+                 tripwire: str | None, ghost_gpus: Sequence[GhostGpu] = (), held: Sequence[Held] = (),
+                 state: tuple[str, str] = ("kube-idle-janitor", "janitor-state")) -> AdminReport:
     sections: list[tuple[str, tuple[str, ...]]] = []
+    held_lines, held_ids = _held(held, state)
+    if held_lines:
+        sections.append(("Deletions held back", tuple(held_lines)))
     stuck = sorted((f for f in findings if f.stuck is not None), key=lambda f: (f.stuck.node or "" if f.stuck else "",
                                                                               str(f.subject)))
     if stuck:
@@ -81,5 +108,5 @@ def admin_report(findings: Sequence[Finding], nodes: Sequence[NodeInfo], silent_
         sections.append(("Tripwire", (tripwire,)))
     ids = ([f"stuck:{f.subject.uid}" for f in stuck] + [f"leftovers:{n.name}" for n in leftovers]
            + [f"never:{f.subject.uid}" for f in never] + [f"silent:{p}" for p in silent]
-           + (["tripwire"] if tripwire else []) + [f"ghost:{g.node}/{g.gpu}" for g in ghost_gpus])
+           + (["tripwire"] if tripwire else []) + [f"ghost:{g.node}/{g.gpu}" for g in ghost_gpus] + held_ids)
     return AdminReport(tuple(sections), tuple(ids))

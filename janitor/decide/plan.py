@@ -63,6 +63,7 @@ class PlanSettings:
     lifecycle: LifecycleSettings = field(default_factory=LifecycleSettings)
     cronjob_mode: CronJobMode = CronJobMode.JOB
     owner_keys: tuple[tuple[str, str], ...] = DEFAULT_OWNER_KEYS
+    state: tuple[str, str] = ("kube-idle-janitor", "janitor-state")  # the ledger's ConfigMap, for admins' commands
 
 
 @dataclass(frozen=True)
@@ -213,7 +214,7 @@ def plan(observation: Observation, policies: Sequence[Policy], ledger: SafetyLed
     silent = silent_gpu_pods(observation)
     tripwire = railed.notices[0] if is_tripped(railed.ledger) and railed.notices else None
     report = admin_report(decision.findings, observation.nodes, silent, tripwire,
-                          observation.evidence.ghost_gpus or ())
+                          observation.evidence.ghost_gpus or (), railed.held, settings.state)
     return CyclePlan(decision.now, decision.reports + railed.allowed, railed.held, decision.changes,
                      decision.findings, railed.ledger, tuple(notices), railed.tripped_now, report, silent,
                      observation.evidence.failures,

@@ -143,3 +143,26 @@ def test_deadlines_use_the_apiserver_clock() -> None:
     p = run([target], local_now=NOW - datetime.timedelta(seconds=20))
     assert names(p.deletions()) == ["x"]
     assert p.now == NOW
+
+
+def test_admins_are_told_what_the_caps_hold_back_and_what_resumes_it() -> None:
+    capped = run(expired(12))
+    [(title, lines)] = [s for s in capped.admin_report.sections if s[0].startswith("Deletions held back")]
+    assert any("9 deletions" in line and "cap" in line and "--max-deletions-per-hour" in line for line in lines)
+    # The same hold a cycle later is the same report (not sent again until it changes or at the pace).
+    assert run(expired(11)).admin_report.key == capped.admin_report.key
+
+
+def test_admins_are_told_the_tripwire_holds_everything_with_the_command_that_resumes() -> None:
+    rails = Rails(caps=Caps(10**6, 10**6, 10**6, 10**6), tripwire=Tripwire(fraction=0.5, min_jump=20))
+    baseline = run(expired(2), rails=rails)
+    for cycle in (run(expired(200), ledger=baseline.ledger, rails=rails),
+                  run(expired(200), ledger=run(expired(200), ledger=baseline.ledger, rails=rails).ledger, rails=rails)):
+        held = dict(cycle.admin_report.sections)["Deletions held back"]
+        assert any("200 deletions" in line and "tripwire" in line
+                   and f"kubectl -n kube-idle-janitor annotate configmap janitor-state {a.ACKNOWLEDGE_TRIPWIRE}="
+                   in line for line in held), held
+
+
+def test_a_dry_run_is_no_news_for_admins() -> None:
+    assert run(expired(3), rails=Rails(caps=TIGHT, dry_run=True)).admin_report.empty
