@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -83,6 +84,9 @@ class LifecycleRun:
     out: LifecycleOutcome = field(default_factory=LifecycleOutcome)
     _rv: dict[str, str] = field(default_factory=dict)
     _expected: dict[str, dict[str, str]] = field(default_factory=dict)
+    # One lookup per message (a digest's workloads share its intent), within the Slack time budget.
+    _lookups: dict[tuple[Owner, str], Delivery | None | SlackUnavailable] = field(default_factory=dict)
+    _lookup_seconds: float = 0.0
 
     def run(self, changes: Sequence[Change], done: Sequence[Change]) -> LifecycleOutcome:
         """Write and send `changes`; `done` are the ACT changes whose action went through ("done" notes)."""
@@ -152,12 +156,23 @@ class LifecycleRun:
         assert change.intent is not None and change.notice is not None
         if self.messenger is None:
             return None
-        try:
-            found = self.messenger.find_sent(change.notice.owner, change.intent.id,
-                                             since=change.intent.at - datetime.timedelta(minutes=5))
-        except SlackUnavailable as e:
+        key = (change.notice.owner, change.intent.id)
+        if key not in self._lookups:
+            if self._lookup_seconds >= self.send_budget.total_seconds():
+                logger.info("not asking Slack about the %s for %s this cycle: its time budget is spent",
+                            change.intent.kind, change.workload)
+                return None
+            began = time.monotonic()
+            try:
+                self._lookups[key] = self.messenger.find_sent(
+                    change.notice.owner, change.intent.id, since=change.intent.at - datetime.timedelta(minutes=5))
+            except SlackUnavailable as e:
+                self._lookups[key] = e
+            self._lookup_seconds += time.monotonic() - began
+        found = self._lookups[key]
+        if isinstance(found, SlackUnavailable):
             logger.warning("cannot ask Slack whether the %s for %s arrived: %s; not sending again yet",
-                           change.intent.kind, change.workload, e)
+                           change.intent.kind, change.workload, found)
             return None
         if found is not None:
             record = lifecycle.delivered(change, found, self.policies.get(change.policy))

@@ -538,3 +538,17 @@ def test_a_spent_send_budget_leaves_the_intents_for_the_next_cycle() -> None:
     assert slack.sent == [] and out.unsent == 1 and kinds(cluster) == ["write"]
     assert mark_of(cluster, "train").intent is not None
 
+
+
+def test_one_message_for_several_workloads_is_looked_up_once() -> None:
+    """After a crash, the workloads of one digest share its intent: Slack is asked once per message,
+    not once per workload (Slack's rate limits would stall the cycles)."""
+    cluster = Cluster()
+    for name in ("train-a", "train-b", "train-c"):
+        cluster.add(name, marked(name, INTENT_AT) | {a.NOTICE: in_flight(NoticeKind.WARNING, INTENT_AT, WARNS_OF)})
+    slack = Slack(cluster, history=Delivery("D0ALICE", ts(FOUND_AT)))
+    decided = decide(cluster)
+    assert [c.step for c in decided.changes] == [Step.RECOVER] * 3
+    out = run(cluster, slack, decided)
+    assert out.recovered == 3 and slack.sent == []
+    assert len(slack.asked) == 1
