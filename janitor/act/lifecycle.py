@@ -185,17 +185,20 @@ class LifecycleRun:
 
     def _send(self, changes: Sequence[Change]) -> None:
         assert self.messenger is not None
-        grouped: dict[str, tuple[Owner, list[Change]]] = {}
+        # One digest per owner; notices the admins already heard about (the owner was unreachable)
+        # go in their own, which never falls back to the admins again.
+        grouped: dict[tuple[str, bool], tuple[Owner, list[Change]]] = {}
         for change in changes:
             assert change.notice is not None
-            grouped.setdefault(str(change.notice.owner), (change.notice.owner, []))[1].append(change)
+            key = (str(change.notice.owner), change.notice.admins_told)
+            grouped.setdefault(key, (change.notice.owner, []))[1].append(change)
         outbox = Outbox(self.messenger)
-        by_intent: dict[str, list[Change]] = {}
-        for owner, members in grouped.values():
+        by_digest: dict[tuple[str, bool], list[Change]] = {}
+        for (_, told), (owner, members) in grouped.items():
             notices = tuple(c.notice for c in members if c.notice is not None)
-            intent = lifecycle.intent_id(owner, self.now)
-            outbox.add(Digest(owner, notices, intent, tuple(render_digest(notices, self.now))))
-            by_intent[intent] = members
+            intent = lifecycle.intent_id(owner, self.now)  # the one the workloads' intents carry
+            outbox.add(Digest(owner, notices, intent, tuple(render_digest(notices, self.now)), admin_fallback=not told))
+            by_digest[(intent, told)] = members
         if not self.fence():  # the intents are on the workloads: the new leader sends (after asking Slack)
             return
         results = outbox.flush(self.send_budget.total_seconds())
@@ -205,7 +208,7 @@ class LifecycleRun:
             if result.delivery is None:
                 logger.warning("message to %s not delivered: %s", result.digest.owner, result.error)
                 continue
-            for change in by_intent[result.digest.intent]:
+            for change in by_digest[(result.digest.intent, not result.digest.admin_fallback)]:
                 # An intent to settle: only marks and notices carry one (an unmark may clear a stale one,
                 # and its "cancelled" note must not write warning records back onto the workload).
                 if change.step in (Step.MARK, Step.NOTIFY) and change.annotations.get(ann.NOTICE):

@@ -67,6 +67,7 @@ class Digest:
     notices: tuple[Notice, ...]
     intent: str  # unique id of this send; put in message metadata so a crash can be recognised
     messages: tuple[Message, ...]  # already rendered
+    admin_fallback: bool = True  # False: the admins already heard about these; only the owner now
 
     def __post_init__(self) -> None:
         if not self.messages:
@@ -128,7 +129,7 @@ class Slack:
         except _Failed as err:
             return str(err)
 
-    def _destination(self, owner: Owner) -> tuple[str, bool]:
+    def _destination(self, owner: Owner, fallback: bool = True) -> tuple[str, bool]:
         """Raises `_Failed`: Slack is unwell (try later), or unreachable and no admins to tell."""
         try:
             if owner.kind is OwnerKind.SLACK_USER:
@@ -141,7 +142,7 @@ class Slack:
                 return owner.value, False
             raise _Failed("unknown owner", "unknown_owner")
         except _Failed as err:
-            if err.code not in UNREACHABLE or not self._fallback:
+            if err.code not in UNREACHABLE or not self._fallback or not fallback:
                 raise  # a throttled or unreachable Slack is no reason to bother the admins
             logger.info("Slack: %s cannot be reached (%s); telling the admins", owner, err)
             return str(self._admin_channel), True
@@ -180,7 +181,7 @@ class Slack:
         """Post the digest's messages; Slack failures become the result's `error`."""
         where: tuple[str, bool] | None = None
         try:
-            where = self._destination(digest.owner)
+            where = self._destination(digest.owner, digest.admin_fallback)
             first = self._post(where[0], digest.messages[0], digest)
         except _Failed as err:
             if where is None or where[1] or err.code not in UNREACHABLE:

@@ -206,9 +206,12 @@ def _notice(kind: NoticeKind, finding: Finding, case: _Case, policy: Policy, now
     cap = (extension_cap(case.mark, policy) if case.mark is not None else
            (now + policy.lifecycle.max_extension if policy.lifecycle.max_extension else None))
     view = case.view
+    warns = kind in (NoticeKind.WARNING, NoticeKind.REMINDER)
+    told = warns and case.mark is not None and case.mark.warned_via is not None and case.mark.warned_via.to_admins
     return Notice(kind, view.ref, policy.name, finding.owner, str(policy.lifecycle.action), finding.reason, now,
-                  deadline, keep_command(view.ref, cap) if kind in (NoticeKind.WARNING, NoticeKind.REMINDER) else "",
-                  resume_command(view.ref, policy.lifecycle.action, view.replicas), finding.gpus, finding.condition)
+                  deadline, keep_command(view.ref, cap) if warns else "",
+                  resume_command(view.ref, policy.lifecycle.action, view.replicas), finding.gpus, finding.condition,
+                  told)
 
 
 def _intent(kind: NoticeKind, owner: Owner, now: datetime.datetime, policy: Policy,

@@ -35,6 +35,7 @@ class Notice:
     resume_command: str = ""  # how to undo suspend/scale-to-zero/stop (DONE, and in warnings)
     gpus: int = 0  # GPUs the workload holds, for the summary line
     condition: str = "idle"  # what is wrong, in words: "idle", "stuck Pending", "crash-looping"
+    admins_told: bool = False  # the owner could not be reached and the admins heard: not again
 
 
 def kubectl_ref(ref: ObjectRef) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 from slack_sdk import WebClient
@@ -237,3 +238,11 @@ def test_a_slow_slack_spends_the_budget_and_the_rest_waits(standin: SlackStandIn
 def test_a_digest_needs_a_message() -> None:
     with pytest.raises(ValueError, match="no messages"):
         Digest(UNKNOWN, (notice(UNKNOWN),), "cycle-1/x", ())
+
+
+def test_a_digest_the_admins_already_heard_about_never_falls_back_to_them(
+        standin: SlackStandIn, slack: Slack) -> None:
+    result = slack.send(replace(digest(NOBODY), admin_fallback=False))
+    assert result.delivery is None and "users_not_found" in result.error
+    assert standin.messages(ADMINS) == []
+    assert slack.send(digest(NOBODY)).delivery == Delivery(ADMINS, standin.messages(ADMINS)[0].ts, to_admins=True)

@@ -226,6 +226,16 @@ def test_admin_only_warning_waits_for_an_owner_without_repeating() -> None:
     assert change.why.code is Code.ADMINS_ONLY
 
 
+def test_a_warning_again_after_only_the_admins_were_reached_is_for_the_owner_only() -> None:
+    """The owner's e-mail has no Slack user: the admins heard once; the owner is tried again (they
+    may join Slack), but the admin channel must not hear about the same workload every hour."""
+    notes = marked(ago(hours=30), ago(hours=6), ago(hours=30), via="admins C0ADMINS/{}")
+    change = one(job(notes))
+    assert change.step is Step.NOTIFY and change.notice is not None and change.notice.admins_told
+    first = one(job(marked(ago(hours=30), ago(hours=6))))
+    assert first.notice is not None and not first.notice.admins_told
+
+
 @pytest.mark.parametrize("state", [State.UNKNOWN, State.TOO_YOUNG], ids=lambda s: str(s))
 def test_unknown_evidence_keeps_the_mark_and_never_acts(state: State) -> None:
     change = one(job(marked(ago(hours=30), ago(hours=6), ago(hours=30))), state)
