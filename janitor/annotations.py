@@ -31,8 +31,16 @@ Intentional differences, and why:
    kube-janitor accepts with the same meaning; where we differ we reject,
    the annotation is ignored and nothing is deleted. A janitor that deletes
    the wrong thing is worse than one that deletes nothing.
-3. A TTL beyond timedelta's range (about 2.7 million years) is rejected;
-   kube-janitor keeps the huge integer, which never expires either.
+3. Bounds, so the arithmetic the janitor does with what it read never
+   leaves the calendar: a TTL (and every policy duration) is at most
+   MAX_DURATION, 100 years of 365 days (36500d); a time is in the years
+   1000 to 8999 (EARLIEST to LATEST). A time plus or minus several of the
+   longest durations (a deadline + maxExtension, delivery + grace + a year
+   of days without working time) then stays far inside Python's years 1 to
+   9999, in any time zone. kube-janitor keeps a huge TTL, which never
+   expires, and any strptime year; here such a value is malformed and
+   reported, like any other. The admission policy
+   (manifests/base/admission-annotations.yaml) has the same bounds.
 4. format_duration writes one exact unit (3900 s -> `65m`) so the result is
    a valid TTL; kube-janitor's writes display text (`1h5m`, `-1s`) that its
    own parse_ttl rejects. Negative or sub-second input is refused.
@@ -44,7 +52,8 @@ The janitor's own mark is part of the same contract (`read_mark`, `Mark`, `Inten
 `WarnedOf`): the deciding code reads it and the acting code writes it, so both use these values
 and neither parses the other's strings.
 
-Everything here is pure: no clock reads, standard library only.
+Everything here is pure: no clock reads, standard library only (zoneinfo reads the zone
+database, which is data, not state).
 """
 
 from __future__ import annotations
@@ -55,6 +64,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 TTL = "janitor/ttl"  # users/CI: lifetime counted from creation, e.g. 8h; FOREVER = none
 EXPIRES = "janitor/expires"  # users/CI: absolute UTC time after which the object may be deleted
@@ -83,6 +93,13 @@ MARK_KEYS: tuple[str, ...] = (EXPIRES, POLICY, REASON, MARKED_AT, MARKED_UID, NO
 # Written by the janitor only: any of them on an object makes its EXPIRES part of a mark.
 JANITOR_ONLY_KEYS: tuple[str, ...] = tuple(k for k in MARK_KEYS if k != EXPIRES)
 
+MAX_DURATION = _dt.timedelta(days=36500)  # 100 years of 365 days: the longest TTL or policy duration
+EARLIEST = _dt.datetime(1000, 1, 1, tzinfo=_dt.timezone.utc)  # the first time accepted
+LATEST = _dt.datetime(8999, 12, 31, 23, 59, 59, tzinfo=_dt.timezone.utc)  # the last time accepted
+MAX_TIME_ZONE_LENGTH = 64  # the longest IANA name has 32 characters
+DURATION_BOUND = "at most 36500d (100 years)"
+TIME_BOUND = "years 1000 to 8999"
+
 # Largest unit first: format_duration relies on this order.
 _UNIT_SECONDS = {"w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1}
 # [0-9], not \d: \d also matches non-ASCII digits. Used with fullmatch,
@@ -97,6 +114,10 @@ _TTL_FORMS = (
 _EXPIRES_FORMS = (
     "use 2019-02-25T09:26:14Z, 2019-02-25T09:26 or 2019-02-25 (UTC, no offset)"
 )
+# The characters of IANA names (Etc/GMT+5, America/Port-au-Prince); parts never empty, `.` or `..`.
+_ZONE_RE = re.compile(r"[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*")
+_ZONE_FORMS = "use an IANA time zone such as Europe/Berlin, America/New_York or UTC"
+_MAX_DIGITS = len(str(MAX_DURATION // _dt.timedelta(seconds=1)))  # more significant digits: too large
 _SECOND = _dt.timedelta(seconds=1)
 T = TypeVar("T")
 
@@ -108,38 +129,60 @@ def _show(text: str) -> str:
     return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
-def parse_ttl(text: str) -> _dt.timedelta | None:
-    """Parse a `janitor/ttl` value; None means `forever`.
+class OutOfRange(ValueError):
+    """A value of the right form past the bounds: the policy loader says "out of range" instead of
+    repeating the forms, which the value already has."""
 
-    Raises ValueError naming the valid forms, so whoever logs or reports
-    it tells the owner how to fix the annotation.
+
+def parse_ttl(text: str) -> _dt.timedelta | None:
+    """Parse a `janitor/ttl` value (or a policy duration); None means `forever`.
+
+    Raises ValueError naming the valid forms (OutOfRange past MAX_DURATION),
+    so whoever logs or reports it tells the owner how to fix the annotation.
     """
     if text.lower() == FOREVER:  # no non-ASCII character lowercases into "forever"
         return None
     match = _TTL_RE.fullmatch(text)
     if match is None:
         raise ValueError(f"{_show(text)} is not a valid TTL: {_TTL_FORMS}")
-    try:
-        # int() raises ValueError past 4300 digits; timedelta raises
-        # OverflowError past 999999999 days. Both are "too large".
-        return _dt.timedelta(seconds=int(match[1]) * _UNIT_SECONDS[match[2]])
-    except (OverflowError, ValueError):
-        raise ValueError(
-            f"{_show(text)} is not a valid TTL: too large; {_TTL_FORMS}"
-        ) from None
+    digits = match[1].lstrip("0")
+    # Counting digits first keeps int() away from thousands of them (its limit is 4300).
+    if len(digits) <= _MAX_DIGITS:
+        seconds = int(digits or "0") * _UNIT_SECONDS[match[2]]
+        if seconds <= MAX_DURATION // _SECOND:
+            return _dt.timedelta(seconds=seconds)
+    raise OutOfRange(f"{_show(text)} is not a valid TTL: too large, {DURATION_BOUND}; {_TTL_FORMS}")
 
 
 def parse_expires(text: str) -> _dt.datetime:
-    """Parse a `janitor/expires` (or `janitor/keep-until`) value as an
-    aware UTC datetime; ValueError, naming the valid forms, otherwise."""
+    """Parse a `janitor/expires` (or `janitor/keep-until`, or a time of
+    the mark) value as an aware UTC datetime from EARLIEST to LATEST;
+    ValueError, naming the valid forms (OutOfRange for other years), otherwise."""
     match = _EXPIRES_RE.fullmatch(text)
     if match is not None:
         year, month, day, hour, minute, second = (int(group) for group in match.groups(default="0"))
         try:
-            return _dt.datetime(year, month, day, hour, minute, second, tzinfo=_dt.timezone.utc)
+            when = _dt.datetime(year, month, day, hour, minute, second, tzinfo=_dt.timezone.utc)
         except ValueError:  # e.g. Feb 30, hour 24, second 60, year 0000
             pass
+        else:
+            if EARLIEST <= when <= LATEST:
+                return when
+            raise OutOfRange(f"{_show(text)} is not a valid expiry time: out of range: {TIME_BOUND}; "
+                             f"{_EXPIRES_FORMS}")
     raise ValueError(f"{_show(text)} is not a valid expiry time: {_EXPIRES_FORMS}")
+
+
+def parse_time_zone(text: str) -> ZoneInfo:
+    """Parse a `janitor/time-zone` value (or a policy's `timeZone`): an IANA name the zone database
+    has. zoneinfo raises ZoneInfoNotFoundError, ValueError or OSError (a directory such as
+    `Europe`, a name too long for the file system) for other names; here all are ValueError."""
+    if len(text) <= MAX_TIME_ZONE_LENGTH and _ZONE_RE.fullmatch(text):
+        try:
+            return ZoneInfo(text)
+        except (ZoneInfoNotFoundError, ValueError, OSError):
+            pass
+    raise ValueError(f"{_show(text)} is not an IANA time zone: {_ZONE_FORMS}")
 
 
 def format_duration(delta: _dt.timedelta) -> str:
@@ -149,6 +192,8 @@ def format_duration(delta: _dt.timedelta) -> str:
         raise ValueError(
             f"cannot write {delta!r} as a TTL: it must be a non-negative whole number of seconds"
         )
+    if delta > MAX_DURATION:
+        raise ValueError(f"cannot write {delta!r} as a TTL: {DURATION_BOUND}")
     seconds = delta // _SECOND
     if seconds == 0:
         return "0s"
@@ -163,7 +208,10 @@ def format_expires(when: _dt.datetime) -> str:
 
     Naive datetimes are refused: their zone is a guess, and a wrong guess
     moves a deletion by hours. Sub-second values are refused rather than
-    truncated, so parse_expires(format_expires(t)) == t always holds.
+    truncated, so parse_expires(format_expires(t)) == t holds for every t
+    from EARLIEST to LATEST. Other years are written all the same: a
+    deadline computed from a time near LATEST must not fail a cycle; read
+    back, it is out of range, and the mark holding it is started again.
     """
     if when.utcoffset() is None:
         raise ValueError(f"cannot write naive datetime {when!r}: give it a timezone")
@@ -205,10 +253,12 @@ class NoticeKind(enum.StrEnum):
 
 
 def _time_of_ts(ts: str) -> _dt.datetime | None:
+    """A Slack timestamp as a time, within the years every other time of the mark is held to."""
     try:
-        return _dt.datetime.fromtimestamp(float(ts), _dt.timezone.utc)
+        at = _dt.datetime.fromtimestamp(float(ts), _dt.timezone.utc)
     except (ValueError, OverflowError, OSError):
         return None
+    return at if EARLIEST <= at <= LATEST else None
 
 
 @dataclass(frozen=True, slots=True)

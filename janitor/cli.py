@@ -93,7 +93,13 @@ def _meaning(key: str, value: str) -> str:
     if key == ann.EXPIRES:
         when = ann.parse_expires(value)
         return f"deleted after {when.isoformat()} ({ann.format_expires(when)})"
-    raise ValueError(f"not an annotation users set; use {ann.TTL} or {ann.EXPIRES}")
+    if key == ann.KEEP_UNTIL:
+        when = ann.parse_expires(value)
+        return (f"an idle workload is not reclaimed before {when.isoformat()} ({ann.format_expires(when)}), "
+                "within its policy's maxExtension")
+    if key == ann.TIME_ZONE:
+        return f"on a namespace: working hours counted in {ann.parse_time_zone(value).key}"
+    raise ValueError(f"not an annotation users set; use {ann.TTL}, {ann.EXPIRES}, {ann.KEEP_UNTIL} or {ann.TIME_ZONE}")
 
 
 def _api(args: argparse.Namespace) -> ApiClient:
@@ -462,7 +468,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     annotation = commands.add_parser(
         "annotation",
-        help="explain janitor/ttl and janitor/expires values, or why they are rejected",
+        help="explain janitor/ttl, janitor/expires, janitor/keep-until or janitor/time-zone values, or why "
+             "they are rejected",
         description=(
             "Parse annotation values exactly as the janitor does and say what they mean. "
             "Exits 1 if any value is invalid; an invalid value on a real object is reported "

@@ -9,17 +9,20 @@ come from the IANA database (zoneinfo), so daylight-saving changes are handled b
 from __future__ import annotations
 
 import datetime
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
+from janitor.annotations import parse_time_zone
 from janitor.policy.model import WorkingHours
 
 _MAX_DAYS = 366  # a configuration with no working time at all must not loop forever
 
 
 def zone(name: str) -> ZoneInfo | None:
+    """The zone a namespace's `janitor/time-zone` names, or None for anything else: whatever a
+    user wrote there (a directory of the zone database, a path, 300 characters) must not fail a cycle."""
     try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+        return parse_time_zone(name)
+    except ValueError:
         return None
 
 

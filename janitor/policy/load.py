@@ -12,7 +12,15 @@ Why it is written this way:
   good set when `errors` is non-empty. When there is any error, `policies` is empty: a partial set
   would silently change which policy matches first.
 * Durations use the `janitor/ttl` grammar of `annotations.parse_ttl`, so admins learn one syntax
-  for annotations and policies (`parse_duration=` lets tests pass another parser).
+  for annotations and policies (`parse_duration=` lets tests pass another parser), with its bound
+  (100 years); time zones are `annotations.parse_time_zone`'s, as for a namespace's own zone.
+* Whatever the bytes, the result is errors, never an exception: the daemon reloads files an admin
+  may be half-way through writing, and a cycle must not fail on them. Before a single value is
+  read, a file is held to MAX_BYTES, to MAX_DEPTH levels of nesting (PyYAML composes recursively,
+  and its scanner slows down with the square of the depth) and to MAX_NODES values, an alias
+  counting as what it repeats (an alias bomb is small as text and huge as data; a recursive alias
+  is endless), which also bounds the time a reload takes. Messages quote values cut short and on
+  one line, so a huge key or value is not echoed whole into `janitor check` or the logs.
 """
 
 from __future__ import annotations
@@ -26,12 +34,16 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 import yaml
+from yaml.events import AliasEvent, Event
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from janitor.annotations import parse_ttl
+from janitor.annotations import DURATION_BOUND, OutOfRange, parse_time_zone, parse_ttl
 from janitor.policy import model
 
 DURATION_FORMS = "(e.g. 30m, 8h, 7d)"
+MAX_BYTES = 1 << 20  # 1 MiB: as much as a ConfigMap holds
+MAX_DEPTH = 64  # levels of nesting; a policy needs 8
+MAX_NODES = 20_000  # values, an alias counting as what it repeats; a policy has 15 to 120
 _STR, _INT, _FLOAT, _BOOL = (f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool"))
 _NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # DNS label: also an annotation value
 _GLOB_RE = re.compile(r"[-a-z0-9*?\[\]!]{1,63}")
@@ -76,9 +88,14 @@ def from_paths(paths: Iterable[str | Path], *, parse_duration: DurationParser = 
     first_seen: dict[str, str] = {}
     for path in files:
         try:
-            text = path.read_text(encoding="utf-8")
+            with path.open("rb") as f:
+                data = f.read(MAX_BYTES + 1)
+            text = data.decode("utf-8")
         except (OSError, UnicodeDecodeError) as e:
-            errors.append(PolicyError(str(path), None, "", f"cannot read the file: {e}"))
+            errors.append(PolicyError(str(path), None, "", f"cannot read the file: {_one_line(str(e))}"))
+            continue
+        if len(data) > MAX_BYTES:
+            errors.append(PolicyError(str(path), None, "", _TOO_BIG))
             continue
         parsed, file_errors = from_text(text, file=str(path), parse_duration=parse_duration)
         errors.extend(file_errors)
@@ -97,14 +114,18 @@ def from_paths(paths: Iterable[str | Path], *, parse_duration: DurationParser = 
 def from_text(text: str, *, file: str, parse_duration: DurationParser = parse_ttl
               ) -> tuple[tuple[model.Policy, ...], tuple[PolicyError, ...]]:
     """Parse one file's text. Returns the valid policies and all errors (names unique within it)."""
+    if len(text) > MAX_BYTES:
+        return (), (PolicyError(file, None, "", _TOO_BIG),)
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = _Loader.compose(text)
+    except _Limit as e:
+        return (), (PolicyError(file, e.line, "", e.problem),)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         problem = " ".join(str(p) for p in (e.context, e.problem) if p)
-        return (), (PolicyError(file, mark.line + 1 if mark else None, "", f"not valid YAML: {problem}"),)
+        return (), (PolicyError(file, mark.line + 1 if mark else None, "", f"not valid YAML: {_one_line(problem)}"),)
     except yaml.YAMLError as e:
-        return (), (PolicyError(file, None, "", f"not valid YAML: {e}"),)
+        return (), (PolicyError(file, None, "", f"not valid YAML: {_one_line(str(e))}"),)
     if root is None:
         return (), (PolicyError(file, 1, "", "the file is empty: expected 'policies:' with a list of "
                                              "policies (see docs/policies.md)"),)
@@ -129,6 +150,74 @@ def from_text(text: str, *, file: str, parse_duration: DurationParser = parse_tt
                     policies.append(policy)
     # Reading order is not line order (the policy's own fields are checked after its children).
     return tuple(policies), tuple(sorted(reader.errors, key=lambda e: e.line or 0))
+
+
+_TOO_BIG = f"the file is larger than {MAX_BYTES >> 20} MiB: split it into several files"
+
+
+class _Limit(Exception):
+    """A file past MAX_DEPTH or MAX_NODES: the whole message, and the 1-based line where it went past."""
+
+    def __init__(self, problem: str, event: Event) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.line = event.start_mark.line + 1 if event.start_mark is not None else None
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe composer, held to MAX_DEPTH and MAX_NODES as it goes: it stops at the first
+    node past a limit, so the rest of a huge or deep file is never scanned. Each node's size (itself
+    and everything under it, an alias counting as what it refers to) is kept by id while composing."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.depth = 0
+        self.sizes: dict[int, int] = {}
+
+    @classmethod
+    def compose(cls, text: str) -> Node | None:
+        loader = cls(text)  # reads the text's characters: a ReaderError for NUL and the like
+        try:
+            return loader.get_single_node()
+        finally:
+            loader.dispose()
+
+    def compose_node(self, parent: Node | None, index: int) -> Node | None:
+        event: Event = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, AliasEvent):
+            node = super().compose_node(parent, index)
+            if node is not None and id(node) not in self.sizes:  # still being composed: it contains itself
+                raise _Limit(f"too large: alias *{_cut(str(event.anchor))} refers to itself, without end", event)
+            return node
+        if self.depth >= MAX_DEPTH:
+            raise _Limit(f"too deep: nested more than {MAX_DEPTH} levels (a policy needs 8)", event)
+        self.depth += 1
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+        if node is None:
+            return None
+        children: list[Node] = []
+        if isinstance(node, SequenceNode):
+            children = node.value
+        elif isinstance(node, MappingNode):
+            children = [part for pair in node.value for part in pair]
+        size = 1 + sum(self.sizes[id(child)] for child in children)
+        if size > MAX_NODES:
+            raise _Limit(f"too large: more than {MAX_NODES:,} values (an alias counts as the values it repeats)",
+                         event)
+        self.sizes[id(node)] = size
+        return node
+
+
+def _cut(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    """A message from elsewhere (PyYAML, the OS) on one line, cut short: it may quote the file."""
+    return _cut(" ".join(text.split()), limit)
 
 
 def _expand(paths: Iterable[str | Path]) -> tuple[list[Path], list[PolicyError]]:
@@ -160,8 +249,12 @@ def _show(node: Node) -> str:
         return "a mapping"
     if isinstance(node, SequenceNode):
         return "a list"
-    text = repr(node.value) if node.tag == _STR else str(node.value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return _cut(repr(node.value)) if node.tag == _STR else _one_line(str(node.value), 60)
+
+
+def _name(key: str) -> str:
+    """A key as a field path shows it: as written when it reads as one, else quoted and cut."""
+    return key if len(key) <= 60 and key.isprintable() and " " not in key else _cut(repr(key))
 
 
 def _join(path: str, key: str) -> str:
@@ -189,7 +282,7 @@ class _Reader:
         suggested: set[str] = set()
         for key_node, value in node.value:
             key = str(key_node.value) if isinstance(key_node, ScalarNode) else "?"
-            where = _join(path, key)
+            where = _join(path, _name(key))
             if key not in known:
                 close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
                 hint = f"did you mean '{close[0]}'?" if close else f"known fields: {', '.join(known)}"
@@ -205,10 +298,13 @@ class _Reader:
         return out
 
     def scalar(self, node: Node, path: str, tags: tuple[str, ...], expected: str) -> Any:
-        if not isinstance(node, ScalarNode) or node.tag not in tags:
-            self.fail(node, path, f"{_show(node)} is not {expected}")
-            return None
-        return _CONSTRUCTOR.construct_object(node)
+        if isinstance(node, ScalarNode) and node.tag in tags:
+            try:
+                return _CONSTRUCTOR.construct_object(node)
+            except (ValueError, KeyError, yaml.YAMLError):  # 5,000 digits; `!!bool maybe`, `!!int x`
+                pass
+        self.fail(node, path, f"{_show(node)} is not {expected}")
+        return None
 
     def string(self, node: Node, path: str, pattern: re.Pattern[str] | None = None, forms: str = "") -> str | None:
         value = self.scalar(node, path, (_STR,), forms or "a string")
@@ -245,6 +341,9 @@ class _Reader:
             return None
         try:
             value = self.parse_duration(node.value)
+        except OutOfRange:
+            self.fail(node, path, f"{_show(node)} is out of range: {DURATION_BOUND}")
+            return None
         except ValueError:
             self.fail(node, path, f"{_show(node)} is not a duration {DURATION_FORMS}")
             return None
@@ -336,7 +435,8 @@ def _selector(r: _Reader, node: Node, path: str) -> model.LabelSelector:
         else:
             for k, v in given.value:
                 key = r.string(k, f"{path}.matchLabels", _LABEL_KEY_RE, key_forms)
-                value = r.string(v, f"{path}.matchLabels.{k.value}", _LABEL_VALUE_RE, value_forms)
+                shown = _name(str(k.value)) if isinstance(k, ScalarNode) else "?"
+                value = r.string(v, f"{path}.matchLabels.{shown}", _LABEL_VALUE_RE, value_forms)
                 if key is not None and value is not None:
                     labels.append((key, value))
 
@@ -450,8 +550,6 @@ _HOURS = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])-([01][0-9]|2[0-4]):([0-5][
 
 
 def _working_hours(r: _Reader, node: Node, path: str) -> model.WorkingHours | None:
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
     f = r.fields(node, path, ("timeZone", "days", "hours", "grace"), required=("timeZone",))
     if f is None:
         return None
@@ -459,17 +557,17 @@ def _working_hours(r: _Reader, node: Node, path: str) -> model.WorkingHours | No
     tz = r.string(f["timeZone"], f"{path}.timeZone") if "timeZone" in f else None
     if tz is not None:
         try:
-            ZoneInfo(tz)
-        except (ZoneInfoNotFoundError, ValueError):
-            r.fail(f["timeZone"], f"{path}.timeZone", f"{tz!r} is not an IANA time zone (e.g. Europe/Berlin, "
-                                                      "America/New_York, UTC)")
+            parse_time_zone(tz)
+        except ValueError:
+            r.fail(f["timeZone"], f"{path}.timeZone", f"{_show(f['timeZone'])} is not an IANA time zone "
+                                                      "(e.g. Europe/Berlin, America/New_York, UTC)")
             tz = None
     days: tuple[int, ...] = default.days
     if "days" in f:
         def day(n: Node, p: str) -> int | None:
             value = r.string(n, p, forms=f"a day: {', '.join(_DAYS)}")
             if value is not None and value not in _DAYS:
-                r.fail(n, p, f"{value!r} is not a day: use {', '.join(_DAYS)}")
+                r.fail(n, p, f"{_show(n)} is not a day: use {', '.join(_DAYS)}")
                 return None
             return _DAYS.index(value) if value is not None else None
 

@@ -22,8 +22,11 @@ Aspects covered:
 - the node agent's ServiceAccount may list pods, patch nodes/status and create Events, and
   cannot delete pods or read Secrets;
 - `janitor/expires: tomorrow` on a new ConfigMap is rejected at apply time for any user (the
-  admin, a researcher with `edit`), with the accepted forms; the apiserver admits exactly what
-  janitor.annotations accepts, apart from the known looser values; an object annotated before
+  admin, a researcher with `edit`), with the accepted forms; `janitor/ttl: 3000000d` with the
+  bound (100 years), a time in the year 9999 with the years accepted, `janitor/time-zone` of 300
+  characters as no zone; the apiserver admits exactly what janitor.annotations accepts (for the
+  TTL, the times and the time zone, at and past their bounds), apart from the known looser
+  values; an object annotated before
   the policy can still be updated unless the value changes to another bad one; pods a Job
   creates from a template carrying a bad value are not refused;
 - the recording rules' expressions give per-pod, per-GPU series with the labels they name on
@@ -61,6 +64,7 @@ from test_manifests import (
     MONITORING,
     NAMESPACE,
     TIME_VALUES,
+    TIME_ZONE_VALUES,
     TTL_VALUES,
     find,
     janitor_accepts,
@@ -75,7 +79,7 @@ FIELD_MANAGER = "kube-idle-janitor-tests"
 JANITOR_SA = "kube-idle-janitor"
 AGENT_SA = "kube-idle-janitor-node-agent"
 TEST_LABEL = "kube-idle-janitor.test/annotations"
-FORMS = "use 2026-12-24T18:00:00Z, 2026-12-24T18:00 or 2026-12-24 (UTC, no offset)"
+FORMS = "use 2026-12-24T18:00:00Z, 2026-12-24T18:00 or 2026-12-24 (UTC, no offset), in the years 1000 to 8999"
 PAST = {"janitor/expires": "2020-01-01"}
 
 
@@ -389,15 +393,22 @@ def test_malformed_expiry_is_rejected_at_apply_time_with_the_accepted_forms(inst
         assert "janitor/expires: tomorrow is not a valid expiry time" in message and FORMS in message
     e = _refused(lambda: core.create_namespaced_config_map(ns, _config_map("notes", {"janitor/ttl": "a week"})))
     assert "use <integer><unit> with unit s, m, h, d or w (e.g. 30m, 8h, 7d), or forever" in _message(e)
+    e = _refused(lambda: core.create_namespaced_config_map(ns, _config_map("notes", {"janitor/ttl": "3000000d"})))
+    assert "janitor/ttl: 3000000d is not a valid TTL" in _message(e) and "at most 36500d (100 years)" in _message(e)
+    e = _refused(lambda: core.create_namespaced_config_map(ns, _config_map("notes", {
+        "janitor/keep-until": "9999-12-31T23:59:59Z"})))
+    assert "janitor/keep-until: 9999-12-31T23:59:59Z is not a valid time" in _message(e) and FORMS in _message(e)
+    e = _refused(lambda: core.create_namespaced_config_map(ns, _config_map("notes", {"janitor/time-zone": "a" * 300})))
+    assert "is not an IANA time zone" in _message(e)
     client.CoreV1Api(installed.researcher).create_namespaced_config_map(
         ns, _config_map("notes", {"janitor/expires": "2026-12-24T18:00:00Z", "janitor/ttl": "7d"}))
 
 
 @pytest.mark.parametrize("key, values", [("janitor/ttl", TTL_VALUES), ("janitor/expires", TIME_VALUES),
-                                         ("janitor/keep-until", TIME_VALUES)])
+                                         ("janitor/keep-until", TIME_VALUES), ("janitor/time-zone", TIME_ZONE_VALUES)])
 def test_apiserver_admits_what_the_janitor_accepts(installed: Installed, core: client.CoreV1Api, key: str,
                                                    values: list[str]) -> None:
-    looser = KNOWN_LOOSER["janitor/ttl" if key == "janitor/ttl" else "janitor/expires"]
+    looser = KNOWN_LOOSER["janitor/expires" if key == "janitor/keep-until" else key]
 
     def admitted(value: str) -> bool:
         try:
@@ -408,8 +419,7 @@ def test_apiserver_admits_what_the_janitor_accepts(installed: Installed, core: c
         return True
 
     verdicts = {v: admitted(v) for v in values}
-    expected = {v: janitor_accepts("janitor/ttl" if key == "janitor/ttl" else "janitor/expires", v) or v in looser
-                for v in values}
+    expected = {v: janitor_accepts(key, v) or v in looser for v in values}
     assert verdicts == expected
 
 

@@ -2,16 +2,23 @@
 
 Aspects covered:
 - annotation key constants and FOREVER have the contract's exact values;
-- parse_ttl: every unit, leading zeros, zero, large values, `forever` in
-  any case, and rejection of empty/whitespace/trailing-newline, upper-case
-  units, decimals, signs, missing or unknown units, unit words, compound
-  durations, non-ASCII digits, values too large for a timedelta;
-- parse_ttl error messages quote the value and name the valid forms;
+- parse_ttl: every unit, leading zeros, zero, values up to the bound (100
+  years, 36500d) in every unit, `forever` in any case, and rejection of
+  empty/whitespace/trailing-newline, upper-case units, decimals, signs,
+  missing or unknown units, unit words, compound durations, non-ASCII
+  digits, values past the bound (one second past it, 3000000d, 5000 digits);
+- parse_ttl error messages quote the value and name the valid forms and the bound;
 - parse_expires: each of kube-janitor's three formats, results are aware
-  UTC, rejection of impossible dates/times, offsets, fractions, other
-  layouts, strptime's lenient spellings, garbage; messages name the forms;
+  UTC, years 1000 to 8999 only (9999-12-31 and 0001-01-01 are refused with
+  the range), rejection of impossible dates/times, offsets, fractions,
+  other layouts, strptime's lenient spellings, garbage; messages name the forms;
+- the bound: every accepted time plus or minus several of the longest
+  accepted durations stays inside the calendar, in any time zone;
+- the mark's times (marked-at, warned-at, a Slack timestamp) have the same range;
+- parse_time_zone: IANA names that zoneinfo loads; directories of the
+  database (`Europe`), over-long names, paths and NUL bytes are ValueErrors;
 - format_duration: largest exact unit, zero, refusal of negative and
-  sub-second durations;
+  sub-second durations and of durations past the bound;
 - format_expires: canonical form, conversion to UTC, zero-padded years,
   refusal of naive, sub-second and out-of-range datetimes;
 - properties (Hypothesis): both parsers raise nothing but ValueError on
@@ -43,6 +50,7 @@ UTC = timezone.utc
 _FUZZ = settings(deadline=None, database=None, max_examples=300)
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _MAX_TD_SECONDS = timedelta.max // timedelta(seconds=1)
+_MAX_SECONDS = 36500 * 86400  # the bound: 100 years of 365 days
 
 
 # --- constants ------------------------------------------------------------
@@ -79,9 +87,12 @@ def test_constant_values(name: str, value: str) -> None:
         pytest.param("0005m", timedelta(minutes=5), id="many-leading-zeros"),
         pytest.param("0s", timedelta(0), id="zero-seconds"),
         pytest.param("0w", timedelta(0), id="zero-weeks"),
-        pytest.param("999999999d", timedelta(days=999999999), id="largest-days"),
-        pytest.param("142857142w", timedelta(weeks=142857142), id="large-weeks"),
-        pytest.param(f"{_MAX_TD_SECONDS}s", timedelta(seconds=_MAX_TD_SECONDS), id="largest-seconds"),
+        pytest.param("36500d", timedelta(days=36500), id="largest-days"),
+        pytest.param("5214w", timedelta(weeks=5214), id="largest-weeks"),
+        pytest.param("876000h", timedelta(hours=876000), id="largest-hours"),
+        pytest.param("52560000m", timedelta(minutes=52560000), id="largest-minutes"),
+        pytest.param(f"{_MAX_SECONDS}s", timedelta(seconds=_MAX_SECONDS), id="largest-seconds"),
+        pytest.param("000000000000000000036500d", timedelta(days=36500), id="largest-with-leading-zeros"),
         pytest.param("forever", None, id="forever"),
         pytest.param("FOREVER", None, id="forever-upper"),
         pytest.param("Forever", None, id="forever-title"),
@@ -141,17 +152,32 @@ def test_parse_ttl_rejects(text: str) -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        pytest.param(f"{_MAX_TD_SECONDS + 1}s", id="one-second-past-max"),
-        pytest.param("1000000000d", id="days-past-max"),
+        pytest.param(f"{_MAX_TD_SECONDS + 1}s", id="one-second-past-timedelta"),
+        pytest.param("1000000000d", id="days-past-timedelta"),
         pytest.param("99999999999999999999w", id="huge-weeks"),
         pytest.param("9" * 5000 + "s", id="5000-digits"),
+        pytest.param("3000000d", id="3000000d-as-found"),
+        pytest.param("999999999d", id="largest-timedelta-days"),
+        pytest.param(f"{_MAX_SECONDS + 1}s", id="one-second-past-the-bound"),
+        pytest.param("36501d", id="one-day-past-the-bound"),
+        pytest.param("5215w", id="one-week-past-the-bound"),
+        pytest.param("876001h", id="one-hour-past-the-bound"),
+        pytest.param("52560001m", id="one-minute-past-the-bound"),
+        pytest.param("0" * 5000 + "36501d", id="past-the-bound-behind-5000-zeros"),
     ],
 )
-def test_parse_ttl_rejects_values_beyond_timedelta(text: str) -> None:
+def test_parse_ttl_rejects_values_past_the_bound(text: str) -> None:
     with pytest.raises(ValueError, match="too large") as err:
         parse_ttl(text)
-    assert "s, m, h, d or w" in str(err.value)
-    assert len(str(err.value)) < 300  # a huge annotation is not echoed whole
+    message = str(err.value)
+    assert "s, m, h, d or w" in message
+    assert "at most 36500d (100 years)" in message
+    assert len(message) < 300  # a huge annotation is not echoed whole
+
+
+def test_the_duration_bound_is_100_years_of_365_days() -> None:
+    assert ann.MAX_DURATION == timedelta(days=36500) == timedelta(seconds=_MAX_SECONDS)
+    assert parse_ttl(format_duration(ann.MAX_DURATION)) == ann.MAX_DURATION
 
 
 def test_parse_ttl_error_message_example() -> None:
@@ -173,8 +199,8 @@ def test_parse_ttl_error_message_example() -> None:
         pytest.param("2019-02-25", datetime(2019, 2, 25, tzinfo=UTC), id="date-only"),
         pytest.param("2008-09-26T01:51:42Z", datetime(2008, 9, 26, 1, 51, 42, tzinfo=UTC), id="upstream-example"),
         pytest.param("2024-02-29", datetime(2024, 2, 29, tzinfo=UTC), id="leap-day"),
-        pytest.param("0001-01-01", datetime(1, 1, 1, tzinfo=UTC), id="min-year"),
-        pytest.param("9999-12-31T23:59:59Z", datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC), id="max-time"),
+        pytest.param("1000-01-01", datetime(1000, 1, 1, tzinfo=UTC), id="min-year"),
+        pytest.param("8999-12-31T23:59:59Z", datetime(8999, 12, 31, 23, 59, 59, tzinfo=UTC), id="max-time"),
     ],
 )
 def test_parse_expires_accepts(text: str, expected: datetime) -> None:
@@ -191,6 +217,10 @@ _REJECTED_EXPIRES = [
     pytest.param("2019-02-29", id="non-leap-day"),
     pytest.param("2019-13-01", id="invalid-month"),
     pytest.param("0000-01-01", id="year-zero"),
+    pytest.param("0001-01-01", id="year-one"),
+    pytest.param("0999-12-31T23:59:59Z", id="before-year-1000"),
+    pytest.param("9000-01-01", id="year-9000"),
+    pytest.param("9999-12-31T23:59:59Z", id="last-second-of-datetime"),
     pytest.param("2019-02-25T24:00", id="hour-24"),
     pytest.param("2019-02-25T09:60", id="minute-60"),
     pytest.param("2019-02-25T09:26:60Z", id="leap-second"),
@@ -229,6 +259,89 @@ def test_parse_expires_rejects(text: str) -> None:
         assert form in message
 
 
+@pytest.mark.parametrize("text", ["9999-12-31T23:59:59Z", "9000-01-01T00:00", "0999-12-31", "0001-01-01"])
+def test_parse_expires_names_the_years_it_accepts(text: str) -> None:
+    with pytest.raises(ValueError, match="out of range") as err:
+        parse_expires(text)
+    assert "years 1000 to 8999" in str(err.value)
+
+
+_ZONES = ("UTC", "Pacific/Kiritimati", "Etc/GMT+12", "America/New_York", "Asia/Kathmandu")
+
+
+def test_every_accepted_time_and_duration_add_up_inside_the_calendar() -> None:
+    """The bound's purpose: the janitor adds a few durations to a time (a deadline plus
+    maxExtension, delivery plus grace plus a year of working days) and converts to any zone."""
+    earliest, latest = parse_expires("1000-01-01"), parse_expires("8999-12-31T23:59:59Z")
+    assert (earliest, latest) == (ann.EARLIEST, ann.LATEST)
+    longest = parse_ttl("36500d")
+    assert longest is not None
+    for when in (earliest, latest):
+        for zone in _ZONES:
+            for moved in (when + 3 * longest, when - 3 * longest):
+                assert format_expires(moved.astimezone(ann.parse_time_zone(zone)))
+
+
+@pytest.mark.parametrize(
+    "ts",
+    ["253402300799", "32503680000", "-62135596800", "-30610224001", "1e300", "inf", "nan", "-1e300"],
+    ids=["9999-12-31", "year-3000-ok-but-9000-not", "year-1", "before-1000", "1e300", "inf", "nan", "-1e300"],
+)
+def test_a_slack_timestamp_outside_the_years_is_not_a_delivery(ts: str) -> None:
+    parsed = ann.Delivery.parse(f"owner D0ALICE/{ts}")
+    if ts == "32503680000":  # 3000-01-01: inside the range
+        assert parsed is not None and parsed.at.year == 3000
+    else:
+        assert parsed is None
+
+
+@pytest.mark.parametrize("key", [ann.MARKED_AT, ann.WARNED_AT, ann.REMINDED_AT, ann.EXPIRES])
+@pytest.mark.parametrize("value", ["9999-12-31T23:59:59Z", "0001-01-01T00:00:00Z"])
+def test_a_mark_time_outside_the_years_is_a_problem_of_the_mark(key: str, value: str) -> None:
+    notes = {ann.POLICY: "idle-gpu", ann.MARKED_UID: "u1", ann.EXPIRES: "2026-11-24T12:00:00Z",
+             ann.MARKED_AT: "2026-11-23T12:00:00Z", key: value}
+    mark = ann.read_mark(notes)
+    assert mark is not None and f"{key}={value!r}" in mark.problems
+
+
+def test_intent_and_warned_of_outside_the_years_do_not_parse() -> None:
+    assert ann.WarnedOf.parse("delete 9999-12-31T23:59:59Z") is None
+    assert ann.Intent.parse("warning abc-1 9999-12-31T23:59:59Z") is None
+    assert ann.Intent.parse("warning abc-1 2026-11-23T12:00:00Z delete 9999-12-31T23:59:59Z") is None
+
+
+# --- parse_time_zone --------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["UTC", "Europe/Berlin", "America/New_York", "America/Argentina/Buenos_Aires",
+                                  "Etc/GMT+5", "America/Port-au-Prince"])
+def test_parse_time_zone_accepts_iana_names(name: str) -> None:
+    assert ann.parse_time_zone(name).key == name
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param("Europe", id="directory"),
+        pytest.param("America/Argentina", id="nested-directory"),
+        pytest.param("a" * 300, id="300-chars"),
+        pytest.param("Europe/" + "B" * 60, id="over-the-length-cap"),
+        pytest.param("Europe/Berlinn", id="typo"),
+        pytest.param("", id="empty"),
+        pytest.param("UTC\x00", id="nul"),
+        pytest.param("../etc/passwd", id="path-up"),
+        pytest.param("/etc/localtime", id="absolute"),
+        pytest.param("Europe/Berlin ", id="trailing-space"),
+        pytest.param("zone.tab", id="not-a-zone-file"),
+        pytest.param("Europe//Berlin", id="empty-part"),
+        pytest.param("\udcff", id="surrogate"),
+    ],
+)
+def test_parse_time_zone_rejects(name: str) -> None:
+    with pytest.raises(ValueError, match="not an IANA time zone") as err:
+        ann.parse_time_zone(name)
+    assert "Europe/Berlin" in str(err.value) and len(str(err.value)) < 300
+
+
 # --- format_duration / format_expires: tables -----------------------------
 
 @pytest.mark.parametrize(
@@ -244,8 +357,8 @@ def test_parse_expires_rejects(text: str) -> None:
         pytest.param(timedelta(days=1), "1d", id="day"),
         pytest.param(timedelta(days=8), "8d", id="8-days"),
         pytest.param(timedelta(weeks=2), "2w", id="two-weeks"),
-        pytest.param(timedelta(days=999999999), "999999999d", id="max-days"),
-        pytest.param(timedelta(seconds=_MAX_TD_SECONDS), f"{_MAX_TD_SECONDS}s", id="max-seconds"),
+        pytest.param(timedelta(days=36500), "36500d", id="max-days"),
+        pytest.param(timedelta(seconds=_MAX_SECONDS - 1), f"{_MAX_SECONDS - 1}s", id="max-seconds"),
     ],
 )
 def test_format_duration(delta: timedelta, expected: str) -> None:
@@ -262,6 +375,13 @@ def test_format_duration(delta: timedelta, expected: str) -> None:
 )
 def test_format_duration_rejects(delta: timedelta) -> None:
     with pytest.raises(ValueError, match="whole number of seconds"):
+        format_duration(delta)
+
+
+@pytest.mark.parametrize("delta", [timedelta(days=36500, seconds=1), timedelta(days=999999999)],
+                         ids=["one-second-past", "timedelta-max-days"])
+def test_format_duration_refuses_what_parse_ttl_would_refuse(delta: timedelta) -> None:
+    with pytest.raises(ValueError, match="at most 36500d"):
         format_duration(delta)
 
 
@@ -307,7 +427,7 @@ def _reference_ttl(text: str) -> timedelta | None | str:
     if not number or unit not in _UNIT_SECONDS or any(c not in "0123456789" for c in number):
         return "invalid"
     seconds = int(number) * _UNIT_SECONDS[unit]
-    return timedelta(seconds=seconds) if seconds <= _MAX_TD_SECONDS else "invalid"
+    return timedelta(seconds=seconds) if seconds <= _MAX_SECONDS else "invalid"
 
 
 def _kube_janitor_ttl(text: str) -> int | None:
@@ -377,6 +497,9 @@ def test_parse_expires_raises_only_value_error(text: str) -> None:
 @example("5m\n")
 @example("\u0665m")
 @example(f"{_MAX_TD_SECONDS + 1}s")
+@example(f"{_MAX_SECONDS}s")
+@example(f"{_MAX_SECONDS + 1}s")
+@example("5215w")
 def test_parse_ttl_matches_reference_model(text: str) -> None:
     try:
         actual: timedelta | None | str = parse_ttl(text)
@@ -399,7 +522,7 @@ def test_parse_ttl_never_looser_than_kube_janitor(text: str) -> None:
             upstream is None
             or text.endswith("\n")
             or not text.isascii()
-            or upstream > _MAX_TD_SECONDS
+            or upstream > _MAX_SECONDS
         )
         return
     assert upstream == (-1 if ours is None else ours // timedelta(seconds=1))
@@ -409,21 +532,25 @@ def test_parse_ttl_never_looser_than_kube_janitor(text: str) -> None:
 @given(_expires_text)
 @example("2019-2-5")
 @example("2019-02-25t09:26:14z")
+@example("0001-01-01")
+@example("9999-12-31T23:59:59Z")
 def test_parse_expires_never_looser_than_kube_janitor(text: str) -> None:
     upstream = _kube_janitor_expiry(text)
     try:
         ours = parse_expires(text)
     except ValueError:
-        # Upstream may accept only spellings other than the canonical one.
-        assert upstream is None or _canonical(*upstream) != text
+        # Upstream may accept only spellings other than the canonical one, and
+        # years outside the bound (documented deviation 3).
+        assert upstream is None or _canonical(*upstream) != text or not 1000 <= upstream[1].year <= 8999
         return
     assert upstream is not None
     assert upstream[1] == ours.replace(tzinfo=None)
 
 
 @_FUZZ
-@given(st.integers(min_value=0, max_value=_MAX_TD_SECONDS).map(lambda s: timedelta(seconds=s)))
+@given(st.integers(min_value=0, max_value=_MAX_SECONDS).map(lambda s: timedelta(seconds=s)))
 @example(timedelta(weeks=3))
+@example(timedelta(seconds=_MAX_SECONDS))
 def test_format_duration_round_trips(delta: timedelta) -> None:
     text = format_duration(delta)
     assert parse_ttl(text) == delta
@@ -439,7 +566,7 @@ _offsets = st.integers(min_value=-(24 * 60 - 1), max_value=24 * 60 - 1).map(
 
 @_FUZZ
 @given(
-    st.datetimes(min_value=datetime(2, 1, 1), max_value=datetime(9998, 12, 31), timezones=_offsets)
+    st.datetimes(min_value=datetime(1000, 1, 2), max_value=datetime(8999, 12, 30), timezones=_offsets)
     .map(lambda d: d.replace(microsecond=0))
 )
 def test_format_expires_round_trips(when: datetime) -> None:

@@ -4,6 +4,10 @@ Aspects covered:
 - `janitor --help` teaches: what the janitor does, the annotation formats, an example;
 - `janitor annotation` explains valid values and exits 0, names the valid forms for invalid ones
   and exits 1, and rejects input that is not KEY=VALUE or not a user annotation;
+- `janitor annotation` and `janitor check` hold values to the daemon's bounds: a TTL or policy
+  duration of at most 100 years (36500d), times in the years 1000 to 8999, time zones zoneinfo
+  loads (not `Europe`, a directory of the database); deep nesting or a 5,000-digit number in a
+  policy file is a `file:line:` error with exit 1, never a traceback;
 - the console script is installed and runs.
 """
 
@@ -60,6 +64,80 @@ def test_annotation_rejects_with_the_valid_forms(
     captured = capsys.readouterr()
     assert message in captured.err
     assert "janitor/ttl=1h:" in captured.out  # the valid one is still explained
+
+
+@pytest.mark.parametrize(
+    ("assignment", "meaning"),
+    [
+        ("janitor/ttl=36500d", "(3153600000 s after creation)"),
+        ("janitor/expires=8999-12-31T23:59:59Z", "after 8999-12-31T23:59:59+00:00"),
+        ("janitor/keep-until=2026-12-24T18:00", "not reclaimed before 2026-12-24T18:00:00+00:00"),
+        ("janitor/time-zone=America/New_York", "working hours counted in America/New_York"),
+    ],
+    ids=["ttl-at-the-bound", "expires-at-the-bound", "keep-until", "time-zone"],
+)
+def test_annotation_explains_values_up_to_the_bounds(assignment: str, meaning: str,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["annotation", assignment]) == 0
+    assert meaning in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("assignment", "message"),
+    [
+        ("janitor/ttl=3000000d", "too large, at most 36500d (100 years)"),
+        ("janitor/ttl=36501d", "too large, at most 36500d (100 years)"),
+        ("janitor/expires=9999-12-31", "out of range: years 1000 to 8999"),
+        ("janitor/expires=0001-01-01", "out of range: years 1000 to 8999"),
+        ("janitor/keep-until=9999-12-31T23:59:59Z", "out of range: years 1000 to 8999"),
+        ("janitor/time-zone=Europe", "'Europe' is not an IANA time zone"),
+        ("janitor/time-zone=" + "a" * 300, "is not an IANA time zone"),
+    ],
+    ids=["ttl-as-found", "ttl-a-day-past", "expires-year-9999", "expires-year-1", "keep-until-year-9999",
+         "zone-directory", "zone-300-chars"],
+)
+def test_annotation_rejects_values_past_the_bounds(assignment: str, message: str,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["annotation", assignment]) == 1
+    captured = capsys.readouterr()
+    assert message in captured.err and captured.out == ""
+
+
+_POLICY = """\
+policies:
+  - name: first
+    match: {namespaces: {include: ["*"]}}
+    triggers:
+      idleGpu: {window: 2h}
+    lifecycle:
+      maxExtension: 7d
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (_POLICY.replace("maxExtension: 7d", "maxExtension: 99999999d"),
+         "{path}:7: lifecycle.maxExtension: '99999999d' is out of range: at most 36500d (100 years)"),
+        (_POLICY.replace("maxExtension: 7d", "workingHours: {timeZone: Europe}"),
+         "{path}:7: lifecycle.workingHours.timeZone: 'Europe' is not an IANA time zone"),
+        (_POLICY.replace("window: 2h", "threshold: " + "9" * 5000),
+         "{path}:5: triggers.idleGpu.threshold: 9999"),
+        ("policies: " + "[" * 2000 + "]" * 2000 + "\n",
+         "{path}:1: too deep: nested more than 64 levels"),
+    ],
+    ids=["max-extension-as-found", "zone-directory", "number-of-5000-digits", "2000-nested-brackets"],
+)
+def test_check_reports_what_the_daemon_refuses(tmp_path: Path, text: str, expected: str,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    assert cli.main(["check", str(path)]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    first = err.splitlines()[0]
+    assert first.startswith(expected.format(path=path)), first
+    assert len(first) < 400 and "Traceback" not in err
 
 
 def test_no_command_prints_help_and_fails(capsys: pytest.CaptureFixture[str]) -> None:

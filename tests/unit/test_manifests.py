@@ -15,7 +15,10 @@ Aspects covered:
   endpoints; their security contexts are as documented; the images carry the package version;
 - the admission policies cover exactly the kinds of the generated role, apply the guard to the
   janitor's ServiceAccount only, name the protected namespaces and state ConfigMap the janitor
-  uses, and accept the same annotation values as `janitor.annotations` (known differences listed);
+  uses, and accept the same annotation values as `janitor.annotations` (known differences listed),
+  to the same bounds: a TTL of at most 100 years (36500d, evaluated here as the CEL does: the
+  pattern, the number times its unit, the limit), times in the years 1000 to 8999, time zones of
+  IANA characters and at most 64 of them (zoneinfo itself is the janitor's part);
 - the Dockerfile: non-root USER, ENTRYPOINT janitor, no tests/devenv/test extra copied or
   installed; requirements.lock pins every runtime dependency of pyproject.toml within its range;
 - monitoring: the alerts and recordings asked for exist, every janitor_* series they and the
@@ -28,6 +31,7 @@ the generated files (rbac YAML, policy copies, requirements.lock) instead of fai
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.metadata
 import json
 import os
@@ -35,6 +39,7 @@ import re
 import shutil
 import subprocess
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -446,46 +451,116 @@ def test_guard_is_for_the_janitor_and_knows_its_namespaces_and_state(base) -> No
 # the apiserver. Values the admission pattern lets through although the janitor rejects them
 # (then reports them) are in KNOWN_LOOSER.
 TTL_VALUES = ["0s", "08s", "30m", "8h", "7d", "2w", "forever", "FOREVER", "Forever", "tomorrow", "5", "5 m",
-              "5M", "1.5h", "-1h", "+1h", "5m\n", " 5m", "\u0665m", "", "forevermore", "1y", "9" * 30 + "w"]
+              "5M", "1.5h", "-1h", "+1h", "5m\n", " 5m", "\u0665m", "", "forevermore", "1y", "9" * 30 + "w",
+              # the bound, 100 years, in every unit, and just past it
+              "36500d", "36501d", "5214w", "5215w", "876000h", "876001h", "52560000m", "52560001m", "3153600000s",
+              "3153600001s", "3000000d", "0" * 40 + "36500d", "0" * 40 + "36501d", "9999999999s", "10000000000s",
+              "99999999999999999999d"]
 TIME_VALUES = ["2026-12-24", "2026-12-24T18:00", "2026-12-24T18:00:00Z", "2024-02-29", "tomorrow",
                "2026-12-24T18:00:00", "2026-12-24 18:00", "2026-12-24T18:00:00+01:00", "2026-12-24t18:00",
                "2026-12-24T18:00:00z", "2026-2-5", "2026-13-01", "2026-12-32", "2026-12-24T24:00", "2026-12-24T18:60",
-               "2026-12-24T18:00:60Z", "2026-12-24T18:00:00.5Z", "2026-12-24\n", "", "2026-02-30", "0000-01-01"]
-KNOWN_LOOSER = {"janitor/ttl": {"9" * 30 + "w"}, "janitor/expires": {"2026-02-30", "0000-01-01"}}
+               "2026-12-24T18:00:60Z", "2026-12-24T18:00:00.5Z", "2026-12-24\n", "", "2026-02-30", "0000-01-01",
+               # the years 1000 to 8999
+               "1000-01-01", "0999-12-31T23:59", "8999-12-31T23:59:59Z", "9000-01-01", "9999-12-31T23:59:59Z",
+               "0001-01-01"]
+TIME_ZONE_VALUES = ["UTC", "Europe/Berlin", "America/Argentina/Buenos_Aires", "Etc/GMT+5", "America/Port-au-Prince",
+                    "Europe", "Europe/Berlinn", "a" * 300, "Europe/" + "B" * 57, "Europe/" + "B" * 58, "",
+                    "../etc/passwd", "/etc/localtime", "Europe/Berlin ", "zone.tab", "Europe//Berlin", "UTC/"]
+# Values the admission policy lets through although the janitor rejects them (then reports them):
+# a day the calendar does not have, and names of the right form that are no zone (zoneinfo is not CEL's).
+KNOWN_LOOSER = {"janitor/ttl": set(), "janitor/expires": {"2026-02-30"},
+                "janitor/time-zone": {"Europe", "Europe/Berlinn", "Europe/" + "B" * 57}}
+PARSERS: dict[str, Callable[[str], object]] = {
+    "janitor/ttl": annotations.parse_ttl, "janitor/expires": annotations.parse_expires,
+    "janitor/keep-until": annotations.parse_expires, "janitor/time-zone": annotations.parse_time_zone}
 
 
 def janitor_accepts(key: str, value: str) -> bool:
     try:
-        (annotations.parse_ttl if key == "janitor/ttl" else annotations.parse_expires)(value)
+        PARSERS[key](value)
     except ValueError:
         return False
     return True
 
 
-def _pattern(spec: dict[str, Any], key: str) -> re.Pattern[str]:
-    """The RE2 pattern the policy applies to `key`, as a Python pattern ($ = end of text)."""
-    if key == "janitor/ttl":
-        [validation] = [v for v in spec["validations"] if v["expression"].startswith("!('janitor/ttl'")]
-        [text] = re.findall(r"matches\('([^']+)'\)", validation["expression"])
-    else:
-        [text] = [v["expression"].strip("'") for v in spec["variables"] if v["name"] == "timePattern"]
+def _re2(text: str) -> re.Pattern[str]:
+    """An RE2 pattern of the policy as a Python pattern ($ = end of text, as in RE2)."""
     assert text.startswith("^") and text.endswith("$")
     return re.compile(text[:-1] + r"\Z")
 
 
-@pytest.mark.parametrize("key, values", [("janitor/ttl", TTL_VALUES), ("janitor/expires", TIME_VALUES)])
+def _admission(spec: dict[str, Any]) -> dict[str, Callable[[str], bool]]:
+    """Each annotation's check of the policy, evaluated the way its CEL does. The expressions
+    are read from the policy and asserted to be the ones emulated here, so editing one without
+    the other fails; tests/integration/test_manifests_live.py runs the real CEL on the apiserver."""
+    variables = {v["name"]: v["expression"].strip() for v in spec["variables"]}
+    checks = " ".join(v["expression"] for v in spec["validations"])
+    # janitor/ttl: in range when the pattern holds and the number times its unit is at most the limit.
+    in_range = " ".join(variables["ttlInRange"].split())
+    [ttl_pattern] = re.findall(r"matches\('([^']+)'\)", in_range)
+    [units_text] = re.findall(r"\{'[^}]*\}", in_range)
+    units = ast.literal_eval(units_text)
+    assert units == {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    assert in_range == (f"variables.ttl.matches('{ttl_pattern}') && int(variables.ttl.substring(0, "
+                        f"variables.ttl.size() - 1)) * {units_text}[variables.ttl.substring(variables.ttl.size() - 1)]"
+                        " <= variables.maxTtlSeconds")
+    limit = int(variables["maxTtlSeconds"])
+    assert "!('janitor/ttl' in variables.annotations) || variables.ttlInRange || " \
+           "variables.ttl.lowerAscii() == 'forever'" in " ".join(checks.split())
+
+    def ttl(value: str) -> bool:
+        if _re2(ttl_pattern).match(value):
+            return int(value[:-1]) * units[value[-1]] <= limit
+        return value.lower() == "forever"
+
+    # janitor/expires and janitor/keep-until: one pattern.
+    time_pattern = _re2(variables["timePattern"].strip("'"))
+    for name, variable in (("expires", "expires"), ("keep-until", "keepUntil")):
+        assert f"!('janitor/{name}' in variables.annotations) || variables.{variable}.matches(variables.timePattern)" \
+            in checks
+    # janitor/time-zone: the characters of IANA names, and a length.
+    zone_pattern = _re2(variables["timeZonePattern"].strip("'"))
+    zone_length = int(variables["maxTimeZoneLength"])
+    assert "(variables.timeZone.size() <= variables.maxTimeZoneLength && " \
+           "variables.timeZone.matches(variables.timeZonePattern))" in checks
+    return {
+        "janitor/ttl": ttl,
+        "janitor/expires": lambda value: bool(time_pattern.match(value)),
+        "janitor/keep-until": lambda value: bool(time_pattern.match(value)),
+        "janitor/time-zone": lambda value: len(value) <= zone_length and bool(zone_pattern.match(value)),
+    }
+
+
+@pytest.mark.parametrize("key, values", [("janitor/ttl", TTL_VALUES), ("janitor/expires", TIME_VALUES),
+                                         ("janitor/keep-until", TIME_VALUES), ("janitor/time-zone", TIME_ZONE_VALUES)])
 def test_annotation_policy_accepts_what_the_janitor_accepts(base, key: str, values: list[str]) -> None:
     spec = find(base, "ValidatingAdmissionPolicy", "kube-idle-janitor-annotations")["spec"]
-    pattern = _pattern(spec, key)
-
-    def admitted(value: str) -> bool:
-        return bool(pattern.match(value)) or (key == "janitor/ttl" and value.lower() == "forever")
-
+    admitted = _admission(spec)[key]
     differ = {v for v in values if admitted(v) != janitor_accepts(key, v)}
-    assert differ == KNOWN_LOOSER[key]
+    assert differ == KNOWN_LOOSER["janitor/expires" if key == "janitor/keep-until" else key]
     assert all(admitted(v) and not janitor_accepts(key, v) for v in differ)
-    assert "'janitor/keep-until' in variables.annotations) || variables.keepUntil.matches(variables.timePattern)" in \
-        " ".join(v["expression"] for v in spec["validations"])
+
+
+def test_annotation_policy_has_the_janitors_bounds(base) -> None:
+    """The same limits as janitor.annotations: 100 years, the years 1000 to 8999 (every year
+    tried), 64 characters of a zone name; and its messages say them."""
+    spec = find(base, "ValidatingAdmissionPolicy", "kube-idle-janitor-annotations")["spec"]
+    checks = _admission(spec)
+    variables = {v["name"]: v["expression"].strip() for v in spec["variables"]}
+    assert int(variables["maxTtlSeconds"]) == annotations.MAX_DURATION.total_seconds()
+    assert int(variables["maxTimeZoneLength"]) == annotations.MAX_TIME_ZONE_LENGTH
+    for year in range(0, 10_000):
+        value = f"{year:04d}-06-15T12:00:00Z"
+        assert checks["janitor/expires"](value) == janitor_accepts("janitor/expires", value), value
+    for unit, seconds in (("s", 1), ("m", 60), ("h", 3600), ("d", 86400), ("w", 604800)):
+        most = int(annotations.MAX_DURATION.total_seconds()) // seconds
+        for number in (most - 1, most, most + 1, 10 ** 10 - 1, 10 ** 10):
+            value = f"{number}{unit}"
+            assert checks["janitor/ttl"](value) == janitor_accepts("janitor/ttl", value), value
+    messages = " ".join(v["messageExpression"] for v in spec["validations"]) + \
+        " ".join(v["expression"] for v in spec["variables"])
+    assert "at most 36500d (100 years)" in messages and "years 1000 to 8999" in messages
+    assert "is not an IANA time zone" in messages
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,6 +11,11 @@ Aspects covered:
 - directories load `*.yaml`/`*.yml` sorted by name, skipping hidden files and other suffixes;
   policies keep file order; duplicate names across files and within a file are errors;
 - missing paths and directories without policy files are errors, not silence;
+- whatever the input, the loader returns errors and raises nothing: durations past the bound
+  (100 years: `maxExtension: 99999999d`), time zones that are directories of the zone database
+  (`Europe`) or too long, numbers of 5,000 digits, 2,000 nested brackets (and 100,000), an alias
+  bomb, a recursive alias, a file over 1 MiB, NUL bytes; the daemon's reload keeps the last good
+  set when a file turns into one of these;
 - every example in policies/ is valid, in shadow mode, and inert (matches no namespace).
 """
 
@@ -268,6 +273,23 @@ ERROR_CASES = [
                  "p.yaml:8: lifecycle.adminFallbackCounts: 1 is not true or false", id="fallback-not-bool"),
     pytest.param(BASE + "    lifecycle: {warnBefore: 0s}\n",
                  "p.yaml:8: lifecycle.warnBefore: must be longer than 0s", id="warn-zero"),
+    pytest.param(BASE + "    lifecycle: {maxExtension: 99999999d}\n",
+                 "p.yaml:8: lifecycle.maxExtension: '99999999d' is out of range: at most 36500d (100 years)",
+                 id="max-extension-past-the-bound"),
+    pytest.param(with_line7("      idleGpu: {window: 36501d}"),
+                 "p.yaml:7: triggers.idleGpu.window: '36501d' is out of range: at most 36500d (100 years)",
+                 id="window-past-the-bound"),
+    pytest.param(with_line7("      pending: {after: " + "9" * 5000 + "s}"),
+                 "p.yaml:7: triggers.pending.after: '9999999999", id="duration-of-5000-digits"),
+    pytest.param(BASE + "    lifecycle: {workingHours: {timeZone: Europe}}\n",
+                 "p.yaml:8: lifecycle.workingHours.timeZone: 'Europe' is not an IANA time zone",
+                 id="zone-directory"),
+    pytest.param(BASE + "    lifecycle: {workingHours: {timeZone: " + "a" * 300 + "}}\n",
+                 "p.yaml:8: lifecycle.workingHours.timeZone: 'aaaaa", id="zone-300-chars"),
+    pytest.param(with_line7("      idleGpu: {threshold: " + "9" * 5000 + "}"),
+                 "p.yaml:7: triggers.idleGpu.threshold: 99999", id="number-of-5000-digits"),
+    pytest.param(with_line7("      crashLoop: {restarts: " + "9" * 5000 + "}"),
+                 "p.yaml:7: triggers.crashLoop.restarts: 99999", id="restarts-of-5000-digits"),
     pytest.param(BASE.replace("policies:\n", "policy:\n"),
                  "p.yaml:1: policy: unknown field; did you mean 'policies'?", id="top-level-typo"),
     pytest.param("policies: []\n", "p.yaml:1: policies: expected a non-empty list of policies, got a list",
@@ -289,6 +311,93 @@ def test_each_mistake_is_one_error_at_its_line_and_field(text: str, expected: st
     assert [str(e) for e in errors if str(e).startswith(expected)] == [str(errors[0])], errors
     assert len(errors) == 1, [str(e) for e in errors]
     assert policies == ()
+    assert len(str(errors[0])) < 400  # a huge value is quoted cut short
+
+
+def _one_error(text: str) -> load.PolicyError:
+    policies, errors = load.from_text(text, file="p.yaml")
+    assert policies == () and len(errors) == 1, [str(e) for e in errors]
+    assert len(str(errors[0])) < 400
+    return errors[0]
+
+
+@pytest.mark.parametrize("depth", [65, 2_000, 100_000])
+@pytest.mark.parametrize("opening, closing", [("[", "]"), ("{a: ", "}")], ids=["lists", "mappings"])
+def test_deep_nesting_is_an_error_not_a_crash(depth: int, opening: str, closing: str) -> None:
+    error = _one_error("policies: " + opening * depth + closing * depth + "\n")
+    assert str(error).startswith("p.yaml:1: too deep: nested more than 64 levels")
+
+
+def test_deep_block_nesting_is_an_error_not_a_crash() -> None:
+    text = "".join(" " * i + "a:\n" for i in range(1_000))  # 500 kB
+    error = _one_error(text)
+    assert error.line == 64 and "nested more than 64 levels" in error.problem  # the 64th key holds the 65th level
+
+
+def test_nesting_as_deep_as_a_real_policy_is_fine() -> None:
+    inner = "[" * 50 + "]" * 50
+    error = _one_error(BASE.replace('include: ["*"]', f"include: {inner}"))
+    assert "nested" not in str(error)
+
+
+def test_an_alias_bomb_is_bounded() -> None:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 10)]
+    lines += ["policies: *a9"]  # 10**10 items once expanded
+    error = _one_error("\n".join(lines) + "\n")
+    assert "alias" in error.problem and "20000 values" in error.problem.replace(",", "")
+
+
+def test_a_file_of_too_many_values_is_an_error_without_reading_it_all() -> None:
+    text = "policies: [" + ", ".join(["1"] * 30_000) + "]\n"
+    error = _one_error(text)
+    assert error.line == 1 and error.problem.startswith("too large: more than 20,000 values")
+
+
+def test_aliases_within_the_bound_still_work() -> None:
+    text = """\
+        match: &all {namespaces: {include: ["*"]}}
+        policies:
+          - {name: a, match: *all, triggers: {pending: {after: 1h}}}
+          - {name: b, match: *all, triggers: {terminating: {after: 1h}}}
+        """
+    _, errors = parse(text)
+    assert [e.field for e in errors] == ["match"]  # the anchor's own key is unknown; the aliases resolve
+
+
+def test_a_recursive_alias_is_an_error() -> None:
+    error = _one_error("policies: &a [*a]\n")
+    assert error.line == 1 and "refers to itself" in error.problem
+
+
+def test_a_file_over_1_mib_is_an_error(tmp_path: Path) -> None:
+    big = BASE + "# " + "x" * (1 << 20) + "\n"
+    error = _one_error(big)
+    assert error.line is None and "larger than 1 MiB" in error.problem
+    (tmp_path / "big.yaml").write_text(big)
+    (error,) = from_paths(tmp_path / "big.yaml").errors
+    assert str(error).startswith(f"{tmp_path / 'big.yaml'}: the file is larger than 1 MiB")
+
+
+@pytest.mark.parametrize("text", ["policies: \x00\n", "policies: [\ud800]\n", "\ufeffpolicies: 1\n", "\x85" * 10])
+def test_odd_characters_are_errors(text: str) -> None:
+    _, errors = load.from_text(text, file="p.yaml")
+    assert errors and all(isinstance(e, load.PolicyError) for e in errors)
+
+
+def test_the_daemon_keeps_its_last_good_policies_when_a_file_breaks_the_loader(tmp_path: Path) -> None:
+    from janitor.cycle import Memory, load_policies
+    from janitor.settings import Settings
+
+    path = write(tmp_path, "p.yaml", "good")
+    settings = Settings(policy_paths=(str(path),))
+    memory, reloaded = load_policies(settings, Memory())
+    assert reloaded is True and memory.policies is not None and [p.name for p in memory.policies] == ["good"]
+    for broken in ("policies: " + "[" * 2_000 + "]" * 2_000, BASE + "    lifecycle: {maxExtension: 99999999d}\n",
+                   BASE.replace("window: 2h", "threshold: " + "9" * 5_000)):
+        path.write_text(broken)
+        after, reloaded = load_policies(settings, memory)
+        assert reloaded is False and after.policies == memory.policies and len(after.policy_errors) == 1
 
 
 def test_error_fields_are_structured() -> None:
