@@ -82,6 +82,7 @@ class _Cycles:
         self.memory = Memory()
         self.stopping = threading.Event()
         self.last_error = ""
+        self.abandoned_last = False  # the last cycle ran past its budget: unhealthy until one succeeds
         self.last_success = 0.0
         self.ready = False
         self.abandoned: list[threading.Thread] = []
@@ -112,7 +113,7 @@ class _Cycles:
             logger.error("%d abandoned cycles still wait on their requests; not starting another",
                          len(self.abandoned))
             return
-        self.telemetry.leader.set(1 if self.elector is not None else 0)
+        self.telemetry.leader.set(1)  # this replica acts (the only one without an elector)
         if self.slack_error:
             self.check_slack()
         cancelled, done = threading.Event(), threading.Event()
@@ -147,6 +148,7 @@ class _Cycles:
         self.abandoned.append(thread)
         self.running = None
         self.telemetry.cycles.labels(result="abandoned").inc()
+        self.abandoned_last = True
         self.last_error = f"the last cycle was abandoned after its budget of {budget:g}s (a request without answer?)"
         logger.error("cycle abandoned after %gs: it acts no further; the next starts on schedule", budget)
         if self.elector is not None:
@@ -166,12 +168,13 @@ class _Cycles:
             record(self.telemetry, result)
             self.last_success = time.time()
             self.last_error = ""
+            self.abandoned_last = False
         self.ready = True
 
     def health(self) -> tuple[bool, str]:
         age = time.time() - self.last_success
         interval = self.settings.interval.total_seconds()
-        if self.last_error.startswith("the last cycle was abandoned"):
+        if self.abandoned_last:
             return False, self.last_error
         if self.last_error and age > 3 * interval:
             return False, f"last cycle failed: {self.last_error}"
