@@ -183,10 +183,10 @@ class _Cycles:
         return True, f"ok, last success {age:.0f}s ago" if self.last_success else "ok, starting"
 
     def readiness(self) -> tuple[bool, str]:
-        if not self.ready:
-            return False, "first cycle not done yet"
         if self.slack_error:
             return False, f"Slack does not accept the bot token: {self.slack_error}"
+        if not self.ready:
+            return False, "first cycle not done yet"
         standing_by = self.elector is not None and not self.elector.is_leader()
         if self.memory.policies is None and not standing_by:
             errors_now = "; ".join(self.memory.policy_errors) or "not read yet"

@@ -244,22 +244,44 @@ def annotate(
 
 
 def _report(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool, component: str) -> str:
-    """A Warning Event, plus `janitor/reported` on the object so the same mistake is reported once."""
+    """A Warning Event, plus `janitor/reported` on the object so the same mistake is reported once.
+
+    A report changes nothing the owner relies on, so a conflict from a write that only moved the
+    resourceVersion (a controller updating a busy Job's status) is retried once on a fresh read of
+    the same object (same uid); without that, a Job under status churn would be reported, with one
+    more Event, every cycle. Another object under the name is still a CONFLICT.
+    """
     target = action.target
-    patch = {
-        "metadata": {
-            "resourceVersion": action.resource_version,  # the optimistic lock: 409 if it changed
-            "annotations": {ann.REPORTED: action.report_key},
-        }
-    }
     path = kubeapi.path(kind, target.namespace, target.name)
-    _call(api, "PATCH", path, body=patch, content_type=_MERGE_PATCH, dry_run=True,
-          doing=f"annotate {target} (dry run)")
-    if dry_run:
-        return "dry run: the apiserver accepted the annotation; nothing was changed and no Event posted"
-    event_note = _post_event(api, action, event_type="Warning", component=component)
-    _call(api, "PATCH", path, body=patch, content_type=_MERGE_PATCH, doing=f"annotate {target}")
-    return "reported" + event_note
+    resource_version = action.resource_version
+    event_note = None
+    for attempt in (1, 2):
+        patch = {
+            "metadata": {
+                "resourceVersion": resource_version,  # the optimistic lock: 409 if it changed
+                "annotations": {ann.REPORTED: action.report_key},
+            }
+        }
+        try:
+            _call(api, "PATCH", path, body=patch, content_type=_MERGE_PATCH, dry_run=True,
+                  doing=f"annotate {target} (dry run)")
+            if dry_run:
+                return "dry run: the apiserver accepted the annotation; nothing was changed and no Event posted"
+            if event_note is None:  # one Event, whichever attempt lands
+                event_note = _post_event(api, action, event_type="Warning", component=component)
+            _call(api, "PATCH", path, body=patch, content_type=_MERGE_PATCH, doing=f"annotate {target}")
+            return "reported" + event_note
+        except errors.Conflict:
+            if attempt == 2:
+                raise
+            fresh = _call(api, "GET", path, doing=f"read {target}").get("metadata") or {}
+            if fresh.get("uid") != target.uid:
+                raise
+            already = str((fresh.get("annotations") or {}).get(ann.REPORTED) or "")
+            if set(str(action.report_key).splitlines()) <= set(already.splitlines()):
+                return "already reported"
+            resource_version = str(fresh.get("resourceVersion") or "")
+    raise AssertionError("unreachable")
 
 
 def _post_event(api: ApiClient, action: Action, *, event_type: str, component: str) -> str:

@@ -17,7 +17,9 @@ Aspects covered:
   no Event is posted; DELETE of a gone object -> GONE; no RBAC -> FORBIDDEN;
 - dry-run DELETE and REPORT: validated by the apiserver (a stale one still conflicts), leave
   the object as it was, post no Event;
-- REPORT: one Warning Event and the janitor/reported annotation; a second, stale REPORT conflicts;
+- REPORT: one Warning Event and the janitor/reported annotation; a second, stale REPORT finds it
+  reported and posts nothing; a REPORT on an object changed since (a controller's write) still lands
+  once; a REPORT on an object recreated under the name conflicts;
 - ledger: missing -> empty, write/read round trip, acknowledged_at from the annotation (and an
   unparseable one ignored), rewriting keeps the annotation, a malformed ledger reads as unreadable
   with an ERROR logged, a missing state namespace is named in the error.
@@ -459,11 +461,45 @@ def test_report_posts_one_warning_event_and_marks_the_object(
     again = act.apply(kube, report, kind=CONFIGMAP)  # same, now stale, resourceVersion
 
     assert result.outcome is act.Outcome.DONE, result.detail
-    assert again.outcome is act.Outcome.CONFLICT
+    assert (again.outcome, again.detail) == (act.Outcome.DONE, "already reported")
     marked = config_map_view(kube, namespace, "typo")
     assert marked.annotations == {annotations.TTL: "7 days", annotations.REPORTED: "ttl:7 days"}
     [event] = events_about(core, namespace, view.ref.uid)
     assert (event.type, event.reason, event.message) == ("Warning", "InvalidTTL", str(report.why))
+
+
+def test_a_report_on_an_object_changed_since_the_read_lands_once(
+    kube: client.ApiClient, core: client.CoreV1Api, namespace: str
+) -> None:
+    """A busy Job's controller moves its resourceVersion all the time; the report still lands."""
+    make_config_map(core, namespace, "busy", annotations={annotations.TTL: "7 days"})
+    view = config_map_view(kube, namespace, "busy")
+    core.patch_namespaced_config_map("busy", namespace, {"data": {"progress": "42"}})  # after the read
+    report = action_for(view, ActionType.REPORT, rule="malformed", reason="InvalidTTL",
+                        why="janitor/ttl '7 days' is not a valid TTL", report_key="ttl:7 days")
+
+    result = act.apply(kube, report, kind=CONFIGMAP)
+
+    assert (result.outcome, result.detail) == (act.Outcome.DONE, "reported"), result.detail
+    assert config_map_view(kube, namespace, "busy").annotations[annotations.REPORTED] == "ttl:7 days"
+    assert len(events_about(core, namespace, view.ref.uid)) == 1
+
+
+def test_a_report_on_an_object_recreated_under_the_name_conflicts(
+    kube: client.ApiClient, core: client.CoreV1Api, namespace: str
+) -> None:
+    make_config_map(core, namespace, "again", annotations={annotations.TTL: "7 days"})
+    view = config_map_view(kube, namespace, "again")
+    core.delete_namespaced_config_map("again", namespace)
+    make_config_map(core, namespace, "again", annotations={annotations.TTL: "7 days"})
+    report = action_for(view, ActionType.REPORT, rule="malformed", reason="InvalidTTL",
+                        why="janitor/ttl '7 days' is not a valid TTL", report_key="ttl:7 days")
+
+    result = act.apply(kube, report, kind=CONFIGMAP)
+
+    assert result.outcome is act.Outcome.CONFLICT
+    assert annotations.REPORTED not in config_map_view(kube, namespace, "again").annotations
+    assert events_about(core, namespace, view.ref.uid) == []
 
 
 # ---------------------------------------------------------------- ledger
