@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal, TypedDict, Unpack, get_args
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-FaultKind = Literal["delay", "reset", "blackhole", "status", "malformed", "pass"]
+FaultKind = Literal["delay", "reset", "blackhole", "status", "malformed", "pass", "lost"]
 MalformedKind = Literal["truncated", "invalid", "short-body"]
 
 # Kubernetes clients turn this into a readable ApiException; any other client sees JSON.
@@ -56,6 +56,8 @@ class Fault:
         # Checked here so a typo sent over the control endpoint fails the switch, not a request.
         if self.kind not in get_args(FaultKind) or self.malformed not in get_args(MalformedKind):
             raise ValueError(f"unknown fault {self.kind!r}/{self.malformed!r}")
+        if self.kind == "lost" and self.code and not 100 <= self.code <= 599:
+            raise ValueError(f"a lost answer is replaced by a reset or an HTTP status, not {self.code}")
         if self.kind == "status" and not 100 <= self.code <= 599:
             raise ValueError(f"status fault needs an HTTP status, not {self.code}")
 
@@ -237,6 +239,12 @@ class Switches(ABC):
         """A 200 the client cannot use, not forwarded: JSON cut off (`truncated`), not JSON
         (`invalid`), or a Content-Length 100 bytes longer than the body, then a close (`short-body`)."""
         return self.add(Fault("malformed", malformed=kind), where)
+
+    def lost(self, code: int = 0, **where: Unpack[Where]) -> int:
+        """Forwarded, and the server acts on it, but its answer never reaches the client: a RST
+        (`code` 0) or the proxy's own `code` instead, as from a gateway that failed after the
+        server had done the work. The case no client may blindly retry a non-idempotent call on."""
+        return self.add(Fault("lost", code=code), where)
 
     def pass_through(self, **where: Unpack[Where]) -> int:
         """Forward unchanged; added before a broader fault, it exempts what it matches."""

@@ -367,7 +367,33 @@ class FaultProxy(Switches):
         head = f"{method} {target} HTTP/1.1\r\n" + "".join(
             f"{k}: {self._up_host if k.lower() == 'host' else v}\r\n"
             for k, v in headers if k.lower() != "expect")
+        if fault is not None and fault.kind == "lost":
+            return self._deliver_and_lose(conn, head, b"".join(body), entry, fault, close)
         return self._forward(conn, method, (head + "\r\n").encode("latin-1") + b"".join(body), entry, close)
+
+    def _deliver_and_lose(self, conn: _Conn, head: str, body: bytes, entry: dict[str, Any], fault: Fault,
+                          close: bool) -> tuple[bool, bool]:
+        """Send the request upstream on a connection of its own, read the whole answer, then give
+        the client a RST or the fault's status instead of it."""
+        head = "".join(line + "\r\n" for line in head.split("\r\n")
+                       if line and not line.lower().startswith("connection:"))
+        up = socket.create_connection(self._up_addr, timeout=10)
+        try:
+            if self._up_ctx is not None:
+                up = self._up_ctx.wrap_socket(up, server_hostname=self._up_addr[0])
+            up.sendall((head + "Connection: close\r\n\r\n").encode("latin-1") + body)
+            while up.recv(_PIECE):
+                pass
+        except OSError:
+            pass  # the server may or may not have got it; the client is told nothing either way
+        finally:
+            up.close()
+        if not fault.code:
+            return False, True
+        code, extra, data = Fault("status", code=fault.code).status_response()
+        self.journal.answered(entry, code)
+        conn.sock.sendall(_response(code, extra, data, close=close))
+        return not close, False
 
     def _connect(self, conn: _Conn) -> None:
         sock = socket.create_connection(self._up_addr, timeout=10)

@@ -90,8 +90,10 @@ class Slack:
     def __init__(self, client: slack_sdk.WebClient, *, admin_channel: str | None = None,
                  allow_admin_fallback: bool = True,
                  cache_ttl: datetime.timedelta = datetime.timedelta(hours=1),
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 poster: slack_sdk.WebClient | None = None) -> None:
         self._client = client
+        self._poster = poster or client
         self._admin_channel = admin_channel
         self._fallback = allow_admin_fallback and bool(admin_channel)
         self._ttl = cache_ttl.total_seconds()
@@ -102,15 +104,19 @@ class Slack:
     @classmethod
     def connect(cls, token: str, *, base_url: str | None = None, timeout: float = 10.0,
                 admin_channel: str | None = None, max_retries: int = 2) -> Slack:
-        """A client that retries lost connections, 429s (after Retry-After) and 500/503s."""
-        handlers = [ConnectionErrorRetryHandler(max_retry_count=max_retries),
-                    RateLimitErrorRetryHandler(max_retry_count=max_retries),
-                    ServerErrorRetryHandler(max_retry_count=max_retries)]
-        # slack_sdk types the timeout as int, but passes it to urllib as it is: fractions work.
-        client = slack_sdk.WebClient(token=token, timeout=timeout,  # type: ignore[arg-type]
-                                     retry_handlers=handlers,
-                                     **({"base_url": base_url} if base_url else {}))  # type: ignore[arg-type]
-        return cls(client, admin_channel=admin_channel)
+        """Reads retry lost connections, 429s (after Retry-After) and 500/503s. Posts retry only
+        429s: after a lost connection or a 5xx Slack may have posted the message, and a second
+        post would be a second message; the janitor's own recovery (the intent in the message's
+        metadata) finds out instead, on the next cycle."""
+        def client(*handlers: Any) -> slack_sdk.WebClient:
+            # slack_sdk types the timeout as int, but passes it to urllib as it is: fractions work.
+            return slack_sdk.WebClient(token=token, timeout=timeout,  # type: ignore[arg-type]
+                                       retry_handlers=list(handlers),
+                                       **({"base_url": base_url} if base_url else {}))  # type: ignore[arg-type]
+        rate_limited = RateLimitErrorRetryHandler(max_retry_count=max_retries)
+        reads = client(ConnectionErrorRetryHandler(max_retry_count=max_retries), rate_limited,
+                       ServerErrorRetryHandler(max_retry_count=max_retries))
+        return cls(reads, admin_channel=admin_channel, poster=client(rate_limited))
 
     def check_token(self) -> str:
         """'' if Slack accepts the token (auth.test); else why not, so a wrong token shows at start
@@ -207,7 +213,7 @@ class Slack:
             "intent": digest.intent, "uids": [n.workload.uid for n in digest.notices],
             "kind": ",".join(kinds)}}
         return self._call("chat_postMessage", channel, channel=channel, text=message.text,
-                          blocks=[dict(b) for b in message.blocks], metadata=metadata)
+                          blocks=[dict(b) for b in message.blocks], metadata=metadata, client_=self._poster)
 
     # ----- recognising an earlier send ---------------------------------------------------
     def find_sent(self, owner: Owner, intent: str, *, since: datetime.datetime) -> Delivery | None:
@@ -265,10 +271,11 @@ class Slack:
             if not cursor:
                 return
 
-    def _call(self, method: str, subject: str, **params: Any) -> dict[str, Any]:
+    def _call(self, method: str, subject: str, client_: slack_sdk.WebClient | None = None,
+              **params: Any) -> dict[str, Any]:
         """One Web API call (retried by the client's handlers); any failure is `_Failed`."""
         try:
-            return dict(getattr(self._client, method)(**params).data)
+            return dict(getattr(client_ or self._client, method)(**params).data)
         except SlackApiError as err:
             code = str(err.response.get("error") or f"HTTP {err.response.status_code}")
             # Who was not found matters; for the rest (auth, throttling) the code says it all.

@@ -155,10 +155,14 @@ def test_a_rate_limit_is_waited_out_and_delivered(standin: SlackStandIn, slack: 
     assert len(standin.messages(result.delivery.channel)) == 1
 
 
-def test_a_server_error_is_retried_and_delivered(standin: SlackStandIn, slack: Slack) -> None:
+def test_a_server_error_on_a_post_is_not_retried_blindly(standin: SlackStandIn, slack: Slack) -> None:
+    """Slack may have posted before failing: the recovery decides, then the next send delivers."""
     standin.fail("server_error", method="chat.postMessage", status=500)
+    since = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=1)
     result = slack.send(digest(ALICE_BY_EMAIL))
-    assert result.delivery is not None
+    assert result.delivery is None and result.error
+    assert slack.find_sent(ALICE_BY_EMAIL, "cycle-1/alice", since=since) is None
+    assert slack.send(digest(ALICE_BY_EMAIL)).delivery is not None
     assert [r.status for r in standin.requests("chat.postMessage")] == [500, 200]
 
 

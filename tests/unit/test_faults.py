@@ -6,7 +6,8 @@ Aspects covered:
   the upstream is down, an upstream closing an idle connection (no 502, a POST sent once);
 - each fault as a client sees it: delay delays, reset is a RST (connection error), blackhole
   times out the client's read and is closed promptly on clear, status answers without
-  forwarding (429 with Retry-After), malformed breaks JSON decoding or the body's length;
+  forwarding (429 with Retry-After), malformed breaks JSON decoding or the body's length, lost
+  forwards (the server acts) and then answers a RST or a status instead of the server's answer;
 - matching by method, path prefix and regex over the query; limits by count and time span; the
   first matching rule wins, so pass_through exempts;
 - the record of requests (method, path, status, fault) and the HTTP control endpoint;
@@ -283,6 +284,17 @@ def test_status_answers_without_forwarding(proxy: FaultProxy, upstream: Upstream
     assert requests.get(proxy.url + "/conflict", timeout=10).status_code == 409
     assert [(s.status, s.fault) for s in proxy.requests()] == [(429, "status"), (503, "status"), (409, "status")]
     assert upstream.hits == []
+
+
+def test_lost_forwards_then_fails_the_answer(proxy: FaultProxy, upstream: Upstream) -> None:
+    proxy.lost(path="/reset", method="POST")
+    proxy.lost(503, path="/gateway", method="POST")
+    with pytest.raises(requests.ConnectionError):
+        requests.post(proxy.url + "/reset", data=b"one", timeout=10)
+    answer = requests.post(proxy.url + "/gateway", data=b"two", timeout=10)
+    assert answer.status_code == 503 and answer.json()["reason"] == "ServiceUnavailable"
+    assert [(hit[0], hit[1]) for hit in upstream.hits] == [("POST", "/reset"), ("POST", "/gateway")]
+    assert [(s.status, s.fault) for s in proxy.requests()] == [(None, "lost"), (503, "lost")]
 
 
 def test_malformed_bodies_break_the_client(proxy: FaultProxy, upstream: Upstream) -> None:

@@ -3,7 +3,8 @@
 Aspects covered:
 - exactly one message per intent: a chat.postMessage whose answer is lost (Slack got it, the
   answer came too late) is not posted again by the client library's own retry; the send
-  reports no delivery, and the janitor's recovery (message metadata) finds the one message;
+  reports no delivery, and the janitor's recovery (message metadata) finds the one message; the
+  same when Slack posted it and the answer became a reset or a 500/503 on the way back;
 - a 429 on chat.postMessage (Slack posted nothing) is retried after Retry-After and delivered;
 - reads (users.lookupByEmail) are still retried after a lost connection.
 """
@@ -48,6 +49,24 @@ def test_a_post_whose_answer_is_lost_is_not_posted_twice(standin: SlackStandIn, 
     since = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=1)
     result = slack.send(digest(ALICE_BY_EMAIL))
     time.sleep(3.5)
+    assert len(proxy.requests(path="/api/chat.postMessage")) == 1
+    assert len(standin.messages(dm)) == 1
+    assert result.delivery is None and result.error
+    found = slack.find_sent(ALICE_BY_EMAIL, "cycle-1/alice", since=since)
+    assert found is not None and found.ts == standin.messages(dm)[0].ts
+
+
+@pytest.mark.parametrize("answer", [0, 500, 503], ids=["reset", "500", "503"])
+def test_a_post_that_slack_made_but_whose_answer_failed_is_not_posted_again(
+    standin: SlackStandIn, proxy: FaultProxy, answer: int
+) -> None:
+    slack = slack_through(proxy)
+    dm = dm_of(standin, ALICE.id)
+    proxy.lost(answer, path="/api/chat.postMessage", times=1)
+    since = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=1)
+
+    result = slack.send(digest(ALICE_BY_EMAIL))
+
     assert len(proxy.requests(path="/api/chat.postMessage")) == 1
     assert len(standin.messages(dm)) == 1
     assert result.delivery is None and result.error
