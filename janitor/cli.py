@@ -117,7 +117,8 @@ def _ports(args: argparse.Namespace, settings: Settings) -> Ports:
     slack = None
     if settings.slack.token:
         slack = Slack.connect(settings.slack.token, base_url=settings.slack.api_url,
-                              admin_channel=settings.slack.admin_channel)
+                              admin_channel=settings.slack.admin_channel,
+                              timeout=settings.slack.timeout.total_seconds())
     return Ports(_api(args), slack)
 
 
@@ -426,6 +427,9 @@ def _add_idle_options(p: argparse.ArgumentParser) -> None:
                       help="Hostname, or hostname on newer dcgm-exporter (%(default)s)")
     idle.add_argument("--scrape-interval", type=float, default=D.prometheus.scrape_interval.total_seconds(),
                       help="seconds between dcgm-exporter samples, for coverage (%(default)s)")
+    idle.add_argument("--prometheus-timeout", type=float, default=D.prometheus.timeout.total_seconds(),
+                      help="seconds to wait for one query's answer; Prometheus is told a little less, so it "
+                           "gives up first and says so (%(default)s)")
     idle.add_argument("--prometheus-matcher", action="append", metavar='LABEL="VALUE"',
                       help='added to every query, e.g. cluster="mn2" (repeatable)')
     idle.add_argument("--cronjob-target", choices=("job", "cronjob"), default=str(D.cluster.cronjob_target),
@@ -452,6 +456,9 @@ def _add_lifecycle_options(p: argparse.ArgumentParser) -> None:
     life.add_argument("--max-new-marks-per-owner", type=int, default=marks.per_owner, help="per cycle (%(default)s)")
     life.add_argument("--max-new-marks-per-namespace", type=int, default=marks.per_namespace,
                       help="per cycle (%(default)s)")
+    life.add_argument("--slack-timeout", type=float, default=D.slack.timeout.total_seconds(),
+                      help="seconds to wait for one Slack Web API answer; a post whose answer is lost is "
+                           "not posted again, the next cycle asks Slack whether it arrived (%(default)s)")
     life.add_argument("--slack-budget", type=float, default=D.slack.send_budget.total_seconds(),
                       help="seconds of Slack sending per cycle; the rest goes next cycle (%(default)s)")
 

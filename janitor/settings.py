@@ -74,6 +74,7 @@ class PrometheusSettings:
     hostname_label: str = "Hostname"  # dcgm-exporter before 4.x; newer: "hostname"
     scrape_interval: datetime.timedelta = datetime.timedelta(seconds=30)  # coverage is measured against it
     extra_matchers: tuple[str, ...] = ()  # e.g. cluster="mn2" when one Thanos serves several clusters
+    timeout: datetime.timedelta = datetime.timedelta(seconds=30)  # one query's answer; connecting gets ≤3 s
     # Credentials: files, read each time a connection is made, so a rotated Secret is picked up.
     bearer_token_file: str | None = None
     username: str | None = None
@@ -90,6 +91,7 @@ class SlackSettings:
     api_url: str | None = None  # None: Slack itself; the sandbox points it at its stand-in
     admin_channel: str | None = None  # owners that cannot be reached, and the admins' report
     send_budget: datetime.timedelta = datetime.timedelta(seconds=20)  # Slack time per cycle; the rest waits
+    timeout: datetime.timedelta = datetime.timedelta(seconds=10)  # one Web API call's answer
     notice_retry: datetime.timedelta = datetime.timedelta(minutes=5)  # between attempts at one undelivered send
     admin_report_every: datetime.timedelta = datetime.timedelta(hours=1)  # unless what it says changed
 
@@ -228,12 +230,14 @@ def from_args(args: argparse.Namespace) -> Settings:
         hostname_label=a.text("hostname_label", d.prometheus.hostname_label),
         scrape_interval=a.seconds("scrape_interval", d.prometheus.scrape_interval),
         extra_matchers=a.texts("prometheus_matcher"),
+        timeout=a.seconds("prometheus_timeout", d.prometheus.timeout),
     )
     slack = SlackSettings(
         token=a.text("slack_token", "") or os.environ.get("SLACK_BOT_TOKEN") or None,
         api_url=a.text("slack_api_url", "") or os.environ.get("SLACK_API_URL") or None,
         admin_channel=a.text("admin_channel", "") or None,
         send_budget=a.seconds("slack_budget", d.slack.send_budget),
+        timeout=a.seconds("slack_timeout", d.slack.timeout),
     )
     pace = a.raw("message_pace")
     marks = d.lifecycle.caps

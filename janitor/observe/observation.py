@@ -83,7 +83,8 @@ def prometheus_source(settings: Settings) -> PrometheusSource:
     return PrometheusSource(PrometheusConfig(
         prom.url, label_map=labels, extra_matchers=tuple(Matcher.parse(m) for m in prom.extra_matchers),
         bearer_token=token, basic_auth=(prom.username, password or "") if prom.username else None,
-        verify=prom.ca_file or True,
+        verify=prom.ca_file or True, read_timeout=prom.timeout.total_seconds(),
+        connect_timeout=min(3.0, prom.timeout.total_seconds()),
         client_cert=(prom.client_cert_file, prom.client_key_file) if prom.client_cert_file and prom.client_key_file
         else None))
 

@@ -22,8 +22,8 @@ from janitor.telemetry import Telemetry
 
 _GROUPS = {
     "cluster": (ClusterSettings, {}),
-    "prometheus": (PrometheusSettings, {"prometheus_url": "url"}),
-    "slack": (SlackSettings, {"slack_token": "token", "slack_api_url": "api_url"}),
+    "prometheus": (PrometheusSettings, {"prometheus_url": "url", "prometheus_timeout": "timeout"}),
+    "slack": (SlackSettings, {"slack_token": "token", "slack_api_url": "api_url", "slack_timeout": "timeout"}),
 }
 
 
@@ -36,6 +36,8 @@ def settings(**values: Any) -> Settings:
     for key, value in values.items():
         for group, (kind, renamed) in _GROUPS.items():
             name = renamed.get(key, key)
+            if name == "timeout" and key == "timeout":
+                continue  # ambiguous: prometheus_timeout or slack_timeout
             if name in {f.name for f in fields(kind)}:
                 groups[group][name] = value
                 break
@@ -51,7 +53,8 @@ class Runner:
         slack = None
         if settings.slack.token:
             slack = Slack.connect(settings.slack.token, base_url=settings.slack.api_url,
-                                  admin_channel=settings.slack.admin_channel)
+                                  admin_channel=settings.slack.admin_channel,
+                                  timeout=settings.slack.timeout.total_seconds())
         self.settings = settings
         self.ports = Ports(api, slack, clock=clock)
         self.memory = Memory()
