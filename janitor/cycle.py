@@ -25,10 +25,12 @@ from janitor import annotations as ann
 from janitor import errors
 from janitor.act import kube
 from janitor.act.lifecycle import LifecycleOutcome, LifecycleRun
+from janitor.act.notes import DATA_KEY as NOTES_KEY
+from janitor.act.notes import NoteBox
 from janitor.act.slack import Digest, Slack
 from janitor.act.slack_messages import render_admin_report
 from janitor.decide import recheck
-from janitor.decide.lifecycle import Change, Step
+from janitor.decide.lifecycle import Change, Step, intent_id
 from janitor.decide.model import Action, ActionType, ObjectRef, ObjectView, Observation, ResourceKind, TriggerKind
 from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.plan import CyclePlan, plan
@@ -204,10 +206,32 @@ class _Ledger:
             logger.error("the ledger could not be written; no deletion until it can: %s", e)
 
 
+def _notes(ports: Ports, settings: Settings) -> NoteBox:
+    c = settings.cluster
+    try:
+        stored: str | None | errors.KubeError = cluster.read_state(ports.api, c.state_namespace, c.state_name,
+                                                                   NOTES_KEY)
+    except errors.KubeError as e:
+        stored = e
+    def write(text: str) -> None:
+        kube.write_state(ports.api, c.state_namespace, c.state_name, {NOTES_KEY: text}, what="notes")
+    return NoteBox(stored, write, fence=ports.fence, where=f"ConfigMap {c.state_namespace}/{c.state_name}")
+
+
+def _announced(planned: Planned, action: Action, notes: NoteBox | None, now: datetime.datetime) -> tuple[str, str]:
+    """Keep the "done" note of a lifecycle action before it happens: (its intent, '' or why not)."""
+    change = planned.plan.change_for(action)
+    if notes is None or change is None or change.notice is None:
+        return "", ""
+    marks = next((o.annotations for o in planned.observation.objects if o.ref.uid == action.target.uid), {})
+    intent = intent_id(change.notice.owner, planned.plan.now)
+    return intent, notes.expect(change.notice, intent, marks.get(ann.MARKED_AT, ""), now)
+
+
 def _apply_one(ports: Ports, settings: Settings, planned: Planned, action: Action,
-               source: PrometheusSource | None, ledger: _Ledger) -> kube.ActionResult:
+               source: PrometheusSource | None, ledger: _Ledger, notes: NoteBox | None = None) -> kube.ActionResult:
     """One action: a report as planned; anything else decided again on a fresh, scoped read first,
-    and recorded in the ledger before it happens."""
+    recorded in the ledger and its "done" note kept before it happens."""
     kind = _kinds(settings)[action.target.kind]
     dry_run = settings.rails.dry_run
     if action.type is ActionType.REPORT:
@@ -227,9 +251,12 @@ def _apply_one(ports: Ports, settings: Settings, planned: Planned, action: Actio
             outcome = kube.Outcome.GONE if fresh is None else kube.Outcome.SKIPPED
             return kube.ActionResult(action, outcome, str(again.why))
         refused = ledger.record(again.action) if result.outcome is not kube.Outcome.CONFLICT else ""
-        if refused:
-            return kube.ActionResult(action, kube.Outcome.FAILED, refused)
+        intent, unkept = _announced(planned, action, notes, ports.clock()) if not (refused or dry_run) else ("", "")
+        if refused or unkept:
+            return kube.ActionResult(action, kube.Outcome.FAILED, refused or unkept)
         result = kube.apply(ports.api, again.action, kind=kind, dry_run=dry_run)
+        if notes is not None and intent and result.outcome is not kube.Outcome.DONE:
+            notes.forget(action.target, intent)
         if result.outcome is not kube.Outcome.CONFLICT:
             return result
     return result
@@ -241,6 +268,7 @@ def apply(ports: Ports, settings: Settings, planned: Planned, *, source: Prometh
     decided, dry_run = planned.plan, settings.rails.dry_run
     result = CycleResult(planned, memory=planned.memory)
     ledger = _Ledger(ports, settings, planned)
+    notes = None if dry_run or planned.memory.policies is None else _notes(ports, settings)
     if planned.memory.policies is None:
         logger.error("the policies were never read successfully: acting on nothing, marking, unmarking and "
                      "telling nothing until they are: %s", "; ".join(planned.memory.policy_errors))
@@ -252,14 +280,15 @@ def apply(ports: Ports, settings: Settings, planned: Planned, *, source: Prometh
                 logger.warning("no longer the leader: stopping before %s; the new leader decides again",
                                action.target)
                 break
-            outcome = _apply_one(ports, settings, planned, action, source, ledger)
+            outcome = _apply_one(ports, settings, planned, action, source, ledger, notes)
             result.results.append(outcome)
             audit(outcome.action, outcome=str(outcome.outcome), dry_run=dry_run, detail=outcome.detail)
     finally:
         ledger.store()
     _log_plan(ports, settings, decided, result)
-    if not dry_run and ports.fence():
-        result.lifecycle = _lifecycle(ports, settings, planned, result)
+    if notes is not None and ports.fence():
+        result.lifecycle = _lifecycle(ports, settings, planned, result, notes)
+        notes.store(ports.clock())
         result.memory = _admin_report(ports, settings, planned, result.memory)
     elif dry_run:
         for change in decided.changes:
@@ -287,14 +316,16 @@ def _log_plan(ports: Ports, settings: Settings, decided: CyclePlan, result: Cycl
         logger.error("%s", trip, extra={"tripwire": True})
 
 
-def _lifecycle(ports: Ports, settings: Settings, planned: Planned, result: CycleResult) -> LifecycleOutcome:
+def _lifecycle(ports: Ports, settings: Settings, planned: Planned, result: CycleResult,
+               notes: NoteBox) -> LifecycleOutcome:
     decided = planned.plan
     done = [c for r in result.results if r.outcome is kube.Outcome.DONE
             for c in [decided.change_for(r.action)] if c is not None]
     seen = {o.ref.uid: o.annotations for o in planned.observation.objects}
     seen |= {p.ref.uid: p.annotations for p in planned.observation.pods}
     run = LifecycleRun(_Annotator(ports.api, _kinds(settings)), ports.slack, {p.name: p for p in planned.policies},
-                       decided.now, seen, ports.fence, settings.slack.send_budget, settings.slack.notice_retry)
+                       decided.now, seen, ports.fence, settings.slack.send_budget, settings.slack.notice_retry,
+                       notes=notes)
     outcome = run.run(decided.changes, done)
     if outcome.written or outcome.sent or outcome.failed or outcome.recovered or outcome.unsent:
         logger.info("lifecycle: %s written, %d digests sent (%d delivered), %d sends found on Slack after a "

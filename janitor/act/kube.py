@@ -118,22 +118,28 @@ def outcome_of(error: errors.KubeError) -> Outcome:
 
 
 def write_ledger(api: ApiClient, namespace: str, name: str, safety_ledger: SafetyLedger) -> None:
-    """Store the ledger in ConfigMap namespace/name, creating the ConfigMap if needed.
+    """Store the ledger in ConfigMap namespace/name (`write_state`)."""
+    write_state(api, namespace, name, {ledger.DATA_KEY: ledger.dumps(safety_ledger)}, what="ledger")
 
-    Only `data["ledger.json"]` is written (a merge patch), so the admin's acknowledgement
-    annotation and any labels on the ConfigMap stay. The namespace is not created: it belongs to
-    the deployment, and a missing one means the janitor is pointed at the wrong place.
+
+def write_state(api: ApiClient, namespace: str, name: str, data: Mapping[str, str], *, what: str) -> None:
+    """Store `data` keys in the janitor's state ConfigMap namespace/name, creating it if needed.
+
+    Only the given data keys are written (a merge patch), so the ledger, the notes waiting to be
+    sent, the admin's acknowledgement annotation and any labels each stay. The namespace is not
+    created: it belongs to the deployment, and a missing one means the janitor is pointed at the
+    wrong place.
     """
-    data = {ledger.DATA_KEY: ledger.dumps(safety_ledger)}
     path = kubeapi.path(_CONFIG_MAPS, namespace, name)
-    doing = f"write ledger {namespace}/{name}"
+    doing = f"write {what} {namespace}/{name}"
     try:
-        _call(api, "PATCH", path, body={"data": data}, content_type=_MERGE_PATCH, doing=doing)
+        _call(api, "PATCH", path, body={"data": dict(data)}, content_type=_MERGE_PATCH, doing=doing)
         return
     except errors.NotFound:
         pass
     body = {
-        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}, "data": data,
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace},
+        "data": dict(data),
     }
     try:
         _call(api, "POST", kubeapi.path(_CONFIG_MAPS, namespace), body=body, doing=doing)
@@ -143,7 +149,7 @@ def write_ledger(api: ApiClient, namespace: str, name: str, safety_ledger: Safet
             "janitor's state namespace at an existing one", status=404, doing=doing,
         ) from e
     except errors.Conflict:  # created by someone else in between: write over it
-        _call(api, "PATCH", path, body={"data": data}, content_type=_MERGE_PATCH, doing=doing)
+        _call(api, "PATCH", path, body={"data": dict(data)}, content_type=_MERGE_PATCH, doing=doing)
 
 
 _CONFIG_MAPS = ResourceKind("", "v1", "ConfigMap", "configmaps")

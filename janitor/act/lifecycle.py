@@ -17,10 +17,11 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 from janitor import annotations as ann
 from janitor import errors
+from janitor.act.notes import NoteBox, PendingNote
 from janitor.act.slack import Digest, Outbox, SendResult, SlackUnavailable
 from janitor.act.slack_messages import render_digest
 from janitor.annotations import Delivery
@@ -81,6 +82,7 @@ class LifecycleRun:
     fence: Callable[[], bool] = lambda: True  # False once another replica may be leader
     send_budget: datetime.timedelta = datetime.timedelta(seconds=20)
     notice_retry: datetime.timedelta = datetime.timedelta(minutes=5)
+    notes: NoteBox | None = None  # "done" and "cancelled" notes kept until Slack has them
     out: LifecycleOutcome = field(default_factory=LifecycleOutcome)
     _rv: dict[str, str] = field(default_factory=dict)
     _expected: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -99,7 +101,11 @@ class LifecycleRun:
                     continue
                 change = again
             if change.step in (Step.MARK, Step.UNMARK, Step.DROP_COPY, Step.EXTEND, Step.NOTIFY) and change.annotations:
+                if not self._keep_note(change):
+                    continue
                 if not self._write(change, event=EVENTS.get(change.step)):
+                    if change.step is Step.UNMARK and change.notice is not None and self.notes is not None:
+                        self.notes.forget(change.workload, lifecycle.intent_id(change.notice.owner, self.now))
                     continue
             if change.notice is not None and change.step is not Step.ACT:  # "done" only once it is done
                 to_send.append(change)
@@ -109,7 +115,64 @@ class LifecycleRun:
                            "nothing is reclaimed without a delivered warning", len(to_send))
         elif to_send:
             self._send(to_send)
+        if self.messenger is not None and self.notes is not None and self.fence():
+            self._send_carried(self.notes.carried)
         return self.out
+
+    def _keep_note(self, change: Change) -> bool:
+        """A "cancelled" note is kept before the unmark it announces (the mark, which would say who
+        to tell, goes with it); False when it cannot be, and the unmark waits."""
+        if change.step is not Step.UNMARK or change.notice is None or self.notes is None:
+            return True
+        marked_at = self.seen.get(change.workload.uid, {}).get(ann.MARKED_AT, "")
+        refused = self.notes.expect(change.notice, lifecycle.intent_id(change.notice.owner, self.now), marked_at,
+                                    self.now)
+        if refused:
+            self.out.failed.append(f"{change.step} {change.workload}: {refused}")
+        return not refused
+
+    def _send_carried(self, notes: Sequence[PendingNote]) -> None:
+        """Notes of earlier cycles: sent once their change is seen done and Slack does not have them."""
+        assert self.messenger is not None and self.notes is not None
+        outbox = Outbox(self.messenger)
+        for note in notes:
+            try:
+                now = self.annotator.read(note.workload)
+            except errors.KubeError as e:
+                logger.warning("cannot tell whether %s changed, so its %s note waits: %s", note.workload, note.kind, e)
+                continue
+            if now is not None and now.annotations.get(ann.MARKED_AT) == note.marked_at:
+                self.notes.drop(note, "the workload still carries the mark: the change never happened")
+                continue
+            found = self._lookup(note.owner, note.intent, note.at)
+            if isinstance(found, SlackUnavailable) or found is False:
+                continue
+            if found is not None:
+                self.notes.sent(note.intent, {note.workload.uid})
+                continue
+            outbox.add(note.digest())
+        for result in outbox.flush(max(0.0, self.send_budget.total_seconds() - self._lookup_seconds)):
+            self.out.sent.append(result)
+            if result.delivery is not None:
+                intent = result.digest.intent
+                self.notes.sent(intent, {n.workload.uid for n in notes if n.intent == intent})
+        self.out.unsent += outbox.pending
+
+    def _lookup(self, owner: Owner, intent: str,
+                at: datetime.datetime) -> Delivery | None | SlackUnavailable | Literal[False]:
+        """Whether Slack has the send `intent` (asked once per cycle); False: the budget is spent."""
+        assert self.messenger is not None
+        key = (owner, intent)
+        if key not in self._lookups:
+            if self._lookup_seconds >= self.send_budget.total_seconds():
+                return False
+            began = time.monotonic()
+            try:
+                self._lookups[key] = self.messenger.find_sent(owner, intent, since=at - datetime.timedelta(minutes=5))
+            except SlackUnavailable as e:
+                self._lookups[key] = e
+            self._lookup_seconds += time.monotonic() - began
+        return self._lookups[key]
 
     def _write(self, change: Change, *, event: str | None = None,
                notes: Mapping[str, str | None] | None = None) -> bool:
@@ -156,20 +219,11 @@ class LifecycleRun:
         assert change.intent is not None and change.notice is not None
         if self.messenger is None:
             return None
-        key = (change.notice.owner, change.intent.id)
-        if key not in self._lookups:
-            if self._lookup_seconds >= self.send_budget.total_seconds():
-                logger.info("not asking Slack about the %s for %s this cycle: its time budget is spent",
-                            change.intent.kind, change.workload)
-                return None
-            began = time.monotonic()
-            try:
-                self._lookups[key] = self.messenger.find_sent(
-                    change.notice.owner, change.intent.id, since=change.intent.at - datetime.timedelta(minutes=5))
-            except SlackUnavailable as e:
-                self._lookups[key] = e
-            self._lookup_seconds += time.monotonic() - began
-        found = self._lookups[key]
+        found = self._lookup(change.notice.owner, change.intent.id, change.intent.at)
+        if found is False:
+            logger.info("not asking Slack about the %s for %s this cycle: its time budget is spent",
+                        change.intent.kind, change.workload)
+            return None
         if isinstance(found, SlackUnavailable):
             logger.warning("cannot ask Slack whether the %s for %s arrived: %s; not sending again yet",
                            change.intent.kind, change.workload, found)
@@ -208,6 +262,8 @@ class LifecycleRun:
             if result.delivery is None:
                 logger.warning("message to %s not delivered: %s", result.digest.owner, result.error)
                 continue
+            if self.notes is not None:
+                self.notes.sent(result.digest.intent, {n.workload.uid for n in result.digest.notices})
             for change in by_digest[(result.digest.intent, not result.digest.admin_fallback)]:
                 # An intent to settle: only marks and notices carry one (an unmark may clear a stale one,
                 # and its "cancelled" note must not write warning records back onto the workload).

@@ -109,6 +109,17 @@ def read_by_name(api: ApiClient, kind: ResourceKind, namespace: str | None, name
         return None
 
 
+def read_state(api: ApiClient, namespace: str, name: str, key: str) -> str | None:
+    """One data key of the janitor's state ConfigMap; None when it (or the ConfigMap) is missing.
+    Raises `KubeError` when it cannot be read."""
+    try:
+        page = _get(api, kubeapi.path(_CONFIG_MAPS, namespace, name), doing=f"read {key} in {namespace}/{name}")
+    except errors.NotFound:
+        return None
+    value = (page.body.get("data") or {}).get(key)
+    return value if isinstance(value, str) else None
+
+
 def read_ledger(api: ApiClient, namespace: str, name: str) -> SafetyLedger:
     """The rails' memory from ConfigMap namespace/name (format: `janitor.ledger`).
 

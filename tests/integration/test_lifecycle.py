@@ -11,6 +11,9 @@ Aspects covered:
 - with Slack failing for longer than the whole grace nothing is acted on, and once Slack recovers
   the deadline moves to delivery + grace (written into janitor/expires);
 - a kill -9 of the janitor between Slack accepting a warning and its record: no second message;
+- Slack down at the deadline: the warned Job is deleted, and its "done" note waits in the state
+  ConfigMap until Slack is back, then arrives once; the same for a "cancelled" note when a
+  workload wakes up while Slack is down;
 - a user's own janitor/expires is never shortened or marked over;
 - keep-until delays the action, but not past maxExtension after the first mark;
 - `janitor keep` and `janitor unmark` as owners and admins use them;
@@ -260,6 +263,56 @@ def test_slack_down_longer_than_the_grace_acts_on_nothing_and_moves_the_deadline
     assert "unwarned" in jobs(kube, namespace)
     janitor.run_cycle()
     assert "unwarned" in jobs(kube, namespace)  # still within delivery + grace
+
+
+def said(slack: SlackStandInControl, channel: str, words: str) -> int:
+    return sum(words in (m.text + str(m.blocks)) for m in slack.messages(channel))
+
+
+def test_a_done_note_waits_for_slack_and_arrives_once(
+        kube, core, namespace, sandbox, tmp_path, exporter_values, slack, alice, prometheus) -> None:
+    create_job(kube, namespace, "finished")
+    history(core, namespace, exporter_values, {"finished": 0})
+    janitor = janitor_for(kube, sandbox, namespace, write_policy(tmp_path / "p.yaml", namespace, warnBefore="5s"),
+                          prometheus())
+    janitor.run_cycle()
+    notes = notes_of(kube, namespace, "finished")
+    channel = notes[a.WARNED_VIA].split()[1].split("/")[0]
+    until_due(notes)
+    slack.fail("server_error", count=10_000, method="chat.postMessage", status=503)
+    janitor.run_cycle()  # warned a grace ago: acted on, though the note cannot go out now
+    assert "finished" not in jobs(kube, namespace)
+    assert len(slack.messages(channel)) == 1  # the warning only
+    janitor.run_cycle()
+    assert len(slack.messages(channel)) == 1
+
+    slack.recover()
+    janitor.run_cycle()
+    janitor.run_cycle()
+    assert said(slack, channel, "was *deleted*") == 1 and len(slack.messages(channel)) == 2
+    state = core.read_namespaced_config_map("janitor-state", namespace).data or {}
+    assert state.get("notes.json") == "[]"
+
+
+def test_a_cancelled_note_waits_for_slack_and_arrives_once(
+        kube, core, namespace, sandbox, tmp_path, exporter_values, slack, alice, prometheus) -> None:
+    create_job(kube, namespace, "sleepy")
+    history(core, namespace, exporter_values, {"sleepy": 0})
+    janitor = janitor_for(kube, sandbox, namespace, write_policy(tmp_path / "p.yaml", namespace, warnBefore="1h"),
+                          prometheus())
+    janitor.run_cycle()
+    channel = notes_of(kube, namespace, "sleepy")[a.WARNED_VIA].split()[1].split("/")[0]
+    exporter_values.set_gpu_util(namespace, core.list_namespaced_pod(namespace).items[0].metadata.name, 75)
+    time.sleep(6)  # a few scrapes at 75 %
+    slack.fail("server_error", count=10_000, method="chat.postMessage", status=503)
+    janitor.run_cycle()
+    assert not [k for k in notes_of(kube, namespace, "sleepy") if k.startswith("janitor/") and k != "janitor/owner"]
+    assert len(slack.messages(channel)) == 1
+
+    slack.recover()
+    janitor.run_cycle()
+    janitor.run_cycle()
+    assert said(slack, channel, "no longer marked") == 1 and len(slack.messages(channel)) == 2
 
 
 def test_kill_9_between_send_and_record_sends_no_second_message(

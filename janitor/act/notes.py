@@ -1,0 +1,179 @@
+"""The "done" and "cancelled" notes that must reach their owner although their workload changed.
+
+A warning waits on its workload (the intent annotation is the queue), but a "done" or
+"cancelled" note is about a workload whose mark is gone: deleted, reclaimed (the mark is removed
+in the same write) or unmarked. So the note is written, before the change it announces, into
+the janitor's state ConfigMap (`notes.json`, beside the ledger), and removed once Slack has it.
+
+A note found there in a later cycle (Slack was down, the budget was spent, or the janitor died
+between the change and the send) is sent only on positive evidence, each cycle again:
+- the change happened: the workload is gone (or another object has its name), or no longer
+  carries the mark the note is about; a workload that still carries it was never changed, and
+  the note is dropped;
+- Slack does not already have it: the note's intent is looked up (as for a warning whose
+  answer was lost) before it is sent again.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from janitor import annotations as ann
+from janitor import errors
+from janitor.act.slack import Digest
+from janitor.act.slack_messages import Message, render_digest
+from janitor.decide.model import ObjectRef
+from janitor.decide.notices import Notice
+from janitor.decide.owners import Owner, OwnerKind
+
+logger = logging.getLogger(__name__)
+
+DATA_KEY = "notes.json"
+KEEP_FOR = datetime.timedelta(days=7)  # an owner unreachable for a week: the note is dropped, and logged
+MOST = 500  # notes kept; past it the oldest go (a ConfigMap holds 1 MiB)
+
+
+@dataclass(frozen=True)
+class PendingNote:
+    intent: str  # the digest it is sent in (this cycle's), looked up on Slack before sending again
+    owner: Owner
+    kind: str  # "done" | "cancelled"
+    workload: ObjectRef
+    marked_at: str  # the mark it is about: while the workload still carries it, nothing happened
+    at: datetime.datetime  # when it was written
+    messages: tuple[Message, ...]  # rendered alone, for a send in a later cycle
+    admins_told: bool = False
+
+    def digest(self) -> Digest:
+        return Digest(self.owner, (), self.intent, self.messages, admin_fallback=not self.admins_told)
+
+
+class NotesUnreadable(ValueError):
+    """notes.json is not what this module writes."""
+
+
+def dumps(notes: Iterable[PendingNote]) -> str:
+    return json.dumps([{
+        "intent": n.intent, "owner": [str(n.owner.kind), n.owner.value, n.owner.source], "kind": n.kind,
+        "workload": [n.workload.kind, n.workload.api_version, n.workload.namespace, n.workload.name, n.workload.uid],
+        "markedAt": n.marked_at, "at": n.at.isoformat(), "adminsTold": n.admins_told,
+        "messages": [{"text": m.text, "blocks": [dict(b) for b in m.blocks]} for m in n.messages],
+    } for n in notes], separators=(",", ":"))
+
+
+def loads(text: str) -> tuple[PendingNote, ...]:
+    try:
+        return tuple(_note(item) for item in json.loads(text))
+    except (ValueError, TypeError, KeyError, IndexError) as e:
+        raise NotesUnreadable(f"{DATA_KEY}: {e}") from e
+
+
+def _note(item: dict[str, Any]) -> PendingNote:
+    kind, value, source = item["owner"]
+    ref_kind, api_version, namespace, name, uid = item["workload"]
+    at = datetime.datetime.fromisoformat(item["at"])
+    if at.tzinfo is None:
+        raise ValueError("a note's time must carry its zone")
+    return PendingNote(
+        str(item["intent"]), Owner(OwnerKind(kind), str(value), str(source)), str(item["kind"]),
+        ObjectRef(str(ref_kind), str(api_version), namespace, str(name), str(uid)), str(item["markedAt"]), at,
+        tuple(Message(str(m["text"]), tuple(m["blocks"])) for m in item["messages"]), bool(item["adminsTold"]))
+
+
+class NoteBox:
+    """This cycle's view of notes.json. `expect` writes at once (before the change it announces);
+    what was sent or dropped is written by `store` at the end of the cycle."""
+
+    def __init__(self, stored: str | None | errors.KubeError, write: Callable[[str], None], *,
+                 fence: Callable[[], bool] = lambda: True, where: str = "the state ConfigMap") -> None:
+        """`stored`: notes.json as read (None: none yet), or why it could not be read; `write`
+        stores a new notes.json (raises `KubeError`)."""
+        self._write_text, self._fence = write, fence
+        self.broken = ""  # why notes cannot be kept: then nothing that needs one is done
+        self._notes: list[PendingNote] = []
+        if isinstance(stored, errors.KubeError):
+            self.broken = f"cannot read {DATA_KEY}: {stored}"
+        elif stored:
+            try:
+                self._notes = list(loads(stored))
+            except NotesUnreadable as e:
+                # Unlike the ledger this holds no safety limit: start empty (and say so), the
+                # notes lost are courtesy messages, and stopping every reclaim for them is not.
+                logger.error("the notes waiting in %s cannot be read, and are dropped: %s", where, e)
+        self.carried: tuple[PendingNote, ...] = tuple(self._notes)  # from earlier cycles
+        self._changed = False
+
+    @property
+    def pending(self) -> int:
+        return len(self._notes)
+
+    def expect(self, notice: Notice, intent: str, marked_at: str, now: datetime.datetime) -> str:
+        """Keep `notice` (written now) before its change is made; '' when kept, else why the change
+        must not be made (the janitor does not do what it cannot announce)."""
+        if self.broken:
+            return f"not done: its note to the owner cannot be kept ({self.broken})"
+        note = PendingNote(intent, notice.owner, str(notice.kind), notice.workload, marked_at, now,
+                           tuple(render_digest((notice,), now)), notice.admins_told)
+        kept = [n for n in self._notes if not self._same(n, note)] + [note]
+        try:
+            self._write(kept)
+        except errors.KubeError as e:
+            logger.error("a note could not be kept; no change that needs one until it can: %s", e)
+            self.broken = str(e)
+            return f"not done: its note to the owner could not be kept first ({e})"
+        self._notes = kept
+        return ""
+
+    def forget(self, workload: ObjectRef, intent: str) -> None:
+        """The change did not happen: its note goes (written at `store`)."""
+        self._drop(lambda n: n.workload.uid == workload.uid and n.intent == intent)
+
+    def sent(self, intent: str, uids: set[str]) -> None:
+        """Slack has the digest `intent` with the notes of these workloads."""
+        self._drop(lambda n: n.intent == intent and n.workload.uid in uids)
+
+    def drop(self, note: PendingNote, why: str) -> None:
+        logger.info("note %s to %s about %s dropped: %s", note.kind, note.owner, note.workload, why)
+        self._drop(lambda n: n == note)
+
+    def store(self, now: datetime.datetime) -> None:
+        """Write what changed this cycle; notes older than KEEP_FOR, or past MOST, go (logged)."""
+        fresh = [n for n in self._notes if now - n.at <= KEEP_FOR][-MOST:]
+        for note in self._notes:
+            if note not in fresh:
+                logger.warning("note %s to %s about %s never reached them; dropped after %s", note.kind,
+                               note.owner, note.workload, now - note.at)
+        self._changed |= len(fresh) != len(self._notes)
+        self._notes = fresh
+        if not self._changed or self.broken or not self._fence():
+            return
+        try:
+            self._write(self._notes)
+        except errors.KubeError as e:
+            logger.error("the notes sent this cycle could not be crossed off (they are looked up on Slack "
+                         "before any is sent again): %s", e)
+
+    def _drop(self, gone: Callable[[PendingNote], bool]) -> None:
+        kept = [n for n in self._notes if not gone(n)]
+        self._changed |= len(kept) != len(self._notes)
+        self._notes = kept
+
+    @staticmethod
+    def _same(a: PendingNote, b: PendingNote) -> bool:
+        return (a.workload.uid, a.intent) == (b.workload.uid, b.intent)
+
+    def _write(self, notes: list[PendingNote]) -> None:
+        if not self._fence():
+            raise errors.KubeError("no longer the leader", doing="keep a note")
+        self._write_text(dumps(notes))
+
+
+def still_marked(marks: dict[str, str], note: PendingNote) -> bool:
+    """The workload carries the mark the note is about: the change it announces never happened."""
+    return marks.get(ann.MARKED_AT) == note.marked_at
+

@@ -1,0 +1,201 @@
+"""The "done" and "cancelled" notes kept in the state ConfigMap until Slack has them (act/notes.py),
+with the lifecycle's fake apiserver and fake Slack (test_act_lifecycle).
+
+Aspects covered:
+- a "done" note kept before its action and not delivered (Slack down) is sent in a later cycle,
+  once, and crossed off;
+- a "cancelled" note is kept before the unmark it announces; when it cannot be kept the unmark
+  waits (the mark, which says who to tell, stays);
+- a kept note is sent only on positive evidence: its workload still carrying the mark means the
+  change never happened (dropped); Slack already holding its intent means it was sent (dropped);
+  Slack unable to say means it waits; an unreadable workload means it waits;
+- notes older than a week are dropped; notes.json round-trips, and a malformed one is logged and
+  starts empty.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+
+import pytest
+from factories import NOW, ago
+from test_act_lifecycle import ALICE, POLICY, Cluster, Slack, decide, marked, ts
+
+from janitor import annotations as a
+from janitor import errors
+from janitor.act.lifecycle import LifecycleRun
+from janitor.act.notes import KEEP_FOR, NoteBox, dumps, loads
+from janitor.act.slack import SlackUnavailable
+from janitor.annotations import Delivery, NoticeKind
+from janitor.decide.lifecycle import Step, intent_id
+from janitor.decide.model import ObjectRef, ObjectView, State
+
+H = datetime.timedelta(hours=1)
+
+
+class Store:
+    """notes.json in the state ConfigMap; writes land on the cluster's timeline."""
+
+    def __init__(self, cluster: Cluster, text: str | None = None, fail: bool = False) -> None:
+        self.cluster, self.text, self.fail = cluster, text, fail
+
+    def write(self, text: str) -> None:
+        if self.fail:
+            raise errors.Forbidden("configmaps is forbidden", status=403)
+        self.cluster.timeline.append(("keep", str(len(loads(text)))))
+        self.text = text
+
+    def box(self) -> NoteBox:
+        return NoteBox(self.text, self.write)
+
+    def kept(self) -> list[tuple[str, str]]:
+        return [(n.kind, n.workload.name) for n in loads(self.text or "[]")]
+
+
+def cycle(cluster: Cluster, slack: Slack, store: Store, *, now: datetime.datetime = NOW,
+          states: dict[str, State] | None = None) -> NoteBox:
+    """A cycle as cycle.apply runs it: the lifecycle with the notes box, then the box stored."""
+    box = store.box()
+    decided = decide(cluster, states, now=now)
+    LifecycleRun(cluster, slack, {POLICY.name: POLICY}, now, decided.seen, notes=box).run(decided.changes, ())
+    box.store(now)
+    return box
+
+
+def acted_on(cluster: Cluster, store: Store, name: str, *, slack: Slack) -> None:
+    """The deadline cycle: the "done" note kept (as cycle._apply_one does), the Job deleted, the
+    note sent through the lifecycle."""
+    box = store.box()
+    decided = decide(cluster)
+    act = decided.only(Step.ACT)
+    assert act.notice is not None
+    assert box.expect(act.notice, intent_id(ALICE, NOW), cluster.notes(name)[a.MARKED_AT], NOW) == ""
+    del cluster.objects[f"uid-{name}"]  # the delete went through
+    LifecycleRun(cluster, slack, {POLICY.name: POLICY}, NOW, decided.seen, notes=box).run(decided.changes, [act])
+    box.store(NOW)
+
+
+def test_a_done_note_slack_did_not_take_is_sent_in_a_later_cycle_once() -> None:
+    cluster = Cluster()
+    cluster.add("old", marked("old", ago(hours=30), ago(hours=30)))
+    down = Slack(cluster, deliver=False)
+    store = Store(cluster)
+    acted_on(cluster, store, "old", slack=down)
+    assert [(n.kind, n.workload.name) for d in down.sent for n in d.notices] == [(NoticeKind.DONE, "old")]
+    assert store.kept() == [("done", "old")]
+    assert cluster.timeline[0] == ("keep", "1")  # kept before anything else happened
+
+    up = Slack(cluster)
+    cycle(cluster, up, store, now=NOW + H)
+    [digest] = up.sent
+    assert digest.intent == intent_id(ALICE, NOW) and "old" in digest.messages[0].text + str(digest.messages[0].blocks)
+    assert up.asked == [(ALICE, intent_id(ALICE, NOW), NOW - datetime.timedelta(minutes=5))]  # asked first
+    assert store.kept() == []
+
+    cycle(cluster, up, store, now=NOW + 2 * H)
+    assert len(up.sent) == 1
+
+
+def test_a_cancelled_note_is_kept_before_the_unmark_and_sent_when_slack_is_back() -> None:
+    cluster = Cluster()
+    cluster.add("train", marked("train", ago(hours=2), ago(hours=2)))
+    store = Store(cluster)
+    cycle(cluster, Slack(cluster, deliver=False), store, states={"train": State.CLEAR})
+    assert cluster.timeline[:2] == [("keep", "1"), ("write", "train")]  # the note, then the unmark
+    assert a.read_mark(cluster.notes("train")) is None and store.kept() == [("cancelled", "train")]
+
+    up = Slack(cluster)
+    cycle(cluster, up, store, now=NOW + H, states={"train": State.CLEAR})
+    assert up.notices() == [] and len(up.sent) == 1  # the kept digest (rendered when it was kept)
+    assert "train" in up.sent[0].messages[0].text + str(up.sent[0].messages[0].blocks)
+    assert store.kept() == []
+
+
+def test_an_unmark_waits_while_its_note_cannot_be_kept() -> None:
+    cluster = Cluster()
+    cluster.add("train", marked("train", ago(hours=2), ago(hours=2)))
+    before = cluster.notes("train")
+    slack = Slack(cluster)
+    box = Store(cluster, fail=True).box()
+    decided = decide(cluster, {"train": State.CLEAR})
+    out = LifecycleRun(cluster, slack, {POLICY.name: POLICY}, NOW, decided.seen, notes=box).run(decided.changes, ())
+    assert cluster.notes("train") == before and slack.sent == []
+    assert out.failed and "could not be kept" in out.failed[0]
+
+
+def kept_done_note(cluster: Cluster, store: Store, name: str) -> None:
+    """A cycle that kept the "done" note of `name` and then died (before acting, or after)."""
+    box = store.box()
+    act = decide(cluster).only(Step.ACT)
+    assert act.notice is not None
+    box.expect(act.notice, intent_id(ALICE, NOW), cluster.notes(name)[a.MARKED_AT], NOW)
+
+
+def test_a_kept_note_whose_workload_still_carries_the_mark_is_dropped() -> None:
+    """The janitor died after keeping the note, before the delete: nothing happened, nothing is said."""
+    cluster = Cluster()
+    cluster.add("old", marked("old", ago(hours=30), ago(hours=30)))
+    store = Store(cluster)
+    kept_done_note(cluster, store, "old")
+    slack = Slack(cluster)
+    box = store.box()
+    LifecycleRun(cluster, slack, {POLICY.name: POLICY}, NOW + H, {}, notes=box).run((), ())
+    box.store(NOW + H)
+    assert slack.sent == [] and slack.asked == [] and store.kept() == []
+
+
+@pytest.mark.parametrize(("history", "sent", "kept"), [
+    pytest.param(Delivery("D0ALICE", ts(NOW)), 0, [], id="slack-has-it"),
+    pytest.param(None, 1, [], id="slack-does-not"),
+    pytest.param(SlackUnavailable("ratelimited"), 0, [("done", "old")], id="slack-cannot-say"),
+])
+def test_a_kept_note_of_a_gone_workload_is_sent_only_when_slack_does_not_have_it(
+        history: Delivery | SlackUnavailable | None, sent: int, kept: list[tuple[str, str]]) -> None:
+    cluster = Cluster()
+    cluster.add("old", marked("old", ago(hours=30), ago(hours=30)))
+    store = Store(cluster)
+    kept_done_note(cluster, store, "old")
+    del cluster.objects["uid-old"]
+    slack = Slack(cluster, history=history)
+    box = store.box()
+    LifecycleRun(cluster, slack, {POLICY.name: POLICY}, NOW + H, {}, notes=box).run((), ())
+    box.store(NOW + H)
+    assert len(slack.sent) == sent and store.kept() == kept
+
+
+def test_a_kept_note_waits_while_its_workload_cannot_be_read() -> None:
+    class Unreadable(Cluster):
+        def read(self, ref: ObjectRef) -> ObjectView | None:
+            raise errors.KubeError("timed out", doing=f"read {ref}")
+
+    cluster = Unreadable()
+    cluster.add("old", marked("old", ago(hours=30), ago(hours=30)))
+    store = Store(cluster)
+    kept_done_note(cluster, store, "old")
+    slack = Slack(cluster)
+    box = store.box()
+    LifecycleRun(cluster, slack, {POLICY.name: POLICY}, NOW + H, {}, notes=box).run((), ())
+    box.store(NOW + H)
+    assert slack.sent == [] and store.kept() == [("done", "old")]
+
+
+def test_notes_older_than_a_week_are_dropped_and_said(caplog: pytest.LogCaptureFixture) -> None:
+    cluster = Cluster()
+    cluster.add("old", marked("old", ago(hours=30), ago(hours=30)))
+    store = Store(cluster)
+    kept_done_note(cluster, store, "old")
+    box = store.box()
+    box.store(NOW + KEEP_FOR + H)
+    assert store.kept() == [] and "never reached them" in caplog.text
+
+
+def test_notes_round_trip_and_a_malformed_file_starts_empty(caplog: pytest.LogCaptureFixture) -> None:
+    cluster = Cluster()
+    cluster.add("old", marked("old", ago(hours=30), ago(hours=30)))
+    store = Store(cluster)
+    kept_done_note(cluster, store, "old")
+    assert store.text is not None and dumps(loads(store.text)) == store.text
+    with caplog.at_level(logging.ERROR):
+        box = NoteBox('[{"intent": 1}]', store.write)
+    assert box.pending == 0 and "cannot be read" in caplog.text
