@@ -199,6 +199,7 @@ class _Case:
     findings: tuple[Finding, ...]  # every policy's, any mode, in policy order
     time_zone: str | None
     owner: Owner  # who is told: a "cancelled" note reaches a warned owner even when no policy covers it
+    untraced: Reason | None = None  # why some pods of its namespace could not be traced to their workload
 
 
 def _notice(kind: NoticeKind, finding: Finding, case: _Case, policy: Policy, now: datetime.datetime,
@@ -412,7 +413,10 @@ def plan_lifecycle(
     views: dict[str, ObjectView] = {o.ref.uid: o for o in objects}
     zones: dict[str, str | None] = {}
     known_owners: dict[str, Owner] = dict(owners or {})
+    untraced: dict[str, Reason] = {}  # namespace -> why one of its pods' chains could not be read
     for w in workloads:
+        if w.unknown is not None:
+            untraced.setdefault(w.ref.namespace or "", w.unknown)
         if w.view is not None and w.known:
             views.setdefault(w.ref.uid, w.view)
             zones[w.ref.uid] = w.namespace.annotations.get(ann.TIME_ZONE)
@@ -426,7 +430,8 @@ def plan_lifecycle(
             continue
         found = tuple(sorted(per_subject.get(uid, ()), key=lambda f: (order.get(f.policy, len(order)), f.trigger)))
         owner = found[0].owner if found else known_owners.get(uid, Owner(OwnerKind.UNKNOWN))
-        cases.append(_Case(view, ann.read_mark(view.annotations), found, zones.get(uid), owner))
+        cases.append(_Case(view, ann.read_mark(view.annotations), found, zones.get(uid), owner,
+                           untraced.get(view.ref.namespace or "")))
     pace = _Pace(_last_message_per_owner(cases), settings.pace)
     changes: list[Change] = []
     candidates: list[tuple[_Case, Finding, Policy]] = []
@@ -465,6 +470,10 @@ def _decide(case: _Case, views: Mapping[str, ObjectView], by_policy: Mapping[str
     policy = by_policy.get(mark.policy or "")
     if governing is None or policy is None:
         other = next((f for f in case.findings if f.mode is Mode.ENFORCE and f.known and f.state is State.FIRES), None)
+        if other is None and policy is not None and case.untraced is not None:
+            # Its pods may be among those not traced: "no longer covered" would be a guess.
+            return Change(Step.WAIT, view.ref, view.resource_version, policy.name,
+                          why(Code.COVERAGE_UNSURE, policy=policy.name, why=case.untraced)), None
         reason = (why(Code.OTHER_POLICY, marked=mark.policy, policy=other.policy) if other is not None else
                   why(Code.NO_LONGER_COVERED, policy=mark.policy))
         return _unmark(case, reason, owner, now), None

@@ -112,6 +112,7 @@ class Code(StrEnum):
     ACTION_DOES_NOT_FIT = "action-does-not-fit"
     MARK_CAPPED = "mark-capped"
     NO_LONGER_COVERED = "no-longer-covered"
+    COVERAGE_UNSURE = "coverage-unsure"
     ACTION_NO_LONGER_FITS = "action-no-longer-fits"
     MARK_BROKEN = "mark-broken"
     COPY_REMOVED = "copy-removed"
@@ -237,6 +238,8 @@ _T: Mapping[Code, str] = {
     Code.ACTION_NO_LONGER_FITS: "policy {policy}'s action is now {action}, which does not apply to a {kind}; unmarked",
     Code.NO_LONGER_COVERED: "no longer covered: policy {policy} is gone, in shadow mode or no longer matches, "
                             "or the workload has no running pods",
+    Code.COVERAGE_UNSURE: "kept marked: pods in its namespace could not be traced to their workload ({why}), so "
+                          "whether policy {policy} still covers it is not known this cycle",
     Code.MARK_BROKEN: "the mark does not parse ({problems:; }): removed, to start again",
     Code.COPY_REMOVED: "a copy of the mark of another object (janitor/marked-uid {uid}): never acted on; removed",
     Code.COPY_OF_SOURCE: "a copy of {source}'s mark, made by its controller: never acted on",

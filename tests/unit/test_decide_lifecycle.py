@@ -547,3 +547,24 @@ def test_owner_hears_when_a_policy_no_longer_covers_their_warned_workload() -> N
     observation = Observation(NOW, (unwarned,), (_running_pod("train-x", unwarned),), {NS: NamespaceView(NS)})
     [quiet] = plan(observation, [], SafetyLedger(), NOW).changes
     assert quiet.step is Step.UNMARK and quiet.notice is None  # never told, nothing to take back
+
+
+def test_a_mark_stays_while_its_workloads_pods_cannot_be_traced_to_it() -> None:
+    """The ReplicaSets were not read this cycle: the Deployment's pods cannot be traced to it, so
+    whether its policy still covers it is not known. Removing a mark needs positive evidence."""
+    deployment = job(marked(ago(hours=2), NOW + H, ago(hours=2), uid="uid-nb", action="scale-to-zero"),
+                     kind="Deployment", name="nb")
+    rs = job({}, kind="ReplicaSet", name="nb-5d4f", owner=deployment)
+    pods = (_running_pod("nb-5d4f-x1", rs),)
+    observation = Observation(NOW, (deployment,), pods, {NS: NamespaceView(NS, {}, {a.OWNER: "alice@lab.example"})},
+                              evidence=_idle_gpus(pods))
+    decided = plan(observation, [policy(action=Action.SCALE_TO_ZERO)], SafetyLedger(), NOW)
+    [change] = [c for c in decided.changes if c.workload.name == "nb"]
+    assert change.step is Step.WAIT and not change.annotations and change.notice is None
+    assert change.why.code is Code.COVERAGE_UNSURE
+    assert decided.actions == ()
+
+    # With every link read and the policy gone, the mark goes (and the warned owner hears).
+    whole = Observation(NOW, (deployment, rs), pods, observation.namespaces, evidence=_idle_gpus(pods))
+    [gone] = [c for c in plan(whole, [], SafetyLedger(), NOW).changes if c.workload.name == "nb"]
+    assert gone.step is Step.UNMARK and gone.why.code is Code.NO_LONGER_COVERED

@@ -19,6 +19,8 @@ Aspects covered:
 - an owner's janitor/keep-until never gives an earlier janitor/expires or an earlier reclaim;
 - a mark belongs to the object it was written on: a copy is never acted on and is dropped (left
   while its controller still carries its own mark); no subset of a mark's keys is a user expiry;
+- a mark is removed only on positive evidence: never as "no longer covered" while its policy is
+  loaded and pods of its namespace could not be traced to their workload (they may be its own);
 - protected namespaces and honoured opt-outs (object or namespace; the rails for the plain path,
   the policy for the lifecycle) are never acted on, and never written to except to remove the
   janitor's own mark (docs/policies.md, "Unmark"); the plain expiry path never acts on a mark;
@@ -84,6 +86,7 @@ from janitor.decide.model import (
 )
 from janitor.decide.notices import Notice
 from janitor.decide.plan import CyclePlan, PlanSettings, plan
+from janitor.decide.reasons import Code
 from janitor.decide.recheck import still_due
 from janitor.decide.selection import CronJobMode
 from janitor.policy.model import Action as PolicyAction
@@ -683,6 +686,20 @@ def assert_marks_belong(case: Case, observation: Observation, planned: CyclePlan
         if not kept:
             [drop] = changes_on(planned, uid)
             assert dict(drop.annotations) == {k: None for k in ann.MARK_KEYS if k in notes} and drop.notice is None
+
+
+@examples(1.5)
+@given(case=cases("any", "any", "due"))
+def test_a_mark_is_removed_only_on_positive_evidence(case: Case) -> None:
+    loaded = {p.name for p in case.policies}
+    for observation, planned, _ in cycles(case):
+        untraced = {u.namespace for u in units(observation, case.settings) if not u.known}
+        for change in planned.changes:
+            if change.step is not Step.UNMARK or change.why.code is not Code.NO_LONGER_COVERED:
+                continue
+            assert not (change.policy in loaded and change.workload.namespace in untraced), (
+                f"{change.workload}: mark of loaded policy {change.policy} removed as no longer covered while "
+                f"pods of {change.workload.namespace} could not be traced")
 
 
 # -- 5. protected namespaces and honoured opt-outs -----------------------------------------------------------
