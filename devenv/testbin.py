@@ -9,8 +9,15 @@ from pathlib import Path
 ENSURE = Path(__file__).resolve().parent / "testbin" / "ensure.sh"
 
 
+def cached_binaries() -> Path | None:
+    """The directory of a complete build for the current version set, if there is one; never builds."""
+    result = subprocess.run(["bash", str(ENSURE), "--cached"], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, check=False)
+    return Path(result.stdout.strip().splitlines()[-1]) if result.returncode == 0 and result.stdout.strip() else None
+
+
 def ensure_binaries() -> Path:
-    """Build (or find in ~/.cache) kube-apiserver, controller-manager, scheduler, etcd and kwok.
+    """Build (or find in ~/.cache) kube-apiserver, controller-manager, scheduler, kubectl, etcd and kwok.
 
     The script's progress goes to our stderr so a cold build (tens of minutes) is visibly alive.
     """

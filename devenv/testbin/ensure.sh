@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the sandbox's control plane (kube-apiserver, kube-controller-manager, kube-scheduler,
-# etcd) from this Go module, and kwok from its own module, once per version set. The binaries
+# etcd, and kubectl for the tests that follow the install steps) from this Go module, and kwok from its own module, once per version set. The binaries
 # land in ${XDG_CACHE_HOME:-~/.cache}/janitor-testbin/<key>/, where <key> covers every input
 # that changes them, so a warm machine skips the build entirely. Prints that directory last.
 set -euo pipefail
@@ -16,12 +16,17 @@ inputs_sum=$(cat "$here/go.mod" "$here/go.sum" "$here/tools.go" "$0" | sha256sum
 key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_${go_version}_$(go env GOOS)-$(go env GOARCH)_${inputs_sum}"
 cache_root="${XDG_CACHE_HOME:-$HOME/.cache}/janitor-testbin"
 out="$cache_root/$key"
-bins=(kube-apiserver kube-controller-manager kube-scheduler etcd kwok)
+bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok)
 
 complete() {
   for b in "${bins[@]}"; do [ -x "$out/$b" ] || return 1; done
   "$out/kube-apiserver" --version 2>/dev/null | grep -q "$K8S_VERSION"
 }
+
+if [ "${1:-}" = "--cached" ]; then  # only say where a complete build is; never build
+  complete && echo "$out" && exit 0
+  exit 1
+fi
 
 mkdir -p "$cache_root"
 exec 9>"$cache_root/.lock"
@@ -44,7 +49,8 @@ ld="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/com
   go build -trimpath -ldflags "$ld" -o "$tmp/" \
     k8s.io/kubernetes/cmd/kube-apiserver \
     k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kube-scheduler
+    k8s.io/kubernetes/cmd/kube-scheduler \
+    k8s.io/kubernetes/cmd/kubectl
   go build -trimpath -ldflags "-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3
 )
 # kwok has no replace lines, so it installs from its own module without this wrapper.

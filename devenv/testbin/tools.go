@@ -1,6 +1,6 @@
 //go:build tools
 
-// Package tools pins the control-plane commands this module builds, so that
+// Package tools pins the control-plane commands (and kubectl, for the install steps) this module builds, so that
 // `go mod tidy` keeps their dependencies in go.sum.
 package tools
 
@@ -9,4 +9,5 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
 )

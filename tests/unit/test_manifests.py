@@ -48,6 +48,7 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from devenv.testbin import cached_binaries
 from janitor import annotations, rbac
 from janitor.cli import build_parser
 from janitor.decide.rails import DEFAULT_PROTECTED_NAMESPACES
@@ -248,10 +249,19 @@ def _lock_from_venv(direct: list[Requirement]) -> str:
 # Rendering and the base
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (with kustomize) not installed")
+def _kubectl() -> str | None:
+    """kubectl on PATH, else the sandbox's own build (devenv/testbin) once it is built."""
+    built = cached_binaries()
+    return shutil.which("kubectl") or (str(built / "kubectl") if built is not None else None)
+
+
+KUBECTL = _kubectl()
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="no kubectl: neither on PATH nor built with the sandbox yet")
 @pytest.mark.parametrize("directory", [BASE, MONITORING], ids=["base", "monitoring"])
 def test_render_agrees_with_kubectl_kustomize(directory: Path) -> None:
-    out = subprocess.run(["kubectl", "kustomize", str(directory)], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([str(KUBECTL), "kustomize", str(directory)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
 
     def keyed(objects: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
