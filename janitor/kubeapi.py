@@ -27,6 +27,11 @@ from janitor.decide.model import ResourceKind
 
 Timeout = tuple[float, float]  # (connect, read) seconds
 DEFAULT_TIMEOUT: Timeout = (5.0, 30.0)
+# urllib3's default tries a request that timed out, was reset or got a 429 three more times: one
+# unanswered read would cost four read timeouts. A connection that could not be made is tried
+# once more (nothing was sent); anything else fails now, and the next cycle asks again.
+ONE_TRY = urllib3.Retry(total=1, connect=1, read=0, status=0, other=0, redirect=0, raise_on_status=False,
+                        respect_retry_after_header=False)
 
 
 class TimedApiClient(ApiClient):
@@ -50,6 +55,7 @@ def connect(kubeconfig: str | None, timeout: Timeout = DEFAULT_TIMEOUT) -> Timed
                                     client_configuration=configuration)
     else:
         k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    configuration.retries = ONE_TRY
     return TimedApiClient(configuration, timeout)
 
 

@@ -287,6 +287,8 @@ class Slack:
             raise _Failed(f"cannot reach Slack: {reason}") from err
         except (SlackClientError, OSError) as err:
             raise _Failed(f"cannot reach Slack: {err}") from err
+        except ValueError as err:  # a cut-off or non-JSON answer, which slack_sdk decodes itself
+            raise _Failed(f"Slack's answer could not be read ({err})") from err
 
 
 def _take(pages: Iterator[dict[str, Any]], most: int, what: str) -> Iterator[dict[str, Any]]:

@@ -433,6 +433,20 @@ def test_https_kubernetes_client_through_the_proxy(kubeconfig_via_proxy: tuple[P
     assert proxy.requests()[-1].fault == "reset"
 
 
+@pytest.mark.parametrize("fault", ["blackhole", "reset", "429"])
+def test_the_janitors_client_asks_once_per_request(kubeconfig_via_proxy: tuple[Path, FaultProxy],
+                                                   fault: str) -> None:
+    """A request that timed out, was reset or throttled fails after one try: the client library's
+    default of three more tries would make one unanswered read cost four times --kube-timeout."""
+    kubeconfig, proxy = kubeconfig_via_proxy
+    api = kubeapi.connect(str(kubeconfig), timeout=(2.0, 0.5))
+    {"blackhole": lambda: proxy.blackhole(path=CONFIGMAPS), "reset": lambda: proxy.reset(path=CONFIGMAPS),
+     "429": lambda: proxy.status(429, path=CONFIGMAPS)}[fault]()
+    with pytest.raises(errors.KubeError):
+        kubeapi.request(api, "GET", CONFIGMAPS, doing="list ConfigMaps")
+    assert len(proxy.requests(path=CONFIGMAPS)) == 1
+
+
 def test_https_proxy_presents_the_sandbox_ca_certificate(kubeconfig_via_proxy: tuple[Path, FaultProxy],
                                                          sandbox_pki: pki.Pki) -> None:
     _, proxy = kubeconfig_via_proxy

@@ -74,6 +74,19 @@ def test_a_post_that_slack_made_but_whose_answer_failed_is_not_posted_again(
     assert found is not None and found.ts == standin.messages(dm)[0].ts
 
 
+@pytest.mark.parametrize("path", ["/api/chat.postMessage", "/api/users.lookupByEmail", "/api/auth.test"])
+def test_an_answer_that_is_not_json_is_a_failed_call_not_an_exception(
+    standin: SlackStandIn, proxy: FaultProxy, path: str
+) -> None:
+    slack = slack_through(proxy)
+    proxy.malformed(path=path)
+    if path == "/api/auth.test":
+        assert slack.check_token() != ""
+        return
+    result = slack.send(digest(ALICE_BY_EMAIL))
+    assert result.delivery is None and "could not be read" in result.error
+
+
 def test_a_rate_limited_post_is_retried_and_delivered_once(standin: SlackStandIn, proxy: FaultProxy) -> None:
     slack = slack_through(proxy)
     proxy.status(429, body={"ok": False, "error": "ratelimited"}, path="/api/chat.postMessage", times=1)
