@@ -32,10 +32,13 @@ def prometheus_with_history(
     hours: float = 2.0,
     step: float = 15.0,
     dcgm_style: DcgmStyle = "servicemonitor",
-    scrape_interval: str = "2s",
+    scrape_interval: str | None = None,
     work_dir: Path | None = None,
 ) -> tuple[PrometheusServer, BackfillReport]:
     """Backfill the last `hours` for the pods that exist now, then start Prometheus.
+
+    It scrapes every `step` unless told otherwise, as the backfill wrote: the janitor reads each
+    job's scrape interval from Prometheus and measures the history against it.
 
     The caller stops the returned server. Pods and nodes are read from the apiserver, so the
     series carry the same names, UIDs and GPU slots the live exporters serve.
@@ -48,7 +51,8 @@ def prometheus_with_history(
     end = time.time()
     report = backfill(history, pods, nodes, end - hours * 3600, end, step, data_dir, dcgm_style=dcgm_style)
     server = PrometheusServer(
-        data_dir, scrape_config(exporters_url, nodes, dcgm_style=dcgm_style, interval=scrape_interval)
+        data_dir, scrape_config(exporters_url, nodes, dcgm_style=dcgm_style,
+                                interval=scrape_interval or f"{step:g}s")
     )
     server.start()
     try:

@@ -333,16 +333,21 @@ def _cmd_check(args: argparse.Namespace) -> int:
     def duration(delta: datetime.timedelta) -> str:
         return ann.format_duration(delta)
 
+    def gap(configured: datetime.timedelta | None) -> str:
+        return f"gaps <= {duration(configured)}" if configured else "gaps <= 4 scrape intervals (>= 1m)"
+
     def trigger(t: model.Trigger) -> str:
         if isinstance(t, model.IdleGpu):
             return (f"idleGpu: {t.signal} peak <= {t.threshold:g} per GPU over {duration(t.window)} "
-                    f"(coverage >= {t.min_coverage:g}, pod age >= {duration(t.min_pod_age)})")
+                    f"(coverage >= {t.min_coverage:g}, {gap(t.max_gap)}, pod age >= {duration(t.min_pod_age)})")
         if isinstance(t, model.IdleCpu):
             limit = f"{t.cores:g} cores" if t.cores is not None else f"{t.fraction_of_request:g} of request"
             ignored = f", ignoring {', '.join(t.ignore_containers)}" if t.ignore_containers else ""
-            return f"idleCpu: peak <= {limit} over {duration(t.window)}{ignored}"
+            return f"idleCpu: peak <= {limit} over {duration(t.window)} ({gap(t.max_gap)}){ignored}"
         if isinstance(t, model.CrashLoop):
-            return f"crashLoop: >= {t.restarts} restarts, the last within {duration(t.window)}, holding GPUs"
+            sidecars = f", ignoring {', '.join(t.ignore_containers)}" if t.ignore_containers else ""
+            return (f"crashLoop: a container with >= {t.restarts} restarts whose last run began and ended within "
+                    f"{duration(t.window)}, holding GPUs{sidecars}")
         if isinstance(t, model.Pending):
             gated = " (gated pods too)" if t.include_gated else ""
             return f"pending: after {duration(t.after)} in that state{gated}"
@@ -425,8 +430,9 @@ def _add_idle_options(p: argparse.ArgumentParser) -> None:
                            "dcgm-exporter chart's default); direct: pod/namespace (%(default)s)")
     idle.add_argument("--hostname-label", default=D.prometheus.hostname_label,
                       help="Hostname, or hostname on newer dcgm-exporter (%(default)s)")
-    idle.add_argument("--scrape-interval", type=float, default=D.prometheus.scrape_interval.total_seconds(),
-                      help="seconds between dcgm-exporter samples, for coverage (%(default)s)")
+    idle.add_argument("--scrape-interval", type=float, default=None, metavar="SECONDS",
+                      help="scrape interval for jobs Prometheus' targets API does not list (a store without "
+                           "one, such as Mimir); otherwise each job's own interval is read from Prometheus")
     idle.add_argument("--prometheus-timeout", type=float, default=D.prometheus.timeout.total_seconds(),
                       help="seconds to wait for one query's answer; Prometheus is told a little less, so it "
                            "gives up first and says so (%(default)s)")

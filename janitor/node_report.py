@@ -2,24 +2,33 @@
 
 The node agent (a DaemonSet, `janitor.node_agent`) and the cluster-side janitor never import each
 other; they meet on the apiserver, through a Node condition and Events. The names and the formats
-of what crosses live here, as pure codecs, so a pod UID or an OOM kill count travels as data and is
-never searched for in a sentence meant for people.
+of what crosses live here, as pure codecs, so a pod UID, a pod's task state or an OOM kill count
+travels as data and is never searched for in a sentence meant for people.
 
-- The Node condition (node-problem-detector style): type `CONDITION_TYPE`, status True while
-  processes of deleted pods are stuck in D state, False once they are gone. Its message is a
-  sentence for `kubectl describe node`, then ` pods=<uid>:<state>,...` with every pod it is about
-  (` pods=` and nothing after it: no pod);
-  a list cut to fit the 1,024-character message ends in `,+` (`complete` False), and then every
-  pod on that node must be assumed to be in it.
+- The Node condition (node-problem-detector style), type `CONDITION_TYPE`, matched by
+  node-operation-controller on type and status only: `True` while processes of deleted pods are
+  stuck in D state, `False` once they are gone, `Unknown` while the agent has completed fewer
+  than `--sustain` scans since it started (it cannot yet tell a stuck task from a passing one,
+  and node-operation-controller skips a node whose condition is Unknown). Its message is a
+  sentence for `kubectl describe node`, then the data part:
+  ` started=<time> scans=<n>/<sustain> scanned=<time> pods=<uid>:<state>,...` — when this agent
+  process started, how many complete scans it has done since, and when its last complete scan
+  began; then the pods it is about with what it saw of their tasks (`PodTaskState`; ` pods=`
+  and nothing after it: no pod). A list cut to fit the 1,024-character message ends in `,+`
+  (`complete` False): every pod not listed may then be in any state.
 - A Warning Event `EVENT_LEFTOVER` on the Node per stuck task (words only).
 - A Warning Event `EVENT_OOM` on a Pod per new OOM kill reading: a sentence, then
   ` [oom kills=<n> total=<n> scope=container|process|unknown]`.
+
+A message without the agent part (an older agent) reads back with `agent` None: it names which
+pods are stuck, but proves nothing about any pod being gone.
 
 Pure: standard library only, no clock.
 """
 
 from __future__ import annotations
 
+import datetime
 import enum
 import re
 from collections.abc import Mapping
@@ -28,6 +37,7 @@ from dataclasses import dataclass, field
 CONDITION_TYPE = "OrphanedDStateProcesses"
 REASON_LEFTOVERS = "DStateProcessesOfDeletedPods"  # condition reason while status is True
 REASON_CLEAR = "NoDStateProcessesOfDeletedPods"  # condition reason while status is False
+REASON_STARTING = "NodeAgentStarting"  # condition reason while status is Unknown
 EVENT_LEFTOVER = "DStateProcessOfDeletedPod"  # Warning Event on the Node, once per stuck task
 EVENT_OOM = "OOMKillInPod"  # Warning Event on the Pod per new OOM kill reading
 MESSAGE_MAX = 1024  # what the apiserver keeps of a condition or Event message
@@ -35,13 +45,30 @@ MESSAGE_MAX = 1024  # what the apiserver keeps of a condition or Event message
 _PODS = " pods="
 _MORE = "+"
 _UID = re.compile(r"[0-9a-fA-F-]{1,64}")
+_TIME = "%Y-%m-%dT%H:%M:%SZ"
+_RUN = re.compile(r" started=(\S{1,40}) scans=([0-9]{1,12})/([0-9]{1,6}) scanned=(\S{1,40})$")
 _OOM = re.compile(r" \[oom kills=([0-9]{1,9}) total=([0-9]{1,12}) scope=(container|process|unknown)\]$")
 
 
 class PodTaskState(enum.StrEnum):
-    """What the agent saw of a pod's tasks on its node."""
+    """What the agent saw of a pod's tasks on its node, in one complete scan of /proc."""
 
-    D_STATE = "d-state"  # a task of the deleted or long-Terminating pod is stuck in D
+    D_STATE = "d-state"  # a task of the deleted or long-Terminating pod stuck in D over `sustain` scans
+    ALIVE = "alive"  # a task of the Terminating pod is there (in any state, D for less than `sustain` scans too)
+    GONE = "gone"  # Terminating before the scans began, and `sustain` scans in a row found no task of it
+
+
+_ORDER = {PodTaskState.D_STATE: 0, PodTaskState.ALIVE: 1, PodTaskState.GONE: 2}  # what a cut list keeps first
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRun:
+    """Who reports: this agent process's start, its complete scans since, and its last one."""
+
+    started: datetime.datetime
+    scans: int  # complete scans (/proc walked and the node's pods listed) since `started`
+    sustain: int  # scans a task must stay in D before it counts (the condition is Unknown below it)
+    scanned: datetime.datetime  # when the last complete scan began (its /proc walk)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,31 +76,64 @@ class ConditionMessage:
     summary: str
     pods: Mapping[str, PodTaskState] = field(default_factory=dict)
     complete: bool = True  # False: more pods than the message could name
+    agent: AgentRun | None = None  # None: an older agent's message, or one this janitor cannot read
+
+    def state(self, pod_uid: str) -> PodTaskState | None:
+        """What the agent saw of this pod; None when the message does not say."""
+        return self.pods.get(pod_uid)
 
     def names(self, pod_uid: str) -> bool:
-        """Whether this message may be about `pod_uid`: listed, or possibly among those cut off."""
-        return pod_uid in self.pods or not self.complete
+        """Whether this message may report `pod_uid` stuck in D: listed so, or possibly among those cut off."""
+        state = self.pods.get(pod_uid)
+        return state is PodTaskState.D_STATE or (state is None and not self.complete)
 
 
-def encode_condition(summary: str, pods: Mapping[str, PodTaskState]) -> str:
-    """The condition message: the summary (shortened first), then as many pods as fit."""
-    entries = [f"{uid}:{state}" for uid, state in sorted(pods.items())]
+def _stamp(at: datetime.datetime, *, up: bool = False) -> str:
+    """Whole seconds: down (a scan is said to begin no later than it did), or `up` (an agent is
+    said to start no earlier than it did), so neither ever looks earlier than the deletion it followed."""
+    if up and at.microsecond:
+        at += datetime.timedelta(seconds=1)
+    return at.astimezone(datetime.timezone.utc).strftime(_TIME)
+
+
+def _parse_time(text: str) -> datetime.datetime:
+    return datetime.datetime.strptime(text, _TIME).replace(tzinfo=datetime.timezone.utc)
+
+
+def encode_condition(summary: str, pods: Mapping[str, PodTaskState], agent: AgentRun | None = None) -> str:
+    """The condition message: the summary (shortened first), then the agent's run and as many pods
+    as fit, stuck ones first, then alive, then gone."""
+    run = "" if agent is None else (f" started={_stamp(agent.started, up=True)} scans={agent.scans}/{agent.sustain} "
+                                    f"scanned={_stamp(agent.scanned)}")
+    entries = [f"{uid}:{state}" for uid, state in sorted(pods.items(), key=lambda p: (_ORDER[p[1]], p[0]))]
     shown: list[str] = []
-    room = MESSAGE_MAX - len(_PODS) - len(_MORE) - 1
+    room = MESSAGE_MAX - len(run) - len(_PODS) - len(_MORE) - 1
     for entry in entries:
         if sum(len(e) + 1 for e in shown) + len(entry) > room - 40:  # keep 40 characters for the summary
             break
         shown.append(entry)
-    data = _PODS + ",".join(shown + ([_MORE] if len(shown) < len(entries) else []))
+    data = run + _PODS + ",".join(shown + ([_MORE] if len(shown) < len(entries) else []))
     return summary[: MESSAGE_MAX - len(data)] + data
+
+
+def _run(text: str) -> tuple[str, AgentRun | None]:
+    match = _RUN.search(text)
+    if match is None:
+        return text, None
+    try:
+        run = AgentRun(_parse_time(match[1]), int(match[2]), int(match[3]), _parse_time(match[4]))
+    except ValueError:
+        return text[: match.start()], None
+    return text[: match.start()], run
 
 
 def decode_condition(text: str) -> ConditionMessage:
     """The message back. Pods are found only in the trailing data part; a message from an older
     agent (no data part) names no pods and says so with `complete` False."""
-    summary, sep, data = text.rpartition(_PODS)
+    before, sep, data = text.rpartition(_PODS)
     if not sep:
         return ConditionMessage(text, {}, complete=False)
+    summary, agent = _run(before)
     pods: dict[str, PodTaskState] = {}
     complete = True
     for entry in data.split(",") if data else ():
@@ -87,7 +147,7 @@ def decode_condition(text: str) -> ConditionMessage:
             pods[uid] = PodTaskState(state)
         except ValueError:
             complete = False  # a state this janitor does not know: the pod may be anything
-    return ConditionMessage(summary, pods, complete)
+    return ConditionMessage(summary, pods, complete, agent)
 
 
 class OomScope(enum.StrEnum):

@@ -72,7 +72,9 @@ class PrometheusSettings:
     url: str | None = None
     dcgm_labels: str = "servicemonitor"  # "servicemonitor": exported_pod/...; "direct": pod/...
     hostname_label: str = "Hostname"  # dcgm-exporter before 4.x; newer: "hostname"
-    scrape_interval: datetime.timedelta = datetime.timedelta(seconds=30)  # coverage is measured against it
+    # Coverage and gaps are measured against each job's scrape interval read from Prometheus' targets;
+    # this one stands in for jobs it does not list (a store without a targets API, such as Mimir).
+    scrape_interval: datetime.timedelta | None = None
     extra_matchers: tuple[str, ...] = ()  # e.g. cluster="mn2" when one Thanos serves several clusters
     timeout: datetime.timedelta = datetime.timedelta(seconds=30)  # one query's answer; connecting gets ≤3 s
     # Credentials: files, read each time a connection is made, so a rotated Secret is picked up.
@@ -171,6 +173,10 @@ class _Args:
         value = self.raw(name)
         return default if value is None else datetime.timedelta(seconds=float(str(value)))
 
+    def optional_seconds(self, name: str) -> datetime.timedelta | None:
+        value = self.raw(name)
+        return None if value is None else datetime.timedelta(seconds=float(str(value)))
+
     def number(self, name: str, default: float) -> float:
         value = self.raw(name)
         return default if value is None else float(str(value))
@@ -228,7 +234,7 @@ def from_args(args: argparse.Namespace) -> Settings:
         client_key_file=a.text("prometheus_client_key", "") or None,
         dcgm_labels=a.text("dcgm_labels", d.prometheus.dcgm_labels),
         hostname_label=a.text("hostname_label", d.prometheus.hostname_label),
-        scrape_interval=a.seconds("scrape_interval", d.prometheus.scrape_interval),
+        scrape_interval=a.optional_seconds("scrape_interval"),
         extra_matchers=a.texts("prometheus_matcher"),
         timeout=a.seconds("prometheus_timeout", d.prometheus.timeout),
     )

@@ -10,6 +10,7 @@ clock or the network, so unit tests render at any `now` and backfill renders the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 from devenv.exporters.exposition import Family, Labels, Sample, go_float, to_text
@@ -39,8 +40,13 @@ _OTHER_PROCESS_STATES = {"I": 42, "R": 1, "S": 187}
 
 
 def _d(value: Level) -> str:
-    """dcgm INT64 fields: `%d` (ints are kept exact so DCGM sentinels can be emulated)."""
-    return str(value) if isinstance(value, int) else str(int(round(float(value))))
+    """dcgm INT64 fields: `%d` (ints are kept exact so DCGM sentinels can be emulated); a NaN or an
+    infinity set by a test passes as such, for what a broken exporter or relabelling can bring."""
+    if isinstance(value, int):
+        return str(value)
+    number = float(value)
+    return str(int(round(number))) if math.isfinite(number) else {"nan": "NaN", "inf": "+Inf", "-inf": "-Inf"}[
+        str(number)]
 
 
 def _f(value: Level) -> str:
@@ -81,7 +87,8 @@ def render_dcgm(
     node: NodeView, pods: Iterable[PodView], values: Values, now: float, *, hostname_label: str | None = "Hostname"
 ) -> list[Family]:
     """dcgm-exporter of one node. `hostname_label`: "Hostname" (<= 4.5.3-4.8.2), "hostname" (after
-    PR #655) or None (`--no-hostname`). MIG instances get no GPU_UTIL/MEM_COPY_UTIL series."""
+    PR #655) or None (`--no-hostname`). MIG instances read GPU_UTIL 0 whatever they do and have no
+    MEM_COPY_UTIL, as on the real exporter (its maintainers: "expected"); GR_ENGINE_ACTIVE measures them."""
     if hostname_label not in ("Hostname", "hostname", None):
         raise ValueError(f"hostname_label must be 'Hostname', 'hostname' or None, not {hostname_label!r}")
     out: dict[str, list[Sample]] = {name: [] for name in _DCGM_HELP}
@@ -93,11 +100,13 @@ def render_dcgm(
             gr = values.level(Kind.GR_ENGINE_ACTIVE, key, now)
         else:
             util, gr = 0, 0.0
-        if not a.device.is_mig and util != ABSENT:
+        if a.device.is_mig:  # dcgm-exporter exports GPU_UTIL 0 for MIG instances, whatever they do
+            out["DCGM_FI_DEV_GPU_UTIL"].append(Sample("DCGM_FI_DEV_GPU_UTIL", labels, _d(0)))
+        elif util != ABSENT:
             out["DCGM_FI_DEV_GPU_UTIL"].append(Sample("DCGM_FI_DEV_GPU_UTIL", labels, _d(util)))
             mem = min(100.0, float(util) * 0.4) if float(util) <= 100 else float(util)
             out["DCGM_FI_DEV_MEM_COPY_UTIL"].append(Sample("DCGM_FI_DEV_MEM_COPY_UTIL", labels, _d(mem)))
-        busy = 0.0 if util == ABSENT else min(max(float(util), 0.0), 100.0)
+        busy = 0.0 if util == ABSENT or not math.isfinite(float(util)) else min(max(float(util), 0.0), 100.0)
         ghost = values.level(Kind.GHOST_GPU, (f"{node.name}/{a.device.index}",), now) if a.pod is None else 0
         fb = (0 if ghost == ABSENT else int(ghost)) if a.pod is None else CUDA_CONTEXT_MIB + int(busy * 300)
         out["DCGM_FI_DEV_FB_USED"].append(Sample("DCGM_FI_DEV_FB_USED", labels, _d(fb)))

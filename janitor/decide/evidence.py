@@ -19,6 +19,20 @@ class PodKey:
 
 
 @dataclass(frozen=True, slots=True)
+class Quality:
+    """How much a series' numbers can be trusted, measured by Prometheus over the window.
+
+    `interval` is the scrape interval of the target(s) that export the series, read from
+    Prometheus' targets (None: unknown, so the expected number of samples is unknown). `gap` is
+    the longest stretch without samples, measured at the query's resolution (None: not measured).
+    `non_finite` says a NaN or ±Inf sample fell in the window: what it stood for is unknown."""
+
+    interval: datetime.timedelta | None = None
+    gap: datetime.timedelta | None = None
+    non_finite: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class GpuSeries:
     """One GPU (or MIG instance) of a pod over the window."""
 
@@ -26,6 +40,8 @@ class GpuSeries:
     peak: float | None  # max over the window; None when not a finite number
     samples: int  # samples in the window
     node: str = ""  # the exporter's Hostname/hostname label, for admins
+    quality: Quality = Quality()
+    mig: bool = False  # the series is a MIG instance's (it carries GPU_I_ID)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,19 +49,25 @@ class CpuUsage:
     """CPU cores used by a pod's app containers (sidecars already left out), peak over the window."""
 
     peak_cores: float | None
-    samples: int
+    samples: int  # points of the rate at the evidence's step
+    quality: Quality = Quality()  # of the containers' raw cAdvisor samples
 
 
 @dataclass(frozen=True, slots=True)
 class EvidenceWindow:
     signal: str  # e.g. DCGM_FI_DEV_GPU_UTIL
     window: datetime.timedelta
-    step: datetime.timedelta  # the scrape interval the coverage is measured against
+    step: datetime.timedelta  # the resolution gaps (and CPU rate points) are measured at
     at: datetime.datetime
 
     @property
     def expected_samples(self) -> int:
+        """Points expected at `step` (the CPU rate's subquery points)."""
         return max(1, int(self.window / self.step))
+
+    def expected_at(self, interval: datetime.timedelta) -> int:
+        """Samples a target scraped every `interval` leaves in the window."""
+        return max(1, int(self.window / interval))
 
 
 @dataclass(frozen=True, slots=True)

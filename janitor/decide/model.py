@@ -96,6 +96,33 @@ class ContainerView:
     cpu_request_cores: float = 0.0
 
 
+class ContainerKind(StrEnum):
+    """Where a container sits in its pod: the stuck triggers judge each kind differently."""
+
+    APP = "app"  # spec.containers
+    INIT = "init"  # spec.initContainers: runs to completion, one after another, before the app containers
+    SIDECAR = "sidecar"  # an init container with restartPolicy: Always (a native sidecar): runs beside the app
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerStatus:
+    """One container's status as its kubelet reports it. Kubernetes keeps a restart count over the
+    container's life and the times of its last run only (no history), so that is what the crash-loop
+    trigger can prove things from; per container, because one sidecar's restarts say nothing about
+    the trainer beside it."""
+
+    name: str
+    kind: ContainerKind = ContainerKind.APP
+    restarts: int = 0  # restartCount: over the container's life in this pod
+    state: str = ""  # "waiting", "running" or "terminated" now; "" when not reported
+    reason: str = ""  # of the state now: CrashLoopBackOff, ImagePullBackOff, Completed, ...
+    since: datetime.datetime | None = None  # running.startedAt, or terminated.finishedAt
+    exit_code: int | None = None  # of the state now, when terminated
+    last_exit: str = ""  # lastState.terminated in words: "OOMKilled, exit code 137"
+    last_started: datetime.datetime | None = None  # lastState.terminated.startedAt: when its last run began
+    last_exit_at: datetime.datetime | None = None  # lastState.terminated.finishedAt: when its last run ended
+
+
 @dataclass(frozen=True, slots=True)
 class PodState:
     """What the stuck triggers read of a pod besides its phase: times come from condition and
@@ -107,9 +134,7 @@ class PodState:
     scheduled_changed: datetime.datetime | None = None  # PodScheduled lastTransitionTime
     gated: bool = False  # spec.schedulingGates: queued on purpose (Kueue and the like)
     waiting: tuple[tuple[str, str, str], ...] = ()  # (container, reason, message) of waiting containers
-    restarts: int = 0
-    last_exit: str = ""  # the last terminated container state in words ("OOMKilled, exit 137")
-    last_exit_at: datetime.datetime | None = None  # when that container last stopped
+    containers: tuple[ContainerStatus, ...] = ()  # init containers (and native sidecars) first, as in the spec
     limits: Mapping[str, float] = field(default_factory=dict)  # resource -> limit, all containers
     requests: Mapping[str, float] = field(default_factory=dict)  # resource -> amount, all containers
     node_selector: Mapping[str, str] = field(default_factory=dict)
@@ -150,11 +175,13 @@ class NamespaceView:
 @dataclass(frozen=True, slots=True)
 class AgentCondition:
     """The node agent's condition on a node (janitor.node_report): True while processes of deleted
-    pods are stuck in D state there; the message names those pods."""
+    pods are stuck in D state there, Unknown while the agent is starting. The message carries, as
+    data, the agent's run (start, complete scans, last scan) and per Terminating pod what that
+    scan saw of its tasks: only that proves a pod gone, never the status alone."""
 
     status: bool | None  # None: neither True nor False (Unknown)
     message: ConditionMessage
-    heartbeat: datetime.datetime | None  # lastHeartbeatTime: the agent's last scan
+    heartbeat: datetime.datetime | None  # lastHeartbeatTime: when the agent last wrote it
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +193,8 @@ class NodeInfo:
     taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect)
     allocatable: Mapping[str, float] = field(default_factory=dict)
     ready: bool | None = None
+    capacity: Mapping[str, float] = field(default_factory=dict)  # what it has when all its devices report
+    unschedulable: bool = False  # cordoned (spec.unschedulable): new pods wait, they do not fit elsewhere
     agent: AgentCondition | None = None  # None: no node agent reports on this node
 
 

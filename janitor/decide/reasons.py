@@ -53,6 +53,10 @@ class Code(StrEnum):
     SERIES_COUNT = "series-count"
     GPU_LOW_COVERAGE = "gpu-low-coverage"
     NON_FINITE = "non-finite"
+    MIG_SIGNAL = "mig-signal"
+    NO_INTERVAL = "no-interval"
+    GAP = "gap"
+    NON_FINITE_SAMPLES = "non-finite-samples"
     GPU_IDLE = "gpu-idle"
     GPU_PARTIAL = "gpu-partial"
     GPU_BUSY = "gpu-busy"
@@ -84,11 +88,28 @@ class Code(StrEnum):
     SOME_RUNNING = "some-running"
     SOME_PENDING = "some-pending"
     NONE_RUNS = "none-runs"
+    INIT_RUNNING = "init-running"
+    SINCE_INIT = "since-init"
+    FITS_LATER = "fits-later"
+    ONCE_UNCORDONED = "once-uncordoned"
+    ONCE_READY = "once-ready"
+    ONCE_UNTAINTED = "once-untainted"
+    ONCE_DEVICES = "once-devices"
     # crash loop
     RESTARTS = "restarts"
     OOM = "oom"
     SOME_LOOPING = "some-looping"
     ALL_LOOPING = "all-looping"
+    NOW_WAITING = "now-waiting"
+    NOW_RUNNING = "now-running"
+    NOT_LOOPING = "not-looping"
+    TOO_FEW_RESTARTS = "too-few-restarts"
+    EXIT_BEFORE_WINDOW = "exit-before-window"
+    LONG_LAST_RUN = "long-last-run"
+    COMPLETED = "completed"
+    NO_LAST_EXIT = "no-last-exit"
+    SIDECARS_IGNORED = "sidecars-ignored"
+    NONE_LOOPING = "none-looping"
     # terminating
     HOLD_FINALIZERS = "hold-finalizers"
     HOLD_NODE_GONE = "hold-node-gone"
@@ -101,9 +122,25 @@ class Code(StrEnum):
     REMEDY_KUBELET = "remedy-kubelet"
     REMEDY_EVENTS = "remedy-events"
     REMEDY_FORCE = "remedy-force"
+    REMEDY_UNPROVEN = "remedy-unproven"
     PROOF_NODE_DELETED = "proof-node-deleted"
     PROOF_OUT_OF_SERVICE = "proof-out-of-service"
     PROOF_AGENT_CLEAR = "proof-agent-clear"
+    NOT_FORCED = "not-forced"
+    UNPROVEN_FINALIZERS = "unproven-finalizers"
+    UNPROVEN_STATEFULSET = "unproven-statefulset"
+    UNPROVEN_D_STATE = "unproven-d-state"
+    UNPROVEN_NO_NODE = "unproven-no-node"
+    UNPROVEN_NOT_READY = "unproven-not-ready"
+    UNPROVEN_NO_AGENT = "unproven-no-agent"
+    UNPROVEN_OLD_AGENT = "unproven-old-agent"
+    UNPROVEN_AGENT_STARTING = "unproven-agent-starting"
+    UNPROVEN_AGENT_LEFTOVERS = "unproven-agent-leftovers"
+    UNPROVEN_AGENT_RESTARTED = "unproven-agent-restarted"
+    UNPROVEN_NOT_SCANNED_SINCE = "unproven-not-scanned-since"
+    UNPROVEN_STALE = "unproven-stale"
+    UNPROVEN_ALIVE = "unproven-alive"
+    UNPROVEN_NOT_REPORTED = "unproven-not-reported"
     STUCK_TERMINATING = "stuck-terminating"
     FORCE_DELETED = "force-deleted"
     # the lifecycle
@@ -178,6 +215,14 @@ _T: Mapping[Code, str] = {
     Code.GPU_LOW_COVERAGE: "GPU {gpu}: samples cover {coverage:.0%} of the {window} window (at least "
                            "{needed:.0%} needed)",
     Code.NON_FINITE: "GPU {gpu}: no finite value in the window",
+    Code.MIG_SIGNAL: "{what} is a MIG slice, and {signal} does not measure MIG slices (dcgm-exporter reports it "
+                     "as 0 whatever runs there); a policy needs DCGM_FI_PROF_GR_ENGINE_ACTIVE to judge it",
+    Code.NO_INTERVAL: "{what}: how often Prometheus scrapes it is unknown (its job is not among Prometheus' "
+                      "targets), so whether samples are missing cannot be told",
+    Code.GAP: "{what}: no samples for {gap:age} at a stretch within the last {window:age} (at most {allowed:age} "
+              "is accepted); it may have been busy then",
+    Code.NON_FINITE_SAMPLES: "{what}: NaN or infinite samples within the last {window:age}; what it did then is "
+                             "unknown",
     Code.GPU_IDLE: "idle: {detail} ({signal} <= {threshold:g} over {window})",
     Code.GPU_PARTIAL: "{idle} of {total} GPUs idle: {detail} ({signal} <= {threshold:g} over {window})",
     Code.GPU_BUSY: "busy: {detail}",
@@ -207,10 +252,30 @@ _T: Mapping[Code, str] = {
     Code.SOME_RUNNING: "{running} of {total} pods running; not acted on while any runs ({first})",
     Code.SOME_PENDING: "{count} of {waiting} pending pods: {first}",
     Code.NONE_RUNS: "none of its {total} pods runs: {first}",
-    Code.RESTARTS: "{pod}: {restarts} restarts, last exit {last_exit}{at}{oom}",
+    Code.INIT_RUNNING: "init container {container} running since {since:min}: starting, not stuck",
+    Code.SINCE_INIT: "{state} (counted from init container {container} {done} at {at:min})",
+    Code.FITS_LATER: "waiting, not never fitting: {node} could run it once {once: and }{more}; {state}",
+    Code.ONCE_UNCORDONED: "the node is uncordoned",
+    Code.ONCE_READY: "the node is Ready again",
+    Code.ONCE_UNTAINTED: "its {key} taint is lifted",
+    Code.ONCE_DEVICES: "its device plugin reports all its {resource} again (allocatable {has:g} of {full:g})",
+    Code.RESTARTS: "{pod}: container {container}: {restarts} restarts, last exit {last_exit} at {at:min} after a "
+                   "{ran:age} run, {now}{oom}{ignored}",
     Code.OOM: "; OOM: {limit}{agent}; {explained}",
     Code.SOME_LOOPING: "{looping} of {total} GPU pods crash-looping; not acted on while others run ({first})",
     Code.ALL_LOOPING: "crash-looping while holding {gpus} GPUs: {shown:; }",
+    Code.NOW_WAITING: "now waiting ({reason})",
+    Code.NOW_RUNNING: "running again since {since:min}",
+    Code.NOT_LOOPING: "{pod}: not crash-looping: {why}{ignored}",
+    Code.TOO_FEW_RESTARTS: "container {container}: {restarts} restarts, fewer than {needed}",
+    Code.EXIT_BEFORE_WINDOW: "container {container}: {restarts} restarts, the last exit {ago:age} ago, before the "
+                             "{window:age} window",
+    Code.LONG_LAST_RUN: "container {container}: {restarts} restarts in its life, but its last run lasted {ran:age} "
+                        "(it started before the {window:age} window): a failure, not a loop",
+    Code.COMPLETED: "container {container}: {restarts} restarts, then completed",
+    Code.NO_LAST_EXIT: "container {container}: {restarts} restarts, no last exit recorded",
+    Code.SIDECARS_IGNORED: "; sidecar restarts not counted: {names:, }",
+    Code.NONE_LOOPING: "restarted, but none of its {total} GPU pods is crash-looping ({first})",
     Code.HOLD_FINALIZERS: "finalizers {finalizers:, }",
     Code.HOLD_NODE_GONE: "its node {node} is gone",
     Code.HOLD_NODE_NOT_READY: "its node {node} is NotReady",
@@ -223,11 +288,33 @@ _T: Mapping[Code, str] = {
     Code.REMEDY_KUBELET: "look at the kubelet on {node}",
     Code.REMEDY_EVENTS: "look at the pod's events",
     Code.REMEDY_FORCE: "force delete: {proof}",
+    Code.REMEDY_UNPROVEN: "{remedy}{not_forced}",
     Code.PROOF_NODE_DELETED: "its node {node} was deleted",
     Code.PROOF_OUT_OF_SERVICE: "an admin tainted {node} node.kubernetes.io/out-of-service",
-    Code.PROOF_AGENT_CLEAR: "the node agent on {node} reported at {at}, after the deletion, that no process of "
-                            "a deleted pod is stuck",
-    Code.STUCK_TERMINATING: "Terminating since {since}, {overdue:age} past its grace; held by {holds:, }",
+    Code.PROOF_AGENT_CLEAR: "the node agent on {node} (running since {started}) found no process of it in its scan "
+                            "at {at}, after the deletion, on a Ready node",
+    Code.NOT_FORCED: "; not force deleted: {why}",
+    Code.UNPROVEN_FINALIZERS: "grace 0 does not remove finalizers",
+    Code.UNPROVEN_STATEFULSET: "a StatefulSet's pod (a second copy could start while this one still runs)",
+    Code.UNPROVEN_D_STATE: "the node agent on {node} reports a process of it stuck in D state",
+    Code.UNPROVEN_NO_NODE: "nothing was read of its node {node}",
+    Code.UNPROVEN_NOT_READY: "its node {node} is not Ready, so its processes may run with no kubelet to stop them; "
+                             "the node agent's word does not count there",
+    Code.UNPROVEN_NO_AGENT: "no node agent reports on {node}",
+    Code.UNPROVEN_OLD_AGENT: "the node agent on {node} does not report what it saw per pod (an older version)",
+    Code.UNPROVEN_AGENT_STARTING: "the node agent on {node} has no verdict yet: {scans} of {sustain} scans since it "
+                                  "started at {started}",
+    Code.UNPROVEN_AGENT_LEFTOVERS: "the node agent on {node} reports processes of deleted pods stuck in D state there",
+    Code.UNPROVEN_AGENT_RESTARTED: "the node agent on {node} started at {started}, after the deletion, so it cannot "
+                                   "have watched the pod's processes go",
+    Code.UNPROVEN_NOT_SCANNED_SINCE: "the node agent on {node} has not scanned since the deletion (its last scan: "
+                                     "{at})",
+    Code.UNPROVEN_STALE: "the node agent on {node} last scanned at {at}, {age:age} away from now; a report counts "
+                         "for {limit:age}",
+    Code.UNPROVEN_ALIVE: "the node agent on {node} saw a process of it alive in its scan at {at}",
+    Code.UNPROVEN_NOT_REPORTED: "the node agent on {node} did not report it gone in its scan at {at}",
+    Code.STUCK_TERMINATING: "Terminating since {since}, {overdue:age} past its grace; held by {holds:, }"
+                            "{not_forced}",
     Code.FORCE_DELETED: "Terminating since {since} ({holds:, }); force deleted (grace 0) by policy {policy} "
                         "because {proof}",
     Code.MARKED: "{condition}: marked, to {action} at {deadline} at the earliest{paced}",

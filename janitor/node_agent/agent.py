@@ -4,9 +4,16 @@ Every scan: walk `/proc` for D-state tasks, list this node's pods from the API (
 so the agent's RBAC and load stay small), read each pod cgroup's OOM counters, and report in the
 conventions admins already use:
 
-- a Node condition (node-problem-detector style, type `--condition-type`), patched every scan so
-  `lastHeartbeatTime` tells a silent agent from a healthy node; `lastTransitionTime` moves only
-  when the status flips; `False` again once the processes are gone;
+- a Node condition (node-problem-detector style, type `--condition-type`), patched every complete
+  scan so `lastHeartbeatTime` tells a silent agent from a healthy node; `lastTransitionTime` moves
+  only when the status flips; `Unknown` until the agent has completed `--sustain` scans since it
+  started (before that it cannot tell a stuck task from a passing one), then `True` or `False`
+  (again after a reboot: the agent starts over). Its message carries, as data, when the agent
+  started, its complete scans since, when the last one began, and per Terminating pod of this
+  node what the scan saw of its tasks (alive, stuck in D, gone): the janitor's only proof from a
+  node that nothing of a pod is left. A scan is complete when /proc was walked (some process
+  found) and the node's pods were listed; otherwise the condition keeps its last word, which
+  grows stale;
 - a Warning Event on the Node per leftover task (pod, process, time in D, wchan), once per task;
 - a Warning Event on the Pod per new OOM kill reading (so `kubectl describe pod` and the central
   janitor see kills that leave no `OOMKilled` status);
@@ -31,12 +38,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from janitor import endpoints, node_report
 from janitor.node_agent import cgroups, procfs
-from janitor.node_agent.tracker import DStateTracker, Leftover, OomKill, OomTracker, PodOnNode
+from janitor.node_agent.tracker import DStateTracker, Leftover, OomKill, OomTracker, PodOnNode, PodTaskTracker
 
 logger = logging.getLogger(__name__)
 
 COMPONENT = "kube-idle-janitor-node-agent"
 EVENT_NAMESPACE = "default"  # where Events about Nodes go, as the kubelet's do
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"  # on a static pod's mirror: the UID its cgroup carries
 
 
 @dataclass(frozen=True)
@@ -45,7 +53,7 @@ class AgentSettings:
     proc_root: Path = Path("/proc")
     cgroup_root: Path = Path("/sys/fs/cgroup")
     interval: datetime.timedelta = datetime.timedelta(seconds=30)
-    sustain: int = 3  # consecutive scans in D before a task counts as stuck
+    sustain: int = 3  # consecutive scans in D before a task counts as stuck; the condition is Unknown before
     condition_type: str = node_report.CONDITION_TYPE
 
 
@@ -54,6 +62,8 @@ class ScanReport:
     leftovers: list[Leftover] = field(default_factory=list)
     oom_kills: list[OomKill] = field(default_factory=list)
     pods_known: bool = True
+    proc_known: bool = True  # /proc was walked and held processes
+    pod_states: dict[str, node_report.PodTaskState] = field(default_factory=dict)  # reported, by pod uid
     condition_written: bool = False
 
 
@@ -89,7 +99,10 @@ class NodeAgent:
         self.metrics = AgentMetrics(self.registry, settings.node)
         self.clock = clock
         self.dstate = DStateTracker(settings.sustain)
+        self.pod_tasks = PodTaskTracker(settings.sustain)
         self.oom = OomTracker()
+        self.started = clock()  # a restarted agent says so: what it saw before is gone with it
+        self.scans = 0  # complete scans since `started`
         self._announced: set[tuple[int, int, str]] = set()  # leftovers already given a Node Event
         self._node_uid = ""  # read with the node, for the Events' involvedObject
 
@@ -99,16 +112,22 @@ class NodeAgent:
         now = self.clock()
         report = ScanReport()
         try:
-            result = procfs.scan(self.settings.proc_root)
+            result = procfs.scan(self.settings.proc_root, every_cgroup=True)
             pods = self._pods()
             report.pods_known = pods is not None
-            report.leftovers = self.dstate.update(result.found, pods, now)
+            report.proc_known = result.processes > 0  # an empty or unreadable /proc is no evidence of anything
+            if not report.proc_known:
+                logger.warning("no process found under %s: no verdict this scan", self.settings.proc_root)
+            report.leftovers = self.dstate.update(result.found, pods if report.proc_known else None, now)
+            states = self.pod_tasks.update(result if report.proc_known else None, pods, report.leftovers)
             report.oom_kills = self.oom.update(self._oom_states(pods))
             self.metrics.dstate.labels(node=self.settings.node).set(sum(t.state == "D" for t in result.found))
             self.metrics.unreadable.labels(node=self.settings.node).inc(result.unreadable)
-            if report.pods_known:  # unknown pods: no verdict, so the condition keeps its last word
+            if report.pods_known and report.proc_known:  # else no verdict: the condition keeps its last word
+                self.scans += 1
+                report.pod_states = states
                 self.metrics.leftovers.labels(node=self.settings.node).set(len(report.leftovers))
-                report.condition_written = self._condition(report.leftovers, now)
+                report.condition_written = self._condition(report.leftovers, states, now)
                 self._node_events(report.leftovers, now)
             self._oom_events(report.oom_kills, pods or {})
         except Exception:
@@ -159,8 +178,9 @@ class NodeAgent:
                     if meta is None or not meta.uid:
                         continue
                     grace = datetime.timedelta(seconds=meta.deletion_grace_period_seconds or 0)
+                    mirror = (meta.annotations or {}).get(MIRROR_ANNOTATION)
                     pods[meta.uid] = PodOnNode(meta.uid, meta.namespace or "", meta.name or "", meta.deletion_timestamp,
-                                               grace)
+                                               grace, mirror)
                 token = page.metadata._continue if page.metadata is not None else None
                 if not token:
                     return pods
@@ -179,7 +199,8 @@ class NodeAgent:
         return states
 
     # -- reporting ---------------------------------------------------------------------------------
-    def _condition(self, leftovers: list[Leftover], now: datetime.datetime) -> bool:
+    def _condition(self, leftovers: list[Leftover], states: dict[str, node_report.PodTaskState],
+                   now: datetime.datetime) -> bool:
         """Patch the condition (merged by type, as node-problem-detector does); True if written."""
         ctype = self.settings.condition_type
         stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -191,17 +212,20 @@ class NodeAgent:
         self._node_uid = (node.metadata.uid if node.metadata is not None else None) or ""
         conditions = (node.status.conditions if node.status is not None else None) or []
         previous = next((c for c in conditions if c.type == ctype), None)
-        status = "True" if leftovers else "False"
-        if leftovers:
-            pods = sorted({f.pod_uid for f in leftovers})
-            reason = node_report.REASON_LEFTOVERS
-            message = node_report.encode_condition(
-                f"{len(leftovers)} tasks in D state from {len(pods)} deleted or long-Terminating pods: "
-                + "; ".join(f.describe(now) for f in leftovers[:3]) + ("; ..." if len(leftovers) > 3 else ""),
-                {uid: node_report.PodTaskState.D_STATE for uid in pods})
+        run = node_report.AgentRun(self.started, self.scans, self.settings.sustain, now)
+        if self.scans < self.settings.sustain:
+            status, reason = "Unknown", node_report.REASON_STARTING
+            summary = (f"node agent started at {self.started:%Y-%m-%dT%H:%M:%SZ}: {self.scans} of "
+                       f"{self.settings.sustain} scans done, no verdict yet")
+        elif leftovers:
+            status, reason = "True", node_report.REASON_LEFTOVERS
+            summary = (f"{len(leftovers)} tasks in D state from {len({f.pod_uid for f in leftovers})} deleted or "
+                       "long-Terminating pods: " + "; ".join(f.describe(now) for f in leftovers[:3])
+                       + ("; ..." if len(leftovers) > 3 else ""))
         else:
-            reason = node_report.REASON_CLEAR
-            message = node_report.encode_condition("no D-state processes of deleted pods", {})
+            status, reason = "False", node_report.REASON_CLEAR
+            summary = "no D-state processes of deleted pods"
+        message = node_report.encode_condition(summary, states, run)
         kept = previous.last_transition_time if previous is not None and previous.status == status else None
         changed = previous is None or previous.status != status
         transition = kept.strftime("%Y-%m-%dT%H:%M:%SZ") if kept is not None else stamp

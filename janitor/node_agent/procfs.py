@@ -14,6 +14,9 @@ Why this module looks the way it does:
   the agent (and never passes unnoticed either).
 - The root is injectable (`root=`), so tests and unusual hosts (a host `/proc` mounted elsewhere)
   use the same code; `parse_stat` takes text so it is tested without any tree at all.
+- `every_cgroup=True` also reads the cgroup of every process (one more small read per process),
+  so the caller can say of a pod that *no* task of it is left: that needs every process's owner,
+  not only those of the tasks in the wanted states.
 """
 
 from __future__ import annotations
@@ -73,14 +76,16 @@ class ScanResult:
     `found` are the tasks in the wanted states. `processes` and `tasks` count what was walked (a
     process that vanished before its tasks could be listed is not counted), so a caller can tell
     an empty result from an empty or unreadable tree. `unreadable` counts files that exist but
-    could not be read or parsed. There is deliberately no timestamp: the caller stamps the scan
-    with the `now` of its cycle.
+    could not be read or parsed (a process among them may belong to any pod). `cgroups` are the
+    distinct `/proc/<pid>/cgroup` texts of every process walked, read only with `every_cgroup`.
+    There is deliberately no timestamp: the caller stamps the scan with the `now` of its cycle.
     """
 
     found: tuple[Task, ...]
     processes: int
     tasks: int
     unreadable: int
+    cgroups: frozenset[str] = frozenset()
 
 
 def parse_stat(text: str, *, pid: int | None = None) -> TaskStat:
@@ -158,7 +163,8 @@ def _wchan(text: str | None) -> str | None:
     return None if symbol in ("", "0") else symbol
 
 
-def scan(root: Path = Path("/proc"), *, states: Collection[str] = frozenset("D")) -> ScanResult:
+def scan(root: Path = Path("/proc"), *, states: Collection[str] = frozenset("D"),
+         every_cgroup: bool = False) -> ScanResult:
     """Walk every task of every process under `root` and return those whose state is in `states`.
 
     Only matching tasks cost more than one `stat` read: their `wchan` and their process's `cgroup`
@@ -172,6 +178,7 @@ def scan(root: Path = Path("/proc"), *, states: Collection[str] = frozenset("D")
         return ScanResult(found=(), processes=0, tasks=0, unreadable=reader.unreadable)
     wanted = frozenset(states)
     found: list[Task] = []
+    cgroups: set[str] = set()
     processes = tasks = 0
     for name in entries:
         if not name.isdigit():
@@ -184,6 +191,10 @@ def scan(root: Path = Path("/proc"), *, states: Collection[str] = frozenset("D")
         processes += 1
         cgroup: str | None = None
         cgroup_read = False
+        if every_cgroup:
+            cgroup, cgroup_read = reader.text(f"{proc_dir}/cgroup"), True
+            if cgroup is not None:
+                cgroups.add(cgroup)
         for tid_name in tids:
             if not tid_name.isdigit():
                 continue
@@ -210,4 +221,5 @@ def scan(root: Path = Path("/proc"), *, states: Collection[str] = frozenset("D")
                 wchan=_wchan(reader.text(f"{task_dir}/wchan")),
                 cgroup=cgroup,
             ))
-    return ScanResult(found=tuple(found), processes=processes, tasks=tasks, unreadable=reader.unreadable)
+    return ScanResult(found=tuple(found), processes=processes, tasks=tasks, unreadable=reader.unreadable,
+                      cgroups=frozenset(cgroups))

@@ -6,6 +6,14 @@ over) and its pod is gone from the API or Terminating past its grace period. A p
 could not be read means "unknown", never "gone": no leftovers that scan. Static pods (32-hex
 UIDs) have mirror pods under another UID, so they are never reported as deleted.
 
+What the agent saw of each Terminating pod's tasks is reported per pod (`PodTaskTracker`): alive
+while any task of it is in /proc, in any state; gone only on positive evidence, sustained like a
+D state: over `sustain` consecutive walks, each begun after a pod list that showed the pod
+Terminating (so no container of it could still be starting), each reading every process's
+cgroup without finding one of the pod's, with nothing in /proc unreadable (one walk could miss a
+process that forked and exited under it; several in a row do not). Anything short of that
+leaves the pod unreported, which proves nothing.
+
 OOM kills are counted from each pod cgroup's cumulative `oom_kill`; the first reading of a pod
 is its baseline, and a drop (a recreated cgroup) starts a new one, so only kills seen happening
 are reported.
@@ -18,7 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from janitor.node_agent.cgroups import OomState, pod_of
-from janitor.node_agent.procfs import Task
+from janitor.node_agent.procfs import ScanResult, Task
+from janitor.node_report import PodTaskState
 
 TaskKey = tuple[int, int, int]  # (pid, tid, starttime ticks)
 
@@ -32,6 +41,12 @@ class PodOnNode:
     name: str
     deleting_since: datetime.datetime | None = None  # metadata.deletionTimestamp
     grace: datetime.timedelta = datetime.timedelta(seconds=30)  # metadata.deletionGracePeriodSeconds
+    mirror_of: str | None = None  # a static pod's mirror: the UID its cgroup carries (kubernetes.io/config.mirror)
+
+    @property
+    def cgroup_uid(self) -> str:
+        """The UID in the cgroup path of this pod's tasks."""
+        return self.mirror_of or self.uid
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +112,50 @@ class DStateTracker:
             found.append(Leftover(task.pid, task.tid, task.comm, task.wchan, ref.uid, ref.container_id, pod,
                                   since, count))
         return sorted(found, key=lambda f: (f.pod_uid, f.pid, f.tid))
+
+
+def _mentioned(uid: str, texts: frozenset[str]) -> bool:
+    """Whether any cgroup path holds this UID in any spelling: a layout `pod_of` does not know
+    must never make a live pod look gone."""
+    spellings = {uid, uid.replace("-", "_")}
+    return any(s in text for text in texts for s in spellings)
+
+
+@dataclass
+class PodTaskTracker:
+    """Per Terminating pod of this node: alive, stuck in D or gone, as the scans saw it."""
+
+    sustain: int = 3  # consecutive walks without a task of the pod before it is gone
+    _deleting: frozenset[str] = frozenset()  # pods Terminating in the last pod list read
+    _absent: dict[str, int] = field(default_factory=dict)  # uid -> walks in a row that found no task of it
+
+    def update(self, scan: ScanResult | None, pods: Mapping[str, PodOnNode] | None,
+               leftovers: Sequence[Leftover]) -> dict[str, PodTaskState]:
+        """This scan's states. `scan` None: the /proc walk is unusable (then nothing is alive or
+        gone); `pods` None: the pods could not be listed (then nothing is reported at all). Either,
+        or a walk that could not read everything, starts every pod's count of absent walks over."""
+        states = {f.pod_uid: PodTaskState.D_STATE for f in leftovers}
+        absent: dict[str, int] = {}
+        if pods is None:
+            self._absent = absent
+            return states
+        deleting = {uid: pod for uid, pod in pods.items() if pod.deleting_since is not None}
+        before, self._deleting = self._deleting, frozenset(deleting)
+        if scan is not None:
+            texts = scan.cgroups | {task.cgroup for task in scan.found if task.cgroup}
+            present = {ref.uid for text in texts if (ref := pod_of(text)) is not None}
+            whole = scan.unreadable == 0 and scan.processes > 0
+            for uid, pod in deleting.items():
+                if uid in states:
+                    continue
+                if pod.cgroup_uid in present or _mentioned(pod.cgroup_uid, texts):
+                    states[uid] = PodTaskState.ALIVE
+                elif whole and uid in before:
+                    absent[uid] = self._absent.get(uid, 0) + 1
+                    if absent[uid] >= self.sustain:
+                        states[uid] = PodTaskState.GONE
+        self._absent = absent
+        return states
 
 
 @dataclass

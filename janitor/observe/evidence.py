@@ -19,8 +19,9 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from janitor.decide.evidence import (
     CpuEvidence,
@@ -30,6 +31,7 @@ from janitor.decide.evidence import (
     GpuEvidence,
     GpuSeries,
     PodKey,
+    Quality,
 )
 from janitor.observe.prometheus import (
     HONOR_LABELS,
@@ -48,6 +50,7 @@ DCGM_SENTINEL = 9.2e18
 """DCGM's blank/not-supported int64 sentinels start at 0x7ffffffffffffff0 (~9.22e18): no data."""
 STAT = "stat"  # the label that tells the peak series from the count series in one answer
 _GPU_INSTANCE = "GPU_I_ID"
+_K = TypeVar("_K")
 
 
 _UNITS = (("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1))
@@ -63,30 +66,57 @@ def duration(span: timedelta) -> str:
     return f"{ms // size}{unit}"
 
 
-def _peak_or_count(peak: str, count: str) -> str:
-    return (f'label_replace({peak}, "{STAT}", "peak", "", "")'
-            f' or label_replace({count}, "{STAT}", "count", "", "")')
+def _stats(**exprs: str) -> str:
+    """Several per-series statistics in one answer, told apart by the `stat` label."""
+    return " or ".join(f'label_replace({e}, "{STAT}", "{name}", "", "")' for name, e in exprs.items())
+
+
+def _quality_stats(sel: str, by: str, rng: str, sub: str, latest: str) -> dict[str, str]:
+    """The statistics behind `Quality`, for the raw samples of `sel` grouped `by`.
+
+    - `nonfinite`: present when a NaN or ±Inf sample fell in the window (their sum is not finite;
+      `max_over_time` would skip a NaN, and `count_over_time` counts it as a sample);
+    - `stale`: the oldest the latest sample ever was at a `sub` step (the longest gap up to
+      Prometheus' lookback, 5 min by default, beyond which a step sees no sample at all);
+    - `points`: the steps that saw a sample, so the fold adds the steps that saw none.
+    `latest` (`max` or `min`) merges the group's series at each step: `max` for one GPU whose series
+    an exporter restart split (the GPU is covered while either part is), `min` for a pod's
+    containers (the pod is covered only while every container is)."""
+    total = f"sum_over_time({sel}{rng})"
+    stamp = f"{latest} by ({by}) (timestamp({sel}))"
+    return {
+        "nonfinite": f"count by ({by}) ({total} unless {total} * 0 == 0)",
+        "stale": f"max_over_time((time() - {stamp}){sub})",
+        "points": f"count_over_time(({stamp}){sub})",
+    }
+
+
+def _jobs(sel: str, by: str, rng: str) -> str:
+    """One row per group and scrape job that exported it, for the job's scrape interval."""
+    return f'max by ({by}, job, {STAT}) ({_stats(job=f"count_over_time({sel}{rng})")})'
 
 
 def gpu_query(
-    signal: str, *, window: timedelta, labels: LabelMap, extra: Iterable[Matcher] = (),
+    signal: str, *, window: timedelta, step: timedelta, labels: LabelMap, extra: Iterable[Matcher] = (),
     hostname_label: str | None = None,
 ) -> str:
-    """Peak and sample count per GPU series of workload pods over `window`, as one query.
+    """Peak, sample count and evidence quality per GPU series of workload pods over `window`, as one query.
 
     `<pod label>!=""` keeps only GPUs mapped to a workload pod: behind a ServiceMonitor an
     unassigned GPU would otherwise carry the exporter's own `pod` label (reference §1.2). The
     `max by` keeps exactly the labels that identify a GPU of a pod, so exporter restarts, HA
     replicas or `instance` labels neither split nor duplicate a series. For the count, `max`
     errs towards fewer samples (a series split by an exporter restart counts its larger part),
-    i.e. towards *unknown*, never towards idle.
+    i.e. towards *unknown*, never towards idle. The peak is over every raw sample, so a spike
+    between two steps of `step` still counts; gaps are measured at `step`.
     """
     host = hostname_label or labels.hostname
     sel = selector(signal, (Matcher(labels.pod, "", "!="),), extra)
-    rng = f"[{duration(window)}]"
-    by = ", ".join((labels.namespace, labels.pod, "gpu", _GPU_INSTANCE, host, STAT))
-    inner = _peak_or_count(f"max_over_time({sel}{rng})", f"count_over_time({sel}{rng})")
-    return f"max by ({by}) ({inner})"
+    rng, sub = f"[{duration(window)}]", f"[{duration(window)}:{duration(step)}]"
+    by = ", ".join((labels.namespace, labels.pod, "gpu", _GPU_INSTANCE, host))
+    inner = _stats(peak=f"max_over_time({sel}{rng})", count=f"count_over_time({sel}{rng})",
+                   **_quality_stats(sel, by, rng, sub, "max"))
+    return f"max by ({by}, {STAT}) ({inner}) or {_jobs(sel, by, rng)}"
 
 
 def exact_names_regex(names: Iterable[str]) -> str:
@@ -102,21 +132,26 @@ def cpu_query(
     *, window: timedelta, step: timedelta, labels: LabelMap = HONOR_LABELS, extra: Iterable[Matcher] = (),
     ignore_containers: Sequence[str] = (), rate_window: timedelta = timedelta(minutes=5),
 ) -> str:
-    """Peak cores of each pod's app containers over `window`, and the subquery points behind it.
+    """Peak cores of each pod's app containers over `window`, the subquery points behind it, and
+    the quality of the containers' raw samples.
 
     `container!=""` drops the pod cgroup and the containerd pause sandbox, `container!="POD"`
     the dockershim pause container (reference §2.1: summing those double-counts). Ignored sidecars
     are excluded by an exact, escaped alternation. The subquery at `step` turns the rate into a
     series, so the peak is the busiest `rate_window` and the count shows gaps like a scrape count.
+    A rate bridges gaps shorter than `rate_window`, so gaps are measured on the raw counters.
     """
     matchers = [Matcher(labels.container, "", "!="), Matcher(labels.container, "POD", "!=")]
     sidecars = exact_names_regex(ignore_containers)
     if sidecars:
         matchers.append(Matcher(labels.container, sidecars, "!~"))
     sel = selector(CPU_METRIC, matchers, extra)
-    cores = f"sum by ({labels.namespace}, {labels.pod}) (rate({sel}[{duration(rate_window)}]))"
-    rng = f"[{duration(window)}:{duration(step)}]"
-    return _peak_or_count(f"max_over_time(({cores}){rng})", f"count_over_time(({cores}){rng})")
+    by = f"{labels.namespace}, {labels.pod}"
+    cores = f"sum by ({by}) (rate({sel}[{duration(rate_window)}]))"
+    rng, sub = f"[{duration(window)}]", f"[{duration(window)}:{duration(step)}]"
+    inner = _stats(peak=f"max_over_time(({cores}){sub})", count=f"count_over_time(({cores}){sub})",
+                   **_quality_stats(sel, by, rng, sub, "min"))
+    return f"{inner} or {_jobs(sel, by, rng)}"
 
 
 # ----------------------------------------------------------------------------- answers into evidence
@@ -147,48 +182,92 @@ def _order(series: GpuSeries) -> tuple[object, ...]:
     return (series.node, *[(0, int(p), "") if p.isdigit() else (1, 0, p) for p in series.gpu.split("/")])
 
 
+Intervals = Mapping[str, timedelta]  # scrape job -> its interval (janitor.observe.targets)
+_Stats = dict[str, float]
+
+
+def _collect(result: QueryResult, key: Callable[[Mapping[str, str]], _K | None]) -> tuple[
+        dict[_K, _Stats], dict[_K, set[str]]]:
+    """The answer's statistics and scrape jobs per group."""
+    stats: dict[_K, _Stats] = {}
+    jobs: dict[_K, set[str]] = {}
+    for s in result.series:
+        k = key(s.labels)
+        stat = s.labels.get(STAT, "")
+        if k is None or not s.samples:
+            continue
+        if stat == "job":
+            jobs.setdefault(k, set()).add(s.labels.get("job", ""))
+        elif stat in _STATS:
+            stats.setdefault(k, {})[stat] = s.value
+    return stats, jobs
+
+
+_STATS = ("peak", "count", "nonfinite", "stale", "points")
+
+
+def _interval(jobs: set[str], intervals: Intervals | None, fallback: timedelta | None) -> timedelta | None:
+    """The shortest interval of the jobs that exported the group; unknown if any job's is."""
+    found = [(intervals or {}).get(job, fallback) for job in jobs] or [fallback]
+    return None if any(i is None for i in found) else min(i for i in found if i is not None)
+
+
+def _quality(stats: _Stats, jobs: set[str], window: EvidenceWindow, intervals: Intervals | None,
+             fallback: timedelta | None) -> Quality:
+    """The longest gap is the stalest a step saw its latest sample plus the steps that saw none
+    (each worth a step): exact for one gap, an overestimate for several (towards *unknown*)."""
+    stale = stats.get("stale")
+    missing = max(0, window.expected_samples - _count(stats.get("points")))
+    gap = window.window if stale is None or not math.isfinite(stale) else \
+        timedelta(seconds=max(0.0, stale)) + missing * window.step
+    return Quality(_interval(jobs, intervals, fallback), min(gap, window.window), "nonfinite" in stats)
+
+
 def fold_gpu(
-    result: QueryResult, window: EvidenceWindow, labels: LabelMap, hostname_label: str | None = None
+    result: QueryResult, window: EvidenceWindow, labels: LabelMap, hostname_label: str | None = None,
+    intervals: Intervals | None = None, fallback: timedelta | None = None,
 ) -> GpuEvidence:
     """Turn the answer of `gpu_query` into `GpuEvidence` (pure; unit-tested without Prometheus).
 
     A series with only a count has `peak=None`; one with only a peak has `samples=0`.
+    `intervals` are the jobs' scrape intervals, `fallback` the one for a job not among them.
     """
     failure = _failure(result)
     if failure:
         return GpuEvidence(window, failed=failure)
     host = hostname_label or labels.hostname
-    found: dict[tuple[PodKey, str, str], dict[str, float]] = {}
-    for s in result.series:
-        pod = s.labels.get(labels.pod, "")
-        stat = s.labels.get(STAT, "")
-        if not pod or stat not in ("peak", "count") or not s.samples:
-            continue
-        key = PodKey(s.labels.get(labels.namespace, ""), pod)
-        gpu = _gpu_id(s.labels.get("gpu", ""), s.labels.get(_GPU_INSTANCE, ""))
-        found.setdefault((key, gpu, s.labels.get(host, "")), {})[stat] = s.value
+
+    def gpu_of(lab: Mapping[str, str]) -> tuple[PodKey, str, str, bool] | None:
+        pod, instance = lab.get(labels.pod, ""), lab.get(_GPU_INSTANCE, "")
+        if not pod:
+            return None
+        return (PodKey(lab.get(labels.namespace, ""), pod), _gpu_id(lab.get("gpu", ""), instance), lab.get(host, ""),
+                bool(instance))
+
+    found, jobs = _collect(result, gpu_of)
     pods: dict[PodKey, list[GpuSeries]] = {}
-    for (key, gpu, node), stats in found.items():
+    for (key, gpu, node, mig), stats in found.items():
         peak = _number(stats["peak"]) if "peak" in stats else None
-        pods.setdefault(key, []).append(GpuSeries(gpu, peak, _count(stats.get("count")), node))
+        quality = _quality(stats, jobs.get((key, gpu, node, mig), set()), window, intervals, fallback)
+        pods.setdefault(key, []).append(GpuSeries(gpu, peak, _count(stats.get("count")), node, quality, mig))
     return GpuEvidence(window, {k: tuple(sorted(v, key=_order)) for k, v in pods.items()})
 
 
-def fold_cpu(result: QueryResult, window: EvidenceWindow, labels: LabelMap = HONOR_LABELS) -> CpuEvidence:
+def fold_cpu(result: QueryResult, window: EvidenceWindow, labels: LabelMap = HONOR_LABELS,
+             intervals: Intervals | None = None, fallback: timedelta | None = None) -> CpuEvidence:
     """Turn the answer of `cpu_query` into `CpuEvidence` (pure)."""
     failure = _failure(result)
     if failure:
         return CpuEvidence(window, failed=failure)
-    found: dict[PodKey, dict[str, float]] = {}
-    for s in result.series:
-        pod = s.labels.get(labels.pod, "")
-        stat = s.labels.get(STAT, "")
-        if not pod or stat not in ("peak", "count") or not s.samples:
-            continue
-        found.setdefault(PodKey(s.labels.get(labels.namespace, ""), pod), {})[stat] = s.value
+
+    def pod_of(lab: Mapping[str, str]) -> PodKey | None:
+        return PodKey(lab.get(labels.namespace, ""), lab[labels.pod]) if lab.get(labels.pod) else None
+
+    found, jobs = _collect(result, pod_of)
     return CpuEvidence(window, {
-        key: CpuUsage(_number(stats["peak"]) if "peak" in stats else None, _count(stats.get("count")))
-        for key, stats in found.items()
+        key: CpuUsage(_number(stats["peak"]) if "peak" in stats else None, _count(stats.get("count")),
+                      _quality(stats, jobs.get(key, set()), window, intervals, fallback))
+        for key, stats in found.items() if "peak" in stats or "count" in stats
     })
 
 
@@ -208,18 +287,20 @@ def scope(labels: LabelMap, pods: Sequence[PodKey] | None) -> tuple[Matcher, ...
 def gpu_evidence(
     source: PrometheusSource, *, signal: str, window: timedelta, step: timedelta, at: datetime,
     labels: LabelMap, hostname_label: str | None = None, pods: Sequence[PodKey] | None = None,
+    intervals: Intervals | None = None, fallback: timedelta | None = None,
 ) -> GpuEvidence:
-    """Per-GPU peak and sample count of `signal` for every workload pod, from one instant query.
+    """Per-GPU peak, sample count and quality of `signal` for every workload pod, from one instant query.
 
-    `step` is the scrape interval coverage is measured against; `hostname_label` overrides
-    `labels.hostname` (dcgm-exporter renamed `Hostname` to `hostname`). Never raises for
-    Prometheus trouble: the evidence says `failed` instead.
+    `step` is the resolution gaps are measured at; coverage is measured against each series' job's
+    scrape interval from `intervals` (or `fallback`); `hostname_label` overrides `labels.hostname`
+    (dcgm-exporter renamed `Hostname` to `hostname`). Never raises for Prometheus trouble: the
+    evidence says `failed` instead.
     """
     span = EvidenceWindow(signal, window, step, at)
-    query = gpu_query(signal, window=window, labels=labels,
+    query = gpu_query(signal, window=window, step=step, labels=labels,
                       extra=(*source.config.extra_matchers, *scope(labels, pods)), hostname_label=hostname_label)
     try:
-        evidence = fold_gpu(source.instant(query, at), span, labels, hostname_label)
+        evidence = fold_gpu(source.instant(query, at), span, labels, hostname_label, intervals, fallback)
     except PrometheusError as error:
         evidence = GpuEvidence(span, failed=str(error))
     if evidence.failed:
@@ -231,8 +312,9 @@ def cpu_evidence(
     source: PrometheusSource, *, window: timedelta, step: timedelta, at: datetime,
     labels: LabelMap = HONOR_LABELS, ignore_containers: Sequence[str] = (),
     rate_window: timedelta = timedelta(minutes=5), pods: Sequence[PodKey] | None = None,
+    intervals: Intervals | None = None, fallback: timedelta | None = None,
 ) -> CpuEvidence:
-    """Peak cores of each pod's app containers (sidecars ignored) and coverage, from one query.
+    """Peak cores of each pod's app containers (sidecars ignored), coverage and quality, from one query.
 
     cAdvisor is scraped with `honor_labels`, so `labels` is the plain map unless a site differs.
     """
@@ -241,7 +323,7 @@ def cpu_evidence(
                       extra=(*source.config.extra_matchers, *scope(labels, pods)),
                       ignore_containers=ignore_containers, rate_window=rate_window)
     try:
-        evidence = fold_cpu(source.instant(query, at), span, labels)
+        evidence = fold_cpu(source.instant(query, at), span, labels, intervals, fallback)
     except PrometheusError as error:
         evidence = CpuEvidence(span, failed=str(error))
     if evidence.failed:

@@ -36,7 +36,7 @@ from janitor.decide.model import (
     SkippedKind,
     TriggerKind,
 )
-from janitor.observe import cluster, evidence, views
+from janitor.observe import cluster, evidence, targets, views
 from janitor.observe.prometheus import HONOR_LABELS, SERVICE_MONITOR, Matcher, PrometheusConfig, PrometheusSource
 from janitor.policy.model import CrashLoop, IdleCpu, IdleGpu, Pending, Policy, Terminating
 from janitor.settings import Settings
@@ -44,6 +44,18 @@ from janitor.settings import Settings
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[str, int], None]
+GAP_STEP_BOUNDS = (datetime.timedelta(seconds=5), datetime.timedelta(seconds=60))
+
+
+def gap_step(intervals: Mapping[str, datetime.timedelta] | None, fallback: datetime.timedelta | None
+             ) -> datetime.timedelta:
+    """The resolution GPU gaps are measured at: the shortest scrape interval Prometheus knows,
+    kept between 5 s (the query's cost grows with window / step) and 60 s."""
+    known = list((intervals or {}).values()) + ([fallback] if fallback else [])
+    low, high = GAP_STEP_BOUNDS
+    return min(max(min(known, default=datetime.timedelta(seconds=30)), low), high)
+
+
 CPU_STEP = datetime.timedelta(minutes=1)  # the CPU subquery's resolution: its peak is the busiest rate window
 
 
@@ -108,15 +120,18 @@ def read_evidence(source: PrometheusSource | None, settings: Settings, need: Nee
         return Evidence()
     prom = settings.prometheus
     labels = source.config.label_map
+    intervals = targets.scrape_intervals(source) if need.gpu or need.cpu else None
+    step = gap_step(intervals, prom.scrape_interval)
     gpu: dict[GpuKey, GpuEvidence] = {}
     for signal, window in sorted(need.gpu, key=str):
         gpu[(signal, window)] = evidence.gpu_evidence(
-            source, signal=signal, window=window, step=prom.scrape_interval, at=at, labels=labels,
-            hostname_label=prom.hostname_label, pods=pods)
+            source, signal=signal, window=window, step=step, at=at, labels=labels,
+            hostname_label=prom.hostname_label, pods=pods, intervals=intervals, fallback=prom.scrape_interval)
     cpu: dict[CpuKey, CpuEvidence] = {}
     for window, ignore in sorted(need.cpu, key=str):
         cpu[(window, ignore)] = evidence.cpu_evidence(source, window=window, step=CPU_STEP, at=at,
-                                                      ignore_containers=ignore, pods=pods)
+                                                      ignore_containers=ignore, pods=pods, intervals=intervals,
+                                                      fallback=prom.scrape_interval)
     ghosts = (evidence.ghost_gpus(source, at=at, labels=labels, hostname_label=prom.hostname_label)
               if need.ghost_gpus and pods is None else None)
     return Evidence(gpu, cpu, ghosts)

@@ -356,33 +356,52 @@ class PrometheusSource:
         return self._request("/api/v1/query_range", query, params)
 
     def _request(self, path: str, query: str, params: dict[str, str]) -> QueryResult:
-        conn = self._connection
         form = {"query": query, "timeout": f"{self._server_timeout:g}s", **params}
         started = time.monotonic()
         try:
-            response = conn._session.request(
-                "POST", f"{conn.url}{path}", data=form, headers=conn.headers, auth=conn.auth,
-                verify=conn._session.verify, timeout=(self.config.connect_timeout, self.config.read_timeout),
-            )
+            response = self._send("POST", path, query, data=form)
             result = parse_answer(response.status_code, response.content, query)
-        except requests.ConnectTimeout as e:
-            error = PrometheusError(ErrorKind.TRANSPORT, f"no connection within {self.config.connect_timeout:g}s",
-                                    query=query)
-            self._log(path, query, started, error)
-            raise error from e
-        except requests.ReadTimeout as e:
-            error = PrometheusError(ErrorKind.TIMEOUT, f"no answer within {self.config.read_timeout:g}s", query=query)
-            self._log(path, query, started, error)
-            raise error from e
-        except requests.RequestException as e:
-            error = PrometheusError(ErrorKind.TRANSPORT, f"{type(e).__name__}: {e}", query=query)
-            self._log(path, query, started, error)
-            raise error from e
         except PrometheusError as error:
             self._log(path, query, started, error)
             raise
         self._log(path, query, started, result)
         return result
+
+    def active_targets(self) -> list[Mapping[str, Any]]:
+        """`/api/v1/targets?state=active`: what Prometheus scrapes, how often, under which labels.
+        Thanos Query answers it too; a store without it (Mimir) raises `PrometheusError`."""
+        what = "targets"
+        response = self._send("GET", "/api/v1/targets", what, params={"state": "active"})
+        try:
+            envelope = json.loads(response.content)
+            if response.status_code != 200 or envelope.get("status") != "success":
+                raise ValueError(f"HTTP {response.status_code}")
+            targets = envelope["data"]["activeTargets"]
+            if not isinstance(targets, list):
+                raise TypeError("activeTargets is not a list")
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise PrometheusError(ErrorKind.MALFORMED, f"no targets answer: {e}", status=response.status_code,
+                                  query=what) from e
+        return [t for t in targets if isinstance(t, Mapping)]
+
+    def _send(self, method: str, path: str, query: str, *, data: Mapping[str, str] | None = None,
+              params: Mapping[str, str] | None = None) -> requests.Response:
+        """One HTTP request within the connect and read timeouts; transport trouble as `PrometheusError`."""
+        conn = self._connection
+        try:
+            response: requests.Response = conn._session.request(
+                method, f"{conn.url}{path}", data=data, params=params, headers=conn.headers, auth=conn.auth,
+                verify=conn._session.verify, timeout=(self.config.connect_timeout, self.config.read_timeout),
+            )
+            return response
+        except requests.ConnectTimeout as e:
+            raise PrometheusError(ErrorKind.TRANSPORT, f"no connection within {self.config.connect_timeout:g}s",
+                                  query=query) from e
+        except requests.ReadTimeout as e:
+            raise PrometheusError(ErrorKind.TIMEOUT, f"no answer within {self.config.read_timeout:g}s",
+                                  query=query) from e
+        except requests.RequestException as e:
+            raise PrometheusError(ErrorKind.TRANSPORT, f"{type(e).__name__}: {e}", query=query) from e
 
     @staticmethod
     def _log(path: str, query: str, started: float, outcome: QueryResult | PrometheusError) -> None:

@@ -13,6 +13,8 @@ from typing import Any
 from janitor import node_report
 from janitor.decide.model import (
     AgentCondition,
+    ContainerKind,
+    ContainerStatus,
     ContainerView,
     NamespaceView,
     NodeInfo,
@@ -109,16 +111,38 @@ def _affinity(spec: Mapping[str, Any]) -> tuple[tuple[tuple[str, str, tuple[str,
                        for e in term.get("matchExpressions") or []) for term in required)
 
 
-def _last_exit(statuses: list[Mapping[str, Any]]) -> tuple[str, datetime.datetime | None]:
-    """The most recent terminated state of any container, in words, and when it ended."""
-    latest: tuple[str, datetime.datetime | None] = ("", None)
-    for c in statuses:
-        done = (c.get("lastState") or {}).get("terminated")
-        if done:
-            at = _time(done.get("finishedAt"))
-            if latest[1] is None or (at is not None and at > latest[1]):
-                latest = (f"{c.get('name')}: {done.get('reason') or 'exited'}, exit code {done.get('exitCode')}", at)
-    return latest
+def _exit_words(done: Mapping[str, Any]) -> str:
+    return f"{done.get('reason') or 'exited'}, exit code {done.get('exitCode')}"
+
+
+def _container(status: Mapping[str, Any], kind: ContainerKind) -> ContainerStatus:
+    """One container's status, kept per container: restarts are never summed across containers."""
+    now = status.get("state") or {}
+    state = next((s for s in ("waiting", "running", "terminated") if now.get(s) is not None), "")
+    detail = now.get(state) or {}
+    last = (status.get("lastState") or {}).get("terminated") or {}
+    code = detail.get("exitCode")
+    return ContainerStatus(
+        name=status.get("name") or "",
+        kind=kind,
+        restarts=int(status.get("restartCount") or 0),
+        state=state,
+        reason=detail.get("reason") or "",
+        since=_time(detail.get("startedAt") if state == "running" else detail.get("finishedAt")),
+        exit_code=int(code) if code is not None else None,
+        last_exit=_exit_words(last) if last else "",
+        last_started=_time(last.get("startedAt")),
+        last_exit_at=_time(last.get("finishedAt")),
+    )
+
+
+def _containers(spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[ContainerStatus, ...]:
+    """Init containers (native sidecars among them: restartPolicy Always) in spec order, then the app
+    containers; a container the kubelet has not reported on yet is left out."""
+    sidecars = {c.get("name") for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"}
+    init = tuple(_container(c, ContainerKind.SIDECAR if c.get("name") in sidecars else ContainerKind.INIT)
+                 for c in status.get("initContainerStatuses") or [])
+    return init + tuple(_container(c, ContainerKind.APP) for c in status.get("containerStatuses") or [])
 
 
 def _limits(containers: list[Mapping[str, Any]]) -> dict[str, float]:
@@ -141,9 +165,7 @@ def pod_state(meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[
         scheduled_changed=_time((scheduled or {}).get("lastTransitionTime")),
         gated=bool(spec.get("schedulingGates")),
         waiting=waiting,
-        restarts=sum(int(c.get("restartCount") or 0) for c in statuses),
-        last_exit=_last_exit(statuses)[0],
-        last_exit_at=_last_exit(statuses)[1],
+        containers=_containers(spec, status),
         limits=_limits(list(spec.get("containers") or [])),
         requests=_requests(list(spec.get("containers") or [])),
         node_selector=dict(spec.get("nodeSelector") or {}),
@@ -169,6 +191,8 @@ def node_info(item: Mapping[str, Any], agent_condition: str = node_report.CONDIT
                      for t in spec.get("taints") or []),
         allocatable={k: quantity(v) for k, v in (status.get("allocatable") or {}).items()},
         ready=None if ready is None else ready.get("status") == "True",
+        capacity={k: quantity(v) for k, v in (status.get("capacity") or {}).items()},
+        unschedulable=bool(spec.get("unschedulable")),
         agent=None if agent is None else AgentCondition(
             {"True": True, "False": False}.get(agent.get("status", "")),
             node_report.decode_condition(agent.get("message") or ""), _time(agent.get("lastHeartbeatTime"))),

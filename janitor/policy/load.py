@@ -472,15 +472,21 @@ def _triggers(r: _Reader, node: Node, path: str) -> tuple[model.Trigger, ...]:
 
 
 def _window_fields(r: _Reader, f: dict[str, Node], path: str) -> dict[str, Any]:
-    """window, minCoverage and minPodAge, shared by the idle triggers; minPodAge defaults to window."""
+    """window, minCoverage, minPodAge and maxGap, shared by the idle triggers; minPodAge defaults to
+    window, maxGap to a few scrape intervals of the series' target (known only when Prometheus is read)."""
     window = r.duration(f["window"], f"{path}.window") if "window" in f else _dt.timedelta(hours=2)
     coverage = r.number(f["minCoverage"], f"{path}.minCoverage", 0, 1) if "minCoverage" in f else 0.8
     age = r.duration(f["minPodAge"], f"{path}.minPodAge", allow_zero=True) if "minPodAge" in f else window
-    return {"window": window, "min_coverage": coverage, "min_pod_age": age}
+    gap = r.duration(f["maxGap"], f"{path}.maxGap") if "maxGap" in f else None
+    if gap is not None and window is not None and gap >= window:
+        r.fail(f["maxGap"], f"{path}.maxGap", "must be shorter than the window: a stretch without samples as "
+               "long as the window means no data at all")
+        gap = None
+    return {"window": window, "min_coverage": coverage, "min_pod_age": age, "max_gap": gap}
 
 
 def _idle_gpu(r: _Reader, node: Node, path: str) -> model.IdleGpu | None:
-    f = r.fields(node, path, ("signal", "threshold", "window", "minCoverage", "minPodAge"))
+    f = r.fields(node, path, ("signal", "threshold", "window", "minCoverage", "minPodAge", "maxGap"))
     if f is None:
         return None
     signal = r.choice(f["signal"], f"{path}.signal", model.GpuSignal) if "signal" in f else model.GpuSignal.GPU_UTIL
@@ -495,7 +501,7 @@ def _idle_gpu(r: _Reader, node: Node, path: str) -> model.IdleGpu | None:
 
 def _idle_cpu(r: _Reader, node: Node, path: str) -> model.IdleCpu | None:
     f = r.fields(node, path, ("cores", "fractionOfRequest", "window", "minCoverage", "minPodAge",
-                              "ignoreContainers"))
+                              "maxGap", "ignoreContainers"))
     if f is None:
         return None
     if ("cores" in f) == ("fractionOfRequest" in f):
@@ -524,15 +530,18 @@ def _pending(r: _Reader, node: Node, path: str) -> model.Pending | None:
 
 
 def _crash_loop(r: _Reader, node: Node, path: str) -> model.CrashLoop | None:
-    f = r.fields(node, path, ("restarts", "window"))
+    f = r.fields(node, path, ("restarts", "window", "ignoreContainers"))
     if f is None:
         return None
     default = model.CrashLoop()
     restarts = r.number(f["restarts"], f"{path}.restarts", 1, 10_000) if "restarts" in f else default.restarts
     window = r.duration(f["window"], f"{path}.window") if "window" in f else default.window
+    ignore = r.items(f["ignoreContainers"], f"{path}.ignoreContainers",
+                     lambda n, p: r.string(n, p, _NAME_RE, "a container name (a DNS label)")) \
+        if "ignoreContainers" in f else ()
     if restarts is None or window is None:
         return None
-    return model.CrashLoop(restarts=int(restarts), window=window)
+    return model.CrashLoop(restarts=int(restarts), window=window, ignore_containers=tuple(dict.fromkeys(ignore)))
 
 
 # The tagged union's readers, by YAML key: a new trigger kind adds one entry here.

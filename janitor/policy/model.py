@@ -57,11 +57,22 @@ _ACTION_KINDS: dict[Action, tuple[str, ...]] = {
 }
 
 
+GAP_INTERVALS = 4
+"""The longest stretch without samples an idle trigger accepts by default, in scrape intervals of
+the target that exports the series: one or two missed scrapes happen, twenty minutes do not."""
+
+
 class GpuSignal(enum.StrEnum):
     """The DCGM field an idle-GPU trigger reads, and the range its threshold lives in."""
 
-    GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # percent 0-100; not reported per MIG slice
-    GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"  # ratio 0-1; works for MIG
+    GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # percent 0-100; reads 0 for a MIG instance, busy or not
+    GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"  # ratio 0-1; measured per MIG instance
+
+    @property
+    def covers_mig(self) -> bool:
+        """Whether the signal measures a MIG instance's own work. dcgm-exporter exports GPU_UTIL
+        for MIG instances as 0 whatever they do (its maintainers call that expected)."""
+        return self is GpuSignal.GR_ENGINE_ACTIVE
 
     @property
     def maximum(self) -> float:
@@ -161,8 +172,10 @@ class Match:
 @dataclass(frozen=True, slots=True)
 class IdleGpu:
     """Idle when, for a GPU of the pod, the peak of `signal` over `window` is at or below
-    `threshold`, with samples covering at least `min_coverage` of the window (less is *unknown*,
-    never idle). Pods younger than `min_pod_age` are never judged."""
+    `threshold`, with samples covering at least `min_coverage` of the window, no stretch without
+    samples longer than `max_gap` (None: `GAP_INTERVALS` scrape intervals of the series' target)
+    and no non-finite sample (anything less is *unknown*, never idle). Pods younger than
+    `min_pod_age` are never judged."""
 
     key: ClassVar[str] = "idleGpu"
     signal: GpuSignal = GpuSignal.GPU_UTIL
@@ -170,6 +183,7 @@ class IdleGpu:
     window: _dt.timedelta = _dt.timedelta(hours=2)
     min_coverage: float = 0.8
     min_pod_age: _dt.timedelta = _dt.timedelta(hours=2)
+    max_gap: _dt.timedelta | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,12 +199,15 @@ class IdleCpu:
     min_coverage: float = 0.8
     min_pod_age: _dt.timedelta = _dt.timedelta(hours=2)
     ignore_containers: tuple[str, ...] = ()
+    max_gap: _dt.timedelta | None = None  # as for IdleGpu, on the containers' cAdvisor samples
 
 
 @dataclass(frozen=True, slots=True)
 class Pending:
     """A workload none of whose pods runs, its Pending pods unschedulable or not started for longer
-    than `after` (time in that state); one that could never fit triggers at once."""
+    than `after` (time in that state, counted from their last progress: init containers running or
+    completing); one that no node could ever hold, even with every node schedulable and reporting
+    its full capacity, triggers at once."""
 
     key: ClassVar[str] = "pending"
     after: _dt.timedelta = _dt.timedelta(hours=24)
@@ -210,12 +227,15 @@ class Terminating:
 
 @dataclass(frozen=True, slots=True)
 class CrashLoop:
-    """A GPU workload whose every GPU pod restarted at least `restarts` times, the last time within
-    `window`: it holds GPUs while doing nothing but failing."""
+    """A GPU workload whose every GPU pod has a container that restarted at least `restarts` times
+    (each container counted on its own) and whose last run began and ended within `window`, still
+    failing: it holds GPUs while doing nothing but failing. Sidecars are not judged: native ones
+    (init containers with restartPolicy Always) and those named in `ignore_containers`."""
 
     key: ClassVar[str] = "crashLoop"
     restarts: int = 5
     window: _dt.timedelta = _dt.timedelta(hours=1)
+    ignore_containers: tuple[str, ...] = ()
 
 
 Trigger = IdleGpu | IdleCpu | Pending | Terminating | CrashLoop

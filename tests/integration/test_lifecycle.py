@@ -24,11 +24,14 @@ Aspects covered:
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -106,6 +109,18 @@ def prometheus(kube, sandbox) -> Iterator[callable]:
     yield start
     for server in servers:
         server.stop()
+
+
+def scraped_busy(url: str, namespace: str, pod: str) -> None:
+    """Wait until the history Prometheus (scraping every 15 s, as it was backfilled) holds a busy sample
+    at least 2 s old: a cycle evaluates at the apiserver's Date, which is cut to the second."""
+    query = urllib.parse.urlencode({"query": f'max_over_time(DCGM_FI_DEV_GPU_UTIL{{exported_namespace="{namespace}",'
+                                             f'exported_pod="{pod}"}}[1m] offset 2s) > 50'})
+
+    def seen() -> bool:
+        with urllib.request.urlopen(f"{url}/api/v1/query?{query}", timeout=10) as answer:
+            return bool(json.load(answer)["data"]["result"])
+    wait_until(seen, timeout=60, what=f"a busy sample of {pod} in Prometheus")
 
 
 @pytest.fixture
@@ -217,8 +232,8 @@ def test_a_job_that_wakes_up_is_unmarked_and_its_owner_told(
         kube, core, namespace, sandbox, tmp_path, exporter_values, slack, alice, prometheus) -> None:
     create_job(kube, namespace, "sleepy")
     history(core, namespace, exporter_values, {"sleepy": 0})
-    janitor = janitor_for(kube, sandbox, namespace, write_policy(tmp_path / "p.yaml", namespace, warnBefore="1h"),
-                          prometheus())
+    url = prometheus()
+    janitor = janitor_for(kube, sandbox, namespace, write_policy(tmp_path / "p.yaml", namespace, warnBefore="1h"), url)
     janitor.run_cycle()
     channel = notes_of(kube, namespace, "sleepy")[a.WARNED_VIA].split()[1].split("/")[0]
 
@@ -228,7 +243,7 @@ def test_a_job_that_wakes_up_is_unmarked_and_its_owner_told(
         a.NOTICE: f"reminder abc-1 {a.format_expires(now)}"}}})
     pod = core.list_namespaced_pod(namespace).items[0].metadata.name
     exporter_values.set_gpu_util(namespace, pod, 75)
-    time.sleep(6)  # a few scrapes at 75 %
+    scraped_busy(url, namespace, pod)
     janitor.run_cycle()
     assert not [k for k in notes_of(kube, namespace, "sleepy") if k.startswith("janitor/") and k != "janitor/owner"]
     assert "IdleUnmarked" in events(core, namespace, "sleepy")
@@ -298,12 +313,13 @@ def test_a_cancelled_note_waits_for_slack_and_arrives_once(
         kube, core, namespace, sandbox, tmp_path, exporter_values, slack, alice, prometheus) -> None:
     create_job(kube, namespace, "sleepy")
     history(core, namespace, exporter_values, {"sleepy": 0})
-    janitor = janitor_for(kube, sandbox, namespace, write_policy(tmp_path / "p.yaml", namespace, warnBefore="1h"),
-                          prometheus())
+    url = prometheus()
+    janitor = janitor_for(kube, sandbox, namespace, write_policy(tmp_path / "p.yaml", namespace, warnBefore="1h"), url)
     janitor.run_cycle()
     channel = notes_of(kube, namespace, "sleepy")[a.WARNED_VIA].split()[1].split("/")[0]
-    exporter_values.set_gpu_util(namespace, core.list_namespaced_pod(namespace).items[0].metadata.name, 75)
-    time.sleep(6)  # a few scrapes at 75 %
+    pod = core.list_namespaced_pod(namespace).items[0].metadata.name
+    exporter_values.set_gpu_util(namespace, pod, 75)
+    scraped_busy(url, namespace, pod)
     slack.fail("server_error", count=10_000, method="chat.postMessage", status=503)
     janitor.run_cycle()
     assert not [k for k in notes_of(kube, namespace, "sleepy") if k.startswith("janitor/") and k != "janitor/owner"]

@@ -1,10 +1,15 @@
 """`janitor node-agent` on the sandbox, under its own narrow RBAC, over fake /proc and cgroup trees.
 
 Aspects covered:
+- the Node condition is Unknown (reason NodeAgentStarting) until the agent has completed --sustain
+  scans since it started;
 - a pod held Terminating past its grace whose UID a D-state task carries in its cgroup path gives
-  the Node condition (True, naming the pod, process and wchan) and a Warning Event on the Node,
-  after --sustain scans; the condition goes back to False when the task is gone, and its
-  heartbeat moves every scan;
+  the Node condition (True, naming the pod, process and wchan, the pod listed d-state) and a
+  Warning Event on the Node, after --sustain scans; the condition goes back to False when the
+  task is gone, the pod listed gone after --sustain scans without it, and its heartbeat moves
+  every scan; the message carries
+  the agent's start, its complete scans and its last scan's time; a running pod is not listed;
+- a scan over a /proc without a single process writes nothing (the condition keeps its last word);
 - a new oom_kill in the pod cgroup's memory.events gives a Warning Event on that Pod, saying
   single processes were killed (memory.oom.group 0);
 - /healthz and /metrics (per node, the counts the scans caused) on one port;
@@ -124,13 +129,17 @@ def test_leftover_d_state_and_oom_kills_reported_under_narrow_rbac(
 
     first = agent.scan_once()
     assert first.leftovers == [] and first.condition_written
-    assert condition(core).status == "False"
+    starting = condition(core)
+    assert (starting.status, starting.reason) == ("Unknown", "NodeAgentStarting")  # 1 of 2 scans: no verdict yet
+    assert "1 of 2 scans done" in starting.message and " scans=1/2 " in starting.message
+    assert f"{stuck}:alive" in starting.message  # Terminating, its task in D for one scan only
     second = agent.scan_once()
     assert [f.pod_uid for f in second.leftovers] == [stuck]
     found = condition(core)
     assert found.status == "True" and f"pod {namespace}/stuck" in found.message
+    assert f"{stuck}:d-state" in found.message and oomy not in found.message  # a running pod is not listed
     assert "nfs_wait_bit_killable" in found.message and "python" in found.message
-    [event] = warnings(core, "default", "DStateProcessOfDeletedPod", NODE)[-1:]
+    [event] = [m for m in warnings(core, "default", "DStateProcessOfDeletedPod", NODE) if namespace in m]
     assert f"pod {namespace}/stuck" in event and "pid 4242" in event
     agent.scan_once()
     assert len([m for m in warnings(core, "default", "DStateProcessOfDeletedPod", NODE) if namespace in m]) == 1
@@ -148,7 +157,17 @@ def test_leftover_d_state_and_oom_kills_reported_under_narrow_rbac(
     agent.scan_once()
     cleared = condition(core)
     assert cleared.status == "False" and cleared.last_heartbeat_time > heartbeat
+    assert stuck not in cleared.message  # no task of it in one scan: not yet gone (--sustain 2)
+    agent.scan_once()
+    cleared = condition(core)
+    assert f"{stuck}:gone" in cleared.message and " scans=6/2 " in cleared.message
+    assert f"scanned={cleared.last_heartbeat_time:%Y-%m-%dT%H:%M:%SZ}" in cleared.message
     assert agent.registry.get_sample_value("janitor_node_leftover_tasks", {"node": NODE}) == 0
+    empty = tmp_path / "empty-proc"
+    empty.mkdir()
+    blind = NodeAgent(api, AgentSettings(NODE, empty, cgroup_root, sustain=1, condition_type=CONDITION))
+    assert not blind.scan_once().condition_written
+    assert condition(core).message == cleared.message
 
     port = _free_port()
     agent.serve(port)

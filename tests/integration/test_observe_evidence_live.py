@@ -7,9 +7,10 @@ moment the backfill ends, so a 2 h window at a 15 s step holds about 480 samples
 Covered:
 - a pod idle for 2 h: both GPUs peak 0 with ~480 samples, on the node the scheduler chose;
 - a pod with one GPU busy for 30 min: that GPU's peak shows, the other stays 0;
-- a 40-minute gap in a pod's series: fewer samples (coverage < 0.8), so the planner sees unknown;
-- a MIG pod on mig-node-1: `gpu/GPU_I_ID` ids under DCGM_FI_PROF_GR_ENGINE_ACTIVE, and no
-  GPU_UTIL evidence at all (absent, not idle);
+- a 40-minute gap in a pod's series: fewer samples (coverage < 0.8) and a 40-minute longest gap,
+  so the planner sees unknown; an unbroken series has a gap of about one step;
+- a MIG pod on mig-node-1: `gpu/GPU_I_ID` ids under DCGM_FI_PROF_GR_ENGINE_ACTIVE, and GPU_UTIL 0
+  flagged as a MIG slice (so never judged idle on it);
 - no series is attributed to the dcgm-exporter's own pod (the `exported_pod!=""` filter);
 - CPU: the app container's peak only when the busy `istio-proxy` sidecar is ignored, the sum
   when it is not;
@@ -145,6 +146,10 @@ def test_gap_in_history_lowers_coverage(history: History) -> None:
     coverage = series.samples / evidence.window.expected_samples
     assert series.peak == 0.0
     assert 0.6 <= coverage < 0.8, (series.samples, coverage)  # 80 of 120 minutes
+    # No staleness markers in a backfill: 5 min of lookback, then 35 min of steps without a sample.
+    assert series.quality.gap is not None and 39 * 60 <= series.quality.gap.total_seconds() <= 41 * 60
+    idle = evidence.pods[history.key("idle")][0]
+    assert idle.quality.gap is not None and idle.quality.gap.total_seconds() <= 30 and not idle.quality.non_finite
 
 
 def test_mig_instance_has_gpu_and_instance_id(history: History) -> None:
@@ -153,9 +158,10 @@ def test_mig_instance_has_gpu_and_instance_id(history: History) -> None:
     assert re.fullmatch(r"\d+/\d+", series.gpu), series.gpu
     assert series.node == "mig-node-1"
     assert series.peak == pytest.approx(0.6)
-    assert 470 <= series.samples <= 482
-    # GPU_UTIL is not reported for MIG instances: the pod is absent from that evidence, not idle.
-    assert history.key("mig") not in _gpu(history).pods
+    assert 470 <= series.samples <= 482 and series.mig
+    # dcgm-exporter exports GPU_UTIL 0 for a MIG instance whatever it does: flagged, so never judged on it.
+    (util,) = _gpu(history).pods[history.key("mig")]
+    assert util.peak == 0.0 and util.mig
 
 
 def test_cpu_ignores_the_busy_sidecar(history: History) -> None:

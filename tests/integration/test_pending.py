@@ -6,19 +6,31 @@ Aspects covered:
 - a Deployment whose image cannot be pulled goes the same way, ImagePullBackOff quoted;
 - a scheduling-gated pod (Kueue style) is left alone;
 - a pod asking for 16 GPUs on 4-GPU nodes is reported as never fitting on the first cycle, to its
-  owner and in the admins' report.
+  owner and in the admins' report;
+- a pod that only a cordoned node, or a node whose device plugin reports 0 of its 4 GPUs, could
+  hold waits: not marked on the first cycle, marked after `after`, and its owner (and `janitor
+  explain`) reads which node it waits for and why; the admins' report does not call it never fitting;
+- a pod whose init container is running is starting, not stuck, past `after`; one whose init
+  container keeps failing is stuck.
 """
 
 from __future__ import annotations
 
 import datetime
+import subprocess
+import sys
 import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
+import pytest
 from kubernetes import client
 from runner import Runner
 from runner import settings as build
 
-from devenv.nodes import WAITING
+from devenv.nodes import WAITING, NodeSpec, node_manifest
 from devenv.procs import wait_until
 from devenv.slack_standin import SlackStandInControl
 from janitor import annotations as a
@@ -126,3 +138,157 @@ def test_stuck_pending_workloads_go_through_the_lifecycle(
     assert done == {"queued": "done", "pull-stuck": "done"}, done
     wait_until(lambda: {p.metadata.name for p in core.list_namespaced_pod(namespace).items} == {"filler", "gated"},
                timeout=60, what="the stuck workloads gone, the gated pod and the filler kept")
+
+
+ONLY = "devenv.janitor.dev/only"  # a taint keeping other tests' pods off a test's own nodes
+
+
+def policy_file(tmp_path: Path, namespace: str, after: str) -> Path:
+    policy = tmp_path / "pending.yaml"
+    policy.write_text(f"""policies:
+- name: stuck
+  mode: enforce
+  match: {{namespaces: {{include: ["{namespace}"]}}}}
+  triggers: {{pending: {{after: {after}}}}}
+  lifecycle: {{warnBefore: 1h, remindEvery: 0s}}
+""")
+    return policy
+
+
+def janitor_for(kube: client.ApiClient, sandbox: Any, namespace: str, policy: Path) -> Runner:
+    return Runner(kube, build(
+        namespaces=(namespace,), state_namespace=namespace, policy_paths=(str(policy),),
+        prometheus_url=sandbox.prometheus_url, slack_token=sandbox.slack_token, slack_api_url=sandbox.slack_api_url,
+        lifecycle=LifecycleSettings(pace=datetime.timedelta(0)), admin_channel="#gpu-admins"))
+
+
+def explain(sandbox: Any, namespace: str, policy: Path, target: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "janitor.cli", "explain", target, "--kubeconfig", str(sandbox.kubeconfig),
+         "--namespaces", namespace, "--state-namespace", namespace, "--policies", str(policy),
+         "--prometheus-url", sandbox.prometheus_url],
+        capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def marked(core: client.CoreV1Api, namespace: str) -> dict[str, str]:
+    """Pod name -> janitor/reason of the pods the janitor marked."""
+    return {p.metadata.name: p.metadata.annotations[a.REASON] for p in core.list_namespaced_pod(namespace).items
+            if a.POLICY in (p.metadata.annotations or {})}
+
+
+@pytest.fixture
+def own_nodes(core: client.CoreV1Api, namespace: str) -> Iterator[Callable[[str, dict[str, Any]], str]]:
+    """Makes kwok nodes only this test's pods go to (tainted ONLY=<namespace>); deleted afterwards."""
+    made: list[str] = []
+
+    def make(role: str, changes: dict[str, Any]) -> str:
+        name = f"{role}-{uuid.uuid4().hex[:6]}"
+        manifest = node_manifest(NodeSpec(name, gpus=4))
+        manifest["spec"] = {"taints": [{"key": ONLY, "value": namespace, "effect": "NoSchedule"}],
+                            **changes.get("spec", {})}
+        manifest["status"] |= changes.get("status", {})
+        core.create_node(manifest)
+        made.append(name)
+        return name
+
+    yield make
+    for name in made:
+        core.delete_node(name)
+
+
+def gpu_pod(name: str, node: str, namespace: str) -> client.V1Pod:
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, annotations={"janitor/owner": ALICE[0]}),
+        spec=client.V1PodSpec(node_selector={"kubernetes.io/hostname": node},
+                              tolerations=[client.V1Toleration(key=ONLY, value=namespace, effect="NoSchedule")],
+                              containers=[container(gpus=4)]))
+
+
+def test_a_pod_kept_off_a_cordoned_node_or_a_silent_device_plugin_waits(
+        kube, core: client.CoreV1Api, namespace: str, sandbox, tmp_path: Path, slack: SlackStandInControl,
+        own_nodes: Callable[[str, dict[str, Any]], str]) -> None:
+    cordoned = own_nodes("cordoned", {"spec": {"unschedulable": True}})
+    # Its device plugin restarted: the kubelet reports 0 allocatable GPUs of the 4 it has.
+    silent = own_nodes("silent", {"status": {"allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110",
+                                                             "nvidia.com/gpu": "0"}}})
+
+    def cordon_tainted() -> bool:  # the node lifecycle controller taints a cordoned node
+        return any(t.key == "node.kubernetes.io/unschedulable" for t in core.read_node(cordoned).spec.taints or [])
+
+    def settled(node: str) -> bool:  # Ready, and the controller's not-ready taint of a new node gone
+        read = core.read_node(node)
+        ready = any(c.type == "Ready" and c.status == "True" for c in read.status.conditions or [])
+        return ready and not any(t.key == "node.kubernetes.io/not-ready" for t in read.spec.taints or [])
+
+    wait_until(lambda: settled(cordoned) and settled(silent), timeout=60, what="both nodes Ready")
+    wait_until(cordon_tainted, timeout=60, what="the cordoned node tainted unschedulable")
+    wait_until(lambda: core.read_node(silent).status.allocatable.get("nvidia.com/gpu") == "0", timeout=30,
+               what="the silent node reporting 0 GPUs")
+    core.create_namespaced_pod(namespace, gpu_pod("on-cordoned", cordoned, namespace))
+    core.create_namespaced_pod(namespace, gpu_pod("on-silent", silent, namespace))
+
+    def unschedulable(name: str) -> bool:
+        conditions = core.read_namespaced_pod(name, namespace).status.conditions or []
+        return any(c.type == "PodScheduled" and c.reason == "Unschedulable" for c in conditions)
+
+    wait_until(lambda: unschedulable("on-cordoned") and unschedulable("on-silent"), timeout=60,
+               what="both pods unschedulable")
+    policy = policy_file(tmp_path, namespace, "20s")
+    janitor = janitor_for(kube, sandbox, namespace, policy)
+    first = time.monotonic()
+    janitor.run_cycle()
+    assert marked(core, namespace) == {}  # waiting, not never fitting: nothing at once
+    assert not any(f"Pod/{namespace}/" in str(m.blocks) for m in slack.messages("C0ADMINS"))  # not never fitting
+    shown = explain(sandbox, namespace, policy, f"Pod/{namespace}/on-cordoned")
+    assert f"waiting, not never fitting: {cordoned} could run it once the node is uncordoned" in shown, shown
+    assert "acted on after 20s" in shown
+
+    time.sleep(max(0.0, first + 21 - time.monotonic()))
+    slack.add_user(*ALICE)
+    janitor.run_cycle()
+    reasons = marked(core, namespace)
+    assert set(reasons) == {"on-cordoned", "on-silent"}
+    assert f"waiting, not never fitting: {cordoned} could run it once the node is uncordoned" in reasons["on-cordoned"]
+    assert (f"{silent} could run it once its device plugin reports all its nvidia.com/gpu again (allocatable 0 of 4)"
+            in reasons["on-silent"])
+    texts = " ".join(str(r.params) for r in slack.requests("chat.postMessage") if namespace in str(r.params))
+    assert "once the node is uncordoned" in texts and "device plugin reports all its nvidia.com/gpu again" in texts
+    assert "no node could ever run it" not in texts
+
+
+def test_a_pod_whose_init_container_runs_is_starting_not_stuck(
+        kube, core: client.CoreV1Api, namespace: str, sandbox, tmp_path: Path, slack: SlackStandInControl) -> None:
+    slack.add_user(*ALICE)
+    for name in ("fetching", "fetch-failing"):
+        core.create_namespaced_pod(namespace, client.V1Pod(
+            metadata=client.V1ObjectMeta(name=name, annotations={"janitor/owner": ALICE[0],
+                                                                 WAITING: "PodInitializing"}),
+            spec=client.V1PodSpec(init_containers=[client.V1Container(name="fetch", image="registry.example/fetch:1")],
+                                  containers=[container()])))
+    wait_until(lambda: all(core.read_namespaced_pod(n, namespace).status.container_statuses
+                           for n in ("fetching", "fetch-failing")), timeout=60, what="both pods reported on")
+    now = datetime.datetime.now(datetime.timezone.utc)
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    waiting = [{"name": "main", "image": "registry.example/train:1", "imageID": "", "ready": False, "started": False,
+                "restartCount": 0, "state": {"waiting": {"reason": "PodInitializing"}}}]
+    fetch = {"name": "fetch", "image": "registry.example/fetch:1", "imageID": "", "ready": False, "started": False}
+    init = {  # as the kubelet reports a download in progress, and one that keeps failing
+        "fetching": {**fetch, "restartCount": 0, "started": True, "state": {"running": {"startedAt": stamp}}},
+        "fetch-failing": {**fetch, "restartCount": 3, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                          "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": stamp,
+                                                       "finishedAt": stamp}}},
+    }
+    for name, status in init.items():
+        core.patch_namespaced_pod_status(name, namespace, {"status": {
+            "initContainerStatuses": [status], "containerStatuses": waiting,
+            "conditions": [{"type": "Initialized", "status": "False", "reason": "ContainersNotInitialized"}]}})
+    policy = policy_file(tmp_path, namespace, "3s")
+    time.sleep(4)
+    janitor_for(kube, sandbox, namespace, policy).run_cycle()
+    reasons = marked(core, namespace)
+    assert set(reasons) == {"fetch-failing"}
+    assert "fetch: CrashLoopBackOff" in reasons["fetch-failing"]
+    shown = explain(sandbox, namespace, policy, f"Pod/{namespace}/fetching")
+    assert "fetching: init container fetch running since" in shown and "starting, not stuck" in shown

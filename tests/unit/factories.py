@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import uuid
 
+from janitor.decide.evidence import Quality
 from janitor.decide.model import ObjectRef, ObjectView, OwnerRef
 
 UTC = datetime.timezone.utc
@@ -37,3 +38,11 @@ def obj(
         controller=OwnerRef(owner.ref.kind, owner.ref.api_version, owner.ref.name, owner.ref.uid) if owner else None,
         template_annotations=template or {},
     )
+
+
+SCRAPED = Quality(interval=datetime.timedelta(seconds=15), gap=datetime.timedelta(seconds=15))
+"""Samples every 15 s with no gap and no NaN: evidence the idle triggers may judge."""
+
+
+def scraped_every(interval: datetime.timedelta) -> Quality:
+    return Quality(interval=interval, gap=interval)

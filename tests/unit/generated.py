@@ -40,11 +40,13 @@ from janitor.decide.evidence import (
     GpuEvidence,
     GpuSeries,
     PodKey,
+    Quality,
 )
 from janitor.decide.lifecycle import Change, LifecycleSettings, MarkCaps, Step, delivered, resend
 from janitor.decide.model import (
     Action,
     ActionType,
+    ContainerStatus,
     ContainerView,
     NamespaceView,
     NodeInfo,
@@ -118,6 +120,7 @@ class Use:
     sidecar: float = 0.0  # peak cores of the sidecar
     cpu_coverage: float = 1.0
     absent: bool = False  # no series at all (a scrape gap)
+    doubt: str = ""  # what is wrong with the samples: DOUBTS (the GPUs are MIG slices with "mig")
 
 
 @dataclass
@@ -250,7 +253,7 @@ class Cluster:
                     gpu[(str(g.signal), g.window)] = GpuEvidence(window, failed="query timed out")
                 else:
                     gpu[(str(g.signal), g.window)] = GpuEvidence(window, {
-                        PodKey(p.namespace, p.name): _series(p, str(g.signal), window.expected_samples)
+                        PodKey(p.namespace, p.name): _series(p, str(g.signal), window)
                         for p in running if p.gpus > 0})
             c = policy.trigger(IdleCpu)
             ignored = tuple(sorted(c.ignore_containers)) if c is not None else ()
@@ -331,20 +334,32 @@ def cpu_key(trigger: IdleCpu) -> str:
     return f"cpu:{trigger.window}:{','.join(sorted(trigger.ignore_containers))}"
 
 
-def _series(pod: Pod, signal: str, expected: int) -> tuple[GpuSeries, ...]:
+SCRAPE = datetime.timedelta(seconds=15)
+DOUBTS = ("", "gap", "nan", "interval", "mig")
+
+
+def quality(use: Use) -> Quality:
+    """What Prometheus would say of the samples behind `use`."""
+    return Quality(None if use.doubt == "interval" else SCRAPE, 30 * M if use.doubt == "gap" else SCRAPE,
+                   use.doubt == "nan")
+
+
+def _series(pod: Pod, signal: str, window: EvidenceWindow) -> tuple[GpuSeries, ...]:
     use = pod.use
-    samples = max(0, int(expected * use.gpu_coverage))
+    samples = max(0, int(window.expected_at(SCRAPE) * use.gpu_coverage))
     peaks = [None if f is None else f * SIGNAL_MAX[signal] for f in use.gpu[: pod.gpus]]
     peaks += [0.0] * (pod.gpus - len(peaks))
     if use.gpu_gap and peaks:
         peaks = peaks[:-1]
-    return tuple(GpuSeries(str(i), peak, samples, pod.node or "") for i, peak in enumerate(peaks))
+    mig = use.doubt == "mig"
+    return tuple(GpuSeries(f"{i}/1" if mig else str(i), peak, samples, pod.node or "", quality(use), mig)
+                 for i, peak in enumerate(peaks))
 
 
 def _cpu(pod: Pod, sidecar_ignored: bool, expected: int) -> CpuUsage:
     use = pod.use
     peak = use.cpu if use.cpu is None or sidecar_ignored else use.cpu + use.sidecar
-    return CpuUsage(peak, max(0, int(expected * use.cpu_coverage)))
+    return CpuUsage(peak, max(0, int(expected * use.cpu_coverage)), quality(use))
 
 
 # -- strategies -------------------------------------------------------------------------------------------
@@ -553,7 +568,7 @@ def uses(draw: st.DrawFn, gpus: int, *, idle: bool = False) -> Use:
     odd = not idle and draw(ints(0, 5)) == 0
     return Use(gpu, draw(one_of((0.4, 1.0))) if odd else 1.0, odd and draw(BOOLEANS), cpu,
                draw(one_of((0.0, 2.0))), draw(one_of((0.4, 1.0))) if odd else 1.0,
-               odd and draw(BOOLEANS))
+               odd and draw(BOOLEANS), draw(one_of(DOUBTS + ("",) * (12 if idle else 4))))
 
 
 POD_STORIES = ("running",) * 5 + ("crash-looping",) * 3 + ("restarted", "pending", "pending", "starting", "gated",
@@ -575,9 +590,13 @@ def pods(draw: st.DrawFn, cluster: Cluster, namespace: str, name: str, controlle
     started = None if phase == "Pending" else NOW - age
     state = PodState()
     if story == "crash-looping":
-        state = PodState(restarts=7, last_exit="OOMKilled, exit 137", last_exit_at=NOW - 10 * M)
+        state = PodState(containers=(ContainerStatus(
+            "main", restarts=7, state="waiting", reason="CrashLoopBackOff", last_exit="OOMKilled, exit code 137",
+            last_started=NOW - 11 * M, last_exit_at=NOW - 10 * M),))
     elif story == "restarted":
-        state = PodState(restarts=draw(one_of((2, 7))), last_exit="Error, exit 1", last_exit_at=NOW - 3 * H)
+        state = PodState(containers=(ContainerStatus(
+            "main", restarts=draw(one_of((2, 7))), state="running", since=NOW - 3 * H + M,
+            last_exit="Error, exit code 1", last_started=NOW - 4 * H, last_exit_at=NOW - 3 * H),))
     elif phase == "Pending":
         since = NOW - draw(one_of((10 * M, 5 * H, 2 * DAY)))
         state = {

@@ -1,9 +1,15 @@
 """The crash-loop trigger: GPU workloads holding GPUs while doing nothing but restarting.
 
 Aspects covered:
-- a GPU workload fires when every GPU pod restarted `restarts` times, the last within the
-  window (both bounds included); a healthy GPU pod beside it keeps it (clear); an old crash,
-  too few restarts, no recorded exit, a CPU-only pod or an unreadable owner chain is no finding;
+- a GPU workload fires when every GPU pod has a container that restarted `restarts` times and
+  whose last run began and ended within the window (both bounds included); a healthy GPU pod
+  beside it keeps it (clear); an old crash, no recorded exit, a CPU-only pod or an unreadable
+  owner chain is no finding; a recent restart that is no crash loop is a clear finding saying why;
+- restarts are judged per container, never summed; sidecars are not judged (native ones, init
+  containers with restartPolicy Always, and those the policy lists), and the why names them; a
+  container that ran for days and failed once is no loop however many restarts it had before; an
+  init container that completed is no loop; one crash-looping is; a run that never started counts
+  as a run of no length;
 - the why names the restarts, the last exit, the memory limit and, from the node agent's OOM
   reports (structured, by pod uid), what the OOM kills took: single processes (the status shows
   no OOMKilled) or the whole container (memory.oom.group); no OOM part when nothing points to one;
@@ -18,7 +24,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 
 import pytest
-from factories import NOW, obj
+from factories import NOW, SCRAPED, obj
 
 from janitor.decide import selection
 from janitor.decide.evidence import (
@@ -30,6 +36,8 @@ from janitor.decide.evidence import (
 )
 from janitor.decide.lifecycle import Step
 from janitor.decide.model import (
+    ContainerKind,
+    ContainerStatus,
     Finding,
     NamespaceView,
     ObjectRef,
@@ -58,13 +66,23 @@ SINGLE = "3 OOM kills in this pod's memory cgroup (3 since it started): single p
 GROUP = "1 OOM kill in this pod's memory cgroup (1 since it started): the whole container was killed"
 
 
+def container(name: str = "train", restarts: int = 7, exited_ago: float | None = 2, ran: float = 1,
+              reason: str = "OOMKilled", kind: ContainerKind = ContainerKind.APP, state: str = "waiting",
+              now: str = "CrashLoopBackOff") -> ContainerStatus:
+    """A container that restarted `restarts` times, its last run `ran` minutes long, ending `exited_ago` minutes ago."""
+    ended = NOW - exited_ago * M if exited_ago is not None else None
+    return ContainerStatus(name, kind, restarts, state, now, ended if state == "running" else None,
+                           0 if state == "terminated" else None,
+                           f"{reason}, exit code 137" if ended else "", ended - ran * M if ended else None, ended)
+
+
 def pod(owner: ObjectView, restarts: int, exited_ago: float | None, gpus: int = 1, reason: str = "OOMKilled",
-        memory: float | None = 8 * GIB, name: str | None = None) -> PodView:
+        memory: float | None = 8 * GIB, name: str | None = None, ran: float = 1,
+        others: Sequence[ContainerStatus] = ()) -> PodView:
     return PodView(ObjectRef("Pod", "v1", "team-a", name or f"p{uuid.uuid4().hex[:4]}", str(uuid.uuid4())), "1", {},
                    OwnerRef(owner.ref.kind, owner.ref.api_version, owner.ref.name, owner.ref.uid), "n1", "Running",
                    NOW - 5 * H, gpus, state=PodState(
-                       restarts=restarts, last_exit=f"train: {reason}, exit code 137",
-                       last_exit_at=NOW - exited_ago * M if exited_ago is not None else None,
+                       containers=(*others, container("train", restarts, exited_ago, ran, reason)),
                        limits={"memory": memory} if memory else {}))
 
 
@@ -75,9 +93,9 @@ def observe(pods: Sequence[PodView], objects: Sequence[ObjectView], *,
 
 
 def findings(pods: Sequence[PodView], objects: Sequence[ObjectView],
-             oom: Mapping[str, tuple[OomReport, ...]] | None = None) -> list[Finding]:
+             oom: Mapping[str, tuple[OomReport, ...]] | None = None, policy: Policy = POLICY) -> list[Finding]:
     observation = observe(pods, objects, oom=oom)
-    return crashloop.findings(selection.workloads(observation, Rails()), observation, POLICY, NOW)
+    return crashloop.findings(selection.workloads(observation, Rails()), observation, policy, NOW)
 
 
 def test_a_crash_looping_gpu_job_names_restarts_exit_and_memory_limit() -> None:
@@ -87,8 +105,8 @@ def test_a_crash_looping_gpu_job_names_restarts_exit_and_memory_limit() -> None:
     assert found.state is State.FIRES and found.subject == job.ref and found.gpus == 2
     assert found.trigger is TriggerKind.CRASH_LOOP and found.condition == "crash-looping"
     assert found.why.startswith("crash-looping while holding 2 GPUs: ")
-    assert (f"{looping.ref.name}: 7 restarts, last exit train: OOMKilled, exit code 137 at 2026-11-23 11:58Z"
-            in found.why)
+    assert (f"{looping.ref.name}: container train: 7 restarts, last exit OOMKilled, exit code 137 at "
+            "2026-11-23 11:58Z after a 1m00s run, now waiting (CrashLoopBackOff)" in found.why)
     assert "memory limit 8.0 GiB" in found.why
 
 
@@ -108,7 +126,7 @@ def test_a_crash_looping_gpu_job_names_restarts_exit_and_memory_limit() -> None:
     pytest.param("OOMKilled", 8 * GIB, (), ("OOM: memory limit 8.0 GiB", "memory.oom.group"), ("node agent",),
                  id="status-only"),
     pytest.param("OOMKilled", None, (), ("OOM: no memory limit set",), ("GiB",), id="no-memory-limit"),
-    pytest.param("Error", 8 * GIB, (), ("last exit train: Error, exit code 137",), ("OOM", "node agent"),
+    pytest.param("Error", 8 * GIB, (), ("last exit Error, exit code 137",), ("OOM", "node agent"),
                  id="no-oom-at-all"),
 ])
 def test_the_oom_part_of_the_why(exit_reason: str, memory: float | None, reports: tuple[OomReport, ...],
@@ -125,20 +143,97 @@ def test_the_oom_part_of_the_why(exit_reason: str, memory: float | None, reports
         assert words not in found.why
 
 
-@pytest.mark.parametrize(("restarts", "exited_ago", "gpus", "verdict"), [
-    pytest.param(5, 2, 1, State.FIRES, id="restarts-at-the-bound"),
-    pytest.param(7, 60, 1, State.FIRES, id="last-exit-at-the-window-edge"),
-    pytest.param(7, 61, 1, None, id="last-exit-before-the-window"),
-    pytest.param(7, 120, 1, None, id="old-crash"),
-    pytest.param(4, 2, 1, None, id="too-few-restarts"),
-    pytest.param(7, None, 1, None, id="no-exit-recorded"),
-    pytest.param(7, 2, 0, None, id="cpu-only-pod"),
+@pytest.mark.parametrize(("restarts", "exited_ago", "ran", "gpus", "verdict", "words"), [
+    pytest.param(5, 2, 1, 1, State.FIRES, "5 restarts", id="restarts-at-the-bound"),
+    pytest.param(7, 0, 60, 1, State.FIRES, "after a 1h00m run", id="last-run-began-at-the-window-edge"),
+    pytest.param(7, 0, 61, 1, State.CLEAR, "its last run lasted 1h01m (it started before the 1h00m window)",
+                 id="last-run-began-before-the-window"),
+    pytest.param(7, 60, 0, 1, State.FIRES, "7 restarts", id="last-exit-at-the-window-edge"),
+    pytest.param(7, 61, 0, 1, None, "", id="last-exit-before-the-window"),
+    pytest.param(7, 120, 1, 1, None, "", id="old-crash"),
+    pytest.param(4, 2, 1, 1, State.CLEAR, "container train: 4 restarts, fewer than 5", id="too-few-restarts"),
+    pytest.param(7, None, 1, 1, None, "", id="no-exit-recorded"),
+    pytest.param(7, 2, 1, 0, None, "", id="cpu-only-pod"),
 ])
-def test_when_a_single_pod_job_is_crash_looping(restarts: int, exited_ago: float | None, gpus: int,
-                                                verdict: State | None) -> None:
+def test_when_a_single_pod_job_is_crash_looping(restarts: int, exited_ago: float | None, ran: float, gpus: int,
+                                                verdict: State | None, words: str) -> None:
     job = obj("train", kind="Job")
-    found = findings([pod(job, restarts, exited_ago, gpus=gpus)], [job])
+    found = findings([pod(job, restarts, exited_ago, gpus=gpus, ran=ran)], [job])
     assert [f.state for f in found] == ([verdict] if verdict else [])
+    assert all(words in f.why for f in found)
+
+
+SIDECAR_POLICY = Policy("crash", (CrashLoop(restarts=5, window=60 * M, ignore_containers=("istio-proxy",)),),
+                        match=Match(namespaces=Namespaces(("*",))), mode=Mode.ENFORCE)
+
+
+@pytest.mark.parametrize(("sidecar", "policy"), [
+    pytest.param(container("istio-proxy", 9, 2), SIDECAR_POLICY, id="listed-in-ignoreContainers"),
+    pytest.param(container("proxy", 9, 2, kind=ContainerKind.SIDECAR), POLICY, id="native-sidecar"),
+])
+def test_a_restarting_sidecar_does_not_flag_a_healthy_trainer(sidecar: ContainerStatus, policy: Policy) -> None:
+    job = obj("train", kind="Job")
+    healthy = pod(job, 0, None, name="a", others=(sidecar,))
+    [found] = findings([healthy], [job], policy=policy)
+    assert found.state is State.CLEAR and found.why.startswith("restarted, but none of its 1 GPU pods is crash-looping")
+    assert f"a: not crash-looping: container train: 0 restarts, fewer than 5; sidecar restarts not counted: " \
+           f"{sidecar.name} (9 restarts)" in found.why
+
+
+def test_a_listed_app_container_named_like_a_sidecar_is_ignored_only_where_listed() -> None:
+    job = obj("train", kind="Job")
+    flapping = pod(job, 0, None, name="a", others=(container("istio-proxy", 9, 2),))
+    [found] = findings([flapping], [job])  # the policy without ignoreContainers judges it like any container
+    assert found.state is State.FIRES and "container istio-proxy: 9 restarts" in found.why
+
+
+def test_restarts_are_counted_per_container_never_summed() -> None:
+    job = obj("train", kind="Job")
+    split = pod(job, 3, 2, name="a", others=(container("loader", 3, 2),))
+    [found] = findings([split], [job])
+    assert found.state is State.CLEAR and "fewer than 5" in found.why
+
+
+def test_a_trainer_that_ran_for_days_and_failed_once_is_not_looping() -> None:
+    # Seven restarts last week (a node kept failing), then three days of training, one failure
+    # two minutes ago, running again: its lifetime count says nothing about the last hour.
+    job = obj("train", kind="Job")
+    [found] = findings([pod(job, 7, 2, ran=3 * 24 * 60)], [job])
+    assert found.state is State.CLEAR
+    assert "its last run lasted 3d0h (it started before the 1h00m window): a failure, not a loop" in found.why
+
+
+def test_init_containers_are_judged_until_they_complete() -> None:
+    job = obj("train", kind="Job")
+    done = container("fetch", 6, 30, kind=ContainerKind.INIT, state="terminated", now="Completed")
+    [found] = findings([pod(job, 0, None, name="a", others=(done,))], [job])
+    assert found.state is State.CLEAR and "container fetch: 6 restarts, then completed" in found.why
+    looping = container("fetch", 6, 1, kind=ContainerKind.INIT)
+    [found] = findings([pod(job, 0, None, name="a", others=(looping,))], [job])
+    assert found.state is State.FIRES and "a: container fetch: 6 restarts" in found.why
+
+
+def test_a_container_running_again_fires_and_says_so() -> None:
+    job = obj("train", kind="Job")
+    again = container("train", 6, 3, state="running", now="")
+    again_pod = pod(job, 0, None, name="a")
+    again_pod = PodView(again_pod.ref, "1", {}, again_pod.controller, "n1", "Running", NOW - H, 1,
+                        state=PodState(containers=(again,)))
+    [found] = findings([again_pod], [job])
+    assert found.state is State.FIRES and "running again since 2026-11-23 11:57Z" in found.why
+
+
+def test_a_run_that_never_started_counts_as_no_run_at_all() -> None:
+    # containerd reports a container whose command does not exist as started at the Unix epoch.
+    job = obj("train", kind="Job")
+    never = ContainerStatus("train", ContainerKind.APP, 8, "waiting", "CrashLoopBackOff",
+                            last_exit="StartError, exit code 128", last_exit_at=NOW - 2 * M,
+                            last_started=datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc))
+    stuck = pod(job, 0, None, name="a")
+    stuck = PodView(stuck.ref, "1", {}, stuck.controller, "n1", "Running", NOW - H, 1,
+                    state=PodState(containers=(never,)))
+    [found] = findings([stuck], [job])
+    assert found.state is State.FIRES and "StartError, exit code 128 at 2026-11-23 11:58Z after a 0s run" in found.why
 
 
 def test_a_healthy_gpu_pod_keeps_the_workload() -> None:
@@ -162,7 +257,8 @@ def busy(pods: Sequence[PodView]) -> Evidence:
     trigger = IDLE_GPU.trigger(IdleGpu)
     assert trigger is not None
     window = EvidenceWindow(str(trigger.signal), trigger.window, datetime.timedelta(seconds=15), NOW)
-    series = {PodKey("team-a", p.ref.name): tuple(GpuSeries(str(i), 80.0, 480) for i in range(p.gpus)) for p in pods}
+    series = {PodKey("team-a", p.ref.name): tuple(GpuSeries(str(i), 80.0, 480, quality=SCRAPED) for i in range(p.gpus))
+              for p in pods}
     return Evidence({(str(trigger.signal), trigger.window): GpuEvidence(window, series)})
 
 

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import pytest
-from factories import NOW, obj
+from factories import NOW, SCRAPED, obj, scraped_every
 
 from janitor import annotations as ann
 from janitor.decide.evidence import CpuEvidence, CpuUsage, Evidence, EvidenceWindow, GpuEvidence, GpuSeries, PodKey
@@ -87,13 +87,16 @@ def busy(n: int = 1) -> tuple[GpuSeries, ...]:
 def gpu(series: Mapping[str, tuple[GpuSeries, ...]], *, window: datetime.timedelta = 2 * H,
         ns: str = "ml") -> dict:
     """GPU evidence for one (signal, window): series by pod name, or by "namespace/pod"."""
-    keyed = {PodKey(*k.split("/")) if "/" in k else PodKey(ns, k): v for k, v in series.items()}
+    scraped = scraped_every(window / 480)  # 480 samples fill the window
+    keyed = {PodKey(*k.split("/")) if "/" in k else PodKey(ns, k): tuple(replace(s, quality=scraped) for s in v)
+             for k, v in series.items()}
     return {(SIGNAL, window): GpuEvidence(EvidenceWindow(SIGNAL, window, window / 480, NOW), keyed)}
 
 
 def cpu(usage: Mapping[str, CpuUsage], *, ignored: tuple[str, ...] = ()) -> dict:
     window = EvidenceWindow("cpu", 2 * H, datetime.timedelta(minutes=1), NOW)  # 120 points
-    return {(2 * H, ignored): CpuEvidence(window, {PodKey("ml", k): v for k, v in usage.items()})}
+    return {(2 * H, ignored): CpuEvidence(window, {PodKey("ml", k): replace(v, quality=SCRAPED)
+                                                    for k, v in usage.items()})}
 
 
 def cycle(pods: Sequence[PodView], objects: Sequence[ObjectView] = (), policies: Sequence[Policy] | None = None,

@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 
 import pytest
-from factories import NOW, ago, obj
+from factories import NOW, SCRAPED, ago, obj
 
 from janitor import annotations as a
 from janitor.annotations import Delivery, Intent, NoticeKind, WarnedOf
@@ -513,7 +513,7 @@ def _running_pod(name: str, owner: ObjectView) -> PodView:
 def _idle_gpus(pods: Sequence[PodView]) -> Evidence:
     trigger = IdleGpu()
     window = EvidenceWindow(str(trigger.signal), trigger.window, datetime.timedelta(seconds=15), NOW)
-    series = {PodKey(NS, p.ref.name): (GpuSeries("0", 0.0, 480),) for p in pods}
+    series = {PodKey(NS, p.ref.name): (GpuSeries("0", 0.0, 480, quality=SCRAPED),) for p in pods}
     return Evidence(gpu={(str(trigger.signal), trigger.window): GpuEvidence(window, series)})
 
 

@@ -9,6 +9,12 @@ Aspects covered:
   constraints are final only once the gate is lifted), an unreadable owner chain is not judged;
 - a pod no node could ever run fires at once with the reason (resources, nodeSelector, required
   affinity, untolerated taints); one that fits some node does not; unread nodes give no verdict;
+- "ever" means every node at its best: a pod kept off only by a cordon, a NotReady node, a
+  condition taint, or a device plugin reporting fewer GPUs than the node's capacity or its GPU
+  count label, waits: judged after `after`, and the why says which node could run it once what;
+- a pod whose init container runs (for the first time) is starting, not stuck; an init container
+  completing, or a native sidecar's first start, restarts the count; a retrying init container
+  or a restarting sidecar is no progress;
 - through a cycle's plan: an enforcing policy marks a stuck workload and names it stuck Pending;
   the admins' report lists never-fitting workloads by the reason's code, not by its words.
 """
@@ -26,6 +32,8 @@ from factories import NOW, ago, obj
 from janitor.decide import selection
 from janitor.decide.lifecycle import Step
 from janitor.decide.model import (
+    ContainerKind,
+    ContainerStatus,
     Finding,
     NamespaceView,
     NodeInfo,
@@ -250,3 +258,136 @@ def test_the_admins_report_key_follows_the_never_fitting_workloads() -> None:
     assert later.key == first.key and not first.empty
     fitting = pod("huge-a", never, **unschedulable(0, requests={"nvidia.com/gpu": 2}))
     assert plan(observe([fitting], [never]), [POLICY], SafetyLedger(), NOW).admin_report.empty
+
+
+# -- waiting, not never fitting ------------------------------------------------------------------------------
+
+H = 60 * M
+PINNED = {"kubernetes.io/hostname": "gpu-node-9"}
+
+
+def gpu_node(**changes: Any) -> NodeInfo:
+    """gpu-node-9 with 4 GPUs, as a device plugin reports them when all is well."""
+    base: dict[str, Any] = {"labels": dict(PINNED, **{"nvidia.com/gpu.count": "4"}),
+                            "allocatable": {"cpu": 64, "nvidia.com/gpu": 4},
+                            "capacity": {"cpu": 64, "nvidia.com/gpu": 4}}
+    return NodeInfo("gpu-node-9", **(base | changes))
+
+
+def wants_four(minutes: float) -> PodView:
+    return pod("train-a", **unschedulable(minutes, requests={"nvidia.com/gpu": 4, "cpu": 8}, node_selector=PINNED))
+
+
+@pytest.mark.parametrize(("node", "words"), [
+    pytest.param(gpu_node(unschedulable=True, taints=(("node.kubernetes.io/unschedulable", "", "NoSchedule"),)),
+                 "gpu-node-9 could run it once the node is uncordoned", id="cordoned"),
+    pytest.param(gpu_node(unschedulable=True), "once the node is uncordoned", id="cordoned-before-the-taint"),
+    pytest.param(gpu_node(taints=(("node.kubernetes.io/not-ready", "", "NoSchedule"),)),
+                 "once the node is Ready again", id="not-ready"),
+    pytest.param(gpu_node(taints=(("node.kubernetes.io/unreachable", "", "NoExecute"),)),
+                 "once the node is Ready again", id="unreachable"),
+    pytest.param(gpu_node(taints=(("node.kubernetes.io/memory-pressure", "", "NoSchedule"),)),
+                 "once its node.kubernetes.io/memory-pressure taint is lifted", id="condition-taint"),
+    pytest.param(gpu_node(allocatable={"cpu": 64, "nvidia.com/gpu": 0}),
+                 "once its device plugin reports all its nvidia.com/gpu again (allocatable 0 of 4)",
+                 id="device-plugin-reports-0"),
+    pytest.param(gpu_node(allocatable={"cpu": 64}, capacity={"cpu": 64}),
+                 "once its device plugin reports all its nvidia.com/gpu again (allocatable 0 of 4)",
+                 id="gpus-gone-but-the-label-counts-4"),
+    pytest.param(gpu_node(unschedulable=True, allocatable={"cpu": 64, "nvidia.com/gpu": 2}),
+                 "once the node is uncordoned and its device plugin reports all its nvidia.com/gpu again "
+                 "(allocatable 2 of 4)", id="cordoned-and-short"),
+])
+def test_a_pod_kept_off_a_node_for_a_while_waits_instead_of_never_fitting(node: NodeInfo, words: str) -> None:
+    assert never_fits(wants_four(0), (node, *NODES)) is None
+    [young] = findings(wants_four(10), nodes=(node, *NODES))
+    assert young.state is State.TOO_YOUNG and words in young.why, young.why
+    assert "waiting, not never fitting: gpu-node-9 could run it once" in young.why
+    assert "(acted on after 30m00s)" in young.why
+    [old] = findings(wants_four(45), nodes=(node, *NODES))
+    assert old.state is State.FIRES and words in old.why
+
+
+def test_never_fits_still_holds_with_every_node_at_its_best() -> None:
+    node = gpu_node(unschedulable=True, allocatable={"cpu": 64, "nvidia.com/gpu": 0})
+    eight = pod("train-a", **unschedulable(0, requests={"nvidia.com/gpu": 8}, node_selector=PINNED))
+    [found] = findings(eight, nodes=(node,))
+    assert found.state is State.FIRES and "no node could ever run it: nvidia.com/gpu: asks 8, a node has 4" in found.why
+    # CPU and memory are what the node can give after its own reservations: capacity does not count.
+    cpu = pod("train-b", **unschedulable(0, requests={"cpu": 64}, node_selector=PINNED))
+    [found] = findings(cpu, nodes=(gpu_node(allocatable={"cpu": 63, "nvidia.com/gpu": 4}),))
+    assert found.state is State.FIRES and "cpu: asks 64, a node has 63" in found.why
+    # A taint an admin set (not one Kubernetes puts on for a condition) is for good.
+    tainted = gpu_node(taints=(("dedicated", "team-b", "NoSchedule"),))
+    [found] = findings(wants_four(0), nodes=(tainted,))
+    assert found.state is State.FIRES and "taint dedicated=team-b:NoSchedule not tolerated" in found.why
+
+
+def test_a_pod_tolerating_the_cordon_is_not_waiting_for_it() -> None:
+    node = gpu_node(unschedulable=True, taints=(("node.kubernetes.io/unschedulable", "", "NoSchedule"),))
+    tolerant = pod("train-a", **unschedulable(10, requests={"nvidia.com/gpu": 4}, node_selector=PINNED,
+                                              tolerations=(("node.kubernetes.io/unschedulable", "Exists", "",
+                                                            "NoSchedule"),)))
+    [found] = findings(tolerant, nodes=(node,))
+    assert found.state is State.TOO_YOUNG and "uncordoned" not in found.why
+
+
+def test_when_some_node_fits_now_the_schedulers_words_stand_alone() -> None:
+    cordoned = gpu_node(unschedulable=True)
+    free = NodeInfo("gpu-node-8", PINNED, allocatable={"nvidia.com/gpu": 4, "cpu": 64})
+    [found] = findings(wants_four(10), nodes=(cordoned, free))
+    assert found.state is State.TOO_YOUNG and "could run it once" not in found.why
+
+
+def test_several_waiting_nodes_are_counted() -> None:
+    nodes = (gpu_node(unschedulable=True), NodeInfo("gpu-node-a", PINNED, unschedulable=True,
+                                                    allocatable={"nvidia.com/gpu": 4, "cpu": 64}))
+    [found] = findings(wants_four(10), nodes=nodes)
+    assert "gpu-node-9 could run it once the node is uncordoned (1 more node likewise)" in found.why
+
+
+# -- init containers -----------------------------------------------------------------------------------------
+
+
+def init(name: str, state: str, minutes_ago: float, restarts: int = 0,
+         kind: ContainerKind = ContainerKind.INIT) -> ContainerStatus:
+    return ContainerStatus(name, kind, restarts, state, "Completed" if state == "terminated" else "",
+                           NOW - minutes_ago * M, 0 if state == "terminated" else None)
+
+
+def initialising(*containers: ContainerStatus) -> dict[str, Any]:
+    return {"scheduled": True, "scheduled_changed": NOW - 5 * H, "containers": containers,
+            "waiting": (("main", "PodInitializing", ""),)}
+
+
+def test_a_pod_whose_init_container_runs_is_starting_not_stuck() -> None:
+    job = obj("train", kind="Job")
+    [found] = findings(pod("train-a", job, **initialising(init("fetch", "running", 200))), owners=[job])
+    assert found.state is State.CLEAR
+    assert "train-a: init container fetch running since 2026-11-23 08:40Z: starting, not stuck" in found.why
+
+
+def test_an_init_container_completing_restarts_the_count() -> None:
+    job = obj("train", kind="Job")
+    state = initialising(init("fetch", "terminated", 10), init("unpack", "terminated", 5))
+    [found] = findings(pod("train-a", job, **state), owners=[job])
+    assert found.state is State.TOO_YOUNG
+    assert ("scheduled but not started: main: PodInitializing (counted from init container unpack completed at "
+            "2026-11-23 11:55Z), for 5m00s (acted on after 30m00s)") in found.why
+    stale = initialising(init("fetch", "terminated", 45))
+    [found] = findings(pod("train-a", job, **stale), owners=[job])
+    assert found.state is State.FIRES and "for 45m00s" in found.why
+
+
+@pytest.mark.parametrize(("containers", "words"), [
+    pytest.param((init("fetch", "running", 2, restarts=3),), "for 5h00m", id="init-container-retrying"),
+    pytest.param((init("proxy", "running", 2, restarts=4, kind=ContainerKind.SIDECAR),), "for 5h00m",
+                 id="sidecar-restarting"),
+    pytest.param((init("proxy", "running", 2, kind=ContainerKind.SIDECAR),),
+                 "counted from init container proxy started at 2026-11-23 11:58Z", id="sidecar-first-start"),
+])
+def test_what_counts_as_progress(containers: tuple[ContainerStatus, ...], words: str) -> None:
+    job = obj("train", kind="Job")
+    [found] = findings(pod("train-a", job, **initialising(*containers)), owners=[job])
+    assert words in found.why, found.why
+    assert found.state is (State.TOO_YOUNG if "started at" in words else State.FIRES)

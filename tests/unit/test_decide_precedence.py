@@ -13,7 +13,7 @@ import uuid
 from dataclasses import replace
 
 import pytest
-from factories import NOW, ago, obj
+from factories import NOW, SCRAPED, ago, obj
 
 from janitor import annotations as a
 from janitor.decide.evidence import Evidence, EvidenceWindow, GpuEvidence, GpuSeries, PodKey
@@ -75,7 +75,7 @@ def test_precedence(row: str, namespace: str, notes: dict[str, str], ns_notes: d
                   OwnerRef("ReplicaSet", "apps/v1", "nb-1", rs.ref.uid), "gpu-node-1", "Running", NOW - 3 * H, 1)
     window = EvidenceWindow("DCGM_FI_DEV_GPU_UTIL", 2 * H, datetime.timedelta(seconds=15), NOW)
     evidence = Evidence(gpu={("DCGM_FI_DEV_GPU_UTIL", 2 * H): GpuEvidence(
-        window, {PodKey(namespace, "nb-1-x"): (GpuSeries("0", 0.0, 480),)})})
+        window, {PodKey(namespace, "nb-1-x"): (GpuSeries("0", 0.0, 480, quality=SCRAPED),)})})
     policy = Policy("idle-gpu", (IdleGpu(),), mode=Mode.ENFORCE, lifecycle=Lifecycle(honour_opt_out=honour))
     observation = Observation(NOW, (deploy, rs), (pod,), {namespace: NamespaceView(namespace, {}, ns_notes)},
                               evidence=evidence)

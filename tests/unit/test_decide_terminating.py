@@ -3,9 +3,10 @@
 Aspects covered:
 - only past deletion + grace + `after`, and no force delete without the policy's forceDelete;
 - the holds named: finalizers, node NotReady or gone, processes the node agent reports;
-- force delete only on positive evidence (node deleted, out-of-service taint, the agent's clear
-  report after the deletion), never on silence (NotReady, an agent Unknown or not heard since),
-  never for StatefulSet pods or with finalizers, never while the agent's condition names the pod;
+- force delete only on positive evidence (node deleted, out-of-service taint, the agent's report
+  that the pod is gone, after the deletion, on a Ready node), never on silence (NotReady, an agent
+  Unknown or not heard since), never for StatefulSet pods or with finalizers, never while the
+  agent's condition names the pod (every case of the agent's proof: test_decide_force_proof.py);
 - the agent's condition message is data: a pod it lists, a list cut short (every pod on that
   node may be in it) or a message of an older agent without the list vetoes force deletes on that
   node only; a complete list that names other pods does not;
@@ -50,7 +51,7 @@ from janitor.decide.plan import PlanSettings, decide, plan
 from janitor.decide.rails import HoldReason, Rails
 from janitor.decide.triggers import terminating
 from janitor.decide.triggers.terminating import OUT_OF_SERVICE
-from janitor.node_report import ConditionMessage, PodTaskState, decode_condition
+from janitor.node_report import AgentRun, ConditionMessage, PodTaskState, decode_condition
 from janitor.policy.model import Match, Mode, Namespaces, Policy, Terminating
 
 M = datetime.timedelta(minutes=1)
@@ -78,8 +79,12 @@ def policy(force: bool = True, *, mode: Mode = Mode.ENFORCE, name: str = "stuck"
 
 
 def agent(status: bool | None, summary: str = "", pods: Sequence[str] = (), *, complete: bool = True,
-          at: datetime.datetime | None = NOW) -> AgentCondition:
-    return AgentCondition(status, ConditionMessage(summary, {uid: PodTaskState.D_STATE for uid in pods}, complete), at)
+          at: datetime.datetime | None = NOW, gone: Sequence[str] = ()) -> AgentCondition:
+    """The agent's condition: `pods` stuck in D, `gone` reported gone, by an agent running since
+    well before the deletion whose last complete scan began `at` (None: no run data at all)."""
+    states = {uid: PodTaskState.D_STATE for uid in pods} | {uid: PodTaskState.GONE for uid in gone}
+    run = AgentRun(DELETED - 60 * M, 10, 3, at) if at is not None else None
+    return AgentCondition(status, ConditionMessage(summary, states, complete, run), at)
 
 
 def observe(pods: Sequence[PodView], nodes: Sequence[NodeInfo] = (), *, nodes_known: bool = True,
@@ -102,8 +107,11 @@ def holds(finding: Finding) -> list[str]:
 @pytest.mark.parametrize(("the_pod", "nodes", "force", "held_by"), [
     pytest.param(pod(), [NodeInfo("n2")], True, "its node n1 is gone", id="node-deleted"),
     pytest.param(pod(), [NodeInfo("n1", taints=SHUT_DOWN)], True, "nothing the API shows", id="out-of-service"),
-    pytest.param(pod(), [NodeInfo("n1", agent=agent(False, "no D-state processes of deleted pods"))], True,
-                 "nothing the API shows", id="agent-says-clear"),
+    pytest.param(pod(uid=STUCK_UID), [NodeInfo("n1", ready=True, agent=agent(
+        False, "no D-state processes of deleted pods", gone=[STUCK_UID]))], True, "nothing the API shows",
+                 id="agent-says-gone"),
+    pytest.param(pod(uid=STUCK_UID), [NodeInfo("n1", ready=True, agent=agent(False, "no D-state processes"))], False,
+                 "nothing the API shows", id="agent-clear-but-silent-on-the-pod"),
     pytest.param(pod(), [NodeInfo("n1", agent=agent(False, at=DELETED - M))], False, "nothing",
                  id="agent-clear-before-the-deletion"),
     pytest.param(pod(), [NodeInfo("n1", agent=agent(False, at=None))], False, "nothing", id="agent-never-heard"),
@@ -145,9 +153,10 @@ def test_the_proof_is_named_in_the_force_delete() -> None:
     [tainted] = stuck([pod()], [NodeInfo("n1", taints=SHUT_DOWN)])
     assert tainted.proposal is not None
     assert "an admin tainted n1 node.kubernetes.io/out-of-service" in str(tainted.proposal.why)
-    [clear] = stuck([pod()], [NodeInfo("n1", agent=agent(False))])
+    [clear] = stuck([pod(uid=STUCK_UID)], [NodeInfo("n1", ready=True, agent=agent(False, gone=[STUCK_UID]))])
     assert clear.proposal is not None
-    assert "the node agent on n1 reported at 2026-11-23T12:00:00Z, after the deletion" in str(clear.proposal.why)
+    assert ("because the node agent on n1 (running since 2026-11-23T10:00:00Z) found no process of it in its scan at "
+            "2026-11-23T12:00:00Z, after the deletion, on a Ready node") in str(clear.proposal.why)
 
 
 def test_a_pod_the_agent_reports_is_to_be_rebooted_away() -> None:

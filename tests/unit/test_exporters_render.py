@@ -6,7 +6,7 @@ Aspects covered:
   `Hostname`/`hostname`/no-hostname variants, per-slot values, ABSENT series;
 - GPU assignment: admission order by creation time, pods that don't fit get nothing, finished pods
   release their GPUs, UUIDs depend only on node and index;
-- MIG: instances with GPU_I_PROFILE/GPU_I_ID and the parent UUID, no GPU_UTIL, GR_ENGINE_ACTIVE
+- MIG: instances with GPU_I_PROFILE/GPU_I_ID and the parent UUID, GPU_UTIL always 0, GR_ENGINE_ACTIVE
   following the set utilisation;
 - cAdvisor: pod cgroup (container="", image=""), pause and app container series, explicit ms
   timestamps, pod cgroup = sum of children, the counter is the integral of the set rate and stays
@@ -163,11 +163,12 @@ def test_assignment_follows_creation_order_and_skips_what_does_not_fit() -> None
     assert assign_gpus(GPU_NODE, [])[0].device.uuid == result[0].device.uuid
 
 
-def test_mig_instances_have_parent_uuid_and_no_gpu_util(values: Values) -> None:
+def test_mig_instances_have_parent_uuid_and_read_0_on_gpu_util(values: Values) -> None:
     nb = pod("nb", node="mig-node-1", gpus=1)
     values.set_gpu_util("ml", "nb", 30)
     text = dcgm_text(MIG_NODE, [nb], values, T0)
-    assert samples(text, "DCGM_FI_DEV_GPU_UTIL") == []
+    assert [(s.labels["GPU_I_ID"], s.labels.get("pod"), s.value) for s in samples(text, "DCGM_FI_DEV_GPU_UTIL")] == [
+        ("1", "nb", 0.0), ("2", None, 0.0)]
     assert samples(text, "DCGM_FI_DEV_MEM_COPY_UTIL") == []
     gr = samples(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
     assert [(s.labels["GPU_I_PROFILE"], s.labels["GPU_I_ID"], s.labels.get("pod"), s.value) for s in gr] == [

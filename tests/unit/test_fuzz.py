@@ -47,7 +47,7 @@ from typing import Any
 
 import pytest
 import yaml
-from factories import NOW, ago, obj
+from factories import NOW, SCRAPED, ago, obj
 from generated import DAY, Case, H, cases
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -582,7 +582,7 @@ def _marked_job(notes: Mapping[str, str], namespace: Mapping[str, str] = {}, lif
     trigger = IdleGpu()
     window = EvidenceWindow(str(trigger.signal), trigger.window, datetime.timedelta(seconds=15), NOW)
     evidence = Evidence(gpu={(str(trigger.signal), trigger.window): GpuEvidence(
-        window, {PodKey(NS, "train-x"): (GpuSeries("0", 0.0, 480),)})})
+        window, {PodKey(NS, "train-x"): (GpuSeries("0", 0.0, 480, quality=SCRAPED),)})})
     observation = Observation(NOW, (view,), (pod,), {NS: NamespaceView(NS, {}, {ann.OWNER: "alice@lab.example",
                                                                                  **namespace})}, evidence=evidence)
     policy = Policy("idle-gpu", (trigger,), mode=Mode.ENFORCE, lifecycle=lifecycle)

@@ -7,12 +7,17 @@ Aspects covered:
   on the node may be in it; a message cut bluntly inside its list reads back as incomplete too;
 - a message of an older agent (no data part), an unknown state or a malformed entry reads back as
   incomplete, never as "no pod is stuck"; only the trailing data part is read, never the words;
+- the agent's run (start, complete scans of sustain, last scan) and every pod's task state (alive,
+  d-state, gone) round-trip as data; a list cut short keeps the stuck pods first, then the alive;
+  a message without the run, or with one this janitor cannot read, has no run (it proves nothing);
+  only a pod listed d-state, or one possibly cut off, is named as stuck;
 - OOM event messages round-trip (kills, total, scope, words) for every scope, keep their data part
   when the words are long, and a message without the data part is no report.
 """
 
 from __future__ import annotations
 
+import datetime
 import string
 import uuid
 
@@ -22,6 +27,7 @@ from hypothesis import strategies as st
 
 from janitor.node_report import (
     MESSAGE_MAX,
+    AgentRun,
     ConditionMessage,
     OomReport,
     OomScope,
@@ -33,6 +39,9 @@ from janitor.node_report import (
 )
 
 D = PodTaskState.D_STATE
+ALIVE, GONE = PodTaskState.ALIVE, PodTaskState.GONE
+T0 = datetime.datetime(2026, 11, 23, 12, tzinfo=datetime.timezone.utc)
+RUN = AgentRun(T0, 7, 3, T0 + datetime.timedelta(minutes=3, seconds=30))
 SUMMARY = "2 tasks in D state from 2 deleted or long-Terminating pods: pid 4242 (python) since 12:00"
 
 
@@ -168,3 +177,52 @@ def test_long_oom_words_give_way_to_the_data_part() -> None:
 ])
 def test_an_oom_message_without_a_valid_data_part_is_no_report(text: str) -> None:
     assert decode_oom(text) is None
+
+
+def test_the_agents_run_and_every_pod_state_round_trip() -> None:
+    stuck, alive, gone = uids(3)
+    text = encode_condition("no D-state processes of deleted pods", {gone: GONE, alive: ALIVE, stuck: D}, RUN)
+    assert text == ("no D-state processes of deleted pods started=2026-11-23T12:00:00Z scans=7/3 "
+                    f"scanned=2026-11-23T12:03:30Z pods={stuck}:d-state,{alive}:alive,{gone}:gone")
+    decoded = decode_condition(text)
+    assert decoded == ConditionMessage("no D-state processes of deleted pods", {stuck: D, alive: ALIVE, gone: GONE},
+                                       complete=True, agent=RUN)
+    assert [decoded.state(u) for u in (stuck, alive, gone, str(uuid.uuid4()))] == [D, ALIVE, GONE, None]
+    assert decoded.names(stuck) and not decoded.names(alive) and not decoded.names(gone)
+
+
+@given(summary=st.text(alphabet=string.ascii_letters + string.digits + " :;,.()=-", max_size=1500),
+       states=st.lists(st.sampled_from(list(PodTaskState)), min_size=0, max_size=18),
+       scans=st.integers(min_value=0, max_value=10**9))
+def test_the_run_round_trips_for_any_summary(summary: str, states: list[PodTaskState], scans: int) -> None:
+    pods = dict(zip(uids(len(states)), states, strict=True))
+    run = AgentRun(T0, scans, 3, T0 + datetime.timedelta(seconds=scans % 86400))
+    text = encode_condition(summary, pods, run)
+    assert len(text) <= MESSAGE_MAX
+    decoded = decode_condition(text)
+    assert decoded.agent == run and decoded.pods == pods and decoded.complete  # 18 pods always fit beside the run
+    assert summary.startswith(decoded.summary)
+
+
+def test_a_list_cut_short_keeps_the_stuck_then_the_alive_first() -> None:
+    many = uids(30)
+    pods = {uid: (GONE, ALIVE, D)[i % 3] for i, uid in enumerate(many)}
+    decoded = decode_condition(encode_condition("x" * 2000, pods, RUN))
+    assert decoded.complete is False and decoded.agent == RUN
+    assert set(decoded.pods.values()) == {D, ALIVE}  # the 10 stuck pods, then the alive ones, no room for gone
+    assert {u for u, s in pods.items() if s is D} <= set(decoded.pods)
+    not_listed = next(u for u in many if u not in decoded.pods)
+    assert decoded.names(not_listed) and decoded.state(not_listed) is None
+
+
+@pytest.mark.parametrize("text", [
+    pytest.param("no D-state processes of deleted pods pods=", id="older-agent-with-a-list"),
+    pytest.param("words started=2026-11-23T12:00:00Z scans=7/3 scanned=yesterday pods=", id="a-time-not-read"),
+    pytest.param("words started=2026-11-23T12:00:00Z scans=-1/3 scanned=2026-11-23T12:00:00Z pods=",
+                 id="negative-scans"),
+    pytest.param("words started=2026-11-23T12:00:00Z scans=7/3 scanned=2026-11-23T12:00:00Z and more pods=",
+                 id="run-not-right-before-the-pods"),
+])
+def test_a_message_without_a_readable_run_has_none(text: str) -> None:
+    decoded = decode_condition(text)
+    assert decoded.agent is None and decoded.pods == {}

@@ -5,6 +5,12 @@ Aspects covered:
   (another start time), starts over;
 - leftover only when its pod is gone from the API or Terminating past its grace; a live pod's,
   a static pod's or a non-pod task is never one; an unknown pod list gives no leftovers;
+- per Terminating pod: alive while any task of it is in /proc (in any state, D not yet sustained
+  too, under a cgroup layout the parser does not know too), stuck in D once a leftover, gone only
+  when it was already Terminating in the list read before the walk and the walk read every
+  process, over `sustain` such walks in a row; an unusable walk, a file not read or an unknown
+  pod list reports nothing gone and starts the count over; a static pod's mirror is looked up
+  under its config hash;
 - OOM kills: the first reading is a baseline, rises are reported with group/process from
   oom_group_kill (or memory.oom.group), and a recreated cgroup (a drop) starts a new baseline.
 """
@@ -13,9 +19,12 @@ from __future__ import annotations
 
 import datetime
 
+import pytest
+
 from janitor.node_agent.cgroups import OomState
-from janitor.node_agent.procfs import Task
-from janitor.node_agent.tracker import DStateTracker, OomTracker, PodOnNode
+from janitor.node_agent.procfs import ScanResult, Task
+from janitor.node_agent.tracker import DStateTracker, OomTracker, PodOnNode, PodTaskTracker
+from janitor.node_report import PodTaskState
 
 NOW = datetime.datetime(2026, 11, 23, 12, tzinfo=datetime.timezone.utc)
 S = datetime.timedelta(seconds=30)
@@ -79,3 +88,80 @@ def test_oom_kills_after_a_baseline() -> None:
     assert oom.update({UID: OomState(0, 0, None)}) == []  # a new cgroup under the same uid: new baseline
     [old_kernel] = oom.update({UID: OomState(1, None, False)})
     assert old_kernel.group is False
+
+
+OTHER = "9d8e7f60-1a2b-4c3d-8e9f-0a1b2c3d4e5f"
+SYSTEM = "0::/system.slice/containerd.service\n"
+ALIVE, D_STATE, GONE = PodTaskState.ALIVE, PodTaskState.D_STATE, PodTaskState.GONE
+
+
+def walk(*cgroups: str, found: tuple[Task, ...] = (), unreadable: int = 0) -> ScanResult:
+    return ScanResult(found, processes=len(cgroups) + 1, tasks=len(cgroups) + 1, unreadable=unreadable,
+                      cgroups=frozenset((SYSTEM, *cgroups)))
+
+
+def terminating(uid: str = UID, mirror_of: str | None = None) -> dict[str, PodOnNode]:
+    return {uid: PodOnNode(uid, "ml", "train-0", NOW - S, S, mirror_of)}
+
+
+def test_a_terminating_pod_is_gone_only_from_the_walk_after_the_list_that_showed_it_deleting() -> None:
+    tracker = PodTaskTracker(sustain=1)
+    assert tracker.update(walk(CGROUP), {UID: PodOnNode(UID, "ml", "train-0")}, []) == {}  # running: not reported
+    assert tracker.update(walk(CGROUP), terminating(), []) == {UID: ALIVE}
+    assert tracker.update(walk(), terminating(), []) == {UID: GONE}  # Terminating in the list before this walk
+    assert tracker.update(walk(), terminating(), []) == {UID: GONE}
+    fresh = PodTaskTracker(sustain=1)  # a restarted agent: its first walk may predate containers still starting
+    assert fresh.update(walk(), terminating(), []) == {}
+    assert fresh.update(walk(), terminating(), []) == {UID: GONE}
+
+
+@pytest.mark.parametrize("seen", [
+    pytest.param(walk(CGROUP), id="a-process-sleeping"),
+    pytest.param(walk(found=(task("D"),)), id="a-task-in-d-not-yet-sustained"),
+    pytest.param(walk("0::/kubepods/besteffort/pod" + UID + "/" + "a" * 64 + "\n"), id="cgroupfs"),
+    pytest.param(walk(f"0::/some-new-runtime/sandbox-{UID.replace('-', '_')}/ctr\n"), id="a-layout-not-parsed"),
+])
+def test_a_task_of_the_pod_in_any_state_is_alive(seen: ScanResult) -> None:
+    tracker = PodTaskTracker(sustain=1)
+    tracker.update(walk(), terminating(), [])
+    assert tracker.update(seen, terminating(), []) == {UID: ALIVE}
+
+
+def test_a_leftover_is_reported_stuck_and_other_pods_apart() -> None:
+    tracker = PodTaskTracker(sustain=1)
+    pods = terminating() | terminating(OTHER)
+    tracker.update(walk(), pods, [])
+    [left] = scans(DStateTracker(sustain=1), [task()], pods, 1)
+    assert tracker.update(walk(CGROUP), pods, [left]) == {UID: D_STATE, OTHER: GONE}
+
+
+def test_nothing_is_gone_without_a_whole_walk_or_a_pod_list() -> None:
+    tracker = PodTaskTracker(sustain=1)
+    tracker.update(walk(), terminating(), [])
+    assert tracker.update(walk(unreadable=1), terminating(), []) == {}  # that file may have been the pod's
+    assert tracker.update(None, terminating(), []) == {}  # /proc empty or unreadable
+    assert tracker.update(ScanResult((), 0, 0, 0), terminating(), []) == {}
+    assert tracker.update(walk(), None, []) == {}  # pods not listed: no report
+    assert tracker.update(walk(), terminating(), []) == {UID: GONE}
+
+
+def test_a_static_pods_mirror_is_looked_up_under_its_config_hash() -> None:
+    static = "d" * 32
+    tracker = PodTaskTracker(sustain=1)
+    mirror = terminating(OTHER, mirror_of=static)
+    tracker.update(walk(), mirror, [])
+    assert tracker.update(walk(f"0::/kubepods/pod{static}/" + "b" * 64 + "\n"), mirror, []) == {OTHER: ALIVE}
+    assert tracker.update(walk(), mirror, []) == {OTHER: GONE}
+
+
+def test_gone_is_sustained_over_walks_and_any_doubt_starts_over() -> None:
+    tracker = PodTaskTracker(sustain=3)
+    tracker.update(walk(), terminating(), [])  # seen Terminating: from now on, walks count
+    assert [tracker.update(walk(), terminating(), []) for _ in range(2)] == [{}, {}]
+    assert tracker.update(walk(), terminating(), []) == {UID: GONE}  # a third walk in a row without it
+    assert tracker.update(walk(CGROUP), terminating(), []) == {UID: ALIVE}  # a process of it (forked, restarted)
+    assert [tracker.update(walk(), terminating(), []) for _ in range(2)] == [{}, {}]
+    assert tracker.update(walk(unreadable=1), terminating(), []) == {}  # a walk in doubt starts over
+    assert [tracker.update(walk(), terminating(), []) for _ in range(2)] == [{}, {}]
+    assert tracker.update(walk(), None, []) == {}  # so does a pod list not read
+    assert [tracker.update(walk(), terminating(), []) for _ in range(3)] == [{}, {}, {UID: GONE}]

@@ -4,7 +4,8 @@ Covered:
 - query builders: exact PromQL for both dcgm label styles, the `hostname` override, extra
   matchers (`cluster="mn2"`), CPU app-container matchers, sidecar regex escaping and quoting,
   PromQL durations;
-- folding answers: peak and count per GPU, MIG `gpu/GPU_I_ID` ids, NaN/Inf/DCGM sentinels ->
+- folding answers: peak and count per GPU, MIG `gpu/GPU_I_ID` ids (flagged as MIG), the longest
+  gap, a NaN sample and the jobs' scrape interval per series, NaN/Inf/DCGM sentinels ->
   peak None, a series missing its count (samples 0) or its peak (peak None), pods without a pod
   label and unknown `stat` values ignored, CPU per pod;
 - failures: a PrometheusError or a partial answer (warnings) -> `failed`, no pods, one WARNING;
@@ -19,7 +20,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from janitor.decide.evidence import CpuUsage, EvidenceWindow, GpuSeries, PodKey
+from janitor.decide.evidence import CpuUsage, EvidenceWindow, GpuSeries, PodKey, Quality
 from janitor.observe.evidence import (
     cpu_evidence,
     cpu_query,
@@ -47,6 +48,7 @@ HOURS_2 = timedelta(hours=2)
 STEP = timedelta(seconds=15)
 GPU_WINDOW = EvidenceWindow("DCGM_FI_DEV_GPU_UTIL", HOURS_2, STEP, AT)
 CPU_WINDOW = EvidenceWindow("container_cpu_usage_seconds_total", HOURS_2, STEP, AT)
+BARE = Quality(gap=HOURS_2)  # an answer without the quality statistics: nothing is known
 
 
 def series(value: float, **labels: str) -> Series:
@@ -66,39 +68,52 @@ def sm_gpu(stat: str, value: float, pod: str = "train-0", gpu: str = "0", **more
 
 
 def test_gpu_query_servicemonitor_style() -> None:
-    assert gpu_query("DCGM_FI_DEV_GPU_UTIL", window=HOURS_2, labels=SERVICE_MONITOR) == (
-        "max by (exported_namespace, exported_pod, gpu, GPU_I_ID, Hostname, stat) ("
-        'label_replace(max_over_time(DCGM_FI_DEV_GPU_UTIL{exported_pod!=""}[2h]), "stat", "peak", "", "")'
-        ' or label_replace(count_over_time(DCGM_FI_DEV_GPU_UTIL{exported_pod!=""}[2h]), "stat", "count", "", ""))'
+    sel = 'DCGM_FI_DEV_GPU_UTIL{exported_pod!=""}'
+    by = "exported_namespace, exported_pod, gpu, GPU_I_ID, Hostname"
+    stamp = f"max by ({by}) (timestamp({sel}))"
+    assert gpu_query("DCGM_FI_DEV_GPU_UTIL", window=HOURS_2, step=STEP, labels=SERVICE_MONITOR) == (
+        f"max by ({by}, stat) ("
+        f'label_replace(max_over_time({sel}[2h]), "stat", "peak", "", "")'
+        f' or label_replace(count_over_time({sel}[2h]), "stat", "count", "", "")'
+        f' or label_replace(count by ({by}) (sum_over_time({sel}[2h]) unless sum_over_time({sel}[2h]) * 0 == 0),'
+        ' "stat", "nonfinite", "", "")'
+        f' or label_replace(max_over_time((time() - {stamp})[2h:15s]), "stat", "stale", "", "")'
+        f' or label_replace(count_over_time(({stamp})[2h:15s]), "stat", "points", "", ""))'
+        f' or max by ({by}, job, stat) (label_replace(count_over_time({sel}[2h]), "stat", "job", "", ""))'
     )
 
 
 def test_gpu_query_honor_labels_with_cluster_and_lowercase_hostname() -> None:
-    query = gpu_query("DCGM_FI_PROF_GR_ENGINE_ACTIVE", window=timedelta(minutes=90), labels=HONOR_LABELS,
+    query = gpu_query("DCGM_FI_PROF_GR_ENGINE_ACTIVE", window=timedelta(minutes=90), step=STEP, labels=HONOR_LABELS,
                       extra=(Matcher("cluster", "mn2"),), hostname_label="hostname")
-    sel = 'DCGM_FI_PROF_GR_ENGINE_ACTIVE{pod!="",cluster="mn2"}[90m]'
-    assert query == (
-        "max by (namespace, pod, gpu, GPU_I_ID, hostname, stat) ("
-        f'label_replace(max_over_time({sel}), "stat", "peak", "", "")'
-        f' or label_replace(count_over_time({sel}), "stat", "count", "", ""))'
-    )
+    sel = 'DCGM_FI_PROF_GR_ENGINE_ACTIVE{pod!="",cluster="mn2"}'
+    assert query.startswith("max by (namespace, pod, gpu, GPU_I_ID, hostname, stat) (")
+    assert f'label_replace(max_over_time({sel}[90m]), "stat", "peak", "", "")' in query
+    assert f"max by (namespace, pod, gpu, GPU_I_ID, hostname) (timestamp({sel}))" in query
+    assert "[90m:15s]" in query
 
 
 def test_gpu_query_refuses_bad_names() -> None:
     with pytest.raises(ValueError):
-        gpu_query("DCGM FI", window=HOURS_2, labels=HONOR_LABELS)
+        gpu_query("DCGM FI", window=HOURS_2, step=STEP, labels=HONOR_LABELS)
     with pytest.raises(ValueError):
-        gpu_query("DCGM_FI_DEV_GPU_UTIL", window=timedelta(0), labels=HONOR_LABELS)
+        gpu_query("DCGM_FI_DEV_GPU_UTIL", window=timedelta(0), step=STEP, labels=HONOR_LABELS)
 
 
 def test_cpu_query_app_containers_peak_and_count() -> None:
-    cores = ('sum by (namespace, pod) (rate(container_cpu_usage_seconds_total'
-             '{container!="",container!="POD",container!~"istio-proxy|vault\\\\.agent",cluster="mn2"}[5m]))')
-    assert cpu_query(window=HOURS_2, step=STEP, labels=HONOR_LABELS, extra=(Matcher("cluster", "mn2"),),
-                     ignore_containers=("istio-proxy", "vault.agent")) == (
+    sel = ('container_cpu_usage_seconds_total'
+           '{container!="",container!="POD",container!~"istio-proxy|vault\\\\.agent",cluster="mn2"}')
+    cores = f"sum by (namespace, pod) (rate({sel}[5m]))"
+    query = cpu_query(window=HOURS_2, step=STEP, labels=HONOR_LABELS, extra=(Matcher("cluster", "mn2"),),
+                      ignore_containers=("istio-proxy", "vault.agent"))
+    assert query.startswith(
         f'label_replace(max_over_time(({cores})[2h:15s]), "stat", "peak", "", "")'
         f' or label_replace(count_over_time(({cores})[2h:15s]), "stat", "count", "", "")'
     )
+    # Gaps on the raw counters: the pod is covered only while every app container is.
+    assert f"max_over_time((time() - min by (namespace, pod) (timestamp({sel})))[2h:15s])" in query
+    assert query.endswith(f'max by (namespace, pod, job, stat) (label_replace(count_over_time({sel}[2h]), '
+                          '"stat", "job", "", ""))')
 
 
 def test_cpu_query_without_sidecars_has_no_regex_and_follows_label_map() -> None:
@@ -139,9 +154,31 @@ def test_fold_gpu_peak_and_count_per_gpu() -> None:
     ), GPU_WINDOW, SERVICE_MONITOR)
     assert evidence.failed is None and evidence.window == GPU_WINDOW
     assert evidence.pods == {
-        PodKey("ml", "train-0"): (GpuSeries("0", 93.0, 479, "gpu-node-1"), GpuSeries("1", 0.0, 480, "gpu-node-1")),
-        PodKey("ml", "other"): (GpuSeries("2", 5.0, 12, "gpu-node-1"), GpuSeries("10", 0.0, 12, "gpu-node-1")),
+        PodKey("ml", "train-0"): (GpuSeries("0", 93.0, 479, "gpu-node-1", BARE),
+                                  GpuSeries("1", 0.0, 480, "gpu-node-1", BARE)),
+        PodKey("ml", "other"): (GpuSeries("2", 5.0, 12, "gpu-node-1", BARE),
+                                GpuSeries("10", 0.0, 12, "gpu-node-1", BARE)),
     }
+
+
+def test_fold_gpu_quality_from_gaps_nan_and_the_jobs_interval() -> None:
+    """The longest gap is the stalest latest sample plus a step per step that saw none; a NaN
+    anywhere marks the series; the interval is the shortest of the jobs that exported it."""
+    evidence = fold_gpu(answer(
+        sm_gpu("peak", 0, gpu="0"), sm_gpu("count", 400, gpu="0"), sm_gpu("stale", 300, gpu="0"),
+        sm_gpu("points", 420, gpu="0"), sm_gpu("job", 400, gpu="0", job="dcgm"),
+        sm_gpu("peak", 0, gpu="1"), sm_gpu("count", 480, gpu="1"), sm_gpu("stale", 14.9, gpu="1"),
+        sm_gpu("points", 480, gpu="1"), sm_gpu("nonfinite", 1, gpu="1"),
+        sm_gpu("job", 300, gpu="1", job="dcgm"), sm_gpu("job", 180, gpu="1", job="dcgm-slow"),
+        sm_gpu("peak", 0, gpu="2"), sm_gpu("count", 480, gpu="2"), sm_gpu("job", 480, gpu="2", job="elsewhere"),
+    ), GPU_WINDOW, SERVICE_MONITOR, intervals={"dcgm": timedelta(seconds=15), "dcgm-slow": timedelta(seconds=60)})
+    hole, nan, unlisted = evidence.pods[PodKey("ml", "train-0")]
+    assert hole.quality == Quality(timedelta(seconds=15), timedelta(seconds=300 + 60 * 15), False)
+    assert nan.quality == Quality(timedelta(seconds=15), timedelta(seconds=14.9), True)
+    assert unlisted.quality.interval is None and unlisted.quality.gap == HOURS_2
+    again = fold_gpu(answer(sm_gpu("peak", 0), sm_gpu("job", 1, job="elsewhere")), GPU_WINDOW, SERVICE_MONITOR,
+                     intervals={}, fallback=timedelta(seconds=30))
+    assert again.pods[PodKey("ml", "train-0")][0].quality.interval == timedelta(seconds=30)
 
 
 def test_fold_gpu_mig_instances_get_gpu_slash_instance_ids() -> None:
@@ -149,19 +186,20 @@ def test_fold_gpu_mig_instances_get_gpu_slash_instance_ids() -> None:
         sm_gpu("peak", 0.6, gpu="0", GPU_I_ID="2"), sm_gpu("count", 480, gpu="0", GPU_I_ID="2"),
         sm_gpu("peak", 0.0, gpu="0", GPU_I_ID="1"), sm_gpu("count", 480, gpu="0", GPU_I_ID="1"),
     ), GPU_WINDOW, SERVICE_MONITOR)
-    assert [(s.gpu, s.peak) for s in evidence.pods[PodKey("ml", "train-0")]] == [("0/1", 0.0), ("0/2", 0.6)]
+    assert [(s.gpu, s.peak, s.mig) for s in evidence.pods[PodKey("ml", "train-0")]] == [
+        ("0/1", 0.0, True), ("0/2", 0.6, True)]
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, 9.223372036854775794e18, 9.2e18])
 def test_fold_gpu_non_finite_or_sentinel_peak_is_none(bad: float) -> None:
     evidence = fold_gpu(answer(sm_gpu("peak", bad), sm_gpu("count", 480)), GPU_WINDOW, SERVICE_MONITOR)
-    assert evidence.pods[PodKey("ml", "train-0")] == (GpuSeries("0", None, 480, "gpu-node-1"),)
+    assert evidence.pods[PodKey("ml", "train-0")] == (GpuSeries("0", None, 480, "gpu-node-1", BARE),)
 
 
 def test_fold_gpu_missing_count_or_peak() -> None:
     evidence = fold_gpu(answer(sm_gpu("peak", 0, gpu="0"), sm_gpu("count", 480, gpu="1")), GPU_WINDOW, SERVICE_MONITOR)
     assert evidence.pods[PodKey("ml", "train-0")] == (
-        GpuSeries("0", 0.0, 0, "gpu-node-1"), GpuSeries("1", None, 480, "gpu-node-1"),
+        GpuSeries("0", 0.0, 0, "gpu-node-1", BARE), GpuSeries("1", None, 480, "gpu-node-1", BARE),
     )
 
 
@@ -178,7 +216,7 @@ def test_fold_gpu_ignores_series_without_pod_or_stat_and_honors_label_map() -> N
         series(7, namespace="ml", pod="plain", gpu="0", hostname="n1", stat="peak"),
         series(480, namespace="ml", pod="plain", gpu="0", hostname="n1", stat="count"),
     ), GPU_WINDOW, HONOR_LABELS, hostname_label="hostname")
-    assert plain.pods == {PodKey("ml", "plain"): (GpuSeries("0", 7.0, 480, "n1"),)}
+    assert plain.pods == {PodKey("ml", "plain"): (GpuSeries("0", 7.0, 480, "n1", BARE),)}
 
 
 def test_fold_cpu_per_pod() -> None:
@@ -190,8 +228,8 @@ def test_fold_cpu_per_pod() -> None:
     ), CPU_WINDOW)
     assert evidence.failed is None
     assert evidence.pods == {
-        PodKey("ml", "a"): CpuUsage(0.31, 481), PodKey("ml", "b"): CpuUsage(None, 10),
-        PodKey("ml", "c"): CpuUsage(1.5, 0), PodKey("ml", "d"): CpuUsage(None, 20),
+        PodKey("ml", "a"): CpuUsage(0.31, 481, BARE), PodKey("ml", "b"): CpuUsage(None, 10, BARE),
+        PodKey("ml", "c"): CpuUsage(1.5, 0, BARE), PodKey("ml", "d"): CpuUsage(None, 20, BARE),
     }
 
 
@@ -225,18 +263,18 @@ def test_gpu_evidence_sends_one_query_with_the_site_matchers() -> None:
     source = FakeSource(answer(sm_gpu("peak", 3), sm_gpu("count", 480)), extra_matchers=(Matcher("cluster", "mn2"),))
     evidence = gpu_evidence(source, signal="DCGM_FI_DEV_GPU_UTIL", window=HOURS_2, step=STEP, at=AT,
                             labels=SERVICE_MONITOR)
-    assert source.calls == [(gpu_query("DCGM_FI_DEV_GPU_UTIL", window=HOURS_2, labels=SERVICE_MONITOR,
+    assert source.calls == [(gpu_query("DCGM_FI_DEV_GPU_UTIL", window=HOURS_2, step=STEP, labels=SERVICE_MONITOR,
                                        extra=(Matcher("cluster", "mn2"),)), AT)]
     assert 'cluster="mn2"' in source.calls[0][0]
     assert evidence.window == GPU_WINDOW and evidence.failed is None
-    assert evidence.pods == {PodKey("ml", "train-0"): (GpuSeries("0", 3.0, 480, "gpu-node-1"),)}
+    assert evidence.pods == {PodKey("ml", "train-0"): (GpuSeries("0", 3.0, 480, "gpu-node-1", BARE),)}
 
 
 def test_cpu_evidence_sends_one_query() -> None:
     source = FakeSource(answer(series(0.5, namespace="ml", pod="a", stat="peak")))
     evidence = cpu_evidence(source, window=HOURS_2, step=STEP, at=AT, ignore_containers=("istio-proxy",))
     assert [q for q, _ in source.calls] == [cpu_query(window=HOURS_2, step=STEP, ignore_containers=("istio-proxy",))]
-    assert evidence.window == CPU_WINDOW and evidence.pods == {PodKey("ml", "a"): CpuUsage(0.5, 0)}
+    assert evidence.window == CPU_WINDOW and evidence.pods == {PodKey("ml", "a"): CpuUsage(0.5, 0, BARE)}
 
 
 def test_errors_and_partial_answers_fail_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:

@@ -59,7 +59,7 @@ def test_valid_file_prints_summary(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "idleGpu: DCGM_FI_DEV_GPU_UTIL peak <= 3 per GPU over 90m" in lines[2]
     assert lines[4] == f"2. second [enforce] ({path}:6)"
     assert "pod labels app=web" in out
-    assert "idleCpu: peak <= 0.25 cores over 2h, ignoring istio-proxy" in out
+    assert "idleCpu: peak <= 0.25 cores over 2h (gaps <= 4 scrape intervals (>= 1m)), ignoring istio-proxy" in out
     assert "terminating: after 1h" in out
     assert lines[-1] == "OK: 2 policies in 1 file, in first-match order."
 

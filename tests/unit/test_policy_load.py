@@ -127,6 +127,16 @@ def test_defaults_for_a_minimal_policy() -> None:
     assert policy.trigger(model.Terminating) is None
 
 
+def test_crash_loop_sidecars_are_read_in_order_once_each() -> None:
+    [policy], errors = parse(with_line7(
+        "      crashLoop: {restarts: 3, window: 30m, ignoreContainers: [istio-proxy, linkerd-proxy, istio-proxy]}"))
+    assert errors == ()
+    assert policy.trigger(model.CrashLoop) == model.CrashLoop(restarts=3, window=dt.timedelta(minutes=30),
+                                                              ignore_containers=("istio-proxy", "linkerd-proxy"))
+    [default], _ = parse(with_line7("      crashLoop: {}"))
+    assert default.trigger(model.CrashLoop) == model.CrashLoop()
+
+
 def test_lifecycle_working_hours_and_grace() -> None:
     [policy], errors = parse(BASE + """    lifecycle:
       warnBefore: 24h
@@ -216,6 +226,15 @@ ERROR_CASES = [
                  "p.yaml:7: triggers.idleCpu.ignoreContainers: expected a list, got 'istio-proxy'", id="not-a-list"),
     pytest.param(with_line7("      pending: {}"),
                  "p.yaml:7: triggers.pending.after: is required", id="missing-after"),
+    pytest.param(with_line7("      crashLoop: {ignoreContainers: istio-proxy}"),
+                 "p.yaml:7: triggers.crashLoop.ignoreContainers: expected a list, got 'istio-proxy'",
+                 id="crash-loop-sidecars-not-a-list"),
+    pytest.param(with_line7("      crashLoop: {ignoreContainers: [Istio_Proxy]}"),
+                 "p.yaml:7: triggers.crashLoop.ignoreContainers[0]: 'Istio_Proxy' is not a container name",
+                 id="crash-loop-sidecar-not-a-name"),
+    pytest.param(with_line7("      crashLoop: {sidecars: [istio-proxy]}"),
+                 "p.yaml:7: triggers.crashLoop.sidecars: unknown field; known fields: restarts, window, "
+                 "ignoreContainers", id="crash-loop-unknown-field"),
     pytest.param(with_line7("      {}"),
                  "p.yaml:7: triggers: give at least one trigger: idleGpu, idleCpu, pending, terminating",
                  id="no-triggers"),

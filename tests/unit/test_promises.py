@@ -68,7 +68,7 @@ from hypothesis import strategies as st
 
 from janitor import annotations as ann
 from janitor.annotations import Delivery
-from janitor.decide.evidence import CpuEvidence, GpuEvidence, PodKey
+from janitor.decide.evidence import CpuEvidence, GpuEvidence, PodKey, Quality
 from janitor.decide.lifecycle import Step, delivered, resend
 from janitor.decide.model import (
     Action,
@@ -82,6 +82,7 @@ from janitor.decide.model import (
     PodState,
     PodView,
     SafetyLedger,
+    State,
     TriggerKind,
 )
 from janitor.decide.notices import Notice
@@ -246,10 +247,19 @@ def gpu_in_use(pod: PodView, evidence: GpuEvidence | None, trigger: IdleGpu, now
     if now - pod.started < max(trigger.window, trigger.min_pod_age):
         return False
     series = evidence.pods.get(PodKey(pod.ref.namespace or "", pod.ref.name), ())
-    expected = evidence.window.expected_samples
-    if len(series) != pod.gpus or any(s.peak is None or s.samples / expected < trigger.min_coverage for s in series):
+    if len(series) != pod.gpus or any(s.mig and not trigger.signal.covers_mig for s in series):
         return False
+    # A finite sample above the threshold is use, gaps, NaN or low coverage elsewhere or not.
     return any(s.peak is not None and s.peak > trigger.threshold for s in series)
+
+
+def doubtful(quality: Quality, trigger: IdleGpu | IdleCpu) -> bool:
+    """docs/policies.md, "Unknown": no interval, a NaN, or a gap over maxGap (default: 4 scrape
+    intervals, at least a minute)."""
+    if quality.interval is None or quality.non_finite or quality.gap is None:
+        return True
+    allowed = trigger.max_gap if trigger.max_gap is not None else max(4 * quality.interval, M)
+    return quality.gap > allowed
 
 
 def cpu_in_use(pod: PodView, evidence: CpuEvidence | None, trigger: IdleCpu, now: datetime.datetime) -> bool:
@@ -259,8 +269,6 @@ def cpu_in_use(pod: PodView, evidence: CpuEvidence | None, trigger: IdleCpu, now
         return False
     usage = evidence.pods.get(PodKey(pod.ref.namespace or "", pod.ref.name))
     if usage is None or usage.peak_cores is None:
-        return False
-    if usage.samples / evidence.window.expected_samples < trigger.min_coverage:
         return False
     if trigger.cores is not None:
         return usage.peak_cores > trigger.cores
@@ -316,14 +324,17 @@ def expected_findings(observation: Observation, policies: Sequence[Policy], plan
             elif trigger is TriggerKind.CRASH_LOOP and unit.known:
                 loop = policy.trigger(CrashLoop)
                 assert loop is not None
-                if any(p.state.restarts >= loop.restarts and p.state.last_exit_at is not None
-                       and now - p.state.last_exit_at <= loop.window for p in JUDGED[trigger](unit)):
+                # A finding (firing or saying why not) wherever a container restarted within the window.
+                if any(c.restarts > 0 and c.last_exit_at is not None and now - c.last_exit_at <= loop.window
+                       for p in JUDGED[trigger](unit) for c in p.state.containers):
                     out.add((str(trigger), policy.name, unit.uid, True))
             elif trigger is TriggerKind.TERMINATING:
                 stuck = policy.trigger(Terminating)
                 assert stuck is not None
                 for pod in JUDGED[trigger](unit):
                     assert pod.state.deleting_since is not None
+                    if policy.lifecycle.honour_opt_out and ann.is_true(pod.annotations.get(ann.OPT_OUT)):
+                        continue  # the pod's own opt-out, honoured like its workload's
                     overdue = now - pod.state.deleting_since - datetime.timedelta(seconds=pod.state.grace_seconds)
                     if overdue >= stuck.after:
                         out.add((str(trigger), policy.name, pod.ref.uid, True))
@@ -442,9 +453,9 @@ def make_busy(cluster: Cluster, unit: Unit, how: str, now: datetime.datetime) ->
     elif how == "busy-gpu" and any(p.gpus for p in live):
         pod = next(p for p in live if p.gpus)
         pod.use = replace(pod.use, gpu=(0.97,) + tuple(0.0 for _ in range(pod.gpus - 1)), gpu_coverage=1.0,
-                          gpu_gap=False, absent=False)
+                          gpu_gap=False, absent=False, doubt="")
     elif how == "busy-cpu" and live:
-        live[0].use = replace(live[0].use, cpu=40.0, cpu_coverage=1.0, absent=False)
+        live[0].use = replace(live[0].use, cpu=40.0, cpu_coverage=1.0, absent=False, doubt="")
 
 
 @examples(3.0)
@@ -466,6 +477,32 @@ def test_busy_beats_idle(case: Case, data: st.DataObject) -> None:
             if action.target.uid in busy:
                 assert confirmed is None, f"the re-check confirms {action.type} of {action.target} in use: " \
                                           f"{busy[action.target.uid]}"
+
+
+@examples(2.0)
+@given(case=cases())
+def test_doubtful_evidence_is_never_idle(case: Case) -> None:
+    """An idle finding (in any mode) rests only on samples without a long gap, without NaN, with a
+    known scrape interval and, for MIG slices, on a signal that measures them."""
+    for observation, planned, _ in cycles(case):
+        policies = {p.name: p for p in case.policies}
+        for finding in planned.findings:
+            if finding.state is not State.FIRES or finding.trigger not in (TriggerKind.IDLE_GPU, TriggerKind.IDLE_CPU):
+                continue
+            policy = policies[finding.policy]
+            for judged in finding.pods:
+                key = PodKey(judged.pod.namespace or "", judged.pod.name)
+                if finding.trigger is TriggerKind.IDLE_GPU:
+                    g = policy.trigger(IdleGpu)
+                    assert g is not None
+                    for s in observation.evidence.gpu[(str(g.signal), g.window)].pods[key]:
+                        assert not doubtful(s.quality, g), f"{finding.subject} idle on {s}: {finding.why}"
+                        assert g.signal.covers_mig or not s.mig, f"{finding.subject}: MIG slice on {g.signal}"
+                else:
+                    c = policy.trigger(IdleCpu)
+                    assert c is not None
+                    usage = observation.evidence.cpu[(c.window, tuple(sorted(c.ignore_containers)))].pods[key]
+                    assert not doubtful(usage.quality, c), f"{finding.subject} idle on {usage}: {finding.why}"
 
 
 # -- 2. no action without its warning -------------------------------------------------------------------

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pytest
-from factories import NOW, ago
+from factories import NOW, SCRAPED, ago
 
 from janitor import annotations as a
 from janitor.decide.model import ContainerView, NamespaceView, ObjectRef, ObjectView, OwnerRef, PodView
@@ -99,11 +99,12 @@ def decide(objects: Sequence[ObjectView], pods: Sequence[PodView], policies: Seq
     gpu, cpu = {}, {}
     for p in policies:
         if (g := p.trigger(IdleGpu)) is not None:
-            series = {PodKey(NS, pod.ref.name): tuple(GpuSeries(str(i), usage.gpu_peak, 480) for i in range(pod.gpus))
+            series = {PodKey(NS, pod.ref.name): tuple(GpuSeries(str(i), usage.gpu_peak, 480, quality=SCRAPED)
+                                                      for i in range(pod.gpus))
                       for pod in pods} if usage.gpu_peak is not None else {}
             gpu[(str(g.signal), g.window)] = GpuEvidence(EvidenceWindow(str(g.signal), g.window, step, now), series)
         if (c := p.trigger(IdleCpu)) is not None:
-            usages = {PodKey(NS, pod.ref.name): CpuUsage(usage.cpu_peak_cores, 120)
+            usages = {PodKey(NS, pod.ref.name): CpuUsage(usage.cpu_peak_cores, 120, quality=SCRAPED)
                       for pod in pods} if usage.cpu_peak_cores is not None else {}
             cpu[(c.window, ())] = CpuEvidence(EvidenceWindow("cpu", c.window, datetime.timedelta(minutes=1), now),
                                               usages)

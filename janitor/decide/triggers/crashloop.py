@@ -1,9 +1,18 @@
 """The crash-loop trigger: GPU workloads that hold GPUs while doing nothing but restarting.
 
-A pod counts as crash-looping when it restarted at least `restarts` times and its last exit was
-within `window`; a workload triggers only when every one of its GPU pods does (a healthy replica
-keeps it). The owner is told the last exit reason and, when the node agent saw OOM kills in the
-pod's memory cgroup (janitor.node_report), what they were: on cgroup v2 the kubelet kills a whole
+Kubernetes keeps, per container, a restart count over the container's life and the start and end
+of its last run, nothing more. So the trigger judges each container on its own and only from what
+that proves: a container is crash-looping when it restarted at least `restarts` times, its last
+run both began and ended within `window` (a trainer that ran for days and failed once is not in a
+loop, whatever its count from last week) and it has not completed since. Restarts are never summed
+across containers, and sidecars are not judged at all: native ones (init containers with
+`restartPolicy: Always`) and those the policy names in `ignoreContainers`, since a proxy restarting
+says nothing about the trainer beside it. A pod is crash-looping when one of its containers is; a
+workload triggers only when every one of its GPU pods is (a healthy replica keeps it).
+
+The owner is told which container, its restarts, its last exit and how long that run lasted, what
+it does now, whose restarts were not counted and, when the node agent saw OOM kills in the pod's
+memory cgroup (janitor.node_report), what they were: on cgroup v2 the kubelet kills a whole
 container when one of its processes passes the memory limit (`memory.oom.group`), unless the node
 runs with `singleProcessOOMKill`, where single processes die and the container carries on without
 any `OOMKilled` in its status.
@@ -14,17 +23,28 @@ from __future__ import annotations
 import datetime
 from collections.abc import Sequence
 
-from janitor.decide.model import Finding, Observation, PodJudgement, PodView, State, TriggerKind
+from janitor.decide.model import (
+    ContainerKind,
+    ContainerStatus,
+    Finding,
+    Observation,
+    PodJudgement,
+    PodView,
+    State,
+    TriggerKind,
+)
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import Workload
 from janitor.node_report import OomReport, OomScope
 from janitor.policy.model import CrashLoop, Policy
 
 GIB = 2**30
+# containerd reports a run that never started (a bad command) as starting at the Unix epoch.
+_NEVER_STARTED = datetime.datetime(1971, 1, 1, tzinfo=datetime.timezone.utc)
 
 
-def _oom(pod: PodView, reports: Sequence[OomReport]) -> Reason | None:
-    if not reports and "OOMKilled" not in pod.state.last_exit:
+def _oom(pod: PodView, container: ContainerStatus, reports: Sequence[OomReport]) -> Reason | None:
+    if not reports and "OOMKilled" not in container.last_exit:
         return None
     limit = pod.state.limits.get("memory")
     single = any(r.scope is OomScope.PROCESS for r in reports)
@@ -36,9 +56,69 @@ def _oom(pod: PodView, reports: Sequence[OomReport]) -> Reason | None:
                agent=f"; node agent: {reports[-1].words}" if reports else "", explained=explained)
 
 
-def _looping(pod: PodView, trigger: CrashLoop, now: datetime.datetime) -> bool:
-    at = pod.state.last_exit_at
-    return pod.state.restarts >= trigger.restarts and at is not None and now - at <= trigger.window
+def ignored(container: ContainerStatus, trigger: CrashLoop) -> bool:
+    """A sidecar: a native one (an init container with restartPolicy Always) or one the policy names."""
+    return container.kind is ContainerKind.SIDECAR or container.name in trigger.ignore_containers
+
+
+def _last_run(container: ContainerStatus) -> tuple[datetime.datetime, datetime.datetime] | None:
+    """(start, end) of the container's last run; a run that never started began when it ended."""
+    end = container.last_exit_at
+    if end is None:
+        return None
+    start = container.last_started
+    return (start if start is not None and _NEVER_STARTED < start <= end else end), end
+
+
+def container_verdict(container: ContainerStatus, trigger: CrashLoop, now: datetime.datetime) -> Reason | None:
+    """None when this container is crash-looping, else why not (in the container's own numbers)."""
+    name, restarts = container.name, container.restarts
+    if restarts < trigger.restarts:
+        return why(Code.TOO_FEW_RESTARTS, container=name, restarts=restarts, needed=trigger.restarts)
+    if container.state == "terminated":
+        return why(Code.COMPLETED, container=name, restarts=restarts)
+    run = _last_run(container)
+    if run is None:
+        return why(Code.NO_LAST_EXIT, container=name, restarts=restarts)
+    start, end = run
+    if now - end > trigger.window:
+        return why(Code.EXIT_BEFORE_WINDOW, container=name, restarts=restarts, ago=now - end, window=trigger.window)
+    if now - start > trigger.window:
+        return why(Code.LONG_LAST_RUN, container=name, restarts=restarts, ran=end - start, window=trigger.window)
+    return None
+
+
+def recently_restarted(pod: PodView, window: datetime.timedelta, now: datetime.datetime) -> bool:
+    """Some container of the pod (a sidecar too) restarted within `window`: worth a verdict in words."""
+    return any(c.restarts > 0 and c.last_exit_at is not None and now - c.last_exit_at <= window
+               for c in pod.state.containers)
+
+
+def _ignored_words(pod: PodView, trigger: CrashLoop) -> Reason | None:
+    names = tuple(f"{c.name} ({c.restarts} restart{'s' if c.restarts > 1 else ''})" for c in pod.state.containers
+                  if ignored(c, trigger) and c.restarts > 0)
+    return why(Code.SIDECARS_IGNORED, names=names) if names else None
+
+
+def judge_pod(pod: PodView, trigger: CrashLoop, reports: Sequence[OomReport],
+              now: datetime.datetime) -> tuple[bool, Reason]:
+    """Whether the pod is crash-looping (one of its judged containers is), and why, in words."""
+    judged = sorted((c for c in pod.state.containers if not ignored(c, trigger)), key=lambda c: -c.restarts)
+    skipped = _ignored_words(pod, trigger)
+    verdicts = [(c, container_verdict(c, trigger, now)) for c in judged]
+    looping = [c for c, verdict in verdicts if verdict is None]
+    if looping:
+        c = looping[0]
+        run = _last_run(c)
+        assert run is not None
+        state = (why(Code.NOW_RUNNING, since=c.since) if c.state == "running" and c.since is not None
+                 else why(Code.NOW_WAITING, reason=c.reason or c.state or "not reported"))
+        return True, why(Code.RESTARTS, pod=pod.ref.name, container=c.name, restarts=c.restarts,
+                         last_exit=c.last_exit or "unknown", at=run[1], ran=run[1] - run[0], now=state,
+                         oom=_oom(pod, c, reports), ignored=skipped)
+    closest = verdicts[0][1] if verdicts else why(Code.TOO_FEW_RESTARTS, container="(none reported)", restarts=0,
+                                                  needed=trigger.restarts)
+    return False, why(Code.NOT_LOOPING, pod=pod.ref.name, why=closest, ignored=skipped)
 
 
 def pods(workload: Workload) -> tuple[PodView, ...]:
@@ -48,25 +128,26 @@ def pods(workload: Workload) -> tuple[PodView, ...]:
 
 def findings(workloads: Sequence[Workload], observation: Observation, policy: Policy,
              now: datetime.datetime) -> list[Finding]:
-    """One finding per known GPU workload with at least one crash-looping pod."""
+    """One finding per known GPU workload with a crash-looping pod, or with a container (a sidecar
+    too) that restarted within the window: then it says in words why that is no crash loop."""
     trigger = policy.trigger(CrashLoop)
     assert trigger is not None
     found = []
     for workload in workloads:
         members = pods(workload)
-        looping = [p for p in members if _looping(p, trigger, now)]
-        if not looping or not workload.known:
+        if not workload.known or not any(recently_restarted(p, trigger.window, now) for p in members):
             continue
         judged = []
         for pod in members:
-            words = why(Code.RESTARTS, pod=pod.ref.name, restarts=pod.state.restarts,
-                        last_exit=pod.state.last_exit or "unknown",
-                        at=f" at {pod.state.last_exit_at:%Y-%m-%d %H:%M}Z" if pod.state.last_exit_at else "",
-                        oom=_oom(pod, observation.oom.get(pod.ref.uid, ())))
-            judged.append(PodJudgement(pod.ref, State.FIRES if pod in looping else State.CLEAR, words))
+            looping, words = judge_pod(pod, trigger, observation.oom.get(pod.ref.uid, ()), now)
+            judged.append(PodJudgement(pod.ref, State.FIRES if looping else State.CLEAR, words))
+        firing = [j for j in judged if j.state is State.FIRES]
         gpus = sum(p.gpus for p in members)
-        if len(looping) < len(members):
-            state, reason = State.CLEAR, why(Code.SOME_LOOPING, looping=len(looping), total=len(members),
+        if not firing:
+            first = next(j for j, p in zip(judged, members, strict=True) if recently_restarted(p, trigger.window, now))
+            state, reason = State.CLEAR, why(Code.NONE_LOOPING, total=len(members), first=first.why)
+        elif len(firing) < len(members):
+            state, reason = State.CLEAR, why(Code.SOME_LOOPING, looping=len(firing), total=len(members),
                                              first=judged[0].why)
         else:
             state, reason = State.FIRES, why(Code.ALL_LOOPING, gpus=gpus, shown=tuple(j.why for j in judged[:2]))

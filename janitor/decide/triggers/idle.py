@@ -2,10 +2,13 @@
 
 Judged pod by pod, per GPU, on the peak over the window, so one idle GPU of a two-GPU pod shows.
 Anything short of full evidence is *unknown*, never idle: a failed or partial query, fewer GPU
-series than the GPUs the pod asked for, samples covering too little of the window, non-finite
-values, and a pod whose containers started inside the window (a recreated pod with a reused name
-must not inherit the old one's history). A workload is idle only if every one of its running pods
-is, and none of its pods is starting (a starting pod means it is in use again, or about to be).
+series than the GPUs the pod asked for, a MIG slice judged on a signal that reads 0 for MIG, a
+series whose scrape interval Prometheus does not know, a stretch without samples longer than the
+policy's `maxGap` (what happened then is not known), any NaN or infinite sample, samples covering
+too little of the window, and a pod whose containers started inside the window (a recreated pod
+with a reused name must not inherit the old one's history). A workload is idle only if every one
+of its running pods is, and none of its pods is starting (a starting pod means it is in use
+again, or about to be).
 """
 
 from __future__ import annotations
@@ -14,11 +17,15 @@ import datetime
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from janitor.decide.evidence import CpuEvidence, GpuEvidence, PodKey
+from janitor.decide.evidence import CpuEvidence, EvidenceWindow, GpuEvidence, GpuSeries, PodKey, Quality
 from janitor.decide.model import Finding, Observation, PodJudgement, PodView, State, TriggerKind
 from janitor.decide.reasons import Code, Fact, Reason, why
 from janitor.decide.selection import Workload
-from janitor.policy.model import IdleCpu, IdleGpu, Policy
+from janitor.policy.model import GAP_INTERVALS, IdleCpu, IdleGpu, Policy
+
+MIN_DEFAULT_GAP = datetime.timedelta(minutes=1)
+"""The default `maxGap` is GAP_INTERVALS scrape intervals, but never under a minute: a Prometheus
+scraping every few seconds misses a scrape or two under load without losing what a GPU did."""
 
 
 def _key(pod: PodView) -> PodKey:
@@ -39,6 +46,27 @@ def _old_enough(pod: PodView, now: datetime.datetime, window: datetime.timedelta
     return None
 
 
+def max_gap(configured: datetime.timedelta | None, interval: datetime.timedelta) -> datetime.timedelta:
+    return configured if configured is not None else max(GAP_INTERVALS * interval, MIN_DEFAULT_GAP)
+
+
+def _doubt(what: str, quality: Quality, window: EvidenceWindow, configured: datetime.timedelta | None
+           ) -> Reason | None:
+    """Why these samples cannot show idleness, or None when they can."""
+    if quality.interval is None:
+        return why(Code.NO_INTERVAL, what=what)
+    if quality.non_finite:
+        return why(Code.NON_FINITE_SAMPLES, what=what, window=window.window)
+    allowed = max_gap(configured, quality.interval)
+    if quality.gap is None or quality.gap > allowed:
+        return why(Code.GAP, what=what, gap=quality.gap or window.window, window=window.window, allowed=allowed)
+    return None
+
+
+def _mig(pod: PodView) -> bool:
+    return any(r.startswith("nvidia.com/mig-") and n > 0 for r, n in pod.state.limits.items())
+
+
 def judge_gpu(pod: PodView, evidence: GpuEvidence | None, trigger: IdleGpu, now: datetime.datetime) -> PodJudgement:
     signal = str(trigger.signal)
     if evidence is None:
@@ -49,20 +77,21 @@ def judge_gpu(pod: PodView, evidence: GpuEvidence | None, trigger: IdleGpu, now:
     if young:
         return young
     series = evidence.pods.get(_key(pod), ())
+    if not trigger.signal.covers_mig and (_mig(pod) or any(s.mig for s in series)):
+        gpu = next((f"GPU {s.gpu}" for s in series if s.mig), "a GPU it requested")
+        return PodJudgement(pod.ref, State.UNKNOWN, why(Code.MIG_SIGNAL, what=gpu, signal=signal))
     if len(series) != pod.gpus:
         return PodJudgement(pod.ref, State.UNKNOWN,
                             why(Code.SERIES_COUNT, series=len(series), signal=signal, gpus=pod.gpus))
-    expected = evidence.window.expected_samples
     peaks = {s.gpu: s.peak for s in series}
-    for s in series:
-        coverage = s.samples / expected
-        if coverage < trigger.min_coverage:
-            return PodJudgement(pod.ref, State.UNKNOWN, why(Code.GPU_LOW_COVERAGE, gpu=s.gpu, coverage=coverage,
-                                                            window=trigger.window, needed=trigger.min_coverage),
-                                peaks=peaks)
-        if s.peak is None:
-            return PodJudgement(pod.ref, State.UNKNOWN, why(Code.NON_FINITE, gpu=s.gpu), peaks=peaks)
-    idle = tuple(sorted(s.gpu for s in series if s.peak is not None and s.peak <= trigger.threshold))
+    # A sample above the threshold is use, whatever else is missing: busy beats unknown. Only
+    # idleness needs the whole window's evidence.
+    busy = {s.gpu for s in series if s.peak is not None and s.peak > trigger.threshold}
+    unsure = next((r for s in series if s.gpu not in busy
+                   for r in [_unsure_gpu(s, evidence.window, trigger)] if r is not None), None)
+    if unsure is not None and not busy:
+        return PodJudgement(pod.ref, State.UNKNOWN, unsure, peaks=peaks)
+    idle = tuple(sorted(s.gpu for s in series if s.gpu not in busy)) if unsure is None else ()
     detail = ", ".join(f"GPU {s.gpu} peak {_fmt(s.peak)}" for s in sorted(series, key=lambda s: s.gpu))
     limit: dict[str, Fact] = {"signal": signal, "threshold": trigger.threshold, "window": trigger.window}
     if len(idle) == len(series):
@@ -72,6 +101,19 @@ def judge_gpu(pod: PodView, evidence: GpuEvidence | None, trigger: IdleGpu, now:
                             why(Code.GPU_PARTIAL, idle=len(idle), total=len(series), detail=detail, **limit),
                             idle, peaks)
     return PodJudgement(pod.ref, State.CLEAR, why(Code.GPU_BUSY, detail=detail), (), peaks)
+
+
+def _unsure_gpu(s: GpuSeries, window: EvidenceWindow, trigger: IdleGpu) -> Reason | None:
+    """Why this GPU's series cannot show it idle over the window, or None when it can."""
+    doubt = _doubt(f"GPU {s.gpu}", s.quality, window, trigger.max_gap)
+    if doubt is not None:
+        return doubt
+    assert s.quality.interval is not None  # _doubt checked it
+    coverage = s.samples / window.expected_at(s.quality.interval)
+    if coverage < trigger.min_coverage:
+        return why(Code.GPU_LOW_COVERAGE, gpu=s.gpu, coverage=coverage, window=trigger.window,
+                   needed=trigger.min_coverage)
+    return why(Code.NON_FINITE, gpu=s.gpu) if s.peak is None else None
 
 
 def judge_cpu(pod: PodView, evidence: CpuEvidence | None, trigger: IdleCpu, now: datetime.datetime) -> PodJudgement:
@@ -85,10 +127,6 @@ def judge_cpu(pod: PodView, evidence: CpuEvidence | None, trigger: IdleCpu, now:
     usage = evidence.pods.get(_key(pod))
     if usage is None or usage.peak_cores is None:
         return PodJudgement(pod.ref, State.UNKNOWN, why(Code.CPU_NO_SERIES))
-    coverage = usage.samples / evidence.window.expected_samples
-    if coverage < trigger.min_coverage:
-        return PodJudgement(pod.ref, State.UNKNOWN, why(Code.CPU_LOW_COVERAGE, coverage=coverage,
-                                                        window=trigger.window))
     if trigger.cores is not None:
         limit, described = trigger.cores, f"{trigger.cores:g} cores"
     else:
@@ -98,10 +136,16 @@ def judge_cpu(pod: PodView, evidence: CpuEvidence | None, trigger: IdleCpu, now:
         fraction = trigger.fraction_of_request or 0.0
         limit, described = fraction * request, f"{fraction:g} of its {request:g}-core request"
     peak = usage.peak_cores
-    if peak <= limit:
-        return PodJudgement(pod.ref, State.FIRES, why(Code.CPU_IDLE, peak=peak, limit=described,
-                                                      window=trigger.window))
-    return PodJudgement(pod.ref, State.CLEAR, why(Code.CPU_BUSY, peak=peak, limit=described))
+    if peak > limit:  # use, whatever else is missing: only idleness needs the whole window
+        return PodJudgement(pod.ref, State.CLEAR, why(Code.CPU_BUSY, peak=peak, limit=described))
+    doubt = _doubt("CPU", usage.quality, evidence.window, trigger.max_gap)
+    if doubt is not None:
+        return PodJudgement(pod.ref, State.UNKNOWN, doubt)
+    coverage = usage.samples / evidence.window.expected_samples
+    if coverage < trigger.min_coverage:
+        return PodJudgement(pod.ref, State.UNKNOWN, why(Code.CPU_LOW_COVERAGE, coverage=coverage,
+                                                        window=trigger.window))
+    return PodJudgement(pod.ref, State.FIRES, why(Code.CPU_IDLE, peak=peak, limit=described, window=trigger.window))
 
 
 def judge_workload(pods: Sequence[PodJudgement], starting: PodView | None = None) -> tuple[State, Reason]:

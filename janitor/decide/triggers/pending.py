@@ -2,11 +2,18 @@
 
 Time is time *in the state*, from the PodScheduled condition's transition time, not the pod's
 age: a pod that waited an hour for a node and has been pulling its image for five minutes is
-five minutes into "starting". Pods gated on purpose (`spec.schedulingGates`, as Kueue does) are
-not stuck unless the policy says so; suspended Jobs have no pods at all. A workload triggers only
-when none of its pods runs: a Deployment with 3 of 4 replicas running is reported (not stuck),
-never acted on. A pod that no node could ever run (more GPUs than any node has, a label no node
-carries, a taint nobody tolerates) triggers at once, with the reason, instead of after a day.
+five minutes into "starting". A pod makes progress while its init containers do: one running is
+starting, not stuck, and one completing starts the count again. Pods gated on purpose
+(`spec.schedulingGates`, as Kueue does) are not stuck unless the policy says so; suspended Jobs
+have no pods at all. A workload triggers only when none of its pods runs: a Deployment with 3 of 4
+replicas running is reported (not stuck), never acted on.
+
+A pod that no node could ever run (more GPUs than any node has, a label no node carries, a taint
+nobody tolerates) triggers at once, with the reason, instead of after a day. "Ever" means with
+every node at its best: schedulable, Ready, and reporting its full capacity. A cordoned node, a
+NotReady one, a taint the node lifecycle controller puts on for a condition, or a device plugin
+reporting 0 GPUs for a while (allocatable below capacity, or below the GPU count its labels carry)
+make a pod *wait*, judged after `after` like any unschedulable pod, and the owner reads which.
 """
 
 from __future__ import annotations
@@ -15,17 +22,48 @@ import datetime
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from janitor.decide.model import Finding, NodeInfo, Observation, PodJudgement, PodView, State, TriggerKind
+from janitor.decide.model import (
+    ContainerKind,
+    Finding,
+    NodeInfo,
+    Observation,
+    PodJudgement,
+    PodState,
+    PodView,
+    State,
+    TriggerKind,
+)
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import Workload
 from janitor.policy.model import Pending, Policy
 
 # Resources whose shortage on *every* node means "never", not "not now".
 _IGNORED = frozenset({"pods", "ephemeral-storage"})
+_CORDONED = "node.kubernetes.io/unschedulable"
+_NOT_READY = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+# Taints Kubernetes itself puts on a node for a condition that passes (the node lifecycle controller,
+# the kubelet at registration, the cloud provider until it has initialised the node, an admin's
+# out-of-service while the node is down): a pod kept off by one waits, it does not "never fit".
+_PASSING_TAINTS = _NOT_READY | {
+    _CORDONED, "node.kubernetes.io/memory-pressure", "node.kubernetes.io/disk-pressure",
+    "node.kubernetes.io/pid-pressure", "node.kubernetes.io/network-unavailable",
+    "node.cloudprovider.kubernetes.io/uninitialized", "node.kubernetes.io/out-of-service",
+}
+
+
+def _progress(st: PodState) -> tuple[str, str, datetime.datetime] | None:
+    """The latest step the pod's init phase made: (init container, what it did, when). An init
+    container completing is one; a native sidecar's first start is one (its restarts are not)."""
+    steps = [(c.name, "completed", c.since) for c in st.containers
+             if c.kind is ContainerKind.INIT and c.state == "terminated" and c.exit_code == 0 and c.since]
+    steps += [(c.name, "started", c.since) for c in st.containers
+              if c.kind is ContainerKind.SIDECAR and c.state == "running" and c.restarts == 0 and c.since]
+    return max(steps, key=lambda step: step[2]) if steps else None
 
 
 def stuck_state(pod: PodView) -> tuple[str, datetime.datetime | None, Reason]:
-    """(state, since, why) of a Pending pod: gated, unschedulable, starting or unknown."""
+    """(state, since, why) of a Pending pod: gated, unschedulable, progressing (an init container
+    running for the first time), starting or unknown."""
     st = pod.state
     if st.gated or st.schedule_reason == "SchedulingGated":
         return "gated", st.scheduled_changed, why(Code.GATED)
@@ -33,18 +71,46 @@ def stuck_state(pod: PodView) -> tuple[str, datetime.datetime | None, Reason]:
         return "unschedulable", st.scheduled_changed, why(Code.UNSCHEDULABLE,
                                                           message=st.schedule_message or st.schedule_reason)
     if st.scheduled is True:
+        running = next((c for c in st.containers
+                        if c.kind is ContainerKind.INIT and c.state == "running" and c.restarts == 0), None)
+        if running is not None:
+            return "progressing", running.since, why(Code.INIT_RUNNING, container=running.name, since=running.since)
         reasons = "; ".join(f"{c}: {r}" + (f" ({m})" if m else "") for c, r, m in st.waiting)
-        return "starting", st.scheduled_changed, why(Code.NOT_STARTED_YET,
-                                                     reasons=reasons or "containers not started")
+        reason = why(Code.NOT_STARTED_YET, reasons=reasons or "containers not started")
+        since, step = st.scheduled_changed, _progress(st)
+        if step is not None and (since is None or step[2] > since):
+            since, reason = step[2], why(Code.SINCE_INIT, state=reason, container=step[0], done=step[1], at=step[2])
+        return "starting", since, reason
     return "unknown", None, why(Code.NOT_SCHEDULED)
 
 
+def _device(resource: str) -> bool:
+    """An extended resource a device plugin reports (nvidia.com/gpu, nvidia.com/mig-3g.40gb, ...)."""
+    return "/" in resource and not resource.startswith("kubernetes.io/")
+
+
+def _at_best(node: NodeInfo, resource: str) -> float:
+    """How much of a resource the node has with all its devices reporting: a device plugin that
+    restarts reports 0 allocatable for a while; its capacity, or the count GPU feature discovery
+    put in the node's labels (nvidia.com/gpu.count), says what comes back."""
+    has = node.allocatable.get(resource, 0.0)
+    if not _device(resource):
+        return has
+    try:
+        labelled = float(int(node.labels.get(f"{resource}.count", "")))
+    except ValueError:
+        labelled = 0.0
+    return max(has, node.capacity.get(resource, 0.0), labelled)
+
+
 def _misfit(pod: PodView, node: NodeInfo) -> Reason | None:
+    """Why this node could not run the pod even at its best (schedulable, Ready, all devices
+    reporting), or None if it could."""
     st = pod.state
     for resource, amount in sorted(st.requests.items()):
         if resource in _IGNORED or amount <= 0:
             continue
-        has = node.allocatable.get(resource, 0.0)
+        has = _at_best(node, resource)
         if has < amount:
             return why(Code.MISFIT_RESOURCE, resource=resource, amount=amount, has=has)
     for key, value in sorted(st.node_selector.items()):
@@ -53,9 +119,50 @@ def _misfit(pod: PodView, node: NodeInfo) -> Reason | None:
     if st.required_affinity and not any(_term(term, node.labels) for term in st.required_affinity):
         return why(Code.MISFIT_AFFINITY)
     for key, value, effect in node.taints:
+        if key in _PASSING_TAINTS:
+            continue
         if effect in ("NoSchedule", "NoExecute") and not _tolerated(key, value, effect, st.tolerations):
             return why(Code.MISFIT_TAINT, key=key, value=value, effect=effect)
     return None
+
+
+def _blockers(pod: PodView, node: NodeInfo) -> tuple[Reason, ...]:
+    """What keeps a node that could run the pod at its best from running it now (empty: nothing)."""
+    st = pod.state
+    found: list[Reason] = []
+    untolerated = [key for key, value, effect in node.taints if key in _PASSING_TAINTS
+                   and effect in ("NoSchedule", "NoExecute") and not _tolerated(key, value, effect, st.tolerations)]
+    if (node.unschedulable and not _tolerated(_CORDONED, "", "NoSchedule", st.tolerations)) or \
+            _CORDONED in untolerated:
+        found.append(why(Code.ONCE_UNCORDONED))
+    if any(key in _NOT_READY for key in untolerated):
+        found.append(why(Code.ONCE_READY))
+    found += [why(Code.ONCE_UNTAINTED, key=key) for key in dict.fromkeys(untolerated)
+              if key != _CORDONED and key not in _NOT_READY]
+    for resource, amount in sorted(st.requests.items()):
+        has = node.allocatable.get(resource, 0.0)
+        if _device(resource) and amount > 0 and has < amount:
+            found.append(why(Code.ONCE_DEVICES, resource=resource, has=has, full=_at_best(node, resource)))
+    return tuple(found)
+
+
+def fits_later(pod: PodView, nodes: Sequence[NodeInfo], state: Reason) -> Reason | None:
+    """When no node can run the pod now but one could at its best: `state`, and which node could
+    once what passes. None when some node could run it now (the scheduler's own message says why
+    it did not) or none ever could."""
+    later = []
+    for node in sorted(nodes, key=lambda n: n.name):
+        if _misfit(pod, node) is not None:
+            continue
+        blockers = _blockers(pod, node)
+        if not blockers:
+            return None
+        later.append((node, blockers))
+    if not later:
+        return None
+    (node, blockers), others = later[0], len(later) - 1
+    more = f" ({others} more node{'s' if others > 1 else ''} likewise)" if others else ""
+    return why(Code.FITS_LATER, state=state, node=node.name, once=blockers, more=more)
 
 
 def _term(term: Sequence[tuple[str, str, tuple[str, ...]]], labels: Mapping[str, str]) -> bool:
@@ -91,7 +198,8 @@ def _tolerated(key: str, value: str, effect: str, tolerations: Sequence[tuple[st
 
 
 def never_fits(pod: PodView, nodes: Sequence[NodeInfo]) -> Reason | None:
-    """Why no node could ever run this pod, or None if one could (or no nodes are known)."""
+    """Why no node could ever run this pod, even with every node at its best, or None if one could
+    (or no nodes are known)."""
     if not nodes:
         return None
     reasons: Counter[str] = Counter()
@@ -116,9 +224,13 @@ def _judge_pod(pod: PodView, trigger: Pending, observation: Observation, now: da
         # Queued on purpose: its queue (Kueue) may still add the tolerations and node selectors of
         # the flavour it admits it to, so whether it could ever fit is not known yet either.
         return PodJudgement(pod.ref, State.CLEAR, why(Code.POD, pod=pod.ref.name, why=reason))
+    if state == "progressing":
+        return PodJudgement(pod.ref, State.CLEAR, why(Code.POD, pod=pod.ref.name, why=reason))
     misfit = never_fits(pod, observation.nodes) if observation.nodes_known else None
     if misfit:
         return PodJudgement(pod.ref, State.FIRES, why(Code.POD, pod=pod.ref.name, why=misfit))
+    if state == "unschedulable" and observation.nodes_known:
+        reason = fits_later(pod, observation.nodes, reason) or reason
     if since is None:
         return PodJudgement(pod.ref, State.UNKNOWN, why(Code.POD, pod=pod.ref.name, why=reason))
     if now - since < trigger.after:

@@ -1,14 +1,21 @@
 """Pods stuck Terminating: what holds each one, and whether a force delete may remove it.
 
 A pod whose deletion does not finish is an admin's problem, not its owner's: the janitor names
-what holds it (finalizers, its node NotReady or gone, live processes the node agent reports) and
-the remedy to consider. Force deleting (grace 0) only removes the API object: if the processes
-still run, the GPUs stay taken and a StatefulSet could start a second copy of the pod. So it is
-off by default and, when a policy turns it on, proposed only on positive evidence that nothing of
-the pod is alive: the Node object is gone, an admin tainted it `node.kubernetes.io/out-of-service`,
-or the node agent reported after the deletion that no process of a deleted pod is stuck there.
-Never on silence (a NotReady node says nothing), never for StatefulSet pods, never with
-finalizers (grace 0 does not remove them), never while the node agent may be reporting the pod.
+what holds it (finalizers, its node NotReady or gone, live processes the node agent reports)
+and the remedy to consider. Force deleting (grace 0) only removes the API object: if the
+processes still run, the GPUs stay taken and a StatefulSet could start a second copy of the pod.
+So it is off by default and, when a policy turns it on, proposed only on positive evidence that
+nothing of the pod is alive: the Node object is gone, an admin tainted it
+`node.kubernetes.io/out-of-service`, or the node agent proves it. The agent's word counts only
+when all of this holds (`_agent_proof`): the node is Ready (on a NotReady node the kubelet may be
+down with the containers still running); its condition is False (not Unknown: still starting,
+not True: leftovers there); the agent started before the deletion (a restarted agent did not
+watch the pod's processes go) and has completed `--sustain` scans; its last complete scan began
+after the deletion and within `MAX_REPORT_AGE` of now (silence or a stale report proves
+nothing); and that scan reported the pod's UID gone. A process of the pod it saw in any state
+vetoes. Never for StatefulSet pods, never with finalizers (grace 0 does not remove them).
+When the policy allows force deletes and none is proved, the finding and the remedy say which
+of these was missing.
 """
 
 from __future__ import annotations
@@ -30,10 +37,15 @@ from janitor.decide.model import (
 )
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import Workload
+from janitor.node_report import PodTaskState
 from janitor.policy.model import Policy, Terminating
 
 OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
 RULE = "terminating"
+# How old the node agent's last complete scan may be, either way of now, and still prove a pod
+# gone: four scans at the agent's default --interval of 30 s. An agent scanning less often than
+# every two minutes never proves anything.
+MAX_REPORT_AGE = datetime.timedelta(minutes=2)
 
 
 def pods(workload: Workload) -> tuple[PodView, ...]:
@@ -44,7 +56,10 @@ def pods(workload: Workload) -> tuple[PodView, ...]:
 def _agent_reports(pod: PodView, node: NodeInfo | None) -> bool:
     """The node agent says (or may be saying) that processes of this pod are stuck there."""
     agent = node.agent if node is not None else None
-    return agent is not None and agent.status is True and agent.message.names(pod.ref.uid)
+    if agent is None:
+        return False
+    return agent.message.state(pod.ref.uid) is PodTaskState.D_STATE or (
+        agent.status is True and agent.message.names(pod.ref.uid))
 
 
 def _holds(pod: PodView, node: NodeInfo | None, nodes_known: bool) -> tuple[list[Reason], Reason]:
@@ -67,23 +82,58 @@ def _holds(pod: PodView, node: NodeInfo | None, nodes_known: bool) -> tuple[list
     return holds, remedy or why(Code.REMEDY_EVENTS)
 
 
-def _proof(pod: PodView, node: NodeInfo | None, since: datetime.datetime, nodes_known: bool) -> Reason | None:
-    """Why a force delete is safe, or None. Only positive evidence counts: a node missing from a
-    node list that was not read is no evidence that it was deleted."""
+def _agent_proof(pod: PodView, node: NodeInfo, since: datetime.datetime, now: datetime.datetime) -> Reason:
+    """PROOF_AGENT_CLEAR when the node agent proves that nothing of the pod is left on `node`,
+    else the first thing missing (each check in the module docstring, in that order)."""
+    name = node.name
+    if node.ready is not True:
+        return why(Code.UNPROVEN_NOT_READY, node=name)
+    agent = node.agent
+    if agent is None:
+        return why(Code.UNPROVEN_NO_AGENT, node=name)
+    run = agent.message.agent
+    if run is None:
+        return why(Code.UNPROVEN_OLD_AGENT, node=name)
+    if agent.status is True:
+        return why(Code.UNPROVEN_AGENT_LEFTOVERS, node=name)
+    if agent.status is not False or run.scans < max(run.sustain, 1):
+        return why(Code.UNPROVEN_AGENT_STARTING, node=name, scans=run.scans, sustain=run.sustain, started=run.started)
+    if run.started >= since:
+        return why(Code.UNPROVEN_AGENT_RESTARTED, node=name, started=run.started)
+    if run.scanned <= since:
+        return why(Code.UNPROVEN_NOT_SCANNED_SINCE, node=name, at=run.scanned)
+    if abs(now - run.scanned) > MAX_REPORT_AGE:
+        return why(Code.UNPROVEN_STALE, node=name, at=run.scanned, age=abs(now - run.scanned), limit=MAX_REPORT_AGE)
+    state = agent.message.state(pod.ref.uid)
+    if state is PodTaskState.GONE:
+        return why(Code.PROOF_AGENT_CLEAR, node=name, started=run.started, at=run.scanned)
+    if state is not None:  # alive (a D state is vetoed before this)
+        return why(Code.UNPROVEN_ALIVE, node=name, at=run.scanned)
+    return why(Code.UNPROVEN_NOT_REPORTED, node=name, at=run.scanned)
+
+
+PROOFS = frozenset({Code.PROOF_NODE_DELETED, Code.PROOF_OUT_OF_SERVICE, Code.PROOF_AGENT_CLEAR})
+_NAMED_BY_HOLDS = frozenset({Code.UNPROVEN_FINALIZERS, Code.UNPROVEN_D_STATE})  # the remedy already answers these
+
+
+def _proof(pod: PodView, node: NodeInfo | None, since: datetime.datetime, nodes_known: bool,
+           now: datetime.datetime) -> Reason:
+    """Why a force delete is safe (a code in PROOFS), or why it is not proved. Only positive
+    evidence counts: a node missing from a node list that was not read is no evidence that it
+    was deleted."""
     if pod.state.finalizers:
-        return None
+        return why(Code.UNPROVEN_FINALIZERS)
     if pod.controller is not None and pod.controller.kind == "StatefulSet":
-        return None  # a second copy with the same identity could start while the first still runs
+        return why(Code.UNPROVEN_STATEFULSET)  # a second copy with the same identity could start
     if _agent_reports(pod, node):
-        return None
+        return why(Code.UNPROVEN_D_STATE, node=pod.node)
     if pod.node and node is None and nodes_known:
         return why(Code.PROOF_NODE_DELETED, node=pod.node)
-    if node is not None and any(key == OUT_OF_SERVICE for key, _, _ in node.taints):
+    if node is None:
+        return why(Code.UNPROVEN_NO_NODE, node=pod.node or "(none)")
+    if any(key == OUT_OF_SERVICE for key, _, _ in node.taints):
         return why(Code.PROOF_OUT_OF_SERVICE, node=node.name)
-    agent = node.agent if node is not None else None
-    if node is not None and agent is not None and agent.status is False and agent.heartbeat and agent.heartbeat > since:
-        return why(Code.PROOF_AGENT_CLEAR, node=node.name, at=agent.heartbeat)
-    return None
+    return _agent_proof(pod, node, since, now)
 
 
 def findings(workloads: Sequence[Workload], observation: Observation, policy: Policy,
@@ -104,16 +154,21 @@ def findings(workloads: Sequence[Workload], observation: Observation, policy: Po
                 continue
             node = by_name.get(pod.node or "")
             holds, remedy = _holds(pod, node, observation.nodes_known)
-            proof = _proof(pod, node, since, observation.nodes_known) if trigger.force_delete else None
-            force = None
-            if proof is not None:
+            proof = _proof(pod, node, since, observation.nodes_known, now) if trigger.force_delete else None
+            force = not_forced = None
+            if proof is not None and proof.code in PROOFS:
                 force = Action(ActionType.FORCE_DELETE, pod.ref, pod.resource_version, policy.name,
                                TriggerKind.TERMINATING, RULE, "ForceDeletedStuckPod",
                                why(Code.FORCE_DELETED, since=since, holds=tuple(holds), policy=policy.name,
                                    proof=proof))
                 remedy = why(Code.REMEDY_FORCE, proof=proof)
+            elif proof is not None:
+                not_forced = why(Code.NOT_FORCED, why=proof)
+                if proof.code not in _NAMED_BY_HOLDS:
+                    remedy = why(Code.REMEDY_UNPROVEN, remedy=remedy, not_forced=not_forced)
             stuck = StuckPod(pod.node, since, overdue, tuple(holds), remedy)
             found.append(Finding(TriggerKind.TERMINATING, policy.name, policy.mode, pod.ref, State.FIRES,
-                                 why(Code.STUCK_TERMINATING, since=since, overdue=overdue, holds=tuple(holds)),
+                                 why(Code.STUCK_TERMINATING, since=since, overdue=overdue, holds=tuple(holds),
+                                     not_forced=not_forced),
                                  source=policy.source, proposal=force, stuck=stuck))
     return found
