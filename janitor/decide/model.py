@@ -146,6 +146,14 @@ class PodState:
     grace_seconds: int = 30
 
 
+GPU_RESOURCE = "nvidia.com/gpu"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"  # a MIG slice of a profile: nvidia.com/mig-3g.40gb
+
+
+def is_mig(resource: str) -> bool:
+    return resource.startswith(MIG_RESOURCE_PREFIX)
+
+
 @dataclass(frozen=True, slots=True)
 class PodView:
     """A pod as the pod triggers read it."""
@@ -180,8 +188,7 @@ class AgentCondition:
     scan saw of its tasks: only that proves a pod gone, never the status alone."""
 
     status: bool | None  # None: neither True nor False (Unknown)
-    message: ConditionMessage
-    heartbeat: datetime.datetime | None  # lastHeartbeatTime: when the agent last wrote it
+    message: ConditionMessage  # the agent's run (when its last scan began) is in here, not lastHeartbeatTime
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from typing import Any
 
 from janitor import node_report
 from janitor.decide.model import (
+    GPU_RESOURCE,
     AgentCondition,
     ContainerKind,
     ContainerStatus,
@@ -23,6 +24,7 @@ from janitor.decide.model import (
     PodState,
     PodView,
     ResourceKind,
+    is_mig,
 )
 from janitor.node_report import OomReport
 
@@ -45,7 +47,7 @@ def cpu_cores(quantity: str | None) -> float:
 
 def _gpus(resources: Mapping[str, Any]) -> int:
     merged = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
-    return sum(int(v) for k, v in merged.items() if k == "nvidia.com/gpu" or k.startswith("nvidia.com/mig-"))
+    return sum(int(v) for k, v in merged.items() if k == GPU_RESOURCE or is_mig(k))
 
 
 def pod_view(item: Mapping[str, Any]) -> PodView:
@@ -195,7 +197,7 @@ def node_info(item: Mapping[str, Any], agent_condition: str = node_report.CONDIT
         unschedulable=bool(spec.get("unschedulable")),
         agent=None if agent is None else AgentCondition(
             {"True": True, "False": False}.get(agent.get("status", "")),
-            node_report.decode_condition(agent.get("message") or ""), _time(agent.get("lastHeartbeatTime"))),
+            node_report.decode_condition(agent.get("message") or "")),
     )
 
 

@@ -60,7 +60,7 @@ def node(*, ready: bool | None = True, status: bool | None = False, run: AgentRu
          pods: dict[str, PodTaskState] | None = None, complete: bool = True, agent: bool = True) -> NodeInfo:
     message = ConditionMessage("no D-state processes of deleted pods", {UID: GONE} if pods is None else pods,
                                complete, run)
-    return NodeInfo("n1", ready=ready, agent=AgentCondition(status, message, NOW - M) if agent else None)
+    return NodeInfo("n1", ready=ready, agent=AgentCondition(status, message) if agent else None)
 
 
 def policy(force: bool = True) -> Policy:

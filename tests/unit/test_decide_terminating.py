@@ -84,7 +84,7 @@ def agent(status: bool | None, summary: str = "", pods: Sequence[str] = (), *, c
     well before the deletion whose last complete scan began `at` (None: no run data at all)."""
     states = {uid: PodTaskState.D_STATE for uid in pods} | {uid: PodTaskState.GONE for uid in gone}
     run = AgentRun(DELETED - 60 * M, 10, 3, at) if at is not None else None
-    return AgentCondition(status, ConditionMessage(summary, states, complete, run), at)
+    return AgentCondition(status, ConditionMessage(summary, states, complete, run))
 
 
 def observe(pods: Sequence[PodView], nodes: Sequence[NodeInfo] = (), *, nodes_known: bool = True,
@@ -128,7 +128,7 @@ def holds(finding: Finding) -> list[str]:
                                                agent=agent(True, "90 tasks", [OTHER_UID], complete=False))],
                  False, "processes stuck in D state on n1 (node agent: 90 tasks)", id="agent-list-cut-short"),
     pytest.param(pod(uid=STUCK_UID), [NodeInfo("n1", taints=SHUT_DOWN, agent=AgentCondition(
-        True, decode_condition("2 tasks in D state from 1 deleted pods"), NOW))],
+        True, decode_condition("2 tasks in D state from 1 deleted pods")))],
                  False, "processes stuck in D state", id="older-agent-without-the-list"),
 ])
 def test_force_only_on_positive_evidence(the_pod: PodView, nodes: list[NodeInfo], force: bool, held_by: str) -> None:

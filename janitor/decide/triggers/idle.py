@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from janitor.decide.evidence import CpuEvidence, EvidenceWindow, GpuEvidence, GpuSeries, PodKey, Quality
-from janitor.decide.model import Finding, Observation, PodJudgement, PodView, State, TriggerKind
+from janitor.decide.model import Finding, Observation, PodJudgement, PodView, State, TriggerKind, is_mig
 from janitor.decide.reasons import Code, Fact, Reason, why
 from janitor.decide.selection import Workload
 from janitor.policy.model import GAP_INTERVALS, IdleCpu, IdleGpu, Policy
@@ -64,7 +64,7 @@ def _doubt(what: str, quality: Quality, window: EvidenceWindow, configured: date
 
 
 def _mig(pod: PodView) -> bool:
-    return any(r.startswith("nvidia.com/mig-") and n > 0 for r, n in pod.state.limits.items())
+    return any(is_mig(r) and n > 0 for r, n in pod.state.limits.items())
 
 
 def judge_gpu(pod: PodView, evidence: GpuEvidence | None, trigger: IdleGpu, now: datetime.datetime) -> PodJudgement:
