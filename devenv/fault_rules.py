@@ -156,6 +156,7 @@ class Seen:
     query: str
     status: int | None
     fault: FaultKind | None
+    bytes: int = 0  # the response body's bytes as sent on the wire (compressed, when it was)
 
 
 class Journal:
@@ -168,7 +169,7 @@ class Journal:
     def arrived(self, conn: int, method: str, target: str, fault: FaultKind | None) -> dict[str, Any]:
         path, _, query = target.partition("?")
         entry = {"conn": conn, "method": method, "path": path, "query": query, "status": None,
-                 "fault": fault}
+                 "fault": fault, "bytes": 0}
         with self._lock:
             self._entries.append(entry)
         return entry

@@ -281,6 +281,15 @@ class FaultProxy(Switches):
     def forget(self) -> None:
         self.journal.forget()
 
+    def drop_connections(self) -> int:
+        """Cut every open client connection, watch streams included, as a restarting load balancer
+        would; new connections are served as before. Returns how many were cut."""
+        with self._lock:
+            conns = list(self._conns.values())
+        for conn in conns:
+            conn.shut()
+        return len(conns)
+
     # ----- serving -----------------------------------------------------------------------
     def _spawn(self, target: Callable[[], object], name: str) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -441,15 +450,20 @@ class FaultProxy(Switches):
         connection = _tokens(headers, "connection")
         up_close = "close" in connection or (lines[0].startswith(b"HTTP/1.0") and "keep-alive" not in connection)
         length = _header(headers, "content-length")
+
+        def send(data: bytes) -> None:
+            conn.sock.sendall(data)
+            entry["bytes"] += len(data)
+
         if method == "HEAD" or code in (204, 304):
             pass
         elif "chunked" in _tokens(headers, "transfer-encoding"):
-            _copy_chunked(conn.up_reader, conn.sock.sendall)
+            _copy_chunked(conn.up_reader, send)
         elif length is not None:
-            _copy_exact(conn.up_reader, int(length), conn.sock.sendall)
+            _copy_exact(conn.up_reader, int(length), send)
         else:  # the body ends when the upstream closes; so must the client's connection
             while data := conn.up_reader.read1(_PIECE):
-                conn.sock.sendall(data)
+                send(data)
             up_close = True
         if up_close:
             conn.drop_upstream()

@@ -287,6 +287,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if result.memory.policies is None:
             print("no valid policy set: nothing was done (see `janitor check`)", file=sys.stderr)
         return 1 if failed or result.memory.policies is None else 0
+    if args.watch_cache:
+        from janitor.observe.cache import ClusterCache
+
+        read = getattr(args, "kube_timeout", None) or 30.0
+        ports.cache = ClusterCache(ports.api, settings, connect_timeout=min(5.0, read), read_timeout=read)
     elector = None
     in_cluster = not (args.kubeconfig or os.environ.get("KUBECONFIG"))
     if settings.leader.elect if settings.leader.elect is not None else in_cluster:
@@ -607,6 +612,10 @@ read-only, and the narrow RBAC of manifests/ (list pods, get and patch-status no
                      help="seconds a cycle may take; one that takes longer is abandoned (it acts no further, "
                           "/healthz fails, the lease is let go) and counted (%(default)s)")
     run.add_argument("--metrics-port", type=int, default=8080, help="/metrics, /healthz and /readyz (%(default)s)")
+    run.add_argument("--watch-cache", action=argparse.BooleanOptionalAction, default=True,
+                     help="list each kind once, then follow it with a watch, so a steady cycle reads what changed, "
+                          "not the cluster (what an action depends on is still read fresh first); a cycle while a "
+                          "kind is not synced does nothing and says so on /readyz (default: on; not with --once)")
     run.add_argument("--log-level", default="INFO")
     leader = run.add_argument_group(
         "leader election", "Run two replicas: the one holding a coordination.k8s.io Lease in the state namespace acts, "

@@ -36,7 +36,8 @@ from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.plan import CyclePlan, plan
 from janitor.decide.rails import record_deletions
 from janitor.observe import cluster, observation
-from janitor.observe.prometheus import PrometheusSource
+from janitor.observe.cache import ClusterCache
+from janitor.observe.prometheus import PrometheusSource, QueryStat
 from janitor.policy import load
 from janitor.policy.model import Policy
 from janitor.settings import Settings
@@ -59,6 +60,7 @@ class Ports:
     slack: Slack | None = None
     fence: Callable[[], bool] = lambda: True  # with leader election: do we still hold the lease?
     clock: Clock = utc_now
+    cache: ClusterCache | None = None  # the daemon's watch cache; None: each cycle lists every kind
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,7 @@ class CycleResult:
     lifecycle: LifecycleOutcome | None = None
     memory: Memory = field(default_factory=Memory)
     seconds: float = 0.0
+    queries: tuple[QueryStat, ...] = ()  # the requests to Prometheus this cycle made
 
     @property
     def plan(self) -> CyclePlan:
@@ -133,8 +136,14 @@ def observe_and_plan(ports: Ports, settings: Settings, memory: Memory, *, source
     """Observe and decide with the policies in `memory`, changing nothing."""
     policies = memory.policies or ()
     now = ports.clock()
-    seen = observation.read(ports.api, settings, policies, now, source=source, progress=progress)
-    ledger = cluster.read_ledger(ports.api, settings.cluster.state_namespace, settings.cluster.state_name)
+    c = settings.cluster
+    if ports.cache is not None:
+        ledger, at = cluster.read_ledger_at(ports.api, c.state_namespace, c.state_name)
+        seen = observation.read_cached(ports.cache, settings, policies, at or cluster.server_date(ports.api), now,
+                                       source=source, first_sync=settings.cycle_budget.total_seconds() / 2)
+    else:
+        seen = observation.read(ports.api, settings, policies, now, source=source, progress=progress)
+        ledger = cluster.read_ledger(ports.api, c.state_namespace, c.state_name)
     decided = plan(seen, policies, ledger, now, settings=settings.plan())
     for f in decided.findings:
         if f.trigger is TriggerKind.EXPIRY:
@@ -371,6 +380,7 @@ def run_cycle(ports: Ports, settings: Settings, memory: Memory) -> CycleResult:
     with prometheus(settings, memory.policies or ()) as source:
         planned = observe_and_plan(ports, settings, memory, source=source, reloaded=reloaded)
         result = apply(ports, settings, planned, source=source)
+        result.queries = tuple(source.stats) if source is not None else ()
     result.seconds = time.monotonic() - began
     logger.info(
         "cycle done: %d objects, %d deleted, %d held, %d reported",

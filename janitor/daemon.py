@@ -11,12 +11,14 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MISSED, JobExecutionEvent
 from apscheduler.schedulers.blocking import BlockingScheduler
 from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from janitor import annotations as ann
 from janitor import cycle, endpoints, errors
@@ -24,6 +26,7 @@ from janitor.act import kube
 from janitor.cycle import CycleResult, Memory, Ports
 from janitor.decide.rails import is_tripped
 from janitor.leader import LeaseElector
+from janitor.observe.cache import ClusterCache, NotSynced
 from janitor.settings import Settings
 from janitor.telemetry import Telemetry
 
@@ -52,6 +55,9 @@ def record(telemetry: Telemetry, result: CycleResult) -> None:
     if result.lifecycle is not None:
         marked = Counter(o.annotations[ann.POLICY] for o in seen.objects if ann.POLICY in o.annotations)
         telemetry.observe_lifecycle(decided.changes, result.lifecycle.sent, result.lifecycle.failed, marked)
+    for q in result.queries:
+        telemetry.prometheus_seconds.labels(api=q.api).observe(q.seconds)
+        telemetry.prometheus_bytes.labels(api=q.api).inc(q.bytes)
     telemetry.cycle_seconds.observe(result.seconds)
     telemetry.cycles.labels(result="success").inc()
     telemetry.last_success.set(time.time())
@@ -156,7 +162,11 @@ class _Cycles:
 
     def _finished(self, outcome: dict[str, object]) -> None:
         error = outcome.get("error")
-        if isinstance(error, Exception):
+        if isinstance(error, NotSynced):
+            self.telemetry.cycles.labels(result="unsynced").inc()
+            self.last_error = str(error)
+            logger.warning("cycle skipped, nothing done: %s", error)
+        elif isinstance(error, Exception):
             self.telemetry.cycles.labels(result="error").inc()
             self.telemetry.errors.labels(source=error_source(error)).inc()
             self.last_error = f"{type(error).__name__}: {error}"
@@ -187,6 +197,10 @@ class _Cycles:
             return False, f"Slack does not accept the bot token: {self.slack_error}"
         if not self.ready:
             return False, "first cycle not done yet"
+        unsynced = self.ports.cache.unsynced() if self.ports.cache is not None else []
+        if unsynced:
+            return False, "watch cache not synced, so cycles do nothing: " + ", ".join(
+                f"{s.key} {s.state.value}{' (' + s.error + ')' if s.error else ''}" for s in unsynced)
         standing_by = self.elector is not None and not self.elector.is_leader()
         if self.memory.policies is None and not standing_by:
             errors_now = "; ".join(self.memory.policy_errors) or "not read yet"
@@ -219,6 +233,8 @@ def run_forever(ports: Ports, settings: Settings, telemetry: Telemetry, *, metri
         if event.code == EVENT_JOB_MISSED:
             logger.warning("a cycle was missed (the previous one ran late); the next runs as soon as possible")
 
+    if ports.cache is not None:
+        telemetry.registry.register(CacheCollector(ports.cache))
     if metrics_port is not None:
         serve_health_and_metrics(telemetry.registry, metrics_port, cycles.health, cycles.readiness)
     scheduler = BlockingScheduler(timezone=datetime.timezone.utc)
@@ -243,6 +259,36 @@ def run_forever(ports: Ports, settings: Settings, telemetry: Telemetry, *, metri
     finally:
         if elector is not None:
             elector.stop(release=True)
+        if ports.cache is not None:
+            ports.cache.stop()
+
+
+class CacheCollector(Collector):
+    """The watch cache's state, read at each scrape: synced and objects kept per kind, and the
+    lists, 410s, re-opened watches and failed requests since start."""
+
+    def __init__(self, cache: ClusterCache) -> None:
+        self.cache = cache
+
+    def collect(self) -> Iterator[Metric]:
+        statuses = self.cache.status()
+        synced = GaugeMetricFamily("janitor_watch_cache_synced", "1 while the kind is listed and its watch "
+                                   "connected; 0: cycles do nothing", labels=["kind"])
+        objects = GaugeMetricFamily("janitor_watch_cache_objects", "Objects kept, by kind", labels=["kind"])
+        lists = CounterMetricFamily("janitor_watch_cache_lists", "Complete lists, by kind and why (first: at "
+                                    "start or when added; expired: the apiserver answered 410)", labels=["kind", "why"])
+        reopened = CounterMetricFamily("janitor_watch_cache_watches_reopened", "Watches opened again from their "
+                                       "resourceVersion (server timeout, silence, reset)", labels=["kind"])
+        failures = CounterMetricFamily("janitor_watch_cache_failures", "Requests of the watch cache that failed",
+                                       labels=["kind"])
+        for s in statuses:
+            synced.add_metric([s.key], 1 if s.synced else 0)
+            objects.add_metric([s.key], s.objects)
+            lists.add_metric([s.key, "expired"], s.expired)
+            lists.add_metric([s.key, "first"], s.lists - s.expired)
+            reopened.add_metric([s.key], s.reopened)
+            failures.add_metric([s.key], s.failures)
+        yield from (synced, objects, lists, reopened, failures)
 
 
 def error_source(error: BaseException) -> str:

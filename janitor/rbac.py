@@ -13,9 +13,9 @@ from typing import Any
 
 from janitor.decide.model import ResourceKind
 
-# What the TTL/expiry cleanup needs on each kind: read (snapshot and the re-read before acting),
-# patch (the note that a mistake was reported) and delete.
-KIND_VERBS = ("get", "list", "delete", "patch")
+# What the TTL/expiry cleanup needs on each kind: read (the daemon's watch cache, the re-read
+# before acting), patch (the note that a mistake was reported) and delete.
+KIND_VERBS = ("get", "list", "watch", "delete", "patch")
 
 
 def cluster_role(kinds: Sequence[ResourceKind], *, name: str = "kube-idle-janitor") -> dict[str, Any]:
@@ -27,14 +27,14 @@ def cluster_role(kinds: Sequence[ResourceKind], *, name: str = "kube-idle-janito
     for kind in kinds:
         grant(kind.group, kind.plural, *KIND_VERBS)
     # Events announce every action; the state ConfigMap (ledger, tripwire) is read and written.
-    grant("", "events", "create", "patch", "list")  # list: the node agent's OOMKillInPod Events
+    grant("", "events", "create", "patch", "list", "watch")  # list: the node agent's OOMKillInPod Events
     grant("", "configmaps", "get", "create", "patch")
     # Pending pods are judged against every node (could it ever fit?), and admin reports name nodes.
-    grant("", "nodes", "get", "list")
+    grant("", "nodes", "get", "list", "watch")
     # Every cycle reads namespaces (opt-outs, labels, time zones) and, with policies, pods; the
     # re-check before acting reads them too. Read-only unless the kinds list says more.
-    grant("", "namespaces", "get", "list")
-    grant("", "pods", "get", "list")
+    grant("", "namespaces", "get", "list", "watch")
+    grant("", "pods", "get", "list", "watch")
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",

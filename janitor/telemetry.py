@@ -125,6 +125,11 @@ class Telemetry:
         self.reclaimed_gpu_hours = Counter("janitor_reclaimed_gpu_hours", "Idle GPU-hours proven on workloads the "
                                            "lifecycle then reclaimed (GPUs x window), by policy", ["policy"],
                                            registry=r)
+        self.prometheus_seconds = Histogram("janitor_prometheus_request_duration_seconds", "Time one request to "
+                                            "Prometheus took, by API (query, query_range, targets)", ["api"],
+                                            registry=r, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+        self.prometheus_bytes = Counter("janitor_prometheus_response_bytes", "Bytes Prometheus answered, by API",
+                                        ["api"], registry=r)
         for source in ("kubernetes", "prometheus", "slack", "janitor"):
             self.errors.labels(source=source)
         for reason in HoldReason:

@@ -34,6 +34,7 @@ from janitor.decide.model import (
     SafetyLedger,
     SkippedKind,
 )
+from janitor.observe import watch
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +45,22 @@ _POD_TEMPLATE_PATHS: dict[tuple[str, str], tuple[str, ...]] = {
     ("batch", "Job"): ("spec", "template"),
     ("batch", "CronJob"): ("spec", "jobTemplate", "spec", "template"),
 }
+
+
+# Kinds whose view is made of metadata alone (no pod template, no replicas): listed and watched as
+# PartialObjectMetadata, so the apiserver sends neither their data (a Secret's, a ConfigMap's) nor
+# their spec and status. Custom resources are read whole: a Notebook's replicas matter.
+_METADATA_ONLY = frozenset({
+    ("", "ConfigMap"), ("", "Secret"), ("", "Service"), ("", "PersistentVolumeClaim"), ("", "PersistentVolume"),
+    ("", "ServiceAccount"), ("", "Namespace"), ("", "Endpoints"), ("networking.k8s.io", "Ingress"),
+    ("networking.k8s.io", "NetworkPolicy"), ("rbac.authorization.k8s.io", "Role"),
+    ("rbac.authorization.k8s.io", "RoleBinding"), ("policy", "PodDisruptionBudget"),
+})
+
+
+def metadata_only(kind: ResourceKind) -> bool:
+    """Whether everything read of `kind` is in its metadata."""
+    return (kind.group, kind.kind) in _METADATA_ONLY
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +137,16 @@ def read_state(api: ApiClient, namespace: str, name: str, key: str) -> str | Non
     return value if isinstance(value, str) else None
 
 
+def server_date(api: ApiClient) -> datetime.datetime | None:
+    """The apiserver's clock (its Date header), from `/version`, which every client may read."""
+    return _get(api, "/version", doing="read the apiserver's version").date
+
+
 def read_ledger(api: ApiClient, namespace: str, name: str) -> SafetyLedger:
+    return read_ledger_at(api, namespace, name)[0]
+
+
+def read_ledger_at(api: ApiClient, namespace: str, name: str) -> tuple[SafetyLedger, datetime.datetime | None]:
     """The rails' memory from ConfigMap namespace/name (format: `janitor.ledger`).
 
     A missing ConfigMap or namespace is an empty ledger: the first cycle ever. A malformed ledger
@@ -133,18 +159,18 @@ def read_ledger(api: ApiClient, namespace: str, name: str) -> SafetyLedger:
         page = _get(api, path, doing=f"read ledger {namespace}/{name}")
     except errors.NotFound:
         logger.info("no safety ledger at ConfigMap %s/%s yet; starting empty", namespace, name)
-        return SafetyLedger()
+        return SafetyLedger(), None
     metadata = page.body.get("metadata") or {}
     acknowledged_at = _acknowledged_at(metadata.get("annotations") or {}, where=f"{namespace}/{name}")
     text = (page.body.get("data") or {}).get(ledger.DATA_KEY)
     if text is None:
-        return SafetyLedger(acknowledged_at=acknowledged_at)
+        return SafetyLedger(acknowledged_at=acknowledged_at), page.date
     try:
-        return ledger.loads(text, acknowledged_at=acknowledged_at)
+        return ledger.loads(text, acknowledged_at=acknowledged_at), page.date
     except ledger.LedgerFormatError as e:
         logger.error("safety ledger in ConfigMap %s/%s is malformed; deletions stop until it is repaired "
                      "or deleted: %s", namespace, name, e)
-        return SafetyLedger(acknowledged_at=acknowledged_at, unreadable=True)
+        return SafetyLedger(acknowledged_at=acknowledged_at, unreadable=True), page.date
 
 
 def to_view(kind: ResourceKind, item: Mapping[str, Any]) -> ObjectView:
@@ -193,16 +219,18 @@ def _pages(
             query.append(("fieldSelector", field_selector))
         if token:
             query.append(("continue", token))
-        page = _get(api, path, query=query, doing=f"list {kind.key}")
+        page = _get(api, path, query=query, doing=f"list {kind.key}",
+                    accept=watch.metadata_accept(as_list=True) if metadata_only(kind) else "application/json")
         yield list(page.body.get("items") or []), page.date
         token = (page.body.get("metadata") or {}).get("continue")
         if not token:
             return
 
 
-def _get(api: ApiClient, path: str, *, query: Sequence[tuple[str, str | int]] = (), doing: str) -> _Page:
+def _get(api: ApiClient, path: str, *, query: Sequence[tuple[str, str | int]] = (), doing: str,
+         accept: str = "application/json") -> _Page:
     """One GET, as JSON plus the Date header; any failure becomes a `janitor.errors.KubeError`."""
-    response = kubeapi.request(api, "GET", path, query=query, doing=doing)
+    response = kubeapi.request(api, "GET", path, query=query, doing=doing, accept=accept)
     data = response.data
     try:
         body = json.loads(data)

@@ -274,11 +274,14 @@ def fold_cpu(result: QueryResult, window: EvidenceWindow, labels: LabelMap = HON
 # ----------------------------------------------------------------------------- one query each
 
 
-def scope(labels: LabelMap, pods: Sequence[PodKey] | None) -> tuple[Matcher, ...]:
-    """Matchers that keep a query to these pods (all in one namespace, as a re-check reads them);
-    None means every pod."""
+def scope(labels: LabelMap, pods: Sequence[PodKey] | None, namespaces: Sequence[str] | None = None
+          ) -> tuple[Matcher, ...]:
+    """Matchers that keep a query to these pods (all in one namespace, as a re-check reads them),
+    else to these namespaces (those the policies cover); None means every pod, every namespace."""
     if pods is None:
-        return ()
+        if namespaces is None:
+            return ()
+        return (Matcher(labels.namespace, exact_names_regex(sorted(namespaces)) or "$^", "=~"),)
     namespaces = sorted({p.namespace for p in pods})
     names = exact_names_regex(sorted(p.pod for p in pods)) or "$^"  # no pods: match nothing
     return (Matcher(labels.namespace, exact_names_regex(namespaces) or "$^", "=~"), Matcher(labels.pod, names, "=~"))
@@ -287,7 +290,7 @@ def scope(labels: LabelMap, pods: Sequence[PodKey] | None) -> tuple[Matcher, ...
 def gpu_evidence(
     source: PrometheusSource, *, signal: str, window: timedelta, step: timedelta, at: datetime,
     labels: LabelMap, hostname_label: str | None = None, pods: Sequence[PodKey] | None = None,
-    intervals: Intervals | None = None, fallback: timedelta | None = None,
+    intervals: Intervals | None = None, fallback: timedelta | None = None, namespaces: Sequence[str] | None = None,
 ) -> GpuEvidence:
     """Per-GPU peak, sample count and quality of `signal` for every workload pod, from one instant query.
 
@@ -298,7 +301,8 @@ def gpu_evidence(
     """
     span = EvidenceWindow(signal, window, step, at)
     query = gpu_query(signal, window=window, step=step, labels=labels,
-                      extra=(*source.config.extra_matchers, *scope(labels, pods)), hostname_label=hostname_label)
+                      extra=(*source.config.extra_matchers, *scope(labels, pods, namespaces)),
+                      hostname_label=hostname_label)
     try:
         evidence = fold_gpu(source.instant(query, at), span, labels, hostname_label, intervals, fallback)
     except PrometheusError as error:
@@ -312,7 +316,7 @@ def cpu_evidence(
     source: PrometheusSource, *, window: timedelta, step: timedelta, at: datetime,
     labels: LabelMap = HONOR_LABELS, ignore_containers: Sequence[str] = (),
     rate_window: timedelta = timedelta(minutes=5), pods: Sequence[PodKey] | None = None,
-    intervals: Intervals | None = None, fallback: timedelta | None = None,
+    intervals: Intervals | None = None, fallback: timedelta | None = None, namespaces: Sequence[str] | None = None,
 ) -> CpuEvidence:
     """Peak cores of each pod's app containers (sidecars ignored), coverage and quality, from one query.
 
@@ -320,7 +324,7 @@ def cpu_evidence(
     """
     span = EvidenceWindow(CPU_METRIC, window, step, at)
     query = cpu_query(window=window, step=step, labels=labels,
-                      extra=(*source.config.extra_matchers, *scope(labels, pods)),
+                      extra=(*source.config.extra_matchers, *scope(labels, pods, namespaces)),
                       ignore_containers=ignore_containers, rate_window=rate_window)
     try:
         evidence = fold_cpu(source.instant(query, at), span, labels, intervals, fallback)

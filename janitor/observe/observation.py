@@ -37,6 +37,7 @@ from janitor.decide.model import (
     TriggerKind,
 )
 from janitor.observe import cluster, evidence, targets, views
+from janitor.observe.cache import ClusterCache
 from janitor.observe.prometheus import HONOR_LABELS, SERVICE_MONITOR, Matcher, PrometheusConfig, PrometheusSource
 from janitor.policy.model import CrashLoop, IdleCpu, IdleGpu, Pending, Policy, Terminating
 from janitor.settings import Settings
@@ -113,9 +114,22 @@ def _is(kind: ResourceKind, name: str) -> bool:
     return kind.group == "" and kind.kind == name
 
 
+MAX_SCOPED_NAMESPACES = 300  # beyond this many, a cycle's queries name no namespace (the regex would outgrow them)
+
+
+def covered_namespaces(policies: Sequence[Policy], namespaces: Mapping[str, NamespaceView]) -> list[str] | None:
+    """The namespaces an idle policy covers, by name and labels: a cycle's usage queries need no
+    series from any other. None: every namespace (or too many to name)."""
+    idle = [p for p in policies if p.trigger(IdleGpu) or p.trigger(IdleCpu)]
+    names = [n for n, v in namespaces.items()
+             if any(p.match.namespaces.matches(n) and p.match.namespace_selector.matches(v.labels) for p in idle)]
+    return None if len(names) == len(namespaces) or len(names) > MAX_SCOPED_NAMESPACES else sorted(names)
+
+
 def read_evidence(source: PrometheusSource | None, settings: Settings, need: Needs, at: datetime.datetime,
-                  pods: Sequence[PodKey] | None = None) -> Evidence:
-    """One query per (signal, window) and per (window, ignored containers); `pods` scopes them."""
+                  pods: Sequence[PodKey] | None = None, namespaces: Sequence[str] | None = None) -> Evidence:
+    """One query per (signal, window) and per (window, ignored containers); `pods` (a re-check's)
+    or else `namespaces` (those the policies cover) scope them."""
     if source is None or not (need.gpu or need.cpu or need.ghost_gpus):
         return Evidence()
     prom = settings.prometheus
@@ -126,12 +140,13 @@ def read_evidence(source: PrometheusSource | None, settings: Settings, need: Nee
     for signal, window in sorted(need.gpu, key=str):
         gpu[(signal, window)] = evidence.gpu_evidence(
             source, signal=signal, window=window, step=step, at=at, labels=labels,
-            hostname_label=prom.hostname_label, pods=pods, intervals=intervals, fallback=prom.scrape_interval)
+            hostname_label=prom.hostname_label, pods=pods, intervals=intervals, fallback=prom.scrape_interval,
+            namespaces=namespaces)
     cpu: dict[CpuKey, CpuEvidence] = {}
     for window, ignore in sorted(need.cpu, key=str):
         cpu[(window, ignore)] = evidence.cpu_evidence(source, window=window, step=CPU_STEP, at=at,
                                                       ignore_containers=ignore, pods=pods, intervals=intervals,
-                                                      fallback=prom.scrape_interval)
+                                                      fallback=prom.scrape_interval, namespaces=namespaces)
     ghosts = (evidence.ghost_gpus(source, at=at, labels=labels, hostname_label=prom.hostname_label)
               if need.ghost_gpus and pods is None else None)
     return Evidence(gpu, cpu, ghosts)
@@ -192,7 +207,25 @@ def read(api: ApiClient, settings: Settings, policies: Sequence[Policy], now: da
     oom = _oom(api, c.namespaces, c.page_size) if need.oom else {}
     at = first or now
     return Observation(first, tuple(objects), tuple(pods), namespaces, tuple(nodes), need.nodes,
-                       read_evidence(source, settings, need, at), oom, tuple(skipped))
+                       read_evidence(source, settings, need, at, namespaces=covered_namespaces(policies, namespaces)),
+                       oom, tuple(skipped))
+
+
+def read_cached(cache: ClusterCache, settings: Settings, policies: Sequence[Policy], at: datetime.datetime | None,
+                now: datetime.datetime, *, source: PrometheusSource | None = None,
+                first_sync: float = 0.0) -> Observation:
+    """The cycle's observation from the watch cache: no list at all once it is synced. `at` is the
+    apiserver's Date from a request of this cycle. Raises `NotSynced` when a kind it needs is not
+    synced (after waiting up to `first_sync` seconds for kinds just added)."""
+    need = needs(policies)
+    cache.ensure(pods=need.pods, nodes=need.nodes, oom=need.oom)
+    if first_sync > 0:
+        cache.wait(first_sync)
+    snap = cache.snapshot()
+    return Observation(at, snap.objects, snap.pods, snap.namespaces, snap.nodes if need.nodes else (), need.nodes,
+                       read_evidence(source, settings, need, at or now,
+                                     namespaces=covered_namespaces(policies, snap.namespaces)),
+                       snap.oom if need.oom else {}, snap.skipped)
 
 
 # -- the re-check's scoped read -----------------------------------------------------------------------

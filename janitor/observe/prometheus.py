@@ -306,11 +306,24 @@ class PrometheusConfig:
             raise ValueError("timeouts must be positive and retries not negative")
 
 
+@dataclass(frozen=True, slots=True)
+class QueryStat:
+    """One request to Prometheus: which API, how long it took, how many bytes came back."""
+
+    api: str  # "query", "query_range", "targets"
+    seconds: float
+    bytes: int
+    ok: bool
+
+
 class PrometheusSource:
-    """Instant and range queries with whole-envelope reading, typed errors and explicit timeouts."""
+    """Instant and range queries with whole-envelope reading, typed errors and explicit timeouts.
+
+    `stats` records every request made, for the query-time metrics and the scale benchmark."""
 
     def __init__(self, config: PrometheusConfig, *, session: requests.Session | None = None) -> None:
         self.config = config
+        self.stats: list[QueryStat] = []
         headers = dict(config.headers)
         if config.bearer_token:
             headers["Authorization"] = f"Bearer {config.bearer_token}"
@@ -358,20 +371,27 @@ class PrometheusSource:
     def _request(self, path: str, query: str, params: dict[str, str]) -> QueryResult:
         form = {"query": query, "timeout": f"{self._server_timeout:g}s", **params}
         started = time.monotonic()
+        size = 0
         try:
             response = self._send("POST", path, query, data=form)
+            size = len(response.content)
             result = parse_answer(response.status_code, response.content, query)
         except PrometheusError as error:
             self._log(path, query, started, error)
+            self.stats.append(QueryStat(path.rsplit("/", 1)[-1], time.monotonic() - started, size, False))
             raise
         self._log(path, query, started, result)
+        self.stats.append(QueryStat(path.rsplit("/", 1)[-1], time.monotonic() - started, size, True))
         return result
 
     def active_targets(self) -> list[Mapping[str, Any]]:
         """`/api/v1/targets?state=active`: what Prometheus scrapes, how often, under which labels.
         Thanos Query answers it too; a store without it (Mimir) raises `PrometheusError`."""
         what = "targets"
+        started = time.monotonic()
         response = self._send("GET", "/api/v1/targets", what, params={"state": "active"})
+        self.stats.append(QueryStat("targets", time.monotonic() - started, len(response.content),
+                                    response.status_code == 200))
         try:
             envelope = json.loads(response.content)
             if response.status_code != 200 or envelope.get("status") != "success":

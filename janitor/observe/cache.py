@@ -1,0 +1,200 @@
+"""The cluster as the daemon keeps it between cycles: each kind a cycle reads, watched.
+
+Listing every kind every cycle costs the apiserver the whole cluster every minute; a steady cycle
+should cost what changed. So the daemon lists each kind once and then follows it
+(`observe.watch`), and a cycle takes a snapshot of the slim values kept: configured kinds as
+`ObjectView`s (pods and namespaces also as the views the triggers read), nodes as `NodeInfo`, and
+the node agent's OOM Events.
+
+A snapshot is refused (`NotSynced`) while any kind it needs has not completed its first list or
+has lost the apiserver: the cycle then does nothing, and says so on /readyz and in the metrics.
+What an action depends on is still read fresh right before it (`observation.read_scoped`), so the
+cache never decides an action alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.client import ApiClient
+
+from janitor import errors, node_report
+from janitor.decide.model import NamespaceView, NodeInfo, ObjectView, PodView, ResourceKind, SkippedKind
+from janitor.observe import cluster, views
+from janitor.observe.watch import KindStatus, KindWatch, State
+from janitor.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+class NotSynced(errors.KubeError):
+    """A kind the cycle needs is not (or no longer) known from the apiserver: the cycle does nothing."""
+
+    temporary = True
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """What is kept of one object: its view as a configured kind, and the trigger's view of it."""
+
+    object: ObjectView | None = None
+    pod: PodView | None = None
+    namespace: NamespaceView | None = None
+    node: NodeInfo | None = None
+    event: Mapping[str, Any] | None = None  # an OOM Event's few fields (views.oom_reports reads them)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    objects: tuple[ObjectView, ...]
+    pods: tuple[PodView, ...]
+    namespaces: dict[str, NamespaceView]
+    nodes: tuple[NodeInfo, ...]
+    oom: dict[str, tuple[Any, ...]]
+    skipped: tuple[SkippedKind, ...]
+
+
+def _is(kind: ResourceKind, name: str) -> bool:
+    return kind.group == "" and kind.kind == name
+
+
+def _slim_event(item: Mapping[str, Any]) -> Entry:
+    return Entry(event={"involvedObject": {"uid": (item.get("involvedObject") or {}).get("uid")},
+                        "reason": item.get("reason"), "message": item.get("message"),
+                        "lastTimestamp": item.get("lastTimestamp"), "eventTime": item.get("eventTime")})
+
+
+class ClusterCache:
+    """Every kind a cycle reads, each on its own watch; `ensure` adds kinds as policies come to need them."""
+
+    def __init__(self, api: ApiClient, settings: Settings, *, connect_timeout: float = 5.0,
+                 read_timeout: float = 30.0) -> None:
+        self.api, self.settings = api, settings
+        self.connect_timeout, self.read_timeout = connect_timeout, read_timeout
+        self._watches: dict[str, KindWatch[Entry]] = {}
+        self._groups: dict[str, list[str]] = {}  # a kind's key -> its watches (one per namespace in scope)
+        self._lock = threading.Lock()
+
+    # -- which kinds ---------------------------------------------------------------------------------
+    def ensure(self, *, pods: bool, nodes: bool, oom: bool) -> None:
+        """Start watching every kind a cycle with these needs reads (a kind already watched is kept)."""
+        c = self.settings.cluster
+        configured = {k.key for k in c.kinds}
+        for kind in c.kinds:
+            self._add(kind, as_object=True)
+        if pods and views.PODS.key not in configured:
+            self._add(views.PODS, as_object=False)
+        if views.NAMESPACES.key not in configured:
+            self._add(views.NAMESPACES, as_object=False)
+        if nodes:
+            self._add(views.NODES, as_object=False, everywhere=True)
+        if oom:
+            self._add(views.EVENTS, as_object=False, field_selector=f"reason={node_report.EVENT_OOM}")
+
+    def _add(self, kind: ResourceKind, *, as_object: bool, everywhere: bool = False,
+             field_selector: str | None = None) -> None:
+        with self._lock:
+            if kind.key in self._groups:
+                return
+            scope = self.settings.cluster.namespaces
+            namespaces: Sequence[str | None] = scope if (scope is not None and kind.namespaced
+                                                         and not everywhere) else [None]
+            keep = None
+            if scope is not None and _is(kind, "Namespace") and not everywhere:
+                wanted = frozenset(scope)
+                keep = lambda item: (item.get("metadata") or {}).get("name") in wanted  # noqa: E731
+            keys = []
+            for namespace in namespaces:
+                w: KindWatch[Entry] = KindWatch(
+                    self.api, kind, self._slim(kind, as_object), namespace=namespace,
+                    metadata_only=cluster.metadata_only(kind), field_selector=field_selector, keep=keep,
+                    page_size=self.settings.cluster.page_size, connect_timeout=self.connect_timeout,
+                    read_timeout=self.read_timeout)
+                self._watches[w.key] = w.start()
+                keys.append(w.key)
+            self._groups[kind.key] = keys
+
+    @staticmethod
+    def _slim(kind: ResourceKind, as_object: bool) -> Any:
+        if _is(kind, "Event"):
+            return _slim_event
+        if _is(kind, "Node"):
+            return lambda item: Entry(node=views.node_info(item))
+
+        def slim(item: Mapping[str, Any]) -> Entry:
+            return Entry(
+                object=cluster.to_view(kind, item) if as_object else None,
+                pod=views.pod_view(item) if _is(kind, "Pod") else None,
+                namespace=views.namespace_view(item) if _is(kind, "Namespace") else None)
+        return slim
+
+    # -- state -----------------------------------------------------------------------------------------
+    def status(self) -> list[KindStatus]:
+        with self._lock:
+            watches = list(self._watches.values())
+        return [w.status() for w in watches]
+
+    def unsynced(self) -> list[KindStatus]:
+        """Kinds not synced now (a kind skipped for 403/404 counts as known: it is shown as skipped)."""
+        with self._lock:
+            watches = list(self._watches.values())
+        return [s for w in watches if w.skipped is None and not (s := w.status()).synced]
+
+    def wait(self, seconds: float) -> bool:
+        """Wait up to `seconds` for kinds still in their first list (those of a big cluster take a
+        while); a kind whose request failed is not waited for: the cycle says it is not synced."""
+        deadline = time.monotonic() + seconds
+        while any(s.lists == 0 and s.state is State.LISTING for s in self.unsynced()):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return not self.unsynced()
+
+    def stop(self) -> None:
+        with self._lock:
+            watches = list(self._watches.values())
+        for w in watches:
+            w.stop()
+
+    # -- the cycle's read --------------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        """The values kept now; `NotSynced` when any kind is not known from the apiserver now."""
+        missing = self.unsynced()
+        if missing:
+            said = ", ".join(f"{s.key} ({s.state.value}{': ' + s.error if s.error else ''})" for s in missing)
+            raise NotSynced(f"the watch cache is not synced: {said}", doing="read the watch cache")
+        objects: list[ObjectView] = []
+        pods: list[PodView] = []
+        namespaces: dict[str, NamespaceView] = {}
+        nodes: list[NodeInfo] = []
+        events: list[Mapping[str, Any]] = []
+        skipped: list[SkippedKind] = []
+        with self._lock:
+            groups = {key: [self._watches[k] for k in keys] for key, keys in self._groups.items()}
+        configured = {k.key for k in self.settings.cluster.kinds}
+        for key, watches in groups.items():
+            failed = next((w.skipped for w in watches if w.skipped is not None), None)
+            if failed is not None:
+                if key in configured:
+                    skipped.append(cluster.skipped(watches[0].kind, failed))
+                    continue
+                raise NotSynced(f"{key} cannot be read: {failed}", doing="read the watch cache")
+            for w in watches:
+                for e in w.values():
+                    if e.object is not None:
+                        objects.append(e.object)
+                    if e.pod is not None:
+                        pods.append(e.pod)
+                    if e.namespace is not None:
+                        namespaces[e.namespace.name] = e.namespace
+                    if e.node is not None:
+                        nodes.append(e.node)
+                    if e.event is not None:
+                        events.append(e.event)
+        return Snapshot(tuple(objects), tuple(pods), namespaces, tuple(nodes), views.oom_reports(events),
+                        tuple(skipped))
