@@ -39,7 +39,7 @@ from janitor.decide.model import Action, ActionType, Finding, ObjectRef, ObjectV
 from janitor.decide.notices import Notice, keep_command, resume_command
 from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.reasons import Code, Reason, why
-from janitor.decide.selection import Workload
+from janitor.decide.selection import Workload, carries_mark, with_marks
 from janitor.decide.workhours import add_working_time
 from janitor.policy.model import Action as PolicyAction
 from janitor.policy.model import Mode, Policy
@@ -417,12 +417,12 @@ def plan_lifecycle(
     for w in workloads:
         if w.unknown is not None:
             untraced.setdefault(w.ref.namespace or "", w.unknown)
-        if w.view is not None and w.known:
+        elif w.view is not None:
             views.setdefault(w.ref.uid, w.view)
             zones[w.ref.uid] = w.namespace.annotations.get(ann.TIME_ZONE)
             known_owners.setdefault(w.ref.uid, w.owner)
     subjects = [uid for uid in per_subject if uid in views]
-    marked = [uid for uid, v in views.items() if uid not in per_subject and ann.carries_mark(v.annotations)]
+    marked = [v.ref.uid for v in with_marks(views.values()) if v.ref.uid not in per_subject]
     cases = []
     for uid in [*subjects, *marked]:
         view = views[uid]
@@ -430,19 +430,24 @@ def plan_lifecycle(
             continue
         found = tuple(sorted(per_subject.get(uid, ()), key=lambda f: (order.get(f.policy, len(order)), f.trigger)))
         owner = found[0].owner if found else known_owners.get(uid, Owner(OwnerKind.UNKNOWN))
-        cases.append(_Case(view, ann.read_mark(view.annotations), found, zones.get(uid), owner,
-                           untraced.get(view.ref.namespace or "")))
+        mark = ann.read_mark(view.annotations) if carries_mark(view.annotations) else None
+        cases.append(_Case(view, mark, found, zones.get(uid), owner, untraced.get(view.ref.namespace or "")))
     pace = _Pace(_last_message_per_owner(cases), settings.pace)
     changes: list[Change] = []
     candidates: list[tuple[_Case, Finding, Policy]] = []
     for case in cases:
         change, candidate = _decide(case, views, by_policy, now, pace)
         if change is not None:
-            changes.append(replace(change, time_zone=case.time_zone))
+            changes.append(_in_zone(change, case.time_zone))
         if candidate is not None:
             candidates.append((case, candidate, by_policy[candidate.policy]))
-    changes.extend(replace(c, time_zone=zones.get(c.workload.uid)) for c in _new_marks(candidates, now, settings, pace))
+    changes.extend(_in_zone(c, zones.get(c.workload.uid)) for c in _new_marks(candidates, now, settings, pace))
     return tuple(changes)
+
+
+def _in_zone(change: Change, time_zone: str | None) -> Change:
+    """`change` with the namespace's time zone (most have none, as the change already says)."""
+    return change if change.time_zone == time_zone else replace(change, time_zone=time_zone)
 
 
 def _decide(case: _Case, views: Mapping[str, ObjectView], by_policy: Mapping[str, Policy], now: datetime.datetime,

@@ -17,18 +17,22 @@ apiserver's time from the observation when it is known.
 from __future__ import annotations
 
 import datetime
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from janitor import annotations as ann
 from janitor.decide import lifecycle, selection
 from janitor.decide.admin_report import AdminReport, admin_report
+from janitor.decide.evidence import PodKey
 from janitor.decide.lifecycle import Change, LifecycleSettings, Step
 from janitor.decide.model import (
     EXPIRY_POLICY,
     Action,
     ActionType,
     Finding,
+    ObjectView,
     Observation,
     PodView,
     SafetyLedger,
@@ -101,33 +105,43 @@ class CyclePlan:
         return tuple(a for a in self.actions if a.type is ActionType.DELETE)
 
     def change_for(self, action: Action) -> Change | None:
-        return next((c for c in self.changes if c.step is Step.ACT and c.action is not None
-                     and c.action.key == action.key), None)
+        return self._acts.get(action.key)
+
+    @functools.cached_property
+    def _acts(self) -> dict[tuple[str, ActionType, str], Change]:
+        """The first ACT change per action key: `change_for` is asked once per action applied."""
+        acts: dict[tuple[str, ActionType, str], Change] = {}
+        for c in self.changes:
+            if c.step is Step.ACT and c.action is not None:
+                acts.setdefault(c.action.key, c)
+        return acts
 
 
-def _expiry(observation: Observation, rails: Rails, now: datetime.datetime) -> list[Finding]:
+def _expiry(observation: Observation, gate: selection.Gate, by_uid: Mapping[str, ObjectView],
+            now: datetime.datetime) -> list[Finding]:
     subjects: list[Workload] = []
     found: list[Finding] = []
     for obj in observation.objects:
-        skipped = selection.gate(obj, observation, rails)
+        skipped = gate(obj)
         if skipped is not None:
             found.append(Finding(TriggerKind.EXPIRY, EXPIRY.name, Mode.ENFORCE, obj.ref, State.SKIPPED, skipped,
                                  rule="rails"))
-        elif any(True for _ in expiry.rules(obj)):
+        elif obj.annotations.get(ann.TTL) or obj.annotations.get(ann.EXPIRES):  # expiry.rules has one
             subjects.append(Workload(obj.ref, obj, (), observation.namespace(obj.ref.namespace), obj.ref.kind))
-    return found + expiry.findings(subjects, observation, EXPIRY, now)
+    return found + expiry.findings(subjects, observation, EXPIRY, now, by_uid=by_uid)
 
 
 def _pod_triggers(workloads: Sequence[Workload], observation: Observation, policies: Sequence[Policy],
                   now: datetime.datetime) -> list[Finding]:
     found: list[Finding] = []
+    governance = selection.Governance(policies)
     for trigger, judged, findings in POD_TRIGGERS:
         governed: dict[str, tuple[Policy, list[Workload]]] = {}
         for workload in workloads:
             if not workload.candidate and trigger is not TriggerKind.TERMINATING:
                 continue  # DaemonSet pods: only their stuck Terminating pods are reported
             pods = judged(workload)
-            policy = selection.governing(policies, trigger, workload, pods) if pods else None
+            policy = governance.governing(trigger, workload, pods) if pods else None
             if policy is not None:
                 governed.setdefault(policy.name, (policy, []))[1].append(workload)
         for policy, members in governed.values():
@@ -147,17 +161,16 @@ def _one_deletion_per_object(findings: Sequence[Finding]) -> list[Action]:
     return [f.proposal for f in ordered if f.proposal is not None]
 
 
-def _reports(findings: Sequence[Finding], observation: Observation, rails: Rails) -> list[Action]:
+def _reports(findings: Sequence[Finding], by_uid: Mapping[str, ObjectView], gate: selection.Gate) -> list[Action]:
     """Several pods inheriting one template give one report on their controller; nothing is
     reported on an object the rails leave alone (a pod's controller may be opted out)."""
-    by_uid = {o.ref.uid: o for o in observation.objects}
     merged: dict[str, Action] = {}
     for f in findings:
         action = f.proposal
         if action is None or action.type is not ActionType.REPORT:
             continue
         target = by_uid.get(action.target.uid)
-        if target is None or selection.gate(target, observation, rails) is not None:
+        if target is None or gate(target) is not None:
             continue
         previous = merged.get(action.target.uid)
         if previous is None:
@@ -175,21 +188,23 @@ def decide(observation: Observation, policies: Sequence[Policy], now: datetime.d
     """Steps 1-3 of a plan: findings, the lifecycle's changes, and what is due (before the rails)."""
     now = observation.at or now
     rails = settings.rails
+    by_uid = {o.ref.uid: o for o in observation.objects}
+    gate = selection.Gate(observation, rails)
     workloads = selection.workloads(observation, rails, cronjob_mode=settings.cronjob_mode,
-                                    owner_keys=settings.owner_keys)
-    expired = _expiry(observation, rails, now)
+                                    owner_keys=settings.owner_keys, by_uid=by_uid)
+    expired = _expiry(observation, gate, by_uid, now)
     found = _pod_triggers(workloads, observation, policies, now)
-    objects = [o for o in observation.objects if not selection.is_protected(selection.namespace_of(o), rails)]
+    objects = [o for o in observation.objects if not gate.protects(selection.namespace_of(o))]
     owners = {o.ref.uid: find_owner(o, observation.namespace(o.ref.namespace), settings.owner_keys)
-              for o in objects if ann.carries_mark(o.annotations)}
+              for o in selection.with_marks(objects)}
     changes = lifecycle.plan_lifecycle(workloads, objects, found, policies, now, settings.lifecycle, owners)
     acts = sorted((c for c in changes if c.step is Step.ACT and c.action is not None),
                   key=lambda c: (c.deadline or _ENDLESS, str(c.workload)))
     forced = [f.proposal for f in found if f.proposal is not None and f.mode is Mode.ENFORCE]
     deletions = _one_deletion_per_object(expired)
-    due = deletions + [c.action for c in acts if c.action is not None and c.workload.uid not in
-                       {a.target.uid for a in deletions}] + forced
-    return Decision(now, tuple(expired + found), changes, tuple(due), tuple(_reports(expired, observation, rails)))
+    deleted = {a.target.uid for a in deletions}
+    due = deletions + [c.action for c in acts if c.action is not None and c.workload.uid not in deleted] + forced
+    return Decision(now, tuple(expired + found), changes, tuple(due), tuple(_reports(expired, by_uid, gate)))
 
 
 def silent_gpu_pods(observation: Observation) -> tuple[PodView, ...]:
@@ -197,9 +212,15 @@ def silent_gpu_pods(observation: Observation) -> tuple[PodView, ...]:
     gpu = observation.evidence.gpu
     if not gpu or any(e.failed for e in gpu.values()):
         return ()
-    seen = {(k.namespace, k.pod) for e in gpu.values() for k in e.pods}
-    return tuple(p for p in observation.pods
-                 if p.gpus and p.phase == "Running" and (p.ref.namespace, p.ref.name) not in seen)
+    series = [e.pods for e in gpu.values()]
+
+    def silent(pod: PodView) -> bool:
+        # Each pod looked up in each read, not every series of every read gathered first. The
+        # namespace as it is: a pod without one matches only a series read without one.
+        key = PodKey(cast(str, pod.ref.namespace), pod.ref.name)
+        return not any(key in pods for pods in series)
+
+    return tuple(p for p in observation.pods if p.gpus and p.phase == "Running" and silent(p))
 
 
 def plan(observation: Observation, policies: Sequence[Policy], ledger: SafetyLedger, now: datetime.datetime, *,

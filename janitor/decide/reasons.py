@@ -29,6 +29,7 @@ class Code(StrEnum):
     PROTECTED = "protected"
     OPTED_OUT = "opted-out"
     OWNER_UNREADABLE = "owner-unreadable"
+    OWNER_CYCLE = "owner-cycle"
     OWNER_DELETING = "owner-deleting"
     POD_DELETING = "pod-deleting"
     # expiry
@@ -186,6 +187,7 @@ _T: Mapping[Code, str] = {
     Code.PROTECTED: "namespace {namespace} is protected",
     Code.OPTED_OUT: "opted out (janitor/opt-out: true on {where})",
     Code.OWNER_UNREADABLE: "owner {owner} (uid {uid}) cannot be read: not listed, forbidden or gone",
+    Code.OWNER_CYCLE: "its ownerReferences form a cycle through {owner}: the workload on top cannot be told",
     Code.OWNER_DELETING: "owner {owner} is already being deleted",
     Code.POD_DELETING: "the pod is already being deleted",
     Code.TTL_INVALID: "invalid janitor/ttl: {error}",

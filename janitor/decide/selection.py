@@ -21,7 +21,7 @@ re-check before acting):
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -30,7 +30,7 @@ from janitor.decide.model import NamespaceView, ObjectRef, ObjectView, Observati
 from janitor.decide.owners import DEFAULT_OWNER_KEYS, Owner, OwnerKind, find_owner
 from janitor.decide.rails import Rails
 from janitor.decide.reasons import Code, Reason, why
-from janitor.policy.model import CrashLoop, IdleCpu, IdleGpu, Pending, Policy, Terminating, Trigger
+from janitor.policy.model import CrashLoop, IdleCpu, IdleGpu, Match, Pending, Policy, Terminating, Trigger
 
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)  # a pod not started yet
 
@@ -76,14 +76,9 @@ def namespace_of(obj: ObjectView) -> str | None:
 
 
 def gate(obj: ObjectView, observation: Observation, rails: Rails) -> Reason | None:
-    """Why the plain expiry path must leave `obj` alone whatever its annotations say, if it must."""
-    if obj.deleting:
-        return why(Code.DELETING)
-    namespace = namespace_of(obj)
-    if is_protected(namespace, rails):
-        return why(Code.PROTECTED, namespace=namespace)
-    out = opted_out(obj.annotations, observation.namespaces.get(namespace or ""))
-    return out if out is not None and rails.honour_opt_out else None
+    """Why the plain expiry path must leave `obj` alone whatever its annotations say, if it must
+    (deleting, protected, or opted out where the rails honour it): `Gate`, for one object."""
+    return Gate(observation, rails)(obj)
 
 
 def copied_from(obj: ObjectView) -> OwnerRef | None:
@@ -94,12 +89,32 @@ def copied_from(obj: ObjectView) -> OwnerRef | None:
     return None
 
 
-def managed_by(obj: ObjectView) -> str | None:
+_MARKER_LABELS = frozenset(key for where, key, _, _ in MANAGED_BY_MARKERS if where == "labels")
+_MARKER_NOTES = frozenset(key for where, key, _, _ in MANAGED_BY_MARKERS if where == "annotations")
+
+
+def managed_by(obj: ObjectView | PodView) -> str | None:
+    if _MARKER_LABELS.isdisjoint(obj.labels) and _MARKER_NOTES.isdisjoint(obj.annotations):
+        return None  # no marker key at all, as on most objects
     for where, key, value, tool in MANAGED_BY_MARKERS:
         found = (obj.labels if where == "labels" else obj.annotations).get(key)
         if found is not None and value in (None, found):
             return tool
     return None
+
+
+_MARK_ONLY = frozenset(ann.JANITOR_ONLY_KEYS)
+
+
+def carries_mark(notes: Mapping[str, str]) -> bool:
+    """`annotations.carries_mark`, after a set test that rules out in C the many objects with no
+    janitor-only key at all (every object of a cycle is asked)."""
+    return not _MARK_ONLY.isdisjoint(notes) and ann.carries_mark(notes)
+
+
+def with_marks(views: Iterable[ObjectView]) -> list[ObjectView]:
+    """The objects that carry a mark, in order (`carries_mark`, inline: one pass over every object)."""
+    return [v for v in views if not _MARK_ONLY.isdisjoint(v.annotations) and ann.carries_mark(v.annotations)]
 
 
 def pod_as_object(pod: PodView) -> ObjectView:
@@ -140,54 +155,110 @@ class _Group:
     pods: list[PodView] = field(default_factory=list)
 
 
-def _resolve(pod: PodView, by_uid: Mapping[str, ObjectView], cronjob_mode: CronJobMode) -> _Group:
-    """The top of `pod`'s chain."""
-    current = pod_as_object(pod)
-    chain = [pod.ref]
-    views = [current]
+@dataclass(frozen=True, slots=True)
+class _Above:
+    """A pod's chain above it, which every pod of one controller shares: the owners from its
+    controller up (refs and views), the marker on them, or why the chain cannot be read."""
+
+    refs: tuple[ObjectRef, ...] = ()
+    top: ObjectView | None = None  # None: the pod is the top of its own chain
+    marker: str | None = None
+    unknown: Reason | None = None
+    candidate: bool = True
+
+
+def _walk(kind: str, controller: OwnerRef, by_uid: Mapping[str, ObjectView], cronjob_mode: CronJobMode) -> _Above:
+    """Up from the controller of an object of `kind` to the top of the chain."""
+    refs: list[ObjectRef] = []
+    views: list[ObjectView] = []
     candidate = True
-    while current.controller is not None:
-        owner_ref = current.controller
+    owner_ref: OwnerRef | None = controller
+    seen: set[str] = set()
+    while owner_ref is not None:
+        if owner_ref.uid in seen:  # the apiserver accepts A -> B -> A; such a chain has no top
+            return _Above(unknown=why(Code.OWNER_CYCLE, owner=f"{owner_ref.kind}/{owner_ref.name}"),
+                          candidate=candidate)
+        seen.add(owner_ref.uid)
         candidate = candidate and owner_ref.kind != "DaemonSet"
-        if owner_ref.kind == "CronJob" and current.ref.kind == "Job" and cronjob_mode is CronJobMode.JOB:
+        if owner_ref.kind == "CronJob" and kind == "Job" and cronjob_mode is CronJobMode.JOB:
             break  # act on this run's Job, leave the schedule alone
         owner = by_uid.get(owner_ref.uid)
-        kind = pod.controller.kind if pod.controller else "Pod"
         if owner is None:
             reason = why(Code.OWNER_UNREADABLE, owner=f"{owner_ref.kind}/{owner_ref.name}", uid=owner_ref.uid)
-            return _Group(pod.ref, None, (pod.ref,), None, reason, kind, candidate)
+            return _Above(unknown=reason, candidate=candidate)
         if owner.deleting:
-            return _Group(pod.ref, None, (pod.ref,), None, why(Code.OWNER_DELETING, owner=str(owner.ref)), kind,
-                          candidate)
-        chain.append(owner.ref)
+            return _Above(unknown=why(Code.OWNER_DELETING, owner=str(owner.ref)), candidate=candidate)
+        refs.append(owner.ref)
         views.append(owner)
-        current = owner
-    if len(chain) == 1 and pod.deleting:
-        return _Group(pod.ref, None, (pod.ref,), None, why(Code.POD_DELETING), "Pod")
+        kind, owner_ref = owner.ref.kind, owner.controller
     marker = next((m for m in (managed_by(v) for v in views) if m), None)
-    return _Group(current.ref, current, tuple(chain), marker, None, current.ref.kind, candidate)
+    return _Above(tuple(refs), views[-1] if views else None, marker, None, candidate)
+
+
+_NO_OWNER = _Above()
+
+
+class _Chains:
+    """Every pod's chain for one cycle, each controller's walked once (its pods share it)."""
+
+    def __init__(self, by_uid: Mapping[str, ObjectView], cronjob_mode: CronJobMode) -> None:
+        self.by_uid, self.cronjob_mode = by_uid, cronjob_mode
+        self.above: dict[tuple[str, str, str, str, str], _Above] = {}
+
+    def above_of(self, pod: PodView) -> _Above:
+        c = pod.controller
+        if c is None:
+            return _NO_OWNER
+        key = (pod.ref.kind, c.kind, c.api_version, c.name, c.uid)
+        found = self.above.get(key)
+        return found if found is not None else self.above.setdefault(
+            key, _walk(pod.ref.kind, c, self.by_uid, self.cronjob_mode))
+
+    def resolve(self, pod: PodView, above: _Above) -> _Group:
+        """The top of `pod`'s chain."""
+        c = pod.controller
+        if above.unknown is not None:
+            return _Group(pod.ref, None, (pod.ref,), None, above.unknown, c.kind if c else "Pod", above.candidate)
+        if above.top is None:
+            if pod.deleting:
+                return _Group(pod.ref, None, (pod.ref,), None, why(Code.POD_DELETING), "Pod")
+            view = pod_as_object(pod)
+            return _Group(pod.ref, view, (pod.ref,), managed_by(pod), None, view.ref.kind, above.candidate)
+        top = above.top
+        return _Group(top.ref, top, (pod.ref, *above.refs), managed_by(pod) or above.marker, None, top.ref.kind,
+                      above.candidate)
 
 
 def workloads(observation: Observation, rails: Rails, *, cronjob_mode: CronJobMode = CronJobMode.JOB,
-              owner_keys: Sequence[tuple[str, str]] = DEFAULT_OWNER_KEYS) -> tuple[Workload, ...]:
+              owner_keys: Sequence[tuple[str, str]] = DEFAULT_OWNER_KEYS,
+              by_uid: Mapping[str, ObjectView] | None = None) -> tuple[Workload, ...]:
     """Every pod outside the protected namespaces, grouped by the workload it belongs to (a pod
-    whose chain cannot be read is a workload of its own, unknown)."""
-    by_uid = {o.ref.uid: o for o in observation.objects}
+    whose chain cannot be read is a workload of its own, unknown). `by_uid`: the observation's
+    objects by uid, when the caller has them already."""
+    chains = _Chains(by_uid if by_uid is not None else {o.ref.uid: o for o in observation.objects}, cronjob_mode)
+    protected = frozenset(rails.protected_namespaces)
     groups: dict[str, _Group] = {}
     for pod in observation.pods:
-        if is_protected(pod.ref.namespace, rails):
+        namespace = pod.ref.namespace
+        if namespace is not None and namespace in protected:
             continue
-        group = _resolve(pod, by_uid, cronjob_mode)
+        above = chains.above_of(pod)
+        if above.top is not None and above.unknown is None:
+            joined = groups.get(above.top.ref.uid)
+            if joined is not None:  # the workload's first pod made its group
+                joined.pods.append(pod)
+                continue
+        group = chains.resolve(pod, above)
         key = group.ref.uid if group.unknown is None else f"unknown:{pod.ref.uid}"
         groups.setdefault(key, group).pods.append(pod)
-    found = []
+    found_workloads = []
     for group in groups.values():
-        namespace = observation.namespace(group.ref.namespace)
+        namespace_view = observation.namespace(group.ref.namespace)
         notes = group.view.annotations if group.view is not None else group.pods[0].annotations
-        found.append(Workload(group.ref, group.view, tuple(group.pods), namespace, group.kind, group.chain,
-                              group.marker, group.unknown, opted_out(notes, namespace),
-                              find_owner(group.view, namespace, owner_keys), group.candidate))
-    return tuple(found)
+        found_workloads.append(Workload(group.ref, group.view, tuple(group.pods), namespace_view, group.kind,
+                                        group.chain, group.marker, group.unknown, opted_out(notes, namespace_view),
+                                        find_owner(group.view, namespace_view, owner_keys), group.candidate))
+    return tuple(found_workloads)
 
 
 def governing(policies: Sequence[Policy], trigger: TriggerKind, workload: Workload,
@@ -195,11 +266,84 @@ def governing(policies: Sequence[Policy], trigger: TriggerKind, workload: Worklo
     """The policy that decides `trigger` for this workload, judging `pods`: the first in load order
     that defines it and whose match holds for every one of those pods; None when that policy
     honours an opt-out the workload carries (later policies are not consulted)."""
-    kind = POLICY_TRIGGERS[trigger]
-    namespace = workload.namespace
-    policy = next((p for p in policies if p.trigger(kind) is not None and all(
-        p.match.matches(namespace=namespace.name, namespace_labels=namespace.labels, kind=workload.kind,
-                        pod_labels=pod.labels) for pod in pods)), None)
-    if policy is None or (policy.lifecycle.honour_opt_out and workload.opted_out is not None):
-        return None
-    return policy
+    return Governance(policies).governing(trigger, workload, pods)
+
+
+def _in_scope(match: Match, namespace: NamespaceView, kind: str) -> bool:
+    """The parts of `match` that do not depend on the pod."""
+    return (match.namespaces.matches(namespace.name) and match.namespace_selector.matches(namespace.labels)
+            and (not match.kinds or kind in match.kinds))
+
+
+class Governance:
+    """`governing` for one cycle's policies: the policies that define each trigger are listed
+    once, and each policy's namespace globs, namespace selector and kinds are decided once per
+    namespace and kind; only the pod selector (when it has terms) is matched pod by pod."""
+
+    def __init__(self, policies: Sequence[Policy]) -> None:
+        self.defining = {trigger: tuple((i, p) for i, p in enumerate(policies) if p.trigger(kind) is not None)
+                         for trigger, kind in POLICY_TRIGGERS.items()}
+        self.namespaces: dict[str, NamespaceView] = {}
+        self.scope: dict[tuple[int, str, str], bool] = {}
+
+    def _in_scope(self, index: int, match: Match, namespace: NamespaceView, kind: str) -> bool:
+        known = self.namespaces.setdefault(namespace.name, namespace)
+        if known is not namespace and known != namespace:  # another view under the same name: not cached
+            return _in_scope(match, namespace, kind)
+        key = (index, namespace.name, kind)
+        hit = self.scope.get(key)
+        if hit is None:
+            hit = self.scope[key] = _in_scope(match, namespace, kind)
+        return hit
+
+    def governing(self, trigger: TriggerKind, workload: Workload, pods: Sequence[PodView]) -> Policy | None:
+        """As `governing`: the first policy defining `trigger` whose match holds for every pod."""
+        namespace = workload.namespace
+        policy = None
+        for index, candidate in self.defining[trigger]:
+            if pods:  # the match of every pod must hold (none to judge: nothing to hold)
+                match = candidate.match
+                if not self._in_scope(index, match, namespace, workload.kind):
+                    continue
+                selector = match.pod_selector
+                if (selector.match_labels or selector.match_expressions) and not all(
+                        selector.matches(pod.labels) for pod in pods):
+                    continue
+            policy = candidate
+            break
+        if policy is None or (policy.lifecycle.honour_opt_out and workload.opted_out is not None):
+            return None
+        return policy
+
+
+class Gate:
+    """`gate` for one cycle: whether a namespace is protected or opted out is read once per
+    namespace, not once per object in it."""
+
+    def __init__(self, observation: Observation, rails: Rails) -> None:
+        self.observation, self.rails = observation, rails
+        self.protected = frozenset(rails.protected_namespaces)
+        self.namespace_out: dict[str, Reason | None] = {}
+
+    def protects(self, namespace: str | None) -> bool:
+        """As `is_protected(namespace, rails)`."""
+        return namespace is not None and namespace in self.protected
+
+    def __call__(self, obj: ObjectView) -> Reason | None:
+        """Why `obj` is left alone: deleting, in a protected namespace, or opted out (its own
+        annotation first, then its namespace's) when the rails honour opt-outs."""
+        if obj.deleting:
+            return why(Code.DELETING)
+        ref = obj.ref
+        namespace = ref.name if ref.kind == "Namespace" else ref.namespace  # namespace_of, inline: every object
+        if namespace is not None and namespace in self.protected:
+            return why(Code.PROTECTED, namespace=namespace)
+        if not self.rails.honour_opt_out:
+            return None
+        own = obj.annotations.get(ann.OPT_OUT)
+        if own is not None and ann.is_true(own):
+            return why(Code.OPTED_OUT, where="the object")
+        name = namespace or ""
+        if name not in self.namespace_out:
+            self.namespace_out[name] = opted_out({}, self.observation.namespaces.get(name))
+        return self.namespace_out[name]

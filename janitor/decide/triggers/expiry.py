@@ -73,10 +73,12 @@ def inherited_from(obj: ObjectView, by_uid: Mapping[str, ObjectView], key: str) 
     value = obj.annotations.get(key)
     source = None
     current = obj
+    seen = {obj.ref.uid}
     while current.controller is not None:
         owner = by_uid.get(current.controller.uid)
-        if owner is None or owner.template_annotations.get(key) != value:
-            break
+        if owner is None or owner.ref.uid in seen or owner.template_annotations.get(key) != value:
+            break  # the top, or owner references in a cycle (the apiserver accepts them)
+        seen.add(owner.ref.uid)
         source = current = owner
     return source
 
@@ -136,9 +138,11 @@ def rules(obj: ObjectView) -> Iterator[tuple[str, str, str]]:
 
 
 def findings(workloads: Sequence[Workload], observation: Observation, policy: Policy,
-             now: datetime.datetime) -> list[Finding]:
-    """Each expiry rule's finding on each object given (`workloads` wrap the objects to judge)."""
-    by_uid = {o.ref.uid: o for o in observation.objects}
+             now: datetime.datetime, *, by_uid: Mapping[str, ObjectView] | None = None) -> list[Finding]:
+    """Each expiry rule's finding on each object given (`workloads` wrap the objects to judge);
+    `by_uid`: the observation's objects by uid, when the caller has them already."""
+    if by_uid is None:
+        by_uid = {o.ref.uid: o for o in observation.objects}
     found = []
     for subject in workloads:
         obj = subject.view

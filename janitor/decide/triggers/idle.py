@@ -14,6 +14,7 @@ again, or about to be).
 from __future__ import annotations
 
 import datetime
+import operator
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
@@ -23,6 +24,7 @@ from janitor.decide.reasons import Code, Fact, Reason, why
 from janitor.decide.selection import Workload
 from janitor.policy.model import GAP_INTERVALS, IdleCpu, IdleGpu, Policy
 
+_GPU = operator.attrgetter("gpu")
 MIN_DEFAULT_GAP = datetime.timedelta(minutes=1)
 """The default `maxGap` is GAP_INTERVALS scrape intervals, but never under a minute: a Prometheus
 scraping every few seconds misses a scrape or two under load without losing what a GPU did."""
@@ -34,16 +36,6 @@ def _key(pod: PodView) -> PodKey:
 
 def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:g}"
-
-
-def _old_enough(pod: PodView, now: datetime.datetime, window: datetime.timedelta,
-                min_age: datetime.timedelta) -> PodJudgement | None:
-    if pod.started is None:
-        return PodJudgement(pod.ref, State.UNKNOWN, why(Code.NOT_STARTED))
-    needed = max(window, min_age)
-    if now - pod.started < needed:
-        return PodJudgement(pod.ref, State.TOO_YOUNG, why(Code.TOO_YOUNG, running=now - pod.started, needed=needed))
-    return None
 
 
 def max_gap(configured: datetime.timedelta | None, interval: datetime.timedelta) -> datetime.timedelta:
@@ -64,88 +56,185 @@ def _doubt(what: str, quality: Quality, window: EvidenceWindow, configured: date
 
 
 def _mig(pod: PodView) -> bool:
-    return any(is_mig(r) and n > 0 for r, n in pod.state.limits.items())
+    for resource, amount in pod.state.limits.items():
+        if is_mig(resource) and amount > 0:
+            return True
+    return False
+
+
+class _Judge:
+    """What judging a pod on one policy's trigger needs that no pod changes, worked out once per
+    policy and cycle: the age a pod needs, and per scrape interval the longest gap allowed."""
+
+    def __init__(self, trigger: IdleGpu | IdleCpu, now: datetime.datetime) -> None:
+        self.now = now
+        self.needed = max(trigger.window, trigger.min_pod_age)
+        self.configured = trigger.max_gap
+        self.allowed: dict[datetime.timedelta, datetime.timedelta] = {}
+
+    def young(self, pod: PodView) -> PodJudgement | None:
+        """Why the pod is not judged yet (not started, or younger than the window or the minimum
+        age: samples before its start belong to another pod), or None."""
+        if pod.started is None:
+            return PodJudgement(pod.ref, State.UNKNOWN, why(Code.NOT_STARTED))
+        running = self.now - pod.started
+        if running < self.needed:
+            return PodJudgement(pod.ref, State.TOO_YOUNG, why(Code.TOO_YOUNG, running=running, needed=self.needed))
+        return None
+
+    def doubtful(self, quality: Quality) -> bool:
+        """Whether `_doubt` has a reason for these samples."""
+        interval = quality.interval
+        if interval is None or quality.non_finite or quality.gap is None:
+            return True
+        allowed = self.allowed.get(interval)
+        if allowed is None:
+            allowed = self.allowed[interval] = max_gap(self.configured, interval)
+        return quality.gap > allowed
+
+
+class GpuJudge(_Judge):
+    """`judge_gpu` for one policy's trigger and evidence."""
+
+    def __init__(self, evidence: GpuEvidence | None, trigger: IdleGpu, now: datetime.datetime) -> None:
+        super().__init__(trigger, now)
+        self.evidence, self.trigger = evidence, trigger
+        self.signal = str(trigger.signal)
+        self.limit: dict[str, Fact] = {"signal": self.signal, "threshold": trigger.threshold, "window": trigger.window}
+        self.expected: dict[datetime.timedelta, int] = {}
+
+    def __call__(self, pod: PodView) -> PodJudgement:
+        evidence, trigger, signal = self.evidence, self.trigger, self.signal
+        if evidence is None:
+            return PodJudgement(pod.ref, State.UNKNOWN, why(Code.NO_EVIDENCE_READ, signal=signal))
+        if evidence.failed:
+            return PodJudgement(pod.ref, State.UNKNOWN, why(Code.EVIDENCE_FAILED, signal=signal,
+                                                            error=evidence.failed))
+        young = self.young(pod)
+        if young:
+            return young
+        series = evidence.pods.get(_key(pod), ())
+        if not trigger.signal.covers_mig and (_mig(pod) or any(s.mig for s in series)):
+            gpu = next((f"GPU {s.gpu}" for s in series if s.mig), "a GPU it requested")
+            return PodJudgement(pod.ref, State.UNKNOWN, why(Code.MIG_SIGNAL, what=gpu, signal=signal))
+        if len(series) != pod.gpus:
+            return PodJudgement(pod.ref, State.UNKNOWN,
+                                why(Code.SERIES_COUNT, series=len(series), signal=signal, gpus=pod.gpus))
+        distinct = self._distinct(pod, series)
+        if distinct is not None:
+            return distinct
+        peaks = {s.gpu: s.peak for s in series}
+        # A sample above the threshold is use, whatever else is missing: busy beats unknown. Only
+        # idleness needs the whole window's evidence.
+        busy = {s.gpu for s in series if s.peak is not None and s.peak > trigger.threshold}
+        unsure = next((r for s in series if s.gpu not in busy for r in [self.unsure(s)] if r is not None), None)
+        if unsure is not None and not busy:
+            return PodJudgement(pod.ref, State.UNKNOWN, unsure, peaks=peaks)
+        idle = tuple(sorted(s.gpu for s in series if s.gpu not in busy)) if unsure is None else ()
+        detail = ", ".join(f"GPU {s.gpu} peak {_fmt(s.peak)}" for s in sorted(series, key=lambda s: s.gpu))
+        if len(idle) == len(series):
+            return PodJudgement(pod.ref, State.FIRES, why(Code.GPU_IDLE, detail=detail, **self.limit), idle, peaks)
+        if idle:
+            return PodJudgement(pod.ref, State.PARTIAL,
+                                why(Code.GPU_PARTIAL, idle=len(idle), total=len(series), detail=detail, **self.limit),
+                                idle, peaks)
+        return PodJudgement(pod.ref, State.CLEAR, why(Code.GPU_BUSY, detail=detail), (), peaks)
+
+    def _distinct(self, pod: PodView, series: Sequence[GpuSeries]) -> PodJudgement | None:
+        """The rule above in one pass over the series, when each names another GPU (as exporters
+        do); None when two name the same one: then a GPU is busy if either series says so."""
+        threshold = self.trigger.threshold
+        peaks: dict[str, float | None] = {}
+        idle: list[str] = []
+        unsure = None
+        for s in series:
+            peak = peaks[s.gpu] = s.peak
+            if peak is not None and peak > threshold:
+                continue
+            if unsure is None:
+                unsure = self.unsure(s)
+            idle.append(s.gpu)
+        if len(peaks) != len(series):
+            return None
+        if unsure is not None and len(idle) == len(series):
+            return PodJudgement(pod.ref, State.UNKNOWN, unsure, peaks=peaks)
+        found = tuple(sorted(idle)) if unsure is None else ()
+        detail = ", ".join([f"GPU {s.gpu} peak {'n/a' if s.peak is None else format(s.peak, 'g')}"
+                            for s in sorted(series, key=_GPU)])
+        if len(found) == len(series):
+            return PodJudgement(pod.ref, State.FIRES, why(Code.GPU_IDLE, detail=detail, **self.limit), found, peaks)
+        if found:
+            return PodJudgement(pod.ref, State.PARTIAL, why(Code.GPU_PARTIAL, idle=len(found), total=len(series),
+                                                            detail=detail, **self.limit), found, peaks)
+        return PodJudgement(pod.ref, State.CLEAR, why(Code.GPU_BUSY, detail=detail), (), peaks)
+
+    def unsure(self, s: GpuSeries) -> Reason | None:
+        """Why this GPU's series cannot show it idle over the window, or None when it can."""
+        assert self.evidence is not None
+        window, trigger = self.evidence.window, self.trigger
+        if self.doubtful(s.quality):
+            return _doubt(f"GPU {s.gpu}", s.quality, window, trigger.max_gap)
+        interval = s.quality.interval
+        assert interval is not None  # doubtful checked it
+        expected = self.expected.get(interval)
+        if expected is None:
+            expected = self.expected[interval] = window.expected_at(interval)
+        coverage = s.samples / expected
+        if coverage < trigger.min_coverage:
+            return why(Code.GPU_LOW_COVERAGE, gpu=s.gpu, coverage=coverage, window=trigger.window,
+                       needed=trigger.min_coverage)
+        return why(Code.NON_FINITE, gpu=s.gpu) if s.peak is None else None
 
 
 def judge_gpu(pod: PodView, evidence: GpuEvidence | None, trigger: IdleGpu, now: datetime.datetime) -> PodJudgement:
-    signal = str(trigger.signal)
-    if evidence is None:
-        return PodJudgement(pod.ref, State.UNKNOWN, why(Code.NO_EVIDENCE_READ, signal=signal))
-    if evidence.failed:
-        return PodJudgement(pod.ref, State.UNKNOWN, why(Code.EVIDENCE_FAILED, signal=signal, error=evidence.failed))
-    young = _old_enough(pod, now, trigger.window, trigger.min_pod_age)
-    if young:
-        return young
-    series = evidence.pods.get(_key(pod), ())
-    if not trigger.signal.covers_mig and (_mig(pod) or any(s.mig for s in series)):
-        gpu = next((f"GPU {s.gpu}" for s in series if s.mig), "a GPU it requested")
-        return PodJudgement(pod.ref, State.UNKNOWN, why(Code.MIG_SIGNAL, what=gpu, signal=signal))
-    if len(series) != pod.gpus:
-        return PodJudgement(pod.ref, State.UNKNOWN,
-                            why(Code.SERIES_COUNT, series=len(series), signal=signal, gpus=pod.gpus))
-    peaks = {s.gpu: s.peak for s in series}
-    # A sample above the threshold is use, whatever else is missing: busy beats unknown. Only
-    # idleness needs the whole window's evidence.
-    busy = {s.gpu for s in series if s.peak is not None and s.peak > trigger.threshold}
-    unsure = next((r for s in series if s.gpu not in busy
-                   for r in [_unsure_gpu(s, evidence.window, trigger)] if r is not None), None)
-    if unsure is not None and not busy:
-        return PodJudgement(pod.ref, State.UNKNOWN, unsure, peaks=peaks)
-    idle = tuple(sorted(s.gpu for s in series if s.gpu not in busy)) if unsure is None else ()
-    detail = ", ".join(f"GPU {s.gpu} peak {_fmt(s.peak)}" for s in sorted(series, key=lambda s: s.gpu))
-    limit: dict[str, Fact] = {"signal": signal, "threshold": trigger.threshold, "window": trigger.window}
-    if len(idle) == len(series):
-        return PodJudgement(pod.ref, State.FIRES, why(Code.GPU_IDLE, detail=detail, **limit), idle, peaks)
-    if idle:
-        return PodJudgement(pod.ref, State.PARTIAL,
-                            why(Code.GPU_PARTIAL, idle=len(idle), total=len(series), detail=detail, **limit),
-                            idle, peaks)
-    return PodJudgement(pod.ref, State.CLEAR, why(Code.GPU_BUSY, detail=detail), (), peaks)
+    return GpuJudge(evidence, trigger, now)(pod)
 
 
-def _unsure_gpu(s: GpuSeries, window: EvidenceWindow, trigger: IdleGpu) -> Reason | None:
-    """Why this GPU's series cannot show it idle over the window, or None when it can."""
-    doubt = _doubt(f"GPU {s.gpu}", s.quality, window, trigger.max_gap)
-    if doubt is not None:
-        return doubt
-    assert s.quality.interval is not None  # _doubt checked it
-    coverage = s.samples / window.expected_at(s.quality.interval)
-    if coverage < trigger.min_coverage:
-        return why(Code.GPU_LOW_COVERAGE, gpu=s.gpu, coverage=coverage, window=trigger.window,
-                   needed=trigger.min_coverage)
-    return why(Code.NON_FINITE, gpu=s.gpu) if s.peak is None else None
+class CpuJudge(_Judge):
+    """`judge_cpu` for one policy's trigger and evidence."""
+
+    def __init__(self, evidence: CpuEvidence | None, trigger: IdleCpu, now: datetime.datetime) -> None:
+        super().__init__(trigger, now)
+        self.evidence, self.trigger = evidence, trigger
+
+    def __call__(self, pod: PodView) -> PodJudgement:
+        evidence, trigger = self.evidence, self.trigger
+        if evidence is None:
+            return PodJudgement(pod.ref, State.UNKNOWN, why(Code.NO_EVIDENCE_READ, signal="CPU"))
+        if evidence.failed:
+            return PodJudgement(pod.ref, State.UNKNOWN, why(Code.EVIDENCE_FAILED, signal="CPU",
+                                                            error=evidence.failed))
+        young = self.young(pod)
+        if young:
+            return young
+        usage = evidence.pods.get(_key(pod))
+        if usage is None or usage.peak_cores is None:
+            return PodJudgement(pod.ref, State.UNKNOWN, why(Code.CPU_NO_SERIES))
+        if trigger.cores is not None:
+            limit, described = trigger.cores, f"{trigger.cores:g} cores"
+        else:
+            ignored = trigger.ignore_containers
+            request = sum(c.cpu_request_cores for c in pod.containers if c.name not in ignored)
+            if request <= 0:
+                return PodJudgement(pod.ref, State.UNKNOWN, why(Code.CPU_NO_REQUEST))
+            fraction = trigger.fraction_of_request or 0.0
+            limit, described = fraction * request, f"{fraction:g} of its {request:g}-core request"
+        peak = usage.peak_cores
+        if peak > limit:  # use, whatever else is missing: only idleness needs the whole window
+            return PodJudgement(pod.ref, State.CLEAR, why(Code.CPU_BUSY, peak=peak, limit=described))
+        doubt = _doubt("CPU", usage.quality, evidence.window, trigger.max_gap) if self.doubtful(usage.quality) else None
+        if doubt is not None:
+            return PodJudgement(pod.ref, State.UNKNOWN, doubt)
+        coverage = usage.samples / evidence.window.expected_samples
+        if coverage < trigger.min_coverage:
+            return PodJudgement(pod.ref, State.UNKNOWN, why(Code.CPU_LOW_COVERAGE, coverage=coverage,
+                                                            window=trigger.window))
+        return PodJudgement(pod.ref, State.FIRES, why(Code.CPU_IDLE, peak=peak, limit=described,
+                                                      window=trigger.window))
 
 
 def judge_cpu(pod: PodView, evidence: CpuEvidence | None, trigger: IdleCpu, now: datetime.datetime) -> PodJudgement:
-    if evidence is None:
-        return PodJudgement(pod.ref, State.UNKNOWN, why(Code.NO_EVIDENCE_READ, signal="CPU"))
-    if evidence.failed:
-        return PodJudgement(pod.ref, State.UNKNOWN, why(Code.EVIDENCE_FAILED, signal="CPU", error=evidence.failed))
-    young = _old_enough(pod, now, trigger.window, trigger.min_pod_age)
-    if young:
-        return young
-    usage = evidence.pods.get(_key(pod))
-    if usage is None or usage.peak_cores is None:
-        return PodJudgement(pod.ref, State.UNKNOWN, why(Code.CPU_NO_SERIES))
-    if trigger.cores is not None:
-        limit, described = trigger.cores, f"{trigger.cores:g} cores"
-    else:
-        request = sum(c.cpu_request_cores for c in pod.containers if c.name not in trigger.ignore_containers)
-        if request <= 0:
-            return PodJudgement(pod.ref, State.UNKNOWN, why(Code.CPU_NO_REQUEST))
-        fraction = trigger.fraction_of_request or 0.0
-        limit, described = fraction * request, f"{fraction:g} of its {request:g}-core request"
-    peak = usage.peak_cores
-    if peak > limit:  # use, whatever else is missing: only idleness needs the whole window
-        return PodJudgement(pod.ref, State.CLEAR, why(Code.CPU_BUSY, peak=peak, limit=described))
-    doubt = _doubt("CPU", usage.quality, evidence.window, trigger.max_gap)
-    if doubt is not None:
-        return PodJudgement(pod.ref, State.UNKNOWN, doubt)
-    coverage = usage.samples / evidence.window.expected_samples
-    if coverage < trigger.min_coverage:
-        return PodJudgement(pod.ref, State.UNKNOWN, why(Code.CPU_LOW_COVERAGE, coverage=coverage,
-                                                        window=trigger.window))
-    return PodJudgement(pod.ref, State.FIRES, why(Code.CPU_IDLE, peak=peak, limit=described, window=trigger.window))
+    return CpuJudge(evidence, trigger, now)(pod)
 
 
 def judge_workload(pods: Sequence[PodJudgement], starting: PodView | None = None) -> tuple[State, Reason]:
@@ -197,18 +286,19 @@ def gpu_findings(workloads: Sequence[Workload], observation: Observation, policy
                  now: datetime.datetime) -> list[Finding]:
     trigger = policy.trigger(IdleGpu)
     assert trigger is not None
-    evidence = observation.evidence.gpu.get((str(trigger.signal), trigger.window))
-    return [_finding(TriggerKind.IDLE_GPU, w, policy, [judge_gpu(p, evidence, trigger, now) for p in pods], pods,
-                     trigger.window) for w in workloads for pods in [gpu_pods(w)]]
+    judge = GpuJudge(observation.evidence.gpu.get((str(trigger.signal), trigger.window)), trigger, now)
+    return [_finding(TriggerKind.IDLE_GPU, w, policy, [judge(p) for p in pods], pods, trigger.window)
+            for w in workloads for pods in [gpu_pods(w)]]
 
 
 def cpu_findings(workloads: Sequence[Workload], observation: Observation, policy: Policy,
                  now: datetime.datetime) -> list[Finding]:
     trigger = policy.trigger(IdleCpu)
     assert trigger is not None
-    evidence = observation.evidence.cpu.get((trigger.window, tuple(sorted(trigger.ignore_containers))))
-    return [_finding(TriggerKind.IDLE_CPU, w, policy, [judge_cpu(p, evidence, trigger, now) for p in pods], pods,
-                     trigger.window) for w in workloads for pods in [running(w)]]
+    judge = CpuJudge(observation.evidence.cpu.get((trigger.window, tuple(sorted(trigger.ignore_containers)))),
+                     trigger, now)
+    return [_finding(TriggerKind.IDLE_CPU, w, policy, [judge(p) for p in pods], pods, trigger.window)
+            for w in workloads for pods in [running(w)]]
 
 
 def reclaim_by(findings: Iterable[Finding]) -> dict[tuple[str, str], float]:

@@ -146,12 +146,11 @@ def _blockers(pod: PodView, node: NodeInfo) -> tuple[Reason, ...]:
     return tuple(found)
 
 
-def fits_later(pod: PodView, nodes: Sequence[NodeInfo], state: Reason) -> Reason | None:
-    """When no node can run the pod now but one could at its best: `state`, and which node could
-    once what passes. None when some node could run it now (the scheduler's own message says why
-    it did not) or none ever could."""
+def _later(pod: PodView, by_name: Sequence[NodeInfo]) -> tuple[NodeInfo, tuple[Reason, ...], int] | None:
+    """The first node (of `by_name`, sorted by name) that could run the pod once what passes, what
+    passes there, and how many more could; None when one could run it now or none ever could."""
     later = []
-    for node in sorted(nodes, key=lambda n: n.name):
+    for node in by_name:
         if _misfit(pod, node) is not None:
             continue
         blockers = _blockers(pod, node)
@@ -161,8 +160,22 @@ def fits_later(pod: PodView, nodes: Sequence[NodeInfo], state: Reason) -> Reason
     if not later:
         return None
     (node, blockers), others = later[0], len(later) - 1
+    return node, blockers, others
+
+
+def _waits(later: tuple[NodeInfo, tuple[Reason, ...], int] | None, state: Reason) -> Reason | None:
+    if later is None:
+        return None
+    node, blockers, others = later
     more = f" ({others} more node{'s' if others > 1 else ''} likewise)" if others else ""
     return why(Code.FITS_LATER, state=state, node=node.name, once=blockers, more=more)
+
+
+def fits_later(pod: PodView, nodes: Sequence[NodeInfo], state: Reason) -> Reason | None:
+    """When no node can run the pod now but one could at its best: `state`, and which node could
+    once what passes. None when some node could run it now (the scheduler's own message says why
+    it did not) or none ever could."""
+    return _waits(_later(pod, sorted(nodes, key=lambda n: n.name)), state)
 
 
 def _term(term: Sequence[tuple[str, str, tuple[str, ...]]], labels: Mapping[str, str]) -> bool:
@@ -202,14 +215,65 @@ def never_fits(pod: PodView, nodes: Sequence[NodeInfo]) -> Reason | None:
     (or no nodes are known)."""
     if not nodes:
         return None
-    reasons: Counter[str] = Counter()
+    # Counted by reason, then by its words: only the distinct reasons are rendered, not one per node.
+    misfits: Counter[Reason] = Counter()
     for node in nodes:
         misfit = _misfit(pod, node)
         if misfit is None:
             return None
-        reasons[str(misfit)] += 1
+        misfits[misfit] += 1
+    reasons: Counter[str] = Counter()
+    for misfit, count in misfits.items():
+        reasons[str(misfit)] += count
     shown = ", ".join(f"{text} ({n} node{'s' if n > 1 else ''})" for text, n in reasons.most_common(3))
     return why(Code.NEVER_FITS, shown=shown)
+
+
+Needs = tuple[tuple[tuple[str, float], ...], tuple[tuple[str, str], ...],
+              tuple[tuple[tuple[str, str, tuple[str, ...]], ...], ...], tuple[tuple[str, str, str, str], ...]]
+
+
+def needs(st: PodState) -> Needs:
+    """All that `_misfit` and `_blockers` read of a pod: the pods of one template share it."""
+    return (tuple(sorted(st.requests.items())), tuple(sorted(st.node_selector.items())), st.required_affinity,
+            st.tolerations)
+
+
+class Fits:
+    """Where pods could run, against one cycle's nodes (sorted by name once): never-fits and
+    fits-later verdicts per `needs`, so each kind of pod meets every node once a cycle rather
+    than every pending pod meeting every node."""
+
+    def __init__(self, nodes: Sequence[NodeInfo]) -> None:
+        self.nodes = tuple(nodes)
+        self.by_name = tuple(sorted(self.nodes, key=lambda n: n.name))
+        self._never: dict[Needs, Reason | None] = {}
+        self._later: dict[Needs, tuple[NodeInfo, tuple[Reason, ...], int] | None] = {}
+
+    def never_fits(self, pod: PodView) -> Reason | None:
+        key = _hashable(needs(pod.state))
+        if key is None:
+            return never_fits(pod, self.nodes)
+        if key not in self._never:
+            self._never[key] = never_fits(pod, self.nodes)
+        return self._never[key]
+
+    def fits_later(self, pod: PodView, state: Reason) -> Reason | None:
+        key = _hashable(needs(pod.state))
+        if key is None:
+            return _waits(_later(pod, self.by_name), state)
+        if key not in self._later:
+            self._later[key] = _later(pod, self.by_name)
+        return _waits(self._later[key], state)
+
+
+def _hashable(key: Needs) -> Needs | None:
+    """`key`, or None when a part of it was built as a list: then the pod is fitted uncached."""
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def pods(workload: Workload) -> tuple[PodView, ...]:
@@ -218,7 +282,7 @@ def pods(workload: Workload) -> tuple[PodView, ...]:
     return judged if any(p.phase == "Pending" for p in judged) else ()
 
 
-def _judge_pod(pod: PodView, trigger: Pending, observation: Observation, now: datetime.datetime) -> PodJudgement:
+def _judge_pod(pod: PodView, trigger: Pending, fits: Fits | None, now: datetime.datetime) -> PodJudgement:
     state, since, reason = stuck_state(pod)
     if state == "gated" and not trigger.include_gated:
         # Queued on purpose: its queue (Kueue) may still add the tolerations and node selectors of
@@ -226,11 +290,11 @@ def _judge_pod(pod: PodView, trigger: Pending, observation: Observation, now: da
         return PodJudgement(pod.ref, State.CLEAR, why(Code.POD, pod=pod.ref.name, why=reason))
     if state == "progressing":
         return PodJudgement(pod.ref, State.CLEAR, why(Code.POD, pod=pod.ref.name, why=reason))
-    misfit = never_fits(pod, observation.nodes) if observation.nodes_known else None
+    misfit = fits.never_fits(pod) if fits is not None else None
     if misfit:
         return PodJudgement(pod.ref, State.FIRES, why(Code.POD, pod=pod.ref.name, why=misfit))
-    if state == "unschedulable" and observation.nodes_known:
-        reason = fits_later(pod, observation.nodes, reason) or reason
+    if state == "unschedulable" and fits is not None:
+        reason = fits.fits_later(pod, reason) or reason
     if since is None:
         return PodJudgement(pod.ref, State.UNKNOWN, why(Code.POD, pod=pod.ref.name, why=reason))
     if now - since < trigger.after:
@@ -240,10 +304,10 @@ def _judge_pod(pod: PodView, trigger: Pending, observation: Observation, now: da
         Code.STUCK_FOR, state=reason, stuck=now - since)))
 
 
-def _judge(members: Sequence[PodView], trigger: Pending, observation: Observation,
+def _judge(members: Sequence[PodView], trigger: Pending, fits: Fits | None,
            now: datetime.datetime) -> tuple[State, Reason, tuple[PodJudgement, ...]]:
     waiting = [p for p in members if p.phase == "Pending"]
-    judged = tuple(_judge_pod(p, trigger, observation, now) for p in waiting)
+    judged = tuple(_judge_pod(p, trigger, fits, now) for p in waiting)
     running = [p for p in members if p.phase == "Running"]
     if running:
         return State.CLEAR, why(Code.SOME_RUNNING, running=len(running), total=len(members),
@@ -260,12 +324,13 @@ def findings(workloads: Sequence[Workload], observation: Observation, policy: Po
     """One finding per known workload with a pending pod."""
     trigger = policy.trigger(Pending)
     assert trigger is not None
+    fits = Fits(observation.nodes) if observation.nodes_known else None  # unread nodes: no verdict
     found = []
     for workload in workloads:
         members = pods(workload)
         if not members or not workload.known:
             continue
-        state, reason, judged = _judge(members, trigger, observation, now)
+        state, reason, judged = _judge(members, trigger, fits, now)
         found.append(Finding(TriggerKind.PENDING, policy.name, policy.mode, workload.ref, state, reason,
                              source=policy.source, pods=judged, gpus=sum(p.gpus for p in members),
                              owner=workload.owner, managed_by=workload.managed_by))
