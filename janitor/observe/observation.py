@@ -254,7 +254,7 @@ class _Scoped:
     def climb(self, controller: OwnerRef | None, namespace: str | None) -> tuple[str, ...]:
         """Read the owner chain up from `controller`; the UIDs on it."""
         chain: list[str] = []
-        while controller is not None:
+        while controller is not None and controller.uid not in chain:  # owner references may form a cycle
             view = self.objects.get(controller.uid)
             if view is None and self.get(controller.kind, namespace, controller.name, controller.uid) is not None:
                 view = self.objects.get(controller.uid)

@@ -159,11 +159,12 @@ def test_rbac_prints_role_and_binding_for_the_kinds(capsys: pytest.CaptureFixtur
     assert cli.main(["rbac", "--kinds", "ConfigMap,Job,notebooks.kubeflow.org/v1", "--namespace", "ops"]) == 0
     role, binding = yaml.safe_load_all(capsys.readouterr().out)
     rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): r["verbs"] for r in role["rules"]}
-    assert rules[(("",), ("configmaps",))] == ["get", "list", "delete", "patch", "create"]
-    assert rules[(("batch",), ("jobs",))] == ["get", "list", "delete", "patch"]
-    assert rules[(("kubeflow.org",), ("notebooks",))] == ["get", "list", "delete", "patch"]
-    assert rules[(("",), ("events",))] == ["create", "patch", "list"]  # list: the node agent's OOM Events
-    assert rules[(("",), ("nodes",))] == ["get", "list"]  # pending pods are judged against every node
+    # watch: the daemon lists each kind once, then follows it
+    assert rules[(("",), ("configmaps",))] == ["get", "list", "watch", "delete", "patch", "create"]
+    assert rules[(("batch",), ("jobs",))] == ["get", "list", "watch", "delete", "patch"]
+    assert rules[(("kubeflow.org",), ("notebooks",))] == ["get", "list", "watch", "delete", "patch"]
+    assert rules[(("",), ("events",))] == ["create", "patch", "list", "watch"]  # the node agent's OOM Events
+    assert rules[(("",), ("nodes",))] == ["get", "list", "watch"]  # pending pods are judged against every node
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kube-idle-janitor", "namespace": "ops"}]
 
 

@@ -174,3 +174,27 @@ def test_gate_for_the_plain_path() -> None:
     assert "namespace quiet" in str(selection.gate(obj("x", namespace="quiet"), observation, rails))
     assert selection.gate(obj("x", namespace="quiet"), observation, Rails(honour_opt_out=False)) is None
     assert selection.gate(obj("x"), observation, rails) is None
+
+
+def test_owner_references_in_a_cycle_make_the_workload_unknown_and_end() -> None:
+    """The apiserver accepts A -> B -> A controller references; the walk must end, not loop."""
+    a_uid, b_uid = str(uuid.uuid4()), str(uuid.uuid4())
+    first = replace(obj("loop-a", kind="ReplicaSet", uid=a_uid),
+                    controller=OwnerRef("Deployment", "apps/v1", "loop-b", b_uid))
+    second = replace(obj("loop-b", kind="Deployment", uid=b_uid),
+                     controller=OwnerRef("ReplicaSet", "apps/v1", "loop-a", a_uid))
+    [workload] = group((first, second), (pod("loop-a-x", first),))
+    assert not workload.known and "cycle" in str(workload.unknown)
+
+
+def test_a_template_annotation_inherited_through_a_cycle_ends() -> None:
+    from janitor.decide.triggers.expiry import inherited_from
+
+    a_uid, b_uid = str(uuid.uuid4()), str(uuid.uuid4())
+    same = {a.TTL: "1d"}
+    first = replace(obj("loop-a", kind="ReplicaSet", uid=a_uid, annotations=same, template=same),
+                    controller=OwnerRef("Deployment", "apps/v1", "loop-b", b_uid))
+    second = replace(obj("loop-b", kind="Deployment", uid=b_uid, annotations=same, template=same),
+                     controller=OwnerRef("ReplicaSet", "apps/v1", "loop-a", a_uid))
+    found = inherited_from(first, {a_uid: first, b_uid: second}, a.TTL)
+    assert found is not None

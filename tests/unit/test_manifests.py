@@ -616,7 +616,8 @@ def _exported_series() -> set[str]:
     """Every series name the janitor and the node agent export (client_python's suffixes)."""
     series = set()
     for path in (ROOT / "janitor").rglob("*.py"):
-        for kind, name in re.findall(r'\b(Counter|Gauge|Histogram)\(\s*"(janitor_[a-z_]+)"', path.read_text()):
+        found = re.findall(r'\b(Counter|Gauge|Histogram)(?:MetricFamily)?\(\s*"(janitor_[a-z_]+)"', path.read_text())
+        for kind, name in found:
             if kind == "Counter":
                 series |= {name.removesuffix("_total") + "_total"}
             elif kind == "Histogram":

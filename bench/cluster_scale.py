@@ -1,0 +1,252 @@
+"""Benchmark: what one janitor cycle costs on a sandbox of N and 4N GPU nodes, first and steady.
+
+Run on purpose, never from the tests:
+
+    .venv/bin/python bench/cluster_scale.py --nodes 500 --factor 4
+
+It starts its own sandbox (run dir `.devenv-bench`, a 15 s scrape), fills it with
+`python -m devenv populate` to N nodes, measures, grows it to N x factor, measures again, prints
+both and the ratios, and stops the sandbox. Each measurement runs the janitor as the daemon runs
+it (watch cache, `bench/policies.yaml`: every trigger over the `team-*` namespaces, shadow mode,
+dry run) in a child process, so CPU and peak RSS are the janitor's alone, behind a pass-through
+proxy that counts every request and the bytes each answer took on the wire. Between steady cycles
+the same churn happens at both sizes (`--churn` ConfigMaps created, as many deleted, as many pods
+annotated), so the steady figures show what a cycle costs per change, not per object.
+
+Figures per cycle: apiserver requests and bytes by resource, Prometheus requests and bytes, CPU
+seconds, time in observe / decide / act, and the child's peak RSS. Ratios: steady / first and
+4N / N, from this one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+POLICIES = ROOT / "bench" / "policies.yaml"
+
+
+def resource_of(path: str) -> str:
+    """The resource a request path names: /api/v1/namespaces/x/pods/y -> pods."""
+    parts = [p for p in path.split("?")[0].split("/") if p]
+    if not parts or parts[0] not in ("api", "apis"):
+        return parts[0] if parts else "/"
+    rest = parts[2:] if parts[0] == "api" else parts[3:]
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        return rest[2]
+    return rest[0] if rest else "discovery"
+
+
+# -- the child: the janitor, measured --------------------------------------------------------------------
+
+
+def _measure(args: argparse.Namespace) -> dict[str, Any]:
+    import datetime
+    import resource
+
+    from kubernetes import client
+
+    from devenv.fault_rules import FaultControl
+    from janitor import cycle, kubeapi
+    from janitor.decide.plan import plan
+    from janitor.decide.rails import Rails
+    from janitor.observe.cache import ClusterCache
+    from janitor.settings import ClusterSettings, PrometheusSettings, Settings
+
+    proxy = FaultControl(args.control)
+    api = kubeapi.connect(args.kubeconfig, (5.0, 120.0))
+    direct = client.CoreV1Api(kubeapi.connect(args.direct_kubeconfig, (5.0, 60.0)))
+    settings = Settings(cluster=ClusterSettings(state_namespace="kube-idle-janitor"),
+                        rails=Rails(dry_run=True), prometheus=PrometheusSettings(url=args.prometheus),
+                        policy_paths=(str(POLICIES),), cycle_budget=datetime.timedelta(minutes=30))
+    ports = cycle.Ports(api, cache=ClusterCache(api, settings, connect_timeout=5.0, read_timeout=120.0))
+    memory = cycle.Memory()
+    cycles: list[dict[str, Any]] = []
+    pods = [p.metadata for p in direct.list_pod_for_all_namespaces(label_selector="devenv.janitor.dev/populated=true",
+                                                                    limit=args.churn * (args.steady + 1)).items]
+    for number in range(args.steady + 1):
+        churn_cpu = 0.0
+        began_cpu, began = time.process_time(), time.monotonic()
+        before = {(s.conn, s.path, s.query): s.bytes for s in proxy.requests()}
+        if number > 0:  # the same changes between cycles at every size
+            t = time.thread_time()
+            for i in range(args.churn):
+                direct.create_namespaced_config_map("team-01", client.V1ConfigMap(metadata=client.V1ObjectMeta(
+                    name=f"bench-churn-{number}-{i}", annotations={"janitor/ttl": "52w"})))
+                if number > 1:
+                    direct.delete_namespaced_config_map(f"bench-churn-{number - 1}-{i}", "team-01")
+                meta = pods[(number * args.churn + i) % len(pods)]
+                direct.patch_namespaced_pod(meta.name, meta.namespace,
+                                            {"metadata": {"annotations": {"bench/round": str(number)}}})
+            churn_cpu = time.thread_time() - t
+            time.sleep(args.settle)
+        marks: dict[str, float] = {}
+        memory, reloaded = cycle.load_policies(settings, memory)
+        with cycle.prometheus(settings, memory.policies or ()) as source:
+            t0 = time.monotonic()
+            planned = cycle.observe_and_plan(ports, settings, memory, source=source, reloaded=reloaded)
+            t1 = time.monotonic()
+            plan(planned.observation, planned.policies, planned.plan.ledger, planned.plan.now,
+                 settings=settings.plan())
+            marks["decide"] = time.monotonic() - t1
+            marks["observe"] = t1 - t0 - marks["decide"]
+            t2 = time.monotonic()
+            result = cycle.apply(ports, settings, planned, source=source)
+            marks["act"] = time.monotonic() - t2
+            queries = list(source.stats) if source is not None else []
+        memory = result.memory
+        seen = proxy.requests()
+        by_resource: Counter[str] = Counter()
+        requests: Counter[str] = Counter()
+        for s in seen:
+            grown = s.bytes - before.get((s.conn, s.path, s.query), 0)
+            if grown:
+                by_resource[resource_of(s.path)] += grown
+            if (s.conn, s.path, s.query) not in before:
+                requests[f"{s.method} {resource_of(s.path)}{' watch' if 'watch=true' in s.query else ''}"] += 1
+        cycles.append({
+            "cycle": "first" if number == 0 else "steady",
+            "seconds": time.monotonic() - began - (args.settle if number else 0),
+            "cpu": time.process_time() - began_cpu - churn_cpu,
+            **marks,
+            "objects": len(planned.observation.objects), "pods": len(planned.observation.pods),
+            "findings": len(planned.plan.findings),
+            "requests": sum(requests.values()), "requests_by": dict(requests),
+            "bytes": sum(by_resource.values()), "bytes_by": dict(by_resource),
+            "queries": len(queries), "query_bytes": sum(q.bytes for q in queries),
+            "query_seconds": sum(q.seconds for q in queries),
+        })
+        print(json.dumps(cycles[-1]), file=sys.stderr, flush=True)
+    ports.cache.stop() if ports.cache else None
+    for number in range(max(1, args.steady - 1), args.steady + 1):
+        for i in range(args.churn):
+            try:
+                direct.delete_namespaced_config_map(f"bench-churn-{number}-{i}", "team-01")
+            except client.ApiException:
+                pass
+    return {"cycles": cycles, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+# -- the parent: the sandbox, populated, and the table -----------------------------------------------------
+
+
+def _env(run_dir: Path) -> dict[str, str]:
+    from devenv.sandbox import read_env_file
+
+    return read_env_file(run_dir / "sandbox.env")
+
+
+def _child(env: dict[str, str], proxy: Any, proxied: Path, args: argparse.Namespace) -> dict[str, Any]:
+    argv = [sys.executable, __file__, "measure", "--control", proxy.control_url, "--kubeconfig", str(proxied),
+            "--direct-kubeconfig", env["KUBECONFIG"], "--prometheus", env["PROMETHEUS_URL"],
+            "--steady", str(args.steady), "--churn", str(args.churn), "--settle", str(args.settle)]
+    done = subprocess.run(argv, stdout=subprocess.PIPE, text=True, check=True)
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def _summary(found: dict[str, Any]) -> dict[str, float]:
+    first, steady = found["cycles"][0], found["cycles"][1:]
+    mean = {k: sum(c[k] for c in steady) / len(steady) for k in ("cpu", "seconds", "observe", "decide", "act",
+                                                                  "requests", "bytes", "queries", "query_bytes")}
+    return {"pods": first["pods"], "objects": first["objects"], "findings": first["findings"],
+            **{f"first_{k}": first[k] for k in ("cpu", "seconds", "observe", "decide", "act", "requests", "bytes",
+                                                 "queries", "query_bytes")},
+            **{f"steady_{k}": v for k, v in mean.items()}, "peak_rss_mb": found["peak_rss_mb"]}
+
+
+def _table(sizes: list[tuple[int, dict[str, float]]]) -> str:
+    rows = ["pods", "objects", "findings", "first_requests", "first_bytes", "first_cpu", "first_observe",
+            "first_decide", "first_act", "first_queries", "first_query_bytes", "steady_requests", "steady_bytes",
+            "steady_cpu", "steady_observe", "steady_decide", "steady_act", "steady_queries", "steady_query_bytes",
+            "peak_rss_mb"]
+    head = f"{'':22}" + "".join(f"{f'{n} nodes':>16}" for n, _ in sizes)
+    lines = [head]
+    for row in rows:
+        lines.append(f"{row:22}" + "".join(f"{s[row]:>16,.3f}" if isinstance(s[row], float) and s[row] < 100
+                                            else f"{s[row]:>16,.0f}" for _, s in sizes))
+    (n, small), (m, big) = sizes[0], sizes[-1]
+    lines.append("")
+    def x(row: str, a: dict[str, float], b: dict[str, float]) -> str:
+        return f"{a[row] / b[row]:.3f}" if b[row] else "n/a"
+
+    for size, s in sizes:
+        lines.append(f"{size} nodes, steady/first: bytes {x('steady_bytes', s, s | {'steady_bytes': s['first_bytes']})}"
+                     f" ({s['steady_requests']:.1f} requests against {s['first_requests']:.0f}), CPU "
+                     f"{x('steady_cpu', s, s | {'steady_cpu': s['first_cpu']})}")
+    if len(sizes) > 1:
+        lines.append(f"{m}/{n} nodes: pods {x('pods', big, small)}; first cycle: bytes "
+                     f"{x('first_bytes', big, small)}, CPU {x('first_cpu', big, small)}; steady cycle: CPU "
+                     f"{x('steady_cpu', big, small)}, bytes {x('steady_bytes', big, small)}, decide "
+                     f"{x('steady_decide', big, small)}; peak RSS {x('peak_rss_mb', big, small)}")
+    return "\n".join(lines)
+
+
+def _run(args: argparse.Namespace) -> int:
+    sys.path.insert(0, str(ROOT / "tests" / "integration"))
+    from devenv.faults import FaultProxy, ProxyTls, repoint_kubeconfig
+    from devenv.pki import Pki
+
+    run_dir = ROOT / args.run_dir
+    python = [sys.executable, "-m", "devenv", "--run-dir", str(run_dir)]
+    if not args.keep_sandbox or not (run_dir / "sandbox.env").exists():
+        subprocess.run([*python, "up", "--detach", "--scale"], check=True, cwd=ROOT)
+    try:
+        env = _env(run_dir)
+        keys = Path(env["KUBECONFIG"]).parent / "pki"
+        pki = Pki(keys / "ca.crt", keys / "ca.key", keys / "apiserver.crt", keys / "apiserver.key",
+                  keys / "sa.pub", keys / "sa.key")
+        import yaml
+
+        server = yaml.safe_load(Path(env["KUBECONFIG"]).read_text())["clusters"][0]["cluster"]["server"]
+        sizes: list[tuple[int, dict[str, float]]] = []
+        made = 0
+        for nodes in (args.nodes, args.nodes * args.factor):
+            began = time.monotonic()
+            subprocess.run([*python, "populate", "--nodes", str(nodes - made), "--first", str(made + 1)],
+                           check=True, cwd=ROOT)
+            print(f"populated {nodes} nodes ({time.monotonic() - began:.0f} s)", file=sys.stderr, flush=True)
+            made = nodes
+            with FaultProxy(server, tls=ProxyTls.from_pki(pki)) as proxy:
+                proxied = repoint_kubeconfig(Path(env["KUBECONFIG"]), run_dir / "bench.kubeconfig", proxy.url)
+                sizes.append((nodes, _summary(_child(env, proxy, proxied, args))))
+            print(_table(sizes), flush=True)
+    finally:
+        if not args.keep_sandbox:
+            subprocess.run([*python, "down"], cwd=ROOT)
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command")
+    measure = sub.add_parser("measure", help="(internal) run and measure the janitor's cycles, print JSON")
+    for flag in ("--control", "--kubeconfig", "--direct-kubeconfig", "--prometheus"):
+        measure.add_argument(flag, required=True)
+    for p in (parser, measure):
+        p.add_argument("--steady", type=int, default=3, help="steady cycles after the first (%(default)s)")
+        p.add_argument("--churn", type=int, default=20, help="ConfigMaps created, deleted and pods annotated "
+                       "between steady cycles (%(default)s)")
+        p.add_argument("--settle", type=float, default=3.0, help="seconds for the watches to bring the churn "
+                       "before a steady cycle (%(default)s)")
+    parser.add_argument("--nodes", type=int, default=500, help="N (%(default)s)")
+    parser.add_argument("--factor", type=int, default=4, help="the second size is N x this (%(default)s)")
+    parser.add_argument("--run-dir", default=".devenv-bench", help="the sandbox's run dir (%(default)s)")
+    parser.add_argument("--keep-sandbox", action="store_true", help="use a running sandbox there, leave it running")
+    args = parser.parse_args()
+    if args.command == "measure":
+        print(json.dumps(_measure(args)))
+        return 0
+    return _run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
