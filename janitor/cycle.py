@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import gc
 import logging
 import time
@@ -81,6 +82,10 @@ class Planned:
     policies: tuple[Policy, ...]
     memory: Memory
     policies_reloaded: bool | None = None  # True/False: the files were read, and were (not) good
+
+    @functools.cached_property
+    def objects_by_uid(self) -> dict[str, ObjectView]:
+        return {o.ref.uid: o for o in self.observation.objects}
 
 
 @dataclass
@@ -248,7 +253,8 @@ def _announced(planned: Planned, action: Action, notes: NoteBox | None, now: dat
     change = planned.plan.change_for(action)
     if notes is None or change is None or change.notice is None:
         return "", ""
-    marks = next((o.annotations for o in planned.observation.objects if o.ref.uid == action.target.uid), {})
+    seen = planned.objects_by_uid.get(action.target.uid)
+    marks = seen.annotations if seen is not None else {}
     intent = intent_id(change.notice.owner, planned.plan.now)
     return intent, notes.expect(change.notice, intent, marks.get(ann.MARKED_AT, ""), now)
 

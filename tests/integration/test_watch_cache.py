@@ -16,16 +16,20 @@ Aspects covered:
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 from runner import Runner
-from test_faults_apiserver import proxied
+from test_daemon import get
+from test_faults_apiserver import metric, proxied
 from test_ttl_cleanup import configmap, exists, settings
 
 from devenv.faults import FaultProxy
-from devenv.procs import wait_until
+from devenv.procs import free_port, wait_until
 from janitor import annotations as a
 from janitor import kubeapi
 from janitor.decide.model import ResourceKind
@@ -189,3 +193,37 @@ def test_the_recheck_reads_fresh_whatever_the_cache_says(cached, core: client.Co
     assert exists(core.read_namespaced_config_map, "kept-at-the-last-moment", namespace)
     reads = proxy.requests(method="GET", path=f"/api/v1/namespaces/{namespace}/configmaps/kept-at-the-last-moment")
     assert reads, "the re-check read the object by name"
+
+
+def test_the_daemon_says_on_readyz_and_in_metrics_while_its_cache_is_not_synced(
+        sandbox, core: client.CoreV1Api, namespace: str, tmp_path: Path) -> None:
+    proxy, kubeconfig = proxied(sandbox, tmp_path)
+    port = free_port()
+    log = tmp_path / "janitor.log"
+    try:
+        refused = proxy.status(503, method="GET", regex=f"/namespaces/{namespace}/configmaps\\?")
+        configmap(core, namespace, "expired", EXPIRED)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "janitor.cli", "run", "--kubeconfig", str(kubeconfig), "--interval", "1",
+             "--kube-timeout", "5", "--metrics-port", str(port), "--namespaces", namespace, "--state-namespace",
+             namespace, "--kinds", "ConfigMap"], stdout=log.open("w"), stderr=subprocess.STDOUT)
+        try:
+            wait_until(lambda: metric(port, 'janitor_cycles_total{result="unsynced"}') >= 2, timeout=60,
+                       what="cycles to be skipped while the cache cannot list")
+            code, body = get(f"http://127.0.0.1:{port}/readyz")
+            assert code == 503 and "watch cache not synced" in body and "ConfigMap" in body, body
+            assert metric(port, f'janitor_watch_cache_synced{{kind="ConfigMap@{namespace}"}}') == 0
+            assert metric(port, "janitor_watch_cache_failures_total") >= 1
+            assert exists(core.read_namespaced_config_map, "expired", namespace)
+
+            proxy.clear(refused)
+            wait_until(lambda: not exists(core.read_namespaced_config_map, "expired", namespace), timeout=90,
+                       what="the first cycle with the cache synced to delete the expired ConfigMap")
+            wait_until(lambda: get(f"http://127.0.0.1:{port}/readyz")[0] == 200, timeout=30, what="/readyz 200")
+            assert metric(port, f'janitor_watch_cache_synced{{kind="ConfigMap@{namespace}"}}') == 1
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=40)
+        assert code == 0, log.read_text()[-3000:]
+    finally:
+        proxy.stop()
