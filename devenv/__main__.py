@@ -1,12 +1,14 @@
-"""`python -m devenv up | demo | status | down`: the local sandbox from the command line.
+"""`python -m devenv up | demo | status | down | populate`: the local sandbox from the command line.
 
 `up` runs the sandbox in the foreground (Ctrl-C stops everything it started); `up --detach`
 leaves it running in the background for other terminals, which find it through the env file.
+`up --scale` sizes it for thousands of nodes, which `populate --nodes N` then creates.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -63,12 +65,12 @@ def _serve(sandbox: Sandbox, *, demo: bool, exit_after: bool) -> int:
         sandbox.env_file.unlink(missing_ok=True)
 
 
-def _detach(run_dir: Path, demo: bool) -> int:
+def _detach(run_dir: Path, demo: bool, options: list[str]) -> int:
     """Start `up` in its own session and return once its env file appears (or it dies)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     env_file = run_dir / "sandbox.env"
     env_file.unlink(missing_ok=True)
-    argv = [sys.executable, "-m", "devenv", "--run-dir", str(run_dir), "demo" if demo else "up"]
+    argv = [sys.executable, "-m", "devenv", "--run-dir", str(run_dir), "demo" if demo else "up", *options]
     with open(run_dir / "sandbox.log", "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     while not env_file.exists():
@@ -105,6 +107,31 @@ def _down(run_dir: Path) -> int:
     return 1
 
 
+def _populate(env_file: Path, args: argparse.Namespace) -> int:
+    from devenv import populate
+
+    if not env_file.exists():
+        print("No sandbox is running here. Start one with: python -m devenv up --scale --detach", file=sys.stderr)
+        return 1
+    env = read_env_file(env_file)
+    api = populate.Api(Path(env["KUBECONFIG"]))
+    if args.delete:
+        print(json.dumps(populate.delete(api, workers=args.workers), indent=2))
+        return 0
+    if args.nodes <= 0:
+        print("populate needs --nodes N (or --delete)", file=sys.stderr)
+        return 2
+    if "SANDBOX_SCALE" not in env:
+        print("note: this sandbox was not started with --scale: its exporters and Prometheus cover only the "
+              "nodes it started with", file=sys.stderr)
+    summary = populate.populate(api, nodes=args.nodes, first=args.first, pods_per_node=args.pods_per_node,
+                                gpus_per_node=args.gpus_per_node, namespaces=args.namespaces, workers=args.workers)
+    if args.check:
+        summary["check"] = populate.check_pods(api)
+    print(json.dumps(summary, indent=2))
+    return 1 if summary["failed"] else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m devenv",
@@ -124,15 +151,36 @@ def main(argv: list[str] | None = None) -> int:
         p = sub.add_parser(name, help=text, description=text)
         p.add_argument("--detach", action="store_true", help="run in the background and return")
         p.add_argument("--exit", action="store_true", help="stop again after showing the status")
+        p.add_argument("--scale", action="store_true",
+                       help="size the sandbox for thousands of nodes (control-plane flags, watched pods, one "
+                            "scrape target per exporter kind, 15 s scrape interval); see `populate`")
+        p.add_argument("--scrape-interval", help="Prometheus' scrape interval (default 2s, 15s with --scale)")
     sub.add_parser("status", help="show what runs in a started sandbox")
     sub.add_parser("down", help="stop a detached sandbox")
+    pop = sub.add_parser("populate", help="create many kwok GPU nodes and workloads in a running sandbox",
+                         description="Create N kwok GPU nodes scale-node-00001... and a realistic workload mix on "
+                                     "each, in namespaces team-NN; --delete removes them again.")
+    pop.add_argument("--nodes", type=int, default=0, help="how many nodes to create")
+    pop.add_argument("--first", type=int, default=1, help="index of the first node (to add more later)")
+    pop.add_argument("--pods-per-node", type=int, default=20)
+    pop.add_argument("--gpus-per-node", type=int, default=8)
+    pop.add_argument("--namespaces", type=int, default=50)
+    pop.add_argument("--workers", type=int, default=16, help="concurrent connections to the apiserver")
+    pop.add_argument("--check", action="store_true", help="afterwards, count the pods the controllers adopted")
+    pop.add_argument("--delete", action="store_true", help="delete every populated namespace and node")
     args = parser.parse_args(argv)
 
     if args.command in ("up", "demo"):
         if args.detach:
-            return _detach(args.run_dir, demo=args.command == "demo")
-        return _serve(Sandbox(args.run_dir), demo=args.command == "demo", exit_after=args.exit)
+            options = [*(["--scale"] if args.scale else []),
+                       *(["--scrape-interval", args.scrape_interval] if args.scrape_interval else [])]
+            return _detach(args.run_dir, demo=args.command == "demo", options=options)
+        interval = args.scrape_interval or ("15s" if args.scale else "2s")
+        box = Sandbox(args.run_dir, scale=args.scale, scrape_interval=interval)
+        return _serve(box, demo=args.command == "demo", exit_after=args.exit)
     env_file = args.run_dir / "sandbox.env"
+    if args.command == "populate":
+        return _populate(env_file, args)
     if args.command == "status":
         if not env_file.exists():
             print("No sandbox is running here. Start one with: python -m devenv up --detach")

@@ -5,6 +5,11 @@ controller-manager and scheduler running, the sandbox behaves like a cluster whe
 the janitor: Deployments make ReplicaSets and pods, garbage collection cascades, namespaces finish
 deleting, the scheduler binds pods to nodes with free `nvidia.com/gpu`. RBAC is on; every client
 authenticates with a bearer token from a static token file, which keeps the Python client simple.
+
+`scale=True` is for thousands of nodes and tens of thousands of pods (`python -m devenv up
+--scale`): more requests in flight on the apiserver, controllers with a client rate limit that
+does not make adopting 30,000 pods take half an hour, and a node monitor grace period that fits
+the longer node leases kwok then renews (see `devenv.nodes.kwok_component`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,18 @@ from devenv.procs import Component, free_port
 
 SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_IP = "10.96.0.1"
+# Scale mode. The apiserver's defaults (400/200) are sized for a real multi-core control plane;
+# the admin (populate, kwok) is exempt from priority and fairness anyway, the controllers are not.
+# Namespace deletion deletes each kind's collection one object at a time unless given workers.
+SCALE_APISERVER_FLAGS = ("--max-requests-inflight=1000", "--max-mutating-requests-inflight=500",
+                         "--delete-collection-workers=4")
+# Client rate limits of the controllers (defaults 20 qps / 30 burst for the controller-manager,
+# 50 / 100 for the scheduler): adoption of populated pods and namespace deletion are one request
+# per object. The grace period must outlast kwok's lease renewal (a quarter of its duration).
+SCALE_CONTROLLER_FLAGS = ("--kube-api-qps=300", "--kube-api-burst=600", "--node-monitor-grace-period=180s",
+                          "--concurrent-replicaset-syncs=10", "--concurrent-job-syncs=10",
+                          "--concurrent-statefulset-syncs=10")
+SCALE_SCHEDULER_FLAGS = ("--kube-api-qps=300", "--kube-api-burst=600")
 
 
 @dataclass(frozen=True)
@@ -58,6 +75,7 @@ class ControlPlane:
     components: list[Component] = field(default_factory=list)
     api_port: int = 0
     admin: Credential = field(default_factory=lambda: Credential("admin", secrets.token_hex(16), ("system:masters",)))
+    scale: bool = False
 
     @property
     def server(self) -> str:
@@ -142,6 +160,7 @@ class ControlPlane:
                 "--allow-privileged=true",
                 "--profiling=false",
                 "--v=1",
+                *(SCALE_APISERVER_FLAGS if self.scale else ()),
             ],
             logs / "kube-apiserver.log",
         )
@@ -160,8 +179,9 @@ class ControlPlane:
             f"--root-ca-file={self._pki.ca_cert}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--cluster-name=janitor-sandbox",
+            *(SCALE_CONTROLLER_FLAGS if self.scale else ()),
         )
-        self._start_client_component("kube-scheduler", sched)
+        self._start_client_component("kube-scheduler", sched, *(SCALE_SCHEDULER_FLAGS if self.scale else ()))
 
     def _start_client_component(self, name: str, cred: Credential, *flags: str) -> None:
         """Start the controller-manager or scheduler: a kubeconfig of its own, health on /healthz."""
@@ -210,4 +230,4 @@ def _http_ok(url: str, *, insecure: bool = False) -> bool:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     with urllib.request.urlopen(url, timeout=3, context=context) as resp:
-        return resp.status == 200
+        return bool(resp.status == 200)

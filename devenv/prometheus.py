@@ -35,124 +35,70 @@ import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 
 from devenv.exporters.exposition import Sample, openmetrics_lines
-from devenv.exporters.model import NodeView, PodView, exporter_pod_ip, node_ip
+from devenv.exporters.model import NodeView, PodView
 from devenv.exporters.render import EXPORTERS, render_exporter
+from devenv.exporters.targets import (
+    AGGREGATE_JOBS,
+    AGGREGATE_PATHS,
+    DcgmStyle,
+    ScrapeTarget,
+    scrape_targets,
+    stored_labels,
+)
 from devenv.exporters.values import Values
 from devenv.procs import Component, StartError, free_port, wait_until
 
 PROMETHEUS = "/usr/bin/prometheus"
 PROMTOOL = "/usr/bin/promtool"
-DcgmStyle = Literal["direct", "servicemonitor"]
-
-
-@dataclass(frozen=True)
-class ScrapeTarget:
-    """One scrape target as Prometheus sees it after service discovery and relabelling."""
-
-    exporter: str  # one of render.EXPORTERS
-    node: str | None
-    path: str  # path on the ExporterServer
-    labels: tuple[tuple[str, str], ...]  # target labels, including job and instance
-    honor_labels: bool
-    honor_timestamps: bool = True
-
-    @property
-    def job(self) -> str:
-        return dict(self.labels)["job"]
-
-
-def scrape_targets(nodes: Iterable[NodeView], *, dcgm_style: DcgmStyle = "direct") -> list[ScrapeTarget]:
-    """Targets for all exporters: dcgm only on GPU nodes (its DaemonSet's node selector)."""
-    if dcgm_style not in ("direct", "servicemonitor"):
-        raise ValueError(f"dcgm_style must be 'direct' or 'servicemonitor', not {dcgm_style!r}")
-    targets: list[ScrapeTarget] = []
-    for n in sorted(nodes, key=lambda n: n.name):
-        if n.gpus > 0:
-            dcgm = {"job": "dcgm-exporter", "instance": f"{exporter_pod_ip('dcgm-exporter', n.name)}:9400"}
-            if dcgm_style == "servicemonitor":  # Prometheus Operator's default target labels
-                dcgm |= {"namespace": "gpu-operator", "pod": f"dcgm-exporter-{n.name}", "container": "exporter",
-                         "service": "dcgm-exporter", "endpoint": "metrics"}
-            targets.append(ScrapeTarget("dcgm", n.name, f"/dcgm/{n.name}/metrics", tuple(dcgm.items()),
-                                        honor_labels=dcgm_style == "direct"))
-        kubelet = {"job": "kubelet", "instance": f"{node_ip(n.name)}:10250", "metrics_path": "/metrics/cadvisor",
-                   "namespace": "kube-system", "service": "kubelet", "endpoint": "https-metrics", "node": n.name}
-        targets.append(ScrapeTarget("cadvisor", n.name, f"/cadvisor/{n.name}/metrics", tuple(kubelet.items()),
-                                    honor_labels=True, honor_timestamps=False))
-        # kube-prometheus: instance relabelled to the node name; the port belongs to kube-rbac-proxy.
-        nodeexp = {"job": "node-exporter", "instance": n.name, "namespace": "monitoring",
-                   "pod": f"node-exporter-{n.name}", "container": "kube-rbac-proxy", "service": "node-exporter",
-                   "endpoint": "https"}
-        targets.append(ScrapeTarget("node-exporter", n.name, f"/node-exporter/{n.name}/metrics",
-                                    tuple(nodeexp.items()), honor_labels=False))
-    # kube-prometheus drops pod/service/endpoint/namespace target labels; container stays.
-    ksm = {"job": "kube-state-metrics", "instance": f"{exporter_pod_ip('kube-state-metrics', '')}:8443",
-           "container": "kube-rbac-proxy-main"}
-    targets.append(ScrapeTarget("kube-state-metrics", None, "/kube-state-metrics/metrics", tuple(ksm.items()),
-                                honor_labels=True))
-    return targets
+# Target labels moved to devenv.exporters.targets (the aggregate exporters need them); still importable here.
+__all__ = ["PROMETHEUS", "PROMTOOL", "BackfillReport", "DcgmStyle", "PrometheusServer", "ScrapeTarget", "backfill",
+           "scrape_config", "scrape_targets", "stored_labels"]
 
 
 def scrape_config(
-    exporter_url: str, nodes: Iterable[NodeView], *, dcgm_style: DcgmStyle = "direct", interval: str = "5s"
+    exporter_url: str, nodes: Iterable[NodeView], *, dcgm_style: DcgmStyle = "direct", interval: str = "5s",
+    aggregate: bool = False,
 ) -> dict[str, Any]:
     """A prometheus.yml (as a dict) scraping an `ExporterServer` at `exporter_url`.
 
     All targets share one address, so each carries its own `instance` and `__metrics_path__`
     (static labels win over the job defaults), which keeps `up` and every series distinct.
+
+    `aggregate`: one target per per-node exporter instead of one per node and exporter (a big
+    sandbox: 2,000 nodes would be 6,000 targets). The exporter then writes each node target's
+    stored labels into the series itself (`ExporterServer(aggregate=...)`), so the job honours
+    scraped labels; `nodes` is not needed, as the aggregate covers whatever nodes exist.
     """
     address = exporter_url.split("://", 1)[-1].rstrip("/")
     jobs: dict[str, dict[str, Any]] = {}
-    for t in scrape_targets(nodes, dcgm_style=dcgm_style):
-        job = jobs.setdefault(t.job, {
-            "job_name": t.job,
-            "honor_labels": t.honor_labels,
-            "honor_timestamps": t.honor_timestamps,
+
+    def job(name: str, honor_labels: bool, honor_timestamps: bool) -> dict[str, Any]:
+        return jobs.setdefault(name, {
+            "job_name": name,
+            "honor_labels": honor_labels,
+            "honor_timestamps": honor_timestamps,
             "scrape_interval": interval,
             "scrape_timeout": interval,
             "static_configs": [],
         })
+
+    for t in scrape_targets([] if aggregate else nodes, dcgm_style=dcgm_style):
         labels = {k: v for k, v in t.labels if k != "job"}
-        job["static_configs"].append({"targets": [address], "labels": {"__metrics_path__": t.path, **labels}})
+        job(t.job, t.honor_labels, t.honor_timestamps)["static_configs"].append(
+            {"targets": [address], "labels": {"__metrics_path__": t.path, **labels}})
+    if aggregate:
+        for exporter, path in AGGREGATE_PATHS.items():
+            job(AGGREGATE_JOBS[exporter], True, exporter != "cadvisor")["static_configs"].append(
+                {"targets": [address], "labels": {"__metrics_path__": path, "instance": f"{address}{path}"}})
     return {
         "global": {"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": interval},
         "scrape_configs": list(jobs.values()),
     }
-
-
-def stored_labels(sample_labels: Mapping[str, str] | Iterable[tuple[str, str]], target: ScrapeTarget) -> dict[str, str]:
-    """The label set Prometheus stores for a scraped sample (2.42 `mutateSampleLabels`).
-
-    honor_labels true: scraped labels win; a target label is added only if the sample lacks that
-    name (an empty scraped value still counts as present). honor_labels false: target labels win
-    and a conflicting non-empty scraped label is kept as `exported_<name>` (prefix repeated until
-    the name is free). Empty values are dropped, as the TSDB does.
-    """
-    scraped = dict(sample_labels)
-    target_labels = dict(target.labels)
-    out = dict(scraped)
-    if target.honor_labels:
-        for k, v in target_labels.items():
-            if k not in scraped:
-                out[k] = v
-    else:
-        conflicts = sorted(((k, scraped[k]) for k in target_labels if scraped.get(k, "") != ""),
-                           key=lambda kv: len(kv[0]))
-        out.update(target_labels)
-        taken: set[str] = set()
-        for k, v in conflicts:
-            name = k
-            while True:
-                name = "exported_" + name
-                if name not in scraped and name not in target_labels and name not in taken:
-                    break
-            taken.add(name)
-            out[name] = v
-    return {k: v for k, v in out.items() if v != ""}
 
 
 @dataclass

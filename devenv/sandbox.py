@@ -4,6 +4,11 @@ One `Sandbox` is what `python -m devenv up`, the demo and the pytest fixtures al
 tests run against exactly what a developer looks at. Everything listens on 127.0.0.1 and lives
 in one run directory; `env_file` carries KUBECONFIG, PROMETHEUS_URL and SLACK_API_URL for
 anything that wants to talk to it (the janitor included).
+
+`scale=True` (`python -m devenv up --scale`) is the same sandbox sized for thousands of nodes
+(`python -m devenv populate` makes them): control-plane flags for that size, exporters that
+follow pods and nodes with a watch and serve one aggregate target per exporter kind, and a 15 s
+scrape interval. Nodes created later are covered without touching Prometheus' configuration.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client
 
@@ -23,7 +29,7 @@ from devenv.controlplane import ControlPlane
 from devenv.exporters.server import ExporterServer
 from devenv.exporters.values import Values
 from devenv.nodes import DEFAULT_NODES, NodeSpec, all_ready, create_nodes, kwok_component
-from devenv.podviews import CachedPods, node_view
+from devenv.podviews import CachedPods, Watched, node_view, watched_nodes, watched_pods
 from devenv.procs import Component
 from devenv.prometheus import PrometheusServer, scrape_config
 from devenv.slack_standin import SlackStandIn
@@ -39,6 +45,7 @@ class Sandbox:
     dcgm_style: str = "servicemonitor"
     scrape_interval: str = "2s"
     bin_dir: Path | None = None
+    scale: bool = False
     timings: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -50,6 +57,8 @@ class Sandbox:
         self.prometheus: PrometheusServer | None = None
         self.slack: SlackStandIn | None = None
         self._admin: client.ApiClient | None = None
+        self._watch_api: client.ApiClient | None = None
+        self._watches: list[Watched[Any]] = []
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -75,7 +84,7 @@ class Sandbox:
         self._timed("binaries", t0)
 
         t = time.monotonic()
-        self.control_plane = ControlPlane(self.bin_dir, self.run_dir / "control-plane")
+        self.control_plane = ControlPlane(self.bin_dir, self.run_dir / "control-plane", scale=self.scale)
         self.control_plane.start()
         self._timed("control_plane", t)
         self._admin = access.api_client(self.control_plane.admin_kubeconfig)
@@ -85,7 +94,8 @@ class Sandbox:
         t = time.monotonic()
         create_nodes(core, self.nodes)
         self.kwok = kwok_component(
-            self.bin_dir, self.control_plane.admin_kubeconfig, self.run_dir / "control-plane/logs/kwok.log"
+            self.bin_dir, self.control_plane.admin_kubeconfig, self.run_dir / "control-plane/logs/kwok.log",
+            scale=self.scale,
         )
         self.kwok.start()
         names = [n.name for n in self.nodes]
@@ -97,17 +107,28 @@ class Sandbox:
         t = time.monotonic()
         self.slack = SlackStandIn(tokens=(SLACK_TOKEN,), channels=dict([SLACK_ADMIN_CHANNEL]))
         self.slack.start()
-        self.exporters = ExporterServer(
-            pods_provider=CachedPods(core),
-            nodes_provider=lambda: node_views,
-            values=self.values,
-        )
+        if self.scale:
+            # Its own client: two long watches must not wait for connections of the admin's pool.
+            self._watch_api = access.api_client(self.control_plane.admin_kubeconfig)
+            watch_core = client.CoreV1Api(self._watch_api)
+            self._watches = [watched_pods(watch_core).start(), watched_nodes(watch_core).start()]
+            self.exporters = ExporterServer(
+                pods_provider=self._watches[0], nodes_provider=self._watches[1], values=self.values,
+                aggregate=self.dcgm_style,  # type: ignore[arg-type]
+            )
+        else:
+            self.exporters = ExporterServer(
+                pods_provider=CachedPods(core),
+                nodes_provider=lambda: node_views,
+                values=self.values,
+            )
         self.exporters.start()
         self.prometheus = PrometheusServer(
             data_dir=self.run_dir / "prometheus",
             config=scrape_config(
                 self.exporters.url, node_views,
-                dcgm_style=self.dcgm_style, interval=self.scrape_interval,
+                dcgm_style=self.dcgm_style, interval=self.scrape_interval,  # type: ignore[arg-type]
+                aggregate=self.scale,
             ),
         )
         self.prometheus.start()
@@ -118,16 +139,20 @@ class Sandbox:
         self.write_env_file()
 
     def stop(self) -> None:
-        for part in (self.prometheus, self.exporters, self.slack, self.kwok):
+        for part in (self.prometheus, self.exporters, *self._watches, self.slack, self.kwok):
             if part is not None:
                 try:
                     part.stop()
                 except Exception as e:  # keep stopping the rest; a leaked process is worse
                     print(f"sandbox: stopping {type(part).__name__} failed: {e}", file=sys.stderr)
+        self._watches = []
+        if self._watch_api is not None:
+            self._watch_api.close()  # type: ignore[no-untyped-call]
+            self._watch_api = None
         if self.control_plane is not None:
             self.control_plane.stop()
         if self._admin is not None:
-            self._admin.close()
+            self._admin.close()  # type: ignore[no-untyped-call]
             self._admin = None
 
     def __enter__(self) -> Sandbox:
@@ -164,6 +189,7 @@ class Sandbox:
             "SANDBOX_EXPORTERS_URL": self.exporters.url,
             "SANDBOX_RUN_DIR": str(self.run_dir),
             "SANDBOX_PID": str(os.getpid()),
+            **({"SANDBOX_SCALE": "1"} if self.scale else {}),
         }
 
     def write_env_file(self) -> None:

@@ -41,8 +41,26 @@ def go_float(value: float) -> str:
     """Format like Go's `strconv.FormatFloat(v, 'g', -1, 64)`, which client_golang-based exporters
     (kube-state-metrics, node-exporter, the kubelet) use: shortest round-trip digits, exponent form
     when the decimal exponent is < -4 or >= 6 (so `1.7542e+09`, `3.831959552e+09`, `10870.69`).
+
+    Python's `repr` has the same shortest digits, so plain decimals in that range are reshaped
+    from it directly (a big sandbox formats ~10^5 counter values per scrape); the rest goes the
+    general way through `Decimal`.
     """
     v = float(value)
+    r = repr(v)
+    if "e" not in r and "n" not in r and v != 0:  # not inf/nan, not already in exponent form
+        sign, body = ("-", r[1:]) if r[0] == "-" else ("", r)
+        whole, frac = body.split(".")
+        frac = "" if frac == "0" else frac
+        if whole != "0":
+            if len(whole) <= 6:  # decimal exponent len-1 < 6
+                return f"{sign}{whole}.{frac}" if frac else f"{sign}{whole}"
+        elif len(frac) - len(frac.lstrip("0")) <= 3:  # exponent -(zeros+1) >= -4
+            return f"{sign}0.{frac}"
+    return _go_float_general(v)
+
+
+def _go_float_general(v: float) -> str:
     if math.isnan(v):
         return "NaN"
     if math.isinf(v):
@@ -68,7 +86,8 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def _labels_text(labels: Labels) -> str:
+def labels_text(labels: Labels) -> str:
+    """`{k="v",...}` as exporters print it (empty string for no labels)."""
     if not labels:
         return ""
     return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels) + "}"
@@ -76,7 +95,7 @@ def _labels_text(labels: Labels) -> str:
 
 def sample_line(sample: Sample, *, seconds: bool = False) -> str:
     """`name{labels} value [timestamp]`; ms timestamps for the text format, seconds for OpenMetrics."""
-    line = f"{sample.name}{_labels_text(sample.labels)} {sample.value}"
+    line = f"{sample.name}{labels_text(sample.labels)} {sample.value}"
     if sample.timestamp_ms is not None:
         ts = f"{sample.timestamp_ms / 1000:.3f}" if seconds else str(sample.timestamp_ms)
         line += f" {ts}"

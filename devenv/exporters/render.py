@@ -176,7 +176,7 @@ def sanitize_label_name(name: str) -> str:
     return "".join(ch if ch.isascii() and (ch.isalnum() or ch == "_") else "_" for ch in name)
 
 
-_KSM_HELP = {
+KSM_HELP = {
     "kube_pod_info": "[STABLE] Information about pod.",
     "kube_pod_owner": "[STABLE] Information about the Pod's owner.",
     "kube_pod_created": "[STABLE] Unix creation timestamp",
@@ -191,57 +191,83 @@ _KSM_HELP = {
 }
 
 
+def ksm_pod_samples(pod: PodView) -> dict[str, list[Sample]]:
+    """The KSM samples of one pod, by family (families it has none of are missing).
+
+    A pod's series depend on nothing but the pod, which lets a cache keep them per pod.
+    """
+    out: dict[str, list[Sample]] = {}
+
+    def add(name: str, extra: Labels, value: str) -> None:
+        base = (("namespace", pod.namespace), ("pod", pod.name), ("uid", pod.uid))
+        out.setdefault(name, []).append(Sample(name, base + extra, value))
+
+    node = pod.node or ""
+    running = pod.phase == "Running"
+    add("kube_pod_info", (
+        ("host_ip", node_ip(node) if node else ""),
+        ("pod_ip", pod_ip(pod.uid) if running else ""),
+        ("node", node),
+        ("created_by_kind", pod.owner_kind),
+        ("created_by_name", pod.owner_name),
+        ("priority_class", ""),
+        ("host_network", "false"),
+    ), "1")
+    add("kube_pod_owner", (
+        ("owner_kind", pod.owner_kind),
+        ("owner_name", pod.owner_name),
+        ("owner_is_controller", "true" if pod.owner_kind else ""),
+    ), "1")
+    add("kube_pod_created", (), go_float(pod.created))
+    if pod.deletion_timestamp is not None:
+        add("kube_pod_deletion_timestamp", (), go_float(pod.deletion_timestamp))
+    for phase in PHASES:
+        add("kube_pod_status_phase", (("phase", phase),), "1" if pod.phase == phase else "0")
+    if pod.node or pod.unschedulable:
+        scheduled = "true" if pod.node else "false"
+        for cond in ("true", "false", "unknown"):
+            add("kube_pod_status_scheduled", (("condition", cond),), "1" if cond == scheduled else "0")
+    if pod.unschedulable:
+        add("kube_pod_status_unschedulable", (), "1")
+    for c in pod.containers:
+        reqs: list[tuple[str, str, float]] = []
+        if c.cpu_request_cores > 0:
+            reqs.append(("cpu", "core", c.cpu_request_cores))
+        if c.gpus > 0:
+            reqs.append((sanitize_label_name("nvidia.com/gpu"), "integer", c.gpus))
+        for resource, unit, amount in reqs:
+            add("kube_pod_container_resource_requests", (
+                ("container", c.name), ("node", node), ("resource", resource), ("unit", unit),
+            ), go_float(amount))
+    return out
+
+
+def ksm_order(pods: Iterable[PodView]) -> list[PodView]:
+    """The order KSM prints pods in."""
+    return sorted(pods, key=lambda p: (p.namespace, p.name))
+
+
 def render_kube_state_metrics(pods: Iterable[PodView], now: float) -> list[Family]:
     """KSM pod metrics. `now` is unused (KSM reports object state) but kept for a uniform call."""
     del now
-    out: dict[str, list[Sample]] = {name: [] for name in _KSM_HELP}
-
-    def add(name: str, pod: PodView, extra: Labels, value: str) -> None:
-        base = (("namespace", pod.namespace), ("pod", pod.name), ("uid", pod.uid))
-        out[name].append(Sample(name, base + extra, value))
-
-    for pod in sorted(pods, key=lambda p: (p.namespace, p.name)):
-        node = pod.node or ""
-        running = pod.phase == "Running"
-        add("kube_pod_info", pod, (
-            ("host_ip", node_ip(node) if node else ""),
-            ("pod_ip", pod_ip(pod.uid) if running else ""),
-            ("node", node),
-            ("created_by_kind", pod.owner_kind),
-            ("created_by_name", pod.owner_name),
-            ("priority_class", ""),
-            ("host_network", "false"),
-        ), "1")
-        add("kube_pod_owner", pod, (
-            ("owner_kind", pod.owner_kind),
-            ("owner_name", pod.owner_name),
-            ("owner_is_controller", "true" if pod.owner_kind else ""),
-        ), "1")
-        add("kube_pod_created", pod, (), go_float(pod.created))
-        if pod.deletion_timestamp is not None:
-            add("kube_pod_deletion_timestamp", pod, (), go_float(pod.deletion_timestamp))
-        for phase in PHASES:
-            add("kube_pod_status_phase", pod, (("phase", phase),), "1" if pod.phase == phase else "0")
-        if pod.node or pod.unschedulable:
-            scheduled = "true" if pod.node else "false"
-            for cond in ("true", "false", "unknown"):
-                add("kube_pod_status_scheduled", pod, (("condition", cond),), "1" if cond == scheduled else "0")
-        if pod.unschedulable:
-            add("kube_pod_status_unschedulable", pod, (), "1")
-        for c in pod.containers:
-            reqs: list[tuple[str, str, float]] = []
-            if c.cpu_request_cores > 0:
-                reqs.append(("cpu", "core", c.cpu_request_cores))
-            if c.gpus > 0:
-                reqs.append((sanitize_label_name("nvidia.com/gpu"), "integer", c.gpus))
-            for resource, unit, amount in reqs:
-                add("kube_pod_container_resource_requests", pod, (
-                    ("container", c.name), ("node", node), ("resource", resource), ("unit", unit),
-                ), go_float(amount))
-    return [Family(name, help_, "gauge", tuple(out[name])) for name, help_ in _KSM_HELP.items()]
+    out: dict[str, list[Sample]] = {name: [] for name in KSM_HELP}
+    for pod in ksm_order(pods):
+        for name, samples in ksm_pod_samples(pod).items():
+            out[name].extend(samples)
+    return [Family(name, help_, "gauge", tuple(out[name])) for name, help_ in KSM_HELP.items()]
 
 
 # -- node-exporter -----------------------------------------------------------------------------
+NODE_CPU_HELP = "Seconds the CPUs spent in each mode."
+
+
+def node_cpu_series() -> list[tuple[Labels, float]]:
+    """`node_cpu_seconds_total` label sets and the share of uptime each counts (value = uptime * share)."""
+    busy = sum(_CPU_MODE_SHARE.values())
+    return [((("cpu", str(i)), ("mode", mode)), 1 - busy if mode == "idle" else share)
+            for i in range(_CPUS_PER_NODE) for mode, share in sorted(_CPU_MODE_SHARE.items())]
+
+
 def render_node_exporter(node: NodeView, values: Values, now: float) -> list[Family]:
     """node-exporter with `--collector.processes`: CPU seconds, process states, vmstat oom_kill.
 
@@ -250,13 +276,9 @@ def render_node_exporter(node: NodeView, values: Values, now: float) -> list[Fam
     the node-exporter default).
     """
     uptime = max(0.0, now - NODE_BOOT_UNIX)
-    cpu: list[Sample] = []
-    for i in range(_CPUS_PER_NODE):
-        busy = sum(_CPU_MODE_SHARE.values())
-        for mode, share in sorted(_CPU_MODE_SHARE.items()):
-            secs = uptime * (1 - busy if mode == "idle" else share)
-            cpu.append(Sample("node_cpu_seconds_total", (("cpu", str(i)), ("mode", mode)), go_float(round(secs, 2))))
-    families = [Family("node_cpu_seconds_total", "Seconds the CPUs spent in each mode.", "counter", tuple(cpu))]
+    cpu = [Sample("node_cpu_seconds_total", labels, go_float(round(uptime * factor, 2)))
+           for labels, factor in node_cpu_series()]
+    families = [Family("node_cpu_seconds_total", NODE_CPU_HELP, "counter", tuple(cpu))]
     dstate = values.level(Kind.NODE_DSTATE, (node.name,), now)
     if dstate != ABSENT:
         states = dict(_OTHER_PROCESS_STATES)

@@ -1,10 +1,12 @@
 """One HTTP server for all synthetic exporters, plus the control API tests use to set values.
 
 Prometheus scrapes `/dcgm/<node>/metrics`, `/cadvisor/<node>/metrics`,
-`/node-exporter/<node>/metrics` and `/kube-state-metrics/metrics`; every scrape renders from the
-providers' current pods and nodes, so series follow the real pod objects. Tests change usage
-through `/_values` (or `ValuesControl`, its client), which works the same whether the server runs
-in the test process or in the sandbox supervisor.
+`/node-exporter/<node>/metrics` and `/kube-state-metrics/metrics`; every scrape serves the
+providers' current pods and nodes, so series follow the real pod objects, from a cache that
+re-renders a target only when its inputs changed (`devenv.exporters.cache`). With `aggregate`
+(big sandboxes) `/dcgm/metrics`, `/cadvisor/metrics` and `/node-exporter/metrics` serve all nodes
+at once. Tests change usage through `/_values` (or `ValuesControl`, its client), which works the
+same whether the server runs in the test process or in the sandbox supervisor.
 """
 
 from __future__ import annotations
@@ -15,14 +17,15 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from devenv.exporters.exposition import to_text
+from devenv.exporters.cache import RenderCache
 from devenv.exporters.model import NodeView, PodView
-from devenv.exporters.render import EXPORTERS, PER_NODE, render_exporter
+from devenv.exporters.render import EXPORTERS, PER_NODE
+from devenv.exporters.targets import AGGREGATE_PATHS, DcgmStyle
 from devenv.exporters.values import Values, ValueSetters
 
 log = logging.getLogger(__name__)
@@ -34,25 +37,29 @@ class ExporterServer:
     """Serves the exporters on 127.0.0.1 (`port=0`: the kernel picks a free port).
 
     `hostname_label` selects the dcgm-exporter generation ("Hostname" or "hostname"). The
-    providers are called on every scrape; make them cheap (see `devenv.podviews`).
+    providers are called on every scrape; make them cheap (see `devenv.podviews`). `aggregate`
+    (a dcgm label style, as the Prometheus config uses) also serves one target per exporter.
     """
 
     def __init__(
         self,
-        pods_provider: Callable[[], list[PodView]],
-        nodes_provider: Callable[[], list[NodeView]],
+        pods_provider: Callable[[], Sequence[PodView]],
+        nodes_provider: Callable[[], Sequence[NodeView]],
         values: Values,
         clock: Callable[[], float] = time.time,
         *,
         host: str = "127.0.0.1",
         port: int = 0,
         hostname_label: str | None = "Hostname",
+        aggregate: DcgmStyle | None = None,
     ) -> None:
         self.pods_provider = pods_provider
         self.nodes_provider = nodes_provider
         self.values = values
         self.clock = clock
         self.hostname_label = hostname_label
+        self.cache = RenderCache(pods_provider, nodes_provider, values, hostname_label=hostname_label,
+                                 aggregate=aggregate)
         self._address = (host, port)
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -106,20 +113,23 @@ class ExporterServer:
     # -- rendering -----------------------------------------------------------------------------
     def render(self, exporter: str, node: str | None) -> str:
         """Exposition text of one target; KeyError if the exporter or node is unknown."""
-        families = render_exporter(
-            exporter,
-            node,
-            self.pods_provider(),
-            self.nodes_provider(),
-            self.values,
-            self.clock(),
-            hostname_label=self.hostname_label,
-        )
-        return to_text(families)
+        return self.body(exporter, node).decode()
+
+    def body(self, exporter: str, node: str | None) -> bytes:
+        """What a scrape of one target gets (`node` "*": the aggregate of a per-node exporter)."""
+        if node == "*":
+            return self.cache.aggregate_body(exporter, self.clock())
+        return self.cache.body(exporter, node, self.clock())
 
 
-def _route(path: str) -> tuple[str, str | None] | None:
-    """`/dcgm/<node>/metrics` -> ("dcgm", node); `/kube-state-metrics/metrics` -> (ksm, None)."""
+_AGGREGATE_ROUTES = {path: exporter for exporter, path in AGGREGATE_PATHS.items()}
+
+
+def _route(path: str, aggregate: bool = False) -> tuple[str, str | None] | None:
+    """`/dcgm/<node>/metrics` -> ("dcgm", node); `/kube-state-metrics/metrics` -> (ksm, None);
+    with `aggregate`, `/dcgm/metrics` -> ("dcgm", "*")."""
+    if aggregate and path in _AGGREGATE_ROUTES:
+        return _AGGREGATE_ROUTES[path], "*"
     parts = [unquote(p) for p in path.strip("/").split("/")]
     if parts == ["kube-state-metrics", "metrics"]:
         return "kube-state-metrics", None
@@ -140,7 +150,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        try:
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):  # the scraper gave up (timeout, shutdown)
+            log.warning("%s went away before %s was sent (%d bytes)", self.address_string(), self.path, len(body))
+            self.close_connection = True
 
     def _json(self, code: int, obj: Any) -> None:
         self._reply(code, json.dumps(obj).encode(), "application/json")
@@ -151,19 +165,19 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(200, self.exporters.values.to_json())
         if path in ("/", "/healthz"):
             return self._json(200, {"exporters": list(EXPORTERS)})
-        target = _route(path)
+        target = _route(path, aggregate=self.exporters.cache.aggregate is not None)
         if target is None:
             return self._json(404, {"error": f"no such path {path}"})
-        if self.exporters.values.target_down(*target, self.exporters.clock()):
+        if target[1] != "*" and self.exporters.values.target_down(*target, self.exporters.clock()):
             return self._reply(503, b"exporter down (sandbox control)\n", "text/plain")
         try:
-            text = self.exporters.render(*target)
+            body = self.exporters.body(*target)
         except KeyError as e:
             return self._json(404, {"error": f"unknown node or exporter {e}"})
         except Exception as e:  # a broken provider shows as a failed scrape (up == 0), logged
             log.exception("rendering %s failed", path)
             return self._reply(500, f"render failed: {e}\n".encode(), "text/plain")
-        self._reply(200, text.encode(), TEXT_FORMAT)
+        self._reply(200, body, TEXT_FORMAT)
 
     def do_POST(self) -> None:  # noqa: N802 - stdlib naming
         path = urlparse(self.path).path

@@ -191,6 +191,10 @@ class Values(ValueSetters):
         # Which devices each pod holds (pod uid -> indices), kept for the pod's life and shared
         # with backfills through to_json, so live and backfilled series carry the same `gpu`.
         self._gpu_slots: dict[str, tuple[int, ...]] = {}
+        # Render caches key on these: every write bumps the generation, and between two writes a
+        # value can only change at one of the breakpoints (live change times, segment bounds).
+        self._generation = 0
+        self._points: list[float] | None = None
 
     def assign_gpus(self, node: Any, pods: Any) -> list[Any]:
         """`model.assign_gpus` with this store's sticky device map."""
@@ -228,6 +232,8 @@ class Values(ValueSetters):
                 bisect.insort(changes, (at, value), key=lambda c: c[0])
             for kind, key, segs in hist:
                 self._history.setdefault((kind, key), []).extend(segs)
+            self._generation += 1
+            self._points = None
 
     def _reset(self, now: float) -> None:
         for changes in self._live.values():
@@ -235,6 +241,48 @@ class Values(ValueSetters):
         for ident, segs in list(self._history.items()):
             kept = [Segment(s.start, min(s.end, now), s.value) for s in segs if s.start < now]
             self._history[ident] = kept
+
+    # -- what render caches need ------------------------------------------------------------
+    @property
+    def generation(self) -> int:
+        """Bumped by every write (`apply`, and so every setter and `reset`)."""
+        return self._generation
+
+    def next_change_after(self, t: float) -> float:
+        """The first time after `t` at which any value may change without a write (inf: none).
+
+        Live changes may be stamped in the future (`at`) and history segments start and end, so
+        a render made at `t` holds, for the same generation, until this time and no longer.
+        """
+        with self._lock:
+            if self._points is None:
+                points = {at for changes in self._live.values() for at, _ in changes}
+                points.update(x for segs in self._history.values() for s in segs for x in (s.start, s.end))
+                self._points = sorted(points)
+            i = bisect.bisect_right(self._points, t)
+            return self._points[i] if i < len(self._points) else float("inf")
+
+    def piece_start(self, kind: Kind, key: Key, a: float, t: float) -> float:
+        """Where the constant piece of `integrate(kind, key, a, ...)` that contains `t` begins.
+
+        With `s = piece_start(kind, key, a, t)`, for any `u >= t` before the next breakpoint,
+        `integrate(kind, key, a, s) + rate * (u - s)` (rate: `level(kind, key, s)`, ABSENT at the
+        default) is `integrate(kind, key, a, u)` to the last bit: same pieces, same summing order.
+        """
+        points = self._breakpoints(kind, key, a, t)
+        inner = [p for p in points[:-1] if p > a]  # interior breakpoints; `t` itself is only an end
+        if t > a and self._is_breakpoint(kind, key, t):
+            return t
+        return inner[-1] if inner else a
+
+    def _is_breakpoint(self, kind: Kind, key: Key, t: float) -> bool:
+        with self._lock:
+            for cand in _candidates(kind, key):
+                if any(at == t for at, _ in self._live.get((kind, cand), ())):
+                    return True
+                if any(t in (seg.start, seg.end) for seg in self._history.get((kind, cand), ())):
+                    return True
+        return False
 
     # -- reading ---------------------------------------------------------------------------
     def resolve(self, kind: Kind, key: Key, t: float) -> Setting:
