@@ -71,12 +71,13 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
     ports = cycle.Ports(api, cache=ClusterCache(api, settings, connect_timeout=5.0, read_timeout=120.0))
     memory = cycle.Memory()
     cycles: list[dict[str, Any]] = []
+    time.sleep(args.quiet)  # the controllers finish adopting what populate made: steady means steady
     pods = [p.metadata for p in direct.list_pod_for_all_namespaces(label_selector="devenv.janitor.dev/populated=true",
                                                                     limit=args.churn * (args.steady + 1)).items]
     for number in range(args.steady + 1):
         churn_cpu = 0.0
         began_cpu, began = time.process_time(), time.monotonic()
-        before = {(s.conn, s.path, s.query): s.bytes for s in proxy.requests()}
+        before = [s.bytes for s in proxy.requests()]  # the journal keeps arrival order
         if number > 0:  # the same changes between cycles at every size
             t = time.thread_time()
             for i in range(args.churn):
@@ -107,11 +108,11 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
         seen = proxy.requests()
         by_resource: Counter[str] = Counter()
         requests: Counter[str] = Counter()
-        for s in seen:
-            grown = s.bytes - before.get((s.conn, s.path, s.query), 0)
+        for i, s in enumerate(seen):
+            grown = s.bytes - (before[i] if i < len(before) else 0)
             if grown:
                 by_resource[resource_of(s.path)] += grown
-            if (s.conn, s.path, s.query) not in before:
+            if i >= len(before):
                 requests[f"{s.method} {resource_of(s.path)}{' watch' if 'watch=true' in s.query else ''}"] += 1
         cycles.append({
             "cycle": "first" if number == 0 else "steady",
@@ -235,6 +236,8 @@ def main() -> int:
         p.add_argument("--steady", type=int, default=3, help="steady cycles after the first (%(default)s)")
         p.add_argument("--churn", type=int, default=20, help="ConfigMaps created, deleted and pods annotated "
                        "between steady cycles (%(default)s)")
+        p.add_argument("--quiet", type=float, default=120.0, help="seconds to let the controllers finish with "
+                       "what populate made before the first cycle (%(default)s)")
         p.add_argument("--settle", type=float, default=3.0, help="seconds for the watches to bring the churn "
                        "before a steady cycle (%(default)s)")
     parser.add_argument("--nodes", type=int, default=500, help="N (%(default)s)")

@@ -146,10 +146,10 @@ class ClusterCache:
         return [s for w in watches if w.skipped is None and not (s := w.status()).synced]
 
     def wait(self, seconds: float) -> bool:
-        """Wait up to `seconds` for kinds still in their first list (those of a big cluster take a
-        while); a kind whose request failed is not waited for: the cycle says it is not synced."""
+        """Wait up to `seconds` for kinds still listing (those of a big cluster take a while); a kind
+        whose request failed is not waited for: the cycle says it is not synced."""
         deadline = time.monotonic() + seconds
-        while any(s.lists == 0 and s.state is State.LISTING for s in self.unsynced()):
+        while any(s.state is State.LISTING for s in self.unsynced()):  # listing, or its watch not yet open
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.05)

@@ -38,8 +38,13 @@ logger = logging.getLogger(__name__)
 
 V = TypeVar("V")
 
-WATCH_SECONDS = 300  # the server ends a watch after about this long (jittered by up to a fifth)
-QUIET_SECONDS = 75.0  # no event and no bookmark for this long: the watch is opened again from its version
+# The server ends a watch after about this long (jittered by up to a fifth): each end costs one
+# request to open it again, so a steady cycle's requests stay near the ledger's and the notes' reads.
+WATCH_SECONDS = 900
+# No event and no bookmark for this long: the watch is opened again from its version. A watch cut
+# off silently is noticed this late; the cache may then be stale, which the re-check before every
+# action covers (it reads fresh), while a failure to open it again marks the kind not synced.
+QUIET_SECONDS = WATCH_SECONDS + 60.0
 RETRY_SECONDS = (1.0, 30.0)  # backoff between failed requests, doubling from the first to the second
 SKIPPED_RETRY_SECONDS = 300.0  # a kind the apiserver does not serve, or RBAC forbids, is tried again this often
 _CHUNK = 65536
