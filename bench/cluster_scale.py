@@ -68,7 +68,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
     settings = Settings(cluster=ClusterSettings(state_namespace="kube-idle-janitor"),
                         rails=Rails(dry_run=True), prometheus=PrometheusSettings(url=args.prometheus),
                         policy_paths=(str(POLICIES),), cycle_budget=datetime.timedelta(minutes=30))
-    ports = cycle.Ports(api, cache=ClusterCache(api, settings, connect_timeout=5.0, read_timeout=120.0))
+    ports = cycle.Ports(api, cache=ClusterCache(api, settings, connect_timeout=5.0))
     memory = cycle.Memory()
     cycles: list[dict[str, Any]] = []
     time.sleep(args.quiet)  # the controllers finish adopting what populate made: steady means steady

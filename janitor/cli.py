@@ -291,7 +291,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from janitor.observe.cache import ClusterCache
 
         read = getattr(args, "kube_timeout", None) or 30.0
-        ports.cache = ClusterCache(ports.api, settings, connect_timeout=min(5.0, read), read_timeout=read)
+        ports.cache = ClusterCache(ports.api, settings, connect_timeout=min(5.0, read))
     elector = None
     in_cluster = not (args.kubeconfig or os.environ.get("KUBECONFIG"))
     if settings.leader.elect if settings.leader.elect is not None else in_cluster:

@@ -72,10 +72,9 @@ def _slim_event(item: Mapping[str, Any]) -> Entry:
 class ClusterCache:
     """Every kind a cycle reads, each on its own watch; `ensure` adds kinds as policies come to need them."""
 
-    def __init__(self, api: ApiClient, settings: Settings, *, connect_timeout: float = 5.0,
-                 read_timeout: float = 30.0) -> None:
+    def __init__(self, api: ApiClient, settings: Settings, *, connect_timeout: float = 5.0) -> None:
         self.api, self.settings = api, settings
-        self.connect_timeout, self.read_timeout = connect_timeout, read_timeout
+        self.connect_timeout = connect_timeout
         self._watches: dict[str, KindWatch[Entry]] = {}
         self._groups: dict[str, list[str]] = {}  # a kind's key -> its watches (one per namespace in scope)
         self._lock = threading.Lock()
@@ -113,8 +112,7 @@ class ClusterCache:
                 w: KindWatch[Entry] = KindWatch(
                     self.api, kind, self._slim(kind, as_object), namespace=namespace,
                     metadata_only=cluster.metadata_only(kind), field_selector=field_selector, keep=keep,
-                    page_size=self.settings.cluster.page_size, connect_timeout=self.connect_timeout,
-                    read_timeout=self.read_timeout)
+                    page_size=self.settings.cluster.page_size, connect_timeout=self.connect_timeout)
                 self._watches[w.key] = w.start()
                 keys.append(w.key)
             self._groups[kind.key] = keys

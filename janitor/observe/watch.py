@@ -21,7 +21,6 @@ import json
 import logging
 import random
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -90,11 +89,12 @@ class KindWatch(Generic[V]):
     def __init__(self, api: ApiClient, kind: ResourceKind, slim: Callable[[Mapping[str, Any]], V | None], *,
                  namespace: str | None = None, metadata_only: bool = False, field_selector: str | None = None,
                  keep: Callable[[Mapping[str, Any]], bool] | None = None, page_size: int = 500,
-                 connect_timeout: float = 5.0, read_timeout: float = 30.0, name: str | None = None) -> None:
+                 connect_timeout: float = 5.0, name: str | None = None) -> None:
         self.api, self.kind, self.slim = api, kind, slim
         self.namespace = namespace if kind.namespaced else None
         self.metadata_only, self.field_selector, self.keep = metadata_only, field_selector, keep
-        self.page_size, self.connect_timeout, self.read_timeout = page_size, connect_timeout, read_timeout
+        # Lists wait as long as the client's every request does (--kube-timeout); a watch's reads, QUIET_SECONDS.
+        self.page_size, self.connect_timeout = page_size, connect_timeout
         self.key = name or kind.key + (f"@{self.namespace}" if self.namespace else "")
         self._items: dict[str, V] = {}
         self._version: str | None = None
@@ -121,14 +121,6 @@ class KindWatch(Generic[V]):
         self._close()
         with self._lock:
             self._state = State.STOPPED
-
-    def wait_synced(self, seconds: float) -> bool:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline and not self._stop.is_set():
-            if self.status().synced or self._state is State.SKIPPED:
-                return True
-            time.sleep(0.05)
-        return self.status().synced
 
     # -- what the cycle reads ----------------------------------------------------------------------
     def values(self) -> list[V]:
