@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import subprocess
 import sys
 import time
@@ -46,6 +47,14 @@ def resource_of(path: str) -> str:
     return rest[0] if rest else "discovery"
 
 
+def _rss_mb() -> float:
+    """The child's resident memory now (VmRSS), beside the peak, to show when the peak was reached."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 # -- the child: the janitor, measured --------------------------------------------------------------------
 
 
@@ -57,11 +66,22 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
 
     from devenv.fault_rules import FaultControl
     from janitor import cycle, kubeapi
-    from janitor.decide.plan import plan
     from janitor.decide.rails import Rails
     from janitor.observe.cache import ClusterCache
     from janitor.settings import ClusterSettings, PrometheusSettings, Settings
+    from janitor.telemetry import configure_logging
 
+    configure_logging("INFO")  # as the daemon logs (its lines cost CPU too), into a file beside the sandbox
+    log = open(Path(args.kubeconfig).parent / "bench-janitor.log", "a")  # noqa: SIM115 (open for the run)
+    handler = logging.getLogger().handlers[0]
+    handler.setStream(log)  # type: ignore[attr-defined]
+    logged = Counter[str]()
+
+    def count(record: logging.LogRecord) -> bool:
+        logged["lines"] += 1
+        return True
+
+    handler.addFilter(count)
     proxy = FaultControl(args.control)
     api = kubeapi.connect(args.kubeconfig, (5.0, 120.0))
     direct = client.CoreV1Api(kubeapi.connect(args.direct_kubeconfig, (5.0, 60.0)))
@@ -91,18 +111,13 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
             churn_cpu = time.thread_time() - t
             time.sleep(args.settle)
         marks: dict[str, float] = {}
+        lines_before = logged["lines"]
         memory, reloaded = cycle.load_policies(settings, memory)
         with cycle.prometheus(settings, memory.policies or ()) as source:
-            t0 = time.monotonic()
             planned = cycle.observe_and_plan(ports, settings, memory, source=source, reloaded=reloaded)
-            t1 = time.monotonic()
-            plan(planned.observation, planned.policies, planned.plan.ledger, planned.plan.now,
-                 settings=settings.plan())
-            marks["decide"] = time.monotonic() - t1
-            marks["observe"] = t1 - t0 - marks["decide"]
-            t2 = time.monotonic()
             result = cycle.apply(ports, settings, planned, source=source)
-            marks["act"] = time.monotonic() - t2
+            phases = result.phases  # as the daemon's janitor_cycle_phase_seconds has them
+            marks.update(observe=phases.observe, decide=phases.decide, act=phases.act, decide_cpu=phases.decide_cpu)
             queries = list(source.stats) if source is not None else []
         memory = result.memory
         seen = proxy.requests()
@@ -122,9 +137,11 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
             "objects": len(planned.observation.objects), "pods": len(planned.observation.pods),
             "findings": len(planned.plan.findings),
             "requests": sum(requests.values()), "requests_by": dict(requests),
-            "bytes": sum(by_resource.values()), "bytes_by": dict(by_resource),
+            "bytes": sum(by_resource.values()), "bytes_by": dict(by_resource), "node_bytes": by_resource["nodes"],
             "queries": len(queries), "query_bytes": sum(q.bytes for q in queries),
             "query_seconds": sum(q.seconds for q in queries),
+            "log_lines": logged["lines"] - lines_before, "rss_mb": _rss_mb(),
+            "peak_rss_so_far_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         })
         print(json.dumps(cycles[-1]), file=sys.stderr, flush=True)
     ports.cache.stop() if ports.cache else None
@@ -154,21 +171,22 @@ def _child(env: dict[str, str], proxy: Any, proxied: Path, args: argparse.Namesp
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
+_PER_CYCLE = ("cpu", "seconds", "observe", "decide", "decide_cpu", "act", "requests", "bytes", "node_bytes",
+              "queries", "query_bytes", "log_lines")
+
+
 def _summary(found: dict[str, Any]) -> dict[str, float]:
     first, steady = found["cycles"][0], found["cycles"][1:]
-    mean = {k: sum(c[k] for c in steady) / len(steady) for k in ("cpu", "seconds", "observe", "decide", "act",
-                                                                  "requests", "bytes", "queries", "query_bytes")}
+    mean = {k: sum(c[k] for c in steady) / len(steady) for k in _PER_CYCLE}
     return {"pods": first["pods"], "objects": first["objects"], "findings": first["findings"],
-            **{f"first_{k}": first[k] for k in ("cpu", "seconds", "observe", "decide", "act", "requests", "bytes",
-                                                 "queries", "query_bytes")},
+            **{f"first_{k}": first[k] for k in _PER_CYCLE},
             **{f"steady_{k}": v for k, v in mean.items()}, "peak_rss_mb": found["peak_rss_mb"]}
 
 
 def _table(sizes: list[tuple[int, dict[str, float]]]) -> str:
-    rows = ["pods", "objects", "findings", "first_requests", "first_bytes", "first_cpu", "first_observe",
-            "first_decide", "first_act", "first_queries", "first_query_bytes", "steady_requests", "steady_bytes",
-            "steady_cpu", "steady_observe", "steady_decide", "steady_act", "steady_queries", "steady_query_bytes",
-            "peak_rss_mb"]
+    shown = ("requests", "bytes", "node_bytes", "cpu", "observe", "decide", "decide_cpu", "act", "queries",
+             "query_bytes", "log_lines")
+    rows = ["pods", "objects", "findings", *(f"{c}_{k}" for c in ("first", "steady") for k in shown), "peak_rss_mb"]
     head = f"{'':22}" + "".join(f"{f'{n} nodes':>16}" for n, _ in sizes)
     lines = [head]
     for row in rows:
@@ -180,8 +198,10 @@ def _table(sizes: list[tuple[int, dict[str, float]]]) -> str:
         return f"{a[row] / b[row]:.3f}" if b[row] else "n/a"
 
     for size, s in sizes:
+        others = (s["steady_bytes"] - s["steady_node_bytes"]) / s["first_bytes"] if s["first_bytes"] else 0.0
         lines.append(f"{size} nodes, steady/first: bytes {x('steady_bytes', s, s | {'steady_bytes': s['first_bytes']})}"
-                     f" ({s['steady_requests']:.1f} requests against {s['first_requests']:.0f}), CPU "
+                     f" ({others:.3f} without the node watch's status updates;"
+                     f" {s['steady_requests']:.1f} requests against {s['first_requests']:.0f}), CPU "
                      f"{x('steady_cpu', s, s | {'steady_cpu': s['first_cpu']})}")
     if len(sizes) > 1:
         lines.append(f"{m}/{n} nodes: pods {x('pods', big, small)}; first cycle: bytes "

@@ -33,7 +33,14 @@ from janitor.act.slack import Digest, Slack
 from janitor.act.slack_messages import render_admin_report
 from janitor.decide import recheck
 from janitor.decide.lifecycle import Change, Step, intent_id
-from janitor.decide.model import Action, ActionType, ObjectRef, ObjectView, Observation, ResourceKind, TriggerKind
+from janitor.decide.model import (
+    Action,
+    ActionType,
+    ObjectRef,
+    ObjectView,
+    Observation,
+    ResourceKind,
+)
 from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.plan import CyclePlan, plan
 from janitor.decide.rails import record_deletions
@@ -43,7 +50,7 @@ from janitor.observe.prometheus import PrometheusSource, QueryStat
 from janitor.policy import load
 from janitor.policy.model import Policy
 from janitor.settings import Settings
-from janitor.telemetry import audit
+from janitor.telemetry import audit, log_verdicts
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +80,18 @@ class Memory:
     policy_errors: tuple[str, ...] = ()  # the policy files' errors now (the last good set is in use)
     admin_sent: tuple[str, datetime.datetime] | None = None  # the admins' report last sent: its key and when
     notices: frozenset[str] = frozenset()  # said last cycle (said again at debug level only)
+    verdicts: Mapping[tuple[str, str, str], str] | None = None  # (policy, trigger, uid) -> verdict last cycle
+
+
+@dataclass(frozen=True)
+class Phases:
+    """Where a cycle's time went, wall seconds per phase, and the CPU seconds of deciding (the one
+    phase that is all computation): at scale an SRE must see which phase grows."""
+
+    observe: float = 0.0
+    decide: float = 0.0
+    act: float = 0.0
+    decide_cpu: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -82,6 +101,7 @@ class Planned:
     policies: tuple[Policy, ...]
     memory: Memory
     policies_reloaded: bool | None = None  # True/False: the files were read, and were (not) good
+    phases: Phases = Phases()
 
     @functools.cached_property
     def objects_by_uid(self) -> dict[str, ObjectView]:
@@ -96,6 +116,11 @@ class CycleResult:
     memory: Memory = field(default_factory=Memory)
     seconds: float = 0.0
     queries: tuple[QueryStat, ...] = ()  # the requests to Prometheus this cycle made
+    act_seconds: float = 0.0
+
+    @property
+    def phases(self) -> Phases:
+        return replace(self.planned.phases, act=self.act_seconds)
 
     @property
     def plan(self) -> CyclePlan:
@@ -157,6 +182,7 @@ def observe_and_plan(ports: Ports, settings: Settings, memory: Memory, *, source
     policies = memory.policies or ()
     now = ports.clock()
     c = settings.cluster
+    began = time.monotonic()
     if ports.cache is not None:
         ledger, at = cluster.read_ledger_at(ports.api, c.state_namespace, c.state_name)
         seen = observation.read_cached(ports.cache, settings, policies, at or cluster.server_date(ports.api), now,
@@ -164,16 +190,12 @@ def observe_and_plan(ports: Ports, settings: Settings, memory: Memory, *, source
     else:
         seen = observation.read(ports.api, settings, policies, now, source=source, progress=progress)
         ledger = cluster.read_ledger(ports.api, c.state_namespace, c.state_name)
+    observed, cpu = time.monotonic(), time.thread_time()
     with _collector_paused():
         decided = plan(seen, policies, ledger, now, settings=settings.plan())
-    for f in decided.findings:
-        if f.trigger is TriggerKind.EXPIRY:
-            continue
-        logger.info("%s %s %s: %s (%s)", f.mode, f.policy, f.workload or "(unknown workload)", f.word, f.why,
-                    extra={"shadow": f.mode == "shadow", "policy": f.policy, "trigger": str(f.trigger),
-                           "verdict": f.word, "object": str(f.workload) if f.workload else None,
-                           "would_reclaim_gpu_hours": f.reclaim_gpu_hours})
-    return Planned(seen, decided, policies, memory, reloaded)
+    phases = Phases(observed - began, time.monotonic() - observed, decide_cpu=time.thread_time() - cpu)
+    verdicts = log_verdicts(decided.findings, memory.verdicts)
+    return Planned(seen, decided, policies, replace(memory, verdicts=verdicts), reloaded, phases)
 
 
 class _Annotator:
@@ -296,6 +318,13 @@ def _apply_one(ports: Ports, settings: Settings, planned: Planned, action: Actio
 def apply(ports: Ports, settings: Settings, planned: Planned, *, source: PrometheusSource | None = None) -> CycleResult:
     """Apply a plan: every action re-checked and recorded in the ledger first; then the lifecycle's
     writes and messages."""
+    began = time.monotonic()
+    result = _apply(ports, settings, planned, source)
+    result.act_seconds = time.monotonic() - began
+    return result
+
+
+def _apply(ports: Ports, settings: Settings, planned: Planned, source: PrometheusSource | None) -> CycleResult:
     decided, dry_run = planned.plan, settings.rails.dry_run
     result = CycleResult(planned, memory=planned.memory)
     ledger = _Ledger(ports, settings, planned)
@@ -448,5 +477,5 @@ def unmark(api: ApiClient, settings: Settings, *, policy: str | None = None, dry
     return done
 
 
-__all__ = ["Change", "Clock", "CycleResult", "Memory", "Planned", "Ports", "apply", "load_policies",
+__all__ = ["Change", "Clock", "CycleResult", "Memory", "Phases", "Planned", "Ports", "apply", "load_policies",
            "observe_and_plan", "plan_once", "run_cycle", "unmark", "utc_now"]

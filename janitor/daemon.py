@@ -58,6 +58,10 @@ def record(telemetry: Telemetry, result: CycleResult) -> None:
     for q in result.queries:
         telemetry.prometheus_seconds.labels(api=q.api).observe(q.seconds)
         telemetry.prometheus_bytes.labels(api=q.api).inc(q.bytes)
+    phases = result.phases
+    for phase, seconds in (("observe", phases.observe), ("decide", phases.decide), ("act", phases.act)):
+        telemetry.phase_seconds.labels(phase=phase).observe(seconds)
+    telemetry.decide_cpu.inc(phases.decide_cpu)
     telemetry.cycle_seconds.observe(result.seconds)
     telemetry.cycles.labels(result="success").inc()
     telemetry.last_success.set(time.time())

@@ -11,6 +11,7 @@ Aspects covered:
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -59,6 +60,10 @@ def test_daemon_deletes_on_schedule_and_serves_health_and_metrics(sandbox, core:
         assert done in metrics
         assert 'janitor_deletions_held_total{reason="cap"} 0.0' in metrics
         assert 'janitor_cycles_total{result="success"}' in metrics
+        for phase in ("observe", "decide", "act"):  # where each cycle's time went
+            counted = re.search(rf'janitor_cycle_phase_seconds_count{{phase="{phase}"}} (\S+)', metrics)
+            assert counted is not None and float(counted.group(1)) >= 1, phase
+        assert re.search(r"janitor_decide_cpu_seconds_total [0-9.e-]+", metrics)
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=30)

@@ -18,10 +18,12 @@ from factories import NOW, ago, obj
 
 from janitor import annotations as a
 from janitor import report
-from janitor.decide.model import Observation, SafetyLedger
+from janitor.decide.model import Finding, ObjectRef, Observation, SafetyLedger, State, TriggerKind
 from janitor.decide.plan import PlanSettings, plan
 from janitor.decide.rails import Caps, Rails
-from janitor.telemetry import JsonFormatter, Telemetry, audit
+from janitor.decide.reasons import Code, why
+from janitor.policy.model import Mode
+from janitor.telemetry import JsonFormatter, Telemetry, audit, log_verdicts
 
 
 def sample_plan(dry_run: bool = False):
@@ -83,3 +85,28 @@ def test_metrics_count_outcomes_with_bounded_labels() -> None:
     assert get("janitor_deletions_held_total", {"reason": "cap"}) == 1
     assert get("janitor_deletions_held_total", {"reason": "tripwire"}) == 0
     assert get("janitor_kinds_skipped") == 1 and get("janitor_clock_skew_seconds") == 0.4
+
+
+def _verdict(uid: str, state: State) -> Finding:
+    ref = ObjectRef("Deployment", "apps/v1", "team-a", f"train-{uid}", uid)
+    return Finding(TriggerKind.IDLE_GPU, "idle-gpu", Mode.SHADOW, ref, state, why(Code.NO_PODS))
+
+
+def test_a_steady_daemon_logs_the_verdicts_that_changed_not_every_verdict(caplog) -> None:
+    """The first cycle logs every verdict; the next ones only what is new or changed (with what it
+    was), so 20,000 unchanged verdicts a minute do not flood the logs. At debug level all show."""
+    first = [_verdict("a", State.FIRES), _verdict("b", State.CLEAR), _verdict("c", State.UNKNOWN)]
+    with caplog.at_level(logging.INFO, logger="janitor.cycle"):
+        seen = log_verdicts(first, None)
+    assert len(caplog.records) == 3
+    caplog.clear()
+    second = [_verdict("a", State.FIRES), _verdict("b", State.FIRES), _verdict("d", State.CLEAR)]
+    with caplog.at_level(logging.INFO, logger="janitor.cycle"):
+        seen = log_verdicts(second, seen)
+    changed = {r.object: r.was for r in caplog.records}  # type: ignore[attr-defined]
+    assert changed == {"Deployment/team-a/train-b": "busy", "Deployment/team-a/train-d": None}
+    assert all(r.levelno == logging.INFO for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="janitor.cycle"):
+        log_verdicts(second, seen)
+    assert [r.levelno for r in caplog.records] == [logging.DEBUG] * 3
