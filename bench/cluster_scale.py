@@ -13,9 +13,17 @@ proxy that counts every request and the bytes each answer took on the wire. Betw
 the same churn happens at both sizes (`--churn` ConfigMaps created, as many deleted, as many pods
 annotated), so the steady figures show what a cycle costs per change, not per object.
 
-Figures per cycle: apiserver requests and bytes by resource, Prometheus requests and bytes, CPU
-seconds, time in observe / decide / act, and the child's peak RSS. Ratios: steady / first and
-4N / N, from this one run.
+After each populate, `--busy-share` of the pods are made busy (2 cores a container, and 80 % on
+each GPU), the same ones at both sizes; the others keep the exporters' idle defaults. The janitor
+logs as the daemon does (JSON lines at INFO, into `bench-janitor.log` in the run dir), since a
+line per verdict per cycle costs CPU too.
+
+Figures per cycle: apiserver requests and bytes by resource (the node watch's share apart: the
+kubelets' status reports), Prometheus requests and bytes, CPU seconds, time in observe / decide /
+act as the cycle itself measures them (`janitor_cycle_phase_seconds`), log lines, and the
+child's peak RSS. Ratios: steady / first and 4N / N, from this one run. Last, the usage queries
+are asked twice in a row, whole and with busy peaks sent alone (what the janitor asks), for the
+bytes and CPU each costs.
 """
 
 from __future__ import annotations
@@ -86,7 +94,11 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
     api = kubeapi.connect(args.kubeconfig, (5.0, 120.0))
     direct = client.CoreV1Api(kubeapi.connect(args.direct_kubeconfig, (5.0, 60.0)))
     settings = Settings(cluster=ClusterSettings(state_namespace="kube-idle-janitor"),
-                        rails=Rails(dry_run=True), prometheus=PrometheusSettings(url=args.prometheus),
+                        rails=Rails(dry_run=True),
+                        # The sandbox's one Prometheus on this machine takes close to a minute per usage
+                        # query at 2,000 nodes and more: a longer timeout than the default 30 s, so the
+                        # answers are there to be measured.
+                        prometheus=PrometheusSettings(url=args.prometheus, timeout=datetime.timedelta(seconds=150)),
                         policy_paths=(str(POLICIES),), cycle_budget=datetime.timedelta(minutes=30))
     ports = cycle.Ports(api, cache=ClusterCache(api, settings, connect_timeout=5.0))
     memory = cycle.Memory()
@@ -144,6 +156,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
             "peak_rss_so_far_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         })
         print(json.dumps(cycles[-1]), file=sys.stderr, flush=True)
+    evidence = _evidence_both_ways(settings, memory)
     ports.cache.stop() if ports.cache else None
     for number in range(max(1, args.steady - 1), args.steady + 1):
         for i in range(args.churn):
@@ -151,7 +164,29 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
                 direct.delete_namespaced_config_map(f"bench-churn-{number}-{i}", "team-01")
             except client.ApiException:
                 pass
-    return {"cycles": cycles, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {"cycles": cycles, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "evidence": evidence}
+
+
+def _evidence_both_ways(settings: Any, memory: Any) -> dict[str, float]:
+    """The cycle's usage queries once whole and once with busy peaks sent alone (what the janitor
+    asks), one after the other: Prometheus bytes and the janitor's CPU to read each."""
+    import dataclasses
+    import datetime
+
+    from janitor import cycle
+    from janitor.observe import observation
+
+    need = observation.needs(memory.policies)
+    found: dict[str, float] = {}
+    for name, asked in (("whole", dataclasses.replace(need, gpu_busy_above={}, cpu_busy_above={},
+                                                                   cpu_busy_fraction={})), ("lean", need)):
+        with cycle.prometheus(settings, memory.policies) as source:
+            began = time.process_time()
+            observation.read_evidence(source, settings, asked, datetime.datetime.now(datetime.timezone.utc))
+            found[f"{name}_cpu"] = time.process_time() - began
+            found[f"{name}_bytes"] = sum(q.bytes for q in source.stats) if source is not None else 0
+    return found
 
 
 # -- the parent: the sandbox, populated, and the table -----------------------------------------------------
@@ -180,13 +215,15 @@ def _summary(found: dict[str, Any]) -> dict[str, float]:
     mean = {k: sum(c[k] for c in steady) / len(steady) for k in _PER_CYCLE}
     return {"pods": first["pods"], "objects": first["objects"], "findings": first["findings"],
             **{f"first_{k}": first[k] for k in _PER_CYCLE},
-            **{f"steady_{k}": v for k, v in mean.items()}, "peak_rss_mb": found["peak_rss_mb"]}
+            **{f"steady_{k}": v for k, v in mean.items()}, "peak_rss_mb": found["peak_rss_mb"],
+            **{f"evidence_{k}": v for k, v in found["evidence"].items()}}
 
 
 def _table(sizes: list[tuple[int, dict[str, float]]]) -> str:
     shown = ("requests", "bytes", "node_bytes", "cpu", "observe", "decide", "decide_cpu", "act", "queries",
              "query_bytes", "log_lines")
-    rows = ["pods", "objects", "findings", *(f"{c}_{k}" for c in ("first", "steady") for k in shown), "peak_rss_mb"]
+    rows = ["pods", "objects", "findings", *(f"{c}_{k}" for c in ("first", "steady") for k in shown), "peak_rss_mb",
+            *(f"evidence_{w}_{k}" for w in ("whole", "lean") for k in ("bytes", "cpu"))]
     head = f"{'':22}" + "".join(f"{f'{n} nodes':>16}" for n, _ in sizes)
     lines = [head]
     for row in rows:
@@ -208,7 +245,37 @@ def _table(sizes: list[tuple[int, dict[str, float]]]) -> str:
                      f"{x('first_bytes', big, small)}, CPU {x('first_cpu', big, small)}; steady cycle: CPU "
                      f"{x('steady_cpu', big, small)}, bytes {x('steady_bytes', big, small)}, decide "
                      f"{x('steady_decide', big, small)}; peak RSS {x('peak_rss_mb', big, small)}")
+    for size, s in sizes:
+        whole, lean = s["evidence_whole_bytes"], s["evidence_lean_bytes"]
+        cpu = (s["evidence_lean_cpu"] / s["evidence_whole_cpu"]) if s["evidence_whole_cpu"] else 0.0
+        lines.append(f"{size} nodes, usage evidence with busy peaks alone / whole: bytes "
+                     f"{lean / whole if whole else 0.0:.3f}, CPU {cpu:.3f}")
     return "\n".join(lines)
+
+
+def _busy_mix(env: dict[str, str], share: float) -> int:
+    """Make `share` of the populated pods busy (GPU pods at 80 % on every GPU, every pod at 2 cores
+    per container), the same ones at every size (chosen by a hash of the name), as in a lab where
+    most of what runs works; the others keep the exporters' idle defaults. Returns how many."""
+    import hashlib
+
+    from kubernetes import client
+
+    from devenv.exporters.server import ValuesControl
+    from devenv.exporters.values import Kind, Setting
+    from janitor import kubeapi
+
+    core = client.CoreV1Api(kubeapi.connect(env["KUBECONFIG"], (5.0, 120.0)))
+    busy: list[tuple[Kind, tuple[str, str, None], Setting]] = []
+    for pod in core.list_pod_for_all_namespaces(label_selector="devenv.janitor.dev/populated=true").items:
+        if int(hashlib.sha256(pod.metadata.name.encode()).hexdigest()[:8], 16) / 2**32 >= share:
+            continue
+        key = (pod.metadata.namespace, pod.metadata.name, None)
+        busy.append((Kind.CPU, key, 2.0))
+        if any((c.resources.limits or {}).get("nvidia.com/gpu") for c in pod.spec.containers):
+            busy.append((Kind.GPU_UTIL, key, 80))
+    ValuesControl(env["SANDBOX_EXPORTERS_URL"]).set_many(busy)
+    return sum(1 for kind, _, _ in busy if kind is Kind.CPU)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -234,7 +301,9 @@ def _run(args: argparse.Namespace) -> int:
             began = time.monotonic()
             subprocess.run([*python, "populate", "--nodes", str(nodes - made), "--first", str(made + 1)],
                            check=True, cwd=ROOT)
-            print(f"populated {nodes} nodes ({time.monotonic() - began:.0f} s)", file=sys.stderr, flush=True)
+            busy = _busy_mix(env, args.busy_share)
+            print(f"populated {nodes} nodes ({time.monotonic() - began:.0f} s), {busy} pods busy",
+                  file=sys.stderr, flush=True)
             made = nodes
             with FaultProxy(server, tls=ProxyTls.from_pki(pki)) as proxy:
                 proxied = repoint_kubeconfig(Path(env["KUBECONFIG"]), run_dir / "bench.kubeconfig", proxy.url)
@@ -262,6 +331,7 @@ def main() -> int:
                        "before a steady cycle (%(default)s)")
     parser.add_argument("--nodes", type=int, default=500, help="N (%(default)s)")
     parser.add_argument("--factor", type=int, default=4, help="the second size is N x this (%(default)s)")
+    parser.add_argument("--busy-share", type=float, default=0.75, help="share of the pods kept busy (%(default)s)")
     parser.add_argument("--run-dir", default=".devenv-bench", help="the sandbox's run dir (%(default)s)")
     parser.add_argument("--keep-sandbox", action="store_true", help="use a running sandbox there, leave it running")
     args = parser.parse_args()

@@ -132,6 +132,15 @@ class ValueSetters:
         _check_level(value)
         self._send({"set": [{"kind": k.value, "key": list(parts), "value": value}]})
 
+    def set_many(self, settings: Iterable[tuple[Kind | str, Iterable[Any], Setting]]) -> None:
+        """Several settings in one request: a big cluster's worth of pods at once."""
+        items = []
+        for kind, key, value in settings:
+            k, parts = make_key(kind, key)
+            _check_level(value)
+            items.append({"kind": k.value, "key": list(parts), "value": value})
+        self._send({"set": items})
+
     def add_history(
         self, kind: Kind | str, key: Iterable[Any], segments: Iterable[Segment | tuple[float, float, Level]]
     ) -> None:

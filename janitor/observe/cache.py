@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kubernetes.client import ApiClient
@@ -125,10 +125,12 @@ class ClusterCache:
             return lambda item: Entry(node=views.node_info(item))
 
         def slim(item: Mapping[str, Any]) -> Entry:
-            return Entry(
-                object=cluster.to_view(kind, item) if as_object else None,
-                pod=views.pod_view(item) if _is(kind, "Pod") else None,
-                namespace=views.namespace_view(item) if _is(kind, "Namespace") else None)
+            pod = views.pod_view(item) if _is(kind, "Pod") else None
+            view = cluster.to_view(kind, item) if as_object else None
+            if view is not None and pod is not None:  # one copy of what both views hold alike
+                view = replace(view, ref=pod.ref, labels=pod.labels, annotations=pod.annotations)
+            return Entry(object=view, pod=pod,
+                         namespace=views.namespace_view(item) if _is(kind, "Namespace") else None)
         return slim
 
     # -- state -----------------------------------------------------------------------------------------

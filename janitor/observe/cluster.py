@@ -34,7 +34,7 @@ from janitor.decide.model import (
     SafetyLedger,
     SkippedKind,
 )
-from janitor.observe import watch
+from janitor.observe import views, watch
 
 logger = logging.getLogger(__name__)
 
@@ -186,8 +186,8 @@ def to_view(kind: ResourceKind, item: Mapping[str, Any]) -> ObjectView:
         ),
         resource_version=meta["resourceVersion"],
         created=_parse_time(meta["creationTimestamp"]),
-        annotations=dict(meta.get("annotations") or {}),
-        labels=dict(meta.get("labels") or {}),
+        annotations=views.strings(meta.get("annotations")),
+        labels=views.strings(meta.get("labels")),
         deleting=meta.get("deletionTimestamp") is not None,
         controller=_controller(meta.get("ownerReferences") or []),
         template_annotations=_template_annotations(kind, item),

@@ -46,6 +46,7 @@ from janitor.observe.prometheus import (
 logger = logging.getLogger(__name__)
 
 CPU_METRIC = "container_cpu_usage_seconds_total"
+REQUESTS_METRIC = "kube_pod_container_resource_requests"  # kube-state-metrics; resource="cpu" is in cores
 DCGM_SENTINEL = 9.2e18
 """DCGM's blank/not-supported int64 sentinels start at 0x7ffffffffffffff0 (~9.22e18): no data."""
 STAT = "stat"  # the label that tells the peak series from the count series in one answer
@@ -96,9 +97,22 @@ def _jobs(sel: str, by: str, rng: str) -> str:
     return f'max by ({by}, job, {STAT}) ({_stats(job=f"count_over_time({sel}{rng})")})'
 
 
+def _busy_first(query: str, peak: str, by: str, level: str | None) -> str:
+    """`query` without the rows a group needs only to be shown idle, for the groups whose peak is
+    above `level` (a number, or an expression matched on `by`): the level above which every
+    policy reading this answer calls a peak busy. For those groups only the peak is sent. Busy
+    beats unknown, so no verdict reads the rest, and most GPUs and pods of a working cluster are
+    busy: their quality rows were four fifths of the answer and of its parsing. Only finite peaks
+    below the DCGM sentinels count, as the fold reads nothing else as a peak."""
+    if level is None:
+        return query
+    busy = f"(({peak}) > {level}) < {DCGM_SENTINEL!r}"
+    return f'(({query}) unless on ({by}) {busy}) or label_replace({busy}, "{STAT}", "peak", "", "")'
+
+
 def gpu_query(
     signal: str, *, window: timedelta, step: timedelta, labels: LabelMap, extra: Iterable[Matcher] = (),
-    hostname_label: str | None = None,
+    hostname_label: str | None = None, busy_above: float | None = None,
 ) -> str:
     """Peak, sample count and evidence quality per GPU series of workload pods over `window`, as one query.
 
@@ -108,7 +122,8 @@ def gpu_query(
     replicas or `instance` labels neither split nor duplicate a series. For the count, `max`
     errs towards fewer samples (a series split by an exporter restart counts its larger part),
     i.e. towards *unknown*, never towards idle. The peak is over every raw sample, so a spike
-    between two steps of `step` still counts; gaps are measured at `step`.
+    between two steps of `step` still counts; gaps are measured at `step`. With `busy_above`, a
+    GPU whose peak is above it comes with its peak alone (`_busy_first`).
     """
     host = hostname_label or labels.hostname
     sel = selector(signal, (Matcher(labels.pod, "", "!="),), extra)
@@ -116,7 +131,9 @@ def gpu_query(
     by = ", ".join((labels.namespace, labels.pod, "gpu", _GPU_INSTANCE, host))
     inner = _stats(peak=f"max_over_time({sel}{rng})", count=f"count_over_time({sel}{rng})",
                    **_quality_stats(sel, by, rng, sub, "max"))
-    return f"max by ({by}, {STAT}) ({inner}) or {_jobs(sel, by, rng)}"
+    query = f"max by ({by}, {STAT}) ({inner}) or {_jobs(sel, by, rng)}"
+    level = None if busy_above is None else repr(busy_above)
+    return _busy_first(query, f"max by ({by}) (max_over_time({sel}{rng}))", by, level)
 
 
 def exact_names_regex(names: Iterable[str]) -> str:
@@ -131,6 +148,7 @@ def exact_names_regex(names: Iterable[str]) -> str:
 def cpu_query(
     *, window: timedelta, step: timedelta, labels: LabelMap = HONOR_LABELS, extra: Iterable[Matcher] = (),
     ignore_containers: Sequence[str] = (), rate_window: timedelta = timedelta(minutes=5),
+    busy_above: float | None = None, busy_fraction: float | None = None,
 ) -> str:
     """Peak cores of each pod's app containers over `window`, the subquery points behind it, and
     the quality of the containers' raw samples.
@@ -140,6 +158,12 @@ def cpu_query(
     are excluded by an exact, escaped alternation. The subquery at `step` turns the rate into a
     series, so the peak is the busiest `rate_window` and the count shows gaps like a scrape count.
     A rate bridges gaps shorter than `rate_window`, so gaps are measured on the raw counters.
+
+    A pod whose peak is above `busy_above` cores, or above `busy_fraction` of its app containers'
+    CPU requests (as kube-state-metrics has them), comes with its peak alone (`_busy_first`).
+    Where kube-state-metrics lacks a pod, or has other labels, nothing matches and its rows come
+    whole; where its requests differ from the pod's, the janitor may lack the rows it needs and
+    says unknown, never idle.
     """
     matchers = [Matcher(labels.container, "", "!="), Matcher(labels.container, "POD", "!=")]
     sidecars = exact_names_regex(ignore_containers)
@@ -149,9 +173,13 @@ def cpu_query(
     by = f"{labels.namespace}, {labels.pod}"
     cores = f"sum by ({by}) (rate({sel}[{duration(rate_window)}]))"
     rng, sub = f"[{duration(window)}]", f"[{duration(window)}:{duration(step)}]"
-    inner = _stats(peak=f"max_over_time(({cores}){sub})", count=f"count_over_time(({cores}){sub})",
-                   **_quality_stats(sel, by, rng, sub, "min"))
-    return f"{inner} or {_jobs(sel, by, rng)}"
+    peak = f"max_over_time(({cores}){sub})"
+    inner = _stats(peak=peak, count=f"count_over_time(({cores}){sub})", **_quality_stats(sel, by, rng, sub, "min"))
+    level = None if busy_above is None else repr(busy_above)
+    if level is None and busy_fraction is not None:
+        wanted = [Matcher("resource", "cpu"), *([Matcher(labels.container, sidecars, "!~")] if sidecars else [])]
+        level = f"on ({by}) ({busy_fraction!r} * sum by ({by}) ({selector(REQUESTS_METRIC, wanted, extra)}))"
+    return _busy_first(f"{inner} or {_jobs(sel, by, rng)}", peak, by, level)
 
 
 # ----------------------------------------------------------------------------- answers into evidence
@@ -291,6 +319,7 @@ def gpu_evidence(
     source: PrometheusSource, *, signal: str, window: timedelta, step: timedelta, at: datetime,
     labels: LabelMap, hostname_label: str | None = None, pods: Sequence[PodKey] | None = None,
     intervals: Intervals | None = None, fallback: timedelta | None = None, namespaces: Sequence[str] | None = None,
+    busy_above: float | None = None,
 ) -> GpuEvidence:
     """Per-GPU peak, sample count and quality of `signal` for every workload pod, from one instant query.
 
@@ -302,7 +331,7 @@ def gpu_evidence(
     span = EvidenceWindow(signal, window, step, at)
     query = gpu_query(signal, window=window, step=step, labels=labels,
                       extra=(*source.config.extra_matchers, *scope(labels, pods, namespaces)),
-                      hostname_label=hostname_label)
+                      hostname_label=hostname_label, busy_above=busy_above)
     try:
         evidence = fold_gpu(source.instant(query, at), span, labels, hostname_label, intervals, fallback)
     except PrometheusError as error:
@@ -317,6 +346,7 @@ def cpu_evidence(
     labels: LabelMap = HONOR_LABELS, ignore_containers: Sequence[str] = (),
     rate_window: timedelta = timedelta(minutes=5), pods: Sequence[PodKey] | None = None,
     intervals: Intervals | None = None, fallback: timedelta | None = None, namespaces: Sequence[str] | None = None,
+    busy_above: float | None = None, busy_fraction: float | None = None,
 ) -> CpuEvidence:
     """Peak cores of each pod's app containers (sidecars ignored), coverage and quality, from one query.
 
@@ -325,7 +355,8 @@ def cpu_evidence(
     span = EvidenceWindow(CPU_METRIC, window, step, at)
     query = cpu_query(window=window, step=step, labels=labels,
                       extra=(*source.config.extra_matchers, *scope(labels, pods, namespaces)),
-                      ignore_containers=ignore_containers, rate_window=rate_window)
+                      ignore_containers=ignore_containers, rate_window=rate_window, busy_above=busy_above,
+                      busy_fraction=busy_fraction)
     try:
         evidence = fold_cpu(source.instant(query, at), span, labels, intervals, fallback)
     except PrometheusError as error:

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes.client import ApiClient
 
@@ -57,6 +57,7 @@ def gap_step(intervals: Mapping[str, datetime.timedelta] | None, fallback: datet
     return min(max(min(known, default=datetime.timedelta(seconds=30)), low), high)
 
 
+_K = TypeVar("_K")
 CPU_STEP = datetime.timedelta(minutes=1)  # the CPU subquery's resolution: its peak is the busiest rate window
 
 
@@ -70,18 +71,41 @@ class Needs:
     ghost_gpus: bool = False
     gpu: frozenset[GpuKey] = field(default_factory=frozenset)
     cpu: frozenset[CpuKey] = field(default_factory=frozenset)
+    # Per query, the level above which every policy reading its answer calls a peak busy (the
+    # highest threshold among them); a CPU query read both in cores and as a fraction of requests
+    # has neither.
+    gpu_busy_above: Mapping[GpuKey, float] = field(default_factory=dict)
+    cpu_busy_above: Mapping[CpuKey, float] = field(default_factory=dict)  # cores
+    cpu_busy_fraction: Mapping[CpuKey, float] = field(default_factory=dict)  # of each pod's requests
 
 
 def needs(policies: Iterable[Policy]) -> Needs:
     policies = tuple(policies)
+    gpu = [((str(t.signal), t.window), t.threshold) for p in policies if (t := p.trigger(IdleGpu))]
+    cpu = [((c.window, tuple(sorted(c.ignore_containers))), c) for p in policies if (c := p.trigger(IdleCpu))]
     return Needs(
         pods=any(p.triggers for p in policies),
         nodes=any(p.trigger(Pending) or p.trigger(Terminating) for p in policies),
         oom=any(p.trigger(CrashLoop) for p in policies),
         ghost_gpus=any(p.trigger(Terminating) for p in policies),
-        gpu=frozenset((str(t.signal), t.window) for p in policies if (t := p.trigger(IdleGpu))),
-        cpu=frozenset((c.window, tuple(sorted(c.ignore_containers))) for p in policies if (c := p.trigger(IdleCpu))),
+        gpu=frozenset(k for k, _ in gpu),
+        cpu=frozenset(k for k, _ in cpu),
+        gpu_busy_above=_highest(gpu),
+        cpu_busy_above=_highest([(k, c.cores) for k, c in cpu]),
+        cpu_busy_fraction=_highest([(k, c.fraction_of_request) for k, c in cpu]),
     )
+
+
+def _highest(levels: Sequence[tuple[_K, float | None]]) -> dict[_K, float]:
+    """The highest level per key, for the keys where every level is known."""
+    found: dict[_K, float] = {}
+    unknown: set[_K] = set()
+    for key, level in levels:
+        if level is None:
+            unknown.add(key)
+        else:
+            found[key] = max(level, found.get(key, level))
+    return {k: v for k, v in found.items() if k not in unknown}
 
 
 def prometheus_source(settings: Settings) -> PrometheusSource:
@@ -141,12 +165,14 @@ def read_evidence(source: PrometheusSource | None, settings: Settings, need: Nee
         gpu[(signal, window)] = evidence.gpu_evidence(
             source, signal=signal, window=window, step=step, at=at, labels=labels,
             hostname_label=prom.hostname_label, pods=pods, intervals=intervals, fallback=prom.scrape_interval,
-            namespaces=namespaces)
+            namespaces=namespaces, busy_above=need.gpu_busy_above.get((signal, window)))
     cpu: dict[CpuKey, CpuEvidence] = {}
     for window, ignore in sorted(need.cpu, key=str):
         cpu[(window, ignore)] = evidence.cpu_evidence(source, window=window, step=CPU_STEP, at=at,
                                                       ignore_containers=ignore, pods=pods, intervals=intervals,
-                                                      fallback=prom.scrape_interval, namespaces=namespaces)
+                                                      fallback=prom.scrape_interval, namespaces=namespaces,
+                                                      busy_above=need.cpu_busy_above.get((window, ignore)),
+                                                      busy_fraction=need.cpu_busy_fraction.get((window, ignore)))
     ghosts = (evidence.ghost_gpus(source, at=at, labels=labels, hostname_label=prom.hostname_label)
               if need.ghost_gpus and pods is None else None)
     return Evidence(gpu, cpu, ghosts)

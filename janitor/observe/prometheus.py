@@ -251,7 +251,7 @@ def _parse_series(result_type: str, result: Any) -> tuple[Series, ...]:
     if result_type == "scalar":
         return (_series({}, [result]),)
     if result_type == "vector":
-        return tuple(_series(item["metric"], [item["value"]]) for item in result)
+        return tuple([_sample(item["metric"], item["value"]) for item in result])
     if result_type == "matrix":
         return tuple(_series(item["metric"], item["values"]) for item in result)
     raise ValueError(f"result type {result_type!r} is not supported")
@@ -261,11 +261,24 @@ def _series(labels: Mapping[str, Any], pairs: Iterable[Any]) -> Series:
     if not isinstance(labels, Mapping):
         raise TypeError("metric is not an object")
     samples = tuple((float(t), float(v)) for t, v in pairs)
+    # The decoded object itself when it holds only strings, as it does: an answer of 100,000 series
+    # would otherwise be held twice at its peak.
+    plain = all(type(v) is str for v in labels.values())
     return Series(
-        labels={str(k): str(v) for k, v in labels.items()},
+        labels=labels if plain else {str(k): str(v) for k, v in labels.items()},
         samples=samples,
         non_finite=any(not math.isfinite(v) for _, v in samples),
     )
+
+
+def _sample(labels: Mapping[str, Any], pair: Any) -> Series:
+    """`_series` of one sample, the shape of every row of an instant query (the usage queries'
+    answers hold hundreds of thousands)."""
+    if type(labels) is not dict or not all(type(v) is str for v in labels.values()):
+        return _series(labels, [pair])
+    t, v = pair
+    value = float(v)
+    return Series(labels, ((float(t), value),), not math.isfinite(value))
 
 
 def _cut(text: str) -> str:

@@ -7,8 +7,9 @@ pod UIDs and kill counts arrive as data, never read out of a sentence."""
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping, Sequence
-from typing import Any
+import sys
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from janitor import node_report
 from janitor.decide.model import (
@@ -34,6 +35,50 @@ NODES = ResourceKind("", "v1", "Node", "nodes", namespaced=False)
 EVENTS = ResourceKind("", "v1", "Event", "events")
 
 
+_H = TypeVar("_H", bound=Hashable)
+_SHARED: dict[Any, Any] = {}
+SHARED_MAX = 50_000  # distinct values kept for sharing; past it, values are kept as they come
+
+
+def share(value: _H) -> _H:
+    """One copy of a value that many pods carry alike (tolerations, resource totals, finalizers):
+    a cache of 50,000 pods holds each once, not 50,000 times. Shared values are never mutated:
+    views are read-only by type."""
+    found: _H | None = _SHARED.get(value)
+    if found is not None:
+        return found
+    if len(_SHARED) < SHARED_MAX:
+        _SHARED[value] = value
+    return value
+
+
+def _shared_map(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A mapping of strings to numbers or strings, shared with every equal one (see `share`)."""
+    return share(_Frozen(values)).dict
+
+
+class _Frozen:
+    """A dict's items as a key of `_SHARED`, carrying the one dict they stand for."""
+
+    __slots__ = ("dict", "_key")
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self.dict: dict[str, Any] = {sys.intern(k): v for k, v in values.items()}
+        self._key = frozenset(self.dict.items())
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Frozen) and self._key == other._key
+
+
+def strings(values: Mapping[str, Any] | None) -> dict[str, str]:
+    """Labels or annotations, their keys (and short values) held once however many objects carry them."""
+    return {sys.intern(k): sys.intern(v) if isinstance(v, str) and len(v) <= 64 else v
+            for k, v in (values or {}).items()}
+
+
 def _time(text: str | None) -> datetime.datetime | None:
     return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
 
@@ -54,21 +99,21 @@ def pod_view(item: Mapping[str, Any]) -> PodView:
     meta, spec, status = item["metadata"], item.get("spec") or {}, item.get("status") or {}
     owner = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
     containers = spec.get("containers") or []
+    node = spec.get("nodeName")
     return PodView(
-        ref=ObjectRef("Pod", "v1", meta["namespace"], meta["name"], meta["uid"]),
+        ref=ObjectRef("Pod", "v1", sys.intern(meta["namespace"]), meta["name"], meta["uid"]),
         resource_version=meta.get("resourceVersion", ""),
-        labels=dict(meta.get("labels") or {}),
-        controller=OwnerRef(owner["kind"], owner["apiVersion"], owner["name"], owner["uid"]) if owner else None,
-        node=spec.get("nodeName"),
-        phase=status.get("phase", "Pending"),
+        labels=strings(meta.get("labels")),
+        controller=OwnerRef(sys.intern(owner["kind"]), sys.intern(owner["apiVersion"]), owner["name"], owner["uid"])
+        if owner else None,
+        node=sys.intern(node) if node else node,
+        phase=sys.intern(status.get("phase", "Pending")),
         started=_time(status.get("startTime")),
         gpus=sum(_gpus(c.get("resources") or {}) for c in containers),
-        containers=tuple(
-            ContainerView(c["name"], cpu_cores(((c.get("resources") or {}).get("requests") or {}).get("cpu")))
-            for c in containers
-        ),
+        containers=share(tuple(ContainerView(sys.intern(c["name"]), cpu_cores(
+            ((c.get("resources") or {}).get("requests") or {}).get("cpu"))) for c in containers)),
         deleting=bool(meta.get("deletionTimestamp")),
-        annotations=dict(meta.get("annotations") or {}),
+        annotations=strings(meta.get("annotations")),
         state=pod_state(meta, spec, status),
         created=_time(meta.get("creationTimestamp")),
     )
@@ -168,14 +213,14 @@ def pod_state(meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[
         gated=bool(spec.get("schedulingGates")),
         waiting=waiting,
         containers=_containers(spec, status),
-        limits=_limits(list(spec.get("containers") or [])),
-        requests=_requests(list(spec.get("containers") or [])),
-        node_selector=dict(spec.get("nodeSelector") or {}),
-        required_affinity=_affinity(spec),
-        tolerations=tuple((t.get("key") or "", t.get("operator") or "Equal", t.get("value") or "",
-                           t.get("effect") or "")
-                          for t in spec.get("tolerations") or []),
-        finalizers=tuple(meta.get("finalizers") or ()),
+        limits=_shared_map(_limits(list(spec.get("containers") or []))),
+        requests=_shared_map(_requests(list(spec.get("containers") or []))),
+        node_selector=_shared_map(spec.get("nodeSelector") or {}),
+        required_affinity=share(_affinity(spec)),
+        tolerations=share(tuple((t.get("key") or "", t.get("operator") or "Equal", t.get("value") or "",
+                                 t.get("effect") or "")
+                                for t in spec.get("tolerations") or [])),
+        finalizers=share(tuple(meta.get("finalizers") or ())),
         deleting_since=_time(meta.get("deletionTimestamp")),
         grace_seconds=int(meta.get("deletionGracePeriodSeconds") or spec.get("terminationGracePeriodSeconds") or 30),
     )

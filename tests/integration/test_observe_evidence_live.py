@@ -14,6 +14,9 @@ Covered:
 - no series is attributed to the dcgm-exporter's own pod (the `exported_pod!=""` filter);
 - CPU: the app container's peak only when the busy `istio-proxy` sidecar is ignored, the sum
   when it is not;
+- asked to send only the peak of what is busy above the policies' highest threshold, the answer is
+  smaller, busy GPUs and pods carry their peak alone, the rest is unchanged, and every verdict is
+  the one the whole answer gives;
 - an unreachable Prometheus gives failed evidence (logged once), not empty success.
 """
 
@@ -36,9 +39,12 @@ from devenv.exporters.values import ABSENT, Kind, Segment
 from devenv.history import prometheus_with_history
 from devenv.nodes import STARTED_AT
 from devenv.procs import wait_until
+from janitor.decide import model as m
 from janitor.decide.evidence import PodKey
+from janitor.decide.triggers.idle import judge_cpu, judge_gpu
 from janitor.observe.evidence import cpu_evidence, gpu_evidence
 from janitor.observe.prometheus import HONOR_LABELS, SERVICE_MONITOR, PrometheusConfig, PrometheusSource
+from janitor.policy.model import IdleCpu, IdleGpu
 
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 GR_ENGINE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
@@ -190,3 +196,53 @@ def test_unreachable_prometheus_fails_the_evidence(caplog: pytest.LogCaptureFixt
     assert gpu.failed and "transport" in gpu.failed and dict(gpu.pods) == {}
     assert cpu.failed and "transport" in cpu.failed and dict(cpu.pods) == {}
     assert len([r for r in caplog.records if r.name == "janitor.observe.evidence"]) == 2
+
+
+def _pod_view(history: History, name: str, gpus: int, cpu_request: float = 1.0) -> m.PodView:
+    started = history.at - timedelta(hours=3)
+    return m.PodView(m.ObjectRef("Pod", "v1", history.namespace, name, f"uid-{name}"), "1", {}, None, "node",
+                     "Running", started, gpus, (m.ContainerView("app", cpu_request),), created=started)
+
+
+def test_busy_groups_carry_only_their_peak_and_every_verdict_stays(history: History) -> None:
+    asked = len(history.source.stats)
+    full = _gpu(history)
+    lean = gpu_evidence(history.source, signal=GPU_UTIL, window=WINDOW, step=STEP, at=history.at,
+                        labels=SERVICE_MONITOR, busy_above=5.0)
+    full_bytes, lean_bytes = (q.bytes for q in history.source.stats[asked:])
+    assert lean.failed is None and lean.pods.keys() == full.pods.keys()
+    busy = 0
+    for key, series in full.pods.items():
+        for whole, slim in zip(series, lean.pods[key], strict=True):
+            if whole.peak is not None and whole.peak > 5.0:
+                busy += 1
+                assert (slim.gpu, slim.peak, slim.node, slim.samples) == (whole.gpu, whole.peak, whole.node, 0)
+            else:
+                assert slim == whole
+    assert busy == 1 and lean_bytes < full_bytes
+    trigger = IdleGpu(threshold=5.0, window=WINDOW, min_pod_age=WINDOW)
+    for name, gpus in (("idle", 2), ("busy-one", 2), ("gappy", 1), ("mig", 1)):
+        pod = _pod_view(history, name, gpus)
+        assert judge_gpu(pod, lean, trigger, history.at).state == judge_gpu(pod, full, trigger, history.at).state
+    assert judge_gpu(_pod_view(history, "busy-one", 2), lean, trigger, history.at).state is m.State.CLEAR
+
+    def cpu(above: float | None = None, fraction: float | None = None):
+        found = cpu_evidence(history.source, window=WINDOW, step=STEP, at=history.at, labels=HONOR_LABELS,
+                             ignore_containers=("istio-proxy",), busy_above=above, busy_fraction=fraction)
+        assert found.failed is None
+        return found
+
+    whole = cpu()
+    key = history.key("cpu")
+    # The app container peaked at 0.3 cores of its 1-core request: busy above 0.1 cores or 10 % of
+    # it (kube-state-metrics' requests), so its peak comes alone; at 0.5 it is idle, and whole.
+    for slim in (cpu(above=0.1), cpu(fraction=0.1)):
+        assert slim.pods[key].peak_cores == whole.pods[key].peak_cores and slim.pods[key].samples == 0
+        assert whole.pods.keys() == slim.pods.keys()
+    assert cpu(above=0.5).pods[key] == whole.pods[key] == cpu(fraction=0.5).pods[key]
+    pod = _pod_view(history, "cpu", 0)
+    for level in (0.1, 0.5):
+        for trigger, slim in ((IdleCpu(cores=level, window=WINDOW, min_pod_age=WINDOW), cpu(above=level)),
+                              (IdleCpu(fraction_of_request=level, window=WINDOW, min_pod_age=WINDOW),
+                               cpu(fraction=level))):
+            assert judge_cpu(pod, slim, trigger, history.at).state == judge_cpu(pod, whole, trigger, history.at).state

@@ -90,6 +90,8 @@ from janitor.decide.plan import CyclePlan, PlanSettings, plan
 from janitor.decide.reasons import Code
 from janitor.decide.recheck import still_due
 from janitor.decide.selection import CronJobMode
+from janitor.observe.evidence import DCGM_SENTINEL
+from janitor.observe.observation import needs
 from janitor.policy.model import Action as PolicyAction
 from janitor.policy.model import CrashLoop, IdleCpu, IdleGpu, Lifecycle, Mode, Pending, Policy, Terminating
 
@@ -906,6 +908,58 @@ def test_plan_is_a_pure_function(case: Case, offset: datetime.timedelta) -> None
     second = run_plan(case.cluster.observe(case.policies, now), case.policies, SafetyLedger(), now, case.settings)
     assert first == second
     assert (observation, case.policies, case.settings) == kept
+
+
+# -- busy peaks sent alone --------------------------------------------------------------------------------
+
+
+def _busy(peak: float | None, level: float) -> bool:
+    return peak is not None and level < peak < DCGM_SENTINEL
+
+
+def busy_peaks_alone(observation: Observation, policies: Sequence[Policy]) -> Observation:
+    """The observation as the janitor reads it when Prometheus sends a busy GPU's or pod's peak
+    alone (`observe.evidence._busy_first`): no samples, no scrape interval, the whole window a gap
+    (what the fold makes of a lone peak). kube-state-metrics' CPU requests are the pods' own."""
+    need = needs(policies)
+    requests = {PodKey(p.ref.namespace or "", p.ref.name): p.containers for p in observation.pods}
+    gpu = dict(observation.evidence.gpu)
+    for key, read in gpu.items():
+        level = need.gpu_busy_above.get(key)
+        if level is not None and not read.failed:
+            alone = Quality(None, read.window.window, False)
+            gpu[key] = replace(read, pods={k: tuple(replace(s, samples=0, quality=alone) if _busy(s.peak, level) else s
+                                                    for s in series) for k, series in read.pods.items()})
+    cpu = dict(observation.evidence.cpu)
+    for key, found in cpu.items():
+        (_, ignored), above, fraction = key, need.cpu_busy_above.get(key), need.cpu_busy_fraction.get(key)
+        if found.failed or (above is None and fraction is None):
+            continue
+        alone = Quality(None, found.window.window, False)
+        lean = {}
+        for pod, usage in found.pods.items():
+            request = sum(c.cpu_request_cores for c in requests.get(pod, ()) if c.name not in ignored)
+            level = above if above is not None else (fraction or 0.0) * request
+            lean[pod] = replace(usage, samples=0, quality=alone) if _busy(usage.peak_cores, level) else usage
+        cpu[key] = replace(found, pods=lean)
+    return replace(observation, evidence=replace(observation.evidence, gpu=gpu, cpu=cpu))
+
+
+def verdicts(planned: CyclePlan) -> tuple[object, ...]:
+    return (sorted((f.policy, str(f.trigger), f.subject.uid, str(f.state)) for f in planned.findings),
+            sorted((str(c.step), c.workload.uid) for c in planned.changes),
+            sorted((str(a.type), a.target.uid) for a in planned.actions))
+
+
+@examples(1.0)
+@given(case=cases())
+def test_busy_peaks_sent_alone_change_no_verdict(case: Case) -> None:
+    """Leaving out the quality rows of whatever is busy above every threshold that reads it (the
+    usage queries' lean answers) changes no finding, lifecycle step or action: busy beats unknown."""
+    for observation, planned, now in cycles(case):
+        lean = run_plan(busy_peaks_alone(observation, case.policies), case.policies, SafetyLedger(), now,
+                        case.settings)
+        assert verdicts(lean) == verdicts(planned)
 
 
 # -- the budget (last in this module) ---------------------------------------------------------------------------
