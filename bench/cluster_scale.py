@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 POLICIES = ROOT / "bench" / "policies.yaml"
+QUIET_PER_NODE = 0.06  # seconds of settling added per node to --quiet
 
 
 def resource_of(path: str) -> str:
@@ -103,6 +104,17 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
     ports = cycle.Ports(api, cache=ClusterCache(api, settings, connect_timeout=5.0))
     memory = cycle.Memory()
     cycles: list[dict[str, Any]] = []
+    around_plan: dict[str, float] = {}
+    planner = cycle.plan
+
+    def plan_measured(*a: Any, **k: Any) -> Any:  # RSS before and after deciding, beside the cycle's peak
+        around_plan["before"] = _rss_mb()
+        try:
+            return planner(*a, **k)
+        finally:
+            around_plan["after"] = _rss_mb()
+
+    cycle.plan = plan_measured  # type: ignore[assignment]
     time.sleep(args.quiet)  # the controllers finish adopting what populate made: steady means steady
     pods = [p.metadata for p in direct.list_pod_for_all_namespaces(label_selector="devenv.janitor.dev/populated=true",
                                                                     limit=args.churn * (args.steady + 1)).items]
@@ -153,6 +165,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
             "queries": len(queries), "query_bytes": sum(q.bytes for q in queries),
             "query_seconds": sum(q.seconds for q in queries),
             "log_lines": logged["lines"] - lines_before, "rss_mb": _rss_mb(),
+            "rss_before_plan_mb": around_plan.get("before", 0.0), "rss_after_plan_mb": around_plan.get("after", 0.0),
             "peak_rss_so_far_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         })
         print(json.dumps(cycles[-1]), file=sys.stderr, flush=True)
@@ -198,10 +211,14 @@ def _env(run_dir: Path) -> dict[str, str]:
     return read_env_file(run_dir / "sandbox.env")
 
 
-def _child(env: dict[str, str], proxy: Any, proxied: Path, args: argparse.Namespace) -> dict[str, Any]:
+def _child(env: dict[str, str], proxy: Any, proxied: Path, args: argparse.Namespace, nodes: int) -> dict[str, Any]:
+    # The controllers take longer to settle what populate made on a bigger cluster (seen at 2,500
+    # nodes: Deployments' and ReplicaSets' status still written minutes after), so the wait grows.
+    quiet = args.quiet + QUIET_PER_NODE * nodes
     argv = [sys.executable, __file__, "measure", "--control", proxy.control_url, "--kubeconfig", str(proxied),
             "--direct-kubeconfig", env["KUBECONFIG"], "--prometheus", env["PROMETHEUS_URL"],
-            "--steady", str(args.steady), "--churn", str(args.churn), "--settle", str(args.settle)]
+            "--steady", str(args.steady), "--churn", str(args.churn), "--settle", str(args.settle),
+            "--quiet", str(quiet)]
     done = subprocess.run(argv, stdout=subprocess.PIPE, text=True, check=True)
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
@@ -307,7 +324,7 @@ def _run(args: argparse.Namespace) -> int:
             made = nodes
             with FaultProxy(server, tls=ProxyTls.from_pki(pki)) as proxy:
                 proxied = repoint_kubeconfig(Path(env["KUBECONFIG"]), run_dir / "bench.kubeconfig", proxy.url)
-                sizes.append((nodes, _summary(_child(env, proxy, proxied, args))))
+                sizes.append((nodes, _summary(_child(env, proxy, proxied, args, nodes))))
             print(_table(sizes), flush=True)
     finally:
         if not args.keep_sandbox:
