@@ -10,9 +10,11 @@ Aspects covered:
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
@@ -36,6 +38,22 @@ def proxied(sandbox, tmp_path: Path) -> tuple[FaultProxy, Path]:  # noqa: ANN001
     return proxy, repoint_kubeconfig(sandbox.kubeconfig, tmp_path / "proxied.kubeconfig", proxy.url)
 
 
+@contextlib.contextmanager
+def daemon(kubeconfig: Path, port: int, namespace: str, log: Path, *flags: str) -> Iterator[subprocess.Popen[bytes]]:
+    """`janitor run` on ConfigMaps of `namespace` every second, stopped by SIGTERM at the end,
+    which it must survive with exit code 0 (the log's tail says why not)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "janitor.cli", "run", "--kubeconfig", str(kubeconfig), "--interval", "1",
+         "--metrics-port", str(port), "--namespaces", namespace, "--state-namespace", namespace,
+         "--kinds", "ConfigMap", *flags], stdout=log.open("w"), stderr=subprocess.STDOUT)
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=40)
+    assert code == 0, log.read_text()[-3000:]
+
+
 def metric(port: int, name: str) -> float:
     text = get(f"http://127.0.0.1:{port}/metrics")[1]
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
@@ -50,12 +68,7 @@ def test_a_black_holed_request_is_abandoned_and_the_next_cycle_after_healing_act
         hole = proxy.blackhole(method="GET", path=f"/api/v1/namespaces/{namespace}/configmaps")
         core.create_namespaced_config_map(namespace, client.V1ConfigMap(
             metadata=client.V1ObjectMeta(name="later", annotations={a.EXPIRES: "2020-01-01"})))
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "janitor.cli", "run", "--kubeconfig", str(kubeconfig), "--interval", "1",
-             "--cycle-budget", "4", "--kube-timeout", "600", "--metrics-port", str(port),
-             "--namespaces", namespace, "--state-namespace", namespace, "--kinds", "ConfigMap"],
-            stdout=log.open("w"), stderr=subprocess.STDOUT)
-        try:
+        with daemon(kubeconfig, port, namespace, log, "--cycle-budget", "4", "--kube-timeout", "600"):
             wait_until(lambda: get(f"http://127.0.0.1:{port}/healthz")[0] == 503, timeout=60,
                        what="/healthz to report the abandoned cycle")
             assert "abandoned" in get(f"http://127.0.0.1:{port}/healthz")[1]
@@ -69,9 +82,5 @@ def test_a_black_holed_request_is_abandoned_and_the_next_cycle_after_healing_act
                        timeout=60, what="the first cycle after the fault healed to delete the expired ConfigMap")
             wait_until(lambda: get(f"http://127.0.0.1:{port}/healthz")[0] == 200, timeout=30,
                        what="/healthz to be 200 again")
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(timeout=40)
-        assert code == 0, log.read_text()[-3000:]
     finally:
         proxy.stop()

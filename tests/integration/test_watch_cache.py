@@ -16,16 +16,13 @@ Aspects covered:
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 from runner import Runner
 from test_daemon import get
-from test_faults_apiserver import metric, proxied
+from test_faults_apiserver import daemon, metric, proxied
 from test_ttl_cleanup import configmap, exists, settings
 
 from devenv.faults import FaultProxy
@@ -203,11 +200,7 @@ def test_the_daemon_says_on_readyz_and_in_metrics_while_its_cache_is_not_synced(
     try:
         refused = proxy.status(503, method="GET", regex=f"/namespaces/{namespace}/configmaps\\?")
         configmap(core, namespace, "expired", EXPIRED)
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "janitor.cli", "run", "--kubeconfig", str(kubeconfig), "--interval", "1",
-             "--kube-timeout", "5", "--metrics-port", str(port), "--namespaces", namespace, "--state-namespace",
-             namespace, "--kinds", "ConfigMap"], stdout=log.open("w"), stderr=subprocess.STDOUT)
-        try:
+        with daemon(kubeconfig, port, namespace, log, "--kube-timeout", "5"):
             wait_until(lambda: metric(port, 'janitor_cycles_total{result="unsynced"}') >= 2, timeout=60,
                        what="cycles to be skipped while the cache cannot list")
             code, body = get(f"http://127.0.0.1:{port}/readyz")
@@ -221,9 +214,5 @@ def test_the_daemon_says_on_readyz_and_in_metrics_while_its_cache_is_not_synced(
                        what="the first cycle with the cache synced to delete the expired ConfigMap")
             wait_until(lambda: get(f"http://127.0.0.1:{port}/readyz")[0] == 200, timeout=30, what="/readyz 200")
             assert metric(port, f'janitor_watch_cache_synced{{kind="ConfigMap@{namespace}"}}') == 1
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(timeout=40)
-        assert code == 0, log.read_text()[-3000:]
     finally:
         proxy.stop()
