@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING
 
 from janitor import __version__, node_report
 from janitor import annotations as ann
+from janitor.exits import HELP as EXIT_HELP
+from janitor.exits import Exit, failure
 from janitor.settings import DEFAULT_KINDS, Settings, from_args, parse_kind
 from janitor.settings import DEFAULTS as D
 
 if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
-
     from janitor.cycle import Planned, Ports
+    from janitor.kubeapi import TimedApiClient
 
 DESCRIPTION = """\
 kube-idle-janitor keeps shared GPU clusters clean. It deletes objects whose janitor/ttl or
@@ -64,7 +65,8 @@ Deadlines are compared with the apiserver's clock; deletions pause while ours is
 than --max-clock-skew.
 
 Run 'janitor COMMAND --help' for the options of one command.
-"""
+
+""" + EXIT_HELP
 
 
 def _cmd_annotation(args: argparse.Namespace) -> int:
@@ -94,23 +96,64 @@ def _meaning(key: str, value: str) -> str:
         when = ann.parse_expires(value)
         return f"deleted after {when.isoformat()} ({ann.format_expires(when)})"
     if key == ann.KEEP_UNTIL:
-        when = ann.parse_expires(value)
+        try:
+            when = ann.parse_expires(value)
+        except ValueError as e:
+            if _is_duration(value):
+                raise ValueError(f"{ann.KEEP_UNTIL} takes a UTC time (2026-12-01T18:00:00Z); for a duration from "
+                                 f"now run `janitor keep KIND/NAMESPACE/NAME {value.strip()}`, which writes that "
+                                 "time") from e
+            raise
         return (f"an idle workload is not reclaimed before {when.isoformat()} ({ann.format_expires(when)}), "
                 "within its policy's maxExtension")
     if key == ann.TIME_ZONE:
         return f"on a namespace: working hours counted in {ann.parse_time_zone(value).key}"
-    raise ValueError(f"not an annotation users set; use {ann.TTL}, {ann.EXPIRES}, {ann.KEEP_UNTIL} or {ann.TIME_ZONE}")
+    if key == ann.OPT_OUT:
+        if ann.is_true(value):
+            return ("the janitor leaves the object alone (on a namespace: everything in it), wherever the "
+                    "policies honour opt-out; where they do not, keep it with janitor/keep-until")
+        if value.strip().lower() == "false":
+            return "not opted out (the same as no annotation)"
+        raise ValueError(f'{value!r} is read as not opted out: only "true" opts out (or "false", or no annotation)')
+    if key == ann.OWNER:
+        return _owner_meaning(value)
+    raise ValueError(f"not an annotation users set; use one of {', '.join(USER_KEYS)}")
 
 
-def _api(args: argparse.Namespace) -> ApiClient:
-    """The client of --kubeconfig or $KUBECONFIG, else of the in-cluster ServiceAccount."""
+USER_KEYS = (ann.TTL, ann.EXPIRES, ann.KEEP_UNTIL, ann.OPT_OUT, ann.OWNER, ann.TIME_ZONE)
+
+
+def _is_duration(value: str) -> bool:
+    try:
+        ann.parse_ttl(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _owner_meaning(value: str) -> str:
+    from janitor.decide.owners import OwnerKind, classify
+
+    kind = classify(value)
+    if kind is OwnerKind.EMAIL:
+        return f"warnings go to the Slack user with the e-mail {value.strip()} (looked up when one is sent)"
+    if kind is OwnerKind.SLACK_USER:
+        return f"warnings go to the Slack user {value.strip()} as a direct message"
+    if kind is OwnerKind.CHANNEL:
+        return f"warnings go to the Slack channel {value.strip()} (the janitor's app must be in it)"
+    raise ValueError("not an owner the janitor can warn: give an e-mail (alice@lab.org), a Slack user id "
+                     "(U0123ABCD) or a channel (#team-ml or C0123ABCD)")
+
+
+def _api(args: argparse.Namespace) -> TimedApiClient:
+    """The client of --kubeconfig, $KUBECONFIG, ~/.kube/config or the in-cluster ServiceAccount."""
     from janitor import kubeapi
 
     read = getattr(args, "kube_timeout", None) or kubeapi.DEFAULT_TIMEOUT[1]
-    return kubeapi.connect(args.kubeconfig or os.environ.get("KUBECONFIG"), (min(5.0, read), read))
+    return kubeapi.connect(args.kubeconfig, (min(5.0, read), read), context=getattr(args, "context", None))
 
 
-def _ports(args: argparse.Namespace, settings: Settings) -> Ports:
+def _ports(args: argparse.Namespace, settings: Settings, api: TimedApiClient | None = None) -> Ports:
     from janitor.act.slack import Slack
     from janitor.cycle import Ports
 
@@ -119,7 +162,7 @@ def _ports(args: argparse.Namespace, settings: Settings) -> Ports:
         slack = Slack.connect(settings.slack.token, base_url=settings.slack.api_url,
                               admin_channel=settings.slack.admin_channel,
                               timeout=settings.slack.timeout.total_seconds())
-    return Ports(_api(args), slack)
+    return Ports(api or _api(args), slack)
 
 
 def _progress(kind: str, count: int) -> None:
@@ -146,14 +189,37 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if done is None:
         return 1
     settings, planned = done
-    print(report.plan_table(planned.plan, dry_run=settings.rails.dry_run))
-    print(f"{len(planned.observation.objects)} objects read.")
+    dry_run, read = settings.rails.dry_run, len(planned.observation.objects)
+    if args.output in ("json", "yaml"):
+        from janitor import documents
+
+        print(documents.dump(documents.plan_document(planned.plan, dry_run=dry_run, objects_read=read), args.output))
+        return Exit.OK
+    width = _width(args.output)
+    if args.output == "wide":
+        print(report.plan_table(planned.plan, dry_run=dry_run))
+    else:
+        print(report.fit(report.plan_groups(planned.plan, dry_run=dry_run), width))
+        print()
+        print(report.plan_footer(planned.plan, width))
+    print(f"{read} objects read.")
     if planned.policies:
         print()
-        print(report.idle_table(planned.plan))
+        print(report.fit(report.idle_table(planned.plan), width))
         print()
-        print(report.lifecycle_table(planned.plan.changes))
-    return 0
+        print(report.fit(report.lifecycle_table(planned.plan.changes), width))
+    return Exit.OK
+
+
+def _width(output: str) -> int | None:
+    """The terminal's width ($COLUMNS first); None (whole lines) for -o wide, and when the output
+    goes to a pipe or a file, where a script reads it."""
+    import shutil
+
+    if output == "wide" or not sys.stdout.isatty():
+        return None
+    columns = shutil.get_terminal_size(fallback=(0, 0)).columns
+    return None if columns <= 0 else max(columns, 40)
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
@@ -168,8 +234,14 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     if done is None:
         return 1
     _, planned = done
-    print(report.explain(planned.plan, kind, namespace, name, args.object))
-    return 0
+    if args.output in ("json", "yaml"):
+        from janitor import documents
+
+        ref, found, changes = report.subject(planned.plan, kind, namespace, name)
+        print(documents.dump(documents.explain_document(planned.plan, ref, found, changes), args.output))
+        return Exit.OK
+    print(report.fit(report.explain(planned.plan, kind, namespace, name, args.object), _width(args.output)))
+    return Exit.OK
 
 
 def _cmd_unmark(args: argparse.Namespace) -> int:
@@ -219,7 +291,7 @@ def _cmd_keep(args: argparse.Namespace) -> int:
             return 1
         kube.annotate(api, view.ref, view.resource_version,
                       {ann.KEEP_UNTIL: ann.format_expires(until)}, kind=kind)
-    except errors.KubeError as e:
+    except (errors.NotFound, errors.Conflict) as e:  # the rest (403, no answer) is one line from main()
         print(f"{args.object}: {e}", file=sys.stderr)
         return 1
     print(f"{args.object}: {ann.KEEP_UNTIL}={ann.format_expires(until)}. The janitor keeps it "
@@ -275,26 +347,32 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     telemetry.configure_logging(args.log_level, json_lines=not args.once)
     settings = from_args(args)
-    ports = _ports(args, settings)
+    api = _api(args)
+    ports = _ports(args, settings, api)
     # Every setting once, at start (the Slack token is not in the repr), so a log shows what ran.
     logging.getLogger("janitor").info("kube-idle-janitor %s starting with %r", __version__, settings)
     metrics = telemetry.Telemetry()
     if args.once:
+        slack_error = ports.slack.check_token() if ports.slack is not None else ""
+        if slack_error:
+            print(f"janitor run: Slack does not accept the bot token ({slack_error}): no warning can be sent, so "
+                  "nothing idle is reclaimed -- check --slack-token or $SLACK_BOT_TOKEN", file=sys.stderr)
         result = cycle.run_cycle(ports, settings, cycle.Memory())
         daemon.record(metrics, result)
         print(report.plan_table(result.plan, dry_run=settings.rails.dry_run))
         failed = [r for r in result.results if str(r.outcome) in ("failed", "forbidden")]
         if result.memory.policies is None:
             print("no valid policy set: nothing was done (see `janitor check`)", file=sys.stderr)
-        return 1 if failed or result.memory.policies is None else 0
+        if failed or result.memory.policies is None:
+            return Exit.PROBLEMS
+        return Exit.DENIED if slack_error else Exit.OK
     if args.watch_cache:
         from janitor.observe.cache import ClusterCache
 
         read = getattr(args, "kube_timeout", None) or 30.0
         ports.cache = ClusterCache(ports.api, settings, connect_timeout=min(5.0, read))
     elector = None
-    in_cluster = not (args.kubeconfig or os.environ.get("KUBECONFIG"))
-    if settings.leader.elect if settings.leader.elect is not None else in_cluster:
+    if settings.leader.elect if settings.leader.elect is not None else api.in_cluster:
         import socket
 
         from janitor.leader import LeaseElector, LeaseSettings
@@ -383,9 +461,21 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_output_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table",
+                   help="table: grouped by reason, lines cut to the terminal's width; wide: every line whole; "
+                        "json, yaml: the whole plan as data, every reason with its code and facts (%(default)s)")
+
+
+def _add_kube_options(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    p.add_argument("--kubeconfig", metavar="PATH",
+                   help="default: $KUBECONFIG, else ~/.kube/config, else the in-cluster ServiceAccount")
+    p.add_argument("--context", help="the kubeconfig context to use (default: its current-context)")
+
+
 def _add_cluster_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("cluster and rails")
-    g.add_argument("--kubeconfig", help="default: $KUBECONFIG, else the in-cluster ServiceAccount")
+    _add_kube_options(g)
     g.add_argument("--kube-timeout", type=float, default=30.0,
                    help="seconds to wait for the apiserver's answer to one request; connecting gets at most 5 "
                         "(%(default)s)")
@@ -486,8 +576,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     annotation = commands.add_parser(
         "annotation",
-        help="explain janitor/ttl, janitor/expires, janitor/keep-until or janitor/time-zone values, or why "
-             "they are rejected",
+        help="explain the values of the annotations users set (janitor/ttl, expires, keep-until, opt-out, "
+             "owner, time-zone), or why they are rejected",
         description=(
             "Parse annotation values exactly as the janitor does and say what they mean. "
             "Exits 1 if any value is invalid; an invalid value on a real object is reported "
@@ -523,6 +613,7 @@ interact with janitor/ttl, janitor/expires and janitor/opt-out: docs/policies.md
     plan = commands.add_parser("plan", help="show what would happen now and why; changes nothing",
                                description="Read the cluster, decide, and print the plan as a table. "
                                            "Nothing is changed.")
+    _add_output_option(plan)
     _add_cluster_options(plan)
     _add_idle_options(plan)
     plan.set_defaults(func=_cmd_plan)
@@ -530,6 +621,7 @@ interact with janitor/ttl, janitor/expires and janitor/opt-out: docs/policies.md
     explain = commands.add_parser("explain", help="every rule's verdict on one object",
                                   description="Explain what the janitor thinks of one object and why.")
     explain.add_argument("object", metavar="KIND/NAMESPACE/NAME")
+    _add_output_option(explain)
     _add_cluster_options(explain)
     _add_idle_options(explain)
     explain.set_defaults(func=_cmd_explain)
@@ -555,7 +647,7 @@ interact with janitor/ttl, janitor/expires and janitor/opt-out: docs/policies.md
         epilog="example:\n  janitor keep Job/team-a/train 2d")
     keep_cmd.add_argument("object", metavar="KIND/NAMESPACE/NAME")
     keep_cmd.add_argument("until", metavar="UNTIL")
-    keep_cmd.add_argument("--kubeconfig", help="default: $KUBECONFIG, else in-cluster")
+    _add_kube_options(keep_cmd)
     keep_cmd.set_defaults(func=_cmd_keep)
 
     agent = commands.add_parser(
@@ -581,7 +673,7 @@ read-only, and the narrow RBAC of manifests/ (list pods, get and patch-status no
                        help="/metrics and /healthz (%(default)s; 0: none)")
     agent.add_argument("--once", action="store_true", help="one scan, print what it found, exit")
     agent.add_argument("--log-level", default="INFO")
-    agent.add_argument("--kubeconfig", help="default: $KUBECONFIG, else the in-cluster ServiceAccount")
+    _add_kube_options(agent)
     agent.set_defaults(func=_cmd_node_agent)
 
     rbac_cmd = commands.add_parser(
@@ -638,8 +730,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
-        return 2
-    return int(args.func(args))
+        return Exit.USAGE
+    if args.command not in ("run", "node-agent"):
+        import logging
+
+        # What these commands could log (a kind skipped for RBAC) is in their output; only errors here.
+        logging.basicConfig(level=logging.ERROR, format="janitor: %(message)s")
+    try:
+        return int(args.func(args))
+    except BrokenPipeError:  # `janitor plan | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return Exit.OK
+    except BaseException as error:  # noqa: BLE001 - expected failures become one line; bugs are re-raised
+        known = failure(error)
+        if known is None:
+            raise
+        code, line = known
+        if sys.stderr.isatty():
+            print("\r".ljust(60), end="\r", file=sys.stderr)  # a progress line may be showing
+        print(f"janitor {args.command}: {line}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":  # pragma: no cover

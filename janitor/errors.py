@@ -34,6 +34,11 @@ class KubeError(Exception):
         super().__init__(f"{prefix}{code}{self.server_message}")
 
 
+class ConfigError(Exception):
+    """The janitor cannot start talking to the cluster: no kubeconfig, a broken one, an unknown
+    context. The message is one line a person can act on; no HTTP status, nothing to retry."""
+
+
 class NotFound(KubeError):
     """404: the object (or its namespace, or the whole API group) is not there."""
 

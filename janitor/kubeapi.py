@@ -11,12 +11,14 @@ apiserver never answers would otherwise hold a cycle, and the lease, for good.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
 import urllib3
+import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client import ApiClient
@@ -40,6 +42,7 @@ class TimedApiClient(ApiClient):
     def __init__(self, configuration: k8s.Configuration | None = None, timeout: Timeout = DEFAULT_TIMEOUT) -> None:
         super().__init__(configuration)
         self.timeout = timeout
+        self.in_cluster = False  # set by `connect`: the ServiceAccount's credentials, not a kubeconfig's
 
     def call_api(self, method: Any, url: Any, header_params: Any = None, body: Any = None, post_params: Any = None,
                  _request_timeout: Any = None) -> Any:
@@ -47,16 +50,88 @@ class TimedApiClient(ApiClient):
                                 _request_timeout if _request_timeout is not None else self.timeout)
 
 
-def connect(kubeconfig: str | None, timeout: Timeout = DEFAULT_TIMEOUT) -> TimedApiClient:
-    """The client of `kubeconfig`, else of the in-cluster ServiceAccount; every request timed."""
+def connect(kubeconfig: str | None, timeout: Timeout = DEFAULT_TIMEOUT, *, context: str | None = None,
+            environ: Mapping[str, str] | None = None) -> TimedApiClient:
+    """The client of the first credentials found, as kubectl looks for them: `kubeconfig` (the
+    --kubeconfig flag), else $KUBECONFIG (a list of files, merged), else ~/.kube/config, else the
+    in-cluster ServiceAccount; `context` picks a kubeconfig context. Every request is timed.
+
+    A missing or broken kubeconfig and an unknown context raise `errors.ConfigError`, one line
+    saying which file and what to do, because a researcher's laptop meets these before anything else.
+    """
+    env = os.environ if environ is None else environ
     configuration = k8s.Configuration()
-    if kubeconfig:
-        k8s_config.load_kube_config(config_file=kubeconfig,  # type: ignore[no-untyped-call]
-                                    client_configuration=configuration)
+    origin = _kubeconfig_origin(kubeconfig, env)
+    if origin is None:
+        if context:
+            raise errors.ConfigError(f"--context {context}: there is no kubeconfig to pick it from ({NO_KUBECONFIG})")
+        try:
+            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        except k8s_config.ConfigException as e:
+            raise errors.ConfigError(f"in-cluster ServiceAccount: {e}") from None
     else:
-        k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        files, named = origin
+        try:
+            context = context or _first_current_context(files)
+            k8s_config.load_kube_config(config_file=files, context=context,  # type: ignore[no-untyped-call]
+                                        client_configuration=configuration)
+        except (k8s_config.ConfigException, yaml.YAMLError, OSError, KeyError, TypeError, ValueError) as e:
+            raise errors.ConfigError(_kubeconfig_problem(files, named, context, e)) from None
     configuration.retries = ONE_TRY
-    return TimedApiClient(configuration, timeout)
+    client = TimedApiClient(configuration, timeout)
+    client.in_cluster = origin is None
+    return client
+
+
+NO_KUBECONFIG = ("no --kubeconfig, $KUBECONFIG is unset, ~/.kube/config does not exist and this is not a pod; "
+                 "give --kubeconfig PATH or set $KUBECONFIG")
+
+
+def _kubeconfig_origin(flag: str | None, env: Mapping[str, str]) -> tuple[str, str] | None:
+    """(the files, where they were named) of the kubeconfig to read; None: in-cluster."""
+    if flag:
+        if not os.path.exists(os.path.expanduser(flag)):
+            raise errors.ConfigError(f"--kubeconfig {flag}: no such file")
+        return os.path.expanduser(flag), "--kubeconfig"
+    if env.get("KUBECONFIG"):
+        files = [f for f in env["KUBECONFIG"].split(os.pathsep) if f]
+        if not any(os.path.exists(os.path.expanduser(f)) for f in files):
+            raise errors.ConfigError(f"$KUBECONFIG={env['KUBECONFIG']}: no such file")
+        return env["KUBECONFIG"], "$KUBECONFIG"
+    home = os.path.join(env.get("HOME") or os.path.expanduser("~"), ".kube", "config")
+    if os.path.exists(home):
+        return home, "~/.kube/config"
+    if env.get("KUBERNETES_SERVICE_HOST"):
+        return None
+    raise errors.ConfigError(NO_KUBECONFIG)
+
+
+def _first_current_context(files: str) -> str | None:
+    """kubectl takes the current-context of the first file of $KUBECONFIG that sets one; the client
+    library takes the last. Name it, so both pick the same cluster."""
+    if os.pathsep not in files:
+        return None
+    for path in (os.path.expanduser(f) for f in files.split(os.pathsep) if f):
+        if os.path.exists(path):
+            with open(path) as f:
+                loaded = yaml.safe_load(f)
+            if isinstance(loaded, dict) and loaded.get("current-context"):
+                return str(loaded["current-context"])
+    return None
+
+
+def _kubeconfig_problem(files: str, named: str, context: str | None, error: Exception) -> str:
+    where = files if named == "~/.kube/config" else f"{named} {files}"
+    if context:
+        try:
+            contexts, _ = k8s_config.list_kube_config_contexts(config_file=files)  # type: ignore[no-untyped-call]
+            names = sorted(str(c.get("name")) for c in contexts or ())
+        except Exception:  # noqa: BLE001 - the file is broken anyway; say so below
+            names = None
+        if names is not None and context not in names:
+            return f"{where}: no context {context!r}; it has {', '.join(names) or 'none'}"
+    message = " ".join(str(error).split()) or type(error).__name__
+    return f"{where}: not a usable kubeconfig ({message[:200]})"
 
 
 @dataclass(frozen=True, slots=True)

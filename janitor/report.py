@@ -26,6 +26,45 @@ def table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
     )
 
 
+def fit(text: str, width: int | None) -> str:
+    """Every line at most `width` characters, cut with an ellipsis; None keeps them whole (-o wide)."""
+    if width is None:
+        return text
+    return "\n".join(line if len(line) <= width else line[:width - 1] + "…" for line in text.split("\n"))
+
+
+def plan_groups(plan: CyclePlan, *, dry_run: bool) -> str:
+    """The plan for a terminal: one heading per action, rule and kind of reason, then its objects.
+
+    A hundred ConfigMaps past their janitor/ttl read as one heading and a list, not a hundred
+    copies of the same sentence."""
+    groups: dict[tuple[str, str, str], list[tuple[str, str]]] = {}
+    for a in plan.actions:
+        verb = a.type.value.upper() + (" (dry-run)" if dry_run else "")
+        groups.setdefault((verb, a.rule, str(a.why.code)), []).append((str(a.target), str(a.why)))
+    for h in plan.held:
+        verb = f"HOLD {h.action.type.value.upper()} ({h.reason})"
+        groups.setdefault((verb, h.action.rule, h.why), []).append((str(h.action.target), str(h.action.why)))
+    lines = []
+    for (verb, rule, code), rows in groups.items():
+        held = verb.startswith("HOLD")
+        count = f"{len(rows)} object{'s' if len(rows) != 1 else ''}"
+        lines.append(f"{verb}  {count}  rule {rule}" + (f": {code}" if held else ""))
+        lines.extend("  " + line for line in table(rows, ["OBJECT", "WHY"]).split("\n"))
+        lines.append("")
+    return "\n".join(lines[:-1] or ["Nothing to do."])
+
+
+def plan_footer(plan: CyclePlan, width: int | None) -> str:
+    """The counts and the notes, wrapped (not cut) to `width`: every word of them matters."""
+    import textwrap
+
+    paragraphs = [summary(plan), *(f"note: {n}" for n in plan.notices)]
+    if width is None:
+        return "\n".join(paragraphs)
+    return "\n".join(textwrap.fill(p, width, subsequent_indent="  ", break_on_hyphens=False) for p in paragraphs)
+
+
 def plan_table(plan: CyclePlan, *, dry_run: bool) -> str:
     rows = []
     for action in plan.actions:
@@ -57,14 +96,22 @@ def matches(ref: ObjectRef, kind: str, namespace: str | None, name: str) -> bool
     return ref.kind.lower() == kind.lower() and ref.name == name and (ref.namespace or None) == (namespace or None)
 
 
-def explain(plan: CyclePlan, kind: str, namespace: str | None, name: str, target: str) -> str:
-    """Every rule's and every policy's verdict on one object, and what happens to it this cycle."""
+def subject(plan: CyclePlan, kind: str, namespace: str | None,
+            name: str) -> tuple[ObjectRef | None, list[Finding], list[Change]]:
+    """The object of that kind and name as the plan knows it (None: no rule applies), with its
+    findings and lifecycle steps."""
     found = [f for f in plan.findings if matches(f.subject, kind, namespace, name)]
     changes = [c for c in plan.changes if matches(c.workload, kind, namespace, name)]
-    if not found and not changes:
+    ref = found[0].subject if found else changes[0].workload if changes else None
+    return ref, found, changes
+
+
+def explain(plan: CyclePlan, kind: str, namespace: str | None, name: str, target: str) -> str:
+    """Every rule's and every policy's verdict on one object, and what happens to it this cycle."""
+    ref, found, changes = subject(plan, kind, namespace, name)
+    if ref is None:
         return (f"{target}: no janitor rule applies (no {ann.TTL} or {ann.EXPIRES} annotation, and no policy "
                 "selects it)")
-    ref = (found[0].subject if found else changes[0].workload)
     lines = [f"{ref} (uid {ref.uid})"]
     for f in (f for f in found if f.trigger is TriggerKind.EXPIRY):
         deadline = f" [deadline {f.deadline:%Y-%m-%dT%H:%M:%SZ}]" if f.deadline else ""

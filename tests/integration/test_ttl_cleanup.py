@@ -186,8 +186,11 @@ def test_dry_run_and_plan_delete_nothing(kube, core: client.CoreV1Api, namespace
         capture_output=True, text=True, timeout=120,
     )
     assert out.returncode == 0, out.stderr
-    [row] = [line for line in out.stdout.splitlines() if line.startswith("DELETE")]
-    assert f"ConfigMap/{namespace}/old" in row and "janitor/expires 2020-01-01 passed" in row
+    lines = out.stdout.splitlines()
+    [heading] = [i for i, line in enumerate(lines) if line.startswith("DELETE")]
+    assert lines[heading] == "DELETE  1 object  rule expires"
+    row = lines[heading + 2]  # after the OBJECT / WHY header
+    assert row.startswith(f"  ConfigMap/{namespace}/old ") and "janitor/expires 2020-01-01 passed" in row
     assert exists(core.read_namespaced_config_map, "old", namespace)
     assert [e for e in events_for(core, namespace, "old") if e.source.component == "kube-idle-janitor"] == []
 

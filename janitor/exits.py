@@ -1,0 +1,81 @@
+"""What the `janitor` command exits with, and the one line it prints when it cannot do its work.
+
+A researcher who runs `janitor keep` on a laptop without a kubeconfig, or with `edit` rights only,
+should read what failed and what to do, not a client library's traceback. So every failure the
+command can expect (no or a broken kubeconfig, an unknown context, refused credentials, 403, an
+apiserver that does not answer, a file that cannot be read) is turned here into an exit code and
+one line. Anything else is a bug in the janitor and keeps its traceback.
+
+The codes are documented in `janitor --help`, so scripts can tell "found problems" (1) from
+"could not look" (3 to 5).
+"""
+
+from __future__ import annotations
+
+import re
+from enum import IntEnum
+
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+from janitor import errors
+
+
+class Exit(IntEnum):
+    OK = 0
+    PROBLEMS = 1  # the command ran and found problems: invalid values, failed actions, policy errors
+    USAGE = 2  # wrong arguments (argparse's own code)
+    CONFIG = 3  # no kubeconfig, a broken one, an unknown context, a file that cannot be read
+    DENIED = 4  # credentials refused (401), not allowed (403), Slack refused the bot token
+    UNREACHABLE = 5  # the apiserver (or Slack) did not answer in time, or not at all
+    INTERRUPTED = 130
+
+
+HELP = """\
+exit codes:
+  0  done                              3  no kubeconfig, a broken one, an unknown context,
+  1  done, and found problems             or a file that cannot be read
+     (invalid values, failed actions,  4  credentials refused or not allowed (HTTP 401/403)
+     policy errors)                    5  the apiserver did not answer (network, timeout)
+  2  wrong arguments
+Expected failures print one line on stderr saying what failed and what to do; no traceback."""
+
+FORBIDDEN_HINT = ("ask your cluster admins for this right; `janitor plan`, `explain`, `unmark` and `run` read the "
+                  "whole cluster (the janitor's ClusterRole: `janitor rbac`)")
+
+
+def _transport(message: str) -> str:
+    """urllib3's "Max retries exceeded ... Caused by NewConnectionError(...)" as "host:port: cause"."""
+    where = re.search(r"host='([^']+)', port=(\d+)", message)
+    cause = re.search(r"\[Errno -?\d+\] ([^'\")]+)|(Read timed out|timed out|Connection reset by peer|"
+                      r"Remote end closed connection without response|CERTIFICATE_VERIFY_FAILED[^'\")]*)", message)
+    if not cause:
+        return message
+    said = (cause.group(1) or cause.group(2)).strip()
+    return f"{where.group(1)}:{where.group(2)}: {said}" if where else said
+
+
+def failure(error: BaseException) -> tuple[Exit, str] | None:
+    """(exit code, one line) for a failure a user can meet and fix; None for a bug."""
+    if isinstance(error, KeyboardInterrupt):
+        return Exit.INTERRUPTED, "interrupted"
+    if isinstance(error, errors.ConfigError):
+        return Exit.CONFIG, str(error)
+    if isinstance(error, ApiException):
+        error = errors.from_status(error.status, error.body or error.reason, doing="")
+    if isinstance(error, urllib3.exceptions.HTTPError):
+        error = errors.from_status(None, str(error), doing="")
+    if isinstance(error, errors.Unauthorized):
+        return Exit.DENIED, f"{error} -- the apiserver does not accept these credentials: log in again or check " \
+                            "the kubeconfig's user"
+    if isinstance(error, errors.Forbidden):
+        return Exit.DENIED, f"{error} -- {FORBIDDEN_HINT}"
+    if isinstance(error, errors.KubeError) and error.temporary:
+        said = f"{error.doing}: {_transport(error.server_message)}" if error.status is None else str(error)
+        return Exit.UNREACHABLE, f"{said} -- the apiserver did not answer; check the network (VPN?) and the " \
+                                 "kubeconfig's server, or try again"
+    if isinstance(error, errors.KubeError):
+        return Exit.PROBLEMS, str(error)
+    if isinstance(error, OSError) and error.filename:
+        return Exit.CONFIG, f"{error.filename}: {error.strerror or error}"
+    return None
