@@ -1,5 +1,6 @@
 """Why, as data: a `Reason` is a code and the facts behind it (numbers, thresholds, names), rendered
-into one sentence for `janitor plan`, Events, Slack, the audit log and `janitor/reason`.
+into one sentence for `janitor plan`, Events, the audit log and `janitor/reason`; the Slack
+messages read the same codes and facts into a researcher's words (janitor.decide.plain).
 
 Code that needs to know *what* a finding says reads its `code` and facts, never its words: the
 admins' report finds never-fitting workloads by `Code.NEVER_FITS`, not by a phrase. Every code has

@@ -131,14 +131,19 @@ class GpuJudge(_Judge):
         if unsure is not None and not busy:
             return PodJudgement(pod.ref, State.UNKNOWN, unsure, peaks=peaks)
         idle = tuple(sorted(s.gpu for s in series if s.gpu not in busy)) if unsure is None else ()
-        detail = ", ".join(f"GPU {s.gpu} peak {_fmt(s.peak)}" for s in sorted(series, key=lambda s: s.gpu))
+        ordered = sorted(series, key=_GPU)
+        detail = ", ".join(f"GPU {s.gpu} peak {_fmt(s.peak)}" for s in ordered)
+        facts = self._facts(detail, ordered)
         if len(idle) == len(series):
-            return PodJudgement(pod.ref, State.FIRES, why(Code.GPU_IDLE, detail=detail, **self.limit), idle, peaks)
+            return PodJudgement(pod.ref, State.FIRES, why(Code.GPU_IDLE, **facts), idle, peaks)
         if idle:
-            return PodJudgement(pod.ref, State.PARTIAL,
-                                why(Code.GPU_PARTIAL, idle=len(idle), total=len(series), detail=detail, **self.limit),
-                                idle, peaks)
-        return PodJudgement(pod.ref, State.CLEAR, why(Code.GPU_BUSY, detail=detail), (), peaks)
+            return PodJudgement(pod.ref, State.PARTIAL, why(Code.GPU_PARTIAL, idle=len(idle), total=len(series),
+                                                            **facts), idle, peaks)
+        return PodJudgement(pod.ref, State.CLEAR, why(Code.GPU_BUSY, **facts), (), peaks)
+
+    def _facts(self, detail: str, ordered: Sequence[GpuSeries]) -> dict[str, Fact]:
+        """The sentence's detail, the trigger's limit, and each GPU's peak as data (plain words read those)."""
+        return {"detail": detail, **self.limit, "peaks": tuple((s.gpu, s.peak) for s in ordered)}
 
     def _distinct(self, pod: PodView, series: Sequence[GpuSeries]) -> PodJudgement | None:
         """The rule above in one pass over the series, when each names another GPU (as exporters
@@ -159,14 +164,15 @@ class GpuJudge(_Judge):
         if unsure is not None and len(idle) == len(series):
             return PodJudgement(pod.ref, State.UNKNOWN, unsure, peaks=peaks)
         found = tuple(sorted(idle)) if unsure is None else ()
-        detail = ", ".join([f"GPU {s.gpu} peak {'n/a' if s.peak is None else format(s.peak, 'g')}"
-                            for s in sorted(series, key=_GPU)])
+        ordered = sorted(series, key=_GPU)
+        detail = ", ".join([f"GPU {s.gpu} peak {'n/a' if s.peak is None else format(s.peak, 'g')}" for s in ordered])
+        facts = self._facts(detail, ordered)
         if len(found) == len(series):
-            return PodJudgement(pod.ref, State.FIRES, why(Code.GPU_IDLE, detail=detail, **self.limit), found, peaks)
+            return PodJudgement(pod.ref, State.FIRES, why(Code.GPU_IDLE, **facts), found, peaks)
         if found:
             return PodJudgement(pod.ref, State.PARTIAL, why(Code.GPU_PARTIAL, idle=len(found), total=len(series),
-                                                            detail=detail, **self.limit), found, peaks)
-        return PodJudgement(pod.ref, State.CLEAR, why(Code.GPU_BUSY, detail=detail), (), peaks)
+                                                            **facts), found, peaks)
+        return PodJudgement(pod.ref, State.CLEAR, why(Code.GPU_BUSY, **facts), (), peaks)
 
     def unsure(self, s: GpuSeries) -> Reason | None:
         """Why this GPU's series cannot show it idle over the window, or None when it can."""
@@ -221,7 +227,8 @@ class CpuJudge(_Judge):
             limit, described = fraction * request, f"{fraction:g} of its {request:g}-core request"
         peak = usage.peak_cores
         if peak > limit:  # use, whatever else is missing: only idleness needs the whole window
-            return PodJudgement(pod.ref, State.CLEAR, why(Code.CPU_BUSY, peak=peak, limit=described))
+            return PodJudgement(pod.ref, State.CLEAR, why(Code.CPU_BUSY, peak=peak, limit=described,
+                                                          window=trigger.window))
         doubt = _doubt("CPU", usage.quality, evidence.window, trigger.max_gap) if self.doubtful(usage.quality) else None
         if doubt is not None:
             return PodJudgement(pod.ref, State.UNKNOWN, doubt)

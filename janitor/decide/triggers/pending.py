@@ -226,7 +226,8 @@ def never_fits(pod: PodView, nodes: Sequence[NodeInfo]) -> Reason | None:
     for misfit, count in misfits.items():
         reasons[str(misfit)] += count
     shown = ", ".join(f"{text} ({n} node{'s' if n > 1 else ''})" for text, n in reasons.most_common(3))
-    return why(Code.NEVER_FITS, shown=shown)
+    # As data too, each distinct misfit with its node count, for words that read the numbers.
+    return why(Code.NEVER_FITS, shown=shown, misfits=tuple(misfits.most_common()))
 
 
 Needs = tuple[tuple[tuple[str, float], ...], tuple[tuple[str, str], ...],

@@ -1,0 +1,312 @@
+"""A reason in a researcher's words, for the Slack messages: "GPU 0 peaked at 0 % over the last 4 h".
+
+The sentence of a `Reason` (janitor.decide.reasons) is written for admins and the audit log: it
+names the DCGM field, the threshold and every pod, which a researcher reading a DM on a phone
+should not have to decode. Here the same codes and facts become a short line: the numbers that
+matter in the units people think in (a GPU signal as percent whatever its range, CPU in cores,
+durations as "4 h"). Only facts are read, never the sentence; a code not covered here, or a reason
+missing a fact read here, gives its sentence unchanged, so nothing is ever left half-said. Pure.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable, Mapping, Sequence
+
+from janitor.decide.reasons import Code, Fact, Reason
+from janitor.policy.model import GpuSignal
+
+GIB = 2**30
+GPUS_LISTED = 4  # a pod's GPUs listed peak by peak up to this many; past it, only the highest
+
+
+class _Missing(Exception):
+    """A fact the plain words need is not there: the reason's sentence is shown instead."""
+
+
+def duration(delta: datetime.timedelta) -> str:
+    """"4 h", "30 min", "1 h 30 min", "2 d", "3 d 4 h": the two largest units, a zero second one left out."""
+    seconds = max(0, int(delta.total_seconds()))
+    units = ((86400, "d"), (3600, "h"), (60, "min"), (1, "s"))
+    index = next((i for i, (size, _) in enumerate(units) if seconds >= size), len(units) - 1)
+    size, name = units[index]
+    words = f"{seconds // size} {name}"
+    if index + 1 < len(units):
+        smaller, small_name = units[index + 1]
+        rest = seconds % size // smaller
+        if rest:
+            words += f" {rest} {small_name}"
+    return words
+
+
+def plain(reason: Reason) -> str:
+    """The reason in plain words, or its sentence when its code (or a fact of it) is not covered."""
+    if not isinstance(reason, Reason):  # words from elsewhere (tests, older notes): as they are
+        return str(reason)
+    try:
+        return _words(reason)
+    except _Missing:
+        return str(reason)
+
+
+def _words(reason: Reason) -> str:
+    render = _RENDER.get(reason.code)
+    if render is None:
+        raise _Missing(reason.code)
+    return render(reason)
+
+
+def _fact(reason: Reason, name: str) -> Fact:
+    value = reason.fact(name)
+    if value is None:
+        raise _Missing(name)
+    return value
+
+
+def _reason(reason: Reason, name: str) -> Reason:
+    value = _fact(reason, name)
+    if not isinstance(value, Reason):
+        raise _Missing(name)
+    return value
+
+
+def _number(reason: Reason, name: str) -> float:
+    value = _fact(reason, name)
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise _Missing(name)
+    return float(value)
+
+
+def _delta(reason: Reason, name: str) -> datetime.timedelta:
+    value = _fact(reason, name)
+    if not isinstance(value, datetime.timedelta):
+        raise _Missing(name)
+    return value
+
+
+def _text(reason: Reason, name: str) -> str:
+    return str(_fact(reason, name))
+
+
+def _reasons(reason: Reason, name: str) -> tuple[Reason, ...]:
+    value = _fact(reason, name)
+    if not isinstance(value, tuple) or not value or not all(isinstance(r, Reason) for r in value):
+        raise _Missing(name)
+    return value
+
+
+def _count(n: int, singular: str, plural: str | None = None) -> str:
+    return f"{n} {singular if n == 1 else plural or singular + 's'}"
+
+
+def _listed(items: Sequence[str]) -> str:
+    """"a", "a and b", "a, b and c"."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _small(value: float) -> str:
+    """Two significant digits under 10, whole numbers above: 0.4, 2, 1.3, 87."""
+    return f"{value:.0f}" if value >= 10 else f"{float(f'{value:.2g}'):g}"
+
+
+# -- idle ---------------------------------------------------------------------------------------------------
+
+
+def _percent(signal: str, peak: float | None) -> str:
+    """A GPU signal's value as percent of its range (GPU_UTIL is 0-100, the PROF fields 0-1)."""
+    if peak is None:
+        return "n/a"
+    try:
+        top = GpuSignal(signal).maximum
+    except ValueError:
+        return f"{peak:g} ({signal})"  # a signal this version does not know: its own number and name
+    return f"{_small(max(0.0, peak) * 100 / top)} %"
+
+
+def _peaks(reason: Reason) -> list[tuple[str, float | None]]:
+    """(GPU, peak) of a pod's GPU reason, in GPU order."""
+    peaks = _fact(reason, "peaks")
+    if not isinstance(peaks, tuple) or not peaks:
+        raise _Missing("peaks")
+    found: list[tuple[str, float | None]] = []
+    for item in peaks:
+        if not (isinstance(item, tuple) and len(item) == 2 and (item[1] is None or isinstance(item[1], int | float))):
+            raise _Missing("peaks")
+        found.append((str(item[0]), None if item[1] is None else float(item[1])))
+    return found
+
+
+def _highest(peaks: Sequence[tuple[str, float | None]]) -> float | None:
+    known = [p for _, p in peaks if p is not None]
+    return max(known) if known else None
+
+
+def _over(reason: Reason) -> str:
+    return f"over the last {duration(_delta(reason, 'window'))}"
+
+
+def _gpu(reason: Reason) -> str:
+    """GPU_IDLE, GPU_PARTIAL, GPU_BUSY: one pod's GPUs."""
+    signal, peaks = _text(reason, "signal"), _peaks(reason)
+    if len(peaks) == 1:
+        [(gpu, peak)] = peaks
+        return f"GPU {gpu} peaked at {_percent(signal, peak)} {_over(reason)}"
+    if len(peaks) <= GPUS_LISTED:
+        shown = _listed([_percent(signal, p) for _, p in peaks])
+        return f"its {len(peaks)} GPUs peaked at {shown} {_over(reason)}"
+    return f"its {len(peaks)} GPUs peaked at no more than {_percent(signal, _highest(peaks))} {_over(reason)}"
+
+
+def _cores(value: float) -> str:
+    shown = _small(value)
+    return f"{shown} {'core' if shown == '1' else 'cores'}"
+
+
+def _cpu(reason: Reason) -> str:
+    """CPU_IDLE, CPU_BUSY."""
+    return f"CPU peaked at {_cores(_number(reason, 'peak'))} {_over(reason)}"
+
+
+def _all_idle(reason: Reason) -> str:
+    total, shown = int(_number(reason, "total")), [_reason(p, "why") for p in _reasons(reason, "shown")]
+    if total == 1:
+        return _words(shown[0])
+    codes = {r.code for r in shown}
+    more = ", …" if total > len(shown) else ""
+    if codes == {Code.GPU_IDLE}:
+        signals = {_text(r, "signal") for r in shown}
+        if len(signals) != 1:
+            raise _Missing("signal")
+        signal = signals.pop()
+        peaks = ", ".join(_percent(signal, _highest(_peaks(r))) for r in shown)
+        return f"all {total} pods idle: GPU peaks {peaks}{more} {_over(shown[0])}"
+    if codes == {Code.CPU_IDLE}:
+        peaks = ", ".join(_small(_number(r, "peak")) for r in shown)
+        return f"all {total} pods idle: CPU peaks {peaks}{more} cores {_over(shown[0])}"
+    raise _Missing("shown")
+
+
+def _in_use(reason: Reason) -> str:
+    return f"in use again: {_words(_reason(reason, 'why'))}"
+
+
+def _pods_in_use(reason: Reason) -> str:
+    busy, total = int(_number(reason, "busy")), int(_number(reason, "total"))
+    inner = _words(_reason(reason, "why"))
+    return inner if total == 1 else f"{busy} of {total} pods in use ({_text(reason, 'pod')}: {inner})"
+
+
+# -- stuck Pending ------------------------------------------------------------------------------------------
+
+
+def _stuck_for(reason: Reason) -> str:
+    return f"Pending for {duration(_delta(reason, 'stuck'))}: {_words(_reason(reason, 'state'))}"
+
+
+def _unschedulable(reason: Reason) -> str:
+    message = reason.fact("message")  # the scheduler's own words, the best account of what is short
+    return "the scheduler finds no node for it" + (f" ({message})" if message else "")
+
+
+def _fits_later(reason: Reason) -> str:
+    once = [str(r) for r in _reasons(reason, "once")]
+    more = reason.fact("more") or ""
+    return f"{_text(reason, 'node')} could run it once {_listed(once)}{more}"
+
+
+def _amount(resource: str, amount: float) -> str:
+    if resource == "nvidia.com/gpu" or resource.endswith("/gpu"):
+        return _count(int(amount), "GPU") if amount == int(amount) else f"{amount:g} GPUs"
+    if resource == "cpu":
+        return f"{amount:g} CPU {'core' if amount == 1 else 'cores'}"
+    if resource == "memory":
+        return f"{amount / GIB:.3g} GiB of memory"
+    return f"{amount:g} {resource}"
+
+
+def _never_fits(reason: Reason) -> str:
+    """What no node could ever give: a resource it asks more of than the nodes short of it have
+    (with the most one of them has), else each other misfit with the nodes it holds for."""
+    misfits = _fact(reason, "misfits")
+    if not isinstance(misfits, tuple) or not misfits:
+        raise _Missing("misfits")
+    counted: list[tuple[Reason, int]] = []
+    for item in misfits:
+        misfit, n = item if isinstance(item, tuple) and len(item) == 2 else (None, None)
+        if not isinstance(misfit, Reason) or not isinstance(n, int):
+            raise _Missing("misfits")
+        counted.append((misfit, n))
+    nodes = sum(n for _, n in counted)
+    short: dict[str, tuple[float, float, int]] = {}  # resource -> (asks, most a node short of it has, nodes)
+    phrases: dict[str, None] = {}
+    for misfit, n in counted:
+        if misfit.code is Code.MISFIT_RESOURCE:
+            resource = _text(misfit, "resource")
+            asks, has = _number(misfit, "amount"), _number(misfit, "has")
+            _, most, seen = short.get(resource, (asks, has, 0))
+            short[resource] = (asks, max(most, has), seen + n)
+        else:
+            phrases[f"{misfit} ({_count(n, 'node')})"] = None
+    for resource, (asks, most, n) in short.items():
+        where = "no node has that many" if n == nodes else f"{_count(n, 'node')} have fewer"
+        phrases[f"it asks for {_amount(resource, asks)} and {where} (at most {_amount(resource, most)})"] = None
+    ordered = sorted(phrases, key=lambda p: not p.startswith("it asks"))
+    return f"no node in the cluster could ever run it: {'; '.join(ordered[:3])}"
+
+
+def _none_runs(reason: Reason) -> str:
+    total, first = int(_number(reason, "total")), _reason(reason, "first")
+    if total == 1:
+        return _words(first)
+    return f"none of its {total} pods runs; {_text(first, 'pod')}: {_words(_reason(first, 'why'))}"
+
+
+# -- crash-looping ------------------------------------------------------------------------------------------
+
+
+def _restarts(reason: Reason) -> str:
+    restarts = int(_number(reason, "restarts"))
+    words = (f"container {_text(reason, 'container')} restarted {_count(restarts, 'time')}; its last run ended "
+             f"after {duration(_delta(reason, 'ran'))} ({_text(reason, 'last_exit')})")
+    oom = reason.fact("oom")
+    if isinstance(oom, Reason):
+        words += f"; it ran out of memory ({_text(oom, 'limit')})"
+    return words
+
+
+def _all_looping(reason: Reason) -> str:
+    shown = _reasons(reason, "shown")
+    pods = [_words(r) if len(shown) == 1 else f"{_text(r, 'pod')}: {_words(r)}" for r in shown]
+    return f"crash-looping while holding {_count(int(_number(reason, 'gpus')), 'GPU')}: {'; '.join(pods)}"
+
+
+_RENDER: Mapping[Code, Callable[[Reason], str]] = {
+    Code.ALL_IDLE: _all_idle,
+    Code.POD: lambda r: _words(_reason(r, "why")),
+    Code.GPU_IDLE: _gpu,
+    Code.GPU_PARTIAL: _gpu,
+    Code.GPU_BUSY: _gpu,
+    Code.CPU_IDLE: _cpu,
+    Code.CPU_BUSY: _cpu,
+    Code.IN_USE: _in_use,
+    Code.PODS_IN_USE: _pods_in_use,
+    Code.POD_STARTING: lambda r: f"pod {_text(r, 'pod')} is starting",
+    Code.SOME_RUNNING: lambda r: f"{int(_number(r, 'running'))} of {_count(int(_number(r, 'total')), 'pod')} running",
+    Code.NONE_RUNS: _none_runs,
+    Code.STUCK_FOR: _stuck_for,
+    Code.SINCE_INIT: lambda r: _words(_reason(r, "state")),
+    Code.UNSCHEDULABLE: _unschedulable,
+    Code.FITS_LATER: _fits_later,
+    Code.NOT_STARTED_YET: lambda r: f"scheduled, but not started ({_text(r, 'reasons')})",
+    Code.GATED: lambda r: "held in a queue on purpose (a scheduling gate)",
+    Code.NOT_SCHEDULED: lambda r: "not scheduled yet",
+    Code.NEVER_FITS: _never_fits,
+    Code.ALL_LOOPING: _all_looping,
+    Code.RESTARTS: _restarts,
+    Code.SOME_LOOPING: lambda r: (f"{int(_number(r, 'looping'))} of its {int(_number(r, 'total'))} GPU pods "
+                                  "crash-looping; the others run"),
+    Code.NONE_LOOPING: lambda r: "none of its GPU pods is crash-looping now",
+}
+
+
+__all__ = ["duration", "plain"]
