@@ -30,7 +30,7 @@ from janitor.act.lifecycle import LifecycleOutcome, LifecycleRun
 from janitor.act.notes import DATA_KEY as NOTES_KEY
 from janitor.act.notes import NoteBox
 from janitor.act.slack import Digest, Slack
-from janitor.act.slack_messages import render_admin_report
+from janitor.act.slack_messages import MessageContext, render_admin_report
 from janitor.decide import recheck
 from janitor.decide.lifecycle import Change, Step, intent_id
 from janitor.decide.model import (
@@ -267,7 +267,14 @@ def _notes(ports: Ports, settings: Settings) -> NoteBox:
         stored = e
     def write(text: str) -> None:
         kube.write_state(ports.api, c.state_namespace, c.state_name, {NOTES_KEY: text}, what="notes")
-    return NoteBox(stored, write, fence=ports.fence, where=f"ConfigMap {c.state_namespace}/{c.state_name}")
+    return NoteBox(stored, write, fence=ports.fence, where=f"ConfigMap {c.state_namespace}/{c.state_name}",
+                   context=_context(settings))
+
+
+def _context(settings: Settings) -> MessageContext:
+    """What every message to an owner names besides its notices: the cluster, where to ask, the guide."""
+    s = settings.slack
+    return MessageContext(s.cluster_name, s.admin_channel, s.guide_url)
 
 
 def _announced(planned: Planned, action: Action, notes: NoteBox | None, now: datetime.datetime) -> tuple[str, str]:
@@ -385,7 +392,7 @@ def _lifecycle(ports: Ports, settings: Settings, planned: Planned, result: Cycle
     seen |= {p.ref.uid: p.annotations for p in planned.observation.pods}
     run = LifecycleRun(_Annotator(ports.api, _kinds(settings)), ports.slack, {p.name: p for p in planned.policies},
                        decided.now, seen, ports.fence, settings.slack.send_budget, settings.slack.notice_retry,
-                       notes=notes)
+                       notes=notes, context=_context(settings))
     outcome = run.run(decided.changes, done)
     if outcome.written or outcome.sent or outcome.failed or outcome.recovered or outcome.unsent:
         logger.info("lifecycle: %s written, %d digests sent (%d delivered), %d sends found on Slack after a "
@@ -409,7 +416,9 @@ def _admin_report(ports: Ports, settings: Settings, planned: Planned, memory: Me
     if not due or ports.slack is None or not settings.slack.admin_channel:
         return memory
     channel = Owner(OwnerKind.CHANNEL, settings.slack.admin_channel, "--admin-channel")
-    messages = render_admin_report(f"GPU janitor: {len(report.sections)} things need an admin", report.sections)
+    cluster = _context(settings).cluster_name
+    on = f" on {cluster}" if cluster else ""
+    messages = render_admin_report(f"GPU janitor{on}: {len(report.sections)} things need an admin", report.sections)
     sent = ports.slack.send(Digest(channel, (), f"admin-{report.key}-{int(time.time())}", tuple(messages)))
     if sent.delivery is None:
         logger.warning("admin report not delivered: %s", sent.error)

@@ -95,6 +95,9 @@ class SlackSettings:
     token: str | None = field(default=None, repr=False)  # never logged
     api_url: str | None = None  # None: Slack itself; the sandbox points it at its stand-in
     admin_channel: str | None = None  # owners that cannot be reached, and the admins' report
+    # Named in every message: which cluster (a researcher may use several), and the researcher guide.
+    cluster_name: str | None = None
+    guide_url: str | None = None
     send_budget: datetime.timedelta = datetime.timedelta(seconds=20)  # Slack time per cycle; the rest waits
     timeout: datetime.timedelta = datetime.timedelta(seconds=10)  # one Web API call's answer
     notice_retry: datetime.timedelta = datetime.timedelta(minutes=5)  # between attempts at one undelivered send
@@ -149,6 +152,18 @@ def _owner_keys(values: list[str] | None) -> tuple[tuple[str, str], ...]:
             raise SystemExit(f"--owner-key {value!r}: expected annotation:KEY or label:KEY")
         keys.append((where, key))
     return tuple(keys)
+
+
+def _guide_url(text: str | None) -> str | None:
+    """An http(s) link Slack can show as one (no spaces, no `|` or `>` that end its link markup)."""
+    if not text or not text.strip():
+        return None
+    url = text.strip()
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc or any(c in url for c in " \t|<>"):
+        raise SystemExit(f"--guide-url {url!r}: give an http(s) URL without spaces, such as "
+                         "https://wiki.example.org/gpu-janitor")
+    return url
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -206,7 +221,8 @@ def _userinfo(url: str | None) -> tuple[str | None, str | None, str | None]:
 
 def from_args(args: argparse.Namespace) -> Settings:
     """The settings from parsed arguments (each command has only some options; the rest keep their
-    defaults) and the environment (PROMETHEUS_URL, SLACK_BOT_TOKEN, SLACK_API_URL)."""
+    defaults) and the environment (PROMETHEUS_URL, SLACK_BOT_TOKEN, SLACK_API_URL, JANITOR_CLUSTER_NAME,
+    JANITOR_GUIDE_URL)."""
     a, d = _Args(args), DEFAULTS
     cluster = ClusterSettings(
         kinds=tuple(parse_kind(k) for k in _names(a.text("kinds", ""))) or d.cluster.kinds,
@@ -245,6 +261,8 @@ def from_args(args: argparse.Namespace) -> Settings:
         token=a.text("slack_token", "") or os.environ.get("SLACK_BOT_TOKEN") or None,
         api_url=a.text("slack_api_url", "") or os.environ.get("SLACK_API_URL") or None,
         admin_channel=a.text("admin_channel", "") or None,
+        cluster_name=a.text("cluster_name", "").strip() or os.environ.get("JANITOR_CLUSTER_NAME", "").strip() or None,
+        guide_url=_guide_url(a.text("guide_url", "").strip() or os.environ.get("JANITOR_GUIDE_URL")),
         send_budget=a.seconds("slack_budget", d.slack.send_budget),
         timeout=a.seconds("slack_timeout", d.slack.timeout),
     )

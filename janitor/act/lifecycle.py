@@ -23,7 +23,7 @@ from janitor import annotations as ann
 from janitor import errors
 from janitor.act.notes import NoteBox, PendingNote
 from janitor.act.slack import Digest, Outbox, SendResult, SlackUnavailable
-from janitor.act.slack_messages import render_digest
+from janitor.act.slack_messages import MessageContext, render_digest
 from janitor.annotations import Delivery
 from janitor.decide import lifecycle
 from janitor.decide.lifecycle import Change, Step
@@ -83,6 +83,7 @@ class LifecycleRun:
     send_budget: datetime.timedelta = datetime.timedelta(seconds=20)
     notice_retry: datetime.timedelta = datetime.timedelta(minutes=5)
     notes: NoteBox | None = None  # "done" and "cancelled" notes kept until Slack has them
+    context: MessageContext = MessageContext()  # the cluster and where to ask, in every message
     out: LifecycleOutcome = field(default_factory=LifecycleOutcome)
     _rv: dict[str, str] = field(default_factory=dict)
     _expected: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -251,7 +252,8 @@ class LifecycleRun:
         for (_, told), (owner, members) in grouped.items():
             notices = tuple(c.notice for c in members if c.notice is not None)
             intent = lifecycle.intent_id(owner, self.now)  # the one the workloads' intents carry
-            outbox.add(Digest(owner, notices, intent, tuple(render_digest(notices, self.now)), admin_fallback=not told))
+            messages = tuple(render_digest(notices, self.now, context=self.context))
+            outbox.add(Digest(owner, notices, intent, messages, admin_fallback=not told))
             by_digest[(intent, told)] = members
         if not self.fence():  # the intents are on the workloads: the new leader sends (after asking Slack)
             return

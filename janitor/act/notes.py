@@ -26,7 +26,7 @@ from typing import Any
 from janitor import annotations as ann
 from janitor import errors
 from janitor.act.slack import Digest
-from janitor.act.slack_messages import Message, render_digest
+from janitor.act.slack_messages import Message, MessageContext, render_digest
 from janitor.decide.model import ObjectRef
 from janitor.decide.notices import Notice
 from janitor.decide.owners import Owner, OwnerKind
@@ -90,10 +90,12 @@ class NoteBox:
     what was sent or dropped is written by `store` at the end of the cycle."""
 
     def __init__(self, stored: str | None | errors.KubeError, write: Callable[[str], None], *,
-                 fence: Callable[[], bool] = lambda: True, where: str = "the state ConfigMap") -> None:
+                 fence: Callable[[], bool] = lambda: True, where: str = "the state ConfigMap",
+                 context: MessageContext = MessageContext()) -> None:
         """`stored`: notes.json as read (None: none yet), or why it could not be read; `write`
-        stores a new notes.json (raises `KubeError`)."""
-        self._write_text, self._fence = write, fence
+        stores a new notes.json (raises `KubeError`); `context`: the cluster and where to ask, in
+        the messages kept."""
+        self._write_text, self._fence, self._context = write, fence, context
         self.broken = ""  # why notes cannot be kept: then nothing that needs one is done
         self._notes: list[PendingNote] = []
         if isinstance(stored, errors.KubeError):
@@ -118,7 +120,7 @@ class NoteBox:
         if self.broken:
             return f"not done: its note to the owner cannot be kept ({self.broken})"
         note = PendingNote(intent, notice.owner, str(notice.kind), notice.workload, marked_at, now,
-                           tuple(render_digest((notice,), now)), notice.admins_told)
+                           tuple(render_digest((notice,), now, context=self._context)), notice.admins_told)
         kept = [n for n in self._notes if not self._same(n, note)] + [note]
         try:
             self._write(kept)

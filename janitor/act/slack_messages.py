@@ -5,6 +5,10 @@ happen to their idle GPUs and the exact command that stops it. Rendering is pure
 comes in, plain dicts go out) so tests read exactly what the user would see. Slack rejects a
 message rather than trimming it, so every limit is enforced here: a long digest becomes numbered
 parts that each repeat the summary, because any part may be the one a user opens first.
+
+The "why" is in plain words (janitor.decide.plain), not the reason's sentence the audit log keeps;
+and every part names its cluster (a researcher may use several) and ends with where to ask and
+the researcher guide, since a DM from a bot is where questions arise and no one is there to answer.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from janitor.decide.notices import Notice, NoticeKind
+from janitor.decide.plain import plain
 
 MAX_BLOCKS = 50
 MAX_SECTION = 3000  # characters of a section's text
@@ -24,6 +29,7 @@ MAX_TEXT = 3000  # the fallback; Slack wants under 4000, phones show far less
 MAX_BLOCK_CHARS = 12_000
 COMPACT_OVER = 200  # more notices than this: shorter `why`, so the parts stay few
 WHY_LIMIT, WHY_LIMIT_COMPACT, COMMAND_LIMIT, NAME_LIMIT = 1200, 200, 400, 300  # keep a section < 3000
+CLUSTER_LIMIT, CHANNEL_LIMIT, GUIDE_LIMIT = 60, 100, 1000  # the header keeps room; the footer stays < 3000
 
 UTC = datetime.timezone.utc
 ORDER = (NoticeKind.WARNING, NoticeKind.REMINDER, NoticeKind.DONE, NoticeKind.CANCELLED)
@@ -33,6 +39,21 @@ NOUN = {NoticeKind.WARNING: ("warning", "warnings"), NoticeKind.REMINDER: ("remi
         NoticeKind.DONE: ("done", "done"), NoticeKind.CANCELLED: ("cancelled", "cancelled")}
 DONE_TO = {"delete": "deleted", "suspend": "suspended", "scale-to-zero": "scaled to zero", "stop": "stopped",
            "report": "reported (this policy does nothing to it)"}
+
+
+@dataclass(frozen=True, slots=True)
+class MessageContext:
+    """Where the messages come from and where their readers can turn (settings.SlackSettings);
+    each part is shown only when set."""
+
+    cluster: str | None = None  # "mn2": in the header and the notification
+    admin_channel: str | None = None  # "#gpu-admins", "gpu-admins" or a channel ID ("C0ADMINS")
+    guide_url: str | None = None  # the researcher guide
+
+    @property
+    def cluster_name(self) -> str:
+        """The name on one line and short enough for the header; '' when none."""
+        return cut(" ".join((self.cluster or "").split()), CLUSTER_LIMIT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,10 +168,11 @@ def summary(notices: Sequence[Notice], now: datetime.datetime, *, rich: bool = T
     return " ".join(parts) + (f"\n{counts}" if rich else f" ({counts})")
 
 
-def _headline(notices: Sequence[Notice]) -> str:
+def _headline(notices: Sequence[Notice], cluster: str) -> str:
     pending = sum(n.kind in (NoticeKind.WARNING, NoticeKind.REMINDER) for n in notices)
     done = sum(n.kind is NoticeKind.DONE for n in notices)
     lead = "Idle GPUs" if all(n.condition == "idle" for n in notices) else "GPU janitor"
+    lead += f" on {cluster}" if cluster else ""
     if pending:
         return f"{lead}: {_count(pending, 'workload')} will be reclaimed"
     if done:
@@ -162,7 +184,7 @@ def notice_text(notice: Notice, now: datetime.datetime, *, compact: bool = False
     """One notice as a section's mrkdwn: what, why, when, and the command that keeps or resumes it."""
     policy = f"policy `{escape(cut(notice.policy, 100))}`"
     gpus = _count(notice.gpus, "GPU")
-    why = f"*Why:* {cut(escape(str(notice.why)), WHY_LIMIT_COMPACT if compact else WHY_LIMIT)}"
+    why = f"*Why:* {cut(escape(plain(notice.why)), WHY_LIMIT_COMPACT if compact else WHY_LIMIT)}"
     title, to = f"{TITLE[notice.kind]} *{_ref(notice)}*", _done_to(notice.action)
     if notice.kind is NoticeKind.CANCELLED:
         lines = [f"{title} is no longer marked ({policy}): it is in use again or no longer covered, "
@@ -186,6 +208,26 @@ def _section(text: str) -> dict[str, Any]:
     return {"type": "section", "text": {"type": "mrkdwn", "text": cut(text, MAX_SECTION)}}
 
 
+def _channel(name: str) -> str:
+    """A channel ID becomes Slack's link to it; a name is shown with its `#`."""
+    name = name.strip()
+    if name[:1] in ("C", "G") and name.isalnum() and name.isupper():
+        return f"<#{name}>"
+    return escape(cut("#" + name.lstrip("#"), CHANNEL_LIMIT))
+
+
+def footer(context: MessageContext) -> dict[str, Any] | None:
+    """The last block of every part: where to ask and the guide, whichever are set; None: neither."""
+    parts = []
+    if context.admin_channel and context.admin_channel.strip().lstrip("#"):
+        parts.append(f"Questions? Ask in {_channel(context.admin_channel)}")
+    if context.guide_url and context.guide_url.strip():
+        parts.append(f"Researcher guide: <{escape(cut(context.guide_url.strip(), GUIDE_LIMIT))}>")
+    if not parts:
+        return None
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": cut(" · ".join(parts), MAX_SECTION)}]}
+
+
 def _pack(sections: list[dict[str, Any]], *, room: int, chars: int) -> list[list[dict[str, Any]]]:
     """Greedy, in order: a part takes sections until its block count or character budget is spent."""
     parts: list[list[dict[str, Any]]] = [[]]
@@ -200,16 +242,21 @@ def _pack(sections: list[dict[str, Any]], *, room: int, chars: int) -> list[list
     return parts
 
 
-def render_digest(notices: Sequence[Notice], now: datetime.datetime) -> list[Message]:
+def render_digest(notices: Sequence[Notice], now: datetime.datetime, *,
+                  context: MessageContext = MessageContext()) -> list[Message]:
     """One owner's notices as one or more messages (parts); nothing to say gives no message."""
     if not notices:
         return []
     ordered = sorted(notices, key=_sort_key)
     compact = len(ordered) > COMPACT_OVER
-    rich, plain, headline = summary(ordered, now), summary(ordered, now, rich=False), _headline(ordered)
-    overhead = 3  # header, summary, divider
+    cluster = context.cluster_name
+    rich, words, headline = summary(ordered, now), summary(ordered, now, rich=False), _headline(ordered, cluster)
+    last = footer(context)
+    last_chars = len(last["elements"][0]["text"]) if last else 0
+    overhead = 3 + (last is not None)  # header, summary, divider; the footer
     sections = [_section(notice_text(n, now, compact=compact)) for n in ordered]
-    parts = _pack(sections, room=MAX_BLOCKS - overhead, chars=MAX_BLOCK_CHARS - len(rich) - 200)
+    # The budget leaves room for the header (<= 150), the part's span line and the footer.
+    parts = _pack(sections, room=MAX_BLOCKS - overhead, chars=MAX_BLOCK_CHARS - len(rich) - last_chars - 200)
     messages, first = [], 0
     for index, part in enumerate(parts, start=1):
         label = f" (part {index} of {len(parts)})" if len(parts) > 1 else ""
@@ -217,9 +264,10 @@ def render_digest(notices: Sequence[Notice], now: datetime.datetime) -> list[Mes
         span = f"\nThis part shows {first + 1}–{first + len(part)} of {len(ordered)}." if label else ""
         blocks = ({"type": "header", "text": {"type": "plain_text", "emoji": True,
                                               "text": cut(headline, MAX_HEADER - len(label)) + label}},
-                  _section(rich + span), {"type": "divider"}, *part)
+                  _section(rich + span), {"type": "divider"}, *part, *((last,) if last else ()))
         names = ", ".join(_ref(n) for n in shown)
-        text = cut(f"GPU janitor{label}: {plain} Workloads: {names}", MAX_TEXT)
+        on = f" on {escape(cluster)}" if cluster else ""
+        text = cut(f"GPU janitor{on}{label}: {words} Workloads: {names}", MAX_TEXT)
         messages.append(Message(text, blocks))
         first += len(part)
     return messages

@@ -177,7 +177,7 @@ def test_idle_job_is_marked_warned_reminded_and_deleted_a_busy_one_never(
     assert not any(k.startswith("janitor/") and k != "janitor/owner" for k in notes_of(kube, namespace, "busy-job"))
     [warning] = slack.messages(notes[a.WARNED_VIA].split()[1].split("/")[0])
     shown = warning.text + str(warning.blocks)
-    assert "idle-job" in shown and "peak 0" in shown and "janitor/keep-until=" in shown
+    assert "idle-job" in shown and "peaked at 0 % over the last 2 h" in shown and "janitor/keep-until=" in shown
     assert "busy-job" not in shown
 
     time.sleep(9)

@@ -10,7 +10,8 @@ Aspects covered:
   change never happened (dropped); Slack already holding its intent means it was sent (dropped);
   Slack unable to say means it waits; an unreadable workload means it waits;
 - notes older than a week are dropped; notes.json round-trips, and a malformed one is logged and
-  starts empty.
+  starts empty;
+- warnings sent and notes kept are rendered with the cluster's name and where to ask.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from janitor import errors
 from janitor.act.lifecycle import LifecycleRun
 from janitor.act.notes import KEEP_FOR, NoteBox, dumps, loads
 from janitor.act.slack import SlackUnavailable
+from janitor.act.slack_messages import Message, MessageContext
 from janitor.annotations import Delivery, NoticeKind
 from janitor.decide.lifecycle import Step, intent_id
 from janitor.decide.model import ObjectRef, ObjectView, State
@@ -199,3 +201,30 @@ def test_notes_round_trip_and_a_malformed_file_starts_empty(caplog: pytest.LogCa
     with caplog.at_level(logging.ERROR):
         box = NoteBox('[{"intent": 1}]', store.write)
     assert box.pending == 0 and "cannot be read" in caplog.text
+
+
+CONTEXT = MessageContext("mn2", "#gpu-admins", "https://wiki.lab.example/gpu-janitor")
+
+
+def says_where(message: Message) -> bool:
+    footer = "Questions? Ask in #gpu-admins · Researcher guide: <https://wiki.lab.example/gpu-janitor>"
+    return (str(message.blocks[0]["text"]["text"]).startswith("Idle GPUs on mn2: ")
+            and message.text.startswith("GPU janitor on mn2: ")
+            and message.blocks[-1] == {"type": "context", "elements": [{"type": "mrkdwn", "text": footer}]})
+
+
+def test_warnings_sent_and_notes_kept_name_the_cluster_and_where_to_ask() -> None:
+    cluster = Cluster()
+    cluster.add("new")
+    cluster.add("train", marked("train", ago(hours=2), ago(hours=2)))
+    store = Store(cluster)
+    box = NoteBox(store.text, store.write, context=CONTEXT)
+    slack = Slack(cluster, deliver=False)
+    decided = decide(cluster, {"new": State.FIRES, "train": State.CLEAR})
+    LifecycleRun(cluster, slack, {POLICY.name: POLICY}, NOW, decided.seen, notes=box, context=CONTEXT).run(
+        decided.changes, ())
+    box.store(NOW)
+    assert sorted(slack.notices()) == [(NoticeKind.CANCELLED, "train"), (NoticeKind.WARNING, "new")]
+    assert all(says_where(m) for d in slack.sent for m in d.messages)
+    [note] = loads(store.text or "[]")
+    assert note.kind == "cancelled" and all(says_where(m) for m in note.messages)
