@@ -54,6 +54,8 @@ examples:
   janitor keep Job/team-a/train 2d      keep an idle workload (janitor/keep-until, within its cap)
   janitor unmark --dry-run              list (then remove) the janitor's own marks
   janitor rbac | kubectl apply -f -     the ClusterRole for the kinds the janitor cleans up
+  janitor admission policies/ | kubectl apply -f -
+                                        refuse at apply time a keep-until past a policy's cap
 
 Safety rails on every deletion: protected namespaces (kube-system, kube-public,
 kube-node-lease), the janitor/opt-out: "true" annotation, caps per hour and per day (in total
@@ -461,6 +463,24 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_admission(args: argparse.Namespace) -> int:
+    """Print the admission policy that holds researchers to the policies' caps at apply time."""
+    import yaml
+
+    from janitor import admission
+    from janitor.policy import load
+
+    loaded = load.from_paths(args.paths, parse_duration=ann.parse_ttl)
+    for error in loaded.errors:
+        print(error, file=sys.stderr)
+    if loaded.errors:
+        return Exit.PROBLEMS
+    kinds = tuple(parse_kind(k.strip()) for k in args.kinds.split(",") if k.strip())
+    documents = admission.caps_policy(loaded.policies, kinds, name=args.name, admin_channel=args.admin_channel)
+    print(yaml.safe_dump_all(documents, sort_keys=False, width=1000), end="")
+    return Exit.OK
+
+
 def _add_output_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table",
                    help="table: grouped by reason, lines cut to the terminal's width; wide: every line whole; "
@@ -675,6 +695,25 @@ read-only, and the narrow RBAC of manifests/ (list pods, get and patch-status no
     agent.add_argument("--log-level", default="INFO")
     _add_kube_options(agent)
     agent.set_defaults(func=_cmd_node_agent)
+
+    admission_cmd = commands.add_parser(
+        "admission", help="print the admission policy that refuses what the policies' caps forbid, at apply time",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+Generate a ValidatingAdmissionPolicy (and binding) from policy files, so the apiserver refuses at
+`kubectl apply` time, with the limit and whom to ask:
+  - janitor/keep-until on a marked workload later than its policy's maxExtension after the first
+    mark (the janitor would cap it anyway; now the researcher learns it when writing it);
+  - janitor/opt-out: "true" on a workload whose governing policy enforces with honourOptOut: false.
+Apply it again whenever the policy files change. Admission has no clock: a keep-until on a workload
+not yet marked is capped when it is marked. Needs Kubernetes 1.30+ (ValidatingAdmissionPolicy v1).""",
+        epilog="example:\n  janitor admission policies/ --admin-channel '#gpu-admins' | kubectl apply -f -")
+    admission_cmd.add_argument("paths", nargs="+", metavar="PATH", help="policy files or directories")
+    admission_cmd.add_argument("--admin-channel", help="named in every refusal as where to ask, e.g. #gpu-admins")
+    admission_cmd.add_argument("--kinds", default=",".join(k.key for k in DEFAULT_KINDS),
+                               help="the kinds it checks: those the janitor cleans up (default: %(default)s)")
+    admission_cmd.add_argument("--name", default="kube-idle-janitor-caps", help="(%(default)s)")
+    admission_cmd.set_defaults(func=_cmd_admission)
 
     rbac_cmd = commands.add_parser(
         "rbac", help="print the ClusterRole (and binding) the janitor needs for --kinds",

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 
 MESSAGE_MAX = 300
+FORBIDDEN_MAX = 1000
 
 
 class KubeError(Exception):
@@ -28,7 +29,7 @@ class KubeError(Exception):
     def __init__(self, message: str, *, status: int | None = None, doing: str = "") -> None:
         self.status = status
         self.doing = doing
-        self.server_message = cut(message)
+        self.server_message = cut(message, FORBIDDEN_MAX if status == 403 else MESSAGE_MAX)
         prefix = f"{doing}: " if doing else ""
         code = f"HTTP {status}: " if status else ""
         super().__init__(f"{prefix}{code}{self.server_message}")
@@ -92,14 +93,15 @@ def from_status(status: int | None, body: str | bytes | None, *, doing: str) -> 
 
     `status` None or 0 means no HTTP answer (connection refused, TLS failure): a ServerError.
     """
-    message = server_message(body)
+    # A refusal (RBAC, an admission policy) says what to do about it: keep all of it.
+    message = server_message(body, FORBIDDEN_MAX if status == 403 else MESSAGE_MAX)
     if not status:
         return ServerError(message or "no answer from the apiserver", status=None, doing=doing)
     cls = _BY_STATUS.get(status) or (ServerError if status >= 500 else KubeError)
     return cls(message or f"HTTP {status}", status=status, doing=doing)
 
 
-def server_message(body: str | bytes | None) -> str:
+def server_message(body: str | bytes | None, limit: int = MESSAGE_MAX) -> str:
     """The `message` of a `Status` body, or the body itself when it is not one (e.g. plain
     `404 page not found` for an API group that is not served)."""
     if body is None:
@@ -108,10 +110,10 @@ def server_message(body: str | bytes | None) -> str:
     try:
         status = json.loads(text)
     except ValueError:
-        return cut(text.strip())
+        return cut(text.strip(), limit)
     if isinstance(status, dict) and isinstance(status.get("message"), str):
-        return cut(status["message"])
-    return cut(text.strip())
+        return cut(status["message"], limit)
+    return cut(text.strip(), limit)
 
 
 def cut(text: str, limit: int = MESSAGE_MAX) -> str:

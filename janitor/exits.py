@@ -68,6 +68,8 @@ def failure(error: BaseException) -> tuple[Exit, str] | None:
     if isinstance(error, errors.Unauthorized):
         return Exit.DENIED, f"{error} -- the apiserver does not accept these credentials: log in again or check " \
                             "the kubeconfig's user"
+    if isinstance(error, errors.Forbidden) and "denied request" in error.server_message:
+        return Exit.DENIED, str(error)  # an admission policy said no, and says why and whom to ask
     if isinstance(error, errors.Forbidden):
         return Exit.DENIED, f"{error} -- {FORBIDDEN_HINT}"
     if isinstance(error, errors.KubeError) and error.temporary:

@@ -1,0 +1,202 @@
+"""The caps of the admins' policies, as a ValidatingAdmissionPolicy the apiserver enforces at apply time.
+
+The janitor already caps `janitor/keep-until` and ignores `janitor/opt-out` where a policy says so,
+but only when it next reads the object: the researcher who wrote `keep-until: 2030-01-01` believes
+it until the deadline comes. Generated from the same policy files the daemon reads (`janitor
+admission policies/ | kubectl apply -f -`), this policy refuses, with the limit and whom to ask:
+
+- a `janitor/keep-until` on a marked object later than its cap: the `maxExtension` of the policy
+  that marked it (`janitor/policy`) after the first mark (`janitor/marked-at`);
+- a `janitor/opt-out: "true"` newly set on a workload whose governing policy (first match per
+  trigger, as the daemon decides) enforces and does not honour opt-out.
+
+What admission cannot know, it lets through and the janitor still enforces: it has no clock, so a
+`keep-until` on an object not yet marked is capped only when it is marked; a policy with a pod
+selector may or may not govern a workload (its pods' labels are not in the request), so it is
+taken as not deciding; an opt-out on a Namespace is left alone (policies differ per kind inside).
+Objects a controller made are left alone (they copy their owner's annotations), and a value left
+as it was passes, so objects annotated before the policy existed can still be changed.
+failurePolicy Ignore: it is a convenience for people; the janitor's own checks are the guarantee.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from janitor import annotations as ann
+from janitor.decide.model import ResourceKind
+from janitor.policy import model
+
+NAME = "kube-idle-janitor-caps"
+_TIME = r"^[1-8][0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])(T([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9]Z)?)?$"
+
+
+def quote(text: str) -> str:
+    """A CEL string literal (JSON's escapes are CEL's)."""
+    return json.dumps(text)
+
+
+_CLASS = re.compile(r"\[(!?)((?:[a-z0-9](?:-[a-z0-9])?)+-?|-(?:[a-z0-9](?:-[a-z0-9])?)*)\]")
+
+
+def _glob(pattern: str) -> str | None:
+    """An fnmatch glob as an anchored RE2 expression that matches the same names; None for a glob
+    whose brackets are not a plain class (`[abc]`, `[!0-9]`), which fnmatch reads in ways not
+    worth mirroring: a policy with one is taken as possibly matching (admission lets it pass)."""
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "[":
+            found = _CLASS.match(pattern, i)
+            if not found or any(a > b for a, b in re.findall(r"([a-z0-9])-([a-z0-9])", found.group(2))):
+                return None
+            out.append("[" + ("^" if found.group(1) else "") + found.group(2) + "]")
+            i = found.end()
+            continue
+        if c in "]!":
+            return None
+        out.append(".*" if c == "*" else "." if c == "?" else re.escape(c))
+        i += 1
+    return "^" + "".join(out) + "$"
+
+
+def _selector(s: model.LabelSelector) -> str:
+    terms = [f"variables.namespaceLabels[?{quote(k)}] == optional.of({quote(v)})" for k, v in s.match_labels]
+    for r in s.match_expressions:
+        key, values = quote(r.key), "[" + ", ".join(quote(v) for v in r.values) + "]"
+        terms.append({
+            model.Operator.EXISTS: f"{key} in variables.namespaceLabels",
+            model.Operator.DOES_NOT_EXIST: f"!({key} in variables.namespaceLabels)",
+            model.Operator.IN: f"({key} in variables.namespaceLabels && variables.namespaceLabels[{key}] in {values})",
+        }.get(r.operator,  # NotIn, as Kubernetes: absent counts
+              f"(!({key} in variables.namespaceLabels) || !(variables.namespaceLabels[{key}] in {values}))"))
+    return " && ".join(terms) or "true"
+
+
+def _matches(m: model.Match) -> tuple[str, bool]:
+    """CEL that holds when the policy's match may cover the request's object, and whether it is
+    exact (no pod selector, every namespace glob translated)."""
+    exact = not (m.pod_selector.match_labels or m.pod_selector.match_expressions)
+
+    def any_glob(globs: Sequence[str]) -> str:
+        nonlocal exact
+        patterns = [_glob(g) for g in globs]
+        if None in patterns:
+            exact = False
+            return "true"
+        return "(" + " || ".join(f"request.namespace.matches({quote(str(p))})" for p in patterns) + ")" \
+            if patterns else "false"
+
+    terms = [any_glob(m.namespaces.include)]
+    if m.namespaces.exclude:
+        excluded = any_glob(m.namespaces.exclude)
+        terms.append("true" if excluded == "true" else "!" + excluded)
+    if m.kinds:
+        terms.append("request.kind.kind in [" + ", ".join(quote(k) for k in m.kinds) + "]")
+    terms.append(_selector(m.namespace_selector))
+    return "(" + " && ".join(terms) + ")", exact
+
+
+def _governing_refusal(policies: Sequence[model.Policy], trigger: type[model.Trigger]) -> str:
+    """CEL giving the name of the policy that governs `trigger` for the object when it enforces and
+    ignores opt-out, else ''. First match wins, as in the daemon; a possible but uncertain match
+    (a pod selector, a glob not translated) ends the search with '': admission cannot tell."""
+    chain = "''"
+    for p in reversed([p for p in policies if p.trigger(trigger) is not None]):
+        refuses = p.mode is model.Mode.ENFORCE and not p.lifecycle.honour_opt_out
+        matches, exact = _matches(p.match)
+        chain = f"{matches} ? {quote(p.name) if refuses and exact else repr('')} : {chain}"
+    return chain
+
+
+def caps_policy(policies: Sequence[model.Policy], kinds: Sequence[ResourceKind], *, name: str = NAME,
+                admin_channel: str | None = None) -> list[dict[str, Any]]:
+    """The ValidatingAdmissionPolicy and its binding, for the kinds the janitor cleans up."""
+    ask = f" Ask in {admin_channel} if you need more." if admin_channel else \
+        " Ask your cluster admins if you need more."
+    caps = "{" + ", ".join(f"{quote(p.name)}: {int(p.lifecycle.max_extension.total_seconds())}"
+                           for p in policies) + "}"
+    words = "{" + ", ".join(f"{quote(p.name)}: {quote(ann.format_duration(p.lifecycle.max_extension))}"
+                            for p in policies) + "}"
+    refusals = [_governing_refusal(policies, t) for t in model.TRIGGER_KINDS
+                if any(p.trigger(t) is not None for p in policies)]
+    rules: dict[str, list[str]] = defaultdict(list)
+    for kind in kinds:
+        if kind.namespaced:
+            rules[kind.group].append(kind.plural)
+
+    def rfc3339(variable: str) -> str:
+        v = f"variables.{variable}"
+        return f"{v}.size() == 10 ? {v} + 'T00:00:00Z' : ({v}.size() == 16 ? {v} + ':00Z' : {v})"
+
+    def note(key: str) -> str:
+        return f"variables.annotations[?{quote(key)}].orValue('')"
+
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "kube-idle-janitor"}},
+        "spec": {
+            "failurePolicy": "Ignore",
+            "matchConstraints": {"resourceRules": [
+                {"apiGroups": [group], "apiVersions": ["*"], "resources": sorted(resources),
+                 "operations": ["CREATE", "UPDATE"]} for group, resources in sorted(rules.items())]},
+            "matchConditions": [{"name": "written-by-people", "expression": (
+                "!has(object.metadata.ownerReferences) || "
+                "!object.metadata.ownerReferences.exists(r, has(r.controller) && r.controller == true)")}],
+            "variables": [
+                {"name": "annotations",
+                 "expression": "has(object.metadata.annotations) ? object.metadata.annotations : {}"},
+                {"name": "oldAnnotations", "expression": "oldObject != null && has(oldObject.metadata.annotations) ? "
+                                                          "oldObject.metadata.annotations : {}"},
+                {"name": "namespaceLabels", "expression": "namespaceObject != null && "
+                                                          "has(namespaceObject.metadata.labels) ? "
+                                                          "namespaceObject.metadata.labels : {}"},
+                {"name": "timePattern", "expression": quote(_TIME)},
+                {"name": "keepUntil", "expression": note(ann.KEEP_UNTIL)},
+                {"name": "markedAt", "expression": note(ann.MARKED_AT)},
+                {"name": "policy", "expression": note(ann.POLICY)},
+                {"name": "capSeconds", "expression": f"{caps}[?variables.policy].orValue(-1)"},
+                {"name": "capWords", "expression": f"{words}[?variables.policy].orValue('')"},
+                {"name": "checkable", "expression": (
+                    "variables.keepUntil.matches(variables.timePattern) && "
+                    "variables.markedAt.matches(variables.timePattern) && variables.capSeconds >= 0 && "
+                    f"variables.oldAnnotations[?{quote(ann.KEEP_UNTIL)}] != optional.of(variables.keepUntil)")},
+                {"name": "cap", "expression": (
+                    f"variables.checkable ? timestamp({rfc3339('markedAt')}) + "
+                    "duration(string(variables.capSeconds) + 's') : timestamp('1970-01-01T00:00:00Z')")},
+                {"name": "optingOut", "expression": (
+                    f"{note(ann.OPT_OUT)}.trim().lowerAscii() == 'true' && "
+                    f"variables.oldAnnotations[?{quote(ann.OPT_OUT)}] != optional.of({note(ann.OPT_OUT)}) && "
+                    "request.namespace != ''")},
+                {"name": "refusedBy", "expression": (
+                    "variables.optingOut ? [" + ", ".join(refusals) + "].filter(n, n != '') : []")},
+            ],
+            "validations": [
+                {"expression": f"!variables.checkable || timestamp({rfc3339('keepUntil')}) <= variables.cap",
+                 "messageExpression": (
+                     f"{quote(ann.KEEP_UNTIL + ': ')} + variables.keepUntil + ' is past the cap of policy ' + "
+                     "variables.policy + ': at most ' + variables.capWords + "
+                     "' after the first mark (' + variables.markedAt + '), that is until ' + "
+                     f"string(variables.cap) + '.' + {quote(ask)}"),
+                 "reason": "Forbidden"},
+                {"expression": "variables.refusedBy.size() == 0",
+                 "messageExpression": (
+                     f"{quote(ann.OPT_OUT + ': policy ')} + variables.refusedBy.join(', ') + "
+                     "' does not honour opt-out here, so it would not keep this workload; use "
+                     f"{ann.KEEP_UNTIL} (within the policy\\'s cap) instead.' + {quote(ask)}"),
+                 "reason": "Forbidden"},
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "kube-idle-janitor"}},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    }
+    return [policy, binding]
