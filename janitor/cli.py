@@ -570,6 +570,10 @@ def _add_lifecycle_options(p: argparse.ArgumentParser) -> None:
     life.add_argument("--slack-api-url", help="Web API base URL (default: $SLACK_API_URL, else Slack's)")
     life.add_argument("--admin-channel", help="where warnings for owners that cannot be reached go, e.g. "
                                               "#gpu-admins (they count as delivered only where a policy says so)")
+    life.add_argument("--cluster-name", help="named in every Slack message, so a researcher on several clusters "
+                                             "knows which one wrote (default: $JANITOR_CLUSTER_NAME)")
+    life.add_argument("--guide-url", help="a link to your researcher guide, at the end of every Slack message "
+                                          "(default: $JANITOR_GUIDE_URL)")
     life.add_argument("--message-pace", default=ann.format_duration(D.lifecycle.pace),
                       help="at most one warning or reminder per owner this often (%(default)s)")
     marks = D.lifecycle.caps
