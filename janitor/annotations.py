@@ -82,6 +82,9 @@ WARNED_AT = "janitor/warned-at"  # UTC time (format_expires) the warning was del
 WARNED_VIA = "janitor/warned-via"  # where it went, "owner|admins <channel>/<Slack ts>"
 WARNED_OF = "janitor/warned-of"  # what the delivered warning said would happen: "<action> <deadline>"
 REMINDED_AT = "janitor/reminded-at"  # UTC time the last reminder was delivered
+# owners, by the "Release now" button: "<marked-at of the mark> <UTC time> <Slack user>": the owner is done
+# with the workload; the lifecycle acts on that mark at once, through the rails, without further notice
+RELEASE = "janitor/release"
 REPORTED = "janitor/reported"  # the janitor: the mistakes on this object it already reported (one Event each)
 ACKNOWLEDGE_TRIPWIRE = "janitor/acknowledge-tripwire"  # admins, on the state ConfigMap: resume deletions
 NOTEBOOK_STOPPED = "kubeflow-resource-stopped"  # Kubeflow: the Notebook is stopped (the `stop` action sets it)

@@ -209,10 +209,11 @@ def _notice(kind: NoticeKind, finding: Finding, case: _Case, policy: Policy, now
     view = case.view
     warns = kind in (NoticeKind.WARNING, NoticeKind.REMINDER)
     told = warns and case.mark is not None and case.mark.warned_via is not None and case.mark.warned_via.to_admins
+    marked_at = case.mark.marked_at if case.mark is not None else ann.parse_expires(ann.format_deadline(now))
     return Notice(kind, view.ref, policy.name, finding.owner, str(policy.lifecycle.action), finding.reason, now,
                   deadline, keep_command(view.ref, cap) if warns else "",
                   resume_command(view.ref, policy.lifecycle.action, view.replicas), finding.gpus, finding.condition,
-                  told)
+                  told, marked_at if warns else None, cap if warns else None)
 
 
 def _intent(kind: NoticeKind, owner: Owner, now: datetime.datetime, policy: Policy,

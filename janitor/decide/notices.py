@@ -36,6 +36,10 @@ class Notice:
     gpus: int = 0  # GPUs the workload holds, for the summary line
     condition: str = "idle"  # what is wrong, in words: "idle", "stuck Pending", "crash-looping"
     admins_told: bool = False  # the owner could not be reached and the admins heard: not again
+    # The mark this notice is about (its janitor/marked-at) and how long the owner may keep it: the
+    # buttons carry the first, so a click on an old message does nothing; "Keep" never passes the second.
+    marked_at: datetime.datetime | None = None
+    cap: datetime.datetime | None = None
 
 
 def kubectl_ref(ref: ObjectRef) -> str:
