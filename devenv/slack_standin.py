@@ -33,6 +33,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+from devenv import slack_interactive as interactive
+
 DEFAULT_TOKEN = "xoxb-sandbox"
 HOST = "127.0.0.1"  # never reachable from outside the machine
 CONTROL_PREFIX = "/_standin/"
@@ -148,7 +150,12 @@ class SlackStandIn:
             "chat.update": self._chat_update,
             "conversations.history": self._conversations_history,
             "conversations.list": self._conversations_list,
+            "apps.connections.open": lambda params: {"url": self._socket.url()},
+            "chat.postEphemeral": self._chat_post_ephemeral,
+            "users.info": self._users_info,
         }
+        self._socket = interactive.SocketModeServer(HOST)
+        self._signed: dict[str, interactive.SignedRequest] = {}  # the last request per URL, to replay
         self.reset()
 
     # ----- lifecycle -------------------------------------------------------------------
@@ -160,9 +167,11 @@ class SlackStandIn:
         self._thread = threading.Thread(target=server.serve_forever, name="slack-standin",
                                         kwargs={"poll_interval": 0.1}, daemon=True)
         self._thread.start()
+        self._socket.start()
         return self
 
     def stop(self) -> None:
+        self._socket.stop()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -197,6 +206,7 @@ class SlackStandIn:
             self._dms: dict[str, tuple[str, ...]] = {}
             self._users: dict[str, SlackUser] = {u.email.lower(): u for u in self._initial_users}
             self._channels: dict[str, str] = dict(self._initial_channels)
+            self._ephemeral: list[PostedMessage] = []  # `user` is who sees it
 
     def requests(self, method: str | None = None) -> list[RecordedRequest]:
         """Every Web API call so far (faulted ones too), oldest first; optionally of one method.
@@ -283,8 +293,10 @@ class SlackStandIn:
         token = token or params.get("token")  # Slack also accepts the token as a parameter
         if not token:
             return 200, {}, _error("not_authed")
-        if token not in self._tokens:
+        if token not in self._tokens and token != interactive.APP_TOKEN:
             return 200, {}, _error("invalid_auth")
+        if (token == interactive.APP_TOKEN) != (method == "apps.connections.open"):
+            return 200, {}, _error("not_allowed_token_type")  # app tokens open sockets, bot tokens do the rest
         try:
             return 200, {}, {"ok": True, **handler(params)}
         except SlackError as err:
@@ -306,6 +318,59 @@ class SlackStandIn:
                          "deleted": False, "is_bot": False, "real_name": user.name,
                          "profile": {"email": user.email, "real_name": user.name,
                                      "display_name": user.name}}}
+
+    def _users_info(self, params: dict[str, Any]) -> dict[str, Any]:
+        user = next((u for u in self._users.values() if u.id == params.get("user")), None)
+        if user is None:
+            raise SlackError("user_not_found")
+        return self._users_lookup_by_email({"email": user.email})
+
+    def _chat_post_ephemeral(self, params: dict[str, Any]) -> dict[str, Any]:
+        channel = self._resolve_channel(params.get("channel"))
+        user = str(params.get("user") or "")
+        if user not in {u.id for u in self._users.values()}:
+            raise SlackError("user_not_found")
+        blocks = _json_field(params.get("blocks"))
+        if not (params.get("text") or blocks):
+            raise SlackError("no_text")
+        msg = PostedMessage(channel, self._next_ts(), str(params.get("text") or ""), blocks,
+                            params.get("thread_ts"), user=user)
+        self._ephemeral.append(msg)
+        return {"message_ts": msg.ts}
+
+    def ephemeral(self, user: str) -> list[PostedMessage]:
+        """What only `user` saw (chat.postEphemeral), oldest first."""
+        with self._lock:
+            return copy.deepcopy([m for m in self._ephemeral if m.user == user])
+
+    def click(self, user_id: str, channel: str, ts: str, action_id: str, *, block_id: str | None = None,
+              via: str = "socket", url: str = "", secret: str = interactive.SIGNING_SECRET,
+              timestamp: int | None = None) -> dict[str, Any]:
+        """`user_id` presses a button of the message `ts`: pushed over Socket Mode (the answer says
+        whether the client acknowledged it) or POSTed, signed with `secret`, to `url`."""
+        with self._lock:
+            msg = next((m for m in self._messages.get(channel, []) if m.ts == ts), None)
+            user = next((u for u in self._users.values() if u.id == user_id), None)
+            if msg is None:
+                raise ValueError(f"no message {ts} in {channel}")
+            message = self._message_json(msg, with_metadata=False)
+        payload = interactive.block_actions({"id": user_id, "name": user.name if user else user_id}, channel,
+                                            message, action_id, block_id)
+        if via == "socket":
+            envelope = self._socket.deliver(payload)
+            return {"envelope_id": envelope, "acked": self._socket.acked(envelope)}
+        request = interactive.sign(payload, secret, timestamp)
+        with self._lock:
+            self._signed[url] = request
+        status, body = interactive.post(url, request)
+        return {"status": status, "body": body}
+
+    def replay(self, url: str) -> dict[str, Any]:
+        """Send the last signed request to `url` again, byte for byte."""
+        with self._lock:
+            request = self._signed[url]
+        status, body = interactive.post(url, request)
+        return {"status": status, "body": body}
 
     def _open_dm(self, users: tuple[str, ...]) -> tuple[str, bool]:
         """A stable id per user set (a hash, so it survives reset and restarts); D... for 1:1
@@ -465,6 +530,15 @@ class SlackStandIn:
             if verb == "GET" and action == "messages":
                 found = self.messages(query.get("channel", ""))
                 return 200, {"messages": [asdict(m) for m in found]}
+            if verb == "GET" and action == "ephemeral":
+                return 200, {"messages": [asdict(m) for m in self.ephemeral(query.get("user", ""))]}
+            if verb == "POST" and action == "click":
+                return 200, {"ok": True, **self.click(
+                    body["user"], body["channel"], body["ts"], body["action_id"], block_id=body.get("block_id"),
+                    via=body.get("via", "socket"), url=body.get("url", ""),
+                    secret=body.get("secret", interactive.SIGNING_SECRET), timestamp=body.get("timestamp"))}
+            if verb == "POST" and action == "replay":
+                return 200, {"ok": True, **self.replay(body["url"])}
             if verb == "POST" and action == "reset":
                 self.reset()
             elif verb == "POST" and action == "recover":
@@ -481,6 +555,8 @@ class SlackStandIn:
                 return 404, _error(f"no control {verb} {action}")
         except (KeyError, TypeError, ValueError) as err:
             return 400, _error(f"bad request: {err!r}")
+        except interactive.NotConnected as err:
+            return 409, _error(str(err))
         return 200, {"ok": True}
 
 
@@ -577,6 +653,19 @@ class SlackStandInControl:
 
     def add_channel(self, channel_id: str, name: str) -> None:
         self._call("channels", {"id": channel_id, "name": name})
+
+    def ephemeral(self, user: str) -> list[PostedMessage]:
+        return [PostedMessage(**m) for m in self._call("ephemeral", query={"user": user})["messages"]]
+
+    def click(self, user_id: str, channel: str, ts: str, action_id: str, *, block_id: str | None = None,
+              via: str = "socket", url: str = "", secret: str = interactive.SIGNING_SECRET,
+              timestamp: int | None = None) -> dict[str, Any]:
+        return dict(self._call("click", {"user": user_id, "channel": channel, "ts": ts, "action_id": action_id,
+                                         "block_id": block_id, "via": via, "url": url, "secret": secret,
+                                         "timestamp": timestamp}))
+
+    def replay(self, url: str) -> dict[str, Any]:
+        return dict(self._call("replay", {"url": url}))
 
 
 def main(argv: list[str] | None = None) -> int:

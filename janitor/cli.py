@@ -574,6 +574,17 @@ def _add_lifecycle_options(p: argparse.ArgumentParser) -> None:
                                              "knows which one wrote (default: $JANITOR_CLUSTER_NAME)")
     life.add_argument("--guide-url", help="a link to your researcher guide, at the end of every Slack message "
                                           "(default: $JANITOR_GUIDE_URL)")
+    life.add_argument("--slack-app-token", help="app-level token (xapp-..., scope connections:write; default: "
+                                                "$SLACK_APP_TOKEN): the buttons on warnings work over Socket Mode, an "
+                                                "outbound WebSocket, so no ingress is needed")
+    life.add_argument("--slack-http-port", type=int, default=0,
+                      help="also take clicks as Slack's signed HTTP requests on this port, path /slack/actions "
+                           "(default 0: off; needs --slack-signing-secret-file)")
+    life.add_argument("--slack-signing-secret-file", metavar="FILE",
+                      help="the app's signing secret: requests without its valid signature, or older than 5 "
+                           "minutes, or seen before, are refused")
+    life.add_argument("--slack-admin-users", default="", metavar="U1,U2",
+                      help="Slack user ids whose clicks count like an owner's on any workload (default: none)")
     life.add_argument("--message-pace", default=ann.format_duration(D.lifecycle.pace),
                       help="at most one warning or reminder per owner this often (%(default)s)")
     marks = D.lifecycle.caps

@@ -274,7 +274,8 @@ def _notes(ports: Ports, settings: Settings) -> NoteBox:
 def _context(settings: Settings) -> MessageContext:
     """What every message to an owner names besides its notices: the cluster, where to ask, the guide."""
     s = settings.slack
-    return MessageContext(s.cluster_name, s.admin_channel, s.guide_url)
+    return MessageContext(s.cluster_name, s.admin_channel, s.guide_url,
+                          buttons=bool(s.app_token or (s.http_port and s.signing_secret_file)))
 
 
 def _announced(planned: Planned, action: Action, notes: NoteBox | None, now: datetime.datetime) -> tuple[str, str]:

@@ -11,7 +11,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MISSED, JobExecutionEvent
@@ -23,10 +23,13 @@ from prometheus_client.registry import Collector
 from janitor import annotations as ann
 from janitor import cycle, endpoints, errors
 from janitor.act import kube
+from janitor.act.slack_inbound import HttpReceiver, SocketReceiver
+from janitor.clicks import Clicks
 from janitor.cycle import CycleResult, Memory, Ports
 from janitor.decide.rails import is_tripped
 from janitor.leader import LeaseElector
 from janitor.observe.cache import ClusterCache, NotSynced
+from janitor.policy.model import Policy
 from janitor.settings import Settings
 from janitor.telemetry import Telemetry
 
@@ -246,6 +249,9 @@ def run_forever(ports: Ports, settings: Settings, telemetry: Telemetry, *, metri
     scheduler.add_job(cycles.job, "interval", seconds=settings.interval.total_seconds(), next_run_time=cycle.utc_now(),
                       max_instances=1, coalesce=True, misfire_grace_time=None, id="cycle")
 
+    receivers = _receivers(ports, settings, telemetry, lambda: cycles.memory.policies or (),
+                           wake=lambda: scheduler.modify_job("cycle", next_run_time=cycle.utc_now()))
+
     def stop(signum: int, frame: object) -> None:
         raise SystemExit(0)
 
@@ -261,10 +267,38 @@ def run_forever(ports: Ports, settings: Settings, telemetry: Telemetry, *, metri
         cycles.stop()
         scheduler.shutdown(wait=True)
     finally:
+        for receiver in receivers:
+            receiver.stop()
         if elector is not None:
             elector.stop(release=True)
         if ports.cache is not None:
             ports.cache.stop()
+
+
+def _receivers(ports: Ports, settings: Settings, telemetry: Telemetry, policies: Callable[[], Sequence[Policy]],
+               wake: Callable[[], None]) -> list[SocketReceiver | HttpReceiver]:
+    """The buttons' way in: Socket Mode with an app token, the signed HTTP endpoint with a port and
+    a signing secret; none without a bot token (nothing could answer a click)."""
+    s = settings.slack
+    if ports.slack is None or not (s.app_token or s.http_port):
+        return []
+    clicks = Clicks(ports.api, ports.slack, settings, policies, telemetry, wake)
+    started: list[SocketReceiver | HttpReceiver] = []
+    if s.app_token:
+        started.append(SocketReceiver(s.app_token, clicks.handle, base_url=s.api_url,
+                                      timeout=s.timeout.total_seconds()))
+    if s.http_port:
+        if not s.signing_secret_file:
+            logger.error("--slack-http-port without --slack-signing-secret-file: no HTTP endpoint (every request "
+                         "must be verified)")
+        else:
+            with open(s.signing_secret_file) as f:
+                secret = f.read().strip()
+            started.append(HttpReceiver(secret, clicks.handle, clicks.refused, port=s.http_port))
+    for receiver in started:
+        receiver.start()
+    logger.info("Slack buttons: %s", ", ".join(type(r).__name__ for r in started) or "none")
+    return started
 
 
 class CacheCollector(Collector):

@@ -98,6 +98,11 @@ class SlackSettings:
     # Named in every message: which cluster (a researcher may use several), and the researcher guide.
     cluster_name: str | None = None
     guide_url: str | None = None
+    # Buttons: clicks arrive over Socket Mode (an app-level token) and/or a signed HTTP endpoint.
+    app_token: str | None = field(default=None, repr=False)  # xapp-...; never logged
+    signing_secret_file: str | None = None  # read at start; the HTTP endpoint refuses unsigned requests
+    http_port: int = 0  # 0: no HTTP endpoint
+    admin_users: tuple[str, ...] = ()  # Slack user ids whose clicks count as an owner's on any workload
     send_budget: datetime.timedelta = datetime.timedelta(seconds=20)  # Slack time per cycle; the rest waits
     timeout: datetime.timedelta = datetime.timedelta(seconds=10)  # one Web API call's answer
     notice_retry: datetime.timedelta = datetime.timedelta(minutes=5)  # between attempts at one undelivered send
@@ -263,6 +268,10 @@ def from_args(args: argparse.Namespace) -> Settings:
         admin_channel=a.text("admin_channel", "") or None,
         cluster_name=a.text("cluster_name", "").strip() or os.environ.get("JANITOR_CLUSTER_NAME", "").strip() or None,
         guide_url=_guide_url(a.text("guide_url", "").strip() or os.environ.get("JANITOR_GUIDE_URL")),
+        app_token=a.text("slack_app_token", "") or os.environ.get("SLACK_APP_TOKEN") or None,
+        signing_secret_file=a.text("slack_signing_secret_file", "") or None,
+        http_port=a.whole("slack_http_port", 0),
+        admin_users=_names(a.text("slack_admin_users", "")),
         send_budget=a.seconds("slack_budget", d.slack.send_budget),
         timeout=a.seconds("slack_timeout", d.slack.timeout),
     )

@@ -160,6 +160,9 @@ class Telemetry:
         self.phase_seconds = Histogram("janitor_cycle_phase_seconds", "Time one phase of a cycle took: observe "
                                        "(read the cluster and Prometheus), decide (plan), act", ["phase"],
                                        registry=r, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
+        self.clicks = Counter("janitor_slack_clicks", "Buttons pressed on the janitor's messages, by button and "
+                              "outcome (done, not-allowed, stale, no-room, failed; forged and replayed requests "
+                              "as button unknown)", ["button", "outcome"], registry=r)
         self.decide_cpu = Counter("janitor_decide_cpu_seconds", "CPU seconds spent deciding (plan)", registry=r)
         for source in ("kubernetes", "prometheus", "slack", "janitor"):
             self.errors.labels(source=source)

@@ -127,6 +127,40 @@ class Slack:
             return str(err)
         return ""
 
+    # ----- answering a click -------------------------------------------------------------
+    def is_owner(self, owner: Owner, user_id: str) -> bool:
+        """Is the Slack user `user_id` this owner? A channel owns on behalf of its members, whom
+        only the admins stand in for here; an owner Slack cannot resolve is nobody."""
+        if owner.kind is OwnerKind.SLACK_USER:
+            return owner.value == user_id
+        if owner.kind is OwnerKind.EMAIL:
+            try:
+                return self._cached(f"email:{owner.value.lower()}", owner.value, self._lookup_email) == user_id
+            except _Failed:
+                return False
+        return False
+
+    def update(self, channel: str, ts: str, blocks: list[dict[str, Any]], text: str) -> str:
+        """Edit a message in place; '' when done, else why not."""
+        return self._quietly("chat_update", channel, channel=channel, ts=ts, blocks=blocks, text=text)
+
+    def tell(self, channel: str, user_id: str, text: str) -> str:
+        """A message only `user_id` sees, in the channel they clicked in; '' when done."""
+        return self._quietly("chat_postEphemeral", channel, channel=channel, user=user_id, text=text)
+
+    def reply(self, channel: str, thread_ts: str, text: str) -> str:
+        """A reply in the message's thread; '' when done."""
+        return self._quietly("chat_postMessage", channel, channel=channel, thread_ts=thread_ts, text=text,
+                             client_=self._poster)
+
+    def _quietly(self, method: str, subject: str, **params: Any) -> str:
+        try:
+            self._call(method, subject, **params)
+        except _Failed as err:
+            logger.warning("Slack: %s to %s failed: %s", method, subject, err)
+            return str(err)
+        return ""
+
     # ----- destinations ------------------------------------------------------------------
     def destination(self, owner: Owner) -> tuple[str, bool] | str:
         """(channel, to_admins) to post the owner's digest to, or why there is none."""

@@ -14,10 +14,12 @@ the researcher guide, since a DM from a bot is where questions arise and no one 
 from __future__ import annotations
 
 import datetime
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from janitor.act.slack_buttons import actions
 from janitor.decide.notices import Notice, NoticeKind
 from janitor.decide.plain import plain
 
@@ -49,6 +51,7 @@ class MessageContext:
     cluster: str | None = None  # "mn2": in the header and the notification
     admin_channel: str | None = None  # "#gpu-admins", "gpu-admins" or a channel ID ("C0ADMINS")
     guide_url: str | None = None  # the researcher guide
+    buttons: bool = False  # a receiver takes clicks (Socket Mode or HTTP): only then are buttons shown
 
     @property
     def cluster_name(self) -> str:
@@ -228,16 +231,24 @@ def footer(context: MessageContext) -> dict[str, Any] | None:
     return {"type": "context", "elements": [{"type": "mrkdwn", "text": cut(" · ".join(parts), MAX_SECTION)}]}
 
 
-def _pack(sections: list[dict[str, Any]], *, room: int, chars: int) -> list[list[dict[str, Any]]]:
-    """Greedy, in order: a part takes sections until its block count or character budget is spent."""
-    parts: list[list[dict[str, Any]]] = [[]]
-    used = 0
-    for section in sections:
-        size = len(section["text"]["text"])
-        if parts[-1] and (len(parts[-1]) >= room or used + size > chars):
+def _size(block: Mapping[str, Any]) -> int:
+    """What a block costs of the character budget: a section its text, anything else (buttons with
+    their values) its whole JSON, to be safe."""
+    return len(block["text"]["text"]) if block.get("type") == "section" else len(json.dumps(block))
+
+
+def _pack(groups: list[list[dict[str, Any]]], *, room: int, chars: int) -> list[list[list[dict[str, Any]]]]:
+    """Greedy, in order: a part takes notices (a section and its buttons, never split) until its
+    block count or character budget is spent."""
+    parts: list[list[list[dict[str, Any]]]] = [[]]
+    blocks = used = 0
+    for group in groups:
+        size = sum(_size(b) for b in group)
+        if parts[-1] and (blocks + len(group) > room or used + size > chars):
             parts.append([])
-            used = 0
-        parts[-1].append(section)
+            blocks = used = 0
+        parts[-1].append(group)
+        blocks += len(group)
         used += size
     return parts
 
@@ -254,9 +265,10 @@ def render_digest(notices: Sequence[Notice], now: datetime.datetime, *,
     last = footer(context)
     last_chars = len(last["elements"][0]["text"]) if last else 0
     overhead = 3 + (last is not None)  # header, summary, divider; the footer
-    sections = [_section(notice_text(n, now, compact=compact)) for n in ordered]
+    groups = [[_section(notice_text(n, now, compact=compact)), *filter(None, [actions(n) if context.buttons else None])]
+              for n in ordered]
     # The budget leaves room for the header (<= 150), the part's span line and the footer.
-    parts = _pack(sections, room=MAX_BLOCKS - overhead, chars=MAX_BLOCK_CHARS - len(rich) - last_chars - 200)
+    parts = _pack(groups, room=MAX_BLOCKS - overhead, chars=MAX_BLOCK_CHARS - len(rich) - last_chars - 200)
     messages, first = [], 0
     for index, part in enumerate(parts, start=1):
         label = f" (part {index} of {len(parts)})" if len(parts) > 1 else ""
@@ -264,7 +276,8 @@ def render_digest(notices: Sequence[Notice], now: datetime.datetime, *,
         span = f"\nThis part shows {first + 1}–{first + len(part)} of {len(ordered)}." if label else ""
         blocks = ({"type": "header", "text": {"type": "plain_text", "emoji": True,
                                               "text": cut(headline, MAX_HEADER - len(label)) + label}},
-                  _section(rich + span), {"type": "divider"}, *part, *((last,) if last else ()))
+                  _section(rich + span), {"type": "divider"}, *(b for g in part for b in g),
+                  *((last,) if last else ()))
         names = ", ".join(_ref(n) for n in shown)
         on = f" on {escape(cluster)}" if cluster else ""
         text = cut(f"GPU janitor{on}{label}: {words} Workloads: {names}", MAX_TEXT)

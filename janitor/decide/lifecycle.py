@@ -120,6 +120,18 @@ def earliest_after_delivery(delivered_at: datetime.datetime, policy: Policy,
     return max(at, add_working_time(delivered_at, hours, time_zone)) if hours else at
 
 
+def released_by(mark: Mark, notes: Mapping[str, str]) -> tuple[str, datetime.datetime] | None:
+    """(who, when) the owner released this mark with the warning's button; None when not, or when
+    the release names another mark (an old message's, before the workload was marked again)."""
+    parts = notes.get(ann.RELEASE, "").split()
+    if len(parts) != 3 or mark.marked_at is None or parts[0] != ann.format_expires(mark.marked_at):
+        return None
+    try:
+        return parts[2], ann.parse_expires(parts[1])
+    except ValueError:
+        return None
+
+
 def effective_deadline(mark: Mark, policy: Policy, notes: Mapping[str, str],
                        time_zone: str | None = None) -> tuple[datetime.datetime, Reason]:
     """The deadline in force for a warned mark: never earlier than the mark's, than the one the
@@ -285,6 +297,17 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
                   why(Code.WARN, again=" again (only the admins were reached)" if mark.warned_via else ""))
         return Change(Step.NOTIFY, ref, rv, policy.name, reason, {ann.NOTICE: str(intent)},
                       _notice(NoticeKind.WARNING, finding, case, policy, now, deadline), deadline)
+    released = released_by(mark, view.annotations)
+    if released is not None and policy.lifecycle.action is not PolicyAction.REPORT:
+        # The owner pressed "Release now" on the warning of this very mark: no more notice is owed.
+        by, at = released
+        reason = why(Code.RELEASED, by=by, at=at, warned=mark.warned_at, action=action, policy=policy.name,
+                     why=finding.reason)
+        act = Action(ACTION_TYPES[policy.lifecycle.action], ref, rv, policy.name, finding.trigger, RULE,
+                     "IdleReleased", reason, {"released-by": by, "warned-of": str(mark.warned_of)})
+        return Change(Step.ACT, ref, rv, policy.name, reason, notice=_notice(NoticeKind.DONE, finding, case, policy,
+                                                                             now, None),
+                      deadline=now, action=act, gpu_hours=finding.reclaim_gpu_hours)
     deadline, extended = effective_deadline(mark, policy, view.annotations, case.time_zone)
     shown = ann.format_deadline(deadline)
     if finding.state is not State.FIRES:

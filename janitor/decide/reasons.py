@@ -173,6 +173,7 @@ class Code(StrEnum):
     DELIVERY_GRACE = "delivery-grace"
     REPORT_ONLY = "report-only"
     RECLAIM = "reclaim"
+    RELEASED = "released"
     REMIND = "remind"
     WAITING = "waiting"
     STOPPED = "stopped"
@@ -352,6 +353,8 @@ _T: Mapping[Code, str] = {
     Code.REPORT_ONLY: "deadline {deadline} passed; the policy only reports, so nothing is done to it",
     Code.RECLAIM: "{condition} since before {marked} and warned at {warned}; deadline {deadline} passed: {action} "
                   "(policy {policy}): {why}",
+    Code.RELEASED: "released by its owner ({by}, {at}) after the warning of {warned}: {action} now (policy {policy}): "
+                   "{why}",
     Code.REMIND: "still {condition}; reminding the owner of the deadline {deadline}",
     Code.WAITING: "marked and warned; {action} at {deadline}{extended}",
     Code.STOPPED: "a stopped Notebook's pods are on their way out; not marked",

@@ -1,0 +1,131 @@
+"""A button pressed on a warning, judged: what it may change, and what its presser is told.
+
+Buttons are how a researcher answers a warning in one click ("Keep 1 day", "Keep 3 days", "Release
+now", "Why?"). A click is a request from outside, so it is judged like any other evidence, purely:
+the workload read fresh when the click arrived, who pressed (the owner, an admin, or neither), the
+policy that marked it and the time. Each button's value names the workload's UID and the mark the
+message was sent for (its `janitor/marked-at`): a click on an old message, after the workload was
+unmarked and marked again or deleted and re-created under its name, changes nothing. A keep never
+goes past the policy's cap (`maxExtension` after the first mark); a release never skips the rails,
+it only tells the lifecycle the owner is done (see `RELEASE` in janitor/annotations.py).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from janitor import annotations as ann
+from janitor.decide.model import ObjectRef, ObjectView
+from janitor.decide.owners import Owner
+from janitor.policy.model import Policy
+
+
+class Op(StrEnum):
+    KEEP = "keep"
+    RELEASE = "release"
+    WHY = "why"
+
+
+# action_id -> (what, days kept); the ids are the messages' and the stand-in's.
+BUTTONS: dict[str, tuple[Op, int]] = {
+    "janitor.keep.1d": (Op.KEEP, 1), "janitor.keep.3d": (Op.KEEP, 3),
+    "janitor.release": (Op.RELEASE, 0), "janitor.why": (Op.WHY, 0),
+}
+
+
+class Outcome(StrEnum):
+    DONE = "done"
+    NOT_ALLOWED = "not-allowed"  # neither the owner nor an admin
+    STALE = "stale"  # the message is about a mark, or an object, that is no longer there
+    NO_ROOM = "no-room"  # the cap has passed: nothing left to keep it for
+    FAILED = "failed"  # the write or the reply failed (set by the shell)
+    FORGED = "forged"  # a request Slack did not sign, or signed too long ago (set by the receiver)
+    REPLAYED = "replayed"  # a request seen before (set by the receiver)
+
+
+@dataclass(frozen=True, slots=True)
+class ButtonValue:
+    """What a button carries back: the workload (with its UID) and the mark it was sent for."""
+
+    kind: str
+    api_version: str
+    namespace: str | None
+    name: str
+    uid: str
+    marked_at: str  # janitor/marked-at as the message saw it
+
+    def encode(self) -> str:
+        return json.dumps({"k": self.kind, "a": self.api_version, "n": self.namespace, "o": self.name,
+                           "u": self.uid, "m": self.marked_at}, separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, text: str) -> ButtonValue | None:
+        try:
+            raw = json.loads(text)
+            value = cls(str(raw["k"]), str(raw["a"]), raw["n"] if raw["n"] is None else str(raw["n"]), str(raw["o"]),
+                        str(raw["u"]), str(raw["m"]))
+        except (ValueError, KeyError, TypeError):
+            return None
+        return value
+
+    @classmethod
+    def of(cls, ref: ObjectRef, marked_at: datetime.datetime) -> ButtonValue:
+        return cls(ref.kind, ref.api_version, ref.namespace, ref.name, ref.uid, ann.format_expires(marked_at))
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}" if self.namespace else f"{self.kind} {self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Presser:
+    """Who pressed, and what they are to the workload."""
+
+    user: str  # Slack user id
+    owner: bool
+    admin: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What a click changes (a merge patch of annotations, empty for none) and what is said."""
+
+    op: Op
+    outcome: Outcome
+    said: str  # to the presser (refusals) or, for DONE, in place of the buttons
+    annotations: dict[str, str | None] = field(default_factory=dict)
+    until: datetime.datetime | None = None  # KEEP: the keep-until written
+
+
+def judge(op: Op, days: int, value: ButtonValue, view: ObjectView | None, presser: Presser, owner: Owner,
+          policy: Policy | None, now: datetime.datetime) -> Verdict:
+    """The verdict on one click, from the workload as it is now."""
+    if view is None or view.ref.uid != value.uid:
+        return Verdict(op, Outcome.STALE, f"{value} was deleted or re-created since this message; nothing changed.")
+    mark = ann.read_mark(view.annotations)
+    if mark is None or not mark.belongs_to(value.uid) or mark.marked_at is None or \
+            ann.format_expires(mark.marked_at) != value.marked_at:
+        return Verdict(op, Outcome.STALE, f"{value} is no longer marked as this message says (it was unmarked, or "
+                                          "marked again since); nothing changed.")
+    if not (presser.owner or presser.admin):
+        return Verdict(op, Outcome.NOT_ALLOWED, f"Only the owner of {value} ({owner.value or 'unknown'}) or a "
+                                                "cluster admin can do this; nothing changed.")
+    if op is Op.WHY:
+        return Verdict(op, Outcome.DONE, mark.reason or "no reason recorded")
+    if op is Op.RELEASE:
+        return Verdict(op, Outcome.DONE, f"Released by <@{presser.user}>",
+                       {ann.RELEASE: f"{value.marked_at} {ann.format_expires(now)} {presser.user}"})
+    if policy is None:
+        return Verdict(op, Outcome.NO_ROOM, f"{value} was marked by policy {mark.policy}, which is no longer "
+                                            "configured; nothing changed.")
+    cap = mark.marked_at + policy.lifecycle.max_extension
+    until = min(now.replace(microsecond=0) + datetime.timedelta(days=days), cap)
+    if until <= now or (mark.deadline is not None and until <= mark.deadline):
+        return Verdict(op, Outcome.NO_ROOM, f"Policy {policy.name} keeps {value} at most "
+                                            f"{ann.format_duration(policy.lifecycle.max_extension)} after it was "
+                                            f"first marked ({ann.format_expires(cap)}): nothing to add.")
+    capped = " (the policy's cap)" if until == cap else ""
+    return Verdict(op, Outcome.DONE, f"Kept until {ann.format_expires(until)}{capped} by <@{presser.user}>",
+                   {ann.KEEP_UNTIL: ann.format_expires(until)}, until)
