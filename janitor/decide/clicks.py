@@ -102,6 +102,7 @@ class Verdict:
 def judge(op: Op, days: int, value: ButtonValue, view: ObjectView | None, presser: Presser, owner: Owner,
           policy: Policy | None, now: datetime.datetime) -> Verdict:
     """The verdict on one click, from the workload as it is now."""
+    now = now.replace(microsecond=0)  # annotations hold whole seconds
     if view is None or view.ref.uid != value.uid:
         return Verdict(op, Outcome.STALE, f"{value} was deleted or re-created since this message; nothing changed.")
     mark = ann.read_mark(view.annotations)
@@ -121,7 +122,7 @@ def judge(op: Op, days: int, value: ButtonValue, view: ObjectView | None, presse
         return Verdict(op, Outcome.NO_ROOM, f"{value} was marked by policy {mark.policy}, which is no longer "
                                             "configured; nothing changed.")
     cap = mark.marked_at + policy.lifecycle.max_extension
-    until = min(now.replace(microsecond=0) + datetime.timedelta(days=days), cap)
+    until = min(now + datetime.timedelta(days=days), cap)
     if until <= now or (mark.deadline is not None and until <= mark.deadline):
         return Verdict(op, Outcome.NO_ROOM, f"Policy {policy.name} keeps {value} at most "
                                             f"{ann.format_duration(policy.lifecycle.max_extension)} after it was "

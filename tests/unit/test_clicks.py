@@ -75,18 +75,25 @@ def test_a_stranger_an_old_message_or_a_recreated_object_changes_nothing() -> No
 
 
 @given(days=st.sampled_from([1, 3]), cap_hours=st.integers(0, 24 * 10), age_hours=st.integers(0, 24 * 10),
-       deadline_hours=st.integers(-24, 24 * 10), presser=st.sampled_from([OWNER, STRANGER, ADMIN]))
+       deadline_hours=st.integers(-24, 24 * 10), presser=st.sampled_from([OWNER, STRANGER, ADMIN]),
+       micros=st.integers(0, 999_999), op=st.sampled_from([Op.KEEP, Op.RELEASE, Op.WHY]))
 def test_a_keep_never_passes_the_cap_nor_moves_the_deadline_earlier(days: int, cap_hours: int, age_hours: int,
-                                                                   deadline_hours: int, presser: Presser) -> None:
+                                                                   deadline_hours: int, presser: Presser,
+                                                                   micros: int, op: Op) -> None:
     marked_at = NOW - datetime.timedelta(hours=age_hours)
     deadline = NOW + datetime.timedelta(hours=deadline_hours)
     view = job(marked(marked_at, deadline, marked_at))
     pol = policy(max_extension=datetime.timedelta(hours=cap_hours))
-    verdict = judge(Op.KEEP, days, value_of(view, marked_at), view, presser, ALICE, pol, NOW)
+    now = NOW.replace(microsecond=micros)  # a click comes at any instant; annotations hold whole seconds
+    verdict = judge(op, days, value_of(view, marked_at), view, presser, ALICE, pol, now)
     if verdict.outcome is not Outcome.DONE:
         assert verdict.annotations == {}
         return
     assert presser.owner or presser.admin
+    if op is not Op.KEEP:
+        assert verdict.annotations == ({a.RELEASE: f"{t(marked_at)} {t(NOW)} {presser.user}"} if op is Op.RELEASE
+                                       else {})
+        return
     until = a.parse_expires(verdict.annotations[a.KEEP_UNTIL])
     assert until <= marked_at + pol.lifecycle.max_extension and until > deadline and until <= NOW + days * DAY
 
