@@ -23,6 +23,7 @@ from janitor import annotations as ann
 from janitor import errors
 from janitor.act import kube
 from janitor.act.slack import Slack
+from janitor.act.slack_messages import slack_date
 from janitor.decide import clicks
 from janitor.decide.clicks import ButtonValue, Op, Outcome, Presser, Verdict
 from janitor.decide.owners import find_owner
@@ -106,9 +107,13 @@ class Clicks:
         elif verdict.op is Op.WHY:
             self._slack.reply(channel, ts, f"*Why {value}:* {verdict.said}")
         else:
+            said = verdict.said
+            if verdict.until is not None:  # the reader's own time zone: "kept until Thu 18:00 by @alice"
+                capped = " (the policy's cap)" if verdict.capped else ""
+                said = f"Kept until {slack_date(verdict.until)}{capped} by <@{user}>"
             blocks = [dict(b) for b in message.get("blocks") or ()]
             done = {"type": "context", "block_id": block_id,
-                    "elements": [{"type": "mrkdwn", "text": f":white_check_mark: {verdict.said}"}]}
+                    "elements": [{"type": "mrkdwn", "text": f":white_check_mark: {said}"}]}
             blocks = [done if b.get("block_id") == block_id and b.get("type") == "actions" else b for b in blocks]
             self._slack.update(channel, ts, blocks, str(message.get("text") or verdict.said))
 

@@ -97,6 +97,7 @@ class Verdict:
     said: str  # to the presser (refusals) or, for DONE, in place of the buttons
     annotations: dict[str, str | None] = field(default_factory=dict)
     until: datetime.datetime | None = None  # KEEP: the keep-until written
+    capped: bool = False  # KEEP: cut to the policy's cap
 
 
 def judge(op: Op, days: int, value: ButtonValue, view: ObjectView | None, presser: Presser, owner: Owner,
@@ -129,4 +130,4 @@ def judge(op: Op, days: int, value: ButtonValue, view: ObjectView | None, presse
                                             f"first marked ({ann.format_expires(cap)}): nothing to add.")
     capped = " (the policy's cap)" if until == cap else ""
     return Verdict(op, Outcome.DONE, f"Kept until {ann.format_expires(until)}{capped} by <@{presser.user}>",
-                   {ann.KEEP_UNTIL: ann.format_expires(until)}, until)
+                   {ann.KEEP_UNTIL: ann.format_expires(until)}, until, capped=until == cap)
