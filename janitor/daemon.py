@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MISSED, JobExecutionEvent
 from apscheduler.schedulers.blocking import BlockingScheduler
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -285,8 +285,12 @@ def _receivers(ports: Ports, settings: Settings, telemetry: Telemetry, policies:
     clicks = Clicks(ports.api, ports.slack, settings, policies, telemetry, wake)
     started: list[SocketReceiver | HttpReceiver] = []
     if s.app_token:
-        started.append(SocketReceiver(s.app_token, clicks.handle, base_url=s.api_url,
-                                      timeout=s.timeout.total_seconds()))
+        socket = SocketReceiver(s.app_token, clicks.handle, base_url=s.api_url, timeout=s.timeout.total_seconds())
+        # Exported only with an app token, so its alert never fires where buttons are not set up.
+        connected = Gauge("janitor_slack_socket_connected", "1 while the Socket Mode connection for the buttons is "
+                          "up", registry=telemetry.registry)
+        connected.set_function(lambda: 1.0 if socket.connected() else 0.0)
+        started.append(socket)
     if s.http_port:
         if not s.signing_secret_file:
             logger.error("--slack-http-port without --slack-signing-secret-file: no HTTP endpoint (every request "

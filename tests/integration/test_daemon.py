@@ -6,11 +6,14 @@ Aspects covered:
 - /healthz answers 200 and /metrics counts the deletion by outcome, with the held-reason
   series present at zero;
 - SIGTERM stops it cleanly (exit 0);
-- `janitor run --once --dry-run` prints the plan, deletes nothing and exits 0.
+- `janitor run --once --dry-run` prints the plan, deletes nothing and exits 0;
+- with an app token the daemon holds a Socket Mode connection for the buttons (metric
+  `janitor_slack_socket_connected`), and the token never reaches the log.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -20,6 +23,7 @@ import urllib.request
 from kubernetes import client
 
 from devenv.procs import free_port, wait_until
+from devenv.slack_interactive import APP_TOKEN
 from janitor import annotations as a
 
 
@@ -101,3 +105,25 @@ def test_a_wrong_slack_token_shows_at_start(sandbox, namespace: str, tmp_path) -
         log.close()
     assert code == 0
     assert "xoxb-wrong" not in (tmp_path / "janitor.log").read_text()
+
+
+def test_the_daemon_takes_clicks_over_socket_mode(sandbox, slack, namespace: str, tmp_path) -> None:
+    """With an app token the daemon opens Socket Mode at start, says so in a metric, and closes it on SIGTERM."""
+    port = free_port()
+    log = open(tmp_path / "janitor.log", "w")
+    env = {**os.environ, "SLACK_APP_TOKEN": APP_TOKEN}
+    proc = subprocess.Popen(cli(sandbox, namespace, "--interval", "5", "--metrics-port", str(port),
+                                "--slack-token", sandbox.slack_token, "--slack-api-url", sandbox.slack_api_url),
+                            stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        wait_until(lambda: "janitor_slack_socket_connected 1.0" in get(f"http://127.0.0.1:{port}/metrics")[1],
+                   timeout=30, what="the Socket Mode connection")
+        [opened] = slack.requests("apps.connections.open")
+        assert opened.token == APP_TOKEN and opened.error is None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=30)
+        log.close()
+    assert code == 0
+    text = (tmp_path / "janitor.log").read_text()
+    assert "Slack buttons: SocketReceiver" in text and APP_TOKEN not in text

@@ -640,6 +640,7 @@ def _rule(monitoring: list[dict[str, Any]], name: str) -> dict[str, Any]:
      ['sum(increase(janitor_actions_total{action=~"delete|force-delete"}[1h])) > 25'], None),
     ("KubeIdleJanitorTripwireTripped", ["janitor_tripwire_tripped == 1"], None),
     ("KubeIdleJanitorStuckLeftovers", ["janitor_node_leftover_tasks > 0"], "15m"),
+    ("KubeIdleJanitorSlackButtonsDisconnected", ["max(janitor_slack_socket_connected) == 0"], "15m"),
     ("KubeIdleJanitorGPUPodsWithoutTelemetry", ["sum(janitor_gpu_pods_without_telemetry) > 0"], "30m"),
     ("KubeIdleJanitorNodeAgentSilent", ["time() - janitor_node_agent_last_scan_timestamp_seconds > 300"], None),
 ])
