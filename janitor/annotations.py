@@ -75,6 +75,7 @@ OWNER = "janitor/owner"  # owners: who is warned (a Slack user, an e-mail or a c
 # The janitor's mark. Beside any of these, EXPIRES is the janitor's deadline, never a user's.
 POLICY = "janitor/policy"  # the policy that marked the object
 REASON = "janitor/reason"  # why it marked the object, with the numbers (words for people)
+WHY = "janitor/why"  # the same as data, one line of JSON (janitor.why_note): what programs read
 MARKED_AT = "janitor/marked-at"  # when it first marked the object (extensions count from it)
 MARKED_UID = "janitor/marked-uid"  # the UID of the object the mark was written on: a copy elsewhere is not a mark
 NOTICE = "janitor/notice"  # a send in flight, "<kind> <intent id> <UTC time> [<action> <deadline>]", written before it
@@ -91,7 +92,7 @@ NOTEBOOK_STOPPED = "kubeflow-resource-stopped"  # Kubeflow: the Notebook is stop
 FOREVER = "forever"  # TTL value meaning "no TTL" (matched case-insensitively, as kube-janitor)
 
 # Everything the janitor writes for a mark; removing them all is "unmark". keep-until is the owner's.
-MARK_KEYS: tuple[str, ...] = (EXPIRES, POLICY, REASON, MARKED_AT, MARKED_UID, NOTICE, WARNED_AT, WARNED_VIA,
+MARK_KEYS: tuple[str, ...] = (EXPIRES, POLICY, REASON, WHY, MARKED_AT, MARKED_UID, NOTICE, WARNED_AT, WARNED_VIA,
                               WARNED_OF, REMINDED_AT)
 # Written by the janitor only: any of them on an object makes its EXPIRES part of a mark.
 JANITOR_ONLY_KEYS: tuple[str, ...] = tuple(k for k in MARK_KEYS if k != EXPIRES)

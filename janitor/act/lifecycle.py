@@ -230,7 +230,8 @@ class LifecycleRun:
                            change.intent.kind, change.workload, found)
             return None
         if found is not None:
-            record = lifecycle.delivered(change, found, self.policies.get(change.policy))
+            record = lifecycle.delivered(change, found, self.policies.get(change.policy),
+                                         self._expected.get(change.workload.uid))
             if self._write(change, notes=record):
                 self.out.recovered += 1
             return None
@@ -271,4 +272,5 @@ class LifecycleRun:
                 # and its "cancelled" note must not write warning records back onto the workload).
                 if change.step in (Step.MARK, Step.NOTIFY) and change.annotations.get(ann.NOTICE):
                     self._write(change, notes=lifecycle.delivered(change, result.delivery,
-                                                                  self.policies.get(change.policy)))
+                                                                  self.policies.get(change.policy),
+                                                                  self._expected.get(change.workload.uid)))

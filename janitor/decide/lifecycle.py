@@ -7,13 +7,15 @@ is a pure function of what was observed, the findings of every policy, and the t
   never marked or acted on, and loses its mark; a workload under an idle policy is marked or acted
   on only when every usage finding on it says idle (unknown or too young on one holds it);
 * an idle (or stuck) workload without a mark is marked (`janitor/expires` = now + warnBefore,
-  `janitor/policy`, `janitor/reason`, `janitor/marked-at`, `janitor/marked-uid`) and its owner
+  `janitor/policy`, `janitor/reason` and, as data, `janitor/why`, `janitor/marked-at`,
+  `janitor/marked-uid`) and its owner
   warned; a send is recorded as an *intent* (naming the action and deadline it warns of) in the
   same write, and its delivery (`janitor/warned-*`) after; an intent without a delivery means the
   janitor stopped in between, so the next cycle asks Slack before sending again (RECOVER);
 * the deadline in force is the latest of: the mark's deadline, the deadline the delivered warning
   named, delivery + grace (in working time, with working hours) and the owner's keep-until within
-  its cap; an extension never moves it earlier. It is written back into `janitor/expires`;
+  its cap; an extension never moves it earlier. It is written back into `janitor/expires` (and
+  `janitor/why`);
 * only a workload whose warning, naming the policy's current action, reached its owner (admins
   only with adminFallbackCounts), with nothing in flight, is acted on, once the deadline passed;
   a changed action is warned of again first;
@@ -35,6 +37,7 @@ from enum import StrEnum
 
 from janitor import annotations as ann
 from janitor.annotations import Intent, Mark, NoticeKind, WarnedOf
+from janitor.decide import why_notes
 from janitor.decide.model import Action, ActionType, Finding, ObjectRef, ObjectView, State, TriggerKind
 from janitor.decide.notices import Notice, keep_command, resume_command
 from janitor.decide.owners import Owner, OwnerKind
@@ -155,8 +158,10 @@ def effective_deadline(mark: Mark, policy: Policy, notes: Mapping[str, str],
     return deadline, reason
 
 
-def delivered(change: Change, delivery: ann.Delivery, policy: Policy | None) -> dict[str, str | None]:
-    """The annotations recording that `change`'s send (its intent) reached Slack (or the admins)."""
+def delivered(change: Change, delivery: ann.Delivery, policy: Policy | None,
+              notes: Mapping[str, str] | None = None) -> dict[str, str | None]:
+    """The annotations recording that `change`'s send (its intent) reached Slack (or the admins);
+    `notes` are the object's annotations, whose janitor/why is kept in step with the deadline."""
     at = ann.format_deadline(delivery.at)
     patch: dict[str, str | None] = {ann.NOTICE: None}
     intent = change.intent or Intent.parse(str(change.annotations.get(ann.NOTICE) or ""))
@@ -170,6 +175,8 @@ def delivered(change: Change, delivery: ann.Delivery, policy: Policy | None) -> 
             deadline = max(deadline, earliest_after_delivery(delivery.at, policy, change.time_zone))
         patch[ann.WARNED_OF] = str(WarnedOf(intent.warns_of.action, deadline))
         patch[ann.EXPIRES] = ann.format_deadline(deadline)
+        patch |= why_notes.in_step({**(notes or {}), **change.annotations}, deadline=deadline,
+                                   action=intent.warns_of.action, policy=policy)
     return patch
 
 
@@ -319,7 +326,8 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
                                                            policy=unsure.policy, why=unsure.reason), deadline=deadline)
     if mark.deadline is None or ann.format_deadline(mark.deadline) != shown:
         return Change(Step.EXTEND, ref, rv, policy.name, why(Code.EXTEND, deadline=shown, why=extended),
-                      {ann.EXPIRES: shown}, deadline=deadline)
+                      {ann.EXPIRES: shown, **why_notes.in_step(view.annotations, deadline=deadline, policy=policy)},
+                      deadline=deadline)
     if now >= deadline and policy.lifecycle.action is PolicyAction.REPORT:
         return Change(Step.WAIT, ref, rv, policy.name, why(Code.REPORT_ONLY, deadline=shown), deadline=deadline)
     if now >= deadline:
@@ -385,6 +393,7 @@ def _new_marks(candidates: Sequence[tuple[_Case, Finding, Policy]], now: datetim
             ann.EXPIRES: ann.format_deadline(deadline),
             ann.POLICY: policy.name,
             ann.REASON: str(finding.reason)[:REASON_MAX],
+            ann.WHY: why_notes.for_mark(finding, policy, now, deadline),
             ann.MARKED_AT: ann.format_deadline(now),
             ann.MARKED_UID: ref.uid,
         }

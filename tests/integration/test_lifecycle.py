@@ -48,6 +48,7 @@ from devenv.procs import wait_until
 from devenv.slack_standin import SlackStandInControl
 from janitor import annotations as a
 from janitor.decide.lifecycle import LifecycleSettings
+from janitor.why_note import WhyNote
 
 H = 3600
 ALICE = ("alice@lab.example", "U0ALICE1", "alice")
@@ -172,6 +173,9 @@ def test_idle_job_is_marked_warned_reminded_and_deleted_a_busy_one_never(
     janitor.run_cycle()
     notes = notes_of(kube, namespace, "idle-job")
     assert notes[a.POLICY] == "idle-gpu" and "peak 0" in notes[a.REASON]
+    note = WhyNote.parse(notes[a.WHY])  # the same reason as data, with the deadline the warning named
+    assert note is not None and note.words.endswith("peaked at 0 % over the last 2 h") and note.action == "delete"
+    assert note.deadline == a.parse_expires(notes[a.EXPIRES]) and note.facts["window"] == "2h"
     assert a.WARNED_AT in notes and notes[a.WARNED_VIA].startswith("owner D") and a.NOTICE not in notes
     assert "IdleMarked" in events(core, namespace, "idle-job")
     assert not any(k.startswith("janitor/") and k != "janitor/owner" for k in notes_of(kube, namespace, "busy-job"))
@@ -396,7 +400,7 @@ def test_unmark_removes_only_the_janitors_marks_and_keep_writes_keep_until(
     janitor = janitor_for(kube, sandbox, namespace, write_policy(tmp_path / "p.yaml", namespace, warnBefore="1h"),
                           prometheus())
     janitor.run_cycle()
-    assert a.POLICY in notes_of(kube, namespace, "marked")
+    assert a.POLICY in notes_of(kube, namespace, "marked") and a.WHY in notes_of(kube, namespace, "marked")
 
     def cli(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "janitor.cli", *args, "--kubeconfig", str(sandbox.kubeconfig)],
@@ -412,7 +416,8 @@ def test_unmark_removes_only_the_janitors_marks_and_keep_writes_keep_until(
     done = cli("unmark", "--namespaces", namespace, "--state-namespace", namespace, "--policy", "idle-gpu")
     assert done.returncode == 0 and "1 marks removed." in done.stdout, done.stdout + done.stderr
     notes = notes_of(kube, namespace, "marked")
-    assert not any(k in notes for k in (a.POLICY, a.EXPIRES, a.WARNED_AT, a.WARNED_VIA, a.MARKED_AT, a.REASON))
+    assert not any(k in notes for k in (a.POLICY, a.EXPIRES, a.WARNED_AT, a.WARNED_VIA, a.MARKED_AT, a.REASON,
+                                        a.WHY))
     assert a.KEEP_UNTIL in notes  # the owner's
     assert notes_of(kube, namespace, "users-own")[a.EXPIRES] == "2099-01-01T00:00:00Z"
     assert "IdleUnmarked" in events(core, namespace, "marked")

@@ -40,6 +40,7 @@ from janitor.decide.model import Finding, ObjectRef, ObjectView, State, TriggerK
 from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.reasons import Code, why
 from janitor.policy.model import IdleGpu, Lifecycle, Mode, Policy
+from janitor.why_note import WhyNote
 
 M = datetime.timedelta(minutes=1)
 H = datetime.timedelta(hours=1)
@@ -239,7 +240,10 @@ def test_a_new_mark_is_written_with_its_intent_before_the_warning_and_its_delive
     warned_of = f"delete {t(SENT_AT + DAY)}"  # the least notice counts from the delivery
     assert delivery_write.notes == {a.NOTICE: None, a.WARNED_AT: t(SENT_AT),
                                     a.WARNED_VIA: f"owner D0ALICE/{ts(SENT_AT)}",
-                                    a.WARNED_OF: warned_of, a.EXPIRES: t(SENT_AT + DAY)}
+                                    a.WARNED_OF: warned_of, a.EXPIRES: t(SENT_AT + DAY),
+                                    a.WHY: delivery_write.notes[a.WHY]}
+    note = WhyNote.parse(str(delivery_write.notes[a.WHY]))  # the reason as data follows the deadline
+    assert note is not None and note.deadline == SENT_AT + DAY and note.action == "delete"
     assert delivery_write.event is None
     assert out.failed == [] and [r.delivery is not None for r in out.sent] == [True]
 

@@ -17,7 +17,10 @@ Aspects covered:
 - a mark that does not parse, or a warning record without janitor/warned-of, is removed to start again;
 - copies: a mark whose janitor/marked-uid is another object's is dropped silently and never acted
   on, and left alone (no write) while its Deployment still carries its own mark;
-- the delivery record (warned-at, warned-via, warned-of, expires) and a resend under a new intent.
+- the delivery record (warned-at, warned-via, warned-of, expires) and a resend under a new intent;
+- every mark carries its reason as data (janitor/why: policy, trigger, action, code, plain words,
+  the trigger's numbers, marked-at, deadline, keep cap), within 2 KB, kept in step when the deadline
+  moves or another action is warned of, and removed with the mark.
 """
 
 from __future__ import annotations
@@ -64,10 +67,24 @@ from janitor.decide.model import (
     TriggerKind,
 )
 from janitor.decide.owners import Owner, OwnerKind
+from janitor.decide.plain import plain
 from janitor.decide.plan import plan
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import Workload
-from janitor.policy.model import Action, IdleGpu, Lifecycle, Mode, Policy, WorkingHours
+from janitor.decide.why_notes import trigger_facts
+from janitor.policy.model import (
+    Action,
+    CrashLoop,
+    GpuSignal,
+    IdleCpu,
+    IdleGpu,
+    Lifecycle,
+    Mode,
+    Pending,
+    Policy,
+    WorkingHours,
+)
+from janitor.why_note import WhyNote
 
 M = datetime.timedelta(minutes=1)
 H = datetime.timedelta(hours=1)
@@ -299,7 +316,8 @@ def test_delivery_record_sets_the_deadline_in_force() -> None:
     late = Delivery("D0ALICE", f"{(NOW + 3 * H).timestamp():.6f}")
     record = delivered(change, late, policy(warn_before=H))
     assert record == {a.NOTICE: None, a.WARNED_AT: t(NOW + 3 * H), a.WARNED_VIA: str(late),
-                      a.WARNED_OF: f"delete {t(NOW + 4 * H)}", a.EXPIRES: t(NOW + 4 * H)}
+                      a.WARNED_OF: f"delete {t(NOW + 4 * H)}", a.EXPIRES: t(NOW + 4 * H),
+                      a.WHY: why_note(change.annotations).with_changes(deadline=NOW + 4 * H).encode()}
     after = applied(applied(job(), change.annotations), record)
     mark = a.read_mark(after.annotations)
     assert mark is not None and mark.problems == () and mark.warned and mark.intent is None
@@ -568,3 +586,92 @@ def test_a_mark_stays_while_its_workloads_pods_cannot_be_traced_to_it() -> None:
     whole = Observation(NOW, (deployment, rs), pods, observation.namespaces, evidence=_idle_gpus(pods))
     [gone] = [c for c in plan(whole, [], SafetyLedger(), NOW).changes if c.workload.name == "nb"]
     assert gone.step is Step.UNMARK and gone.why.code is Code.NO_LONGER_COVERED
+
+
+# -- the reason as data (janitor/why) ---------------------------------------------------------------------
+
+def why_note(notes: Mapping[str, str | None]) -> WhyNote:
+    note = WhyNote.parse(str(notes.get(a.WHY)))
+    assert note is not None, notes.get(a.WHY)
+    return note
+
+
+def test_a_mark_carries_its_reason_as_data_in_the_same_write() -> None:
+    change = one(job(), pol=policy(warn_before=DAY, max_extension=3 * DAY))
+    assert set(change.annotations) == {a.EXPIRES, a.POLICY, a.REASON, a.WHY, a.MARKED_AT, a.MARKED_UID, a.NOTICE}
+    assert why_note(change.annotations) == WhyNote(
+        policy="idle-gpu", trigger="idleGpu", action="delete", code="gpu-idle", words=plain(REASONS[State.FIRES]),
+        facts={"window": "2h", "threshold": 5.0, "signal": "DCGM_FI_DEV_GPU_UTIL", "gpus": 1},
+        marked_at=NOW, deadline=NOW + DAY, keep_cap=NOW + 3 * DAY, max_extension="3d")
+    mark = a.read_mark({k: v for k, v in change.annotations.items() if v is not None})
+    assert mark is not None and mark.problems == ()
+
+
+def test_a_policy_without_extensions_writes_no_cap() -> None:
+    note = why_note(one(job(), pol=policy(max_extension=0 * H)).annotations)
+    assert note.keep_cap is None and note.max_extension == "0s"
+
+
+def test_the_reason_as_data_stays_small_however_long_the_words() -> None:
+    view = job()
+    long = why(Code.FREE_TEXT, text="x" * 20_000)
+    found = Finding(TriggerKind.IDLE_GPU, "idle-gpu", Mode.ENFORCE, view.ref, State.FIRES, long, gpus=1, owner=ALICE)
+    [change] = cycle([view], [found], [policy()])
+    assert len(str(change.annotations[a.WHY]).encode()) <= 2048 and why_note(change.annotations).code == "text"
+
+
+@pytest.mark.parametrize(("trigger", "facts"), [
+    pytest.param(IdleGpu(signal=GpuSignal.GR_ENGINE_ACTIVE, threshold=0.1, window=4 * H),
+                 {"window": "4h", "threshold": 0.1, "signal": "DCGM_FI_PROF_GR_ENGINE_ACTIVE"}, id="idleGpu"),
+    pytest.param(IdleCpu(cores=0.5, window=3 * H), {"window": "3h", "cores": 0.5}, id="idleCpu-cores"),
+    pytest.param(IdleCpu(fraction_of_request=0.1), {"window": "2h", "fractionOfRequest": 0.1}, id="idleCpu-fraction"),
+    pytest.param(Pending(after=6 * H), {"after": "6h"}, id="pending"),
+    pytest.param(CrashLoop(restarts=3, window=30 * M), {"restarts": 3, "window": "30m"}, id="crashLoop"),
+])
+def test_the_facts_are_the_triggers_own_numbers(trigger: IdleGpu | IdleCpu | Pending | CrashLoop,
+                                                 facts: dict[str, object]) -> None:
+    kind = {IdleGpu: TriggerKind.IDLE_GPU, IdleCpu: TriggerKind.IDLE_CPU, Pending: TriggerKind.PENDING,
+            CrashLoop: TriggerKind.CRASH_LOOP}[type(trigger)]
+    pol = Policy("p", (trigger,), mode=Mode.ENFORCE)
+    assert trigger_facts(kind, pol, gpus=0) == facts
+    assert trigger_facts(kind, pol, gpus=2) == {**facts, "gpus": 2}
+
+
+def test_the_reason_as_data_follows_the_deadline_when_it_moves() -> None:
+    pol = policy(warn_before=DAY, max_extension=7 * DAY, remind_every=0 * H)
+    first = one(job(), pol=pol)
+    note = why_note(first.annotations)
+    # Warned only 2 h later: the deadline in force is delivery + grace, and the note says so.
+    notes = marked(NOW, NOW + DAY, NOW + 2 * H) | {a.WHY: str(first.annotations[a.WHY])}
+    change = one(job(notes), pol=pol, now=NOW + 2 * H)
+    assert change.step is Step.EXTEND and change.annotations[a.EXPIRES] == t(NOW + 2 * H + DAY)
+    assert why_note(change.annotations) == note.with_changes(deadline=NOW + 2 * H + DAY)
+    # Kept until later (within the cap): the same.
+    kept = notes | {a.EXPIRES: t(NOW + 2 * H + DAY), a.KEEP_UNTIL: t(NOW + 3 * DAY)}
+    change = one(job(kept), pol=pol, now=NOW + 3 * H)
+    assert change.step is Step.EXTEND and why_note(change.annotations).deadline == NOW + 3 * DAY
+    # A mark written before the key existed gets none: it is never invented from the words.
+    assert a.WHY not in one(job(marked(NOW, NOW + DAY, NOW + 2 * H)), pol=pol, now=NOW + 2 * H).annotations
+
+
+def test_the_delivery_record_keeps_the_reason_as_data_in_step() -> None:
+    pol = policy(warn_before=H)
+    change = one(job(), pol=pol)
+    late = Delivery("D0ALICE", f"{(NOW + 3 * H).timestamp():.6f}")
+    record = delivered(change, late, pol)
+    assert why_note(record) == why_note(change.annotations).with_changes(deadline=NOW + 4 * H)
+    # A warning of another action, sent after the mark: the note (on the object) names the new action.
+    notes = marked(ago(hours=30), ago(hours=6), ago(hours=30), uid="uid-nb") | {
+        a.WHY: str(change.annotations[a.WHY])}
+    pol = policy(action=Action.SCALE_TO_ZERO, warn_before=DAY)
+    again = one(job(notes, kind="Deployment", name="nb"), pol=pol)
+    assert again.step is Step.NOTIFY and a.WHY not in again.annotations
+    record = delivered(again, Delivery("D0ALICE", f"{NOW.timestamp():.6f}"), pol, notes)
+    assert why_note(record).action == "scale-to-zero" and why_note(record).deadline == NOW + DAY
+    assert a.WHY not in delivered(again, Delivery("D0ALICE", f"{NOW.timestamp():.6f}"), pol)  # none on the object
+
+
+def test_unmark_removes_the_reason_as_data() -> None:
+    notes = marked(ago(hours=2), NOW + H, ago(hours=2)) | {a.WHY: why_note(one(job()).annotations).encode()}
+    change = one(job(notes), State.CLEAR)
+    assert change.step is Step.UNMARK and change.annotations[a.WHY] is None

@@ -1,0 +1,83 @@
+"""The `janitor/why` note a mark carries (janitor.why_note), made from what the lifecycle decided.
+
+The note is written in the same patch as the mark, from the finding that made it and the policy
+that governs it, and kept in step by every later write that moves the deadline or warns of another
+action; so a tool reading it and `janitor/expires` never sees two deadlines. A mark written before
+the key existed gets none later: the words of `janitor/reason` are never parsed back into data.
+Pure: the times come from the caller.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+
+from janitor import annotations as ann
+from janitor.decide.model import Finding, TriggerKind
+from janitor.decide.plain import plain
+from janitor.decide.selection import POLICY_TRIGGERS
+from janitor.policy.model import CrashLoop, IdleCpu, IdleGpu, Pending, Policy
+from janitor.why_note import Scalar, WhyNote
+
+
+def _duration(delta: datetime.timedelta) -> str:
+    try:
+        return ann.format_duration(delta)
+    except ValueError:  # sub-second: not from a policy file, which only has whole units
+        return f"{delta.total_seconds():g}s"
+
+
+def trigger_facts(trigger: TriggerKind, policy: Policy, *, gpus: int) -> dict[str, Scalar]:
+    """The numbers the policy judged by (window, threshold, ...), as the policy file names them,
+    and the GPUs the workload holds: what a researcher needs to tell whether the verdict is fair."""
+    kind = POLICY_TRIGGERS.get(trigger)
+    found = policy.trigger(kind) if kind is not None else None
+    facts: dict[str, Scalar] = {}
+    if isinstance(found, IdleGpu):
+        facts = {"window": _duration(found.window), "threshold": found.threshold, "signal": str(found.signal)}
+    elif isinstance(found, IdleCpu):
+        facts = {"window": _duration(found.window)}
+        if found.cores is not None:
+            facts["cores"] = found.cores
+        if found.fraction_of_request is not None:
+            facts["fractionOfRequest"] = found.fraction_of_request
+    elif isinstance(found, Pending):
+        facts = {"after": _duration(found.after)}
+    elif isinstance(found, CrashLoop):
+        facts = {"restarts": found.restarts, "window": _duration(found.window)}
+    if gpus:
+        facts["gpus"] = gpus
+    return facts
+
+
+def keep_cap(marked_at: datetime.datetime, policy: Policy) -> datetime.datetime | None:
+    """The latest keep-until the policy honours; None when it honours none (maxExtension 0s)."""
+    extension = policy.lifecycle.max_extension
+    return marked_at + extension if extension else None
+
+
+def for_mark(finding: Finding, policy: Policy, now: datetime.datetime, deadline: datetime.datetime) -> str:
+    """The note of a new mark made `now` on `finding`, with the deadline it gets."""
+    return WhyNote(
+        policy=policy.name, trigger=str(finding.trigger), action=str(policy.lifecycle.action),
+        code=str(finding.reason.code), words=plain(finding.reason),
+        facts=trigger_facts(finding.trigger, policy, gpus=finding.gpus), marked_at=now, deadline=deadline,
+        keep_cap=keep_cap(now, policy), max_extension=_duration(policy.lifecycle.max_extension),
+    ).encode()
+
+
+def in_step(notes: Mapping[str, str | None], *, deadline: datetime.datetime, action: str | None = None,
+            policy: Policy | None = None) -> dict[str, str]:
+    """`{janitor/why: the note}` with the deadline (and action) in force now and the policy's cap as
+    it reads now, for the patch that writes them; empty when the object carries no readable note."""
+    text = notes.get(ann.WHY)
+    note = WhyNote.parse(text) if text else None
+    if note is None:
+        return {}
+    if policy is not None:
+        note = note.with_changes(keep_cap=keep_cap(note.marked_at, policy),
+                                 max_extension=_duration(policy.lifecycle.max_extension))
+    return {ann.WHY: note.with_changes(deadline=deadline, action=action).encode()}
+
+
+__all__ = ["for_mark", "in_step", "keep_cap", "trigger_facts"]
