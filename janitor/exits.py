@@ -55,8 +55,10 @@ def _transport(message: str) -> str:
     return f"{where.group(1)}:{where.group(2)}: {said}" if where else said
 
 
-def failure(error: BaseException) -> tuple[Exit, str] | None:
-    """(exit code, one line) for a failure a user can meet and fix; None for a bug."""
+def failure(error: BaseException, *, forbidden_hint: str = FORBIDDEN_HINT) -> tuple[Exit, str] | None:
+    """(exit code, one line) for a failure a user can meet and fix; None for a bug. `forbidden_hint`
+    says what to do about a 403 (the `janitor` command's reads need the cluster, `kubectl janitor`'s
+    only the namespace)."""
     if isinstance(error, KeyboardInterrupt):
         return Exit.INTERRUPTED, "interrupted"
     if isinstance(error, errors.ConfigError):
@@ -71,7 +73,7 @@ def failure(error: BaseException) -> tuple[Exit, str] | None:
     if isinstance(error, errors.Forbidden) and "denied request" in error.server_message:
         return Exit.DENIED, str(error)  # an admission policy said no, and says why and whom to ask
     if isinstance(error, errors.Forbidden):
-        return Exit.DENIED, f"{error} -- {FORBIDDEN_HINT}"
+        return Exit.DENIED, f"{error} -- {forbidden_hint}"
     if isinstance(error, errors.KubeError) and error.temporary:
         said = f"{error.doing}: {_transport(error.server_message)}" if error.status is None else str(error)
         return Exit.UNREACHABLE, f"{said} -- the apiserver did not answer; check the network (VPN?) and the " \

@@ -83,6 +83,38 @@ def connect(kubeconfig: str | None, timeout: Timeout = DEFAULT_TIMEOUT, *, conte
     return client
 
 
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def context_namespace(kubeconfig: str | None, *, context: str | None = None,
+                      environ: Mapping[str, str] | None = None) -> str:
+    """The namespace kubectl works in without `-n`: the kubeconfig context's (`context`, else the
+    current one, picked as `connect` picks it), in a pod its ServiceAccount's, else `default`.
+    Call it after `connect`, which has already said what is wrong with a kubeconfig it cannot use."""
+    env = os.environ if environ is None else environ
+    try:
+        origin = _kubeconfig_origin(kubeconfig, env)
+    except errors.ConfigError:
+        return "default"
+    if origin is None:
+        try:
+            with open(SERVICE_ACCOUNT_NAMESPACE) as f:
+                return f.read().strip() or "default"
+        except OSError:
+            return "default"
+    files = origin[0]
+    try:
+        contexts, current = k8s_config.list_kube_config_contexts(config_file=files)  # type: ignore[no-untyped-call]
+        name = context or _first_current_context(files) or (current or {}).get("name")
+    except (k8s_config.ConfigException, yaml.YAMLError, OSError, KeyError, TypeError, ValueError, AttributeError):
+        return "default"
+    for entry in contexts or ():
+        if isinstance(entry, dict) and entry.get("name") == name:
+            namespace = (entry.get("context") or {}).get("namespace")
+            return namespace if isinstance(namespace, str) and namespace else "default"
+    return "default"
+
+
 NO_KUBECONFIG = ("no --kubeconfig, $KUBECONFIG is unset, ~/.kube/config does not exist and this is not a pod; "
                  "give --kubeconfig PATH or set $KUBECONFIG")
 

@@ -26,6 +26,18 @@ def table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
     )
 
 
+def terminal_width(output: str) -> int | None:
+    """The terminal's width ($COLUMNS first) to `fit` a table to; None (whole lines) for -o wide, and
+    when the output goes to a pipe or a file, where a script reads it."""
+    import shutil
+    import sys
+
+    if output == "wide" or not sys.stdout.isatty():
+        return None
+    columns = shutil.get_terminal_size(fallback=(0, 0)).columns
+    return None if columns <= 0 else max(columns, 40)
+
+
 def fit(text: str, width: int | None) -> str:
     """Every line at most `width` characters, cut with an ellipsis; None keeps them whole (-o wide)."""
     if width is None:
