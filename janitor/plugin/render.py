@@ -113,16 +113,15 @@ def nothing(namespace: str | None) -> str:
 
 
 def _standing_words(e: Entry, now: datetime.datetime) -> str:
-    acted = ACTED.get(e.action or "", e.action or "acted on")
     if e.standing is Standing.MARKED:
         return ("marked; its owner has not been warned yet (Slack), and nothing happens before the warning "
                 "arrived and its notice has run")
     if e.action == "report" and e.standing in (Standing.WARNED, Standing.DUE):
         return "warned; nothing happens at the deadline: the policy only reports"
     if e.standing is Standing.WARNED:
-        return f"warned; {acted} at the deadline if it is still idle then; used again, the mark goes by itself"
+        return "its owner was warned; acted on at the deadline if it is still idle then (used again, the mark goes)"
     if e.standing is Standing.DUE:
-        return f"past the deadline: {acted} at the janitor's next cycle if it is still idle (it checks right before)"
+        return "past the deadline: acted on at the janitor's next cycle if it is still idle (it checks right before)"
     if e.standing is Standing.BROKEN:
         return (f"a broken mark ({'; '.join(e.problems)}): the janitor removes it at its next cycle, and marks "
                 "again with a new warning if it is still idle")
