@@ -93,7 +93,7 @@ FOREVER = "forever"  # TTL value meaning "no TTL" (matched case-insensitively, a
 
 # Everything the janitor writes for a mark; removing them all is "unmark". keep-until is the owner's.
 MARK_KEYS: tuple[str, ...] = (EXPIRES, POLICY, REASON, WHY, MARKED_AT, MARKED_UID, NOTICE, WARNED_AT, WARNED_VIA,
-                              WARNED_OF, REMINDED_AT)
+                              WARNED_OF, REMINDED_AT, RELEASE)
 # Written by the janitor only: any of them on an object makes its EXPIRES part of a mark.
 JANITOR_ONLY_KEYS: tuple[str, ...] = tuple(k for k in MARK_KEYS if k != EXPIRES)
 

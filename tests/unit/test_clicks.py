@@ -111,7 +111,8 @@ def test_release_acts_at_once_on_the_warned_mark_only() -> None:
                a.RELEASE: f"{t(MARKED - DAY)} {t(NOW)} U0ALICE1"})
     assert one(old, pol=policy(action=PolicyAction.SUSPEND)).step is not Step.ACT  # another mark's release
     assert one(released, pol=policy(action=PolicyAction.REPORT)).step is not Step.ACT
-    assert one(released, State.CLEAR, pol=policy(action=PolicyAction.SUSPEND)).step is Step.UNMARK  # busy wins
+    busy = one(released, State.CLEAR, pol=policy(action=PolicyAction.SUSPEND))
+    assert busy.step is Step.UNMARK and busy.annotations[a.RELEASE] is None  # busy wins; the release goes too
     unwarned = job({**marked(MARKED, NOW + 20 * HOUR), a.RELEASE: f"{t(MARKED)} {t(NOW)} U0ALICE1"})
     assert one(unwarned, pol=policy(action=PolicyAction.SUSPEND)).step is not Step.ACT  # no warning reached them
 
