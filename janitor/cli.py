@@ -197,7 +197,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
         print(documents.dump(documents.plan_document(planned.plan, dry_run=dry_run, objects_read=read), args.output))
         return Exit.OK
-    width = _width(args.output)
+    width = report.terminal_width(args.output)
     if args.output == "wide":
         print(report.plan_table(planned.plan, dry_run=dry_run))
     else:
@@ -211,17 +211,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         print()
         print(report.fit(report.lifecycle_table(planned.plan.changes), width))
     return Exit.OK
-
-
-def _width(output: str) -> int | None:
-    """The terminal's width ($COLUMNS first); None (whole lines) for -o wide, and when the output
-    goes to a pipe or a file, where a script reads it."""
-    import shutil
-
-    if output == "wide" or not sys.stdout.isatty():
-        return None
-    columns = shutil.get_terminal_size(fallback=(0, 0)).columns
-    return None if columns <= 0 else max(columns, 40)
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
@@ -242,7 +231,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         ref, found, changes = report.subject(planned.plan, kind, namespace, name)
         print(documents.dump(documents.explain_document(planned.plan, ref, found, changes), args.output))
         return Exit.OK
-    print(report.fit(report.explain(planned.plan, kind, namespace, name, args.object), _width(args.output)))
+    explained = report.explain(planned.plan, kind, namespace, name, args.object)
+    print(report.fit(explained, report.terminal_width(args.output)))
     return Exit.OK
 
 
