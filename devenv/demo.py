@@ -8,8 +8,9 @@ Then the janitor at work. Its TTL/expiry cleanup on objects users annotated: an 
 whose `janitor/expires` has passed, scratch results with a short `janitor/ttl`, and a typo it
 reports instead of acting on. And the idle lifecycle, on a minutes scale instead of hours (the
 policy file is printed): the idle notebook is marked, its owner alice gets a Slack DM (on the
-sandbox's stand-in, printed here), and a minute after that it is scaled to zero; the busy
-training Job is never touched. The demo prints the plan, runs a cycle, and keeps running cycles.
+sandbox's stand-in, printed here) with buttons, presses "Why?" (over Socket Mode, as in a real
+workspace) and reads the answer in the thread, and a minute after that it is scaled to zero; the
+busy training Job is never touched. The demo prints the plan, runs a cycle, and keeps running cycles.
 """
 
 from __future__ import annotations
@@ -25,12 +26,16 @@ from kubernetes import client
 
 from devenv.procs import wait_until
 from devenv.sandbox import SLACK_TOKEN, Sandbox
+from devenv.slack_interactive import APP_TOKEN
 from janitor import annotations, report
 from janitor import cycle as cycles
 from janitor.act.slack import Slack
+from janitor.act.slack_inbound import SocketReceiver
+from janitor.clicks import Clicks
 from janitor.decide.lifecycle import LifecycleSettings, Step
 from janitor.decide.model import TriggerKind
 from janitor.settings import ClusterSettings, PrometheusSettings, Settings, SlackSettings
+from janitor.telemetry import Telemetry
 
 NAMESPACE = "demo"
 
@@ -139,6 +144,8 @@ class DemoJanitor:
     ports: cycles.Ports
     settings: Settings
     memory: cycles.Memory = field(default_factory=cycles.Memory)
+    receiver: SocketReceiver | None = None  # the buttons' way in
+    pressed: set[str] = field(default_factory=set)  # messages alice has pressed "Why?" on
 
 
 def janitor_demo(sandbox: Sandbox) -> DemoJanitor:
@@ -152,10 +159,15 @@ def janitor_demo(sandbox: Sandbox) -> DemoJanitor:
     settings = Settings(
         cluster=ClusterSettings(namespaces=(NAMESPACE,), state_namespace=NAMESPACE),
         prometheus=PrometheusSettings(url=sandbox.prometheus.url, scrape_interval=datetime.timedelta(seconds=2)),
-        slack=SlackSettings(token=SLACK_TOKEN, api_url=sandbox.slack.base_url),
+        slack=SlackSettings(token=SLACK_TOKEN, api_url=sandbox.slack.base_url, app_token=APP_TOKEN),
         lifecycle=LifecycleSettings(pace=datetime.timedelta(0)), policy_paths=(str(policy),))
     janitor = DemoJanitor(cycles.Ports(sandbox.admin, Slack.connect(SLACK_TOKEN, base_url=sandbox.slack.base_url)),
                           settings)
+    assert janitor.ports.slack is not None
+    clicks = Clicks(sandbox.admin, janitor.ports.slack, settings, lambda: janitor.memory.policies or (), Telemetry(),
+                    wake=lambda: None)
+    janitor.receiver = SocketReceiver(APP_TOKEN, clicks.handle, base_url=sandbox.slack.base_url)
+    janitor.receiver.start()
     planned = cycles.plan_once(janitor.ports, settings)
     print(f"$ janitor plan --namespaces {NAMESPACE} --policies {policy}   "
           f"({len(planned.observation.objects)} objects read)")
@@ -185,9 +197,36 @@ def cycle(janitor: DemoJanitor, sandbox: Sandbox | None = None) -> None:
             if posted.error is None:
                 text = str(posted.params.get("text", ""))
                 print(f"{stamp} slack -> {posted.params.get('channel')}: {text[:300]}", flush=True)
+                _press_why(janitor, sandbox, posted.params, stamp)
     if not result.results and not changes:
         waiting = [f for f in result.plan.findings
                    if f.trigger is TriggerKind.EXPIRY and f.deadline and f.deadline > result.plan.now]
         nxt = min(waiting, key=lambda f: f.deadline or result.plan.now, default=None)
         hint = f"; next: {nxt.subject} at {nxt.deadline:%H:%M:%S}" if nxt and nxt.deadline else ""
         print(f"{stamp} janitor: nothing due{hint}", flush=True)
+
+
+def _press_why(janitor: DemoJanitor, sandbox: Sandbox, params: dict, stamp: str) -> None:
+    """Show a message's buttons; the first time a warning has them, alice presses "Why?"."""
+    assert sandbox.slack is not None
+    blocks = params.get("blocks") or []
+    blocks = json.loads(blocks) if isinstance(blocks, str) else blocks
+    buttons = [e["text"]["text"] for b in blocks if b.get("type") == "actions" for e in b.get("elements", [])]
+    if not buttons:
+        return
+    print(f"{stamp} slack    buttons: {' | '.join(dict.fromkeys(buttons))}", flush=True)
+    channel = str(params.get("channel") or "")  # the DM's id, as conversations.open gave it
+    message = next((m for m in reversed(sandbox.slack.messages(channel)) if m.blocks == blocks), None)
+    if message is None or message.ts in janitor.pressed or janitor.receiver is None:
+        return
+    janitor.pressed.add(message.ts)
+    try:
+        wait_until(janitor.receiver.connected, timeout=10, what="the Socket Mode connection")
+        sandbox.slack.click("U0ALICE", channel, message.ts, "janitor.why")
+        wait_until(lambda: any(m.thread_ts == message.ts for m in sandbox.slack.messages(channel)), timeout=10,
+                   what="the answer in the thread")
+    except TimeoutError as err:
+        print(f"{stamp} slack    (the click was not answered: {err})", flush=True)
+        return
+    answer = next(m for m in sandbox.slack.messages(channel) if m.thread_ts == message.ts)
+    print(f"{stamp} alice presses Why? -> in the thread: {answer.text[:300]}", flush=True)

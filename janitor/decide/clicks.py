@@ -21,6 +21,7 @@ from janitor import annotations as ann
 from janitor.decide.model import ObjectRef, ObjectView
 from janitor.decide.owners import Owner
 from janitor.policy.model import Policy
+from janitor.why_note import WhyNote
 
 
 class Op(StrEnum):
@@ -115,7 +116,12 @@ def judge(op: Op, days: int, value: ButtonValue, view: ObjectView | None, presse
         return Verdict(op, Outcome.NOT_ALLOWED, f"Only the owner of {value} ({owner.value or 'unknown'}) or a "
                                                 "cluster admin can do this; nothing changed.")
     if op is Op.WHY:
-        return Verdict(op, Outcome.DONE, mark.reason or "no reason recorded")
+        note = WhyNote.parse(view.annotations.get(ann.WHY, ""))
+        rule = ", ".join(f"{k} {v}" for k, v in note.facts.items()) if note is not None else ""
+        said = (f"{note.words}\nPolicy {note.policy} ({note.trigger}: {rule}), marked at "
+                f"{ann.format_expires(note.marked_at)}.\nThe numbers: {mark.reason}") if note is not None else \
+            mark.reason or "no reason recorded"
+        return Verdict(op, Outcome.DONE, said)
     if op is Op.RELEASE:
         return Verdict(op, Outcome.DONE, f"Released by <@{presser.user}>",
                        {ann.RELEASE: f"{value.marked_at} {ann.format_expires(now)} {presser.user}"})

@@ -155,3 +155,16 @@ def test_every_warning_in_a_digest_has_its_buttons_within_the_limits() -> None:
     for m in messages:  # a notice's buttons follow its own section, in the same part
         kinds = [b["type"] for b in m.blocks]
         assert all(kinds[i - 1] == "section" for i, k in enumerate(kinds) if k == "actions")
+
+
+def test_why_answers_in_plain_words_then_the_numbers() -> None:
+    from janitor.why_note import WhyNote
+
+    note = WhyNote("idle-gpu", "idleGpu", "suspend", "all-idle", "GPU 0 peaked at 0 % over the last 4 h",
+                   {"window": "4h", "threshold": 5.0}, MARKED, NOW + 20 * HOUR)
+    view = warned_job(**{a.WHY: note.encode()})
+    said = judge(Op.WHY, 0, value_of(view), view, OWNER, ALICE, policy(), NOW).said
+    assert said.startswith("GPU 0 peaked at 0 % over the last 4 h\nPolicy idle-gpu (idleGpu: window 4h, threshold 5")
+    assert said.endswith("The numbers: idle")  # the mark's janitor/reason
+    old = warned_job()  # a mark from before janitor/why: its reason as it is
+    assert judge(Op.WHY, 0, value_of(old), old, OWNER, ALICE, policy(), NOW).said == "idle"
