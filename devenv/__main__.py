@@ -83,6 +83,21 @@ def _detach(run_dir: Path, demo: bool, options: list[str]) -> int:
     return 0
 
 
+def _running(run_dir: Path) -> int | None:
+    """The pid of the sandbox running in `run_dir`, if one is: two would share its etcd data."""
+    env_file = run_dir / "sandbox.env"
+    if not env_file.exists():
+        return None
+    try:
+        pid = int(read_env_file(env_file)["SANDBOX_PID"])
+        os.kill(pid, 0)
+    except (KeyError, ValueError, ProcessLookupError):
+        return None
+    except PermissionError:
+        pass  # alive, another user's
+    return pid
+
+
 def _down(run_dir: Path) -> int:
     env_file = run_dir / "sandbox.env"
     if not env_file.exists():
@@ -171,6 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command in ("up", "demo"):
+        running = _running(args.run_dir)
+        if running is not None:
+            print(f"A sandbox is already running in {args.run_dir} (pid {running}); stop it first with: "
+                  f"python -m devenv --run-dir {args.run_dir} down, or use another --run-dir", file=sys.stderr)
+            return 1
         if args.detach:
             options = [*(["--scale"] if args.scale else []),
                        *(["--scrape-interval", args.scrape_interval] if args.scrape_interval else [])]
