@@ -13,10 +13,10 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from janitor import __version__, node_report
+from janitor import __version__, exits, node_report
 from janitor import annotations as ann
 from janitor.exits import HELP as EXIT_HELP
-from janitor.exits import Exit, failure
+from janitor.exits import Exit
 from janitor.settings import DEFAULT_KINDS, Settings, from_args, parse_kind
 from janitor.settings import DEFAULTS as D
 
@@ -780,20 +780,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         # What these commands could log (a kind skipped for RBAC) is in their output; only errors here.
         logging.basicConfig(level=logging.ERROR, format="janitor: %(message)s")
-    try:
-        return int(args.func(args))
-    except BrokenPipeError:  # `janitor plan | head`: the reader has what it wanted
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return Exit.OK
-    except BaseException as error:  # noqa: BLE001 - expected failures become one line; bugs are re-raised
-        known = failure(error)
-        if known is None:
-            raise
-        code, line = known
-        if sys.stderr.isatty():
-            print("\r".ljust(60), end="\r", file=sys.stderr)  # a progress line may be showing
-        print(f"janitor {args.command}: {line}", file=sys.stderr)
-        return code
+    return exits.run(f"janitor {args.command}", lambda: int(args.func(args)))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -12,7 +12,10 @@ The codes are documented in `janitor --help`, so scripts can tell "found problem
 
 from __future__ import annotations
 
+import os
 import re
+import sys
+from collections.abc import Callable
 from enum import IntEnum
 
 import urllib3
@@ -83,3 +86,26 @@ def failure(error: BaseException, *, forbidden_hint: str = FORBIDDEN_HINT) -> tu
     if isinstance(error, OSError) and error.filename:
         return Exit.CONFIG, f"{error.filename}: {error.strerror or error}"
     return None
+
+
+def run(prog: str, command: Callable[[], int], *, forbidden_hint: str = FORBIDDEN_HINT,
+        usage: tuple[type[Exception], ...] = ()) -> int:
+    """Run one command of `prog` ("janitor plan"): its exit code, or the one line and the code of an
+    expected failure; a bug keeps its traceback."""
+    try:
+        return int(command())
+    except BrokenPipeError:  # `janitor plan | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return Exit.OK
+    except usage as error:
+        print(f"{prog}: {error}", file=sys.stderr)
+        return Exit.USAGE
+    except BaseException as error:  # noqa: BLE001 - expected failures become one line; bugs are re-raised
+        known = failure(error, forbidden_hint=forbidden_hint)
+        if known is None:
+            raise
+        code, line = known
+        if sys.stderr.isatty():
+            print("\r".ljust(60), end="\r", file=sys.stderr)  # a progress line may be showing
+        print(f"{prog}: {line}", file=sys.stderr)
+        return code

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
 import sys
 from collections.abc import Sequence
 
 from janitor import annotations as ann
-from janitor import errors, kubeapi, report
+from janitor import errors, exits, kubeapi, report
 from janitor.act import kube
 from janitor.decide.model import ObjectView, ResourceKind
-from janitor.exits import Exit, failure
+from janitor.exits import Exit
 from janitor.observe import cluster
 from janitor.plugin import entries, render
 from janitor.plugin.entries import KINDS, Entry, Event, Kind, UsageError
@@ -248,21 +247,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return Exit.USAGE
-    try:
-        return int(args.func(args))
-    except BrokenPipeError:  # `kubectl janitor status | head`: the reader has what it wanted
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return Exit.OK
-    except UsageError as e:
-        print(f"kubectl janitor {args.command}: {e}", file=sys.stderr)
-        return Exit.USAGE
-    except BaseException as error:  # noqa: BLE001 - expected failures become one line; bugs are re-raised
-        known = failure(error, forbidden_hint=FORBIDDEN_HINT)
-        if known is None:
-            raise
-        code, line = known
-        print(f"kubectl janitor {args.command}: {line}", file=sys.stderr)
-        return code
+    return exits.run(f"kubectl janitor {args.command}", lambda: int(args.func(args)), forbidden_hint=FORBIDDEN_HINT,
+                     usage=(UsageError,))
 
 
 if __name__ == "__main__":  # pragma: no cover
