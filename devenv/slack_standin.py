@@ -153,6 +153,7 @@ class SlackStandIn:
             "apps.connections.open": lambda params: {"url": self._socket.url()},
             "chat.postEphemeral": self._chat_post_ephemeral,
             "users.info": self._users_info,
+            "conversations.members": self._conversations_members,
         }
         self._socket = interactive.SocketModeServer(HOST)
         self._signed: dict[str, interactive.SignedRequest] = {}  # the last request per URL, to replay
@@ -206,6 +207,7 @@ class SlackStandIn:
             self._dms: dict[str, tuple[str, ...]] = {}
             self._users: dict[str, SlackUser] = {u.email.lower(): u for u in self._initial_users}
             self._channels: dict[str, str] = dict(self._initial_channels)
+            self._members: dict[str, list[str]] = {}  # channel id -> its members' user ids
             self._ephemeral: list[PostedMessage] = []  # `user` is who sees it
 
     def requests(self, method: str | None = None) -> list[RecordedRequest]:
@@ -244,10 +246,26 @@ class SlackStandIn:
         with self._lock:
             self._users[email.lower()] = SlackUser(email, user_id, name)
 
-    def add_channel(self, channel_id: str, name: str) -> None:
+    def add_channel(self, channel_id: str, name: str, members: Iterable[str] = ()) -> None:
         """A public channel the bot may post to, by id or by `#name` as Slack accepts both."""
         with self._lock:
             self._channels[channel_id] = name.lstrip("#")
+            self._members[channel_id] = list(members)
+
+    def _conversations_members(self, params: dict[str, Any]) -> dict[str, Any]:
+        """A channel's members, `limit` a page (cursor: base64 of the offset)."""
+        channel = str(params.get("channel") or "")
+        if channel not in self._channels:
+            raise SlackError("channel_not_found")
+        try:
+            limit = min(max(int(params.get("limit") or 100), 1), 1000)
+            start = int(base64.b64decode(str(params.get("cursor") or "")).decode() or 0)
+        except ValueError:
+            raise SlackError("invalid_cursor") from None
+        members = self._members.get(channel, [])
+        rest = members[start + limit:]
+        cursor = base64.b64encode(str(start + limit).encode()).decode() if rest else ""
+        return {"members": members[start:start + limit], "response_metadata": {"next_cursor": cursor}}
 
     # ----- Web API -----------------------------------------------------------------------
     def handle_api(self, method: str, params: dict[str, Any], token: str | None,
@@ -550,7 +568,7 @@ class SlackStandIn:
             elif verb == "POST" and action == "users":
                 self.add_user(body["email"], body["id"], body["name"])
             elif verb == "POST" and action == "channels":
-                self.add_channel(body["id"], body["name"])
+                self.add_channel(body["id"], body["name"], body.get("members") or ())
             else:
                 return 404, _error(f"no control {verb} {action}")
         except (KeyError, TypeError, ValueError) as err:
@@ -651,8 +669,8 @@ class SlackStandInControl:
     def add_user(self, email: str, user_id: str, name: str) -> None:
         self._call("users", {"email": email, "id": user_id, "name": name})
 
-    def add_channel(self, channel_id: str, name: str) -> None:
-        self._call("channels", {"id": channel_id, "name": name})
+    def add_channel(self, channel_id: str, name: str, members: Iterable[str] = ()) -> None:
+        self._call("channels", {"id": channel_id, "name": name, "members": list(members)})
 
     def ephemeral(self, user: str) -> list[PostedMessage]:
         return [PostedMessage(**m) for m in self._call("ephemeral", query={"user": user})["messages"]]

@@ -42,6 +42,7 @@ EVENT_TYPE = "janitor_notice"  # the metadata event_type of every message the ja
 HISTORY_PAGE = 200  # messages per conversations.history page
 HISTORY_PAGES = 5  # find_sent reads at most this many pages, newest first
 CHANNEL_PAGES = 10  # pages of conversations.list read to find a "#name"'s id
+MEMBERS_PAGE, MEMBER_PAGES = 1000, 5  # conversations.members: a team channel's members, up to 5,000
 # Answers that will not change by asking again: the owner cannot be reached, tell the admins.
 UNREACHABLE = frozenset({"users_not_found", "user_not_found", "user_disabled", "cannot_dm_bot",
                          "channel_not_found", "not_in_channel", "is_archived", "unknown_owner"})
@@ -129,15 +130,19 @@ class Slack:
 
     # ----- answering a click -------------------------------------------------------------
     def is_owner(self, owner: Owner, user_id: str) -> bool:
-        """Is the Slack user `user_id` this owner? A channel owns on behalf of its members, whom
-        only the admins stand in for here; an owner Slack cannot resolve is nobody."""
-        if owner.kind is OwnerKind.SLACK_USER:
-            return owner.value == user_id
-        if owner.kind is OwnerKind.EMAIL:
-            try:
+        """Is the Slack user `user_id` this owner? A team channel owns on behalf of its members; an
+        owner Slack cannot resolve, or a channel too large to read whole, is nobody (admins still can)."""
+        try:
+            if owner.kind is OwnerKind.SLACK_USER:
+                return owner.value == user_id
+            if owner.kind is OwnerKind.EMAIL:
                 return self._cached(f"email:{owner.value.lower()}", owner.value, self._lookup_email) == user_id
-            except _Failed:
-                return False
+            if owner.kind is OwnerKind.CHANNEL:
+                channel = self._channel_id(owner.value) if owner.value.startswith("#") else owner.value
+                pages = self._pages("conversations_members", channel, channel=channel, limit=MEMBERS_PAGE)
+                return any(user_id in page.get("members", ()) for page in _take(pages, MEMBER_PAGES, channel))
+        except _Failed:
+            return False
         return False
 
     def update(self, channel: str, ts: str, blocks: list[dict[str, Any]], text: str) -> str:
