@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from janitor import __version__, exits, node_report
+from janitor import __version__, cli_options, exits, node_report, words
 from janitor import annotations as ann
 from janitor.exits import HELP as EXIT_HELP
 from janitor.exits import Exit
@@ -81,70 +81,11 @@ def _cmd_annotation(args: argparse.Namespace) -> int:
             failed = True
             continue
         try:
-            print(f"{key}={value}: {_meaning(key, value)}")
+            print(f"{key}={value}: {words.meaning(key, value)}")
         except ValueError as e:
             print(f"{key}={value}: {e}", file=sys.stderr)
             failed = True
     return 1 if failed else 0
-
-
-def _meaning(key: str, value: str) -> str:
-    if key == ann.TTL:
-        ttl = ann.parse_ttl(value)
-        if ttl is None:
-            return "never deleted for its age (forever)"
-        return f"deleted once older than {ttl} ({int(ttl.total_seconds())} s after creation)"
-    if key == ann.EXPIRES:
-        when = ann.parse_expires(value)
-        return f"deleted after {when.isoformat()} ({ann.format_expires(when)})"
-    if key == ann.KEEP_UNTIL:
-        try:
-            when = ann.parse_expires(value)
-        except ValueError as e:
-            if _is_duration(value):
-                raise ValueError(f"{ann.KEEP_UNTIL} takes a UTC time (2026-12-01T18:00:00Z); for a duration from "
-                                 f"now run `janitor keep KIND/NAMESPACE/NAME {value.strip()}`, which writes that "
-                                 "time") from e
-            raise
-        return (f"an idle workload is not reclaimed before {when.isoformat()} ({ann.format_expires(when)}), "
-                "within its policy's maxExtension")
-    if key == ann.TIME_ZONE:
-        return f"on a namespace: working hours counted in {ann.parse_time_zone(value).key}"
-    if key == ann.OPT_OUT:
-        if ann.is_true(value):
-            return ("the janitor leaves the object alone (on a namespace: everything in it), wherever the "
-                    "policies honour opt-out; where they do not, keep it with janitor/keep-until")
-        if value.strip().lower() == "false":
-            return "not opted out (the same as no annotation)"
-        raise ValueError(f'{value!r} is read as not opted out: only "true" opts out (or "false", or no annotation)')
-    if key == ann.OWNER:
-        return _owner_meaning(value)
-    raise ValueError(f"not an annotation users set; use one of {', '.join(USER_KEYS)}")
-
-
-USER_KEYS = (ann.TTL, ann.EXPIRES, ann.KEEP_UNTIL, ann.OPT_OUT, ann.OWNER, ann.TIME_ZONE)
-
-
-def _is_duration(value: str) -> bool:
-    try:
-        ann.parse_ttl(value)
-    except ValueError:
-        return False
-    return True
-
-
-def _owner_meaning(value: str) -> str:
-    from janitor.decide.owners import OwnerKind, classify
-
-    kind = classify(value)
-    if kind is OwnerKind.EMAIL:
-        return f"warnings go to the Slack user with the e-mail {value.strip()} (looked up when one is sent)"
-    if kind is OwnerKind.SLACK_USER:
-        return f"warnings go to the Slack user {value.strip()} as a direct message"
-    if kind is OwnerKind.CHANNEL:
-        return f"warnings go to the Slack channel {value.strip()} (the janitor's app must be in it)"
-    raise ValueError("not an owner the janitor can warn: give an e-mail (alice@lab.org), a Slack user id "
-                     "(U0123ABCD) or a channel (#team-ml or C0123ABCD)")
 
 
 def _api(args: argparse.Namespace) -> TimedApiClient:
@@ -396,7 +337,7 @@ def _cmd_rbac(args: argparse.Namespace) -> int:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     """Validate policy files; print every error (stderr, exit 1) or the policies in match order."""
-    from janitor.policy import load, model
+    from janitor.policy import load
 
     loaded = load.from_paths(args.paths, parse_duration=ann.parse_ttl)
     for error in loaded.errors:
@@ -405,49 +346,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"{len(loaded.errors)} error(s); the format is in docs/policies.md", file=sys.stderr)
         return 1
 
-    def duration(delta: datetime.timedelta) -> str:
-        return ann.format_duration(delta)
-
-    def gap(configured: datetime.timedelta | None) -> str:
-        return f"gaps <= {duration(configured)}" if configured else "gaps <= 4 scrape intervals (>= 1m)"
-
-    def trigger(t: model.Trigger) -> str:
-        if isinstance(t, model.IdleGpu):
-            return (f"idleGpu: {t.signal} peak <= {t.threshold:g} per GPU over {duration(t.window)} "
-                    f"(coverage >= {t.min_coverage:g}, {gap(t.max_gap)}, pod age >= {duration(t.min_pod_age)})")
-        if isinstance(t, model.IdleCpu):
-            limit = f"{t.cores:g} cores" if t.cores is not None else f"{t.fraction_of_request:g} of request"
-            ignored = f", ignoring {', '.join(t.ignore_containers)}" if t.ignore_containers else ""
-            return f"idleCpu: peak <= {limit} over {duration(t.window)} ({gap(t.max_gap)}){ignored}"
-        if isinstance(t, model.CrashLoop):
-            sidecars = f", ignoring {', '.join(t.ignore_containers)}" if t.ignore_containers else ""
-            return (f"crashLoop: a container with >= {t.restarts} restarts whose last run began and ended within "
-                    f"{duration(t.window)}, holding GPUs{sidecars}")
-        if isinstance(t, model.Pending):
-            gated = " (gated pods too)" if t.include_gated else ""
-            return f"pending: after {duration(t.after)} in that state{gated}"
-        if isinstance(t, model.Terminating):
-            return f"terminating: after {duration(t.after)} past grace" + (", force delete on evidence"
-                                                                            if t.force_delete else "")
-        return f"{t.key}"
-
-    def selector(label: str, s: model.LabelSelector) -> list[str]:
-        parts = [f"{k}={v}" for k, v in s.match_labels] + [
-            f"{r.key} {r.operator}" + (f" ({', '.join(r.values)})" if r.values else "") for r in s.match_expressions]
-        return [f"{label} {'; '.join(parts)}"] if parts else []
-
-    for number, p in enumerate(loaded.policies, 1):
-        m = p.match
-        where = ", ".join(m.namespaces.include) if m.namespaces.include else "NONE (inert until edited)"
-        scope = [f"namespaces {where}"]
-        scope += [f"except {', '.join(m.namespaces.exclude)}"] if m.namespaces.exclude else []
-        scope += [f"kinds {', '.join(m.kinds) if m.kinds else 'any'}"]
-        scope += selector("namespace labels", m.namespace_selector) + selector("pod labels", m.pod_selector)
-        print(f"{number}. {p.name} [{p.mode}] ({p.source})")
-        print(f"     match: {'; '.join(scope)}")
-        for t in p.triggers:
-            print(f"     {trigger(t)}")
-        print(f"     then: {p.lifecycle.action} after warning {duration(p.lifecycle.warn_before)} ahead")
+    for line in words.policy_lines(loaded.policies):
+        print(line)
     files = len(loaded.files)
     print(f"OK: {len(loaded.policies)} policies in {files} file{'s' if files != 1 else ''}, in first-match order.")
     return 0
@@ -469,124 +369,6 @@ def _cmd_admission(args: argparse.Namespace) -> int:
     documents = admission.caps_policy(loaded.policies, kinds, name=args.name, admin_channel=args.admin_channel)
     print(yaml.safe_dump_all(documents, sort_keys=False, width=1000), end="")
     return Exit.OK
-
-
-def _add_output_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table",
-                   help="table: grouped by reason, lines cut to the terminal's width; wide: every line whole; "
-                        "json, yaml: the whole plan as data, every reason with its code and facts (%(default)s)")
-
-
-def _add_kube_options(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    p.add_argument("--kubeconfig", metavar="PATH",
-                   help="default: $KUBECONFIG, else ~/.kube/config, else the in-cluster ServiceAccount")
-    p.add_argument("--context", help="the kubeconfig context to use (default: its current-context)")
-
-
-def _add_cluster_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("cluster and rails")
-    _add_kube_options(g)
-    g.add_argument("--kube-timeout", type=float, default=30.0,
-                   help="seconds to wait for the apiserver's answer to one request; connecting gets at most 5 "
-                        "(%(default)s)")
-    g.add_argument("--kinds", default=",".join(k.key for k in DEFAULT_KINDS),
-                   help="kinds to clean up, comma-separated; custom resources as plural.group/version "
-                        "(default: %(default)s)")
-    g.add_argument("--namespaces", default="",
-                   help="only these namespaces, comma-separated (default: the whole cluster)")
-    g.add_argument("--protected-namespaces", default=",".join(D.rails.protected_namespaces),
-                   help="never touched (default: %(default)s)")
-    g.add_argument("--ignore-opt-out", action="store_true",
-                   help=f"act even on objects annotated {ann.OPT_OUT}: \"true\"")
-    caps = D.rails.caps
-    g.add_argument("--max-deletions-per-hour", type=int, default=caps.per_hour,
-                   help="rolling hour, all namespaces (%(default)s)")
-    g.add_argument("--max-deletions-per-day", type=int, default=caps.per_day,
-                   help="rolling day, all namespaces (%(default)s)")
-    g.add_argument("--max-deletions-per-namespace-per-hour", type=int, default=caps.per_namespace_per_hour,
-                   help="(%(default)s)")
-    g.add_argument("--max-deletions-per-namespace-per-day", type=int, default=caps.per_namespace_per_day,
-                   help="(%(default)s)")
-    g.add_argument("--tripwire-fraction", type=float, default=D.rails.tripwire.fraction,
-                   help="stop all deletions when candidates grow by more than this fraction (%(default)s)")
-    g.add_argument("--tripwire-min-jump", type=int, default=D.rails.tripwire.min_jump,
-                   help="... and by at least this many objects (%(default)s)")
-    g.add_argument("--max-clock-skew", type=float, default=D.rails.max_clock_skew.total_seconds(),
-                   help="seconds our clock may differ from the apiserver's before deletions pause (%(default)s)")
-    g.add_argument("--state-namespace", default=D.cluster.state_namespace,
-                   help="namespace of the janitor-state ConfigMap (deletion ledger, tripwire) (%(default)s)")
-
-
-def _add_idle_options(p: argparse.ArgumentParser) -> None:
-    idle = p.add_argument_group("idle policies (shadow report)")
-    idle.add_argument("--policies", action="append", metavar="PATH",
-                      help="policy file or directory (repeatable); adds the idle findings, with their evidence")
-    idle.add_argument("--prometheus-url", help="default: $PROMETHEUS_URL (a user:password@ in it is used for basic "
-                                               "auth and never shown; prefer the files below)")
-    idle.add_argument("--prometheus-bearer-token-file", metavar="FILE", help="a bearer token, read each cycle")
-    idle.add_argument("--prometheus-username", help="basic auth user, with --prometheus-password-file")
-    idle.add_argument("--prometheus-password-file", metavar="FILE", help="basic auth password, read each cycle")
-    idle.add_argument("--prometheus-ca-file", metavar="FILE", help="CA bundle to verify Prometheus' TLS certificate")
-    idle.add_argument("--prometheus-client-cert", metavar="FILE", help="TLS client certificate (with --prometheus-"
-                                                                       "client-key)")
-    idle.add_argument("--prometheus-client-key", metavar="FILE", help="TLS client key")
-    idle.add_argument("--dcgm-labels", choices=("servicemonitor", "direct"), default=D.prometheus.dcgm_labels,
-                      help="servicemonitor: workload labels are exported_pod/exported_namespace (the "
-                           "dcgm-exporter chart's default); direct: pod/namespace (%(default)s)")
-    idle.add_argument("--hostname-label", default=D.prometheus.hostname_label,
-                      help="Hostname, or hostname on newer dcgm-exporter (%(default)s)")
-    idle.add_argument("--scrape-interval", type=float, default=None, metavar="SECONDS",
-                      help="scrape interval for jobs Prometheus' targets API does not list (a store without "
-                           "one, such as Mimir); otherwise each job's own interval is read from Prometheus")
-    idle.add_argument("--prometheus-timeout", type=float, default=D.prometheus.timeout.total_seconds(),
-                      help="seconds to wait for one query's answer; Prometheus is told a little less, so it "
-                           "gives up first and says so (%(default)s)")
-    idle.add_argument("--prometheus-matcher", action="append", metavar='LABEL="VALUE"',
-                      help='added to every query, e.g. cluster="mn2" (repeatable)')
-    idle.add_argument("--cronjob-target", choices=("job", "cronjob"), default=str(D.cluster.cronjob_target),
-                      help="the workload of a CronJob's pods: this run's Job, or the CronJob (%(default)s)")
-    idle.add_argument("--owner-key", action="append", metavar="annotation:KEY|label:KEY",
-                      help="where owners are read, in order, on the workload then its namespace "
-                           "(default: annotation:janitor/owner, label:janitor/owner, annotation:owner)")
-
-
-def _add_lifecycle_options(p: argparse.ArgumentParser) -> None:
-    life = p.add_argument_group(
-        "lifecycle (policies in mode: enforce)",
-        "An idle workload is marked (janitor/expires, janitor/policy, janitor/reason), its owner warned on "
-        "Slack, reminded, and only acted on once a warning reached them and the deadline passed.")
-    life.add_argument("--slack-token", help="bot token (default: $SLACK_BOT_TOKEN); without one nothing is "
-                                            "warned, so nothing idle is ever acted on")
-    life.add_argument("--slack-api-url", help="Web API base URL (default: $SLACK_API_URL, else Slack's)")
-    life.add_argument("--admin-channel", help="where warnings for owners that cannot be reached go, e.g. "
-                                              "#gpu-admins (they count as delivered only where a policy says so)")
-    life.add_argument("--cluster-name", help="named in every Slack message, so a researcher on several clusters "
-                                             "knows which one wrote (default: $JANITOR_CLUSTER_NAME)")
-    life.add_argument("--guide-url", help="a link to your researcher guide, at the end of every Slack message "
-                                          "(default: $JANITOR_GUIDE_URL)")
-    life.add_argument("--slack-app-token", help="app-level token (xapp-..., scope connections:write; default: "
-                                                "$SLACK_APP_TOKEN): the buttons on warnings work over Socket Mode, an "
-                                                "outbound WebSocket, so no ingress is needed")
-    life.add_argument("--slack-http-port", type=int, default=0,
-                      help="also take clicks as Slack's signed HTTP requests on this port, path /slack/actions "
-                           "(default 0: off; needs --slack-signing-secret-file)")
-    life.add_argument("--slack-signing-secret-file", metavar="FILE",
-                      help="the app's signing secret: requests without its valid signature, or older than 5 "
-                           "minutes, or seen before, are refused")
-    life.add_argument("--slack-admin-users", default="", metavar="U1,U2",
-                      help="Slack user ids whose clicks count like an owner's on any workload (default: none)")
-    life.add_argument("--message-pace", default=ann.format_duration(D.lifecycle.pace),
-                      help="at most one warning or reminder per owner this often (%(default)s)")
-    marks = D.lifecycle.caps
-    life.add_argument("--max-new-marks-per-cycle", type=int, default=marks.per_cycle, help="(%(default)s)")
-    life.add_argument("--max-new-marks-per-owner", type=int, default=marks.per_owner, help="per cycle (%(default)s)")
-    life.add_argument("--max-new-marks-per-namespace", type=int, default=marks.per_namespace,
-                      help="per cycle (%(default)s)")
-    life.add_argument("--slack-timeout", type=float, default=D.slack.timeout.total_seconds(),
-                      help="seconds to wait for one Slack Web API answer; a post whose answer is lost is "
-                           "not posted again, the next cycle asks Slack whether it arrived (%(default)s)")
-    life.add_argument("--slack-budget", type=float, default=D.slack.send_budget.total_seconds(),
-                      help="seconds of Slack sending per cycle; the rest goes next cycle (%(default)s)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -638,17 +420,17 @@ interact with janitor/ttl, janitor/expires and janitor/opt-out: docs/policies.md
     plan = commands.add_parser("plan", help="show what would happen now and why; changes nothing",
                                description="Read the cluster, decide, and print the plan as a table. "
                                            "Nothing is changed.")
-    _add_output_option(plan)
-    _add_cluster_options(plan)
-    _add_idle_options(plan)
+    cli_options.output(plan)
+    cli_options.cluster(plan)
+    cli_options.idle(plan)
     plan.set_defaults(func=_cmd_plan)
 
     explain = commands.add_parser("explain", help="every rule's verdict on one object",
                                   description="Explain what the janitor thinks of one object and why.")
     explain.add_argument("object", metavar="KIND/NAMESPACE/NAME")
-    _add_output_option(explain)
-    _add_cluster_options(explain)
-    _add_idle_options(explain)
+    cli_options.output(explain)
+    cli_options.cluster(explain)
+    cli_options.idle(explain)
     explain.set_defaults(func=_cmd_explain)
 
     unmark_cmd = commands.add_parser(
@@ -660,7 +442,7 @@ interact with janitor/ttl, janitor/expires and janitor/opt-out: docs/policies.md
                     "policy that still finds the workload idle marks it again on its next cycle.")
     unmark_cmd.add_argument("--policy", help="only marks of this policy")
     unmark_cmd.add_argument("--dry-run", action="store_true", help="list what would be removed, change nothing")
-    _add_cluster_options(unmark_cmd)
+    cli_options.cluster(unmark_cmd)
     unmark_cmd.set_defaults(func=_cmd_unmark)
 
     keep_cmd = commands.add_parser(
@@ -672,7 +454,7 @@ interact with janitor/ttl, janitor/expires and janitor/opt-out: docs/policies.md
         epilog="example:\n  janitor keep Job/team-a/train 2d")
     keep_cmd.add_argument("object", metavar="KIND/NAMESPACE/NAME")
     keep_cmd.add_argument("until", metavar="UNTIL")
-    _add_kube_options(keep_cmd)
+    cli_options.kube(keep_cmd)
     keep_cmd.set_defaults(func=_cmd_keep)
 
     agent = commands.add_parser(
@@ -698,7 +480,7 @@ read-only, and the narrow RBAC of manifests/ (list pods, get and patch-status no
                        help="/metrics and /healthz (%(default)s; 0: none)")
     agent.add_argument("--once", action="store_true", help="one scan, print what it found, exit")
     agent.add_argument("--log-level", default="INFO")
-    _add_kube_options(agent)
+    cli_options.kube(agent)
     agent.set_defaults(func=_cmd_node_agent)
 
     admission_cmd = commands.add_parser(
@@ -762,9 +544,9 @@ not yet marked is capped when it is marked. Needs Kubernetes 1.30+ (ValidatingAd
     leader.add_argument("--lease-name", default=D.leader.lease_name, help="(%(default)s)")
     leader.add_argument("--lease-duration", type=float, default=D.leader.lease_duration.total_seconds(),
                         help="seconds; the leader fences itself after 2/3 of it without a renewal (%(default)s)")
-    _add_cluster_options(run)
-    _add_idle_options(run)  # with `run`, policies are re-read every cycle; findings go to logs and metrics
-    _add_lifecycle_options(run)
+    cli_options.cluster(run)
+    cli_options.idle(run)  # with `run`, policies are re-read every cycle; findings go to logs and metrics
+    cli_options.lifecycle(run)
     run.set_defaults(func=_cmd_run)
     return parser
 
