@@ -268,9 +268,12 @@ def _restarts(reason: Reason) -> str:
     restarts = int(_number(reason, "restarts"))
     words = (f"container {_text(reason, 'container')} restarted {_count(restarts, 'time')}; its last run ended "
              f"after {duration(_delta(reason, 'ran'))} ({_text(reason, 'last_exit')})")
+    now = reason.fact("now")
+    if isinstance(now, Reason):  # "now waiting (CrashLoopBackOff)", "running again since ..."
+        words += f"; {now}"
     oom = reason.fact("oom")
-    if isinstance(oom, Reason):
-        words += f"; it ran out of memory ({_text(oom, 'limit')})"
+    if isinstance(oom, Reason):  # with what the node agent saw and what that means, as the owner must act on it
+        words += f"; it ran out of memory ({_text(oom, 'limit')}){_text(oom, 'agent')}; {_text(oom, 'explained')}"
     return words
 
 

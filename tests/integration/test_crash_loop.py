@@ -187,7 +187,7 @@ def test_a_native_sidecars_restarts_or_an_old_count_never_make_a_crash_loop(
     slack.add_user(*ALICE)
     assert cycle_marks(kube, sandbox, namespace, policy) == {"looping"}
     [post] = [str(r.params) for r in slack.requests("chat.postMessage") if namespace in str(r.params)]
-    assert "container train: 7 restarts" in post and "now waiting (CrashLoopBackOff)" in post
+    assert "container train restarted 7 times" in post and "now waiting (CrashLoopBackOff)" in post
 
     native, veteran = explain(sandbox, namespace, policy, "native"), explain(sandbox, namespace, policy, "veteran")
     for shown in (native, veteran):

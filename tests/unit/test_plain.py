@@ -194,15 +194,17 @@ def crash_reason(*pods: PodView) -> Reason:
 @pytest.mark.parametrize(("reason", "words"), [
     (crash_reason(looping_pod("train-0", 2, 8 * 2**30, "OOMKilled, exit code 137")),
      "crash-looping while holding 2 GPUs: container train restarted 7 times; its last run ended after 1 min 30 s "
-     "(OOMKilled, exit code 137); it ran out of memory (memory limit 8.0 GiB)"),
+     "(OOMKilled, exit code 137); now waiting (CrashLoopBackOff); it ran out of memory (memory limit 8.0 GiB); "
+     "on cgroup v2 one process over the limit takes the whole container (memory.oom.group) unless the node sets "
+     "singleProcessOOMKill"),
     (crash_reason(looping_pod("train-0", 1, None, "Error, exit code 1", restarts=12)),
      "crash-looping while holding 1 GPU: container train restarted 12 times; its last run ended after 1 min 30 s "
-     "(Error, exit code 1)"),
+     "(Error, exit code 1); now waiting (CrashLoopBackOff)"),
     (crash_reason(looping_pod("train-0", 1, None, "Error, exit code 1"),
                   looping_pod("train-1", 1, None, "Error, exit code 2")),
      "crash-looping while holding 2 GPUs: train-0: container train restarted 7 times; its last run ended after "
-     "1 min 30 s (Error, exit code 1); train-1: container train restarted 7 times; its last run ended after "
-     "1 min 30 s (Error, exit code 2)"),
+     "1 min 30 s (Error, exit code 1); now waiting (CrashLoopBackOff); train-1: container train restarted 7 times; "
+     "its last run ended after 1 min 30 s (Error, exit code 2); now waiting (CrashLoopBackOff)"),
 ], ids=["oom", "error", "two-pods"])
 def test_crash_loop_in_plain_words(reason: Reason, words: str) -> None:
     assert plain(reason) == words

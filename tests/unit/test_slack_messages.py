@@ -269,8 +269,8 @@ PLAIN = {
     "pending": (notice(why=STUCK), "Pending for 3 d: the scheduler finds no node for it "
                                    "(0/3 nodes are available: 3 Insufficient nvidia.com/gpu.)"),
     "crash-loop": (notice(why=LOOPING), "crash-looping while holding 4 GPUs: container train restarted 12 times; "
-                                        "its last run ended after 40 s (OOMKilled, exit code 137); it ran out of "
-                                        "memory (memory limit 8.0 GiB)"),
+                                        "its last run ended after 40 s (OOMKilled, exit code 137); now waiting "
+                                        "(CrashLoopBackOff); it ran out of memory (memory limit 8.0 GiB); ..."),
     "done": (notice(NoticeKind.DONE, why=all_idle(gpu_idle(0, 2)), deadline=None, keep=""),
              "its 2 GPUs peaked at 0 % and 2 % over the last 4 h"),
     "cancelled-in-use": (notice(NoticeKind.CANCELLED, why=BUSY, deadline=None, keep=""),
