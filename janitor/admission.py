@@ -8,7 +8,9 @@ admission policies/ | kubectl apply -f -`), this policy refuses, with the limit 
 - a `janitor/keep-until` on a marked object later than its cap: the `maxExtension` of the policy
   that marked it (`janitor/policy`) after the first mark (`janitor/marked-at`);
 - a `janitor/opt-out: "true"` newly set on a workload whose governing policy (first match per
-  trigger, as the daemon decides) enforces and does not honour opt-out.
+  trigger, as the daemon decides) enforces and does not honour opt-out;
+- a `janitor/ttl: forever` newly set on such a workload: it only means "no age limit" (the same as
+  no TTL), so refusing it loses nothing, and tells the researcher who took it for an exemption.
 
 What admission cannot know, it lets through and the janitor still enforces: it has no clock, so a
 `keep-until` on an object not yet marked is capped only when it is marked; a policy with a pod
@@ -32,6 +34,8 @@ from janitor.decide.model import ResourceKind
 from janitor.policy import model
 
 NAME = "kube-idle-janitor-caps"
+FOREVER_SAYS = (f"{ann.TTL}: forever only means no age limit (the same as no {ann.TTL}); it does not keep this "
+                "workload from policy ")
 _TIME = r"^[1-8][0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])(T([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9]Z)?)?$"
 
 
@@ -173,8 +177,13 @@ def caps_policy(policies: Sequence[model.Policy], kinds: Sequence[ResourceKind],
                     f"{note(ann.OPT_OUT)}.trim().lowerAscii() == 'true' && "
                     f"variables.oldAnnotations[?{quote(ann.OPT_OUT)}] != optional.of({note(ann.OPT_OUT)}) && "
                     "request.namespace != ''")},
+                {"name": "forever", "expression": (
+                    f"{note(ann.TTL)}.trim().lowerAscii() == 'forever' && "
+                    f"variables.oldAnnotations[?{quote(ann.TTL)}] != optional.of({note(ann.TTL)}) && "
+                    "request.namespace != ''")},
                 {"name": "refusedBy", "expression": (
-                    "variables.optingOut ? [" + ", ".join(refusals) + "].filter(n, n != '') : []")},
+                    "variables.optingOut || variables.forever ? [" + ", ".join(refusals) + "].filter(n, n != '') "
+                    ": []")},
             ],
             "validations": [
                 {"expression": f"!variables.checkable || timestamp({rfc3339('keepUntil')}) <= variables.cap",
@@ -184,11 +193,17 @@ def caps_policy(policies: Sequence[model.Policy], kinds: Sequence[ResourceKind],
                      "' after the first mark (' + variables.markedAt + '), that is until ' + "
                      f"string(variables.cap) + '.' + {quote(ask)}"),
                  "reason": "Forbidden"},
-                {"expression": "variables.refusedBy.size() == 0",
+                {"expression": "!variables.optingOut || variables.refusedBy.size() == 0",
                  "messageExpression": (
                      f"{quote(ann.OPT_OUT + ': policy ')} + variables.refusedBy.join(', ') + "
                      "' does not honour opt-out here, so it would not keep this workload; use "
                      f"{ann.KEEP_UNTIL} (within the policy\\'s cap) instead.' + {quote(ask)}"),
+                 "reason": "Forbidden"},
+                {"expression": "!variables.forever || variables.refusedBy.size() == 0",
+                 "messageExpression": (
+                     f"{quote(FOREVER_SAYS)} + "
+                     "variables.refusedBy.join(', ') + ', which reclaims idle workloads even when their owners opt "
+                     f"out; use {ann.KEEP_UNTIL} (within the policy\\'s cap).' + {quote(ask)}"),
                  "reason": "Forbidden"},
             ],
         },

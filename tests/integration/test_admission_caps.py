@@ -5,8 +5,9 @@ Aspects covered:
   refused, with the cap, the time it ends and the admin channel; one within the cap is accepted,
   and so is an update that leaves an over-the-cap value as it was;
 - `janitor keep` past the cap ends in that one line (exit 4), not a traceback;
-- janitor/opt-out: "true" on a Job whose governing policy enforces with honourOptOut: false is
-  refused, naming the policy; on a kind that policy does not govern it is accepted;
+- janitor/opt-out: "true" (and janitor/ttl: forever, taken for an exemption) on a Job whose
+  governing policy enforces with honourOptOut: false is refused, naming the policy; on a kind that
+  policy does not govern both are accepted, and so is a real TTL;
 - a keep-until on an object not yet marked passes (admission has no clock; the janitor caps it
   when it marks).
 """
@@ -128,11 +129,14 @@ def test_opt_out_where_the_governing_policy_ignores_it_is_refused(caps, kube, co
     assert "janitor/opt-out: policy jobs-strict does not honour opt-out here" in said
     assert "use janitor/keep-until" in said and "#gpu-admins" in said
     annotate(batch, namespace, "notebook-ish", {a.OPT_OUT: "false"})
+    said = refused(lambda: annotate(batch, namespace, "notebook-ish", {a.TTL: "Forever"}))
+    assert "janitor/ttl: forever only means no age limit" in said and "from policy jobs-strict" in said
+    annotate(batch, namespace, "notebook-ish", {a.TTL: "30d"})  # a real age limit is the TTL path's business
 
     # A Deployment is governed by idle-gpu (kinds: any), which honours opt-out.
     client.AppsV1Api(kube).create_namespaced_deployment(namespace, {
         "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "web", "annotations": {a.OPT_OUT: "true"}},
+        "metadata": {"name": "web", "annotations": {a.OPT_OUT: "true", a.TTL: "forever"}},
         "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "web"}},
                  "template": {"metadata": {"labels": {"app": "web"}},
                               "spec": {"containers": [{"name": "c", "image": "x"}]}}}})

@@ -75,6 +75,12 @@ def test_only_an_enforcing_policy_that_ignores_opt_out_refuses_it(governing: mod
     assert ('"strict"' in refused_by) is refuses
 
 
+def test_opt_out_and_forever_are_refused_by_the_same_governing_policy() -> None:
+    found = variables([policy("strict", honour=False)])
+    assert "variables.optingOut || variables.forever ?" in found["refusedBy"]
+    assert "'forever'" in found["forever"] and "janitor/ttl" in found["forever"]
+
+
 def test_the_command_prints_the_policy_or_the_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     good = tmp_path / "good.yaml"
     good.write_text(yaml.safe_dump({"policies": [{
