@@ -772,7 +772,7 @@ def cases(draw: st.DrawFn, *profiles: str) -> Case:
 SENDS = ("delivered", "delivered", "delivered", "late", "failed", "failed", "lost-record", "unsent", "unreachable")
 FATES = st.lists(one_of(SENDS), max_size=3)
 EVENTS = ("edit-expires", "edit-expires", "remove-expires", "remove-policy", "keep-until", "change-action",
-          "revert-action", "reapply", "busy", "idle", "resume", "opt-out")
+          "revert-action", "reapply", "busy", "idle", "resume", "opt-out", "release", "release-old")
 
 
 @dataclass(frozen=True)
@@ -945,7 +945,8 @@ class Simulator:
             [p for p in cluster.pods.values() if p.controller is None]
         marked = [t for t in tops if ann.carries_mark(t.annotations)]
         in_flight = [t for t in marked if ann.NOTICE in t.annotations]
-        if kind in ("edit-expires", "remove-expires", "remove-policy", "keep-until", "reapply") and marked:
+        if kind in ("edit-expires", "remove-expires", "remove-policy", "keep-until", "reapply", "release",
+                    "release-old") and marked:
             # What owners do to a mark they were warned of, or just found on their workload while
             # its warning is still on its way.
             tops = in_flight if in_flight and event.target % 2 == 0 else marked
@@ -960,6 +961,13 @@ class Simulator:
             cluster.write(target.uid, {ann.KEEP_UNTIL: stamp(self.now + event.amount)})
         elif kind == "opt-out" and target is not None:
             cluster.write(target.uid, {ann.OPT_OUT: "true"})
+        elif kind in ("release", "release-old") and target is not None:
+            # "Release now" pressed on a warning: the one in hand ("release"), or one about an
+            # earlier mark of the workload, still in the owner's DMs ("release-old").
+            mark = ann.read_mark(target.annotations)
+            if mark is not None and mark.marked_at is not None and mark.warned:
+                shown = stamp(mark.marked_at if kind == "release" else mark.marked_at - DAY)
+                cluster.write(target.uid, {ann.RELEASE: f"{shown} {stamp(self.now)} U0OWNER"})
         elif kind == "change-action" and self.policies:
             index = event.target % len(self.policies)
             chosen = self.policies[index]

@@ -15,7 +15,9 @@ Aspects covered:
 - no action without its warning, over many cycles with failing and late sends, lost delivery
   records, users editing annotations, changed policy actions and re-applied objects: every reclaim
   follows a delivered warning naming that action, at least the policy's grace earlier, and never
-  comes before the deadline the last warning named;
+  comes before the deadline the last warning named; except where the owner pressed "Release now"
+  on a delivered warning naming that action, and then only for the mark that warning was about
+  (a release from an earlier mark's message is never acted on);
 - an owner's janitor/keep-until never gives an earlier janitor/expires or an earlier reclaim;
 - a mark belongs to the object it was written on: a copy is never acted on and is dropped (left
   while its controller still carries its own mark); no subset of a mark's keys is a user expiry;
@@ -512,11 +514,22 @@ def test_doubtful_evidence_is_never_idle(case: Case) -> None:
 
 def assert_warned_first(sim: Simulator, planned: CyclePlan, observation: Observation) -> None:
     policies = sim.by_name()
+    seen = {o.ref.uid: o.annotations for o in observation.objects}
     for action in lifecycle_actions(decided(planned)):
         assert PolicyAction(str(action.type)).applies_to(action.target.kind), \
             f"{action.type} of {action.target} at {stamp(sim.now)}: means nothing for a {action.target.kind}"
         told = sim.delivered.get(action.target.uid, [])
         assert told, f"{action.type} of {action.target} at {stamp(sim.now)}: no warning ever reached anyone"
+        notes = seen.get(action.target.uid, {})
+        if action.reason == "IdleReleased":
+            # The owner pressed "Release now" on a delivered warning naming this action: no more
+            # grace or deadline is owed; but only for the mark that warning was about.
+            assert notes.get(ann.RELEASE, "").split()[:1] == [notes.get(ann.MARKED_AT)], (
+                f"{action.type} of {action.target} at {stamp(sim.now)}: released for another mark: {notes}")
+            assert max(told, key=lambda w: w.at).action == str(action.type), (
+                f"{action.type} of {action.target} at {stamp(sim.now)}: released, but the last warning named "
+                f"another action; delivered: {told}")
+            continue
         policy = policies[action.policy]
         grace = policy.lifecycle.grace
         counted = [w for w in told if w.action == str(action.type) and sim.now - w.at >= grace
