@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
 from kubernetes import client, config
 
 from devenv.controlplane import write_kubeconfig
@@ -40,3 +41,19 @@ def service_account_kubeconfig(
         path, server=cfg.host, ca=Path(cfg.ssl_ca_cert), token=token,
         user=f"system:serviceaccount:{namespace}:{name}",
     )
+
+
+def namespaced_account(admin: client.ApiClient, namespace: str, name: str, role: str, path: Path) -> Path:
+    """A kubeconfig of a new ServiceAccount `name` holding the ClusterRole `role` (view, edit) in
+    `namespace` only, its context set to that namespace: a researcher's rights, as tests need them."""
+    client.CoreV1Api(admin).create_namespaced_service_account(
+        namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name)))
+    client.RbacAuthorizationV1Api(admin).create_namespaced_role_binding(namespace, client.V1RoleBinding(
+        metadata=client.V1ObjectMeta(name=f"{name}-{role}"),
+        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=role),
+        subjects=[client.RbacV1Subject(kind="ServiceAccount", name=name, namespace=namespace)]))
+    service_account_kubeconfig(admin, namespace, name, path)
+    written = yaml.safe_load(path.read_text())
+    written["contexts"][0]["context"]["namespace"] = namespace
+    path.write_text(yaml.safe_dump(written))
+    return path

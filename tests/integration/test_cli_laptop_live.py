@@ -86,16 +86,10 @@ def test_only_a_home_kubeconfig_is_enough(sandbox, core: client.CoreV1Api, names
 
 def test_edit_in_one_namespace_keeps_but_cannot_plan(kube, core: client.CoreV1Api, namespace: str,
                                                      tmp_path: Path) -> None:
-    core.create_namespaced_service_account(namespace, client.V1ServiceAccount(
-        metadata=client.V1ObjectMeta(name="alice")))
-    client.RbacAuthorizationV1Api(kube).create_namespaced_role_binding(namespace, client.V1RoleBinding(
-        metadata=client.V1ObjectMeta(name="alice-edit"),
-        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name="edit"),
-        subjects=[client.RbacV1Subject(kind="ServiceAccount", name="alice", namespace=namespace)]))
+    alice = str(access.namespaced_account(kube, namespace, "alice", "edit", tmp_path / "alice.kubeconfig"))
     client.BatchV1Api(kube).create_namespaced_job(namespace, {
         "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train"},
         "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}})
-    alice = str(access.service_account_kubeconfig(kube, namespace, "alice", tmp_path / "alice.kubeconfig"))
 
     for command in (["plan"], ["explain", f"Job/{namespace}/train"]):
         out = run(*command, "--kubeconfig", alice)

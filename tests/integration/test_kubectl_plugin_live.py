@@ -29,7 +29,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import client
 from test_lifecycle import ALICE, create_job, history, janitor_for, notes_of, write_policy
 
@@ -47,16 +46,7 @@ def bound(kube: client.ApiClient, core: client.CoreV1Api, namespace: str, name: 
           path: Path) -> str:
     """A kubeconfig of ServiceAccount `name` with ClusterRole `role` in `namespace` only, whose
     context names that namespace (as a researcher's would)."""
-    core.create_namespaced_service_account(namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name)))
-    client.RbacAuthorizationV1Api(kube).create_namespaced_role_binding(namespace, client.V1RoleBinding(
-        metadata=client.V1ObjectMeta(name=f"{name}-{role}"),
-        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=role),
-        subjects=[client.RbacV1Subject(kind="ServiceAccount", name=name, namespace=namespace)]))
-    access.service_account_kubeconfig(kube, namespace, name, path)
-    config = yaml.safe_load(path.read_text())
-    config["contexts"][0]["context"]["namespace"] = namespace
-    path.write_text(yaml.safe_dump(config))
-    return str(path)
+    return str(access.namespaced_account(kube, namespace, name, role, path))
 
 
 def plugin(*args: str, kubeconfig: str) -> subprocess.CompletedProcess[str]:
