@@ -514,7 +514,7 @@ def test_doubtful_evidence_is_never_idle(case: Case) -> None:
 
 def assert_warned_first(sim: Simulator, planned: CyclePlan, observation: Observation) -> None:
     policies = sim.by_name()
-    seen = {o.ref.uid: o.annotations for o in observation.objects}
+    seen = {o.ref.uid: o.annotations for o in (*observation.objects, *observation.pods)}  # bare pods are workloads
     for action in lifecycle_actions(decided(planned)):
         assert PolicyAction(str(action.type)).applies_to(action.target.kind), \
             f"{action.type} of {action.target} at {stamp(sim.now)}: means nothing for a {action.target.kind}"
