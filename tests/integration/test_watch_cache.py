@@ -16,6 +16,7 @@ Aspects covered:
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -23,13 +24,14 @@ from kubernetes import client
 from runner import Runner
 from test_daemon import get
 from test_faults_apiserver import daemon, metric, proxied
+from test_observe_prometheus_live import gpu_pod
 from test_ttl_cleanup import configmap, exists, settings
 
 from devenv.faults import FaultProxy
 from devenv.procs import free_port, wait_until
 from janitor import annotations as a
 from janitor import kubeapi
-from janitor.decide.model import ResourceKind
+from janitor.decide.model import PodView, ResourceKind
 from janitor.observe.cache import ClusterCache, NotSynced
 from janitor.observe.watch import KindStatus
 from janitor.settings import Settings
@@ -216,3 +218,31 @@ def test_the_daemon_says_on_readyz_and_in_metrics_while_its_cache_is_not_synced(
             assert metric(port, f'janitor_watch_cache_synced{{kind="ConfigMap@{namespace}"}}') == 1
     finally:
         proxy.stop()
+
+
+def test_an_unchanged_pod_is_the_same_view_in_the_next_cycle(cached, core: client.CoreV1Api, namespace: str) -> None:
+    """The idle triggers reuse a judgement when the pod and its evidence are what they were
+    (decide.memo), and the cheap test for the pod is identity: the cache must hand the very view
+    it handed the cycle before while the pod is unchanged, and a new one once it changes."""
+    _, _, cache = cached
+    cache.ensure(pods=True, nodes=False, oom=False)
+    assert cache.wait(30)
+    gpu_pod(core, namespace, "steady", 1)
+
+    def view() -> PodView | None:
+        return next((p for p in cache.snapshot().pods if p.ref.name == "steady" and p.ref.namespace == namespace),
+                    None)
+
+    def settled() -> bool:  # kwok has written the pod's status, and the watch brought it
+        seen = view()
+        return seen is not None and seen.resource_version == core.read_namespaced_pod(
+            "steady", namespace).metadata.resource_version
+
+    wait_until(settled, timeout=30, what="the cache to hold the running pod")
+    first = view()
+    time.sleep(2)  # a cycle later, nothing changed
+    assert view() is first
+    core.patch_namespaced_pod("steady", namespace, {"metadata": {"annotations": {"example.com/note": "touched"}}})
+    wait_until(lambda: view() is not first, timeout=10, what="the watch to bring the change")
+    changed = view()
+    assert changed is not None and changed.annotations.get("example.com/note") == "touched"
