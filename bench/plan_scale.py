@@ -27,6 +27,11 @@ and ConfigMaps a `janitor/ttl` (expired, not yet, malformed). The policies are t
 policies/, made to enforce in every namespace. The run checks that the plan at each size has
 findings of every trigger, lifecycle reclaims and actions, so it measures real work.
 
+`steady` is the plan of the next cycle as a daemon makes it: the same pod views but `--churn`
+changed, the evidence answered afresh with `--churn` GPU peaks moved, and the idle triggers' pod
+judgements kept from the cycle before (`decide.memo`), collector paused; `reused` is the share of
+judgements it did not make again.
+
 By default 3 workloads in 4 hold GPUs, asking for some 35 times the GPUs the nodes have: the
 costliest case, since every running GPU pod is judged on both signals. With `--gpu-share 0.02`
 the running pods ask for about the GPUs the nodes have. `--profile N` prints the hottest
