@@ -21,7 +21,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from janitor.decide.evidence import (
     CpuEvidence,
@@ -214,21 +214,31 @@ Intervals = Mapping[str, timedelta]  # scrape job -> its interval (janitor.obser
 _Stats = dict[str, float]
 
 
-def _collect(result: QueryResult, key: Callable[[Mapping[str, str]], _K | None]) -> tuple[
-        dict[_K, _Stats], dict[_K, set[str]]]:
-    """The answer's statistics and scrape jobs per group."""
-    stats: dict[_K, _Stats] = {}
-    jobs: dict[_K, set[str]] = {}
-    for s in result.series:
-        k = key(s.labels)
-        stat = s.labels.get(STAT, "")
-        if k is None or not s.samples:
-            continue
+class Groups(Generic[_K]):
+    """An answer's statistics and scrape jobs per group, gathered row by row: as Prometheus'
+    answer is decoded (a `RowSink`), so the whole answer is never held at once."""
+
+    def __init__(self, key: Callable[[Mapping[str, str]], _K | None]) -> None:
+        self.key = key
+        self.stats: dict[_K, _Stats] = {}
+        self.jobs: dict[_K, set[str]] = {}
+
+    def __call__(self, labels: Mapping[str, str], value: float) -> None:
+        k = self.key(labels)
+        if k is None:
+            return
+        stat = labels.get(STAT, "")
         if stat == "job":
-            jobs.setdefault(k, set()).add(s.labels.get("job", ""))
+            self.jobs.setdefault(k, set()).add(labels.get("job", ""))
         elif stat in _STATS:
-            stats.setdefault(k, {})[stat] = s.value
-    return stats, jobs
+            self.stats.setdefault(k, {})[stat] = value
+
+    def of(self, result: QueryResult) -> Groups[_K]:
+        """These groups with the rows of a result already decoded into series added."""
+        for s in result.series:
+            if s.samples:
+                self(s.labels, s.value)
+        return self
 
 
 _STATS = ("peak", "count", "nonfinite", "stale", "points")
@@ -246,33 +256,53 @@ def _quality(stats: _Stats, jobs: set[str], window: EvidenceWindow, intervals: I
     (each worth a step): exact for one gap, an overestimate for several (towards *unknown*)."""
     stale = stats.get("stale")
     missing = max(0, window.expected_samples - _count(stats.get("points")))
+    longest = window.window.total_seconds()  # a longer gap is the whole window (and past a timedelta's range)
     gap = window.window if stale is None or not math.isfinite(stale) else \
-        timedelta(seconds=max(0.0, stale)) + missing * window.step
+        timedelta(seconds=min(max(0.0, stale), longest)) + missing * window.step
     return Quality(_interval(jobs, intervals, fallback), min(gap, window.window), "nonfinite" in stats)
 
 
-def fold_gpu(
-    result: QueryResult, window: EvidenceWindow, labels: LabelMap, hostname_label: str | None = None,
-    intervals: Intervals | None = None, fallback: timedelta | None = None,
-) -> GpuEvidence:
-    """Turn the answer of `gpu_query` into `GpuEvidence` (pure; unit-tested without Prometheus).
+_GpuKey = tuple[PodKey, str, str, bool]
 
-    A series with only a count has `peak=None`; one with only a peak has `samples=0`.
-    `intervals` are the jobs' scrape intervals, `fallback` the one for a job not among them.
-    """
-    failure = _failure(result)
-    if failure:
-        return GpuEvidence(window, failed=failure)
+
+def gpu_groups(labels: LabelMap, hostname_label: str | None = None) -> Groups[_GpuKey]:
+    """The groups of `gpu_query`'s answer: a GPU (or MIG instance) of a pod, on its node."""
     host = hostname_label or labels.hostname
 
-    def gpu_of(lab: Mapping[str, str]) -> tuple[PodKey, str, str, bool] | None:
+    def gpu_of(lab: Mapping[str, str]) -> _GpuKey | None:
         pod, instance = lab.get(labels.pod, ""), lab.get(_GPU_INSTANCE, "")
         if not pod:
             return None
         return (PodKey(lab.get(labels.namespace, ""), pod), _gpu_id(lab.get("gpu", ""), instance), lab.get(host, ""),
                 bool(instance))
 
-    found, jobs = _collect(result, gpu_of)
+    return Groups(gpu_of)
+
+
+def cpu_groups(labels: LabelMap = HONOR_LABELS) -> Groups[PodKey]:
+    """The groups of `cpu_query`'s answer: a pod."""
+    def pod_of(lab: Mapping[str, str]) -> PodKey | None:
+        return PodKey(lab.get(labels.namespace, ""), lab[labels.pod]) if lab.get(labels.pod) else None
+
+    return Groups(pod_of)
+
+
+def fold_gpu(
+    result: QueryResult, window: EvidenceWindow, labels: LabelMap, hostname_label: str | None = None,
+    intervals: Intervals | None = None, fallback: timedelta | None = None, groups: Groups[_GpuKey] | None = None,
+) -> GpuEvidence:
+    """Turn the answer of `gpu_query` into `GpuEvidence` (pure; unit-tested without Prometheus).
+
+    A series with only a count has `peak=None`; one with only a peak has `samples=0`.
+    `intervals` are the jobs' scrape intervals, `fallback` the one for a job not among them.
+    `groups` holds the rows already gathered while the answer was decoded (`gpu_groups` as the
+    query's sink), besides any series the result holds.
+    """
+    failure = _failure(result)
+    if failure:
+        return GpuEvidence(window, failed=failure)
+    gathered = (groups or gpu_groups(labels, hostname_label)).of(result)
+    found, jobs = gathered.stats, gathered.jobs
     pods: dict[PodKey, list[GpuSeries]] = {}
     for (key, gpu, node, mig), stats in found.items():
         peak = _number(stats["peak"]) if "peak" in stats else None
@@ -282,16 +312,14 @@ def fold_gpu(
 
 
 def fold_cpu(result: QueryResult, window: EvidenceWindow, labels: LabelMap = HONOR_LABELS,
-             intervals: Intervals | None = None, fallback: timedelta | None = None) -> CpuEvidence:
-    """Turn the answer of `cpu_query` into `CpuEvidence` (pure)."""
+             intervals: Intervals | None = None, fallback: timedelta | None = None,
+             groups: Groups[PodKey] | None = None) -> CpuEvidence:
+    """Turn the answer of `cpu_query` into `CpuEvidence` (pure); `groups` as for `fold_gpu`."""
     failure = _failure(result)
     if failure:
         return CpuEvidence(window, failed=failure)
-
-    def pod_of(lab: Mapping[str, str]) -> PodKey | None:
-        return PodKey(lab.get(labels.namespace, ""), lab[labels.pod]) if lab.get(labels.pod) else None
-
-    found, jobs = _collect(result, pod_of)
+    gathered = (groups or cpu_groups(labels)).of(result)
+    found, jobs = gathered.stats, gathered.jobs
     return CpuEvidence(window, {
         key: CpuUsage(_number(stats["peak"]) if "peak" in stats else None, _count(stats.get("count")),
                       _quality(stats, jobs.get(key, set()), window, intervals, fallback))
@@ -332,8 +360,10 @@ def gpu_evidence(
     query = gpu_query(signal, window=window, step=step, labels=labels,
                       extra=(*source.config.extra_matchers, *scope(labels, pods, namespaces)),
                       hostname_label=hostname_label, busy_above=busy_above)
+    groups = gpu_groups(labels, hostname_label)
     try:
-        evidence = fold_gpu(source.instant(query, at), span, labels, hostname_label, intervals, fallback)
+        evidence = fold_gpu(source.instant(query, at, groups), span, labels, hostname_label, intervals, fallback,
+                            groups)
     except PrometheusError as error:
         evidence = GpuEvidence(span, failed=str(error))
     if evidence.failed:
@@ -357,8 +387,9 @@ def cpu_evidence(
                       extra=(*source.config.extra_matchers, *scope(labels, pods, namespaces)),
                       ignore_containers=ignore_containers, rate_window=rate_window, busy_above=busy_above,
                       busy_fraction=busy_fraction)
+    groups = cpu_groups(labels)
     try:
-        evidence = fold_cpu(source.instant(query, at), span, labels, intervals, fallback)
+        evidence = fold_cpu(source.instant(query, at, groups), span, labels, intervals, fallback, groups)
     except PrometheusError as error:
         evidence = CpuEvidence(span, failed=str(error))
     if evidence.failed:

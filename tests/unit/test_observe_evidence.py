@@ -14,33 +14,41 @@ Covered:
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from janitor.decide.evidence import CpuUsage, EvidenceWindow, GpuSeries, PodKey, Quality
 from janitor.observe.evidence import (
     cpu_evidence,
+    cpu_groups,
     cpu_query,
     duration,
     exact_names_regex,
     fold_cpu,
     fold_gpu,
     gpu_evidence,
+    gpu_groups,
     gpu_query,
 )
 from janitor.observe.prometheus import (
     HONOR_LABELS,
     SERVICE_MONITOR,
     ErrorKind,
+    LabelMap,
     Matcher,
     PrometheusConfig,
     PrometheusError,
     PrometheusSource,
     QueryResult,
+    RowSink,
     Series,
+    parse_answer,
 )
 
 AT = datetime(2025, 6, 1, 12, 0, tzinfo=timezone.utc)
@@ -252,11 +260,23 @@ class FakeSource(PrometheusSource):
         self.outcome = outcome
         self.calls: list[tuple[str, datetime]] = []
 
-    def instant(self, query: str, at: datetime) -> QueryResult:
+    def instant(self, query: str, at: datetime, sink: RowSink | None = None) -> QueryResult:
+        """The scripted answer as Prometheus would send it, decoded as the janitor decodes it."""
         self.calls.append((query, at))
         if isinstance(self.outcome, PrometheusError):
             raise self.outcome
-        return self.outcome
+        return parse_answer(200, body_of(self.outcome), query, sink)
+
+
+def body_of(result: QueryResult) -> bytes:
+    """A vector answer in Prometheus' JSON (values as strings, NaN and ±Inf as Prometheus spells them)."""
+    def text(v: float) -> str:
+        return "NaN" if math.isnan(v) else ("+Inf" if v == math.inf else "-Inf" if v == -math.inf else repr(v))
+    rows = [{"metric": dict(s.labels), "value": [t, text(v)]} for s in result.series for t, v in s.samples[-1:]]
+    envelope: dict[str, object] = {"status": "success", "data": {"resultType": result.result_type, "result": rows}}
+    if result.warnings:
+        envelope["warnings"] = list(result.warnings)
+    return json.dumps(envelope).encode()
 
 
 def test_gpu_evidence_sends_one_query_with_the_site_matchers() -> None:
@@ -288,3 +308,67 @@ def test_errors_and_partial_answers_fail_with_one_warning(caplog: pytest.LogCapt
     assert cpu.failed and "partial" in cpu.failed and dict(cpu.pods) == {}
     warnings = [r for r in caplog.records if r.name == "janitor.observe.evidence"]
     assert [r.levelno for r in warnings] == [logging.WARNING, logging.WARNING]
+
+
+# ----------------------------------------------------------------------------- decoded row by row
+
+LABEL_VALUES = st.sampled_from(("ml", "web", "train-0", "train-1", "0", "1", "gpu-node-1", "", "3"))
+STATS = st.sampled_from(("peak", "count", "nonfinite", "stale", "points", "job", "other"))
+NUMBERS = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(0, 10_000).map(float))
+
+
+@st.composite
+def rows(draw: st.DrawFn) -> Series:
+    labels = {"exported_namespace": draw(LABEL_VALUES), "exported_pod": draw(LABEL_VALUES),
+              "namespace": draw(LABEL_VALUES), "pod": draw(LABEL_VALUES), "gpu": draw(LABEL_VALUES),
+              "Hostname": draw(LABEL_VALUES), "stat": draw(STATS), "job": draw(st.sampled_from(("dcgm", "kubelet")))}
+    if draw(st.booleans()):
+        labels["GPU_I_ID"] = draw(LABEL_VALUES)
+    if draw(st.integers(0, 5)) == 0:  # label names a decoder could take for a row's own keys
+        labels = {"metric": draw(LABEL_VALUES), "value": draw(LABEL_VALUES)} if draw(st.booleans()) else \
+            labels | {"metric": "x", "values": "y"}
+    kept = {k: v for k, v in labels.items() if draw(st.integers(0, 7))}
+    value = draw(NUMBERS)
+    return Series(kept, ((AT.timestamp(), value),), not math.isfinite(value))
+
+
+@settings(max_examples=300, deadline=None)
+@given(items=st.lists(rows(), max_size=40), warned=st.booleans(),
+       labels=st.sampled_from((SERVICE_MONITOR, HONOR_LABELS)))
+def test_an_answer_folded_row_by_row_as_it_is_decoded_is_the_answer_folded_whole(
+        items: list[Series], warned: bool, labels: LabelMap) -> None:
+    """The usage answers are folded while they are decoded, never held whole (`RowSink`): the
+    evidence must be exactly what folding the whole decoded answer gives, whatever the rows say."""
+    body = body_of(answer(*items, warnings=("w",) if warned else ()))
+    whole = parse_answer(200, body, "q")
+    gpus, cpus = gpu_groups(labels), cpu_groups(labels)
+    streamed_gpu, streamed_cpu = parse_answer(200, body, "q", gpus), parse_answer(200, body, "q", cpus)
+    assert streamed_gpu.series == () and streamed_gpu.warnings == whole.warnings
+    fallback = timedelta(seconds=15)
+    assert fold_gpu(streamed_gpu, GPU_WINDOW, labels, fallback=fallback, groups=gpus) == \
+        fold_gpu(whole, GPU_WINDOW, labels, fallback=fallback)
+    assert fold_cpu(streamed_cpu, CPU_WINDOW, labels, fallback=fallback, groups=cpus) == \
+        fold_cpu(whole, CPU_WINDOW, labels, fallback=fallback)
+
+
+@pytest.mark.parametrize("row", [
+    {"metric": {"pod": "a"}, "value": [1.0, "not a number"]},
+    {"metric": {"pod": "a"}, "value": [1.0]},
+    {"metric": {"pod": "a"}, "value": ["1", "2", "3"]},
+])
+def test_a_row_that_is_not_a_sample_is_a_malformed_answer_either_way(row: dict[str, object]) -> None:
+    body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": [row]}}).encode()
+    for sink in (None, gpu_groups(HONOR_LABELS)):
+        with pytest.raises(PrometheusError) as raised:
+            parse_answer(200, body, "q", sink)
+        assert raised.value.kind is ErrorKind.MALFORMED
+
+
+@pytest.mark.parametrize("stale", [8.64e13, 1e300])
+def test_a_gap_longer_than_any_date_is_the_whole_window_not_a_crash(stale: float) -> None:
+    """A `stale` statistic past what a timedelta holds (a series stamped near the epoch, a broken
+    proxy) used to raise OverflowError out of the fold, failing the cycle's evidence read."""
+    evidence = fold_gpu(answer(sm_gpu("peak", 1), sm_gpu("count", 480), sm_gpu("stale", stale)), GPU_WINDOW,
+                        SERVICE_MONITOR, fallback=STEP)
+    [gpu] = evidence.pods[PodKey("ml", "train-0")]
+    assert gpu.quality.gap == HOURS_2
