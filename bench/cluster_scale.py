@@ -172,6 +172,12 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
         })
         print(json.dumps(cycles[-1]), file=sys.stderr, flush=True)
     peak = _rss_mb("VmHWM")  # the cycles' peak, before the comparison below reads whole answers
+    if args.keep_observation:
+        import dataclasses
+        import pickle
+
+        kept = (dataclasses.replace(planned.observation, judged=None), planned.policies, planned.plan.now)
+        Path(args.keep_observation).write_bytes(pickle.dumps(kept))
     evidence = _evidence_both_ways(settings, memory)
     ports.cache.stop() if ports.cache else None
     for number in range(max(1, args.steady - 1), args.steady + 1):
@@ -221,6 +227,8 @@ def _child(env: dict[str, str], proxy: Any, proxied: Path, args: argparse.Namesp
             "--direct-kubeconfig", env["KUBECONFIG"], "--prometheus", env["PROMETHEUS_URL"],
             "--steady", str(args.steady), "--churn", str(args.churn), "--settle", str(args.settle),
             "--quiet", str(quiet)]
+    if args.keep_observation:
+        argv += ["--keep-observation", f"{args.keep_observation}.{nodes}"]
     done = subprocess.run(argv, stdout=subprocess.PIPE, text=True, check=True)
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
@@ -352,6 +360,8 @@ def main() -> int:
                        "what populate made before the first cycle (%(default)s)")
         p.add_argument("--settle", type=float, default=3.0, help="seconds for the watches to bring the churn "
                        "before a steady cycle (%(default)s)")
+        p.add_argument("--keep-observation", metavar="PATH", help="pickle the last cycle's observation, policies "
+                       "and time (PATH.<nodes>) for `bench/plan_scale.py --observation`")
     parser.add_argument("--nodes", type=int, default=500, help="N (%(default)s)")
     parser.add_argument("--factor", type=int, default=4, help="the second size is N x this (%(default)s)")
     parser.add_argument("--busy-share", type=float, default=0.75, help="share of the pods kept busy (%(default)s)")

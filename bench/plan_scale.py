@@ -45,6 +45,7 @@ import cProfile
 import dataclasses
 import datetime
 import gc
+import pickle
 import pstats
 import random
 import sys
@@ -382,9 +383,14 @@ def check(result: CyclePlan, pods: int) -> str:
             f"{len(result.actions)} actions, {len(result.held)} held")
 
 
-def profile(pods: int, policies: tuple[Policy, ...], top: int, gpu_share: float) -> None:
-    observation = Builder(pods, policies, gpu_share=gpu_share).build()
+def profile(pods: int, policies: tuple[Policy, ...], top: int, gpu_share: float,
+            kept: tuple[m.Observation, tuple[Policy, ...], datetime.datetime] | None = None) -> None:
+    observation = Builder(pods, policies, gpu_share=gpu_share).build() if kept is None else kept[0]
+    if kept is not None:
+        policies = kept[1]
     run(observation, policies)
+    gc.collect()
+    gc.disable()  # as the cycle plans: its collector is paused
     profiler = cProfile.Profile()
     profiler.enable()
     run(observation, policies)
@@ -392,6 +398,35 @@ def profile(pods: int, policies: tuple[Policy, ...], top: int, gpu_share: float)
     stats = pstats.Stats(profiler)
     stats.sort_stats("cumulative").print_stats(top)
     stats.sort_stats("tottime").print_stats(top)
+    gc.enable()
+
+
+def kept_observation(path: str, runs: int, top: int | None) -> None:
+    """`plan()` on an observation a cycle of the scale sandbox read (`bench/cluster_scale.py
+    --keep-observation`): best of `runs` with the collector paused, first and with the judgements
+    of a plan of the same observation kept (every judgement reusable: the most they can save)."""
+    observation, policies, now = pickle.loads(Path(path).read_bytes())
+    if top is not None:
+        profile(0, policies, top, 0.0, (observation, policies, now))
+        return
+
+    def timed(memo: Judgements | None) -> float:
+        best = float("inf")
+        for _ in range(runs):
+            if memo is not None:
+                plan(dataclasses.replace(observation, judged=memo), policies, m.SafetyLedger(), now, settings=SETTINGS)
+            gc.collect()
+            gc.disable()
+            began = time.process_time()
+            plan(dataclasses.replace(observation, judged=memo), policies, m.SafetyLedger(), now, settings=SETTINGS)
+            best = min(best, time.process_time() - began)
+            gc.enable()
+        return best
+
+    cold, kept = timed(None), timed(Judgements())
+    print(f"{path}: {len(observation.pods)} pods, {len(observation.objects)} objects, {len(observation.nodes)} nodes; "
+          f"plan {cold:.3f} s, {cold / len(observation.pods) * 1e6:.1f} us/pod (collector paused, best of {runs}); "
+          f"with every judgement kept {kept:.3f} s ({kept / cold:.2f})")
 
 
 def main() -> None:
@@ -407,7 +442,12 @@ def main() -> None:
                         help="pods changed and pods whose GPU peaks moved between two cycles (steady columns)")
     parser.add_argument("--freeze", action="store_true",
                         help="gc.freeze() the observation before each plan (what a daemon can do after its read)")
+    parser.add_argument("--observation", metavar="PATH", help="plan a kept observation of the scale sandbox "
+                        "instead (`bench/cluster_scale.py --keep-observation`); with --profile N, profile it")
     args = parser.parse_args()
+    if args.observation:
+        kept_observation(args.observation, args.runs, args.top if args.profile else None)
+        return
     policies = load_policies()
     if args.profile:
         profile(args.profile, policies, args.top, args.gpu_share)
