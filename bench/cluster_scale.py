@@ -20,8 +20,7 @@ line per verdict per cycle costs CPU too.
 
 Figures per cycle: apiserver requests and bytes by resource (the node watch's share apart: the
 kubelets' status reports), Prometheus requests and bytes, CPU seconds, time in observe / decide /
-act as the cycle itself measures them (`janitor_cycle_phase_seconds`), log lines, the idle pod
-judgements reused from the cycle before and made afresh (`janitor_idle_judgements_total`), and the
+act as the cycle itself measures them (`janitor_cycle_phase_seconds`), log lines, and the
 child's peak RSS. Ratios: steady / first and 4N / N, from this one run. Last, the usage queries
 are asked twice in a row, whole and with busy peaks sent alone (what the janitor asks), for the
 bytes and CPU each costs.
@@ -142,8 +141,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
             planned = cycle.observe_and_plan(ports, settings, memory, source=source, reloaded=reloaded)
             result = cycle.apply(ports, settings, planned, source=source)
             phases = result.phases  # as the daemon's janitor_cycle_phase_seconds has them
-            marks.update(observe=phases.observe, decide=phases.decide, act=phases.act, decide_cpu=phases.decide_cpu,
-                         judgements_reused=float(phases.judgements[0]), judgements_made=float(phases.judgements[1]))
+            marks.update(observe=phases.observe, decide=phases.decide, act=phases.act, decide_cpu=phases.decide_cpu)
             queries = list(source.stats) if source is not None else []
         memory = result.memory
         seen = proxy.requests()
@@ -172,10 +170,9 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
         })
         print(json.dumps(cycles[-1]), file=sys.stderr, flush=True)
         if args.keep_observation and number == args.steady:
-            import dataclasses
             import pickle
 
-            kept = (dataclasses.replace(planned.observation, judged=None), planned.policies, planned.plan.now)
+            kept = (planned.observation, planned.policies, planned.plan.now)
             Path(args.keep_observation).write_bytes(pickle.dumps(kept))
             del kept
         # The daemon keeps nothing of a cycle but its Memory (janitor.daemon: the result is a local of
@@ -238,7 +235,7 @@ def _child(env: dict[str, str], proxy: Any, proxied: Path, args: argparse.Namesp
 
 
 _PER_CYCLE = ("cpu", "seconds", "observe", "decide", "decide_cpu", "act", "requests", "bytes", "node_bytes",
-              "queries", "query_bytes", "log_lines", "judgements_reused", "judgements_made")
+              "queries", "query_bytes", "log_lines")
 
 
 def _summary(found: dict[str, Any]) -> dict[str, float]:
@@ -252,7 +249,7 @@ def _summary(found: dict[str, Any]) -> dict[str, float]:
 
 def _table(sizes: list[tuple[int, dict[str, float]]]) -> str:
     shown = ("requests", "bytes", "node_bytes", "cpu", "observe", "decide", "decide_cpu", "act", "queries",
-             "query_bytes", "log_lines", "judgements_reused", "judgements_made")
+             "query_bytes", "log_lines")
     rows = ["pods", "objects", "findings", *(f"{c}_{k}" for c in ("first", "steady") for k in shown), "peak_rss_mb",
             *(f"evidence_{w}_{k}" for w in ("whole", "lean") for k in ("bytes", "cpu"))]
     head = f"{'':22}" + "".join(f"{f'{n} nodes':>16}" for n, _ in sizes)

@@ -27,11 +27,6 @@ and ConfigMaps a `janitor/ttl` (expired, not yet, malformed). The policies are t
 policies/, made to enforce in every namespace. The run checks that the plan at each size has
 findings of every trigger, lifecycle reclaims and actions, so it measures real work.
 
-`steady` is the plan of the next cycle as a daemon makes it: the same pod views but `--churn`
-changed, the evidence answered afresh with `--churn` GPU peaks moved, and the idle triggers' pod
-judgements kept from the cycle before (`decide.memo`), collector paused; `reused` is the share of
-judgements it did not make again.
-
 By default 3 workloads in 4 hold GPUs, asking for some 35 times the GPUs the nodes have: the
 costliest case, since every running GPU pod is judged on both signals. With `--gpu-share 0.02`
 the running pods ask for about the GPUs the nodes have. `--profile N` prints the hottest
@@ -59,7 +54,6 @@ from janitor import annotations as ann  # noqa: E402
 from janitor.decide import evidence as ev  # noqa: E402
 from janitor.decide import model as m  # noqa: E402
 from janitor.decide.lifecycle import Step  # noqa: E402
-from janitor.decide.memo import Judgements  # noqa: E402
 from janitor.decide.plan import CyclePlan, PlanSettings, plan  # noqa: E402
 from janitor.decide.rails import Rails  # noqa: E402
 from janitor.policy.load import from_paths  # noqa: E402
@@ -79,7 +73,6 @@ KINDS = ("Deployment",) * 8 + ("Job",) * 5 + ("StatefulSet",) * 3 + ("Pod",) * 3
 STORIES = ("idle",) * 6 + ("busy",) * 9 + ("young", "pending", "pending", "never-fits", "crash-loop",
                                             "crash-loop", "terminating", "mixed")
 GPU_TOLERATION = ("nvidia.com/gpu", "Exists", "", "NoSchedule")
-CHURN = 100  # pods changed, and GPU peaks moved, between two cycles
 GPU_SHARE = 0.75  # of workloads holding 1-8 GPUs a pod: more than the nodes have, the costliest case to judge
 
 
@@ -275,18 +268,6 @@ class Builder:
                     for key, peak in self.cpu_peaks.items()})
         return ev.Evidence(gpu, cpu, ())
 
-    def next_cycle(self, observation: m.Observation, churn: int) -> m.Observation:
-        """The observation a minute later, as a daemon with the watch cache sees it: the same pod
-        views, except `churn` pods annotated (new views); evidence answered afresh (new values,
-        equal but for `churn` pods whose peaks moved)."""
-        pods = list(observation.pods)
-        for i in self.rng.sample(range(len(pods)), churn):
-            pods[i] = dataclasses.replace(pods[i], resource_version=self.uid("rv"),
-                                          annotations={**pods[i].annotations, "example.com/note": "touched"})
-        for key in self.rng.sample(sorted(self.gpu_peaks, key=lambda k: (k.namespace, k.pod)), churn):
-            self.gpu_peaks[key] = tuple(self.rng.uniform(0, 100) for _ in self.gpu_peaks[key])
-        return dataclasses.replace(observation, pods=tuple(pods), evidence=self._evidence())
-
     def build(self) -> m.Observation:
         for name in self.namespaces:
             self.objects.append(m.ObjectView(m.ObjectRef("Namespace", "v1", None, name, f"ns-{name}"), "1",
@@ -351,26 +332,6 @@ def best_of(observation: m.Observation, policies: tuple[Policy, ...], runs: int,
     return best, collected, result
 
 
-def steady(builder: Builder, observation: m.Observation, policies: tuple[Policy, ...], runs: int,
-           churn: int) -> tuple[float, float]:
-    """The fastest plan of the next cycle with the judgements its cycle before kept (each run
-    after planning that cycle before afresh), and the share of judgements reused."""
-    best, reused = float("inf"), 0.0
-    later = builder.next_cycle(observation, churn)
-    for _ in range(runs):
-        memo = Judgements()
-        run(dataclasses.replace(observation, judged=memo), policies)
-        gc.collect()
-        gc.disable()
-        began = time.process_time()
-        run(dataclasses.replace(later, judged=memo), policies)
-        seconds = time.process_time() - began
-        gc.enable()
-        hits, misses, _ = memo.counts()
-        best, reused = min(best, seconds), hits / max(1, hits + misses)
-    return best, reused
-
-
 def check(result: CyclePlan, pods: int) -> str:
     """The plan must be real work: findings of every trigger, lifecycle reclaims and actions."""
     triggers = {str(f.trigger) for f in result.findings}
@@ -403,30 +364,22 @@ def profile(pods: int, policies: tuple[Policy, ...], top: int, gpu_share: float,
 
 def kept_observation(path: str, runs: int, top: int | None) -> None:
     """`plan()` on an observation a cycle of the scale sandbox read (`bench/cluster_scale.py
-    --keep-observation`): best of `runs` with the collector paused, first and with the judgements
-    of a plan of the same observation kept (every judgement reusable: the most they can save)."""
+    --keep-observation`): best of `runs`, each after a full collection, with the collector paused
+    as the cycle pauses it; with `top`, its profile instead."""
     observation, policies, now = pickle.loads(Path(path).read_bytes())
     if top is not None:
         profile(0, policies, top, 0.0, (observation, policies, now))
         return
-
-    def timed(memo: Judgements | None) -> float:
-        best = float("inf")
-        for _ in range(runs):
-            if memo is not None:
-                plan(dataclasses.replace(observation, judged=memo), policies, m.SafetyLedger(), now, settings=SETTINGS)
-            gc.collect()
-            gc.disable()
-            began = time.process_time()
-            plan(dataclasses.replace(observation, judged=memo), policies, m.SafetyLedger(), now, settings=SETTINGS)
-            best = min(best, time.process_time() - began)
-            gc.enable()
-        return best
-
-    cold, kept = timed(None), timed(Judgements())
+    best = float("inf")
+    for _ in range(runs):
+        gc.collect()
+        gc.disable()
+        began = time.process_time()
+        plan(observation, policies, m.SafetyLedger(), now, settings=SETTINGS)
+        best = min(best, time.process_time() - began)
+        gc.enable()
     print(f"{path}: {len(observation.pods)} pods, {len(observation.objects)} objects, {len(observation.nodes)} nodes; "
-          f"plan {cold:.3f} s, {cold / len(observation.pods) * 1e6:.1f} us/pod (collector paused, best of {runs}); "
-          f"with every judgement kept {kept:.3f} s ({kept / cold:.2f})")
+          f"plan {best:.3f} s, {best / len(observation.pods) * 1e6:.1f} us/pod (collector paused, best of {runs})")
 
 
 def main() -> None:
@@ -438,8 +391,6 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=30, help="functions shown with --profile")
     parser.add_argument("--gpu-share", type=float, default=GPU_SHARE,
                         help="share of workloads whose pods hold GPUs (0.02: about the GPUs the nodes have)")
-    parser.add_argument("--churn", type=int, default=CHURN,
-                        help="pods changed and pods whose GPU peaks moved between two cycles (steady columns)")
     parser.add_argument("--freeze", action="store_true",
                         help="gc.freeze() the observation before each plan (what a daemon can do after its read)")
     parser.add_argument("--observation", metavar="PATH", help="plan a kept observation of the scale sandbox "
@@ -455,31 +406,23 @@ def main() -> None:
     sizes = sorted(args.sizes)
     figures: dict[int, float] = {}
     without: dict[int, float] = {}
-    steadies: dict[int, float] = {}
     print(f"{'pods':>7} {'objects':>8} {'nodes':>6} {'plan s':>8} {'us/pod':>7} {'gc s':>6} {'full':>4} "
-          f"{'w/o gc':>7} {'steady':>7} {'reused':>6}  plan")
+          f"{'w/o gc':>7}  plan")
     for pods in sizes:
-        builder = Builder(pods, policies, gpu_share=args.gpu_share)
-        observation = builder.build()
+        observation = Builder(pods, policies, gpu_share=args.gpu_share).build()
         seconds, collector, result = best_of(observation, policies, args.runs, args.freeze)
         figures[pods] = seconds
         without[pods] = seconds - collector.seconds
-        steadies[pods], reused = steady(builder, observation, policies, args.runs, args.churn)
         print(f"{len(observation.pods):>7} {len(observation.objects):>8} {len(observation.nodes):>6} "
               f"{seconds:>8.3f} {seconds / len(observation.pods) * 1e6:>7.1f} {collector.seconds:>6.3f} "
-              f"{collector.full:>4} {without[pods]:>7.3f} {steadies[pods]:>7.3f} {reused:>6.1%}  "
-              f"{check(result, pods)}")
-        del observation, result, builder
+              f"{collector.full:>4} {without[pods]:>7.3f}  {check(result, pods)}")
+        del observation, result
     small, large = sizes[0], sizes[-1]
     if large != small:
         print(f"ratio {large}/{small}: {figures[large] / figures[small]:.2f}, without the collector "
               f"{without[large] / without[small]:.2f} ({large / small:.2f} would be exactly linear)")
     print(f"{large} pods plan in {figures[large]:.3f} s (best of {args.runs}"
           f"{', observation frozen' if args.freeze else ''}), {without[large]:.3f} s of it outside the collector")
-    print(f"a steady cycle's plan at {large} pods ({args.churn} pods and {args.churn} GPU peaks changed, the "
-          f"judgements of the cycle before kept, collector paused): {steadies[large]:.3f} s, "
-          f"{steadies[large] / without[large]:.2f} of a first plan without the collector"
-          + (f"; ratio {large}/{small}: {steadies[large] / steadies[small]:.2f}" if large != small else ""))
 
 
 if __name__ == "__main__":

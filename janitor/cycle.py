@@ -33,7 +33,6 @@ from janitor.act.slack import Digest, Slack
 from janitor.act.slack_messages import MessageContext, render_admin_report
 from janitor.decide import recheck
 from janitor.decide.lifecycle import Change, Step, intent_id
-from janitor.decide.memo import Judgements
 from janitor.decide.model import (
     Action,
     ActionType,
@@ -82,7 +81,6 @@ class Memory:
     admin_sent: tuple[str, datetime.datetime] | None = None  # the admins' report last sent: its key and when
     notices: frozenset[str] = frozenset()  # said last cycle (said again at debug level only)
     verdicts: Mapping[tuple[str, str, str], str] | None = None  # (policy, trigger, uid) -> verdict last cycle
-    judged: Judgements = field(default_factory=Judgements, compare=False)  # idle judgements, reused when unchanged
 
 
 @dataclass(frozen=True)
@@ -94,7 +92,6 @@ class Phases:
     decide: float = 0.0
     act: float = 0.0
     decide_cpu: float = 0.0
-    judgements: tuple[int, int] = (0, 0)  # idle pod judgements reused from the cycle before, and made afresh
 
 
 @dataclass(frozen=True)
@@ -195,10 +192,8 @@ def observe_and_plan(ports: Ports, settings: Settings, memory: Memory, *, source
         ledger = cluster.read_ledger(ports.api, c.state_namespace, c.state_name)
     observed, cpu = time.monotonic(), time.thread_time()
     with _collector_paused():
-        decided = plan(replace(seen, judged=memory.judged), policies, ledger, now, settings=settings.plan())
-    reused, judged, _ = memory.judged.counts()
-    phases = Phases(observed - began, time.monotonic() - observed, decide_cpu=time.thread_time() - cpu,
-                    judgements=(reused, judged))
+        decided = plan(seen, policies, ledger, now, settings=settings.plan())
+    phases = Phases(observed - began, time.monotonic() - observed, decide_cpu=time.thread_time() - cpu)
     verdicts = log_verdicts(decided.findings, memory.verdicts)
     return Planned(seen, decided, policies, replace(memory, verdicts=verdicts), reloaded, phases)
 

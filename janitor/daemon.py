@@ -65,8 +65,6 @@ def record(telemetry: Telemetry, result: CycleResult) -> None:
     for phase, seconds in (("observe", phases.observe), ("decide", phases.decide), ("act", phases.act)):
         telemetry.phase_seconds.labels(phase=phase).observe(seconds)
     telemetry.decide_cpu.inc(phases.decide_cpu)
-    telemetry.judgements.labels(outcome="reused").inc(phases.judgements[0])
-    telemetry.judgements.labels(outcome="judged").inc(phases.judgements[1])
     telemetry.cycle_seconds.observe(result.seconds)
     telemetry.cycles.labels(result="success").inc()
     telemetry.last_success.set(time.time())

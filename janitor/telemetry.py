@@ -164,10 +164,6 @@ class Telemetry:
                               "outcome (done, not-allowed, stale, no-room, failed; forged and replayed requests "
                               "as button unknown)", ["button", "outcome"], registry=r)
         self.decide_cpu = Counter("janitor_decide_cpu_seconds", "CPU seconds spent deciding (plan)", registry=r)
-        self.judgements = Counter("janitor_idle_judgements", "Pod judgements of the idle triggers: reused from the "
-                                  "cycle before (same pod, same evidence) or judged afresh", ["outcome"], registry=r)
-        for outcome in ("reused", "judged"):
-            self.judgements.labels(outcome=outcome)
         for source in ("kubernetes", "prometheus", "slack", "janitor"):
             self.errors.labels(source=source)
         for reason in HoldReason:

@@ -13,16 +13,12 @@ import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
 from janitor.decide.evidence import Evidence
 from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.reasons import Reason
 from janitor.node_report import ConditionMessage, OomReport
 from janitor.policy.model import Mode
-
-if TYPE_CHECKING:
-    from janitor.decide.memo import Judgements
 
 # -- what was read ----------------------------------------------------------------------------------
 
@@ -228,9 +224,6 @@ class Observation:
     evidence: Evidence = field(default_factory=Evidence)
     oom: Mapping[str, tuple[OomReport, ...]] = field(default_factory=dict)  # pod uid -> the agent's reports
     skipped_kinds: tuple[SkippedKind, ...] = ()
-    # The idle triggers' judgements from the cycles before (decide.memo), when the shell keeps them:
-    # a cache, never evidence, so two observations differing only here are equal.
-    judged: Judgements | None = field(default=None, compare=False, repr=False)
 
     def namespace(self, name: str | None) -> NamespaceView:
         return self.namespaces.get(name or "", NamespaceView(name or ""))

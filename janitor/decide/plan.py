@@ -188,8 +188,6 @@ def decide(observation: Observation, policies: Sequence[Policy], now: datetime.d
     """Steps 1-3 of a plan: findings, the lifecycle's changes, and what is due (before the rails)."""
     now = observation.at or now
     rails = settings.rails
-    if observation.judged is not None:
-        observation.judged.next_cycle()
     by_uid = {o.ref.uid: o for o in observation.objects}
     gate = selection.Gate(observation, rails)
     workloads = selection.workloads(observation, rails, cronjob_mode=settings.cronjob_mode,

@@ -72,7 +72,6 @@ from janitor import annotations as ann
 from janitor.annotations import Delivery
 from janitor.decide.evidence import CpuEvidence, GpuEvidence, PodKey, Quality
 from janitor.decide.lifecycle import Step, delivered, resend
-from janitor.decide.memo import Judgements
 from janitor.decide.model import (
     Action,
     ActionType,
@@ -924,40 +923,6 @@ def test_plan_is_a_pure_function(case: Case, offset: datetime.timedelta) -> None
     assert (observation, case.policies, case.settings) == kept
 
 
-# -- judgements kept between cycles ----------------------------------------------------------------------------
-
-
-def no_check(sim: Simulator, planned: CyclePlan, observation: Observation) -> None:
-    return None
-
-
-@examples(1.0)
-@given(case=cases("idle", "any", "due"), script=st.integers(6, 16).flatmap(scripts))
-def test_judgements_kept_between_cycles_change_no_plan(case: Case, script: tuple) -> None:
-    """A daemon keeps the idle triggers' pod judgements from one cycle to the next (decide.memo).
-    Cycle after cycle, while pods start, resume, idle, get busy, are edited and age, and evidence
-    fails and comes back, the plan made with them is the plan made without them."""
-    kept = Judgements()
-    reused = 0
-
-    def with_and_without(observation: Observation, policies: Sequence[Policy], ledger: SafetyLedger,
-                         now: datetime.datetime, plan_settings: PlanSettings) -> CyclePlan:
-        nonlocal reused
-        fresh = run_plan(observation, policies, ledger, now, plan_settings)
-        remembered = run_plan(replace(observation, judged=kept), policies, ledger, now, plan_settings)
-        assert remembered == fresh
-        reused += kept.counts()[0]
-        return remembered
-
-    sim = Simulator(case.cluster.copy(), list(case.policies), case.settings, with_and_without, run_recheck)
-    for step in script:
-        sim.cycle(step, no_check)
-    REUSED.append(reused)
-
-
-REUSED: list[int] = []  # judgements reused per example: the property above must exercise the cache
-
-
 # -- busy peaks sent alone --------------------------------------------------------------------------------
 
 
@@ -1024,4 +989,3 @@ def test_the_default_run_reaches_its_cycle_budget(request: pytest.FixtureRequest
     if HELD != PROPERTIES:
         pytest.skip(f"not every property held ({', '.join(sorted(PROPERTIES - HELD))}): their examples stopped early")
     assert CYCLES >= CYCLES_PER_RUN, f"{CYCLES} cycles decided, fewer than {CYCLES_PER_RUN}"
-    assert sum(REUSED) > 0, "the kept judgements were never reused: their property tested nothing"

@@ -18,8 +18,7 @@ import operator
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from janitor.decide.evidence import CpuEvidence, CpuUsage, EvidenceWindow, GpuEvidence, GpuSeries, PodKey, Quality
-from janitor.decide.memo import Table
+from janitor.decide.evidence import CpuEvidence, EvidenceWindow, GpuEvidence, GpuSeries, PodKey, Quality
 from janitor.decide.model import Finding, Observation, PodJudgement, PodView, State, TriggerKind, is_mig
 from janitor.decide.reasons import Code, Fact, Reason, why
 from janitor.decide.selection import Workload
@@ -97,16 +96,15 @@ class _Judge:
 class GpuJudge(_Judge):
     """`judge_gpu` for one policy's trigger and evidence."""
 
-    def __init__(self, evidence: GpuEvidence | None, trigger: IdleGpu, now: datetime.datetime,
-                 memo: Table | None = None) -> None:
+    def __init__(self, evidence: GpuEvidence | None, trigger: IdleGpu, now: datetime.datetime) -> None:
         super().__init__(trigger, now)
-        self.evidence, self.trigger, self.memo = evidence, trigger, memo
+        self.evidence, self.trigger = evidence, trigger
         self.signal = str(trigger.signal)
         self.limit: dict[str, Fact] = {"signal": self.signal, "threshold": trigger.threshold, "window": trigger.window}
         self.expected: dict[datetime.timedelta, int] = {}
 
     def __call__(self, pod: PodView) -> PodJudgement:
-        evidence, signal = self.evidence, self.signal
+        evidence, trigger, signal = self.evidence, self.trigger, self.signal
         if evidence is None:
             return PodJudgement(pod.ref, State.UNKNOWN, why(Code.NO_EVIDENCE_READ, signal=signal))
         if evidence.failed:
@@ -116,18 +114,6 @@ class GpuJudge(_Judge):
         if young:
             return young
         series = evidence.pods.get(_key(pod), ())
-        if self.memo is None:
-            return self._judge(pod, series)
-        judged = self.memo.recall(pod, series)
-        if judged is None:
-            judged = self._judge(pod, series)
-            self.memo.keep(pod, series, judged)
-        return judged
-
-    def _judge(self, pod: PodView, series: tuple[GpuSeries, ...]) -> PodJudgement:
-        """The judgement of a pod old enough to judge, on usable evidence: a function of the pod,
-        its series, the trigger and the window alone (so `memo` may keep it)."""
-        trigger, signal = self.trigger, self.signal
         if not trigger.signal.covers_mig and (_mig(pod) or any(s.mig for s in series)):
             gpu = next((f"GPU {s.gpu}" for s in series if s.mig), "a GPU it requested")
             return PodJudgement(pod.ref, State.UNKNOWN, why(Code.MIG_SIGNAL, what=gpu, signal=signal))
@@ -213,13 +199,12 @@ def judge_gpu(pod: PodView, evidence: GpuEvidence | None, trigger: IdleGpu, now:
 class CpuJudge(_Judge):
     """`judge_cpu` for one policy's trigger and evidence."""
 
-    def __init__(self, evidence: CpuEvidence | None, trigger: IdleCpu, now: datetime.datetime,
-                 memo: Table | None = None) -> None:
+    def __init__(self, evidence: CpuEvidence | None, trigger: IdleCpu, now: datetime.datetime) -> None:
         super().__init__(trigger, now)
-        self.evidence, self.trigger, self.memo = evidence, trigger, memo
+        self.evidence, self.trigger = evidence, trigger
 
     def __call__(self, pod: PodView) -> PodJudgement:
-        evidence = self.evidence
+        evidence, trigger = self.evidence, self.trigger
         if evidence is None:
             return PodJudgement(pod.ref, State.UNKNOWN, why(Code.NO_EVIDENCE_READ, signal="CPU"))
         if evidence.failed:
@@ -229,17 +214,6 @@ class CpuJudge(_Judge):
         if young:
             return young
         usage = evidence.pods.get(_key(pod))
-        if self.memo is None:
-            return self._judge(pod, usage, evidence.window)
-        judged = self.memo.recall(pod, usage)
-        if judged is None:
-            judged = self._judge(pod, usage, evidence.window)
-            self.memo.keep(pod, usage, judged)
-        return judged
-
-    def _judge(self, pod: PodView, usage: CpuUsage | None, window: EvidenceWindow) -> PodJudgement:
-        """As `GpuJudge._judge`: the pod, its usage, the trigger and the window decide."""
-        trigger = self.trigger
         if usage is None or usage.peak_cores is None:
             return PodJudgement(pod.ref, State.UNKNOWN, why(Code.CPU_NO_SERIES))
         if trigger.cores is not None:
@@ -255,10 +229,10 @@ class CpuJudge(_Judge):
         if peak > limit:  # use, whatever else is missing: only idleness needs the whole window
             return PodJudgement(pod.ref, State.CLEAR, why(Code.CPU_BUSY, peak=peak, limit=described,
                                                           window=trigger.window))
-        doubt = _doubt("CPU", usage.quality, window, trigger.max_gap) if self.doubtful(usage.quality) else None
+        doubt = _doubt("CPU", usage.quality, evidence.window, trigger.max_gap) if self.doubtful(usage.quality) else None
         if doubt is not None:
             return PodJudgement(pod.ref, State.UNKNOWN, doubt)
-        coverage = usage.samples / window.expected_samples
+        coverage = usage.samples / evidence.window.expected_samples
         if coverage < trigger.min_coverage:
             return PodJudgement(pod.ref, State.UNKNOWN, why(Code.CPU_LOW_COVERAGE, coverage=coverage,
                                                             window=trigger.window))
@@ -315,20 +289,11 @@ def _finding(trigger: TriggerKind, workload: Workload, policy: Policy, judged: S
                    owner=workload.owner, managed_by=workload.managed_by)
 
 
-def _table(observation: Observation, kind: str, trigger: IdleGpu | IdleCpu,
-           evidence: GpuEvidence | CpuEvidence | None) -> Table | None:
-    """The judgements kept from the cycle before for this trigger and window, when the cycle keeps any."""
-    if observation.judged is None or evidence is None or evidence.failed:
-        return None
-    return observation.judged.table((kind, trigger, evidence.window.window, evidence.window.step))
-
-
 def gpu_findings(workloads: Sequence[Workload], observation: Observation, policy: Policy,
                  now: datetime.datetime) -> list[Finding]:
     trigger = policy.trigger(IdleGpu)
     assert trigger is not None
-    evidence = observation.evidence.gpu.get((str(trigger.signal), trigger.window))
-    judge = GpuJudge(evidence, trigger, now, _table(observation, "gpu", trigger, evidence))
+    judge = GpuJudge(observation.evidence.gpu.get((str(trigger.signal), trigger.window)), trigger, now)
     return [_finding(TriggerKind.IDLE_GPU, w, policy, [judge(p) for p in pods], pods, trigger.window)
             for w in workloads for pods in [gpu_pods(w)]]
 
@@ -337,8 +302,8 @@ def cpu_findings(workloads: Sequence[Workload], observation: Observation, policy
                  now: datetime.datetime) -> list[Finding]:
     trigger = policy.trigger(IdleCpu)
     assert trigger is not None
-    evidence = observation.evidence.cpu.get((trigger.window, tuple(sorted(trigger.ignore_containers))))
-    judge = CpuJudge(evidence, trigger, now, _table(observation, "cpu", trigger, evidence))
+    judge = CpuJudge(observation.evidence.cpu.get((trigger.window, tuple(sorted(trigger.ignore_containers)))),
+                     trigger, now)
     return [_finding(TriggerKind.IDLE_CPU, w, policy, [judge(p) for p in pods], pods, trigger.window)
             for w in workloads for pods in [running(w)]]
 
