@@ -169,16 +169,17 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
             "peak_rss_so_far_mb": _rss_mb("VmHWM"),
         })
         print(json.dumps(cycles[-1]), file=sys.stderr, flush=True)
-        if args.keep_observation and number == args.steady:
-            import pickle
-
+        if args.keep_observation and number == args.steady:  # pickled after the peak is read, below
             kept = (planned.observation, planned.policies, planned.plan.now)
-            Path(args.keep_observation).write_bytes(pickle.dumps(kept))
-            del kept
         # The daemon keeps nothing of a cycle but its Memory (janitor.daemon: the result is a local of
         # the cycle's job): neither may the benchmark, or the next cycle's peak holds two plans.
         del planned, result, seen
     peak = _rss_mb("VmHWM")  # the cycles' peak, before the comparison below reads whole answers
+    if args.keep_observation:
+        import pickle
+
+        Path(args.keep_observation).write_bytes(pickle.dumps(kept))
+        del kept
     evidence = _evidence_both_ways(settings, memory)
     ports.cache.stop() if ports.cache else None
     for number in range(max(1, args.steady - 1), args.steady + 1):
