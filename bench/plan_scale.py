@@ -344,17 +344,16 @@ def check(result: CyclePlan, pods: int) -> str:
             f"{len(result.actions)} actions, {len(result.held)} held")
 
 
-def profile(pods: int, policies: tuple[Policy, ...], top: int, gpu_share: float,
-            kept: tuple[m.Observation, tuple[Policy, ...], datetime.datetime] | None = None) -> None:
-    observation = Builder(pods, policies, gpu_share=gpu_share).build() if kept is None else kept[0]
-    if kept is not None:
-        policies = kept[1]
-    run(observation, policies)
+def profile(observation: m.Observation, policies: tuple[Policy, ...], top: int,
+            now: datetime.datetime = NOW) -> None:
+    """The hottest functions of one plan, made as the cycle makes it: after a first plan and a full
+    collection, with the collector paused."""
+    plan(observation, policies, m.SafetyLedger(), now, settings=SETTINGS)
     gc.collect()
-    gc.disable()  # as the cycle plans: its collector is paused
+    gc.disable()
     profiler = cProfile.Profile()
     profiler.enable()
-    run(observation, policies)
+    plan(observation, policies, m.SafetyLedger(), now, settings=SETTINGS)
     profiler.disable()
     stats = pstats.Stats(profiler)
     stats.sort_stats("cumulative").print_stats(top)
@@ -368,7 +367,7 @@ def kept_observation(path: str, runs: int, top: int | None) -> None:
     as the cycle pauses it; with `top`, its profile instead."""
     observation, policies, now = pickle.loads(Path(path).read_bytes())
     if top is not None:
-        profile(0, policies, top, 0.0, (observation, policies, now))
+        profile(observation, policies, top, now)
         return
     best = float("inf")
     for _ in range(runs):
@@ -401,7 +400,8 @@ def main() -> None:
         return
     policies = load_policies()
     if args.profile:
-        profile(args.profile, policies, args.top, args.gpu_share)
+        profile(Builder(args.profile, policies, gpu_share=args.gpu_share).build(), policies, args.top,
+                NOW + datetime.timedelta(seconds=2))
         return
     sizes = sorted(args.sizes)
     figures: dict[int, float] = {}

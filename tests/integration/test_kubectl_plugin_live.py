@@ -42,7 +42,7 @@ BIN = Path(sys.executable).parent
 PLUGIN = BIN / "kubectl-janitor"
 
 
-def bound(kube: client.ApiClient, core: client.CoreV1Api, namespace: str, name: str, role: str,
+def bound(kube: client.ApiClient, namespace: str, name: str, role: str,
           path: Path) -> str:
     """A kubeconfig of ServiceAccount `name` with ClusterRole `role` in `namespace` only, whose
     context names that namespace (as a researcher's would)."""
@@ -86,8 +86,8 @@ def marked(kube, core, namespace, sandbox, tmp_path, exporter_values, slack) -> 
 
 
 def test_view_sees_and_explains_edit_keeps_within_the_cap(kube, core, namespace, tmp_path, marked) -> None:
-    viewer = bound(kube, core, namespace, "viewer", "view", tmp_path / "viewer.kubeconfig")
-    editor = bound(kube, core, namespace, "editor", "edit", tmp_path / "editor.kubeconfig")
+    viewer = bound(kube, namespace, "viewer", "view", tmp_path / "viewer.kubeconfig")
+    editor = bound(kube, namespace, "editor", "edit", tmp_path / "editor.kubeconfig")
     notes = notes_of(kube, namespace, "train")
     deadline, marked_at = a.parse_expires(notes[a.EXPIRES]), a.parse_expires(notes[a.MARKED_AT])
     cap = marked_at + datetime.timedelta(days=7)
@@ -154,7 +154,7 @@ def test_kubectl_finds_the_plugin(kube, core, namespace, tmp_path) -> None:
     found = kubectl()
     if found is None:
         pytest.skip("no kubectl: neither the sandbox's build nor one on the PATH")
-    viewer = bound(kube, core, namespace, "viewer", "view", tmp_path / "viewer.kubeconfig")
+    viewer = bound(kube, namespace, "viewer", "view", tmp_path / "viewer.kubeconfig")
     client.BatchV1Api(kube).create_namespaced_job(namespace, {
         "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "scratch", "annotations": {a.TTL: "3d"}},
         "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}})
