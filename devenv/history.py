@@ -10,9 +10,11 @@ had been running, and measured, for hours.
 
 from __future__ import annotations
 
+import math
 import tempfile
 import time
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 from kubernetes import client
@@ -23,6 +25,8 @@ from devenv.exporters.values import Values
 from devenv.podviews import node_view, pod_view
 from devenv.procs import wait_until
 from devenv.prometheus import BackfillReport, DcgmStyle, PrometheusServer, backfill, scrape_config, scrape_targets
+
+CATCH_UP_ROUNDS = 3
 
 
 def prometheus_with_history(
@@ -48,8 +52,8 @@ def prometheus_with_history(
     nodes = [node_view(n) for n in core.list_node().items]
     history = Values.from_json(_with_live_gpu_slots(exporters_url, pods, nodes))
     data_dir = Path(tempfile.mkdtemp(prefix="prometheus-history-", dir=work_dir))
-    end = time.time()
-    report = backfill(history, pods, nodes, end - hours * 3600, end, step, data_dir, dcgm_style=dcgm_style)
+    start = time.time() - hours * 3600
+    report = _backfill_until_now(history, pods, nodes, start, step, data_dir, dcgm_style)
     server = PrometheusServer(
         data_dir, scrape_config(exporters_url, nodes, dcgm_style=dcgm_style,
                                 interval=scrape_interval or f"{step:g}s")
@@ -64,6 +68,31 @@ def prometheus_with_history(
         server.stop()
         raise
     return server, report
+
+
+def _backfill_until_now(history: Values, pods: list[PodView], nodes: list[NodeView], start: float, step: float,
+                        data_dir: Path, dcgm_style: DcgmStyle) -> BackfillReport:
+    """Backfill from `start` on the grid of `step` up to within a step of now.
+
+    Hours of hundreds of pods take tens of seconds to write, and the first live scrape comes only
+    after that (plus Prometheus' own start). A history that stopped where the backfill began would
+    leave a gap that long before the live samples, and the janitor rightly counts a gap longer
+    than its limit as missing evidence. Each round here covers only the time the one before
+    took, so it is quicker, and a few rounds leave a gap of about a step.
+    """
+    end = time.time()
+    report = backfill(history, pods, nodes, start, end, step, data_dir, dcgm_style=dcgm_style)
+    for _ in range(CATCH_UP_ROUNDS):
+        resume = start + math.ceil((end - start) / step) * step  # the grid's next point: no sample twice
+        now = time.time()
+        if now - resume < step:
+            break
+        more = backfill(history, pods, nodes, resume, now, step, data_dir, dcgm_style=dcgm_style)
+        report = replace(report, samples=report.samples + more.samples,
+                         timestamps=report.timestamps + more.timestamps, blocks=report.blocks + more.blocks,
+                         promtool_output=report.promtool_output + more.promtool_output)
+        end = now
+    return report
 
 
 def _with_live_gpu_slots(exporters_url: str, pods: list[PodView], nodes: list[NodeView],

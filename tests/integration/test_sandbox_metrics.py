@@ -6,18 +6,22 @@ Aspects covered (queried with prometheus-api-client, as the janitor will):
 - cAdvisor's CPU counter gives back the rate the test set, for the app container only;
 - kube-state-metrics reports phase, GPU requests (sanitized resource name) and Unschedulable;
 - a series made absent disappears from Prometheus (missing data is visible as missing);
-- a 2-hour backfilled history answers range queries and joins the live samples in one series.
+- a 2-hour backfilled history answers range queries and joins the live samples in one series;
+- a slow backfill (hundreds of pods) still joins the live samples without a gap longer than the
+  backfill itself: the janitor counts such a gap as missing evidence.
 """
 
 from __future__ import annotations
 
 import datetime
+import itertools
 import time
 
 import pytest
 from kubernetes import client
 from prometheus_api_client import PrometheusConnect
 
+from devenv import history as history_module
 from devenv.exporters.server import ValuesControl
 from devenv.exporters.values import Kind, Segment
 from devenv.history import prometheus_with_history
@@ -160,6 +164,45 @@ def test_backfilled_two_hour_history_answers_range_queries(
         assert report.samples > 0
     finally:
         server.stop()
+
+
+def test_a_slow_backfill_still_joins_the_live_samples_without_a_gap(
+    kube: client.ApiClient, sandbox, core: client.CoreV1Api, namespace: str, exporter_values: ValuesControl,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Backfilling 200 pods' two hours takes tens of seconds; if the history stopped where that
+    backfill began, the janitor would see a gap that long before the first live scrape and call
+    every pod unknown. Here the whole history is made slow on purpose (a fault, as a busy machine
+    would), and a shorter range stays as quick as it is."""
+    slow, step = 20.0, 2.0
+    gpu_pod(core, namespace, "joined", gpus=1, started_at=_dt(time.time() - 3600).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    exporter_values.set_gpu_util(namespace, "joined", 0)
+    real = history_module.backfill
+
+    def slow_history(*args, **kwargs):
+        report = real(*args, **kwargs)
+        if args[4] - args[3] > 60:  # end - start: the long range, not a catch-up
+            time.sleep(slow)
+        return report
+
+    monkeypatch.setattr(history_module, "backfill", slow_history)
+    server, _ = prometheus_with_history(kube, sandbox.exporters_url, hours=0.1, step=step, work_dir=sandbox.run_dir)
+    try:
+        prom = PrometheusConnect(url=server.url, disable_ssl=True)
+        selector = f'DCGM_FI_DEV_GPU_UTIL{{exported_namespace="{namespace}",exported_pod="joined"}}'
+        started = time.time()
+        wait_until(lambda: len(samples(prom, selector, since=started)) >= 2, timeout=30, what="two live samples")
+        stamps = samples(prom, selector, since=0)
+        gaps = [b - a for a, b in itertools.pairwise(stamps)]
+        assert max(gaps) < slow, f"a {max(gaps):.1f} s gap between the history and the live samples"
+    finally:
+        server.stop()
+
+
+def samples(prom: PrometheusConnect, selector: str, since: float) -> list[float]:
+    """The sample times of the one series `selector` picks, over the last 10 minutes, from `since` on."""
+    [series] = prom.custom_query(f"{selector}[10m]")
+    return [float(t) for t, _ in series["values"] if float(t) >= since]
 
 
 def _dt(ts: float) -> datetime.datetime:
