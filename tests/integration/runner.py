@@ -82,6 +82,24 @@ class Runner:
         with cycle.prometheus(self.settings, memory.policies or ()) as source:
             return cycle.observe_and_plan(self.ports, self.settings, memory, source=source, reloaded=reloaded)
 
+    def explain(self) -> str:
+        """What the last cycle saw and decided, for an assertion's message: a cycle that quietly did
+        not act says here whether it lacked the object, the evidence or the rails' leave."""
+        if self.last is None:
+            return "no cycle ran"
+        seen, plan = self.last.planned.observation, self.last.plan
+        lines = [f"objects: {sorted(f'{o.ref.kind}/{o.ref.name}' for o in seen.objects)}",
+                 f"pods: {[(p.ref.name, p.phase, p.controller and p.controller.kind) for p in seen.pods]}",
+                 f"skipped kinds: {seen.skipped_kinds}", f"evidence: {seen.evidence}"]
+        lines += [f"finding: {f.trigger} {f.subject.kind}/{f.subject.name} {f.state} {f.reason} pods={f.pods}"
+                  for f in plan.findings]
+        lines += [f"held: {h.action.type} {h.action.target.name} {h.reason}: {h.why}" for h in plan.held]
+        lines += [f"change: {c.step} {c.workload.name} {c.why}" for c in plan.changes]
+        lines += [f"result: {r.action.type} {r.action.target.name} {r.outcome} {r.detail}" for r in self.last.results]
+        lines += [f"notice: {n}" for n in plan.notices] + [f"evidence failure: {e}" for e in plan.evidence_failures]
+        lines += [f"silent GPU pod: {p.ref.name}" for p in plan.silent_gpu_pods]
+        return "\n".join(lines)
+
     def _done(self, result: CycleResult) -> CycleResult:
         self.memory = result.memory
         self.last = result

@@ -501,7 +501,7 @@ def test_a_notebook_is_stopped_through_its_statefulset_chain(
         return crs.get_namespaced_custom_object("kubeflow.org", "v1", namespace, "notebooks", "nb")["metadata"].get(
             "annotations", {})
 
-    assert nb_notes()[a.POLICY] == "idle-notebooks"
+    assert nb_notes().get(a.POLICY) == "idle-notebooks", janitor.explain()
     until_due(nb_notes())
     janitor.run_cycle()
     notes = nb_notes()
