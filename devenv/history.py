@@ -56,7 +56,8 @@ def prometheus_with_history(
     report = _backfill_until_now(history, pods, nodes, start, step, data_dir, dcgm_style)
     server = PrometheusServer(
         data_dir, scrape_config(exporters_url, nodes, dcgm_style=dcgm_style,
-                                interval=scrape_interval or f"{step:g}s")
+                                interval=scrape_interval or f"{step:g}s"),
+        throwaway=True,  # hundreds of tests each start one: their blocks would pile up in the sandbox
     )
     server.start()
     try:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -194,8 +195,10 @@ class PrometheusServer:
         *,
         binary: str = PROMETHEUS,
         retention: str = "3650d",
+        throwaway: bool = False,
     ) -> None:
         self.data_dir = Path(data_dir)
+        self.throwaway = throwaway  # stop() removes the data (the log and config stay, to read)
         self.config = dict(config)
         self.port = port or free_port()
         self.extra_flags = list(extra_flags)
@@ -309,6 +312,8 @@ class PrometheusServer:
         """SIGTERM, wait up to `timeout`, then SIGKILL (see `devenv.procs.Component.stop`)."""
         if self._component is not None:
             self._component.stop(timeout=timeout)
+        if self.throwaway:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def __enter__(self) -> PrometheusServer:
         return self.start()

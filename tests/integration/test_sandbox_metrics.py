@@ -164,6 +164,7 @@ def test_backfilled_two_hour_history_answers_range_queries(
         assert report.samples > 0
     finally:
         server.stop()
+    assert not server.data_dir.exists() and server.log_path.exists()  # its blocks go, its log stays
 
 
 def test_a_slow_backfill_still_joins_the_live_samples_without_a_gap(
