@@ -14,7 +14,7 @@ from typing import Any
 
 from kubernetes.client import ApiClient
 
-from janitor import cycle, daemon
+from janitor import cycle, daemon, report
 from janitor.act.slack import Slack
 from janitor.cycle import CycleResult, Memory, Planned, Ports
 from janitor.settings import ClusterSettings, PrometheusSettings, Settings, SlackSettings
@@ -84,21 +84,18 @@ class Runner:
 
     def explain(self) -> str:
         """What the last cycle saw and decided, for an assertion's message: a cycle that quietly did
-        not act says here whether it lacked the object, the evidence or the rails' leave."""
+        not act says here whether it lacked the object, the evidence or the rails' leave. The
+        decisions are shown with the tables `janitor plan` prints."""
         if self.last is None:
             return "no cycle ran"
         seen, plan = self.last.planned.observation, self.last.plan
-        lines = [f"objects: {sorted(f'{o.ref.kind}/{o.ref.name}' for o in seen.objects)}",
-                 f"pods: {[(p.ref.name, p.phase, p.controller and p.controller.kind) for p in seen.pods]}",
-                 f"skipped kinds: {seen.skipped_kinds}", f"evidence: {seen.evidence}"]
-        lines += [f"finding: {f.trigger} {f.subject.kind}/{f.subject.name} {f.state} {f.reason} pods={f.pods}"
-                  for f in plan.findings]
-        lines += [f"held: {h.action.type} {h.action.target.name} {h.reason}: {h.why}" for h in plan.held]
-        lines += [f"change: {c.step} {c.workload.name} {c.why}" for c in plan.changes]
-        lines += [f"result: {r.action.type} {r.action.target.name} {r.outcome} {r.detail}" for r in self.last.results]
-        lines += [f"notice: {n}" for n in plan.notices] + [f"evidence failure: {e}" for e in plan.evidence_failures]
-        lines += [f"silent GPU pod: {p.ref.name}" for p in plan.silent_gpu_pods]
-        return "\n".join(lines)
+        return "\n".join([
+            f"objects: {sorted(f'{o.ref.kind}/{o.ref.name}' for o in seen.objects)}",
+            f"pods: {[(p.ref.name, p.phase, p.controller and p.controller.kind) for p in seen.pods]}",
+            f"skipped kinds: {seen.skipped_kinds}",
+            report.idle_table(plan), report.lifecycle_table(plan.changes), report.plan_table(plan, dry_run=False),
+            *(f"result: {r.action.type} {r.action.target} {r.outcome} {r.detail}" for r in self.last.results),
+        ])
 
     def _done(self, result: CycleResult) -> CycleResult:
         self.memory = result.memory
