@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from janitor import annotations as ann
-from janitor.decide import lifecycle, selection
+from janitor.decide import lifecycle, selection, usage
 from janitor.decide.admin_report import AdminReport, admin_report
 from janitor.decide.evidence import PodKey
 from janitor.decide.lifecycle import Change, LifecycleSettings, Step
@@ -194,6 +194,7 @@ def decide(observation: Observation, policies: Sequence[Policy], now: datetime.d
                                     owner_keys=settings.owner_keys, by_uid=by_uid)
     expired = _expiry(observation, gate, by_uid, now)
     found = _pod_triggers(workloads, observation, policies, now)
+    found += usage.findings(workloads, found, observation, policies, now)
     objects = [o for o in observation.objects if not gate.protects(selection.namespace_of(o))]
     owners = {o.ref.uid: find_owner(o, observation.namespace(o.ref.namespace), settings.owner_keys)
               for o in selection.with_marks(objects)}

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from kubernetes.client import ApiClient
 
 from janitor import errors, node_report
+from janitor.decide import usage
 from janitor.decide.evidence import CpuEvidence, CpuKey, Evidence, GpuEvidence, GpuKey, PodKey
 from janitor.decide.model import (
     Action,
@@ -80,7 +81,9 @@ class Needs:
 
 
 def needs(policies: Iterable[Policy]) -> Needs:
+    """What the policies and their in-use checks (decide.usage) read."""
     policies = tuple(policies)
+    policies += usage.companions(policies)
     gpu = [((str(t.signal), t.window), t.threshold) for p in policies if (t := p.trigger(IdleGpu))]
     cpu = [((c.window, tuple(sorted(c.ignore_containers))), c) for p in policies if (c := p.trigger(IdleCpu))]
     return Needs(

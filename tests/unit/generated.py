@@ -242,29 +242,30 @@ class Cluster:
                            self.nodes, self.nodes_known, self.evidence(policies, at))
 
     def evidence(self, policies: Sequence[Policy], at: datetime.datetime) -> Evidence:
+        """What Prometheus answers to the queries the janitor makes for these policies (their own
+        signals and their in-use checks')."""
+        from janitor.observe.observation import needs
+
+        need = needs(policies)
         gpu: dict[tuple[str, datetime.timedelta], GpuEvidence] = {}
         cpu: dict[tuple[datetime.timedelta, tuple[str, ...]], CpuEvidence] = {}
         running = [p for p in self.pods.values() if p.phase == "Running" and not p.use.absent]
-        for policy in policies:
-            g = policy.trigger(IdleGpu)
-            if g is not None and (str(g.signal), g.window) not in gpu and gpu_key(g) not in self.unread:
-                window = EvidenceWindow(str(g.signal), g.window, GPU_STEP, at)
-                if gpu_key(g) in self.failing:
-                    gpu[(str(g.signal), g.window)] = GpuEvidence(window, failed="query timed out")
-                else:
-                    gpu[(str(g.signal), g.window)] = GpuEvidence(window, {
-                        PodKey(p.namespace, p.name): _series(p, str(g.signal), window)
-                        for p in running if p.gpus > 0})
-            c = policy.trigger(IdleCpu)
-            ignored = tuple(sorted(c.ignore_containers)) if c is not None else ()
-            if c is not None and (c.window, ignored) not in cpu and cpu_key(c) not in self.unread:
-                window = EvidenceWindow("cpu", c.window, CPU_STEP, at)
-                if cpu_key(c) in self.failing:
-                    cpu[(c.window, ignored)] = CpuEvidence(window, failed="partial response")
-                else:
-                    cpu[(c.window, ignored)] = CpuEvidence(window, {
-                        PodKey(p.namespace, p.name): _cpu(p, SIDECAR in ignored, window.expected_samples)
-                        for p in running})
+        for signal, span in sorted(need.gpu, key=str):
+            key = f"gpu:{signal}:{span}"
+            if key in self.unread:
+                continue
+            window = EvidenceWindow(signal, span, GPU_STEP, at)
+            gpu[(signal, span)] = GpuEvidence(window, failed="query timed out") if key in self.failing else \
+                GpuEvidence(window, {PodKey(p.namespace, p.name): _series(p, signal, window)
+                                     for p in running if p.gpus > 0})
+        for span, ignored in sorted(need.cpu, key=str):
+            key = f"cpu:{span}:{','.join(ignored)}"
+            if key in self.unread:
+                continue
+            window = EvidenceWindow("cpu", span, CPU_STEP, at)
+            cpu[(span, ignored)] = CpuEvidence(window, failed="partial response") if key in self.failing else \
+                CpuEvidence(window, {PodKey(p.namespace, p.name): _cpu(p, SIDECAR in ignored, window.expected_samples)
+                                     for p in running})
         return Evidence(gpu, cpu)
 
     # -- changing -----------------------------------------------------------------------------------

@@ -198,7 +198,8 @@ def test_a_pending_pod_being_deleted_is_not_starting(signal: str) -> None:
 def test_a_starting_pod_keeps_an_enforcing_policy_from_marking_and_removes_its_mark() -> None:
     policy = gpu_policy(mode=Mode.ENFORCE)
     deploy, rs, pods = rolling()
-    [mark] = [c for c in cycle(pods, [deploy, rs], [policy], gpu_ev=gpu({"nb-1-a": idle()})).changes
+    [mark] = [c for c in cycle(pods, [deploy, rs], [policy], gpu_ev=gpu({"nb-1-a": idle()}),
+                               cpu_ev=cpu({"nb-1-a": CpuUsage(0.01, 120)})).changes
               if c.workload == deploy.ref]
     assert mark.step is Step.MARK  # idle without a starting pod: the same cluster is marked
 
@@ -313,8 +314,9 @@ def test_a_findings_reason_is_data_and_its_why_the_sentence() -> None:
 
 def test_the_sentence_is_what_a_mark_records() -> None:
     deploy = obj("nb", kind="Deployment", namespace="ml")
-    decided = cycle([pod("nb-x", deploy)], [deploy], [gpu_policy(mode=Mode.ENFORCE)], gpu_ev=gpu({"nb-x": idle()}))
-    [finding] = decided.findings
+    decided = cycle([pod("nb-x", deploy)], [deploy], [gpu_policy(mode=Mode.ENFORCE)], gpu_ev=gpu({"nb-x": idle()}),
+                    cpu_ev=cpu({"nb-x": CpuUsage(0.01, 120)}))
+    [finding] = [f for f in decided.findings if f.trigger is TriggerKind.IDLE_GPU]
     [mark] = decided.changes
     assert mark.step is Step.MARK and mark.annotations[ann.REASON] == finding.why
 

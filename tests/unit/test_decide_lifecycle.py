@@ -35,6 +35,8 @@ from factories import NOW, SCRAPED, ago, obj
 from janitor import annotations as a
 from janitor.annotations import Delivery, Intent, NoticeKind, WarnedOf
 from janitor.decide.evidence import (
+    CpuEvidence,
+    CpuUsage,
     Evidence,
     EvidenceWindow,
     GpuEvidence,
@@ -532,7 +534,10 @@ def _idle_gpus(pods: Sequence[PodView]) -> Evidence:
     trigger = IdleGpu()
     window = EvidenceWindow(str(trigger.signal), trigger.window, datetime.timedelta(seconds=15), NOW)
     series = {PodKey(NS, p.ref.name): (GpuSeries("0", 0.0, 480, quality=SCRAPED),) for p in pods}
-    return Evidence(gpu={(str(trigger.signal), trigger.window): GpuEvidence(window, series)})
+    cpu = EvidenceWindow("cpu", trigger.window, datetime.timedelta(minutes=1), NOW)  # the in-use check's CPU: idle
+    used = {PodKey(NS, p.ref.name): CpuUsage(0.01, 120, SCRAPED) for p in pods}
+    return Evidence(gpu={(str(trigger.signal), trigger.window): GpuEvidence(window, series)},
+                    cpu={(trigger.window, ()): CpuEvidence(cpu, used)})
 
 
 def test_a_deployments_mark_decides_through_plan_and_its_replicasets_copy_is_never_written() -> None:

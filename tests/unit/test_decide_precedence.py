@@ -16,7 +16,7 @@ import pytest
 from factories import NOW, SCRAPED, ago, obj
 
 from janitor import annotations as a
-from janitor.decide.evidence import Evidence, EvidenceWindow, GpuEvidence, GpuSeries, PodKey
+from janitor.decide.evidence import CpuEvidence, CpuUsage, Evidence, EvidenceWindow, GpuEvidence, GpuSeries, PodKey
 from janitor.decide.lifecycle import Step
 from janitor.decide.model import (
     NamespaceView,
@@ -74,8 +74,10 @@ def test_precedence(row: str, namespace: str, notes: dict[str, str], ns_notes: d
     pod = PodView(ObjectRef("Pod", "v1", namespace, "nb-1-x", str(uuid.uuid4())), "1", {},
                   OwnerRef("ReplicaSet", "apps/v1", "nb-1", rs.ref.uid), "gpu-node-1", "Running", NOW - 3 * H, 1)
     window = EvidenceWindow("DCGM_FI_DEV_GPU_UTIL", 2 * H, datetime.timedelta(seconds=15), NOW)
+    cpu = EvidenceWindow("cpu", 2 * H, datetime.timedelta(minutes=1), NOW)
     evidence = Evidence(gpu={("DCGM_FI_DEV_GPU_UTIL", 2 * H): GpuEvidence(
-        window, {PodKey(namespace, "nb-1-x"): (GpuSeries("0", 0.0, 480, quality=SCRAPED),)})})
+        window, {PodKey(namespace, "nb-1-x"): (GpuSeries("0", 0.0, 480, quality=SCRAPED),)})},
+        cpu={(2 * H, ()): CpuEvidence(cpu, {PodKey(namespace, "nb-1-x"): CpuUsage(0.01, 120, SCRAPED)})})
     policy = Policy("idle-gpu", (IdleGpu(),), mode=Mode.ENFORCE, lifecycle=Lifecycle(honour_opt_out=honour))
     observation = Observation(NOW, (deploy, rs), (pod,), {namespace: NamespaceView(namespace, {}, ns_notes)},
                               evidence=evidence)

@@ -280,19 +280,45 @@ def cpu_in_use(pod: PodView, evidence: CpuEvidence | None, trigger: IdleCpu, now
     return request > 0 and usage.peak_cores > (trigger.fraction_of_request or 0.0) * request
 
 
+USAGE = (TriggerKind.IDLE_GPU, TriggerKind.IDLE_CPU)
+
+
+def in_use_check(policy: Policy) -> Policy | None:
+    """docs/policies.md, "Busy on any signal beats idle on another": what an enforcing idle policy
+    reads besides its own signal, on the workloads it governs: the GPU on DCGM_FI_DEV_GPU_UTIL at
+    5 %, the CPU above half a core, over its own window and minimum pod age."""
+    own = policy.trigger(IdleGpu) or policy.trigger(IdleCpu)
+    if policy.mode is not Mode.ENFORCE or own is None:
+        return None
+    return Policy(f"{policy.name}/in-use", (IdleGpu(window=own.window, min_pod_age=own.min_pod_age),
+                                            IdleCpu(cores=0.5, window=own.window, min_pod_age=own.min_pod_age)),
+                  mode=Mode.SHADOW)
+
+
+def usage_readers(policies: Sequence[Policy], unit: Unit, observation: Observation) -> dict[TriggerKind, Policy]:
+    """Per usage signal, the policy whose trigger reads it on this workload: the governing policy
+    (any mode), else the in-use check of the first enforcing idle policy that governs it."""
+    readers = {t: p for t in USAGE if (p := governing(policies, t, unit, observation)) is not None}
+    enforcing = sorted((p for p in readers.values() if p.mode is Mode.ENFORCE), key=policies.index)
+    check = in_use_check(enforcing[0]) if enforcing and unit.known else None
+    if check is not None:
+        for trigger in USAGE:
+            if trigger not in readers and JUDGED[trigger](unit):
+                readers[trigger] = check
+    return readers
+
+
 def in_use(observation: Observation, policies: Sequence[Policy], plan_settings: PlanSettings,
            now: datetime.datetime) -> dict[str, str]:
-    """Known workloads in use on a usage signal their governing policy reads (any mode), and why."""
+    """Known workloads in use on a usage signal a policy reads on them (any mode; an enforcing idle
+    policy reads every signal), and why."""
     busy: dict[str, str] = {}
     evidence = observation.evidence
     for unit in units(observation, plan_settings):
         if not unit.known or not unit.candidate:
             continue
         starting = next((p for p in unit.pods if p.phase == "Pending" and not p.deleting), None)
-        for trigger in (TriggerKind.IDLE_GPU, TriggerKind.IDLE_CPU):
-            policy = governing(policies, trigger, unit, observation)
-            if policy is None:
-                continue
+        for trigger, policy in usage_readers(policies, unit, observation).items():
             if starting is not None:
                 busy[unit.uid] = f"pod {starting.ref.name} is starting ({trigger} of {policy.name})"
                 continue
@@ -315,14 +341,15 @@ def expected_findings(observation: Observation, policies: Sequence[Policy], plan
     """(trigger, policy, subject uid, known) of every finding the pod triggers must make."""
     out: set[tuple[str, str, str, bool]] = set()
     for unit in units(observation, plan_settings):
+        if unit.candidate:
+            readers = usage_readers(policies, unit, observation)
+            out |= {(str(t), p.name, unit.uid, unit.known) for t, p in readers.items()}
         for trigger in JUDGED:
             if not unit.candidate and trigger is not TriggerKind.TERMINATING:
                 continue
             policy = governing(policies, trigger, unit, observation)
-            if policy is None:
+            if policy is None or trigger in USAGE:
                 continue
-            if trigger in (TriggerKind.IDLE_GPU, TriggerKind.IDLE_CPU):
-                out.add((str(trigger), policy.name, unit.uid, unit.known))
             elif trigger is TriggerKind.PENDING and unit.known:
                 out.add((str(trigger), policy.name, unit.uid, True))
             elif trigger is TriggerKind.CRASH_LOOP and unit.known:
@@ -489,7 +516,8 @@ def test_doubtful_evidence_is_never_idle(case: Case) -> None:
     """An idle finding (in any mode) rests only on samples without a long gap, without NaN, with a
     known scrape interval and, for MIG slices, on a signal that measures them."""
     for observation, planned, _ in cycles(case):
-        policies = {p.name: p for p in case.policies}
+        policies = {p.name: p for p in case.policies} | {c.name: c for p in case.policies
+                                                          if (c := in_use_check(p)) is not None}
         for finding in planned.findings:
             if finding.state is not State.FIRES or finding.trigger not in (TriggerKind.IDLE_GPU, TriggerKind.IDLE_CPU):
                 continue

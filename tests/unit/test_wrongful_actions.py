@@ -97,17 +97,20 @@ def decide(objects: Sequence[ObjectView], pods: Sequence[PodView], policies: Seq
 
     step = datetime.timedelta(seconds=15)
     gpu, cpu = {}, {}
-    for p in policies:
-        if (g := p.trigger(IdleGpu)) is not None:
-            series = {PodKey(NS, pod.ref.name): tuple(GpuSeries(str(i), usage.gpu_peak, 480, quality=SCRAPED)
+    # What Prometheus answers for any query over an idle policy's window: every GPU signal and the CPU.
+    windows = {t.window for p in policies for t in (p.trigger(IdleGpu), p.trigger(IdleCpu)) if t is not None}
+    for window in windows:
+        for signal in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"):
+            peak = usage.gpu_peak if usage.gpu_peak is None or signal.endswith("UTIL") else usage.gpu_peak / 100
+            series = {PodKey(NS, pod.ref.name): tuple(GpuSeries(str(i), peak, 480, quality=SCRAPED)
                                                       for i in range(pod.gpus))
-                      for pod in pods} if usage.gpu_peak is not None else {}
-            gpu[(str(g.signal), g.window)] = GpuEvidence(EvidenceWindow(str(g.signal), g.window, step, now), series)
-        if (c := p.trigger(IdleCpu)) is not None:
-            usages = {PodKey(NS, pod.ref.name): CpuUsage(usage.cpu_peak_cores, 120, quality=SCRAPED)
-                      for pod in pods} if usage.cpu_peak_cores is not None else {}
-            cpu[(c.window, ())] = CpuEvidence(EvidenceWindow("cpu", c.window, datetime.timedelta(minutes=1), now),
-                                              usages)
+                      for pod in pods if pod.gpus} if peak is not None else {}
+            gpu[(signal, window)] = GpuEvidence(EvidenceWindow(signal, window, step, now), series)
+        usages = {PodKey(NS, pod.ref.name): CpuUsage(usage.cpu_peak_cores, 120, quality=SCRAPED)
+                  for pod in pods} if usage.cpu_peak_cores is not None else {}
+        for ignored in {tuple(sorted(c.ignore_containers)) for p in policies if (c := p.trigger(IdleCpu))} | {()}:
+            cpu[(window, ignored)] = CpuEvidence(EvidenceWindow("cpu", window, datetime.timedelta(minutes=1), now),
+                                                 usages)
     observation = Observation(now, tuple(objects), tuple(pods), {NS: NamespaceView(NS)},
                               evidence=Evidence(gpu, cpu))
     decided = plan(observation, policies, SafetyLedger(), now,
@@ -169,6 +172,67 @@ def test_a_busy_gpu_cancels_the_idle_cpu_policys_due_mark() -> None:
                      Usage(gpu_peak=97.0, cpu_peak_cores=1.2))
     assert decided.acted == {}
     assert decided.unmarked == {"trainer"}
+
+
+# In use is a fact about the workload, whichever policies match it: the GPU is read for a GPU pod
+# under an idle-CPU policy even when no idle-GPU policy governs it.
+
+def test_a_busy_gpu_is_never_reclaimed_by_an_idle_cpu_policy_when_no_gpu_policy_exists() -> None:
+    sts = view("trainer", "StatefulSet")
+    decided = decide([sts], [gpu_pod("trainer-0", sts)], [cpu_policy()], Usage(gpu_peak=97.0, cpu_peak_cores=1.2))
+    assert decided.marked == frozenset() and decided.acted == {}
+
+
+@pytest.mark.parametrize("miss", ["podSelector", "namespaces", "kinds"])
+def test_a_busy_gpu_is_never_reclaimed_by_an_idle_cpu_policy_when_the_gpu_policy_misses(miss: str) -> None:
+    """The idle-GPU policy exists but does not govern this workload: its selector misses."""
+    from janitor.policy.model import LabelSelector, Match, Namespaces
+
+    missing = {
+        "podSelector": Match(pod_selector=LabelSelector((("app", "jupyter"),))),
+        "namespaces": Match(namespaces=Namespaces(("team-*",))),
+        "kinds": Match(kinds=("Notebook",)),
+    }[miss]
+    gpu = Policy("idle-gpu", (IdleGpu(window=2 * H),), mode=Mode.ENFORCE, match=missing)
+    sts = view("trainer", "StatefulSet")
+    decided = decide([sts], [gpu_pod("trainer-0", sts)], [gpu, cpu_policy()], Usage(gpu_peak=97.0, cpu_peak_cores=1.2))
+    assert decided.marked == frozenset() and decided.acted == {}
+
+
+def test_a_busy_gpu_cancels_a_due_idle_cpu_mark_when_no_gpu_policy_exists() -> None:
+    sts = view("trainer", "StatefulSet")
+    sts = with_notes(sts, mark(sts, policy="idle-cpu", marked_at=ago(hours=30), deadline=ago(hours=6),
+                               warned_at=ago(hours=30)))
+    decided = decide([sts], [gpu_pod("trainer-0", sts)], [cpu_policy()], Usage(gpu_peak=97.0, cpu_peak_cores=1.2))
+    assert decided.acted == {}
+    assert decided.unmarked == {"trainer"}
+
+
+def test_a_gpu_pod_without_gpu_evidence_is_not_reclaimed_by_an_idle_cpu_policy() -> None:
+    """No GPU series at all (dcgm-exporter down on its node): unknown, never idle."""
+    sts = view("trainer", "StatefulSet")
+    decided = decide([sts], [gpu_pod("trainer-0", sts)], [cpu_policy()], Usage(gpu_peak=None, cpu_peak_cores=1.2))
+    assert decided.marked == frozenset() and decided.acted == {}
+    sts = with_notes(sts, mark(sts, policy="idle-cpu", marked_at=ago(hours=30), deadline=ago(hours=6),
+                               warned_at=ago(hours=30)))
+    decided = decide([sts], [gpu_pod("trainer-0", sts)], [cpu_policy()], Usage(gpu_peak=None, cpu_peak_cores=1.2))
+    assert decided.acted == {} and decided.unmarked == frozenset()
+
+
+def test_busy_cpu_vetoes_an_idle_gpu_reclaim_when_no_cpu_policy_exists() -> None:
+    """A notebook running CPU code on 6 cores while its GPU rests is in use."""
+    sts = view("notebook", "StatefulSet")
+    decided = decide([sts], [gpu_pod("notebook-0", sts)], [gpu_policy()], Usage(gpu_peak=0.0, cpu_peak_cores=6.0))
+    assert decided.marked == frozenset() and decided.acted == {}
+
+
+def test_an_idle_gpu_and_an_idle_cpu_are_still_reclaimed() -> None:
+    """The in-use checks hold back nothing that is idle on every signal."""
+    sts = view("notebook", "StatefulSet")
+    decided = decide([sts], [gpu_pod("notebook-0", sts)], [gpu_policy()], Usage(gpu_peak=0.0, cpu_peak_cores=0.05))
+    assert decided.marked == {"notebook"}
+    decided = decide([sts], [gpu_pod("notebook-0", sts)], [cpu_policy()], Usage(gpu_peak=0.0, cpu_peak_cores=0.05))
+    assert decided.marked == {"notebook"}
 
 
 # -- extensions ---------------------------------------------------------------------------------------
@@ -250,7 +314,7 @@ def test_the_audit_line_names_the_policy_that_decided(caplog: pytest.LogCaptureF
     job = view("train", "Job")
     job = with_notes(job, mark(job, policy="idle-gpu", marked_at=ago(hours=30), deadline=ago(hours=6),
                                warned_at=ago(hours=30)))
-    decided = decide([job], [gpu_pod("train-x", job)], [gpu_policy()], Usage(gpu_peak=0.0))
+    decided = decide([job], [gpu_pod("train-x", job)], [gpu_policy()], Usage(gpu_peak=0.0, cpu_peak_cores=0.01))
     assert decided.acted == {"train": ("delete", "idle-gpu")}
     [action] = decided.actions
     with caplog.at_level(logging.INFO, logger="janitor.audit"):

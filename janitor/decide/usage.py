@@ -1,0 +1,103 @@
+"""In use is a fact about the workload, not about a policy: the in-use checks.
+
+An idle policy reads its own signal: an idle-CPU policy reads CPU, an idle-GPU policy the GPU.
+Busy on any signal must veto every idle reclaim, but a veto that only works when some policy
+happens to read the other signal for this very workload is no veto: a policy set with an
+enforcing idle-CPU policy and no idle-GPU policy (or one whose namespaces, kinds or pod selector
+miss the workload) would reclaim a GPU at 97 % because it uses 1 of 32 cores.
+
+So wherever an enforcing idle policy governs a workload, every usage signal the janitor knows
+that no policy reads for that workload is read anyway, by the policy's *in-use check*
+(`companion`): the GPU for pods that hold GPUs, on `DCGM_FI_DEV_GPU_UTIL` at idle-GPU's default
+threshold (5 %), and the CPU of every running pod, busy above `IN_USE_CPU_CORES` at its peak,
+both over the policy's own window and minimum pod age. Its findings are shadow findings under
+the name `<policy>/in-use`: they never mark or act, but busy on them vetoes (`Finding.in_use`),
+and unknown or too young on them holds a mark or a reclaim like any other usage finding
+(missing GPU evidence for a GPU pod under an idle-CPU policy is unknown, never idle). A MIG slice
+is unknown on `GPU_UTIL` (it reads 0 there whatever runs): an admin who wants MIG pods reclaimed
+by an idle-CPU policy gives them an idle-GPU policy on `DCGM_FI_PROF_GR_ENGINE_ACTIVE` (in shadow
+mode is enough).
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+
+from janitor.decide.model import Finding, Observation, TriggerKind
+from janitor.decide.selection import Workload
+from janitor.decide.triggers import Trigger, idle
+from janitor.policy.model import IdleCpu, IdleGpu, LabelSelector, Mode, Policy
+
+IN_USE_CPU_CORES = 0.5
+"""The in-use check calls a pod's CPU busy above half a core at its peak (the busiest minute of the
+window): an idle Jupyter server or a sleeping trainer uses a few hundredths of a core; a notebook
+running pandas, a data loader or a compile uses a whole one."""
+SUFFIX = "/in-use"
+SOURCE = "in-use check (docs/policies.md, busy on any signal beats idle on another)"
+
+
+def companion(policy: Policy) -> Policy | None:
+    """The in-use check of an enforcing idle policy: a shadow policy reading both usage signals over
+    its window, on every workload of the namespaces and kinds it covers (its pod selector left out:
+    a pod it does not select is still in use); None for a policy that is no enforcing idle policy."""
+    if policy.mode is not Mode.ENFORCE:
+        return None
+    own: IdleGpu | IdleCpu | None = policy.trigger(IdleGpu) or policy.trigger(IdleCpu)
+    if own is None:
+        return None
+    return Policy(policy.name + SUFFIX,
+                  (IdleGpu(window=own.window, min_pod_age=own.min_pod_age),
+                   IdleCpu(cores=IN_USE_CPU_CORES, window=own.window, min_pod_age=own.min_pod_age)),
+                  description=f"what {policy.name} does not read itself, read to veto its reclaims when busy",
+                  match=replace(policy.match, pod_selector=LabelSelector()), mode=Mode.SHADOW, source=SOURCE)
+
+
+def companions(policies: Iterable[Policy]) -> tuple[Policy, ...]:
+    """The in-use checks of these policies, in their order: what `observe` reads besides the
+    policies' own signals."""
+    return tuple(c for p in policies if (c := companion(p)) is not None)
+
+
+def is_check(name: str) -> bool:
+    """Whether a finding's policy is an in-use check rather than an admin's policy."""
+    return name.endswith(SUFFIX)
+
+
+def findings(workloads: Sequence[Workload], found: Sequence[Finding], observation: Observation,
+             policies: Sequence[Policy], now: datetime.datetime) -> list[Finding]:
+    """The in-use check's findings: per workload an enforcing idle policy governs, each usage signal
+    no finding on it reads, judged by the check of the first such policy (in load order)."""
+    checks = {p.name: c for p in policies if (c := companion(p)) is not None}
+    if not checks:
+        return []
+    order = {p.name: i for i, p in enumerate(policies)}
+    read: dict[str, set[TriggerKind]] = {}
+    governed: dict[str, str] = {}
+    for f in found:
+        if not f.trigger.reads_usage:
+            continue
+        read.setdefault(f.subject.uid, set()).add(f.trigger)
+        if f.policy in checks and f.known:
+            best = governed.get(f.subject.uid)
+            if best is None or order[f.policy] < order[best]:
+                governed[f.subject.uid] = f.policy
+    by_check: dict[tuple[str, TriggerKind], list[Workload]] = {}
+    for workload in workloads:
+        name = governed.get(workload.ref.uid)
+        if name is None:
+            continue
+        for trigger in (TriggerKind.IDLE_GPU, TriggerKind.IDLE_CPU):
+            if trigger not in read[workload.ref.uid]:
+                by_check.setdefault((name, trigger), []).append(workload)
+    out: list[Finding] = []
+    judges: Mapping[TriggerKind, Trigger] = {TriggerKind.IDLE_GPU: idle.gpu_findings,
+                                                  TriggerKind.IDLE_CPU: idle.cpu_findings}
+    for (name, trigger), members in by_check.items():
+        judged = [w for w in members if (idle.gpu_pods(w) if trigger is TriggerKind.IDLE_GPU else idle.running(w))]
+        out.extend(replace(f, reclaim_gpu_hours=0.0)
+                   for f in judges[trigger](judged, observation, checks[name], now))
+    return out
