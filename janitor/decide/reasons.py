@@ -108,6 +108,7 @@ class Code(StrEnum):
     TOO_FEW_RESTARTS = "too-few-restarts"
     EXIT_BEFORE_WINDOW = "exit-before-window"
     LONG_LAST_RUN = "long-last-run"
+    RECOVERED = "recovered"
     COMPLETED = "completed"
     NO_LAST_EXIT = "no-last-exit"
     SIDECARS_IGNORED = "sidecars-ignored"
@@ -276,6 +277,8 @@ _T: Mapping[Code, str] = {
                              "{window:age} window",
     Code.LONG_LAST_RUN: "container {container}: {restarts} restarts in its life, but its last run lasted {ran:age} "
                         "(it started before the {window:age} window): a failure, not a loop",
+    Code.RECOVERED: "container {container}: {restarts} restarts, then running for {running:age} since, longer than "
+                    "its last run ({ran:age}) and {floor:age}: recovered",
     Code.COMPLETED: "container {container}: {restarts} restarts, then completed",
     Code.NO_LAST_EXIT: "container {container}: {restarts} restarts, no last exit recorded",
     Code.SIDECARS_IGNORED: "; sidecar restarts not counted: {names:, }",

@@ -223,6 +223,37 @@ def test_a_container_running_again_fires_and_says_so() -> None:
     assert found.state is State.FIRES and "running again since 2026-11-23 11:57Z" in found.why
 
 
+def running_again(ran: datetime.timedelta, running_for: datetime.timedelta, *,
+                  window: datetime.timedelta = 24 * H) -> Finding:
+    """A container that crashed 5 times (its last run lasting `ran`) and has run for `running_for` since."""
+    job = obj("train", kind="Job")
+    since = NOW - running_for
+    again = ContainerStatus("train", ContainerKind.APP, 5, "running", "", since, None, "Error, exit code 1",
+                            since - ran, since)
+    pod = PodView(ObjectRef("Pod", "v1", "team-a", "a", str(uuid.uuid4())), "1", {},
+                  OwnerRef("Job", "batch/v1", "train", job.ref.uid), "n1", "Running", NOW - 10 * H, 1,
+                  state=PodState(containers=(again,)))
+    policy = Policy("crash", (CrashLoop(restarts=5, window=window),), mode=Mode.ENFORCE)
+    [found] = findings([pod], [job], policy=policy)
+    return found
+
+
+def test_a_crash_loop_that_recovered_ends() -> None:
+    """Five quick crashes, then nine hours of healthy running: no loop, though every crash lies in
+    the 24 h window (acted on otherwise, as the window is longer than warnBefore)."""
+    found = running_again(30 * datetime.timedelta(seconds=1), 9 * H)
+    assert found.state is State.CLEAR
+    assert "running for 9h00m since, longer than its last run (30s) and 10m00s: recovered" in found.why
+
+
+@pytest.mark.parametrize("ran,running_for", [(1 * M, 8 * M), (20 * M, 12 * M)], ids=["under-10m", "under-last-run"])
+def test_a_run_no_longer_than_the_loops_runs_is_still_a_loop(ran: datetime.timedelta,
+                                                             running_for: datetime.timedelta) -> None:
+    """The kubelet forgets a container's crash back-off after 10 minutes of running; a run shorter
+    than that, or than the loop's last run, may end the way the others did."""
+    assert running_again(ran, running_for).state is State.FIRES
+
+
 def test_a_run_that_never_started_counts_as_no_run_at_all() -> None:
     # containerd reports a container whose command does not exist as started at the Unix epoch.
     job = obj("train", kind="Job")

@@ -4,7 +4,8 @@ Kubernetes keeps, per container, a restart count over the container's life and t
 of its last run, nothing more. So the trigger judges each container on its own and only from what
 that proves: a container is crash-looping when it restarted at least `restarts` times, its last
 run both began and ended within `window` (a trainer that ran for days and failed once is not in a
-loop, whatever its count from last week) and it has not completed since. Restarts are never summed
+loop, whatever its count from last week), it has not completed since, and it is not running well
+again (a run longer than its last run and `RECOVERED_AFTER` ends the loop). Restarts are never summed
 across containers, and sidecars are not judged at all: native ones (init containers with
 `restartPolicy: Always`) and those the policy names in `ignoreContainers`, since a proxy restarting
 says nothing about the trainer beside it. A pod is crash-looping when one of its containers is; a
@@ -39,6 +40,10 @@ from janitor.node_report import OomReport, OomScope
 from janitor.policy.model import CrashLoop, Policy
 
 GIB = 2**30
+RECOVERED_AFTER = datetime.timedelta(minutes=10)
+"""A container running now has left its loop once this run has lasted longer than its last run
+and than this: the kubelet forgets a container's crash back-off after 10 minutes of running
+(twice its 5-minute maximum back-off; KEP-4603), so it counts such a run as recovery too."""
 # containerd reports a run that never started (a bad command) as starting at the Unix epoch.
 _NEVER_STARTED = datetime.datetime(1971, 1, 1, tzinfo=datetime.timezone.utc)
 
@@ -81,6 +86,10 @@ def container_verdict(container: ContainerStatus, trigger: CrashLoop, now: datet
     if run is None:
         return why(Code.NO_LAST_EXIT, container=name, restarts=restarts)
     start, end = run
+    running = now - container.since if container.state == "running" and container.since is not None else None
+    if running is not None and running > max(end - start, RECOVERED_AFTER):
+        return why(Code.RECOVERED, container=name, restarts=restarts, running=running, ran=end - start,
+                   floor=RECOVERED_AFTER)
     if now - end > trigger.window:
         return why(Code.EXIT_BEFORE_WINDOW, container=name, restarts=restarts, ago=now - end, window=trigger.window)
     if now - start > trigger.window:
