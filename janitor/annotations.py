@@ -83,8 +83,9 @@ WARNED_AT = "janitor/warned-at"  # UTC time (format_expires) the warning was del
 WARNED_VIA = "janitor/warned-via"  # where it went, "owner|admins <channel>/<Slack ts>"
 WARNED_OF = "janitor/warned-of"  # what the delivered warning said would happen: "<action> <deadline>"
 REMINDED_AT = "janitor/reminded-at"  # UTC time the last reminder was delivered
-# owners, by the "Release now" button: "<marked-at of the mark> <UTC time> <Slack user>": the owner is done
-# with the workload; the lifecycle acts on that mark at once, through the rails, without further notice
+WARNED_TO = "janitor/warned-to"  # who the delivered warning was for, "<kind>:<value>" (another owner now: warn)
+# owners, by the "Release now" button (`Release`): the owner is done with the workload; the lifecycle acts on
+# that mark at once, through the rails, without further notice, for the action and the warning it answered
 RELEASE = "janitor/release"
 REPORTED = "janitor/reported"  # the janitor: the mistakes on this object it already reported (one Event each)
 ACKNOWLEDGE_TRIPWIRE = "janitor/acknowledge-tripwire"  # admins, on the state ConfigMap: resume deletions
@@ -93,7 +94,7 @@ FOREVER = "forever"  # TTL value meaning "no TTL" (matched case-insensitively, a
 
 # Everything the janitor writes for a mark; removing them all is "unmark". keep-until is the owner's.
 MARK_KEYS: tuple[str, ...] = (EXPIRES, POLICY, REASON, WHY, MARKED_AT, MARKED_UID, NOTICE, WARNED_AT, WARNED_VIA,
-                              WARNED_OF, REMINDED_AT, RELEASE)
+                              WARNED_OF, WARNED_TO, REMINDED_AT, RELEASE)
 # Written by the janitor only: any of them on an object makes its EXPIRES part of a mark.
 JANITOR_ONLY_KEYS: tuple[str, ...] = tuple(k for k in MARK_KEYS if k != EXPIRES)
 
@@ -343,6 +344,37 @@ class Intent:
 
 
 @dataclass(frozen=True, slots=True)
+class Release:
+    """"Release now", pressed on a warning: who, when, and what it consented to, which is all it
+    counts for: this mark (its marked-at), this action, the warning delivered at `warned_at` (a later
+    warning is a new question), and the owner it was for (`<kind>:<value>`, as WARNED_TO).
+    `<marked-at> <UTC time> <Slack user> <action> <warned-at> <owner>`."""
+
+    marked_at: _dt.datetime
+    at: _dt.datetime
+    user: str
+    action: str
+    warned_at: _dt.datetime
+    owner: str
+
+    def __str__(self) -> str:
+        return (f"{format_expires(self.marked_at)} {format_expires(self.at)} {self.user} {self.action} "
+                f"{format_expires(self.warned_at)} {self.owner}")
+
+    @classmethod
+    def parse(cls, text: str) -> Release | None:
+        """The `__str__` form back; None for anything else (an older janitor's release counts for nothing)."""
+        parts = text.split(" ", 5)
+        if len(parts) != 6 or not all(parts):
+            return None
+        try:
+            return cls(parse_expires(parts[0]), parse_expires(parts[1]), parts[2], parts[3], parse_expires(parts[4]),
+                       parts[5])
+        except ValueError:
+            return None
+
+
+@dataclass(frozen=True, slots=True)
 class Mark:
     """The janitor's mark on an object, as read back from its annotations.
 
@@ -358,6 +390,7 @@ class Mark:
     warned_at: _dt.datetime | None = None
     warned_via: Delivery | None = None
     warned_of: WarnedOf | None = None
+    warned_to: str | None = None  # the owner the delivered warning was for (None: an older janitor's record)
     reminded_at: _dt.datetime | None = None
     intent: Intent | None = None
     problems: tuple[str, ...] = ()
@@ -411,6 +444,7 @@ def read_mark(notes: Mapping[str, str]) -> Mark | None:
         uid=notes.get(MARKED_UID) or None, policy=notes.get(POLICY) or None,
         deadline=time(EXPIRES, required=True), marked_at=time(MARKED_AT, required=True),
         reason=notes.get(REASON, ""), warned_at=time(WARNED_AT), warned_via=parsed(WARNED_VIA, Delivery.parse),
-        warned_of=parsed(WARNED_OF, WarnedOf.parse), reminded_at=time(REMINDED_AT),
+        warned_of=parsed(WARNED_OF, WarnedOf.parse), warned_to=notes.get(WARNED_TO) or None,
+        reminded_at=time(REMINDED_AT),
         intent=parsed(NOTICE, Intent.parse), problems=tuple(problems),
     )

@@ -116,6 +116,10 @@ def lifecycle(p: argparse.ArgumentParser) -> None:
                            "minutes, or seen before, are refused")
     life.add_argument("--slack-admin-users", default="", metavar="U1,U2",
                       help="Slack user ids whose clicks count like an owner's on any workload (default: none)")
+    life.add_argument("--slack-channel-members-release", action="store_true",
+                      help="let the members of a channel that owns a workload press Release now too (default: they "
+                           "may Keep and ask Why; Release needs the owner user or an admin, as anyone can join a "
+                           "public channel)")
     life.add_argument("--message-pace", default=ann.format_duration(D.lifecycle.pace),
                       help="at most one warning or reminder per owner this often (%(default)s)")
     marks = D.lifecycle.caps

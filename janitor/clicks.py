@@ -26,7 +26,7 @@ from janitor.act.slack import Slack
 from janitor.act.slack_messages import slack_date
 from janitor.decide import clicks
 from janitor.decide.clicks import ButtonValue, Op, Outcome, Presser, Verdict
-from janitor.decide.owners import find_owner
+from janitor.decide.owners import OwnerKind, find_owner
 from janitor.observe import cluster, views
 from janitor.policy.model import Policy
 from janitor.settings import Settings
@@ -84,10 +84,13 @@ class Clicks:
             return Verdict(op, Outcome.FAILED, f"{value} could not be read ({err}); nothing changed, try again.")
         namespace = views.namespace_view(raw) if raw is not None else None
         owner = find_owner(view, namespace, self._settings.cluster.owner_keys)
-        presser = Presser(user, self._slack.is_owner(owner, user), user in self._settings.slack.admin_users)
+        theirs = self._slack.is_owner(owner, user)
+        channel = owner.kind is OwnerKind.CHANNEL
+        presser = Presser(user, theirs and not channel, user in self._settings.slack.admin_users, theirs and channel)
         mark = ann.read_mark(view.annotations) if view is not None else None
         policy = next((p for p in self._policies() if mark is not None and p.name == mark.policy), None)
-        verdict = clicks.judge(op, days, value, view, presser, owner, policy, self._clock())
+        verdict = clicks.judge(op, days, value, view, presser, owner, policy, self._clock(),
+                               members_release=self._settings.slack.members_release)
         if not verdict.annotations or view is None:
             return verdict
         try:

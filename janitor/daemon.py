@@ -10,7 +10,6 @@ import logging
 import signal
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
@@ -20,12 +19,12 @@ from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from janitor import annotations as ann
 from janitor import cycle, endpoints, errors
 from janitor.act import kube
 from janitor.act.slack_inbound import HttpReceiver, SocketReceiver
 from janitor.clicks import Clicks
 from janitor.cycle import CycleResult, Memory, Ports
+from janitor.decide import selection
 from janitor.decide.rails import is_tripped
 from janitor.leader import LeaseElector
 from janitor.observe.cache import ClusterCache, NotSynced
@@ -56,7 +55,7 @@ def record(telemetry: Telemetry, result: CycleResult) -> None:
             telemetry.reclaimed_gpus.labels(policy=change.policy, action=str(r.action.type)).inc(change.notice.gpus)
             telemetry.reclaimed_gpu_hours.labels(policy=change.policy).inc(change.gpu_hours)
     if result.lifecycle is not None:
-        marked = Counter(o.annotations[ann.POLICY] for o in seen.objects if ann.POLICY in o.annotations)
+        marked = selection.marks_per_policy(seen)
         telemetry.observe_lifecycle(decided.changes, result.lifecycle.sent, result.lifecycle.failed, marked)
     for q in result.queries:
         telemetry.prometheus_seconds.labels(api=q.api).observe(q.seconds)

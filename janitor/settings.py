@@ -103,6 +103,7 @@ class SlackSettings:
     signing_secret_file: str | None = None  # read at start; the HTTP endpoint refuses unsigned requests
     http_port: int = 0  # 0: no HTTP endpoint
     admin_users: tuple[str, ...] = ()  # Slack user ids whose clicks count as an owner's on any workload
+    members_release: bool = False  # members of an owning channel may press Release too (anyone can join a public one)
     send_budget: datetime.timedelta = datetime.timedelta(seconds=20)  # Slack time per cycle; the rest waits
     timeout: datetime.timedelta = datetime.timedelta(seconds=10)  # one Web API call's answer
     notice_retry: datetime.timedelta = datetime.timedelta(minutes=5)  # between attempts at one undelivered send
@@ -272,6 +273,7 @@ def from_args(args: argparse.Namespace) -> Settings:
         signing_secret_file=a.text("slack_signing_secret_file", "") or None,
         http_port=a.whole("slack_http_port", 0),
         admin_users=_names(a.text("slack_admin_users", "")),
+        members_release=bool(a.raw("slack_channel_members_release")),
         send_budget=a.seconds("slack_budget", d.slack.send_budget),
         timeout=a.seconds("slack_timeout", d.slack.timeout),
     )

@@ -30,7 +30,7 @@ def actions(notice: Notice) -> dict[str, Any] | None:
     """The actions block under one notice; None for notices nobody can answer (done, cancelled)."""
     if notice.kind not in (NoticeKind.WARNING, NoticeKind.REMINDER) or notice.marked_at is None:
         return None
-    value = ButtonValue.of(notice.workload, notice.marked_at).encode()
+    value = ButtonValue.of(notice.workload, notice.marked_at, notice.action).encode()
     now, cap, deadline = notice.now, notice.cap, notice.deadline
     elements = []
     if cap is not None and (deadline is None or cap > deadline) and cap > now:

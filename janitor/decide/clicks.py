@@ -57,24 +57,25 @@ class ButtonValue:
     name: str
     uid: str
     marked_at: str  # janitor/marked-at as the message saw it
+    action: str = ""  # what the message said would happen ("": a message from before buttons said it)
 
     def encode(self) -> str:
         return json.dumps({"k": self.kind, "a": self.api_version, "n": self.namespace, "o": self.name,
-                           "u": self.uid, "m": self.marked_at}, separators=(",", ":"))
+                           "u": self.uid, "m": self.marked_at, "x": self.action}, separators=(",", ":"))
 
     @classmethod
     def decode(cls, text: str) -> ButtonValue | None:
         try:
             raw = json.loads(text)
             value = cls(str(raw["k"]), str(raw["a"]), raw["n"] if raw["n"] is None else str(raw["n"]), str(raw["o"]),
-                        str(raw["u"]), str(raw["m"]))
-        except (ValueError, KeyError, TypeError):
+                        str(raw["u"]), str(raw["m"]), str(raw.get("x") or ""))
+        except (ValueError, KeyError, TypeError, AttributeError):
             return None
         return value
 
     @classmethod
-    def of(cls, ref: ObjectRef, marked_at: datetime.datetime) -> ButtonValue:
-        return cls(ref.kind, ref.api_version, ref.namespace, ref.name, ref.uid, ann.format_expires(marked_at))
+    def of(cls, ref: ObjectRef, marked_at: datetime.datetime, action: str = "") -> ButtonValue:
+        return cls(ref.kind, ref.api_version, ref.namespace, ref.name, ref.uid, ann.format_expires(marked_at), action)
 
     def __str__(self) -> str:
         return f"{self.kind} {self.namespace}/{self.name}" if self.namespace else f"{self.kind} {self.name}"
@@ -85,8 +86,9 @@ class Presser:
     """Who pressed, and what they are to the workload."""
 
     user: str  # Slack user id
-    owner: bool
+    owner: bool  # the owner (a user, or the user an owner e-mail names)
     admin: bool
+    member: bool = False  # a member of the channel that owns it
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +104,10 @@ class Verdict:
 
 
 def judge(op: Op, days: int, value: ButtonValue, view: ObjectView | None, presser: Presser, owner: Owner,
-          policy: Policy | None, now: datetime.datetime) -> Verdict:
-    """The verdict on one click, from the workload as it is now."""
+          policy: Policy | None, now: datetime.datetime, *, members_release: bool = False) -> Verdict:
+    """The verdict on one click, from the workload as it is now. The members of an owning channel
+    may keep it and ask why; releasing it needs the owner, an admin, or `members_release`: anyone
+    can join a public channel."""
     now = now.replace(microsecond=0)  # annotations hold whole seconds
     if view is None or view.ref.uid != value.uid:
         return Verdict(op, Outcome.STALE, f"{value} was deleted or re-created since this message; nothing changed.")
@@ -112,9 +116,12 @@ def judge(op: Op, days: int, value: ButtonValue, view: ObjectView | None, presse
             ann.format_expires(mark.marked_at) != value.marked_at:
         return Verdict(op, Outcome.STALE, f"{value} is no longer marked as this message says (it was unmarked, or "
                                           "marked again since); nothing changed.")
-    if not (presser.owner or presser.admin):
+    if not (presser.owner or presser.admin or presser.member):
         return Verdict(op, Outcome.NOT_ALLOWED, f"Only the owner of {value} ({owner.value or 'unknown'}) or a "
                                                 "cluster admin can do this; nothing changed.")
+    if op is Op.RELEASE and not (presser.owner or presser.admin or members_release):
+        return Verdict(op, Outcome.NOT_ALLOWED, f"{value} belongs to {owner.value}: its members can keep it, but "
+                                                "only a cluster admin can release it; nothing changed.")
     if op is Op.WHY:
         note = WhyNote.parse(view.annotations.get(ann.WHY, ""))
         rule = ", ".join(f"{k} {v}" for k, v in note.facts.items()) if note is not None else ""
@@ -123,8 +130,15 @@ def judge(op: Op, days: int, value: ButtonValue, view: ObjectView | None, presse
             mark.reason or "no reason recorded"
         return Verdict(op, Outcome.DONE, said)
     if op is Op.RELEASE:
-        return Verdict(op, Outcome.DONE, f"Released by <@{presser.user}>",
-                       {ann.RELEASE: f"{value.marked_at} {ann.format_expires(now)} {presser.user}"})
+        if mark.warned_of is None or mark.warned_at is None:
+            return Verdict(op, Outcome.STALE, f"No warning about {value} is on record as delivered yet; nothing "
+                                              "changed.")
+        if value.action and value.action != mark.warned_of.action:
+            return Verdict(op, Outcome.STALE, f"This message said {value.action}; the warning in force about {value} "
+                                              f"says {mark.warned_of.action}: release it from that one. Nothing "
+                                              "changed.")
+        release = ann.Release(mark.marked_at, now, presser.user, mark.warned_of.action, mark.warned_at, owner.key)
+        return Verdict(op, Outcome.DONE, f"Released by <@{presser.user}>", {ann.RELEASE: str(release)})
     if policy is None:
         return Verdict(op, Outcome.NO_ROOM, f"{value} was marked by policy {mark.policy}, which is no longer "
                                             "configured; nothing changed.")

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from janitor import annotations as ann
-from janitor.annotations import Intent, Mark, NoticeKind, WarnedOf
+from janitor.annotations import Intent, Mark, NoticeKind, Release, WarnedOf
 from janitor.decide import why_notes
 from janitor.decide.model import Action, ActionType, Finding, ObjectRef, ObjectView, State, TriggerKind
 from janitor.decide.notices import Notice, keep_command, resume_command
@@ -55,6 +55,9 @@ ACTION_TYPES: Mapping[PolicyAction, ActionType] = {
     PolicyAction.STOP: ActionType.STOP,
 }
 REASON_MAX = 512  # janitor/reason stays readable in `kubectl describe`
+RELEASE_LAPSES_AFTER = datetime.timedelta(hours=1)
+"""A release is consent to act now, not whenever the caps next let an action through: held past
+this (a busy hour of deletions), it counts for nothing and the deadline the warning named stands."""
 _ENDLESS = datetime.datetime.max.replace(tzinfo=datetime.timezone.utc)
 
 
@@ -103,10 +106,21 @@ class Change:
     gpu_hours: float = 0.0  # ACT: the idle GPU-hours the finding proved (GPUs x window), for the metric
 
 
+def _digest(owner: Owner) -> str:
+    return hashlib.sha1(owner.key.encode()).hexdigest()[:10]
+
+
 def intent_id(owner: Owner, now: datetime.datetime) -> str:
-    """The same for every notice to one owner in one cycle: one digest, one id."""
-    digest = hashlib.sha1(f"{owner.kind}:{owner.value}".encode()).hexdigest()[:10]
-    return f"{digest}-{int(now.timestamp())}"
+    """The same for every notice to one owner in one cycle: one digest, one id (it names the owner)."""
+    return f"{_digest(owner)}-{int(now.timestamp())}"
+
+
+def sent_to(intent: Intent, owner: Owner) -> str:
+    """Who a send went to, as janitor/warned-to records it: `owner` when its intent was for them, or
+    another owner's digest (the owner changed between the send and its record: a recovered send was
+    for someone else, so the owner now is warned anew)."""
+    digest = intent.id.split("-", 1)[0]
+    return owner.key if digest == _digest(owner) else f"other:{digest}"
 
 
 def extension_cap(mark: Mark, policy: Policy) -> datetime.datetime | None:
@@ -123,16 +137,25 @@ def earliest_after_delivery(delivered_at: datetime.datetime, policy: Policy,
     return max(at, add_working_time(delivered_at, hours, time_zone)) if hours else at
 
 
-def released_by(mark: Mark, notes: Mapping[str, str]) -> tuple[str, datetime.datetime] | None:
-    """(who, when) the owner released this mark with the warning's button; None when not, or when
-    the release names another mark (an old message's, before the workload was marked again)."""
-    parts = notes.get(ann.RELEASE, "").split()
-    if len(parts) != 3 or mark.marked_at is None or parts[0] != ann.format_expires(mark.marked_at):
+def released_by(mark: Mark, notes: Mapping[str, str], owner: Owner, action: str,
+                now: datetime.datetime) -> Release | None:
+    """The owner's release of this mark, when it still counts: for this mark (not an old message's,
+    before the workload was marked again), for `action`, the action the last delivered warning
+    named, answering that very warning (a later one asks again), from the owner warned (`owner`,
+    now), pressed no more than RELEASE_LAPSES_AFTER ago. None otherwise."""
+    release = Release.parse(notes.get(ann.RELEASE, ""))
+    if release is None or mark.marked_at is None or mark.warned_at is None or mark.warned_of is None:
         return None
-    try:
-        return parts[2], ann.parse_expires(parts[1])
-    except ValueError:
+    if (release.marked_at, release.action, release.warned_at, release.owner) != (
+            mark.marked_at, mark.warned_of.action, mark.warned_at, owner.key) or release.action != action:
         return None
+    return release if mark.warned_at <= release.at <= now and now - release.at <= RELEASE_LAPSES_AFTER else None
+
+
+def warned_to(mark: Mark, owner: Owner) -> bool:
+    """Whether the delivered warning was for this owner (a record from before owners were recorded:
+    taken as it is)."""
+    return mark.warned_to is None or mark.warned_to == owner.key
 
 
 def effective_deadline(mark: Mark, policy: Policy, notes: Mapping[str, str],
@@ -158,6 +181,28 @@ def effective_deadline(mark: Mark, policy: Policy, notes: Mapping[str, str],
     return deadline, reason
 
 
+def kept_until(notes: Mapping[str, str], cap: datetime.datetime | None) -> datetime.datetime | None:
+    """The owner's keep-until within its cap (an unparseable one keeps it until the cap); None
+    without one, or without a cap (no extensions)."""
+    keep = notes.get(ann.KEEP_UNTIL)
+    if keep is None or cap is None:
+        return None
+    try:
+        return min(ann.parse_expires(keep), cap)
+    except ValueError:
+        return cap
+
+
+def warning_deadline(base: datetime.datetime, notes: Mapping[str, str], cap: datetime.datetime | None,
+                     policy: Policy, now: datetime.datetime, time_zone: str | None = None) -> datetime.datetime:
+    """The deadline a warning sent now names: the one the janitor will keep, never before `base`,
+    nor before the least notice after a delivery now, nor before the owner's keep-until (within its
+    cap), so that a late warning or an owner who asked for time beforehand reads the real date."""
+    deadline = max(base, earliest_after_delivery(now, policy, time_zone))
+    kept = kept_until(notes, cap)
+    return max(deadline, kept) if kept is not None else deadline
+
+
 def delivered(change: Change, delivery: ann.Delivery, policy: Policy | None,
               notes: Mapping[str, str] | None = None) -> dict[str, str | None]:
     """The annotations recording that `change`'s send (its intent) reached Slack (or the admins);
@@ -169,6 +214,8 @@ def delivered(change: Change, delivery: ann.Delivery, policy: Policy | None,
         patch[ann.REMINDED_AT] = at
         return patch
     patch |= {ann.WARNED_AT: at, ann.WARNED_VIA: str(delivery)}
+    if change.notice is not None:
+        patch[ann.WARNED_TO] = sent_to(intent, change.notice.owner)
     if intent.warns_of is not None:
         deadline = intent.warns_of.deadline
         if policy is not None:
@@ -289,7 +336,8 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
         not mark.warned_via.to_admins or policy.lifecycle.admin_fallback_counts)
     action = str(policy.lifecycle.action)
     wrong_action = counted and mark.warned_of is not None and mark.warned_of.action != action
-    if not counted or wrong_action:
+    new_owner = counted and not wrong_action and not warned_to(mark, finding.owner)
+    if not counted or wrong_action or new_owner:
         if finding.state is not State.FIRES:
             return Change(Step.WAIT, ref, rv, policy.name, why(Code.NOT_WARNED_NOT_IDLE, condition=condition,
                                                                why=finding.reason))
@@ -298,23 +346,14 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
         if not pace.allows(owner, now):
             return Change(Step.WAIT, ref, rv, policy.name, why(Code.WARNING_PACED))
         pace.sending(owner)
-        deadline = max(mark.deadline or now, now + policy.lifecycle.warn_before) if wrong_action else mark.deadline
+        base = max(mark.deadline or now, now + policy.lifecycle.warn_before) if wrong_action else mark.deadline or now
+        deadline = warning_deadline(base, view.annotations, extension_cap(mark, policy), policy, now, case.time_zone)
         intent = _intent(NoticeKind.WARNING, finding.owner, now, policy, deadline)
         reason = (why(Code.WARN_AGAIN_ACTION, warned=str(mark.warned_of), action=action) if wrong_action else
+                  why(Code.WARN_NEW_OWNER, was=mark.warned_to or "", owner=owner) if new_owner else
                   why(Code.WARN, again=" again (only the admins were reached)" if mark.warned_via else ""))
         return Change(Step.NOTIFY, ref, rv, policy.name, reason, {ann.NOTICE: str(intent)},
                       _notice(NoticeKind.WARNING, finding, case, policy, now, deadline), deadline)
-    released = released_by(mark, view.annotations)
-    if released is not None and policy.lifecycle.action is not PolicyAction.REPORT:
-        # The owner pressed "Release now" on the warning of this very mark: no more notice is owed.
-        by, at = released
-        reason = why(Code.RELEASED, by=by, at=at, warned=mark.warned_at, action=action, policy=policy.name,
-                     why=finding.reason)
-        act = Action(ACTION_TYPES[policy.lifecycle.action], ref, rv, policy.name, finding.trigger, RULE,
-                     "IdleReleased", reason, {"released-by": by, "warned-of": str(mark.warned_of)})
-        return Change(Step.ACT, ref, rv, policy.name, reason, notice=_notice(NoticeKind.DONE, finding, case, policy,
-                                                                             now, None),
-                      deadline=now, action=act, gpu_hours=finding.reclaim_gpu_hours)
     deadline, extended = effective_deadline(mark, policy, view.annotations, case.time_zone)
     shown = ann.format_deadline(deadline)
     if finding.state is not State.FIRES:
@@ -324,6 +363,16 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
     if unsure is not None:
         return Change(Step.WAIT, ref, rv, policy.name, why(Code.NOT_SURE, trigger=str(unsure.trigger),
                                                            policy=unsure.policy, why=unsure.reason), deadline=deadline)
+    released = released_by(mark, view.annotations, finding.owner, action, now)
+    if released is not None and policy.lifecycle.action is not PolicyAction.REPORT:
+        # The owner pressed "Release now" on the warning in force, for this action: no more notice is owed.
+        reason = why(Code.RELEASED, by=released.user, at=released.at, warned=mark.warned_at, action=action,
+                     policy=policy.name, why=finding.reason)
+        act = Action(ACTION_TYPES[policy.lifecycle.action], ref, rv, policy.name, finding.trigger, RULE,
+                     "IdleReleased", reason, {"released-by": released.user, "warned-of": str(mark.warned_of)})
+        return Change(Step.ACT, ref, rv, policy.name, reason, notice=_notice(NoticeKind.DONE, finding, case, policy,
+                                                                             now, None),
+                      deadline=now, action=act, gpu_hours=finding.reclaim_gpu_hours)
     if mark.deadline is None or ann.format_deadline(mark.deadline) != shown:
         return Change(Step.EXTEND, ref, rv, policy.name, why(Code.EXTEND, deadline=shown, why=extended),
                       {ann.EXPIRES: shown, **why_notes.in_step(view.annotations, deadline=deadline, policy=policy)},
@@ -388,7 +437,9 @@ def _new_marks(candidates: Sequence[tuple[_Case, Finding, Policy]], now: datetim
         marks += 1
         per_owner[owner] += 1
         per_ns[ref.namespace or ""] += 1
-        deadline = now + policy.lifecycle.warn_before
+        cap = now + policy.lifecycle.max_extension if policy.lifecycle.max_extension else None
+        deadline = warning_deadline(now + policy.lifecycle.warn_before, view.annotations, cap, policy, now,
+                                    case.time_zone)
         patch: dict[str, str | None] = {
             ann.EXPIRES: ann.format_deadline(deadline),
             ann.POLICY: policy.name,

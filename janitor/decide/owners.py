@@ -42,6 +42,11 @@ class Owner:
     def __str__(self) -> str:
         return f"{self.value} ({self.kind})" if self.kind is not OwnerKind.UNKNOWN else "unknown owner"
 
+    @property
+    def key(self) -> str:
+        """Who it is, as the mark records it (janitor/warned-to, janitor/release): `<kind>:<value>`."""
+        return f"{self.kind}:{self.value}"
+
 
 def classify(value: str) -> OwnerKind | None:
     value = value.strip()

@@ -167,6 +167,7 @@ class Code(StrEnum):
     WARNING_PACED = "warning-paced"
     WARN = "warn"
     WARN_AGAIN_ACTION = "warn-again-action"
+    WARN_NEW_OWNER = "warn-new-owner"
     WAIT_NOT_IDLE = "wait-not-idle"
     EXTEND = "extend"
     KEPT_UNTIL = "kept-until"
@@ -348,6 +349,8 @@ _T: Mapping[Code, str] = {
     Code.WARNING_PACED: "marked; the warning waits for the per-owner message pace",
     Code.WARN: "marked; warning the owner{again}",
     Code.WARN_AGAIN_ACTION: "the warning said {warned}; the policy now says {action}: warning again before acting",
+    Code.WARN_NEW_OWNER: "the warning went to {was}; its owner is {owner} now: warning them, with the full notice, "
+                         "before acting",
     Code.WAIT_NOT_IDLE: "marked; not acted on while not {condition}: {why}",
     Code.EXTEND: "deadline moves to {deadline}: {why}",
     Code.KEPT_UNTIL: "kept until {until}{capped}",

@@ -21,6 +21,7 @@ re-check before acting):
 from __future__ import annotations
 
 import datetime
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -115,6 +116,15 @@ def carries_mark(notes: Mapping[str, str]) -> bool:
 def with_marks(views: Iterable[ObjectView]) -> list[ObjectView]:
     """The objects that carry a mark, in order (`carries_mark`, inline: one pass over every object)."""
     return [v for v in views if not _MARK_ONLY.isdisjoint(v.annotations) and ann.carries_mark(v.annotations)]
+
+
+def marks_per_policy(observation: Observation) -> Counter[str]:
+    """The workloads carrying the janitor's mark, per marking policy: each mark on the object it was
+    written on (a ReplicaSet's copy of its Deployment's mark is the Deployment's), bare pods too."""
+    listed = {o.ref.uid for o in observation.objects}
+    views = [*observation.objects, *(pod_as_object(p) for p in observation.pods if p.ref.uid not in listed)]
+    return Counter(v.annotations[ann.POLICY] for v in with_marks(views)
+                   if ann.POLICY in v.annotations and v.annotations.get(ann.MARKED_UID) == v.ref.uid)
 
 
 def pod_as_object(pod: PodView) -> ObjectView:

@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 
 from janitor import annotations as ann
 from janitor.annotations import Delivery, Intent, NoticeKind, WarnedOf
+from janitor.decide.clicks import ButtonValue, Op, Outcome, Presser, judge
 from janitor.decide.evidence import (
     CpuEvidence,
     CpuUsage,
@@ -58,7 +59,7 @@ from janitor.decide.model import (
     PodView,
     SafetyLedger,
 )
-from janitor.decide.owners import OwnerKind
+from janitor.decide.owners import Owner, OwnerKind, find_owner
 from janitor.decide.plan import CyclePlan, PlanSettings
 from janitor.decide.rails import Caps, Rails, record_deletions
 from janitor.decide.selection import CronJobMode
@@ -187,13 +188,15 @@ class Pod:
 
 @dataclass(frozen=True)
 class Warning:
-    """A warning that reached someone: what it said would happen, and when it arrived."""
+    """A warning that reached someone: what it said would happen, when it arrived, and for whom
+    (the owner's `<kind>:<value>`; "" for a record that does not say, as an older janitor's)."""
 
     uid: str
     action: str
     deadline: datetime.datetime
     at: datetime.datetime
     to_admins: bool
+    owner: str = ""
 
 
 @dataclass
@@ -515,9 +518,13 @@ def marks(draw: st.DrawFn, uid: str, policies: Sequence[Policy], *, profile: str
         delivery = Delivery("D0OWNER" if not to_admins else "C0ADMINS", f"{warned_at.timestamp():.6f}", to_admins)
         notes |= {ann.WARNED_AT: stamp(warned_at), ann.WARNED_VIA: str(delivery),
                   ann.WARNED_OF: str(WarnedOf(named, told))}
+        # For whom: not recorded (an older janitor), the owners workloads get here, or someone since gone.
+        to = draw(one_of(("", "", "email:alice@lab.example", "channel:#team-ml", "email:carol@lab.example")))
+        if to:
+            notes[ann.WARNED_TO] = to
         if draw(BOOLEANS):
             notes[ann.REMINDED_AT] = stamp(min(NOW, warned_at + 2 * H))
-        story = Story(notes, Warning(uid, named, told, warned_at, to_admins))
+        story = Story(notes, Warning(uid, named, told, warned_at, to_admins, to))
     if state == "in-flight" or (state == "unwarned" and draw(BOOLEANS)):
         at = NOW - draw(one_of((2 * M, 40 * M, 3 * H)))
         kind = draw(one_of((NoticeKind.WARNING, NoticeKind.WARNING, NoticeKind.REMINDER)))
@@ -773,7 +780,9 @@ def cases(draw: st.DrawFn, *profiles: str) -> Case:
 SENDS = ("delivered", "delivered", "delivered", "late", "failed", "failed", "lost-record", "unsent", "unreachable")
 FATES = st.lists(one_of(SENDS), max_size=3)
 EVENTS = ("edit-expires", "edit-expires", "remove-expires", "remove-policy", "keep-until", "change-action",
-          "revert-action", "reapply", "busy", "idle", "resume", "opt-out", "release", "release-old")
+          "change-action", "revert-action", "reapply", "busy", "idle", "resume", "opt-out", "release", "release",
+          "release", "release", "release-old", "release-stale", "change-owner", "change-owner")
+OWNERS = ("carol@lab.example", "#team-vision", "U0DAVE1234", "")  # a workload handed over ("": to nobody known)
 
 
 @dataclass(frozen=True)
@@ -927,7 +936,8 @@ class Simulator:
                 if notice.kind is NoticeKind.WARNING:
                     assert notice.deadline is not None
                     self.delivered.setdefault(change.workload.uid, []).append(
-                        Warning(change.workload.uid, notice.action, notice.deadline, delivery.at, to_admins))
+                        Warning(change.workload.uid, notice.action, notice.deadline, delivery.at, to_admins,
+                                notice.owner.key))
                 intent = change.annotations.get(ann.NOTICE)
                 if change.step in (Step.MARK, Step.NOTIFY) and intent:
                     self.cluster.slack[Intent.parse(intent).id] = delivery  # type: ignore[union-attr]
@@ -962,13 +972,22 @@ class Simulator:
             cluster.write(target.uid, {ann.KEEP_UNTIL: stamp(self.now + event.amount)})
         elif kind == "opt-out" and target is not None:
             cluster.write(target.uid, {ann.OPT_OUT: "true"})
-        elif kind in ("release", "release-old") and target is not None:
-            # "Release now" pressed on a warning: the one in hand ("release"), or one about an
-            # earlier mark of the workload, still in the owner's DMs ("release-old").
+        elif kind == "release" and target is not None:
+            self._release(target)
+        elif kind in ("release-old", "release-stale") and target is not None:
+            # A release record that answered something else: an earlier mark of the workload
+            # ("release-old", carried by re-applied YAML), or an earlier warning of this mark
+            # ("release-stale"): the lifecycle must never act on it.
             mark = ann.read_mark(target.annotations)
-            if mark is not None and mark.marked_at is not None and mark.warned:
-                shown = stamp(mark.marked_at if kind == "release" else mark.marked_at - DAY)
-                cluster.write(target.uid, {ann.RELEASE: f"{shown} {stamp(self.now)} U0OWNER"})
+            if mark is not None and mark.marked_at is not None and mark.warned_at is not None and mark.warned_of:
+                old = kind == "release-old"
+                record = ann.Release(mark.marked_at - DAY if old else mark.marked_at, self.now, "U0OWNER",
+                                     mark.warned_of.action, mark.warned_at - (0 * H if old else H),
+                                     self.owner_of(target).key)
+                cluster.write(target.uid, {ann.RELEASE: str(record)})
+        elif kind == "change-owner" and target is not None:
+            who = OWNERS[event.target % len(OWNERS)]
+            cluster.write(target.uid, {ann.OWNER: who or None})
         elif kind == "change-action" and self.policies:
             index = event.target % len(self.policies)
             chosen = self.policies[index]
@@ -984,6 +1003,25 @@ class Simulator:
             pod.use = Use(tuple(level for _ in range(pod.gpus)), cpu=40.0 if kind == "busy" else 0.01)
         elif kind == "resume" and isinstance(target, Thing) and not cluster.below(target.uid)[1]:
             self._resume(target)
+
+    def owner_of(self, top: Thing | Pod) -> Owner:
+        """Who owns a workload now (docs/owners.md): its own owner annotation, else its namespace's."""
+        labels, notes = self.cluster.namespaces.get(top.namespace or "", ({}, {}))
+        namespace = NamespaceView(top.namespace or "", dict(labels), dict(notes))
+        return find_owner(top.view() if isinstance(top, Thing) else top.as_object(), namespace)
+
+    def _release(self, top: Thing | Pod) -> None:
+        """"Release now" pressed by its owner on the warning in hand, as the click handler judges it."""
+        view = top.view() if isinstance(top, Thing) else top.as_object()
+        mark = ann.read_mark(view.annotations)
+        if mark is None or mark.marked_at is None or mark.warned_of is None:
+            return
+        button = ButtonValue.of(view.ref, mark.marked_at, mark.warned_of.action)
+        at = max(self.now, mark.warned_at or self.now) + M  # a minute after the message arrived
+        verdict = judge(Op.RELEASE, 0, button, view, Presser("U0OWNER", owner=True, admin=False),
+                        self.owner_of(top), self.by_name().get(mark.policy or ""), at)
+        if verdict.outcome is Outcome.DONE:
+            self.cluster.write(top.uid, verdict.annotations)
 
     def _reapply(self, old: Thing) -> None:
         """The object deleted and applied again from saved YAML: a new uid, the old annotations.

@@ -75,8 +75,11 @@ def marked(name: str, marked_at: datetime.datetime, warned_at: datetime.datetime
     return notes | more
 
 
+SENT = intent_id(ALICE, datetime.datetime(2026, 11, 23, 9, tzinfo=datetime.timezone.utc))  # an earlier send's id
+
+
 def in_flight(kind: NoticeKind, at: datetime.datetime, warns_of: WarnedOf | None = None) -> str:
-    return str(Intent(kind, "abc123-1", at, warns_of))
+    return str(Intent(kind, SENT, at, warns_of))
 
 
 # -- the fakes ------------------------------------------------------------------------------------------
@@ -240,8 +243,8 @@ def test_a_new_mark_is_written_with_its_intent_before_the_warning_and_its_delive
     warned_of = f"delete {t(SENT_AT + DAY)}"  # the least notice counts from the delivery
     assert delivery_write.notes == {a.NOTICE: None, a.WARNED_AT: t(SENT_AT),
                                     a.WARNED_VIA: f"owner D0ALICE/{ts(SENT_AT)}",
-                                    a.WARNED_OF: warned_of, a.EXPIRES: t(SENT_AT + DAY),
-                                    a.WHY: delivery_write.notes[a.WHY]}
+                                    a.WARNED_OF: warned_of, a.WARNED_TO: "email:alice@lab.example",
+                                    a.EXPIRES: t(SENT_AT + DAY), a.WHY: delivery_write.notes[a.WHY]}
     note = WhyNote.parse(str(delivery_write.notes[a.WHY]))  # the reason as data follows the deadline
     assert note is not None and note.deadline == SENT_AT + DAY and note.action == "delete"
     assert delivery_write.event is None
@@ -255,7 +258,8 @@ def test_a_new_mark_is_written_with_its_intent_before_the_warning_and_its_delive
 
 @pytest.mark.parametrize(("notes", "kind", "recorded"), [
     pytest.param(marked("train", ago(hours=2)), NoticeKind.WARNING,
-                 {a.NOTICE, a.WARNED_AT, a.WARNED_VIA, a.WARNED_OF, a.EXPIRES}, id="warning-of-a-marked-workload"),
+                 {a.NOTICE, a.WARNED_AT, a.WARNED_VIA, a.WARNED_OF, a.WARNED_TO, a.EXPIRES},
+                 id="warning-of-a-marked-workload"),
     pytest.param(marked("train", ago(hours=9), ago(hours=9)), NoticeKind.REMINDER, {a.NOTICE, a.REMINDED_AT},
                  id="reminder"),
 ])
@@ -327,10 +331,11 @@ def test_a_send_slack_already_has_is_recorded_without_sending_again() -> None:
     out = run(cluster, slack, decided)
 
     assert slack.sent == [] and out.recovered == 1
-    assert slack.asked == [(ALICE, "abc123-1", INTENT_AT - 5 * M)]
+    assert slack.asked == [(ALICE, SENT, INTENT_AT - 5 * M)]
     [record] = cluster.attempts
     assert record.notes == {a.NOTICE: None, a.WARNED_AT: t(FOUND_AT), a.WARNED_VIA: f"owner D0ALICE/{ts(FOUND_AT)}",
-                            a.WARNED_OF: f"delete {t(FOUND_AT + DAY)}", a.EXPIRES: t(FOUND_AT + DAY)}
+                            a.WARNED_OF: f"delete {t(FOUND_AT + DAY)}", a.WARNED_TO: "email:alice@lab.example",
+                            a.EXPIRES: t(FOUND_AT + DAY)}
     mark = mark_of(cluster, "train")
     assert mark.problems == () and mark.warned and mark.intent is None
 
@@ -341,7 +346,7 @@ def test_a_send_slack_does_not_have_is_sent_again_under_a_new_intent_once_the_re
     run(cluster, slack, decide(cluster))
 
     [digest] = slack.sent
-    assert digest.intent == intent_id(ALICE, NOW) != "abc123-1"
+    assert digest.intent == intent_id(ALICE, NOW) != SENT
     assert kinds(cluster) == ["write", "send", "write"]
     resent, delivery = cluster.attempts
     intent = Intent.parse(str(resent.notes[a.NOTICE]))

@@ -41,8 +41,8 @@ def warned_job(**extra: str):
     return job({**marked(MARKED, NOW + 20 * HOUR, MARKED + HOUR, action="suspend"), **extra})
 
 
-def value_of(view, marked_at: datetime.datetime = MARKED) -> ButtonValue:
-    return ButtonValue.of(view.ref, marked_at)
+def value_of(view, marked_at: datetime.datetime = MARKED, action: str = "") -> ButtonValue:
+    return ButtonValue.of(view.ref, marked_at, action)
 
 
 def test_a_value_survives_the_round_trip_and_junk_is_none() -> None:
@@ -91,8 +91,8 @@ def test_a_keep_never_passes_the_cap_nor_moves_the_deadline_earlier(days: int, c
         return
     assert presser.owner or presser.admin
     if op is not Op.KEEP:
-        assert verdict.annotations == ({a.RELEASE: f"{t(marked_at)} {t(NOW)} {presser.user}"} if op is Op.RELEASE
-                                       else {})
+        released = a.Release(marked_at, NOW, presser.user, "delete", marked_at, ALICE.key)
+        assert verdict.annotations == ({a.RELEASE: str(released)} if op is Op.RELEASE else {})
         return
     until = a.parse_expires(verdict.annotations[a.KEEP_UNTIL])
     assert until <= marked_at + pol.lifecycle.max_extension and until > deadline and until <= NOW + days * DAY
@@ -108,12 +108,13 @@ def test_release_acts_at_once_on_the_warned_mark_only() -> None:
     assert one(view, pol=policy(action=PolicyAction.SUSPEND)).step is not Step.ACT  # without it: the deadline
 
     old = job({**marked(MARKED, NOW + 20 * HOUR, MARKED + HOUR, action="suspend"),
-               a.RELEASE: f"{t(MARKED - DAY)} {t(NOW)} U0ALICE1"})
+               a.RELEASE: str(a.Release(MARKED - DAY, NOW, "U0ALICE1", "suspend", MARKED + HOUR, ALICE.key))})
     assert one(old, pol=policy(action=PolicyAction.SUSPEND)).step is not Step.ACT  # another mark's release
     assert one(released, pol=policy(action=PolicyAction.REPORT)).step is not Step.ACT
     busy = one(released, State.CLEAR, pol=policy(action=PolicyAction.SUSPEND))
     assert busy.step is Step.UNMARK and busy.annotations[a.RELEASE] is None  # busy wins; the release goes too
-    unwarned = job({**marked(MARKED, NOW + 20 * HOUR), a.RELEASE: f"{t(MARKED)} {t(NOW)} U0ALICE1"})
+    unwarned = job({**marked(MARKED, NOW + 20 * HOUR),
+                    a.RELEASE: str(a.Release(MARKED, NOW, "U0ALICE1", "suspend", MARKED + HOUR, ALICE.key))})
     assert one(unwarned, pol=policy(action=PolicyAction.SUSPEND)).step is not Step.ACT  # no warning reached them
 
 
@@ -137,7 +138,7 @@ def labels(block) -> list[str]:
 def test_buttons_carry_the_workload_and_mark_and_respect_the_cap() -> None:
     roomy = actions(notice(NoticeKind.WARNING, MARKED + 7 * DAY))
     assert labels(roomy) == ["Keep 1 day", "Keep 3 days", "Release now", "Why?"]
-    assert {ButtonValue.decode(e["value"]) for e in roomy["elements"]} == {value_of(warned_job())}
+    assert {ButtonValue.decode(e["value"]) for e in roomy["elements"]} == {value_of(warned_job(), action="suspend")}
     near = actions(notice(NoticeKind.REMINDER, NOW + 22 * HOUR))
     assert labels(near)[0].startswith("Keep until ") and "Keep 3 days" not in labels(near)
     assert labels(actions(notice(NoticeKind.WARNING, None))) == ["Release now", "Why?"]  # no extension at all

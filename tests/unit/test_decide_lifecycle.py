@@ -318,7 +318,7 @@ def test_delivery_record_sets_the_deadline_in_force() -> None:
     late = Delivery("D0ALICE", f"{(NOW + 3 * H).timestamp():.6f}")
     record = delivered(change, late, policy(warn_before=H))
     assert record == {a.NOTICE: None, a.WARNED_AT: t(NOW + 3 * H), a.WARNED_VIA: str(late),
-                      a.WARNED_OF: f"delete {t(NOW + 4 * H)}", a.EXPIRES: t(NOW + 4 * H),
+                      a.WARNED_OF: f"delete {t(NOW + 4 * H)}", a.WARNED_TO: ALICE.key, a.EXPIRES: t(NOW + 4 * H),
                       a.WHY: why_note(change.annotations).with_changes(deadline=NOW + 4 * H).encode()}
     after = applied(applied(job(), change.annotations), record)
     mark = a.read_mark(after.annotations)
