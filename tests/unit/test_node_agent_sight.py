@@ -6,21 +6,29 @@ Aspects covered:
   NodeAgentCannotSee, says what it sees and the likely causes, carries `sees=0/<listed>` as
   data, reports no Terminating pod gone, and its metric janitor_node_agent_pods_visible is 0;
 - its own pod does not count, whether it finds itself by --pod-uid or in its own cgroup;
-- once it sees another pod's processes it reports as before: False, the pod gone, `sees=1/2`.
+- once it sees another pod's processes it reports as before: False, the pod gone, `sees=1/2`;
+- on a node whose only other pod is the one it saw go, it still says it cannot see (nothing tells
+  "gone" from "out of sight" then), and the janitor does not force delete that pod.
 """
 
 from __future__ import annotations
 
 import datetime
 import runpy
+import shutil
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 
 from janitor import node_report
-from janitor.node_agent.agent import AgentSettings, NodeAgent
+from janitor.decide import selection
+from janitor.decide.model import AgentCondition, NamespaceView, NodeInfo, ObjectRef, Observation, PodState, PodView
+from janitor.decide.rails import Rails
+from janitor.decide.triggers import terminating
+from janitor.node_agent.agent import AgentSettings, NodeAgent, own_pod
 from janitor.node_report import PodTaskState, Sight
+from janitor.policy.model import Match, Mode, Namespaces, Policy, Terminating
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "node"
 _fake = runpy.run_path(str(FIXTURES / "fake_proc.py"))
@@ -139,8 +147,6 @@ def test_an_agent_that_sees_another_pods_processes_reports_as_before(tmp_path: P
 
 
 def test_the_agent_finds_its_own_pod_by_uid_and_in_its_own_cgroup(tmp_path: Path) -> None:
-    from janitor.node_agent.agent import own_pod
-
     mine = tmp_path / "cgroup"
     mine.write_text(of_pod(OWN))  # the host's cgroup namespace (cgroup v1 hosts, or cgroupns: host)
     assert own_pod(None, mine) == {OWN}
@@ -148,3 +154,55 @@ def test_the_agent_finds_its_own_pod_by_uid_and_in_its_own_cgroup(tmp_path: Path
     mine.write_text("0::/\n")  # its own cgroup namespace: its processes are not in a pod's cgroup to /proc either
     assert own_pod(None, mine) == frozenset()
     assert own_pod(OWN, tmp_path / "missing") == {OWN}
+
+
+def test_a_node_whose_only_other_pod_is_the_one_gone_proves_nothing(tmp_path: Path) -> None:
+    """The agent saw the pod's process, then saw it go, but with it went the last other pod it
+    could see: nothing tells "gone" from "out of sight" any more, and no force delete follows."""
+    proc = tmp_path / "proc"
+    process(proc, 1, "0::/init.scope\n", "systemd")
+    process(proc, 4242, of_pod(STUCK))
+    running = pod(STUCK, "train-0")
+    agent, core = agent_over(proc, tmp_path, [running])
+    clock = {"now": NOW - datetime.timedelta(minutes=10)}
+    agent.clock = lambda: clock["now"]
+    agent.started = clock["now"]
+    agent.scan_once()
+    deleted = pod(STUCK, "train-0", deleting=True)
+    deleted.status.phase = "Running"
+    core.pods = [deleted]
+    for minutes in (4, 3):
+        clock["now"] = NOW - datetime.timedelta(minutes=minutes)
+        assert agent.scan_once().pod_states == {STUCK: PodTaskState.ALIVE}
+    shutil.rmtree(proc / "4242")
+    for minutes in (2, 1):
+        clock["now"] = NOW - datetime.timedelta(minutes=minutes)
+        states = agent.scan_once().pod_states
+    assert states == {STUCK: PodTaskState.GONE}  # it did see it go ...
+    said = core.condition
+    assert (said.status, said.reason) == ("Unknown", node_report.REASON_CANNOT_SEE)  # ... and says it sees nothing now
+    message = node_report.decode_condition(said.message)
+    assert message.sight == Sight(visible=0, listed=1) and message.state(STUCK) is PodTaskState.GONE
+
+    view = PodView(ObjectRef("Pod", "v1", "ml", "train-0", STUCK), "7", {}, None, NODE, "Running", None, 0,
+                   deleting=True, state=PodState(deleting_since=NOW - datetime.timedelta(minutes=5),
+                                                 grace_seconds=30))
+    seen = Observation(NOW, pods=(view,), namespaces={"ml": NamespaceView("ml")}, nodes_known=True,
+                       nodes=(NodeInfo(NODE, ready=True, agent=AgentCondition(None, message)),))
+    policy = Policy("stuck", (Terminating(after=datetime.timedelta(minutes=1), force_delete=True),),
+                    match=Match(namespaces=Namespaces(("*",))), mode=Mode.ENFORCE)
+    [found] = terminating.findings(selection.workloads(seen, Rails()), seen, policy, NOW)
+    assert found.proposal is None
+    assert "saw no process of any other pod on that node in its last scan (0 of the 1 other pods" in str(found.why)
+
+
+def test_a_pod_the_api_says_runs_but_no_scan_found_is_never_gone(tmp_path: Path) -> None:
+    """A pod in a sandboxed runtime beside runc pods: the agent sees the others, never this one."""
+    proc = tmp_path / "proc"
+    process(proc, 1, "0::/init.scope\n", "systemd")
+    process(proc, 2, of_pod(NEIGHBOUR), "kube-proxy")
+    kata = pod(STUCK, "train-0", deleting=True)
+    kata.status.phase = "Running"
+    agent, core = agent_over(proc, tmp_path, [pod(NEIGHBOUR, "kube-proxy-x7k2p", namespace="kube-system"), kata])
+    assert [agent.scan_once().pod_states for _ in range(6)] == [{}] * 6
+    assert core.condition.status == "False"  # it sees pods' processes, just not this pod's

@@ -230,6 +230,8 @@ def test_a_pod_the_api_showed_running_that_no_walk_found_is_never_gone() -> None
     assert [tracker.update(walk(), deleting, []) for _ in range(4)] == [{}] * 4
     fresh = PodTaskTracker(sustain=1)  # an agent that first listed it Terminating, still Running
     assert [fresh.update(walk(), deleting, []) for _ in range(4)] == [{}] * 4
+    stopped = {**terminating(), UID: PodOnNode(UID, "ml", "kata-0", NOW - S, S, running=False)}
+    assert [fresh.update(walk(), stopped, []) for _ in range(4)] == [{}] * 4  # its phase turned Failed: it still ran
 
 
 def test_a_pod_that_never_ran_is_gone_where_other_pods_are_seen() -> None:
