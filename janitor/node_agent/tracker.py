@@ -158,7 +158,7 @@ class PodTaskTracker:
             return states
         deleting = {uid: pod for uid, pod in pods.items() if pod.deleting_since is not None}
         before, self._deleting = self._deleting, frozenset(deleting)
-        ran_before = self._ran & set(pods)  # as of the lists read before this one: a pod Running now may yet start
+        self._ran = (self._ran & set(pods)) | {uid for uid, pod in pods.items() if pod.running}  # any list, ever
         if scan is not None:
             found = self._found(scan, pods)
             others = {uid for uid, pod in pods.items() if not self._is_own(pod)}
@@ -170,11 +170,10 @@ class PodTaskTracker:
                     continue
                 if uid in found or self._is_own(pod):
                     states[uid] = PodTaskState.ALIVE  # the agent's own pod: it runs there, whatever /proc shows
-                elif whole and uid in before and self._visible(pod, ran_before):
+                elif whole and uid in before and self._visible(pod):
                     absent[uid] = self._absent.get(uid, 0) + 1
                     if absent[uid] >= self.sustain:
                         states[uid] = PodTaskState.GONE
-        self._ran = (self._ran & set(pods)) | {uid for uid, pod in pods.items() if pod.running}
         self._absent = absent
         return states
 
@@ -188,11 +187,11 @@ class PodTaskTracker:
         present = {ref.uid for text in texts if (ref := pod_of(text)) is not None}
         return {uid for uid, pod in pods.items() if pod.cgroup_uid in present or _mentioned(pod.cgroup_uid, texts)}
 
-    def _visible(self, pod: PodOnNode, ran: set[str]) -> bool:
+    def _visible(self, pod: PodOnNode) -> bool:
         """Whether this walk could have found a process of `pod`: see the module docstring."""
         if pod.cgroup_uid in self._seen:
             return True
-        return self.sight is not None and self.sight.proven and pod.uid not in ran and not pod.running
+        return self.sight is not None and self.sight.proven and pod.uid not in self._ran
 
 
 @dataclass
