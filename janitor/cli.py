@@ -248,7 +248,7 @@ def _cmd_node_agent(args: argparse.Namespace) -> int:
         return 2
     settings = AgentSettings(node=node, proc_root=Path(args.proc_root), cgroup_root=Path(args.cgroup_root),
                              interval=datetime.timedelta(seconds=args.interval), sustain=args.sustain,
-                             condition_type=args.condition_type)
+                             condition_type=args.condition_type, pod_uid=args.pod_uid or os.environ.get("POD_UID"))
     registry = CollectorRegistry()
     agent = NodeAgent(_api(args), settings, registry)
     if args.once:
@@ -467,9 +467,14 @@ path; a task of a pod that is gone, or Terminating past its grace, that stays in
 are gone; its lastHeartbeatTime moves every scan, so a silent agent shows) and a Warning Event
 naming pod, process, time in D and wchan. New OOM kills in a pod's memory cgroup (cgroup v2
 memory.events) become a Warning Event on the Pod, saying whether the whole container or single
-processes were killed. Metrics are per node. Run with hostPID, /proc and /sys/fs/cgroup mounted
-read-only, and the narrow RBAC of manifests/ (list pods, get and patch-status nodes, events).""")
+processes were killed. An agent that finds no process of any other pod the API lists on its
+node (no hostPID, a --proc-root that is not the host's /proc, a sandboxed runtime) sets the
+condition Unknown (NodeAgentCannotSee) and proves no pod gone. Metrics are per node. Run with
+hostPID, /proc and /sys/fs/cgroup mounted read-only, and the narrow RBAC of manifests/ (list
+pods, get and patch-status nodes, events).""")
     agent.add_argument("--node-name", help="this node (default: $NODE_NAME)")
+    agent.add_argument("--pod-uid", help="the agent's own pod, whose processes prove nothing about what it can see "
+                                         "(default: $POD_UID, from the downward API's metadata.uid)")
     agent.add_argument("--proc-root", default="/proc", help="the host's /proc (%(default)s)")
     agent.add_argument("--cgroup-root", default="/sys/fs/cgroup", help="the host's cgroup mount (%(default)s)")
     agent.add_argument("--interval", type=float, default=30.0, help="seconds between scans (%(default)s)")

@@ -9,19 +9,28 @@ travels as data and is never searched for in a sentence meant for people.
   node-operation-controller on type and status only: `True` while processes of deleted pods are
   stuck in D state, `False` once they are gone, `Unknown` while the agent has completed fewer
   than `--sustain` scans since it started (it cannot yet tell a stuck task from a passing one,
-  and node-operation-controller skips a node whose condition is Unknown). Its message is a
+  and node-operation-controller skips a node whose condition is Unknown), and Unknown with
+  `REASON_CANNOT_SEE` while its last complete scan found no process of any pod the API lists on
+  the node but its own (then nothing it reports as gone proves anything). Its message is a
   sentence for `kubectl describe node`, then the data part:
-  ` started=<time> scans=<n>/<sustain> scanned=<time> pods=<uid>:<state>,...` — when this agent
-  process started, how many complete scans it has done since, and when its last complete scan
-  began; then the pods it is about with what it saw of their tasks (`PodTaskState`; ` pods=`
-  and nothing after it: no pod). A list cut to fit the 1,024-character message ends in `,+`
-  (`complete` False): every pod not listed may then be in any state.
+  ` sees=<visible>/<listed> started=<time> scans=<n>/<sustain> scanned=<time> pods=<uid>:<state>,...`
+  — of the pods the API lists on the node other than the agent's own, how many its last complete
+  scan found a process of (`Sight`); when this agent process started, how many complete scans it
+  has done since, and when its last complete scan began; then the pods it is about with what it
+  saw of their tasks (`PodTaskState`; ` pods=` and nothing after it: no pod). A list cut to fit
+  the 1,024-character message ends in `,+` (`complete` False): every pod not listed may then be
+  in any state.
 - A Warning Event `EVENT_LEFTOVER` on the Node per stuck task (words only).
 - A Warning Event `EVENT_OOM` on a Pod per new OOM kill reading: a sentence, then
   ` [oom kills=<n> total=<n> scope=container|process|unknown]`.
 
 A message without the agent part (an older agent) reads back with `agent` None: it names which
-pods are stuck, but proves nothing about any pod being gone.
+pods are stuck, but proves nothing about any pod being gone. A message without ` sees=` (an agent
+from before it was added), or with one this janitor cannot read, reads back with `sight` None: not
+shown to see any pod's processes, so its `gone` proves nothing either. ` sees=` sits before
+` started=` so that a janitor from before it was added still reads the run and the pods (to it the
+field is the end of the summary); a summary cannot forge it, since only the text right before the
+run is read, and the agent always writes its own there.
 
 Pure: standard library only, no clock.
 """
@@ -37,7 +46,8 @@ from dataclasses import dataclass, field
 CONDITION_TYPE = "OrphanedDStateProcesses"
 REASON_LEFTOVERS = "DStateProcessesOfDeletedPods"  # condition reason while status is True
 REASON_CLEAR = "NoDStateProcessesOfDeletedPods"  # condition reason while status is False
-REASON_STARTING = "NodeAgentStarting"  # condition reason while status is Unknown
+REASON_STARTING = "NodeAgentStarting"  # condition reason while status is Unknown: fewer than --sustain scans
+REASON_CANNOT_SEE = "NodeAgentCannotSee"  # condition reason while status is Unknown: no other pod's process seen
 EVENT_LEFTOVER = "DStateProcessOfDeletedPod"  # Warning Event on the Node, once per stuck task
 EVENT_OOM = "OOMKillInPod"  # Warning Event on the Pod per new OOM kill reading
 MESSAGE_MAX = 1024  # what the apiserver keeps of a condition or Event message
@@ -47,6 +57,8 @@ _MORE = "+"
 _UID = re.compile(r"[0-9a-fA-F-]{1,64}")
 _TIME = "%Y-%m-%dT%H:%M:%SZ"
 _RUN = re.compile(r" started=(\S{1,40}) scans=([0-9]{1,12})/([0-9]{1,6}) scanned=(\S{1,40})$")
+_SIGHT = re.compile(r" sees=(\S{0,40})$")
+_SIGHT_VALUE = re.compile(r"([0-9]{1,9})/([0-9]{1,9})")
 _OOM = re.compile(r" \[oom kills=([0-9]{1,9}) total=([0-9]{1,12}) scope=(container|process|unknown)\]$")
 
 
@@ -72,11 +84,30 @@ class AgentRun:
 
 
 @dataclass(frozen=True, slots=True)
+class Sight:
+    """What shows that the agent can see pods' processes at all, in its last complete scan.
+
+    Counted over the pods the API lists on the node other than the agent's own (a static pod
+    under the UID its cgroup carries): `visible` those of which the scan found a process in
+    /proc, `listed` all of them. 0 visible: the agent saw no process of any other pod (no
+    hostPID, a --proc-root that is not the host's /proc, a sandboxed runtime, or no other pod
+    runs there), and none of its `gone` proves anything."""
+
+    visible: int
+    listed: int
+
+    @property
+    def proven(self) -> bool:
+        return self.visible > 0
+
+
+@dataclass(frozen=True, slots=True)
 class ConditionMessage:
     summary: str
     pods: Mapping[str, PodTaskState] = field(default_factory=dict)
     complete: bool = True  # False: more pods than the message could name
     agent: AgentRun | None = None  # None: an older agent's message, or one this janitor cannot read
+    sight: Sight | None = None  # None: not said (an older agent) or not readable: not shown to see anything
 
     def state(self, pod_uid: str) -> PodTaskState | None:
         """What the agent saw of this pod; None when the message does not say."""
@@ -100,11 +131,13 @@ def _parse_time(text: str) -> datetime.datetime:
     return datetime.datetime.strptime(text, _TIME).replace(tzinfo=datetime.timezone.utc)
 
 
-def encode_condition(summary: str, pods: Mapping[str, PodTaskState], agent: AgentRun | None = None) -> str:
-    """The condition message: the summary (shortened first), then the agent's run and as many pods
-    as fit, stuck ones first, then alive, then gone."""
-    run = "" if agent is None else (f" started={_stamp(agent.started, up=True)} scans={agent.scans}/{agent.sustain} "
-                                    f"scanned={_stamp(agent.scanned)}")
+def encode_condition(summary: str, pods: Mapping[str, PodTaskState], agent: AgentRun | None = None,
+                     sight: Sight | None = None) -> str:
+    """The condition message: the summary (shortened first), then what the agent sees and its run
+    (the sight only with a run), and as many pods as fit, stuck ones first, then alive, then gone."""
+    seen = "" if agent is None or sight is None else f" sees={sight.visible}/{sight.listed}"
+    run = "" if agent is None else (f"{seen} started={_stamp(agent.started, up=True)} "
+                                    f"scans={agent.scans}/{agent.sustain} scanned={_stamp(agent.scanned)}")
     entries = [f"{uid}:{state}" for uid, state in sorted(pods.items(), key=lambda p: (_ORDER[p[1]], p[0]))]
     shown: list[str] = []
     room = MESSAGE_MAX - len(run) - len(_PODS) - len(_MORE) - 1
@@ -127,6 +160,16 @@ def _run(text: str) -> tuple[str, AgentRun | None]:
     return text[: match.start()], run
 
 
+def _sight(text: str) -> tuple[str, Sight | None]:
+    """The ` sees=` field right before the run, if any; one that cannot be read is None (not
+    proven) and still cut from the summary."""
+    match = _SIGHT.search(text)
+    if match is None:
+        return text, None
+    value = _SIGHT_VALUE.fullmatch(match[1])
+    return text[: match.start()], None if value is None else Sight(int(value[1]), int(value[2]))
+
+
 def decode_condition(text: str) -> ConditionMessage:
     """The message back. Pods are found only in the trailing data part; a message from an older
     agent (no data part) names no pods and says so with `complete` False."""
@@ -134,6 +177,7 @@ def decode_condition(text: str) -> ConditionMessage:
     if not sep:
         return ConditionMessage(text, {}, complete=False)
     summary, agent = _run(before)
+    summary, sight = _sight(summary) if agent is not None else (summary, None)
     pods: dict[str, PodTaskState] = {}
     complete = True
     for entry in data.split(",") if data else ():
@@ -147,7 +191,7 @@ def decode_condition(text: str) -> ConditionMessage:
             pods[uid] = PodTaskState(state)
         except ValueError:
             complete = False  # a state this janitor does not know: the pod may be anything
-    return ConditionMessage(summary, pods, complete, agent)
+    return ConditionMessage(summary, pods, complete, agent, sight)
 
 
 class OomScope(enum.StrEnum):

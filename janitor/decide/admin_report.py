@@ -2,6 +2,7 @@
 
 Admins get one summary, by section, instead of one message per object: pods stuck Terminating
 (per node, with what holds them and the remedy), nodes whose agent reports leftover processes,
+nodes whose agent sees no other pod's processes (it then finds no leftover and proves nothing),
 workloads that can never fit, GPU pods without telemetry, GPUs with memory in use and no pod
 (beside the node agent's leftovers on the same node), and the tripwire. Its `key` changes only
 when what it is about changes (an item added or resolved), not when its times tick on, so the
@@ -18,7 +19,7 @@ from janitor.annotations import ACKNOWLEDGE_TRIPWIRE
 from janitor.decide.evidence import GhostGpu
 from janitor.decide.model import Finding, NodeInfo, PodView, State, TriggerKind
 from janitor.decide.rails import Held, HoldReason
-from janitor.decide.reasons import Code
+from janitor.decide.reasons import Code, why
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +89,13 @@ def admin_report(findings: Sequence[Finding], nodes: Sequence[NodeInfo], silent_
         sections.append(("Nodes with processes of deleted pods stuck in D state", tuple(
             f"{n.name}: {n.agent.message.summary if n.agent else ''}. Remedy: drain and reboot {n.name}"
             for n in leftovers)))
+    blind = [(n.name, sight) for n in nodes
+             if n.agent is not None and (sight := n.agent.message.sight) is not None and not sight.proven]
+    if blind:
+        sections.append(("Node agents that cannot see pods' processes", tuple(
+            f"{name}: {sight.visible} of the {sight.listed} other pods listed there seen; it finds no process stuck "
+            f"in D state and proves no pod gone: "
+            + str(why(Code.AGENT_BLIND_CAUSES if sight.listed else Code.AGENT_BLIND_ALONE)) for name, sight in blind)))
     if ghost_gpus:
         by_name = {n.name: n for n in nodes}
 
@@ -107,6 +115,7 @@ def admin_report(findings: Sequence[Finding], nodes: Sequence[NodeInfo], silent_
     if tripwire:
         sections.append(("Tripwire", (tripwire,)))
     ids = ([f"stuck:{f.subject.uid}" for f in stuck] + [f"leftovers:{n.name}" for n in leftovers]
+           + [f"blind:{name}" for name, _ in blind]
            + [f"never:{f.subject.uid}" for f in never] + [f"silent:{p}" for p in silent]
            + (["tripwire"] if tripwire else []) + [f"ghost:{g.node}/{g.gpu}" for g in ghost_gpus] + held_ids)
     return AdminReport(tuple(sections), tuple(ids))

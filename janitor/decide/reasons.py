@@ -137,6 +137,10 @@ class Code(StrEnum):
     UNPROVEN_NOT_READY = "unproven-not-ready"
     UNPROVEN_NO_AGENT = "unproven-no-agent"
     UNPROVEN_OLD_AGENT = "unproven-old-agent"
+    UNPROVEN_AGENT_SIGHT_UNKNOWN = "unproven-agent-sight-unknown"
+    UNPROVEN_AGENT_BLIND = "unproven-agent-blind"
+    AGENT_BLIND_CAUSES = "agent-blind-causes"
+    AGENT_BLIND_ALONE = "agent-blind-alone"
     UNPROVEN_AGENT_STARTING = "unproven-agent-starting"
     UNPROVEN_AGENT_LEFTOVERS = "unproven-agent-leftovers"
     UNPROVEN_AGENT_RESTARTED = "unproven-agent-restarted"
@@ -310,6 +314,14 @@ _T: Mapping[Code, str] = {
                              "the node agent's word does not count there",
     Code.UNPROVEN_NO_AGENT: "no node agent reports on {node}",
     Code.UNPROVEN_OLD_AGENT: "the node agent on {node} does not report what it saw per pod (an older version)",
+    Code.UNPROVEN_AGENT_SIGHT_UNKNOWN: "the node agent on {node} does not say whether it can see other pods' processes "
+                                       "(an older version), so its 'gone' proves nothing",
+    Code.UNPROVEN_AGENT_BLIND: "the node agent on {node} saw no process of any other pod on that node in its last "
+                               "scan ({visible} of the {listed} other pods listed there), so its 'gone' proves "
+                               "nothing: {causes}",
+    Code.AGENT_BLIND_CAUSES: "check that it runs with hostPID, that its --proc-root is the host's /proc, and that it "
+                             "does not run in a sandboxed runtime (gVisor, Kata)",
+    Code.AGENT_BLIND_ALONE: "no pod but its own runs there to show that it can see pods' processes",
     Code.UNPROVEN_AGENT_STARTING: "the node agent on {node} has no verdict yet: {scans} of {sustain} scans since it "
                                   "started at {started}",
     Code.UNPROVEN_AGENT_LEFTOVERS: "the node agent on {node} reports processes of deleted pods stuck in D state there",

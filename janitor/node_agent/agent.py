@@ -8,12 +8,15 @@ conventions admins already use:
   scan so `lastHeartbeatTime` tells a silent agent from a healthy node; `lastTransitionTime` moves
   only when the status flips; `Unknown` until the agent has completed `--sustain` scans since it
   started (before that it cannot tell a stuck task from a passing one), then `True` or `False`
-  (again after a reboot: the agent starts over). Its message carries, as data, when the agent
-  started, its complete scans since, when the last one began, and per Terminating pod of this
-  node what the scan saw of its tasks (alive, stuck in D, gone): the janitor's only proof from a
-  node that nothing of a pod is left. A scan is complete when /proc was walked (some process
-  found) and the node's pods were listed; otherwise the condition keeps its last word, which
-  grows stale;
+  (again after a reboot: the agent starts over). `Unknown` too, with reason `NodeAgentCannotSee`,
+  while its last complete scan found no process of any pod the API lists on this node but its
+  own (no hostPID, a --proc-root that is not the host's /proc, a sandboxed runtime): then it
+  cannot show it sees anything, and says so and why it may be. Its message carries, as data,
+  how many of the node's other pods that scan saw, when the agent started, its complete scans
+  since, when the last one began, and per Terminating pod of this node what the scan saw of its
+  tasks (alive, stuck in D, gone): the janitor's only proof from a node that nothing of a pod is
+  left. A scan is complete when /proc was walked (some process found) and the node's pods were
+  listed; otherwise the condition keeps its last word, which grows stale;
 - a Warning Event on the Node per leftover task (pod, process, time in D, wchan), once per task;
 - a Warning Event on the Pod per new OOM kill reading (so `kubectl describe pod` and the central
   janitor see kills that leave no `OOMKilled` status);
@@ -55,6 +58,7 @@ class AgentSettings:
     interval: datetime.timedelta = datetime.timedelta(seconds=30)
     sustain: int = 3  # consecutive scans in D before a task counts as stuck; the condition is Unknown before
     condition_type: str = node_report.CONDITION_TYPE
+    pod_uid: str | None = None  # the agent's own pod (downward API metadata.uid): seeing it proves nothing
 
 
 @dataclass
@@ -84,10 +88,25 @@ class AgentMetrics:
                                   ["node"], registry=r)
         self.heartbeat = Gauge("janitor_node_agent_last_scan_timestamp_seconds", "When the last scan finished",
                                ["node"], registry=r)
+        self.pods_visible = Gauge("janitor_node_agent_pods_visible",
+                                  "Pods listed on this node, other than the agent's own, of which the last scan found "
+                                  "a process (0: the agent cannot show it sees any pod's processes)", ["node"],
+                                  registry=r)
         for result in ("success", "error"):
             self.scans.labels(node=node, result=result)
         for kind in ("group", "process", "unknown"):
             self.oom_kills.labels(node=node, kind=kind)
+
+
+def own_pod(pod_uid: str | None, self_cgroup: Path = Path("/proc/self/cgroup")) -> frozenset[str]:
+    """The agent's own pod: the UID it was given (downward API), and the one in its own cgroup
+    path (shown when it shares the host's cgroup namespace, as its processes then are in /proc)."""
+    own = {pod_uid} if pod_uid else set()
+    try:
+        ref = cgroups.pod_of(self_cgroup.read_text())
+    except (OSError, UnicodeDecodeError):
+        ref = None
+    return frozenset(own | ({ref.uid} if ref is not None else set()))
 
 
 class NodeAgent:
@@ -99,7 +118,7 @@ class NodeAgent:
         self.metrics = AgentMetrics(self.registry, settings.node)
         self.clock = clock
         self.dstate = DStateTracker(settings.sustain)
-        self.pod_tasks = PodTaskTracker(settings.sustain)
+        self.pod_tasks = PodTaskTracker(settings.sustain, own_pod(settings.pod_uid))
         self.oom = OomTracker()
         self.started = clock()  # a restarted agent says so: what it saw before is gone with it
         self.scans = 0  # complete scans since `started`
@@ -120,6 +139,9 @@ class NodeAgent:
                 logger.warning("no process found under %s: no verdict this scan", self.settings.proc_root)
             report.leftovers = self.dstate.update(result.found, pods if report.proc_known else None, now)
             states = self.pod_tasks.update(result if report.proc_known else None, pods, report.leftovers)
+            sight = self.pod_tasks.sight
+            if report.pods_known:  # an empty /proc sees no pod either
+                self.metrics.pods_visible.labels(node=self.settings.node).set(sight.visible if sight else 0)
             report.oom_kills = self.oom.update(self._oom_states(pods))
             self.metrics.dstate.labels(node=self.settings.node).set(sum(t.state == "D" for t in result.found))
             self.metrics.unreadable.labels(node=self.settings.node).inc(result.unreadable)
@@ -127,7 +149,7 @@ class NodeAgent:
                 self.scans += 1
                 report.pod_states = states
                 self.metrics.leftovers.labels(node=self.settings.node).set(len(report.leftovers))
-                report.condition_written = self._condition(report.leftovers, states, now)
+                report.condition_written = self._condition(report.leftovers, states, sight, now)
                 self._node_events(report.leftovers, now)
             self._oom_events(report.oom_kills, pods or {})
         except Exception:
@@ -179,8 +201,9 @@ class NodeAgent:
                         continue
                     grace = datetime.timedelta(seconds=meta.deletion_grace_period_seconds or 0)
                     mirror = (meta.annotations or {}).get(MIRROR_ANNOTATION)
+                    running = p.status is not None and p.status.phase == "Running"
                     pods[meta.uid] = PodOnNode(meta.uid, meta.namespace or "", meta.name or "", meta.deletion_timestamp,
-                                               grace, mirror)
+                                               grace, mirror, running)
                 token = page.metadata._continue if page.metadata is not None else None
                 if not token:
                     return pods
@@ -200,7 +223,7 @@ class NodeAgent:
 
     # -- reporting ---------------------------------------------------------------------------------
     def _condition(self, leftovers: list[Leftover], states: dict[str, node_report.PodTaskState],
-                   now: datetime.datetime) -> bool:
+                   sight: node_report.Sight | None, now: datetime.datetime) -> bool:
         """Patch the condition (merged by type, as node-problem-detector does); True if written."""
         ctype = self.settings.condition_type
         stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -213,7 +236,10 @@ class NodeAgent:
         conditions = (node.status.conditions if node.status is not None else None) or []
         previous = next((c for c in conditions if c.type == ctype), None)
         run = node_report.AgentRun(self.started, self.scans, self.settings.sustain, now)
-        if self.scans < self.settings.sustain:
+        if (sight is None or not sight.proven) and not leftovers:
+            status, reason = "Unknown", node_report.REASON_CANNOT_SEE
+            summary = self._cannot_see(sight)
+        elif self.scans < self.settings.sustain:
             status, reason = "Unknown", node_report.REASON_STARTING
             summary = (f"node agent started at {self.started:%Y-%m-%dT%H:%M:%SZ}: {self.scans} of "
                        f"{self.settings.sustain} scans done, no verdict yet")
@@ -225,7 +251,7 @@ class NodeAgent:
         else:
             status, reason = "False", node_report.REASON_CLEAR
             summary = "no D-state processes of deleted pods"
-        message = node_report.encode_condition(summary, states, run)
+        message = node_report.encode_condition(summary, states, run, sight)
         kept = previous.last_transition_time if previous is not None and previous.status == status else None
         changed = previous is None or previous.status != status
         transition = kept.strftime("%Y-%m-%dT%H:%M:%SZ") if kept is not None else stamp
@@ -240,6 +266,17 @@ class NodeAgent:
         if changed:
             logger.warning("%s=%s on node %s: %s", ctype, status, self.settings.node, message)
         return True
+
+    def _cannot_see(self, sight: node_report.Sight | None) -> str:
+        listed = sight.listed if sight is not None else 0
+        if not listed:
+            return ("the node agent sees no process of any pod on this node but its own, and the API lists no other "
+                    "pod here, so nothing shows that it can see pods' processes; it proves no pod gone until one runs "
+                    "here")
+        return (f"the node agent sees no process of any pod on this node but its own: none of the {listed} other pods "
+                f"the API lists here. Check that it runs with hostPID, that --proc-root ({self.settings.proc_root}) "
+                "is the host's /proc, and that it does not run in a sandboxed runtime (gVisor, Kata); until it sees "
+                "them it proves no pod gone and finds no stuck process")
 
     def _node_events(self, leftovers: list[Leftover], now: datetime.datetime) -> None:
         keys = set()

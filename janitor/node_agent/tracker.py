@@ -11,8 +11,18 @@ while any task of it is in /proc, in any state; gone only on positive evidence, 
 D state: over `sustain` consecutive walks, each begun after a pod list that showed the pod
 Terminating (so no container of it could still be starting), each reading every process's
 cgroup without finding one of the pod's, with nothing in /proc unreadable (one walk could miss a
-process that forked and exited under it; several in a row do not). Anything short of that
-leaves the pod unreported, which proves nothing.
+process that forked and exited under it; several in a row do not), and each walk one that could
+have found it:
+- this agent process saw a process of the pod in an earlier walk (so its processes are visible
+  to it, whatever the runtime or cgroup layout), or
+- the walk found a process of another pod the API lists on this node (not the agent's own: an
+  agent without hostPID sees only itself), so it can see pods' processes at all, and no pod list
+  this agent read showed the pod Running: a pod the API says ran but no walk found (a sandboxed
+  runtime such as Kata beside runc pods, a cgroup layout that names no pod UID) may be running
+  out of the agent's sight.
+The agent's own pod is alive while the agent runs. Anything short of that leaves the pod
+unreported, which proves nothing. How many of the node's other pods the last walk found a
+process of (`Sight`) is reported beside: none means the agent cannot show it sees anything.
 
 OOM kills are counted from each pod cgroup's cumulative `oom_kill`; the first reading of a pod
 is its baseline, and a drop (a recreated cgroup) starts a new one, so only kills seen happening
@@ -27,7 +37,7 @@ from dataclasses import dataclass, field
 
 from janitor.node_agent.cgroups import OomState, pod_of
 from janitor.node_agent.procfs import ScanResult, Task
-from janitor.node_report import PodTaskState
+from janitor.node_report import PodTaskState, Sight
 
 TaskKey = tuple[int, int, int]  # (pid, tid, starttime ticks)
 
@@ -42,6 +52,7 @@ class PodOnNode:
     deleting_since: datetime.datetime | None = None  # metadata.deletionTimestamp
     grace: datetime.timedelta = datetime.timedelta(seconds=30)  # metadata.deletionGracePeriodSeconds
     mirror_of: str | None = None  # a static pod's mirror: the UID its cgroup carries (kubernetes.io/config.mirror)
+    running: bool = False  # status.phase Running: the API says it has (or had, when deleting) processes
 
     @property
     def cgroup_uid(self) -> str:
@@ -123,11 +134,16 @@ def _mentioned(uid: str, texts: frozenset[str]) -> bool:
 
 @dataclass
 class PodTaskTracker:
-    """Per Terminating pod of this node: alive, stuck in D or gone, as the scans saw it."""
+    """Per Terminating pod of this node: alive, stuck in D or gone, as the scans saw it; and how
+    many of the node's other pods the last walk saw (`sight`)."""
 
     sustain: int = 3  # consecutive walks without a task of the pod before it is gone
+    own: frozenset[str] = frozenset()  # the agent's own pod (its UID): seeing it proves nothing
+    sight: Sight | None = None  # the last walk's, with a pod list; None: nothing to say
     _deleting: frozenset[str] = frozenset()  # pods Terminating in the last pod list read
     _absent: dict[str, int] = field(default_factory=dict)  # uid -> walks in a row that found no task of it
+    _seen: set[str] = field(default_factory=set)  # cgroup uids of listed pods a walk found a process of
+    _ran: set[str] = field(default_factory=set)  # uids of pods a pod list showed Running
 
     def update(self, scan: ScanResult | None, pods: Mapping[str, PodOnNode] | None,
                leftovers: Sequence[Leftover]) -> dict[str, PodTaskState]:
@@ -136,26 +152,46 @@ class PodTaskTracker:
         or a walk that could not read everything, starts every pod's count of absent walks over."""
         states = {f.pod_uid: PodTaskState.D_STATE for f in leftovers}
         absent: dict[str, int] = {}
+        self.sight = None
         if pods is None:
             self._absent = absent
             return states
         deleting = {uid: pod for uid, pod in pods.items() if pod.deleting_since is not None}
         before, self._deleting = self._deleting, frozenset(deleting)
+        self._ran = (self._ran & set(pods)) | {uid for uid, pod in pods.items() if pod.running}  # any list, ever
         if scan is not None:
-            texts = scan.cgroups | {task.cgroup for task in scan.found if task.cgroup}
-            present = {ref.uid for text in texts if (ref := pod_of(text)) is not None}
+            found = self._found(scan, pods)
+            others = {uid for uid, pod in pods.items() if not self._is_own(pod)}
+            self.sight = Sight(len(others & found), len(others))
+            self._seen = (self._seen | {pods[uid].cgroup_uid for uid in found}) & {p.cgroup_uid for p in pods.values()}
             whole = scan.unreadable == 0 and scan.processes > 0
             for uid, pod in deleting.items():
                 if uid in states:
                     continue
-                if pod.cgroup_uid in present or _mentioned(pod.cgroup_uid, texts):
-                    states[uid] = PodTaskState.ALIVE
-                elif whole and uid in before:
+                if uid in found or self._is_own(pod):
+                    states[uid] = PodTaskState.ALIVE  # the agent's own pod: it runs there, whatever /proc shows
+                elif whole and uid in before and self._visible(pod):
                     absent[uid] = self._absent.get(uid, 0) + 1
                     if absent[uid] >= self.sustain:
                         states[uid] = PodTaskState.GONE
         self._absent = absent
         return states
+
+    def _is_own(self, pod: PodOnNode) -> bool:
+        return pod.uid in self.own or pod.cgroup_uid in self.own
+
+    @staticmethod
+    def _found(scan: ScanResult, pods: Mapping[str, PodOnNode]) -> set[str]:
+        """The listed pods of which the walk found a process, in any state."""
+        texts = scan.cgroups | {task.cgroup for task in scan.found if task.cgroup}
+        present = {ref.uid for text in texts if (ref := pod_of(text)) is not None}
+        return {uid for uid, pod in pods.items() if pod.cgroup_uid in present or _mentioned(pod.cgroup_uid, texts)}
+
+    def _visible(self, pod: PodOnNode) -> bool:
+        """Whether this walk could have found a process of `pod`: see the module docstring."""
+        if pod.cgroup_uid in self._seen:
+            return True
+        return self.sight is not None and self.sight.proven and pod.uid not in self._ran
 
 
 @dataclass

@@ -12,7 +12,8 @@ Aspects covered:
 - a scan over a /proc without a single process writes nothing (the condition keeps its last word);
 - a new oom_kill in the pod cgroup's memory.events gives a Warning Event on that Pod, saying
   single processes were killed (memory.oom.group 0);
-- /healthz and /metrics (per node, the counts the scans caused) on one port;
+- the message carries how many of the node's other pods the scan saw a process of (`sees=`);
+- /healthz and /metrics (per node, the counts the scans caused, the pods it sees) on one port;
 - the agent's ServiceAccount may not delete pods or read Secrets;
 - `janitor node-agent --once` runs the same scan from the command line.
 """
@@ -36,7 +37,7 @@ from kubernetes.client.exceptions import ApiException
 from devenv import access
 from devenv.nodes import HOLD_TERMINATING
 from devenv.procs import wait_until
-from janitor import rbac
+from janitor import node_report, rbac
 from janitor.node_agent.agent import AgentSettings, NodeAgent
 
 NODE = "cpu-node-1"
@@ -139,6 +140,8 @@ def test_leftover_d_state_and_oom_kills_reported_under_narrow_rbac(
     assert found.status == "True" and f"pod {namespace}/stuck" in found.message
     assert f"{stuck}:d-state" in found.message and oomy not in found.message  # a running pod is not listed
     assert "nfs_wait_bit_killable" in found.message and "python" in found.message
+    sight = node_report.decode_condition(found.message).sight
+    assert sight is not None and sight.visible == 2 and sight.listed >= 2  # its pods' processes: it can see
     [event] = [m for m in warnings(core, "default", "DStateProcessOfDeletedPod", NODE) if namespace in m]
     assert f"pod {namespace}/stuck" in event and "pid 4242" in event
     agent.scan_once()
@@ -177,6 +180,7 @@ def test_leftover_d_state_and_oom_kills_reported_under_narrow_rbac(
         text = metrics.read().decode()
     assert f'janitor_node_leftover_tasks{{node="{NODE}"}} 0.0' in text
     assert f'janitor_node_oom_kills_total{{kind="process",node="{NODE}"}} 1.0' in text
+    assert f'janitor_node_agent_pods_visible{{node="{NODE}"}} 1.0' in text  # oomy; stuck's process is gone
 
     with pytest.raises(ApiException) as denied:
         client.CoreV1Api(api).delete_namespaced_pod("oomy", namespace)

@@ -5,14 +5,17 @@ Aspects covered:
 - a pod whose node's agent reports its processes stuck in D state is reported with "drain and
   reboot", never force-deleted;
 - a StatefulSet's pod is never force-deleted;
-- a pod whose node agent, running since before the deletion, reported it gone after the deletion
-  is force-deleted (grace 0) when the policy allows it;
+- a pod whose node agent, running since before the deletion and seeing the processes of another
+  pod there, saw its process and then reported it gone after the deletion is force-deleted
+  (grace 0) when the policy allows it;
 - never on anything less (each on a node of its own, the node agent over a fake /proc): an agent
   restarted after the deletion (Unknown below its --sustain scans, though the pod's process is
   in D state; then True; and after the process is gone, still no proof from an agent that did not
   watch it go), a process of the pod alive in S state, a NotReady node (containers running, then
   gone), a report older than the janitor accepts (an agent fallen silent; the bound shortened to
-  seconds for the test); `janitor explain` and the admin report say which;
+  seconds for the test), an agent that sees no pod's processes but its own (no hostPID: its
+  condition Unknown, NodeAgentCannotSee, though the API lists pods running there); `janitor
+  explain` and the admin report say which;
 - a GPU with memory in use and no pod shows as a ghost GPU, beside the node agent's leftovers;
 - the admin report arrives as one Slack message to the admin channel with those sections, and is
   not repeated while nothing changes.
@@ -68,14 +71,30 @@ def held_pod(core: client.CoreV1Api, namespace: str, name: str, node: str, final
     return pod.metadata.uid
 
 
-class FakeNode:
-    """A node agent over a fake /proc of its own: the host's init, and the pods' processes a test puts there."""
+def neighbour(kube, node: str) -> str:
+    """A pod of `node` in kube-system, like a DaemonSet's (every real node runs some), owned by the
+    Node so it goes with it; its uid."""
+    core = client.CoreV1Api(kube)
+    owner = client.V1OwnerReference(api_version="v1", kind="Node", name=node, uid=core.read_node(node).metadata.uid)
+    pod = core.create_namespaced_pod("kube-system", client.V1Pod(
+        metadata=client.V1ObjectMeta(generate_name=f"neighbour-{node}-", owner_references=[owner]),
+        spec=client.V1PodSpec(node_name=node, termination_grace_period_seconds=0,
+                              containers=[client.V1Container(name="main", image="x")])))
+    return pod.metadata.uid
 
-    def __init__(self, kube, tmp_path: Path, node: str, sustain: int = 1) -> None:
+
+class FakeNode:
+    """A node agent over a fake /proc of its own: the host's init, the process of a neighbour pod
+    (what shows the agent can see pods' processes at all), and the pods' processes a test puts
+    there."""
+
+    def __init__(self, kube, tmp_path: Path, node: str, sustain: int = 1, with_neighbour: bool = True) -> None:
         self.proc = tmp_path / f"proc-{node}-{time.monotonic_ns()}"
         self.proc.mkdir()
         self.node, self.kube, self.tmp_path, self.sustain = node, kube, tmp_path, sustain
         self.process(1, None, "S")  # a /proc without a single process proves nothing
+        if with_neighbour:
+            self.process(2, neighbour(kube, node), "S")
         self.agent = self.restart()
 
     def restart(self) -> NodeAgent:
@@ -103,12 +122,11 @@ def admin_reports(slack: SlackStandInControl, namespace: str) -> list:
     return [m for m in slack.messages("C0ADMINS") if namespace in m.text + str(m.blocks)]
 
 
-def agent_scan(kube, tmp_path: Path, node: str, stuck_uid: str | None = None) -> None:
-    """One scan of `node` by a node agent of its own (sustain 1), over a fake /proc with a D-state
-    task of `stuck_uid`."""
-    fake = FakeNode(kube, tmp_path, node)
-    if stuck_uid:
-        fake.process(4242, stuck_uid, "D")
+def agent_scan(kube, tmp_path: Path, node: str, stuck_uid: str, state: str = "D") -> None:
+    """One scan of `node` by a node agent of its own (sustain 1), over a fake /proc with a task of
+    `stuck_uid` in `state`."""
+    fake = FakeNode(kube, tmp_path, node, with_neighbour=False)
+    fake.process(4242, stuck_uid, state)
     fake.scan()
 
 
@@ -149,8 +167,12 @@ def test_stuck_terminating_pods_reported_and_forced_only_on_evidence(
                                               containers=[client.V1Container(name="db", image="x")])))))
     wait_until(lambda: len([p for p in core.list_namespaced_pod(namespace).items if p.status.phase == "Running"]) == 4,
                timeout=60, what="4 pods Running")
+    clear_uid = core.read_namespaced_pod("clear", namespace).metadata.uid
+    clear_node.process(4300, clear_uid, "S")  # the pod runs: its node agent sees its process
+    clear_node.scan()
     for name in ("finalized", "clear", "dstate", "db-0"):
         core.delete_namespaced_pod(name, namespace, grace_period_seconds=1)
+    clear_node.gone(4300)  # the kubelet stopped it
     time.sleep(2.5)  # all past their grace
     clear_node.scan(2)  # the pod Terminating in the first scan's list, no process of it in the second
     agent_scan(kube, tmp_path, gnode, stuck_uid)  # the dstate pod's process is stuck
@@ -195,7 +217,7 @@ def test_stuck_terminating_pods_reported_and_forced_only_on_evidence(
         assert {p.metadata.name for p in core.list_namespaced_pod(namespace).items} == {"finalized", "dstate", "db-0"}
     finally:
         ValuesControl(sandbox.exporters_url).unset(Kind.GHOST_GPU, f"{gnode}/{ghost}")
-        agent_scan(kube, tmp_path, gnode)
+        agent_scan(kube, tmp_path, gnode, stuck_uid, "S")  # no longer stuck: the condition clears
         for name in ("finalized", "dstate", "db-0"):
             core.patch_namespaced_pod(name, namespace, {"metadata": {"finalizers": None,
                                                                      "annotations": {HOLD_TERMINATING: None}}})
@@ -237,6 +259,8 @@ def _node(core: client.CoreV1Api, ready: bool) -> Iterator[tuple[str, bool]]:
             wait_until(lambda: _ready(core, name) is not None, timeout=30, what=f"{name} NotReady")
         yield name, ready
     finally:
+        for pod in core.list_namespaced_pod("kube-system", field_selector=f"spec.nodeName={name}").items:
+            core.delete_namespaced_pod(pod.metadata.name, "kube-system", grace_period_seconds=0)  # neighbours
         core.delete_node(name)
 
 
@@ -390,7 +414,10 @@ def test_a_stale_report_never_proves(
     node, _ = own_node
     fake = FakeNode(kube, tmp_path, node)
     fake.scan()
-    _deleted_pod(core, namespace, node)
+    uid = _deleted_pod(core, namespace, node)
+    fake.process(4242, uid, "S")  # its process, seen until the kubelet stops it
+    fake.scan()
+    fake.gone(4242)
     fake.scan(2)  # the pod reported gone ... and then the agent falls silent
     time.sleep(6)
     janitor = _janitor(kube, namespace, tmp_path)
@@ -402,5 +429,38 @@ def test_a_stale_report_never_proves(
         assert "away from now; a report counts for 4s" in str(finding.why)
         fake.scan()  # it speaks again
         assert _forced(janitor) == ["stuck"]
+    finally:
+        _release(core, namespace)
+
+
+def test_a_node_agent_that_cannot_see_pods_processes_never_proves(
+        kube, core: client.CoreV1Api, namespace: str, sandbox, tmp_path: Path, own_node,
+        slack: SlackStandInControl) -> None:
+    # hostPID dropped: the agent's /proc holds its own processes only, while the API lists a pod
+    # running on its node (a DaemonSet's) and the pod to be judged.
+    node, _ = own_node
+    fake = FakeNode(kube, tmp_path, node, sustain=2, with_neighbour=False)
+    neighbour(kube, node)
+    fake.scan()
+    uid = _deleted_pod(core, namespace, node)
+    fake.scan(4)  # past --sustain, every scan after the deletion
+    [written] = [c for c in core.read_node(node).status.conditions if c.type == "OrphanedDStateProcesses"]
+    assert (written.status, written.reason) == ("Unknown", "NodeAgentCannotSee")
+    assert "sees no process of any pod on this node but its own: none of the 2 other pods the API lists here" in (
+        written.message)
+    assert "hostPID" in written.message and "sandboxed runtime (gVisor, Kata)" in written.message
+    assert " sees=0/2 " in written.message and f"{uid}:gone" not in written.message
+    assert fake.agent.registry.get_sample_value("janitor_node_agent_pods_visible", {"node": node}) == 0
+    janitor = _janitor(kube, namespace, tmp_path, sandbox)
+    try:
+        assert _forced(janitor) == []
+        words = (f"not force deleted: the node agent on {node} saw no process of any other pod on that node in its "
+                 "last scan (0 of the 2 other pods listed there), so its 'gone' proves nothing: check that it runs "
+                 "with hostPID")
+        assert words in _explain(sandbox, namespace, tmp_path)
+        [report] = admin_reports(slack, namespace)
+        shown = report.text + str(report.blocks)
+        assert words in shown and "Node agents that cannot see pods' processes" in shown
+        assert core.read_namespaced_pod("stuck", namespace).metadata.uid == uid
     finally:
         _release(core, namespace)

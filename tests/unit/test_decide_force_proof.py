@@ -2,12 +2,16 @@
 
 Aspects covered:
 - the agent proves a pod gone only when all of it holds: the node Ready; the condition False; an
-  agent with per-pod data, started before the deletion, past its `sustain` scans; its last
-  complete scan begun after the deletion and within MAX_REPORT_AGE of now (either way); the
-  pod's UID reported gone. Each missing piece, alone, stops the force delete;
+  agent with per-pod data that says it saw another pod's process in its last scan (not one that
+  sees none, whatever its condition says, nor one that does not say), started before the
+  deletion, past its `sustain` scans; its last complete scan begun after the deletion and within
+  MAX_REPORT_AGE of now (either way); the pod's UID reported gone. Each missing piece, alone,
+  stops the force delete;
 - a process of the pod the agent saw, alive in any state or stuck in D, vetoes;
 - the finding (what `janitor explain` shows) and the admin report's remedy say, in words, which
   piece was missing; the proof is named in the force delete;
+- an agent that cannot see other pods' processes is named with what to check, in explain, in the
+  pod's remedy and in a section of its own in the admin report;
 - a policy without forceDelete says nothing about proofs.
 """
 
@@ -38,7 +42,7 @@ from janitor.decide.rails import Rails
 from janitor.decide.reasons import Code, Reason
 from janitor.decide.triggers import terminating
 from janitor.decide.triggers.terminating import MAX_REPORT_AGE
-from janitor.node_report import AgentRun, ConditionMessage, PodTaskState
+from janitor.node_report import AgentRun, ConditionMessage, PodTaskState, Sight, decode_condition
 from janitor.policy.model import Match, Mode, Namespaces, Policy, Terminating
 from janitor.report import explain
 
@@ -48,6 +52,7 @@ UID = "0f1e2d3c-0000-4000-8000-000000000001"
 OTHER = "0f1e2d3c-0000-4000-8000-000000000002"
 GONE, ALIVE, D = PodTaskState.GONE, PodTaskState.ALIVE, PodTaskState.D_STATE
 RUN = AgentRun(started=DELETED - 120 * M, scans=200, sustain=3, scanned=NOW - M)
+SEES = Sight(visible=12, listed=14)  # the processes of other pods of the node: it can see
 
 
 def the_pod(controller: str | None = None, finalizers: tuple[str, ...] = ()) -> PodView:
@@ -57,9 +62,10 @@ def the_pod(controller: str | None = None, finalizers: tuple[str, ...] = ()) -> 
 
 
 def node(*, ready: bool | None = True, status: bool | None = False, run: AgentRun | None = RUN,
-         pods: dict[str, PodTaskState] | None = None, complete: bool = True, agent: bool = True) -> NodeInfo:
+         pods: dict[str, PodTaskState] | None = None, complete: bool = True, agent: bool = True,
+         sight: Sight | None = SEES) -> NodeInfo:
     message = ConditionMessage("no D-state processes of deleted pods", {UID: GONE} if pods is None else pods,
-                               complete, run)
+                               complete, run, sight)
     return NodeInfo("n1", ready=ready, agent=AgentCondition(status, message) if agent else None)
 
 
@@ -168,3 +174,47 @@ def test_a_policy_without_force_delete_says_nothing_of_proofs() -> None:
     found = judged(node(ready=False), force=False)
     assert found.proposal is None and "force" not in str(found.why)
     assert found.stuck is not None and "force" not in str(found.stuck.remedy)
+
+
+# -- an agent that cannot see pods' processes proves nothing ------------------------------------------
+
+DATA = f" started=2026-11-23T09:00:00Z scans=200/3 scanned=2026-11-23T11:59:00Z pods={UID}:gone"
+
+
+def wire(status: bool | None, text: str) -> NodeInfo:
+    """The node as the janitor reads it from the apiserver: the condition's message decoded."""
+    return NodeInfo("n1", ready=True, agent=AgentCondition(status, decode_condition(text)))
+
+
+@pytest.mark.parametrize(("seen", "words"), [
+    pytest.param(wire(None, "the node agent sees no process of any pod on this node but its own" " sees=0/14" + DATA),
+                 "the node agent on n1 saw no process of any other pod on that node in its last scan (0 of the 14 "
+                 "other pods listed there), so its 'gone' proves nothing", id="cannot-see"),
+    pytest.param(wire(False, "no D-state processes of deleted pods sees=0/14" + DATA),
+                 "saw no process of any other pod on that node", id="a-lying-or-mistaken-false"),
+    pytest.param(wire(False, "no D-state processes of deleted pods sees=0/0" + DATA),
+                 "(0 of the 0 other pods listed there)", id="no-other-pod-on-the-node"),
+    pytest.param(wire(False, "no D-state processes of deleted pods" + DATA),
+                 "the node agent on n1 does not say whether it can see other pods' processes (an older version), "
+                 "so its 'gone' proves nothing", id="an-agent-that-does-not-say"),
+    pytest.param(wire(False, "no D-state processes of deleted pods sees=many/14" + DATA),
+                 "does not say whether it can see", id="a-sight-this-janitor-cannot-read"),
+])
+def test_a_gone_from_an_agent_that_cannot_show_it_sees_pods_proves_nothing(seen: NodeInfo, words: str) -> None:
+    found = judged(seen)
+    assert found.proposal is None
+    assert words in str(found.why).partition("; not force deleted: ")[2]
+
+
+def test_a_blind_agent_is_named_with_its_likely_causes_in_explain_and_the_admin_report() -> None:
+    seen = observation(wire(None, "the node agent sees no process of any pod on this node but its own sees=0/14"
+                            + DATA))
+    cycle = plan(seen, [policy()], SafetyLedger(), NOW)
+    shown = explain(cycle, "Pod", "team-a", "p", "pod/team-a/p")
+    causes = ("check that it runs with hostPID, that its --proc-root is the host's /proc, and that it does not run "
+              "in a sandboxed runtime (gVisor, Kata)")
+    assert "not force deleted: the node agent on n1 saw no process of any other pod" in shown and causes in shown
+    [line] = dict(cycle.admin_report.sections)["Pods stuck Terminating"]
+    assert "so its 'gone' proves nothing" in line and causes in line
+    [blind] = dict(cycle.admin_report.sections)["Node agents that cannot see pods' processes"]
+    assert blind.startswith("n1: 0 of the 14 other pods listed there") and causes in blind

@@ -51,7 +51,7 @@ from janitor.decide.plan import PlanSettings, decide, plan
 from janitor.decide.rails import HoldReason, Rails
 from janitor.decide.triggers import terminating
 from janitor.decide.triggers.terminating import OUT_OF_SERVICE
-from janitor.node_report import AgentRun, ConditionMessage, PodTaskState, decode_condition
+from janitor.node_report import AgentRun, ConditionMessage, PodTaskState, Sight, decode_condition
 from janitor.policy.model import Match, Mode, Namespaces, Policy, Terminating
 
 M = datetime.timedelta(minutes=1)
@@ -81,10 +81,11 @@ def policy(force: bool = True, *, mode: Mode = Mode.ENFORCE, name: str = "stuck"
 def agent(status: bool | None, summary: str = "", pods: Sequence[str] = (), *, complete: bool = True,
           at: datetime.datetime | None = NOW, gone: Sequence[str] = ()) -> AgentCondition:
     """The agent's condition: `pods` stuck in D, `gone` reported gone, by an agent running since
-    well before the deletion whose last complete scan began `at` (None: no run data at all)."""
+    well before the deletion, seeing other pods' processes, whose last complete scan began `at`
+    (None: no run data at all)."""
     states = {uid: PodTaskState.D_STATE for uid in pods} | {uid: PodTaskState.GONE for uid in gone}
     run = AgentRun(DELETED - 60 * M, 10, 3, at) if at is not None else None
-    return AgentCondition(status, ConditionMessage(summary, states, complete, run))
+    return AgentCondition(status, ConditionMessage(summary, states, complete, run, Sight(visible=5, listed=6)))
 
 
 def observe(pods: Sequence[PodView], nodes: Sequence[NodeInfo] = (), *, nodes_known: bool = True,

@@ -377,6 +377,8 @@ def test_daemonset_runs_the_node_agent_as_the_cli_defines_it(base) -> None:
     assert args.command == "node-agent" and not args.once
     assert args.node_name == "$(NODE_NAME)"
     assert _env(c)["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert args.pod_uid == "$(POD_UID)"  # its own pod's processes prove nothing about what it sees
+    assert _env(c)["POD_UID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
     assert pod["hostPID"] is True
 
     mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
@@ -643,6 +645,7 @@ def _rule(monitoring: list[dict[str, Any]], name: str) -> dict[str, Any]:
     ("KubeIdleJanitorSlackButtonsDisconnected", ["max(janitor_slack_socket_connected) == 0"], "15m"),
     ("KubeIdleJanitorGPUPodsWithoutTelemetry", ["sum(janitor_gpu_pods_without_telemetry) > 0"], "30m"),
     ("KubeIdleJanitorNodeAgentSilent", ["time() - janitor_node_agent_last_scan_timestamp_seconds > 300"], None),
+    ("KubeIdleJanitorNodeAgentCannotSee", ["janitor_node_agent_pods_visible == 0"], "15m"),
 ])
 def test_alerts(monitoring, alert: str, needles: list[str], duration: str | None) -> None:
     rule = _rule(monitoring, alert)

@@ -11,6 +11,10 @@ Aspects covered:
   d-state, gone) round-trip as data; a list cut short keeps the stuck pods first, then the alive;
   a message without the run, or with one this janitor cannot read, has no run (it proves nothing);
   only a pod listed d-state, or one possibly cut off, is named as stuck;
+- what the agent sees (`sees=<visible>/<listed>`) round-trips beside the run; an older janitor's
+  decoder still reads the run and the pods of a message that carries it; a message without it, or
+  with one that cannot be read, reads as not shown to see anything (sight None); the pod list
+  still fits within 1,024 characters beside it;
 - OOM event messages round-trip (kills, total, scope, words) for every scope, keep their data part
   when the words are long, and a message without the data part is no report.
 """
@@ -18,6 +22,7 @@ Aspects covered:
 from __future__ import annotations
 
 import datetime
+import re
 import string
 import uuid
 
@@ -32,6 +37,7 @@ from janitor.node_report import (
     OomReport,
     OomScope,
     PodTaskState,
+    Sight,
     decode_condition,
     decode_oom,
     encode_condition,
@@ -226,3 +232,67 @@ def test_a_list_cut_short_keeps_the_stuck_then_the_alive_first() -> None:
 def test_a_message_without_a_readable_run_has_none(text: str) -> None:
     decoded = decode_condition(text)
     assert decoded.agent is None and decoded.pods == {}
+
+
+SEES = Sight(visible=12, listed=14)
+
+
+def test_what_the_agent_sees_round_trips_beside_its_run() -> None:
+    gone = uids(1)[0]
+    text = encode_condition("no D-state processes of deleted pods", {gone: GONE}, RUN, SEES)
+    assert text == ("no D-state processes of deleted pods sees=12/14 started=2026-11-23T12:00:00Z scans=7/3 "
+                    f"scanned=2026-11-23T12:03:30Z pods={gone}:gone")
+    decoded = decode_condition(text)
+    assert decoded == ConditionMessage("no D-state processes of deleted pods", {gone: GONE}, True, RUN, SEES)
+    assert decoded.sight is not None and decoded.sight.proven
+    blind = decode_condition(encode_condition("sees nothing", {}, RUN, Sight(0, 14))).sight
+    assert blind == Sight(0, 14) and not blind.proven
+    assert " sees=" not in encode_condition("words", {}, None, SEES)  # only beside a run
+
+
+def test_an_older_janitor_still_reads_the_run_and_the_pods() -> None:
+    """The decoder of the janitor before `sees=` was added: the run right before ` pods=`."""
+    older_run = re.compile(r" started=(\S{1,40}) scans=([0-9]{1,12})/([0-9]{1,6}) scanned=(\S{1,40})$")
+    stuck, gone = uids(2)
+    text = encode_condition("1 task in D state", {stuck: D, gone: GONE}, RUN, SEES)
+    before, _, data = text.rpartition(" pods=")
+    match = older_run.search(before)
+    assert match is not None and match.groups() == ("2026-11-23T12:00:00Z", "7", "3", "2026-11-23T12:03:30Z")
+    assert data == f"{stuck}:d-state,{gone}:gone"
+    assert before[: match.start()] == "1 task in D state sees=12/14"  # to it, the end of the summary
+
+
+@pytest.mark.parametrize("field", [
+    pytest.param("", id="an-agent-from-before-it-was-added"),
+    pytest.param(" sees=", id="empty"),
+    pytest.param(" sees=12", id="no-listed"),
+    pytest.param(" sees=-1/14", id="negative"),
+    pytest.param(" sees=twelve/14", id="not-a-number"),
+    pytest.param(" sees=1234567890/14", id="too-long"),
+])
+def test_a_message_without_a_readable_sight_is_not_shown_to_see(field: str) -> None:
+    gone = uids(1)[0]
+    decoded = decode_condition(f"no D-state processes of deleted pods{field} started=2026-11-23T12:00:00Z "
+                               f"scans=7/3 scanned=2026-11-23T12:03:30Z pods={gone}:gone")
+    assert decoded.sight is None and decoded.agent == RUN and decoded.pods == {gone: GONE}
+    assert decoded.summary == "no D-state processes of deleted pods"
+
+
+def test_only_the_sight_right_before_the_run_is_read() -> None:
+    """A process may name itself ` sees=9/9`; the agent's own field always follows the summary."""
+    decoded = decode_condition(encode_condition("process ' sees=9/9' pid 4242", {}, RUN, Sight(0, 3)))
+    assert decoded.sight == Sight(0, 3) and decoded.summary == "process ' sees=9/9' pid 4242"
+
+
+@given(summary=st.text(alphabet=string.ascii_letters + string.digits + " :;,.()=-", max_size=1500),
+       states=st.lists(st.sampled_from(list(PodTaskState)), min_size=0, max_size=60),
+       visible=st.integers(min_value=0, max_value=10**9 - 1), listed=st.integers(min_value=0, max_value=10**9 - 1))
+def test_the_sight_round_trips_and_the_message_fits(summary: str, states: list[PodTaskState], visible: int,
+                                                    listed: int) -> None:
+    pods = dict(zip(uids(len(states)), states, strict=True))
+    text = encode_condition(summary, pods, RUN, Sight(visible, listed))
+    assert len(text) <= MESSAGE_MAX
+    decoded = decode_condition(text)
+    assert decoded.sight == Sight(visible, listed) and decoded.agent == RUN
+    assert decoded.complete == (len(decoded.pods) == len(pods))
+    assert all(pods[uid] is state for uid, state in decoded.pods.items())

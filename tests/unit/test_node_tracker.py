@@ -24,7 +24,7 @@ import pytest
 from janitor.node_agent.cgroups import OomState
 from janitor.node_agent.procfs import ScanResult, Task
 from janitor.node_agent.tracker import DStateTracker, OomTracker, PodOnNode, PodTaskTracker
-from janitor.node_report import PodTaskState
+from janitor.node_report import PodTaskState, Sight
 
 NOW = datetime.datetime(2026, 11, 23, 12, tzinfo=datetime.timezone.utc)
 S = datetime.timedelta(seconds=30)
@@ -95,13 +95,20 @@ SYSTEM = "0::/system.slice/containerd.service\n"
 ALIVE, D_STATE, GONE = PodTaskState.ALIVE, PodTaskState.D_STATE, PodTaskState.GONE
 
 
-def walk(*cgroups: str, found: tuple[Task, ...] = (), unreadable: int = 0) -> ScanResult:
-    return ScanResult(found, processes=len(cgroups) + 1, tasks=len(cgroups) + 1, unreadable=unreadable,
-                      cgroups=frozenset((SYSTEM, *cgroups)))
+# Another pod of the node (a DaemonSet's, as every real node runs some), listed by the API and
+# with a process in /proc: what shows that the agent can see pods' processes at all.
+NEIGHBOUR = "5e4d3c2b-1a09-4f8e-8d7c-6b5a49382716"
+NEIGHBOUR_CGROUP = f"0::/kubepods/burstable/pod{NEIGHBOUR}/" + "f" * 64 + "\n"
 
 
-def terminating(uid: str = UID, mirror_of: str | None = None) -> dict[str, PodOnNode]:
-    return {uid: PodOnNode(uid, "ml", "train-0", NOW - S, S, mirror_of)}
+def walk(*cgroups: str, found: tuple[Task, ...] = (), unreadable: int = 0, neighbour: bool = True) -> ScanResult:
+    seen = (SYSTEM, *cgroups) + ((NEIGHBOUR_CGROUP,) if neighbour else ())
+    return ScanResult(found, processes=len(seen), tasks=len(seen), unreadable=unreadable, cgroups=frozenset(seen))
+
+
+def terminating(uid: str = UID, mirror_of: str | None = None, neighbour: bool = True) -> dict[str, PodOnNode]:
+    listed = {NEIGHBOUR: PodOnNode(NEIGHBOUR, "kube-system", "kube-proxy-x7k2p")} if neighbour else {}
+    return listed | {uid: PodOnNode(uid, "ml", "train-0", NOW - S, S, mirror_of)}
 
 
 def test_a_terminating_pod_is_gone_only_from_the_walk_after_the_list_that_showed_it_deleting() -> None:
@@ -165,3 +172,93 @@ def test_gone_is_sustained_over_walks_and_any_doubt_starts_over() -> None:
     assert [tracker.update(walk(), terminating(), []) for _ in range(2)] == [{}, {}]
     assert tracker.update(walk(), None, []) == {}  # so does a pod list not read
     assert [tracker.update(walk(), terminating(), []) for _ in range(3)] == [{}, {}, {UID: GONE}]
+
+
+# -- what shows that the agent can see pods' processes at all ---------------------------------------
+
+OWN = "7a6b5c4d-3e2f-4a1b-9c8d-7e6f5a4b3c2d"  # the agent's own pod
+OWN_CGROUP = f"0::/kubepods/burstable/pod{OWN}/" + "0" * 64 + "\n"  # as seen with the host's cgroup namespace
+AGENT = {OWN: PodOnNode(OWN, "kube-idle-janitor", "kube-idle-janitor-node-agent-q8z4m")}
+
+
+@pytest.mark.parametrize("seen", [
+    pytest.param(walk(neighbour=False), id="no-pod-cgroup-at-all"),
+    pytest.param(walk("0::/\n", neighbour=False), id="its-own-processes-in-their-cgroup-namespace"),
+    pytest.param(walk(OWN_CGROUP, neighbour=False), id="only-its-own-pods-cgroup"),
+])
+def test_an_agent_that_sees_no_other_pods_processes_never_reports_a_pod_gone(seen: ScanResult) -> None:
+    """hostPID dropped, a wrong --proc-root, a sandboxed runtime: the API lists the node's pods,
+    /proc shows none of their processes, and a Terminating pod's absence proves nothing."""
+    tracker = PodTaskTracker(sustain=2, own=frozenset({OWN}))
+    pods = terminating() | AGENT  # the neighbour listed, its processes not visible
+    assert [tracker.update(seen, pods, []) for _ in range(6)] == [{}] * 6
+    assert tracker.sight == Sight(visible=0, listed=2)  # neither the neighbour nor the Terminating pod
+
+
+def test_a_pod_never_seen_alive_is_gone_only_from_walks_that_see_other_pods() -> None:
+    tracker = PodTaskTracker(sustain=2)
+    blind = walk(neighbour=False)
+    tracker.update(blind, terminating(), [])
+    assert [tracker.update(blind, terminating(), []) for _ in range(3)] == [{}, {}, {}]
+    assert tracker.update(walk(), terminating(), []) == {}  # the first walk that sees another pod: counting begins
+    assert tracker.update(walk(), terminating(), []) == {UID: GONE}
+    assert tracker.sight == Sight(visible=1, listed=2)
+    assert tracker.update(blind, terminating(), []) == {}  # sight lost: no verdict, and the count starts over
+    assert tracker.update(walk(), terminating(), []) == {}
+    assert tracker.update(walk(), terminating(), []) == {UID: GONE}
+
+
+def test_a_pod_seen_alive_is_gone_even_where_no_other_pod_is_seen() -> None:
+    """Its own processes showed the agent can see it; their absence counts."""
+    tracker = PodTaskTracker(sustain=2)
+    alone = terminating(neighbour=False)
+    tracker.update(walk(CGROUP, neighbour=False), {UID: PodOnNode(UID, "ml", "train-0", running=True)}, [])
+    assert tracker.update(walk(CGROUP, neighbour=False), alone, []) == {UID: ALIVE}
+    assert [tracker.update(walk(neighbour=False), alone, []) for _ in range(2)] == [{}, {UID: GONE}]
+    assert tracker.sight == Sight(visible=0, listed=1)  # the agent says so beside it (its condition: Unknown)
+
+
+def test_a_pod_the_api_showed_running_that_no_walk_found_is_never_gone() -> None:
+    """A pod in a sandboxed runtime (Kata, gVisor) beside runc pods, or under a cgroup layout that
+    names no pod UID: the API says it runs, the agent never saw a process of it; that it sees the
+    other pods proves nothing about this one."""
+    tracker = PodTaskTracker(sustain=1)
+    running = {UID: PodOnNode(UID, "ml", "kata-0", running=True)}
+    tracker.update(walk(), terminating() | running, [])
+    tracker.update(walk(), terminating() | running, [])  # Running before this walk, and no process of it
+    deleting = {**terminating(), UID: PodOnNode(UID, "ml", "kata-0", NOW - S, S, running=True)}
+    assert [tracker.update(walk(), deleting, []) for _ in range(4)] == [{}] * 4
+    fresh = PodTaskTracker(sustain=1)  # an agent that first listed it Terminating, still Running
+    assert [fresh.update(walk(), deleting, []) for _ in range(4)] == [{}] * 4
+    stopped = {**terminating(), UID: PodOnNode(UID, "ml", "kata-0", NOW - S, S, running=False)}
+    assert [fresh.update(walk(), stopped, []) for _ in range(4)] == [{}] * 4  # its phase turned Failed: it still ran
+
+
+def test_a_pod_that_never_ran_is_gone_where_other_pods_are_seen() -> None:
+    """Stuck in ContainerCreating, then deleted: no process to see, and the agent sees the others'."""
+    tracker = PodTaskTracker(sustain=2)
+    pending = {**terminating(), UID: PodOnNode(UID, "ml", "train-0", NOW - S, S, running=False)}
+    assert [tracker.update(walk(), pending, []) for _ in range(3)] == [{}, {}, {UID: GONE}]
+
+
+def test_the_agents_own_pod_is_alive_while_the_agent_runs() -> None:
+    """Its processes may sit at the root of its cgroup namespace (`0::/`), out of sight: still alive."""
+    tracker = PodTaskTracker(sustain=1, own=frozenset({OWN}))
+    mine = terminating(OWN)
+    assert [tracker.update(walk("0::/\n"), mine, []) for _ in range(3)] == [{OWN: ALIVE}] * 3
+    assert tracker.sight == Sight(visible=1, listed=1)  # the neighbour; its own pod is not counted
+
+
+def test_what_counts_as_seeing_a_pod() -> None:
+    """A process in the cgroup of a pod the API lists on this node, other than the agent's own:
+    a static pod under its config hash too; a pod cgroup the API does not list does not count."""
+    static = "d" * 32
+    mirror = {OTHER: PodOnNode(OTHER, "kube-system", "etcd-n1", mirror_of=static)}
+    tracker = PodTaskTracker(sustain=1, own=frozenset({OWN}))
+    tracker.update(walk(f"0::/kubepods/pod{static}/" + "b" * 64 + "\n", OWN_CGROUP, neighbour=False),
+                   mirror | AGENT, [])
+    assert tracker.sight == Sight(visible=1, listed=1)
+    tracker.update(walk(CGROUP, neighbour=False), AGENT, [])  # a pod the API no longer lists
+    assert tracker.sight == Sight(visible=0, listed=0)
+    tracker.update(walk(), None, [])
+    assert tracker.sight is None  # pods not listed: nothing to say

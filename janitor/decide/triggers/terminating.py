@@ -8,8 +8,11 @@ So it is off by default and, when a policy turns it on, proposed only on positiv
 nothing of the pod is alive: the Node object is gone, an admin tainted it
 `node.kubernetes.io/out-of-service`, or the node agent proves it. The agent's word counts only
 when all of this holds (`_agent_proof`): the node is Ready (on a NotReady node the kubelet may be
-down with the containers still running); its condition is False (not Unknown: still starting,
-not True: leftovers there); the agent started before the deletion (a restarted agent did not
+down with the containers still running); the agent says, as data, that its last complete scan
+found a process of some other pod the API lists on that node (else it cannot show it sees any
+pod's processes: no hostPID, a wrong --proc-root, a sandboxed runtime; an agent that does not
+say proves nothing either); its condition is False (not Unknown: still starting or unable to
+see, not True: leftovers there); the agent started before the deletion (a restarted agent did not
 watch the pod's processes go) and has completed `--sustain` scans; its last complete scan began
 after the deletion and within `MAX_REPORT_AGE` of now (silence or a stale report proves
 nothing); and that scan reported the pod's UID gone. A process of the pod it saw in any state
@@ -37,7 +40,7 @@ from janitor.decide.model import (
 )
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import Workload
-from janitor.node_report import PodTaskState
+from janitor.node_report import PodTaskState, Sight
 from janitor.policy.model import Policy, Terminating
 
 OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
@@ -94,6 +97,11 @@ def _agent_proof(pod: PodView, node: NodeInfo, since: datetime.datetime, now: da
     run = agent.message.agent
     if run is None:
         return why(Code.UNPROVEN_OLD_AGENT, node=name)
+    sight = agent.message.sight
+    if sight is None:
+        return why(Code.UNPROVEN_AGENT_SIGHT_UNKNOWN, node=name)
+    if not sight.proven:
+        return blind(name, sight)
     if agent.status is True:
         return why(Code.UNPROVEN_AGENT_LEFTOVERS, node=name)
     if agent.status is not False or run.scans < max(run.sustain, 1):
@@ -110,6 +118,12 @@ def _agent_proof(pod: PodView, node: NodeInfo, since: datetime.datetime, now: da
     if state is not None:  # alive (a D state is vetoed before this)
         return why(Code.UNPROVEN_ALIVE, node=name, at=run.scanned)
     return why(Code.UNPROVEN_NOT_REPORTED, node=name, at=run.scanned)
+
+
+def blind(node: str, sight: Sight) -> Reason:
+    """Why an agent that saw no other pod's process proves nothing, with what an admin can check."""
+    causes = why(Code.AGENT_BLIND_CAUSES) if sight.listed else why(Code.AGENT_BLIND_ALONE)
+    return why(Code.UNPROVEN_AGENT_BLIND, node=node, visible=sight.visible, listed=sight.listed, causes=causes)
 
 
 PROOFS = frozenset({Code.PROOF_NODE_DELETED, Code.PROOF_OUT_OF_SERVICE, Code.PROOF_AGENT_CLEAR})
