@@ -206,7 +206,11 @@ def guarded(patch: dict[str, Any], target: ObjectRef, resource_version: str) -> 
 
 def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool, component: str) -> str:
     """Suspend, scale to zero or stop, and drop the janitor's mark in the same write: what is left
-    is the user's workload, as they had it, minus its running pods."""
+    is the user's workload, as they had it, minus its running pods. A suspended CronJob starts no
+    new run but stops none, so the Jobs it is running (`action.also`) are suspended right after it,
+    each guarded by its uid; one that is gone has finished. One that cannot be suspended makes the
+    outcome a failure, so the owner is never told "done" while it runs (the CronJob, suspended,
+    is not marked again for it: the Job is judged on its own)."""
     body = _RECLAIM_PATCHES[action.type]()
     notes = dict((body.get("metadata") or {}).get("annotations") or {})
     notes |= {key: None for key in ann.MARK_KEYS}
@@ -214,11 +218,35 @@ def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: boo
     path = kubeapi.path(kind, action.target.namespace, action.target.name)
     _call(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, dry_run=True,
           doing=f"{action.type} {action.target} (dry run)")
+    for job in action.also:
+        _suspend_job(api, job, dry_run=True)
     if dry_run:
         return f"dry run: the apiserver accepted the {action.type}; nothing was changed and no Event posted"
     event_note = _post_event(api, action, event_type="Normal", component=component)
     _call(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, doing=f"{action.type} {action.target}")
-    return f"{action.type} done" + event_note
+    failed = []
+    for job in action.also:
+        try:
+            _suspend_job(api, job, dry_run=False)
+        except errors.NotFound:
+            continue  # finished and gone since the read
+        except errors.KubeError as e:
+            failed.append(f"{job}: {e}")
+    if failed:
+        raise errors.KubeError(f"{action.target} suspended, but not the Jobs it runs: " + "; ".join(failed),
+                               doing=f"{action.type} {action.target}")
+    also = f" with its Job{'s' if len(action.also) > 1 else ''} {', '.join(j.name for j in action.also)}" \
+        if action.also else ""
+    return f"{action.type} done{also}" + event_note
+
+
+_JOBS = ResourceKind("batch", "v1", "Job", "jobs")
+
+
+def _suspend_job(api: ApiClient, job: ObjectRef, *, dry_run: bool) -> None:
+    body = {"spec": {"suspend": True}, "metadata": {"uid": job.uid}}
+    _call(api, "PATCH", kubeapi.path(_JOBS, job.namespace, job.name), body=body, content_type=_MERGE_PATCH,
+          dry_run=dry_run, doing=f"suspend {job}" + (" (dry run)" if dry_run else ""))
 
 
 def annotate(

@@ -256,6 +256,16 @@ class _Pace:
         self.now_sending.add(owner)
 
 
+def _keep_order(value: str | None) -> tuple[int, datetime.datetime]:
+    """Which keep-until keeps longer: an unparseable one (kept to the cap) over any time, absence last."""
+    if value is None:
+        return 0, _ENDLESS
+    try:
+        return 1, ann.parse_expires(value)
+    except ValueError:
+        return 2, _ENDLESS
+
+
 @dataclass(frozen=True)
 class _Case:
     """One workload as the lifecycle sees it: the object, its mark and every finding on it."""
@@ -266,6 +276,19 @@ class _Case:
     time_zone: str | None
     owner: Owner  # who is told: a "cancelled" note reaches a warned owner even when no policy covers it
     untraced: Reason | None = None  # why some pods of its namespace could not be traced to their workload
+    parent: ObjectView | None = None  # the CronJob that governs this Job (its keep-until keeps it too)
+    also: tuple[ObjectRef, ...] = ()  # a CronJob's running Jobs: suspended with it
+
+    @property
+    def kept(self) -> Mapping[str, str]:
+        """The annotations the deadline is read from: the workload's, with its CronJob's keep-until
+        when that keeps it longer (an unparseable one keeps it to the cap, like the workload's own)."""
+        notes = self.view.annotations
+        theirs = self.parent.annotations.get(ann.KEEP_UNTIL) if self.parent is not None else None
+        if theirs is None or theirs == notes.get(ann.KEEP_UNTIL):
+            return notes
+        own = notes.get(ann.KEEP_UNTIL)
+        return {**notes, ann.KEEP_UNTIL: theirs if own is None or _keep_order(theirs) > _keep_order(own) else own}
 
 
 def _notice(kind: NoticeKind, finding: Finding, case: _Case, policy: Policy, now: datetime.datetime,
@@ -347,14 +370,14 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
             return Change(Step.WAIT, ref, rv, policy.name, why(Code.WARNING_PACED))
         pace.sending(owner)
         base = max(mark.deadline or now, now + policy.lifecycle.warn_before) if wrong_action else mark.deadline or now
-        deadline = warning_deadline(base, view.annotations, extension_cap(mark, policy), policy, now, case.time_zone)
+        deadline = warning_deadline(base, case.kept, extension_cap(mark, policy), policy, now, case.time_zone)
         intent = _intent(NoticeKind.WARNING, finding.owner, now, policy, deadline)
         reason = (why(Code.WARN_AGAIN_ACTION, warned=str(mark.warned_of), action=action) if wrong_action else
                   why(Code.WARN_NEW_OWNER, was=mark.warned_to or "", owner=owner) if new_owner else
                   why(Code.WARN, again=" again (only the admins were reached)" if mark.warned_via else ""))
         return Change(Step.NOTIFY, ref, rv, policy.name, reason, {ann.NOTICE: str(intent)},
                       _notice(NoticeKind.WARNING, finding, case, policy, now, deadline), deadline)
-    deadline, extended = effective_deadline(mark, policy, view.annotations, case.time_zone)
+    deadline, extended = effective_deadline(mark, policy, case.kept, case.time_zone)
     shown = ann.format_deadline(deadline)
     if finding.state is not State.FIRES:
         return Change(Step.WAIT, ref, rv, policy.name, why(Code.WAIT_NOT_IDLE, condition=condition,
@@ -369,7 +392,8 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
         reason = why(Code.RELEASED, by=released.user, at=released.at, warned=mark.warned_at, action=action,
                      policy=policy.name, why=finding.reason)
         act = Action(ACTION_TYPES[policy.lifecycle.action], ref, rv, policy.name, finding.trigger, RULE,
-                     "IdleReleased", reason, {"released-by": released.user, "warned-of": str(mark.warned_of)})
+                     "IdleReleased", reason, {"released-by": released.user, "warned-of": str(mark.warned_of)},
+                     also=_also(case, policy))
         return Change(Step.ACT, ref, rv, policy.name, reason, notice=_notice(NoticeKind.DONE, finding, case, policy,
                                                                              now, None),
                       deadline=now, action=act, gpu_hours=finding.reclaim_gpu_hours)
@@ -383,7 +407,8 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
         reason = why(Code.RECLAIM, condition=condition, marked=mark.marked_at, warned=mark.warned_at,
                      deadline=shown, action=action, policy=policy.name, why=finding.reason)
         act = Action(ACTION_TYPES[policy.lifecycle.action], ref, rv, policy.name, finding.trigger, RULE,
-                     "IdleReclaimed", reason, {"deadline": shown, "warned-of": str(mark.warned_of)})
+                     "IdleReclaimed", reason, {"deadline": shown, "warned-of": str(mark.warned_of)},
+                     also=_also(case, policy))
         done = _notice(NoticeKind.DONE, finding, case, policy, now, None)
         return Change(Step.ACT, ref, rv, policy.name, reason, notice=done, deadline=deadline, action=act,
                       gpu_hours=finding.reclaim_gpu_hours)
@@ -398,6 +423,11 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
     return Change(Step.WAIT, ref, rv, policy.name, why(Code.WAITING, action=action, deadline=shown,
                                                        extended=f" ({extended})" if extended.code is Code.KEPT_UNTIL
                                                        else ""), deadline=deadline)
+
+
+def _also(case: _Case, policy: Policy) -> tuple[ObjectRef, ...]:
+    """What a suspend does besides its target: a CronJob's running Jobs (a delete takes them along)."""
+    return case.also if policy.lifecycle.action is PolicyAction.SUSPEND else ()
 
 
 def _governing(case: _Case) -> Finding | None:
@@ -438,8 +468,7 @@ def _new_marks(candidates: Sequence[tuple[_Case, Finding, Policy]], now: datetim
         per_owner[owner] += 1
         per_ns[ref.namespace or ""] += 1
         cap = now + policy.lifecycle.max_extension if policy.lifecycle.max_extension else None
-        deadline = warning_deadline(now + policy.lifecycle.warn_before, view.annotations, cap, policy, now,
-                                    case.time_zone)
+        deadline = warning_deadline(now + policy.lifecycle.warn_before, case.kept, cap, policy, now, case.time_zone)
         patch: dict[str, str | None] = {
             ann.EXPIRES: ann.format_deadline(deadline),
             ann.POLICY: policy.name,
@@ -498,6 +527,8 @@ def plan_lifecycle(
     zones: dict[str, str | None] = {}
     known_owners: dict[str, Owner] = dict(owners or {})
     untraced: dict[str, Reason] = {}  # namespace -> why one of its pods' chains could not be read
+    parents: dict[str, ObjectView] = {}
+    also: dict[str, tuple[ObjectRef, ...]] = {}
     for w in workloads:
         if w.unknown is not None:
             untraced.setdefault(w.ref.namespace or "", w.unknown)
@@ -505,6 +536,10 @@ def plan_lifecycle(
             views.setdefault(w.ref.uid, w.view)
             zones[w.ref.uid] = w.namespace.annotations.get(ann.TIME_ZONE)
             known_owners.setdefault(w.ref.uid, w.owner)
+            if w.parent is not None:
+                parents[w.ref.uid] = w.parent
+            if w.ref.kind == "CronJob":
+                also[w.ref.uid] = _running_jobs(w)
     subjects = [uid for uid in per_subject if uid in views]
     marked = [v.ref.uid for v in with_marks(views.values()) if v.ref.uid not in per_subject]
     cases = []
@@ -515,7 +550,8 @@ def plan_lifecycle(
         found = tuple(sorted(per_subject.get(uid, ()), key=lambda f: (order.get(f.policy, len(order)), f.trigger)))
         owner = found[0].owner if found else known_owners.get(uid, Owner(OwnerKind.UNKNOWN))
         mark = ann.read_mark(view.annotations) if carries_mark(view.annotations) else None
-        cases.append(_Case(view, mark, found, zones.get(uid), owner, untraced.get(view.ref.namespace or "")))
+        cases.append(_Case(view, mark, found, zones.get(uid), owner, untraced.get(view.ref.namespace or ""),
+                           parents.get(uid), also.get(uid, ())))
     pace = _Pace(_last_message_per_owner(cases), settings.pace)
     changes: list[Change] = []
     candidates: list[tuple[_Case, Finding, Policy]] = []
@@ -527,6 +563,16 @@ def plan_lifecycle(
             candidates.append((case, candidate, by_policy[candidate.policy]))
     changes.extend(_in_zone(c, zones.get(c.workload.uid)) for c in _new_marks(candidates, now, settings, pace))
     return tuple(changes)
+
+
+def _running_jobs(workload: Workload) -> tuple[ObjectRef, ...]:
+    """The Jobs a CronJob is running: the controllers of its pods that are not on their way out.
+    Suspending the CronJob starts no new run but stops none: these are suspended with it."""
+    jobs = {(p.controller.name, p.controller.uid): ObjectRef("Job", p.controller.api_version, workload.ref.namespace,
+                                                             p.controller.name, p.controller.uid)
+            for p in workload.pods if p.controller is not None and p.controller.kind == "Job" and not p.deleting
+            and p.phase in ("Pending", "Running")}
+    return tuple(jobs[k] for k in sorted(jobs))
 
 
 def _in_zone(change: Change, time_zone: str | None) -> Change:

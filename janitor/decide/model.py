@@ -80,6 +80,7 @@ class ObjectView:
     # by every pod, which is almost never what the user meant.
     template_annotations: Mapping[str, str] = field(default_factory=dict)
     replicas: int | None = None  # spec.replicas where the kind has one: what scale-to-zero undoes
+    suspended: bool = False  # spec.suspend (a Job or CronJob): it starts nothing new
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,6 +333,8 @@ class Action:
     why: Reason
     evidence: Mapping[str, str] = field(default_factory=dict)  # the values it was decided on, for the audit
     report_key: str | None = None  # REPORT: the note left so the same value is not reported again
+    # What the action does to besides its target: a suspended CronJob's running Jobs, suspended with it.
+    also: tuple[ObjectRef, ...] = ()
 
     @property
     def key(self) -> tuple[str, ActionType, str]:

@@ -74,12 +74,15 @@ def _lookup(labels: Mapping[str, str], notes: Mapping[str, str], keys: Sequence[
 
 
 def find_owner(workload: ObjectView | None, namespace: NamespaceView | None,
-               keys: Sequence[tuple[str, str]] = DEFAULT_OWNER_KEYS) -> Owner:
-    """The first owner value that reads as a user, an e-mail or a channel; unknown otherwise."""
-    if workload is not None:
-        found = _lookup(workload.labels, workload.annotations, keys, str(workload.ref))
-        if found:
-            return found
+               keys: Sequence[tuple[str, str]] = DEFAULT_OWNER_KEYS, *, parent: ObjectView | None = None) -> Owner:
+    """The first owner value that reads as a user, an e-mail or a channel, on the workload, then on
+    its `parent` (the CronJob of a Job: its annotations never reach its Jobs), then on its
+    namespace; unknown otherwise."""
+    for view in (workload, parent):
+        if view is not None:
+            found = _lookup(view.labels, view.annotations, keys, str(view.ref))
+            if found:
+                return found
     if namespace is not None:
         found = _lookup(namespace.labels, namespace.annotations, keys, f"Namespace/{namespace.name}")
         if found:

@@ -63,10 +63,11 @@ def is_protected(namespace: str | None, rails: Rails) -> bool:
     return namespace is not None and namespace in rails.protected_namespaces
 
 
-def opted_out(notes: Mapping[str, str], namespace: NamespaceView | None) -> Reason | None:
+def opted_out(notes: Mapping[str, str], namespace: NamespaceView | None, *,
+              where: str = "the object") -> Reason | None:
     """Why an object is opted out (its own annotation, or its namespace's), if it is."""
     if ann.is_true(notes.get(ann.OPT_OUT)):
-        return why(Code.OPTED_OUT, where="the object")
+        return why(Code.OPTED_OUT, where=where)
     if namespace is not None and ann.is_true(namespace.annotations.get(ann.OPT_OUT)):
         return why(Code.OPTED_OUT, where=f"namespace {namespace.name}")
     return None
@@ -147,6 +148,9 @@ class Workload:
     opted_out: Reason | None = None
     owner: Owner = Owner(OwnerKind.UNKNOWN)  # who is told about it
     candidate: bool = True  # False: never marked or reclaimed (a DaemonSet's pods run one per node by design)
+    # The CronJob above a Job that is the workload (`--cronjob-target job`, or the CronJob suspended):
+    # its opt-out, owner and keep-until govern the Job, as annotations on the CronJob never reach its Jobs.
+    parent: ObjectView | None = None
 
     @property
     def known(self) -> bool:
@@ -163,6 +167,7 @@ class _Group:
     kind: str
     candidate: bool = True
     pods: list[PodView] = field(default_factory=list)
+    parent: ObjectView | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,13 +180,17 @@ class _Above:
     marker: str | None = None
     unknown: Reason | None = None
     candidate: bool = True
+    parent: ObjectView | None = None  # a CronJob above the Job the chain stops at
 
 
 def _walk(kind: str, controller: OwnerRef, by_uid: Mapping[str, ObjectView], cronjob_mode: CronJobMode) -> _Above:
-    """Up from the controller of an object of `kind` to the top of the chain."""
+    """Up from the controller of an object of `kind` to the top of the chain. A CronJob is read
+    either way: it is the workload (`CronJobMode.CRONJOB`), or it governs the Job that is (its
+    opt-out, owner and keep-until), so a Job whose CronJob cannot be read is unknown."""
     refs: list[ObjectRef] = []
     views: list[ObjectView] = []
     candidate = True
+    parent = None
     owner_ref: OwnerRef | None = controller
     seen: set[str] = set()
     while owner_ref is not None:
@@ -190,19 +199,21 @@ def _walk(kind: str, controller: OwnerRef, by_uid: Mapping[str, ObjectView], cro
                           candidate=candidate)
         seen.add(owner_ref.uid)
         candidate = candidate and owner_ref.kind != "DaemonSet"
-        if owner_ref.kind == "CronJob" and kind == "Job" and cronjob_mode is CronJobMode.JOB:
-            break  # act on this run's Job, leave the schedule alone
         owner = by_uid.get(owner_ref.uid)
         if owner is None:
             reason = why(Code.OWNER_UNREADABLE, owner=f"{owner_ref.kind}/{owner_ref.name}", uid=owner_ref.uid)
             return _Above(unknown=reason, candidate=candidate)
         if owner.deleting:
             return _Above(unknown=why(Code.OWNER_DELETING, owner=str(owner.ref)), candidate=candidate)
+        if owner_ref.kind == "CronJob" and kind == "Job" and (cronjob_mode is CronJobMode.JOB or owner.suspended):
+            # Act on this run's Job, leave the schedule alone; or, the schedule suspended, on a run it left.
+            parent = owner
+            break
         refs.append(owner.ref)
         views.append(owner)
         kind, owner_ref = owner.ref.kind, owner.controller
-    marker = next((m for m in (managed_by(v) for v in views) if m), None)
-    return _Above(tuple(refs), views[-1] if views else None, marker, None, candidate)
+    marker = next((m for m in (managed_by(v) for v in [*views, *([parent] if parent else [])]) if m), None)
+    return _Above(tuple(refs), views[-1] if views else None, marker, None, candidate, parent)
 
 
 _NO_OWNER = _Above()
@@ -236,7 +247,7 @@ class _Chains:
             return _Group(pod.ref, view, (pod.ref,), managed_by(pod), None, view.ref.kind, above.candidate)
         top = above.top
         return _Group(top.ref, top, (pod.ref, *above.refs), managed_by(pod) or above.marker, None, top.ref.kind,
-                      above.candidate)
+                      above.candidate, parent=above.parent)
 
 
 def workloads(observation: Observation, rails: Rails, *, cronjob_mode: CronJobMode = CronJobMode.JOB,
@@ -265,9 +276,13 @@ def workloads(observation: Observation, rails: Rails, *, cronjob_mode: CronJobMo
     for group in groups.values():
         namespace_view = observation.namespace(group.ref.namespace)
         notes = group.view.annotations if group.view is not None else group.pods[0].annotations
+        parent = group.parent
+        out = opted_out(notes, None) or (opted_out(parent.annotations, None, where=str(parent.ref)) if parent
+                                         else None) or opted_out({}, namespace_view)
         found_workloads.append(Workload(group.ref, group.view, tuple(group.pods), namespace_view, group.kind,
-                                        group.chain, group.marker, group.unknown, opted_out(notes, namespace_view),
-                                        find_owner(group.view, namespace_view, owner_keys), group.candidate))
+                                        group.chain, group.marker, group.unknown, out,
+                                        find_owner(group.view, namespace_view, owner_keys, parent=parent),
+                                        group.candidate, parent))
     return tuple(found_workloads)
 
 

@@ -192,12 +192,18 @@ def to_view(kind: ResourceKind, item: Mapping[str, Any]) -> ObjectView:
         controller=_controller(meta.get("ownerReferences") or []),
         template_annotations=_template_annotations(kind, item),
         replicas=_replicas(item),
+        suspended=_suspended(item),
     )
 
 
 def _replicas(item: Mapping[str, Any]) -> int | None:
     value = (item.get("spec") or {}).get("replicas") if isinstance(item.get("spec"), dict) else None
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _suspended(item: Mapping[str, Any]) -> bool:
+    spec = item.get("spec")
+    return isinstance(spec, dict) and spec.get("suspend") is True
 
 
 

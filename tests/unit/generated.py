@@ -140,6 +140,7 @@ class Thing:
     template: dict[str, str] = field(default_factory=dict)
     replicas: int | None = None
     version: int = 1
+    suspended: bool = False
 
     @property
     def ref(self) -> ObjectRef:
@@ -150,7 +151,7 @@ class Thing:
 
     def view(self) -> ObjectView:
         return ObjectView(self.ref, str(self.version), self.created, dict(self.annotations), dict(self.labels),
-                          self.deleting, self.controller, dict(self.template), self.replicas)
+                          self.deleting, self.controller, dict(self.template), self.replicas, self.suspended)
 
 
 @dataclass
@@ -678,12 +679,20 @@ def workloads(draw: st.DrawFn, cluster: Cluster, index: int, policies: Sequence[
     top = chain[0] if chain else (members[0] if members else None)
     if top is None:
         return
-    story = draw(marks(top.uid, policies, profile=profile, strangers=strangers))
+    # A CronJob's run: its Job carries the mark (the Job is the workload with --cronjob-target job), its
+    # CronJob the owner's opt-out, owner and keep-until, which never reach the Job by themselves.
+    marked = chain[1] if kind == "CronJob" and draw(BOOLEANS) else top
+    story = draw(marks(marked.uid, policies, profile=profile, strangers=strangers))
     notes = draw(user_notes()) if not calm else {ann.OWNER: "alice@lab.example"} | (
         {ann.OPT_OUT: "true"} if draw(ints(0, 4)) == 0 else {})
-    top.annotations.update(notes | story.notes)
+    if kind == "CronJob" and draw(ints(0, 2)) == 0:
+        notes[ann.OPT_OUT] = "true"  # the schedule opted out: its runs are too
+    top.annotations.update(notes)
+    marked.annotations.update(story.notes)
+    if kind == "CronJob" and not calm and draw(ints(0, 3)) == 0:
+        top.suspended = True  # suspended since, its run left behind
     if story.delivered is not None:
-        cluster.history.setdefault(top.uid, []).append(story.delivered)
+        cluster.history.setdefault(marked.uid, []).append(story.delivered)
     if story.intent is not None and story.on_slack is not None:
         cluster.slack[story.intent.id] = story.on_slack
     if kind == "Deployment" and draw(ints(0, 2)):  # the controller's copy, possibly stale
@@ -780,8 +789,8 @@ def cases(draw: st.DrawFn, *profiles: str) -> Case:
 SENDS = ("delivered", "delivered", "delivered", "late", "failed", "failed", "lost-record", "unsent", "unreachable")
 FATES = st.lists(one_of(SENDS), max_size=3)
 EVENTS = ("edit-expires", "edit-expires", "remove-expires", "remove-policy", "keep-until", "change-action",
-          "change-action", "revert-action", "reapply", "busy", "idle", "resume", "opt-out", "release", "release",
-          "release", "release", "release-old", "release-stale", "change-owner", "change-owner")
+          "change-action", "change-action", "revert-action", "reapply", "busy", "idle", "resume", "opt-out",
+          "release", "release", "release", "release", "release-old", "release-stale", "change-owner", "change-owner")
 OWNERS = ("carol@lab.example", "#team-vision", "U0DAVE1234", "")  # a workload handed over ("": to nobody known)
 
 
@@ -1008,7 +1017,9 @@ class Simulator:
         """Who owns a workload now (docs/owners.md): its own owner annotation, else its namespace's."""
         labels, notes = self.cluster.namespaces.get(top.namespace or "", ({}, {}))
         namespace = NamespaceView(top.namespace or "", dict(labels), dict(notes))
-        return find_owner(top.view() if isinstance(top, Thing) else top.as_object(), namespace)
+        above = self.cluster.objects.get(top.controller.uid) if top.controller is not None else None
+        parent = above.view() if above is not None and above.kind == "CronJob" and top.kind == "Job" else None
+        return find_owner(top.view() if isinstance(top, Thing) else top.as_object(), namespace, parent=parent)
 
     def _release(self, top: Thing | Pod) -> None:
         """"Release now" pressed by its owner on the warning in hand, as the click handler judges it."""

@@ -73,18 +73,17 @@ def plain_workloads(observation: Observation, rails: Rails, cronjob_mode: CronJo
     a workload of its own), the group's first pod naming the chain."""
     by_uid = {o.ref.uid: o for o in observation.objects}
     groups: dict[str, tuple[ObjectRef, ObjectView | None, tuple[ObjectRef, ...], str | None, Reason | None,
-                            str, bool, list[PodView]]] = {}
+                            str, bool, list[PodView], ObjectView | None]] = {}
     for pod in observation.pods:
         if selection.is_protected(pod.ref.namespace, rails):
             continue
         current = selection.pod_as_object(pod)
         chain, views, candidate = [pod.ref], [current], True
         unknown: Reason | None = None
+        parent = None
         while current.controller is not None:
             owner_ref = current.controller
             candidate = candidate and owner_ref.kind != "DaemonSet"
-            if owner_ref.kind == "CronJob" and current.ref.kind == "Job" and cronjob_mode is CronJobMode.JOB:
-                break
             owner = by_uid.get(owner_ref.uid)
             if owner is None:
                 unknown = why(Code.OWNER_UNREADABLE, owner=f"{owner_ref.kind}/{owner_ref.name}", uid=owner_ref.uid)
@@ -92,26 +91,34 @@ def plain_workloads(observation: Observation, rails: Rails, cronjob_mode: CronJo
             if owner.deleting:
                 unknown = why(Code.OWNER_DELETING, owner=str(owner.ref))
                 break
+            if owner_ref.kind == "CronJob" and current.ref.kind == "Job" and (
+                    cronjob_mode is CronJobMode.JOB or owner.suspended):
+                parent = owner
+                break
             chain.append(owner.ref)
             views.append(owner)
             current = owner
         kind = pod.controller.kind if pod.controller else "Pod"
         if unknown is not None:
-            group = (pod.ref, None, (pod.ref,), None, unknown, kind, candidate, [])
+            group = (pod.ref, None, (pod.ref,), None, unknown, kind, candidate, [], None)
         elif len(chain) == 1 and pod.deleting:
-            group = (pod.ref, None, (pod.ref,), None, why(Code.POD_DELETING), "Pod", True, [])
+            group = (pod.ref, None, (pod.ref,), None, why(Code.POD_DELETING), "Pod", True, [], None)
         else:
-            marker = next((m for m in (selection.managed_by(v) for v in views) if m), None)
-            group = (current.ref, current, tuple(chain), marker, None, current.ref.kind, candidate, [])
+            marker = next((m for m in (selection.managed_by(v) for v in [*views[1:], *([parent] if parent else [])])
+                           if m), None)
+            marker = selection.managed_by(pod) or marker
+            group = (current.ref, current, tuple(chain), marker, None, current.ref.kind, candidate, [], parent)
         key = group[0].uid if group[4] is None else f"unknown:{pod.ref.uid}"
         groups.setdefault(key, group)[7].append(pod)
     found = []
-    for ref, view, chain, marker, unknown, kind, candidate, pods in groups.values():
+    for ref, view, chain, marker, unknown, kind, candidate, pods, parent in groups.values():
         namespace = observation.namespace(ref.namespace)
         notes = view.annotations if view is not None else pods[0].annotations
-        found.append(Workload(ref, view, tuple(pods), namespace, kind, chain, marker, unknown,
-                              selection.opted_out(notes, namespace), find_owner(view, namespace, owner_keys),
-                              candidate))
+        out = selection.opted_out(notes, None) or (
+            selection.opted_out(parent.annotations, None, where=str(parent.ref)) if parent else None) or \
+            selection.opted_out({}, namespace)
+        found.append(Workload(ref, view, tuple(pods), namespace, kind, chain, marker, unknown, out,
+                              find_owner(view, namespace, owner_keys, parent=parent), candidate, parent))
     return tuple(found)
 
 

@@ -120,6 +120,7 @@ SITUATIONS = {
     "a release that answers nothing in force, not acted on": 1,
     "a new owner warned after the old one was": 1,
     "an action changed after a warning": 1,
+    "a Job opted out by its CronJob": 1,
 }
 PROPERTIES: set[str] = set()  # the property tests of this module
 HELD: set[str] = set()  # ... that ran all their examples and held
@@ -196,15 +197,17 @@ def units(observation: Observation, plan_settings: PlanSettings) -> list[Unit]:
         if namespace in plan_settings.rails.protected_namespaces:
             continue
         view, known, candidate = pod_object(pod), True, True
+        parent: ObjectView | None = None  # the CronJob governing a Job that is the workload
         while view.controller is not None:
             controller = view.controller
             candidate = candidate and controller.kind != "DaemonSet"
-            if (controller.kind == "CronJob" and view.ref.kind == "Job"
-                    and plan_settings.cronjob_mode is CronJobMode.JOB):
-                break
             owner = by_uid.get(controller.uid)
             if owner is None or owner.deleting:
                 known = False
+                break
+            if (controller.kind == "CronJob" and view.ref.kind == "Job"
+                    and (plan_settings.cronjob_mode is CronJobMode.JOB or owner.suspended)):
+                parent = owner
                 break
             view = owner
         if known and view.ref.kind == "Pod" and pod.deleting:
@@ -212,14 +215,16 @@ def units(observation: Observation, plan_settings: PlanSettings) -> list[Unit]:
         key = view.ref.uid if known else f"unknown:{pod.ref.uid}"
         kind = view.ref.kind if known else (pod.controller.kind if pod.controller else "Pod")
         grouped.setdefault(key, []).append(pod)
-        tops.setdefault(key, (view if known else None, kind, known, candidate))
+        tops.setdefault(key, (view if known else None, kind, known, candidate, parent))
     found = []
     for key, members in grouped.items():
-        view, kind, known, candidate = tops[key]
+        view, kind, known, candidate, parent = tops[key]
         namespace = members[0].ref.namespace or ""
         notes = view.annotations if view is not None else members[0].annotations
+        out = opted_out(notes, observation.namespace(namespace)) or (parent is not None and
+                                                                      opted_out(parent.annotations, None))
         found.append(Unit(view.ref.uid if view is not None else members[0].ref.uid, view, kind, namespace,
-                          tuple(members), known, candidate, opted_out(notes, observation.namespace(namespace))))
+                          tuple(members), known, candidate, out))
     return found
 
 
@@ -846,10 +851,21 @@ def assert_left_alone(case: Case, observation: Observation, planned: CyclePlan) 
     for change in planned.changes:
         assert change.workload.namespace not in rails.protected_namespaces, f"{change.step} on {change.workload}"
 
+    by_uid = {o.ref.uid: o for o in observation.objects}
+
     def out(uid: str) -> bool:
+        """Opted out itself, by its namespace, or (a Job that is the workload) by its CronJob."""
         view = view_of(observation, uid)
         assert view is not None
-        return opted_out(view.annotations, observation.namespaces.get(namespace_of(view.ref) or ""))
+        return cron_opted_out(view) or opted_out(view.annotations,
+                                                 observation.namespaces.get(namespace_of(view.ref) or ""))
+
+    def cron_opted_out(view: ObjectView) -> bool:
+        cron = by_uid.get(view.controller.uid) if view.controller is not None else None
+        return cron is not None and cron.ref.kind == "CronJob" and view.ref.kind == "Job" and (
+            case.settings.cronjob_mode is CronJobMode.JOB or cron.suspended) and opted_out(cron.annotations, None)
+
+    REACHED["a Job opted out by its CronJob"] += sum(cron_opted_out(o) for o in observation.objects)
 
     for action in decided(planned):
         if action.trigger is TriggerKind.EXPIRY:
