@@ -26,6 +26,7 @@ from janitor.act.slack import Slack
 from janitor.act.slack_messages import slack_date
 from janitor.decide import clicks
 from janitor.decide.clicks import ButtonValue, Op, Outcome, Presser, Verdict
+from janitor.decide.model import ObjectView
 from janitor.decide.owners import OwnerKind, find_owner
 from janitor.observe import cluster, views
 from janitor.policy.model import Policy
@@ -83,7 +84,12 @@ class Clicks:
         except errors.KubeError as err:
             return Verdict(op, Outcome.FAILED, f"{value} could not be read ({err}); nothing changed, try again.")
         namespace = views.namespace_view(raw) if raw is not None else None
-        owner = find_owner(view, namespace, self._settings.cluster.owner_keys)
+        try:
+            parent = self._cronjob_of(view)
+        except errors.KubeError as err:
+            return Verdict(op, Outcome.FAILED, f"{value}'s CronJob could not be read ({err}); nothing changed, try "
+                                               "again.")
+        owner = find_owner(view, namespace, self._settings.cluster.owner_keys, parent=parent)
         theirs = self._slack.is_owner(owner, user)
         channel = owner.kind is OwnerKind.CHANNEL
         presser = Presser(user, theirs and not channel, user in self._settings.slack.admin_users, theirs and channel)
@@ -102,6 +108,15 @@ class Clicks:
         except errors.KubeError as err:
             return Verdict(op, Outcome.FAILED, f"{value} could not be changed ({err}); nothing changed.")
         return verdict
+
+    def _cronjob_of(self, view: ObjectView | None) -> ObjectView | None:
+        """The CronJob of a Job: its owner annotation names the Job's owner too (the lifecycle warned them)."""
+        controller = view.controller if view is not None else None
+        kind = self._kinds.get("CronJob")
+        if view is None or controller is None or controller.kind != "CronJob" or view.ref.kind != "Job" or kind is None:
+            return None
+        found = cluster.read_by_name(self._api, kind, view.ref.namespace, controller.name)
+        return found if found is not None and found.ref.uid == controller.uid else None
 
     def _answer(self, verdict: Verdict, value: ButtonValue, user: str, channel: str, ts: str,
                 message: Mapping[str, Any], block_id: str) -> None:
