@@ -45,7 +45,7 @@ class Said(StrEnum):
     """What an autoscaler's Event on a pod says, classified from its reason and words."""
 
     COMING = "coming"  # a node is on its way: cluster-autoscaler TriggeredScaleUp, Karpenter Nominated
-    LIMITED = "limited"  # none for now, a limit is reached: max node group size, max total nodes, quota, NodePool limits
+    LIMITED = "limited"  # none for now, a limit is reached: max group size, max total nodes, quota, NodePool limits
     NOT_NOW = "not-now"  # none this time, for a reason that passes: backoff, group not ready, offerings
     NEVER = "never"  # every node group (NodePool) it could add rejects the pod on the pod's own constraints
     UNKNOWN = "unknown"  # words not known here, or none: never taken as "never"
@@ -82,11 +82,13 @@ def _newest(notes: Sequence[AutoscalerNote]) -> AutoscalerNote:
 
 
 def _never_since(note: AutoscalerNote, others: Sequence[AutoscalerNote]) -> datetime.datetime | None:
-    """Since when `note` (a "never") has been said with nothing else said by its source in between."""
+    """Since when `note` (a "never") is known to have been said with nothing else said by its
+    source in between: its first saying, or only its last when another word came after the first."""
     if note.first is None or note.last is None:
         return None
-    between = [o.last for o in others if o.last is not None and note.first < o.last <= note.last]
-    return max([note.first, *between])
+    if any(o.last is not None and note.first < o.last <= note.last for o in others):
+        return note.last
+    return note.first
 
 
 def _proof(note: AutoscalerNote, others: Sequence[AutoscalerNote], misfit: Reason,

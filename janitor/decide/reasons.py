@@ -381,7 +381,7 @@ _T: Mapping[Code, str] = {
                           "that counts once it has said so for {settle:age}",
     Code.NEVER_STALE: "{source} said at {at} that none of the nodes it can add could run it ({detail}), and has "
                       "not said so since",
-    Code.AUTOSCALER_NEVER: "{never}; nor could any node {source} can add ({detail}; said since {first})",
+    Code.AUTOSCALER_NEVER: "{never}; and {source} can add no node that could ({detail}; said since {first})",
 }
 
 
