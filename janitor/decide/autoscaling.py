@@ -8,8 +8,8 @@ say that no node it could add would run the pod, and it says so on the pod, in E
 
 The rule (docs/policies.md, "Never fits"): where nodes can be added (`Autoscaling.present`), a pod
 that fits no existing node is *waiting* for a node, judged after `after` like any unschedulable
-pod, unless every autoscaler that spoke about it last said that none of its node groups or
-NodePools could run it, said it again at least `NEVER_SETTLE` after it first did (both repeat
+pod, unless every autoscaler that spoke about it (and every one known to run here) last said that
+none of its node groups or NodePools could run it, said it again at least `NEVER_SETTLE` after it first did (both repeat
 themselves every 5 minutes at most, so one word alone may be a moment's view, such as a node
 group not discovered yet), and last said it within `NEVER_FRESH` (one that stopped saying it may
 have changed its mind without a word: a scale-up triggered for other pods in the same loop posts
@@ -70,6 +70,9 @@ class Autoscaling:
     the nodes that exist are all there will be)."""
 
     signs: tuple[str, ...] = ()
+    # Autoscalers known (or not ruled out) to run here, by the Event source they speak as: a
+    # "never" is proof only when each of them said it.
+    sources: tuple[str, ...] = ()
 
     @property
     def present(self) -> bool:
@@ -111,7 +114,7 @@ def _said(note: AutoscalerNote) -> Reason:
     return why(Code.AUTOSCALER_SAID, source=note.source, said=str(note.said), detail=note.detail, at=note.last)
 
 
-def _heard(notes: Sequence[AutoscalerNote], misfit: Reason, now: datetime.datetime) -> Reason:
+def _heard(notes: Sequence[AutoscalerNote], sources: Sequence[str], misfit: Reason, now: datetime.datetime) -> Reason:
     """AUTOSCALER_NEVER when the autoscalers proved that no node they add could run the pod, else
     what the pod waits on."""
     by_source: dict[str, list[AutoscalerNote]] = {}
@@ -122,6 +125,10 @@ def _heard(notes: Sequence[AutoscalerNote], misfit: Reason, now: datetime.dateti
     if coming:
         return _said(_newest(coming))
     if all(n.said is Said.NEVER for n in newest.values()):
+        silent = tuple(source for source in sources if source not in newest)
+        if silent:
+            n = _newest(list(newest.values()))
+            return why(Code.NEVER_NOT_ALL, source=n.source, detail=n.detail, silent=silent)
         proofs = [_proof(n, [o for o in by_source[s] if o is not n], misfit, now) for s, n in newest.items()]
         return next((p for p in proofs if p.code is not Code.AUTOSCALER_NEVER), proofs[0])
     return _said(_newest([n for n in newest.values() if n.said is not Said.NEVER]))
@@ -133,7 +140,8 @@ def judge(misfit: Reason, state: Reason, notes: Sequence[AutoscalerNote], autosc
     stuck state): (True, why) when it never gets a node, (False, why) when it waits for one."""
     if not notes and not autoscaling.present:
         return True, misfit  # no node can be added: the nodes that exist decide
-    heard = _heard(notes, misfit, now) if notes else why(Code.AUTOSCALING_ON, signs=autoscaling.signs)
+    heard = (_heard(notes, autoscaling.sources, misfit, now) if notes
+             else why(Code.AUTOSCALING_ON, signs=autoscaling.signs))
     if heard.code is Code.AUTOSCALER_NEVER:
         return True, heard
     return False, why(Code.WAITS_FOR_NODE, shown=misfit.fact("shown"), misfits=misfit.fact("misfits"), said=heard,

@@ -191,6 +191,7 @@ class Code(StrEnum):
     NEVER_UNSETTLED = "never-unsettled"
     NEVER_STALE = "never-stale"
     AUTOSCALER_NEVER = "autoscaler-never"
+    NEVER_NOT_ALL = "never-not-all"
 
 
 _T: Mapping[Code, str] = {
@@ -382,6 +383,8 @@ _T: Mapping[Code, str] = {
     Code.NEVER_STALE: "{source} said at {at} that none of the nodes it can add could run it ({detail}), and has "
                       "not said so since",
     Code.AUTOSCALER_NEVER: "{never}; and {source} can add no node that could ({detail}; said since {first})",
+    Code.NEVER_NOT_ALL: "{source} says none of the nodes it can add could run it ({detail}), but {silent: and } "
+                        "runs here too and has said nothing about it",
 }
 
 

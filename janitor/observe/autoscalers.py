@@ -190,15 +190,17 @@ def read_notes(api: ApiClient, namespaces: Sequence[str] | None, page_size: int
     return notes(found), None
 
 
-def probe(api: ApiClient) -> tuple[str, ...]:
+def probe(api: ApiClient) -> Autoscaling:
     """Signs of a node autoscaler that do not expire as Events do: cluster-autoscaler's status
-    ConfigMap (it rewrites it every 10 s) and Karpenter's API group (its CRDs). A sign that cannot
-    be read counts as one: it cannot be ruled out."""
+    ConfigMap (it rewrites it every 10 s) and Karpenter's API group (its CRDs), with the
+    autoscalers they show running. A sign that cannot be read counts as one: it cannot be ruled out."""
     signs: list[str] = []
+    sources: list[str] = []
     namespace, name = STATUS_CONFIGMAP
-    checks = ((f"cluster-autoscaler's status ConfigMap {namespace}/{name}", kubeapi.path(CONFIGMAPS, namespace, name)),
-              (f"Karpenter's API group {KARPENTER_GROUP}", f"/apis/{KARPENTER_GROUP}"))
-    for sign, path in checks:
+    checks = ((f"cluster-autoscaler's status ConfigMap {namespace}/{name}", kubeapi.path(CONFIGMAPS, namespace, name),
+               CLUSTER_AUTOSCALER),
+              (f"Karpenter's API group {KARPENTER_GROUP}", f"/apis/{KARPENTER_GROUP}", KARPENTER))
+    for sign, path, source in checks:
         try:
             kubeapi.request(api, "GET", path, accept=watch.metadata_accept(as_list=False), doing=f"look for {sign}")
         except errors.NotFound:
@@ -206,10 +208,10 @@ def probe(api: ApiClient) -> tuple[str, ...]:
         except errors.Unauthorized:
             raise
         except errors.KubeError as e:
-            signs.append(f"{sign} could not be looked for ({e.server_message}), so it is not ruled out")
-            continue
+            sign = f"{sign} could not be looked for ({e.server_message}), so it is not ruled out"
         signs.append(sign)
-    return tuple(signs)
+        sources.append(source)
+    return Autoscaling(tuple(signs), tuple(sources))
 
 
 PROBE_SECONDS = 300.0  # the watch cache's cycles ask again this often; the re-check before acting always does
@@ -223,26 +225,26 @@ class Probe:
     def __init__(self, api: ApiClient, every: float = PROBE_SECONDS) -> None:
         self.api, self.every = api, every
         self._lock = threading.Lock()
-        self._signs: tuple[str, ...] = ()
+        self._found = Autoscaling()
         self._at: float | None = None
 
-    def signs(self) -> tuple[str, ...]:
+    def found(self) -> Autoscaling:
         with self._lock:
             if self._at is None or time.monotonic() - self._at >= self.every:
-                self._signs, self._at = probe(self.api), time.monotonic()
-            return self._signs
+                self._found, self._at = probe(self.api), time.monotonic()
+            return self._found
 
 
-def autoscaling(mode: NodeAutoscaling, probed: Sequence[str], found: Mapping[str, Sequence[AutoscalerNote]],
+def autoscaling(mode: NodeAutoscaling, probed: Autoscaling, found: Mapping[str, Sequence[AutoscalerNote]],
                 unreadable: str | None = None) -> Autoscaling:
     """Whether nodes can be added, by the admin's word or else by the signs found."""
     if mode is NodeAutoscaling.NONE:
         return Autoscaling()
     if mode is NodeAutoscaling.PRESENT:
         return Autoscaling(("--node-autoscaling present",))
-    signs = list(probed)
+    signs = list(probed.signs)
     if any(found.values()):
         signs.append("autoscaler Events on pods")
     if unreadable:
         signs.append(unreadable)
-    return Autoscaling(tuple(signs))
+    return Autoscaling(tuple(signs), probed.sources)

@@ -200,7 +200,7 @@ def _scaling(api: ApiClient, settings: Settings, need: Needs, namespaces: Sequen
     if not need.autoscalers or mode is NodeAutoscaling.NONE:
         return Autoscaling(), {}
     found, unreadable = autoscalers.read_notes(api, namespaces, settings.cluster.page_size)
-    probed = autoscalers.probe(api) if mode is NodeAutoscaling.AUTO else ()
+    probed = autoscalers.probe(api) if mode is NodeAutoscaling.AUTO else Autoscaling()
     return autoscalers.autoscaling(mode, probed, found, unreadable), found
 
 
@@ -270,8 +270,8 @@ def read_cached(cache: ClusterCache, settings: Settings, policies: Sequence[Poli
         cache.wait(first_sync)
     snap = cache.snapshot()
     said = snap.autoscaler if scaled else {}
-    scaling = autoscalers.autoscaling(mode, cache.probe.signs() if mode is NodeAutoscaling.AUTO else (), said,
-                                      snap.autoscaler_unreadable) if scaled else Autoscaling()
+    probed = cache.probe.found() if scaled and mode is NodeAutoscaling.AUTO else Autoscaling()
+    scaling = autoscalers.autoscaling(mode, probed, said, snap.autoscaler_unreadable) if scaled else Autoscaling()
     return Observation(at, snap.objects, snap.pods, snap.namespaces, snap.nodes if need.nodes else (), need.nodes,
                        read_evidence(source, settings, need, at or now,
                                      namespaces=covered_namespaces(policies, snap.namespaces)),

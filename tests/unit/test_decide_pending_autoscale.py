@@ -157,6 +157,26 @@ def test_a_pod_still_waiting_for_a_node_is_never_taken_for_never_fitting(
     assert old.state is State.FIRES and "no node could ever run it" not in old.why and "for 1d1h" in old.why
 
 
+def test_a_never_from_one_autoscaler_while_another_runs_silent_is_waiting() -> None:
+    """A cluster moving from cluster-autoscaler to Karpenter runs both: cluster-autoscaler's CPU
+    groups say never to a GPU pod that Karpenter's GPU NodePool serves, and Karpenter's Nominated
+    is rate-limited (5/s): a pod it launches a node for may hear nothing from it."""
+    job = obj("train", kind="Job")
+    waiting = gpu_pod(10, job)
+    observation = observe([waiting], [job], notes={waiting.ref.uid: (never(0.5, first=5.5),)})
+    both = Observation(NOW, observation.objects, observation.pods, observation.namespaces, CPU_NODES, True,
+                       autoscaling=Autoscaling(STATUS + ("Karpenter's API group karpenter.sh",),
+                                               (CA, KARPENTER)), autoscaler=observation.autoscaler)
+    [found] = pending.findings(selection.workloads(both, Rails()), both, DAY, NOW)
+    assert found.state is State.TOO_YOUNG, found.why
+    assert "but karpenter runs here too and has said nothing about it" in found.why
+    karpenter_too = Observation(NOW, both.objects, both.pods, both.namespaces, CPU_NODES, True,
+                                autoscaling=both.autoscaling, autoscaler={waiting.ref.uid: (
+                                    never(0.5, first=5.5), never(1, first=7, source=KARPENTER))})
+    [found] = pending.findings(selection.workloads(karpenter_too, Rails()), karpenter_too, DAY, NOW)
+    assert found.state is State.FIRES, found.why
+
+
 def test_no_word_on_this_pod_while_others_have_events_is_waiting() -> None:
     """cluster-autoscaler posts nothing on a pod in a loop where another pod triggered a scale-up,
     and its Events expire after an hour: silence about a pod proves nothing."""

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from janitor import errors
-from janitor.decide.autoscaling import NodeAutoscaling, Said
+from janitor.decide.autoscaling import Autoscaling, NodeAutoscaling, Said
 from janitor.observe import autoscalers
 from janitor.observe.autoscalers import CLUSTER_AUTOSCALER as CA
 from janitor.observe.autoscalers import KARPENTER
@@ -191,11 +191,13 @@ def test_the_signs_that_nodes_can_be_added() -> None:
     said = autoscalers.note(event("TriggeredScaleUp", "pod triggered scale-up: [{gpu-pool 0->1 (max: 4)}]"))
     assert said is not None
     some = autoscalers.notes([said])
-    assert not autoscalers.autoscaling(NodeAutoscaling.NONE, ("ConfigMap",), some).present
-    assert autoscalers.autoscaling(NodeAutoscaling.PRESENT, (), {}).signs == ("--node-autoscaling present",)
-    assert not autoscalers.autoscaling(NodeAutoscaling.AUTO, (), {}).present
-    assert autoscalers.autoscaling(NodeAutoscaling.AUTO, (), some).signs == ("autoscaler Events on pods",)
-    assert autoscalers.autoscaling(NodeAutoscaling.AUTO, ("cm",), {}, "unreadable").signs == ("cm", "unreadable")
+    ca = Autoscaling(("cm",), (CA,))
+    assert not autoscalers.autoscaling(NodeAutoscaling.NONE, ca, some).present
+    assert autoscalers.autoscaling(NodeAutoscaling.PRESENT, Autoscaling(), {}).signs == ("--node-autoscaling present",)
+    assert not autoscalers.autoscaling(NodeAutoscaling.AUTO, Autoscaling(), {}).present
+    assert autoscalers.autoscaling(NodeAutoscaling.AUTO, Autoscaling(), some).signs == ("autoscaler Events on pods",)
+    assert autoscalers.autoscaling(NodeAutoscaling.AUTO, ca, {}, "unreadable") == Autoscaling(("cm", "unreadable"),
+                                                                                               (CA,))
 
 
 class _Answer:
@@ -224,19 +226,20 @@ class _Api:
 CM = "/api/v1/namespaces/kube-system/configmaps/cluster-autoscaler-status"
 
 
-@pytest.mark.parametrize(("answers", "signs"), [
-    pytest.param({}, (), id="neither"),
-    pytest.param({CM: 200}, ("cluster-autoscaler's status ConfigMap kube-system/cluster-autoscaler-status",),
+@pytest.mark.parametrize(("answers", "signs", "sources"), [
+    pytest.param({}, (), (), id="neither"),
+    pytest.param({CM: 200}, ("cluster-autoscaler's status ConfigMap kube-system/cluster-autoscaler-status",), (CA,),
                  id="cluster-autoscaler"),
-    pytest.param({"/apis/karpenter.sh": 200}, ("Karpenter's API group karpenter.sh",), id="karpenter"),
+    pytest.param({"/apis/karpenter.sh": 200}, ("Karpenter's API group karpenter.sh",), (KARPENTER,), id="karpenter"),
     pytest.param({CM: 403}, ("cluster-autoscaler's status ConfigMap kube-system/cluster-autoscaler-status could not "
-                             "be looked for (HTTP 403), so it is not ruled out",), id="forbidden-is-a-sign"),
+                             "be looked for (HTTP 403), so it is not ruled out",), (CA,), id="forbidden-is-a-sign"),
     pytest.param({"/apis/karpenter.sh": 503}, ("Karpenter's API group karpenter.sh could not be looked for (HTTP "
-                                               "503), so it is not ruled out",), id="unanswered-is-a-sign"),
+                                               "503), so it is not ruled out",), (KARPENTER,),
+                 id="unanswered-is-a-sign"),
 ])
-def test_the_probes(answers: dict[str, int], signs: tuple[str, ...]) -> None:
+def test_the_probes(answers: dict[str, int], signs: tuple[str, ...], sources: tuple[str, ...]) -> None:
     api = _Api(answers)
-    assert autoscalers.probe(api) == signs  # type: ignore[arg-type]
+    assert autoscalers.probe(api) == Autoscaling(signs, sources)  # type: ignore[arg-type]
     assert api.asked == [CM, "/apis/karpenter.sh"]
 
 
@@ -291,4 +294,5 @@ def test_the_watch_cache_keeps_the_autoscalers_notes_and_a_refusal_makes_pods_wa
     [n] = snap.autoscaler["pod-1"]
     assert n.said is Said.NEVER
     assert snap.autoscaler_unreadable == "the autoscalers' Events could not be read (events is forbidden)"
-    assert autoscalers.autoscaling(NodeAutoscaling.AUTO, (), snap.autoscaler, snap.autoscaler_unreadable).present
+    assert autoscalers.autoscaling(NodeAutoscaling.AUTO, Autoscaling(), snap.autoscaler,
+                                   snap.autoscaler_unreadable).present
