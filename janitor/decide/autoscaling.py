@@ -98,7 +98,7 @@ def _proof(note: AutoscalerNote, others: Sequence[AutoscalerNote], misfit: Reaso
            now: datetime.datetime) -> Reason:
     """AUTOSCALER_NEVER when `note` proves never, else why it does not (yet)."""
     since = _never_since(note, others)
-    if note.last is not None and now - note.last > NEVER_FRESH:
+    if note.last is not None and abs(now - note.last) > NEVER_FRESH:  # long ago, or a clock far ahead
         return why(Code.NEVER_STALE, source=note.source, detail=note.detail, at=note.last)
     if since is None or note.last is None or note.last - since < NEVER_SETTLE:
         return why(Code.NEVER_UNSETTLED, source=note.source, detail=note.detail, first=since or note.last,
@@ -114,7 +114,8 @@ def _said(note: AutoscalerNote) -> Reason:
     return why(Code.AUTOSCALER_SAID, source=note.source, said=str(note.said), detail=note.detail, at=note.last)
 
 
-def _heard(notes: Sequence[AutoscalerNote], sources: Sequence[str], misfit: Reason, now: datetime.datetime) -> Reason:
+def _heard(notes: Sequence[AutoscalerNote], sources: Sequence[str], misfit: Reason,
+           now: datetime.datetime) -> Reason:
     """AUTOSCALER_NEVER when the autoscalers proved that no node they add could run the pod, else
     what the pod waits on."""
     by_source: dict[str, list[AutoscalerNote]] = {}

@@ -141,6 +141,8 @@ def test_a_gpu_pod_waiting_for_a_pool_at_zero_is_not_never_fitting() -> None:
                  id="never-said-once"),
     pytest.param((never(20, first=30),), "cluster-autoscaler said at 2026-11-23T11:40:00Z that none of the nodes it "
                  "can add could run it", id="never-no-longer-said"),
+    pytest.param((never(-30, first=-25),), "cluster-autoscaler said at 2026-11-23T12:30:00Z that none",
+                 id="never-dated-by-a-clock-far-ahead"),
     pytest.param((never(1, first=10), triggered(0.5)), "triggered a scale-up", id="scale-up-after-never"),
     pytest.param((triggered(6), never(1, first=10)), "since 2026-11-23T11:59:00Z; that counts once",
                  id="never-again-since-a-scale-up"),

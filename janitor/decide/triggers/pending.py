@@ -299,13 +299,12 @@ def _judge_pod(pod: PodView, trigger: Pending, fits: Fits | None, observation: O
         return PodJudgement(pod.ref, State.CLEAR, why(Code.POD, pod=pod.ref.name, why=reason))
     misfit = fits.never_fits(pod) if fits is not None else None
     if misfit and pod.node is None:  # not bound: a node that can be added may still come for it
-        never, misfit = autoscaling.judge(misfit, reason, observation.autoscaler.get(pod.ref.uid, ()),
-                                          observation.autoscaling, now)
-        if not never:
-            reason, misfit = misfit, None
+        never, said = autoscaling.judge(misfit, reason, observation.autoscaler.get(pod.ref.uid, ()),
+                                        observation.autoscaling, now)
+        misfit, reason = (said, reason) if never else (None, said)
     if misfit:
         return PodJudgement(pod.ref, State.FIRES, why(Code.POD, pod=pod.ref.name, why=misfit))
-    if state == "unschedulable" and fits is not None and reason.code is not Code.WAITS_FOR_NODE:
+    if state == "unschedulable" and fits is not None:
         reason = fits.fits_later(pod, reason) or reason
     if since is None:
         return PodJudgement(pod.ref, State.UNKNOWN, why(Code.POD, pod=pod.ref.name, why=reason))
