@@ -5,13 +5,15 @@ Aspects covered:
 - where nodes can be added, a GPU pod that fits no existing node (the GPU pool is at zero) waits:
   judged after `after`, its owner reading what it waits on (a scale-up triggered, a node nominated,
   a limit reached, backoff, or no word yet), and never listed in the admins' report;
-- it fires at once only when every autoscaler that spoke last said none of its node groups could
-  run it, said so again at least 4 minutes after first saying it, and within the last 15 minutes;
+- it fires at once only when every autoscaler that spoke (and every one found running) last said
+  none of its node groups could run it, said so again at least 4 minutes after first saying it,
+  and within the last 15 minutes;
 - the ways a pod still waiting for a node could be taken for never fitting, each kept waiting: an
   autoscaler in backoff or at its maximum, reasons mixing a predicate with a limit, a "never" said
   once (the autoscaler repeats itself every 5 minutes at most), a "never" no longer said (a loop
-  where another pod's scale-up posts nothing on this one, or Events expired), a scale-up triggered
-  after the "never", another autoscaler not agreeing, words not understood, no word at all;
+  where another pod's scale-up posts nothing on this one, or Events expired), a "never" dated by a
+  clock far ahead, a scale-up triggered after the "never", another autoscaler not agreeing or
+  running and silent (Karpenter's Nominated is rate-limited), words not understood, no word at all;
 - the re-check before acting: a scale-up triggered since the cycle's read stops the action;
 - the owner's words on Slack say what the pod waits on.
 """
