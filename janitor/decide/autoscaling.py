@@ -8,15 +8,15 @@ say that no node it could add would run the pod, and it says so on the pod, in E
 
 The rule (docs/policies.md, "Never fits"): where nodes can be added (`Autoscaling.present`), a pod
 that fits no existing node is *waiting* for a node, judged after `after` like any unschedulable
-pod, unless every autoscaler that spoke about it (and every one known to run here) last said that
-none of its node groups or NodePools could run it, said it again at least `NEVER_SETTLE` after it first did (both repeat
-themselves every 5 minutes at most, so one word alone may be a moment's view, such as a node
-group not discovered yet), and last said it within `NEVER_FRESH` of now, either way (one that
-stopped saying it may have changed its mind without a word: a scale-up triggered for other pods in
-the same loop posts nothing on this one; a time far ahead is a clock not to be trusted). An
-autoscaler found running that has said nothing about the pod keeps it waiting too. Anything else (a scale-up triggered, a node nominated, a limit reached,
-backoff, words not understood, or nothing said at all) means waiting, and the owner reads what it
-waits for. Pure: `now` is passed in.
+pod, unless every autoscaler that spoke about it, and every one found running here, last said that
+none of its node groups or NodePools could run it, said it again at least `NEVER_SETTLE` after it
+first did (both repeat themselves every 5 minutes at most, so one word alone may be a moment's
+view, such as a node group not discovered yet), and last said it within `NEVER_FRESH` of now,
+either way (one that stopped saying it may have changed its mind without a word: a scale-up
+triggered for other pods in the same loop posts nothing on this one; a time far ahead is a clock
+not to be trusted). Anything else (a scale-up triggered, a node nominated, a limit reached,
+backoff, words not understood, an autoscaler running and silent, or nothing said at all) means
+waiting, and the owner reads what it waits for. Pure: `now` is passed in.
 """
 
 from __future__ import annotations
