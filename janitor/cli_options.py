@@ -86,6 +86,11 @@ def idle(p: argparse.ArgumentParser) -> None:
                       help='added to every query, e.g. cluster="mn2" (repeatable)')
     idle.add_argument("--cronjob-target", choices=("job", "cronjob"), default=str(D.cluster.cronjob_target),
                       help="the workload of a CronJob's pods: this run's Job, or the CronJob (%(default)s)")
+    idle.add_argument("--node-autoscaling", choices=("auto", "present", "none"),
+                      default=str(D.cluster.node_autoscaling),
+                      help="whether nodes can be added (a GPU pool scaled to zero): auto looks for cluster-autoscaler "
+                           "and Karpenter; where they can, a pod that fits no existing node waits for one unless the "
+                           "autoscaler says none could run it (%(default)s)")
     idle.add_argument("--owner-key", action="append", metavar="annotation:KEY|label:KEY",
                       help="where owners are read, in order, on the workload then its namespace "
                            "(default: annotation:janitor/owner, label:janitor/owner, annotation:owner)")

@@ -27,7 +27,9 @@ def cluster_role(kinds: Sequence[ResourceKind], *, name: str = "kube-idle-janito
     for kind in kinds:
         grant(kind.group, kind.plural, *KIND_VERBS)
     # Events announce every action; the state ConfigMap (ledger, tripwire) is read and written.
-    grant("", "events", "create", "patch", "list", "watch")  # list: the node agent's OOMKillInPod Events
+    # list: the node agent's OOMKillInPod Events, and node autoscalers' Events on pods.
+    grant("", "events", "create", "patch", "list", "watch")
+    # get: also cluster-autoscaler's status ConfigMap, a sign that nodes can be added.
     grant("", "configmaps", "get", "create", "patch")
     # Pending pods are judged against every node (could it ever fit?), and admin reports name nodes.
     grant("", "nodes", "get", "list", "watch")

@@ -16,6 +16,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 
 from janitor import annotations as ann
+from janitor.decide.autoscaling import NodeAutoscaling
 from janitor.decide.lifecycle import LifecycleSettings, MarkCaps
 from janitor.decide.model import ResourceKind
 from janitor.decide.owners import DEFAULT_OWNER_KEYS
@@ -68,6 +69,9 @@ class ClusterSettings:
     page_size: int = 250
     cronjob_target: CronJobMode = CronJobMode.JOB  # act on a CronJob's Job, or on the CronJob itself
     owner_keys: tuple[tuple[str, str], ...] = DEFAULT_OWNER_KEYS  # (annotation|label, key), in order
+    # Whether nodes can be added: `auto` looks for cluster-autoscaler or Karpenter (a pod that fits
+    # no existing node then waits for one, unless the autoscaler says none could run it).
+    node_autoscaling: NodeAutoscaling = NodeAutoscaling.AUTO
 
 
 @dataclass(frozen=True)
@@ -236,6 +240,7 @@ def from_args(args: argparse.Namespace) -> Settings:
         state_namespace=a.text("state_namespace", d.cluster.state_namespace),
         cronjob_target=CronJobMode(a.text("cronjob_target", d.cluster.cronjob_target)),
         owner_keys=_owner_keys(list(a.texts("owner_key"))),
+        node_autoscaling=NodeAutoscaling(a.text("node_autoscaling", d.cluster.node_autoscaling)),
     )
     protected = a.raw("protected_namespaces")
     caps, trip = d.rails.caps, d.rails.tripwire

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from janitor.decide.autoscaling import AutoscalerNote, Autoscaling
 from janitor.decide.evidence import Evidence
 from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.reasons import Reason
@@ -225,6 +226,11 @@ class Observation:
     evidence: Evidence = field(default_factory=Evidence)
     oom: Mapping[str, tuple[OomReport, ...]] = field(default_factory=dict)  # pod uid -> the agent's reports
     skipped_kinds: tuple[SkippedKind, ...] = ()
+    # Whether nodes can be added, and what autoscalers said per pod (uid -> newest note per source
+    # and reason). observe always sets the first where a pending policy reads it; the default (no
+    # sign of an autoscaler) is what `--node-autoscaling none` reads.
+    autoscaling: Autoscaling = field(default_factory=Autoscaling)
+    autoscaler: Mapping[str, tuple[AutoscalerNote, ...]] = field(default_factory=dict)
 
     def namespace(self, name: str | None) -> NamespaceView:
         return self.namespaces.get(name or "", NamespaceView(name or ""))

@@ -95,6 +95,13 @@ def _reasons(reason: Reason, name: str) -> tuple[Reason, ...]:
     return value
 
 
+def _tuple(reason: Reason, name: str) -> tuple[object, ...]:
+    value = _fact(reason, name)
+    if not isinstance(value, tuple):
+        raise _Missing(name)
+    return value
+
+
 def _count(n: int, singular: str, plural: str | None = None) -> str:
     return f"{n} {singular if n == 1 else plural or singular + 's'}"
 
@@ -254,6 +261,34 @@ def _never_fits(reason: Reason) -> str:
     return f"no node in the cluster could ever run it: {'; '.join(ordered[:3])}"
 
 
+def _heard(reason: Reason) -> str:
+    """What an autoscaler said of a pod that waits for a node."""
+    source = _text(reason, "source")
+    if reason.code is Code.SCALE_UP_TRIGGERED:
+        return f"{source} is adding one ({', '.join(str(g) for g in _tuple(reason, 'groups'))})"
+    if reason.code is Code.NODE_NOMINATED:
+        return f"{source} is launching one ({', '.join(str(t) for t in _tuple(reason, 'targets'))})"
+    if reason.code is Code.AUTOSCALER_SAID:
+        said, detail = _text(reason, "said"), _text(reason, "detail")
+        return {"limited": f"{source} cannot add one now, a limit is reached ({detail})",
+                "not-now": f"{source} is not adding one for now ({detail})"}.get(said, f"{source} said: {detail}")
+    if reason.code is Code.AUTOSCALING_ON:
+        return "no autoscaler has said whether one will come"
+    if reason.code is Code.NEVER_UNSETTLED:
+        return (f"{source} says none of the nodes it can add could run it ({_text(reason, 'detail')}); if it keeps "
+                "saying so, the pod is treated as one that can never run")
+    return str(reason)
+
+
+def _waits_for_node(reason: Reason) -> str:
+    return f"no node can run it now, and it is waiting for a node to be added: {_heard(_reason(reason, 'said'))}"
+
+
+def _autoscaler_never(reason: Reason) -> str:
+    return (f"{_never_fits(_reason(reason, 'never'))}; and {_text(reason, 'source')} cannot add one that could "
+            f"({_text(reason, 'detail')})")
+
+
 def _none_runs(reason: Reason) -> str:
     total, first = int(_number(reason, "total")), _reason(reason, "first")
     if total == 1:
@@ -304,6 +339,8 @@ _RENDER: Mapping[Code, Callable[[Reason], str]] = {
     Code.GATED: lambda r: "held in a queue on purpose (a scheduling gate)",
     Code.NOT_SCHEDULED: lambda r: "not scheduled yet",
     Code.NEVER_FITS: _never_fits,
+    Code.WAITS_FOR_NODE: _waits_for_node,
+    Code.AUTOSCALER_NEVER: _autoscaler_never,
     Code.ALL_LOOPING: _all_looping,
     Code.RESTARTS: _restarts,
     Code.SOME_LOOPING: lambda r: (f"{int(_number(r, 'looping'))} of its {int(_number(r, 'total'))} GPU pods "

@@ -188,6 +188,16 @@ class Code(StrEnum):
     NO_LONGER_DUE = "no-longer-due"
     STILL_DUE = "still-due"
     FREE_TEXT = "text"  # words from outside (an error message), shown as they are
+    # pending, where nodes can be added (janitor.decide.autoscaling)
+    WAITS_FOR_NODE = "waits-for-node"
+    AUTOSCALING_ON = "autoscaling-on"
+    SCALE_UP_TRIGGERED = "scale-up-triggered"
+    NODE_NOMINATED = "node-nominated"
+    AUTOSCALER_SAID = "autoscaler-said"
+    NEVER_UNSETTLED = "never-unsettled"
+    NEVER_STALE = "never-stale"
+    AUTOSCALER_NEVER = "autoscaler-never"
+    NEVER_NOT_ALL = "never-not-all"
 
 
 _T: Mapping[Code, str] = {
@@ -380,6 +390,19 @@ _T: Mapping[Code, str] = {
     Code.NO_LONGER_DUE: "no longer due on a fresh read: {why}",
     Code.STILL_DUE: "still due on a fresh read",
     Code.FREE_TEXT: "{text}",
+    Code.WAITS_FOR_NODE: "waiting for a node, not never fitting: no node now could run it ({shown}), but {said}; "
+                         "{state}",
+    Code.AUTOSCALING_ON: "nodes can be added here ({signs:; }) and no autoscaler has said that none could run it",
+    Code.SCALE_UP_TRIGGERED: "{source} triggered a scale-up of {groups:, } at {at}",
+    Code.NODE_NOMINATED: "{source} nominated {targets:, } for it at {at}",
+    Code.AUTOSCALER_SAID: "{source} said at {at}: {detail}",
+    Code.NEVER_UNSETTLED: "{source} says none of the nodes it can add could run it ({detail}), since {first}; "
+                          "that counts once it has said so for {settle:age}",
+    Code.NEVER_STALE: "{source} said at {at} that none of the nodes it can add could run it ({detail}), and has "
+                      "not said so since",
+    Code.AUTOSCALER_NEVER: "{never}; and {source} can add no node that could ({detail}; said since {first})",
+    Code.NEVER_NOT_ALL: "{source} says none of the nodes it can add could run it ({detail}), but {silent: and } "
+                        "runs here too and has said nothing about it",
 }
 
 

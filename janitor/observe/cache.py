@@ -3,8 +3,9 @@
 Listing every kind every cycle costs the apiserver the whole cluster every minute; a steady cycle
 should cost what changed. So the daemon lists each kind once and then follows it
 (`observe.watch`), and a cycle takes a snapshot of the slim values kept: configured kinds as
-`ObjectView`s (pods and namespaces also as the views the triggers read), nodes as `NodeInfo`, and
-the node agent's OOM Events.
+`ObjectView`s (pods and namespaces also as the views the triggers read), nodes as `NodeInfo`, the
+node agent's OOM Events, and node autoscalers' Events on pods (as their notes) with the probe for
+an autoscaler, asked again every few minutes.
 
 A snapshot is refused (`NotSynced`) while any kind it needs has not completed its first list or
 has lost the apiserver: the cycle then does nothing, and says so on /readyz and in the metrics.
@@ -18,14 +19,15 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kubernetes.client import ApiClient
 
 from janitor import errors, node_report
+from janitor.decide.autoscaling import AutoscalerNote
 from janitor.decide.model import NamespaceView, NodeInfo, ObjectView, PodView, ResourceKind, SkippedKind
-from janitor.observe import cluster, views
+from janitor.observe import autoscalers, cluster, views
 from janitor.observe.watch import KindStatus, KindWatch, State
 from janitor.settings import Settings
 
@@ -47,6 +49,7 @@ class Entry:
     namespace: NamespaceView | None = None
     node: NodeInfo | None = None
     event: Mapping[str, Any] | None = None  # an OOM Event's few fields (views.oom_reports reads them)
+    note: tuple[str, AutoscalerNote] | None = None  # an autoscaler's Event on a pod: (pod uid, what it says)
 
 
 @dataclass(frozen=True)
@@ -57,10 +60,17 @@ class Snapshot:
     nodes: tuple[NodeInfo, ...]
     oom: dict[str, tuple[Any, ...]]
     skipped: tuple[SkippedKind, ...]
+    autoscaler: dict[str, tuple[AutoscalerNote, ...]] = field(default_factory=dict)
+    autoscaler_unreadable: str | None = None  # why the autoscalers' Events could not be read
 
 
 def _is(kind: ResourceKind, name: str) -> bool:
     return kind.group == "" and kind.kind == name
+
+
+def _slim_note(item: Mapping[str, Any]) -> Entry | None:
+    found = autoscalers.note(item)
+    return Entry(note=found) if found is not None else None
 
 
 def _slim_event(item: Mapping[str, Any]) -> Entry:
@@ -77,10 +87,12 @@ class ClusterCache:
         self.connect_timeout = connect_timeout
         self._watches: dict[str, KindWatch[Entry]] = {}
         self._groups: dict[str, list[str]] = {}  # a kind's key -> its watches (one per namespace in scope)
+        self._optional: set[str] = set()  # groups whose refusal (403, 404) is reported, not a reason to stop
         self._lock = threading.Lock()
+        self.probe = autoscalers.Probe(api)
 
     # -- which kinds ---------------------------------------------------------------------------------
-    def ensure(self, *, pods: bool, nodes: bool, oom: bool) -> None:
+    def ensure(self, *, pods: bool, nodes: bool, oom: bool, scaling: bool = False) -> None:
         """Start watching every kind a cycle with these needs reads (a kind already watched is kept)."""
         c = self.settings.cluster
         configured = {k.key for k in c.kinds}
@@ -94,11 +106,15 @@ class ClusterCache:
             self._add(views.NODES, as_object=False, everywhere=True)
         if oom:
             self._add(views.EVENTS, as_object=False, field_selector=f"reason={node_report.EVENT_OOM}")
+        for source in autoscalers.SOURCES if scaling else ():  # the autoscalers' Events on pods
+            self._add(views.EVENTS, as_object=False, field_selector=autoscalers.field_selector(source),
+                      group=f"Event:{source}", slim=_slim_note)
 
     def _add(self, kind: ResourceKind, *, as_object: bool, everywhere: bool = False,
-             field_selector: str | None = None) -> None:
+             field_selector: str | None = None, group: str | None = None, slim: Any = None) -> None:
+        key = group or kind.key
         with self._lock:
-            if kind.key in self._groups:
+            if key in self._groups:
                 return
             scope = self.settings.cluster.namespaces
             namespaces: Sequence[str | None] = scope if (scope is not None and kind.namespaced
@@ -110,12 +126,15 @@ class ClusterCache:
             keys = []
             for namespace in namespaces:
                 w: KindWatch[Entry] = KindWatch(
-                    self.api, kind, self._slim(kind, as_object), namespace=namespace,
+                    self.api, kind, slim or self._slim(kind, as_object), namespace=namespace,
                     metadata_only=cluster.metadata_only(kind), field_selector=field_selector, keep=keep,
-                    page_size=self.settings.cluster.page_size, connect_timeout=self.connect_timeout)
+                    page_size=self.settings.cluster.page_size, connect_timeout=self.connect_timeout,
+                    name=group and group + (f"@{namespace}" if namespace else ""))
                 self._watches[w.key] = w.start()
                 keys.append(w.key)
-            self._groups[kind.key] = keys
+            self._groups[key] = keys
+            if group is not None:
+                self._optional.add(key)
 
     @staticmethod
     def _slim(kind: ResourceKind, as_object: bool) -> Any:
@@ -173,15 +192,21 @@ class ClusterCache:
         namespaces: dict[str, NamespaceView] = {}
         nodes: list[NodeInfo] = []
         events: list[Mapping[str, Any]] = []
+        notes: list[tuple[str, AutoscalerNote]] = []
+        unreadable: str | None = None
         skipped: list[SkippedKind] = []
         with self._lock:
             groups = {key: [self._watches[k] for k in keys] for key, keys in self._groups.items()}
+            optional = set(self._optional)
         configured = {k.key for k in self.settings.cluster.kinds}
         for key, watches in groups.items():
             failed = next((w.skipped for w in watches if w.skipped is not None), None)
             if failed is not None:
                 if key in configured:
                     skipped.append(cluster.skipped(watches[0].kind, failed))
+                    continue
+                if key in optional:  # pods that fit no node wait, as when nothing was said
+                    unreadable = f"the autoscalers' Events could not be read ({failed.server_message})"
                     continue
                 raise NotSynced(f"{key} cannot be read: {failed}", doing="read the watch cache")
             for w in watches:
@@ -196,5 +221,7 @@ class ClusterCache:
                         nodes.append(e.node)
                     if e.event is not None:
                         events.append(e.event)
+                    if e.note is not None:
+                        notes.append(e.note)
         return Snapshot(tuple(objects), tuple(pods), namespaces, tuple(nodes), views.oom_reports(events),
-                        tuple(skipped))
+                        tuple(skipped), autoscalers.notes(notes), unreadable)

@@ -8,7 +8,11 @@ evidence is one query per distinct (signal, window) the policies need, never one
 The re-check reads only what one action's decision depends on: the object (by name, checked by
 UID), its owner chain, its namespace, and for a workload its pods (by its selector, so pods of a
 ReplicaSet created since the cycle's read are there too) with their owner chains, the usage
-evidence of exactly those pods, and the nodes or OOM reports the trigger reads.
+evidence of exactly those pods, and the nodes, OOM reports or autoscalers' words the trigger reads.
+
+Where a pending policy is loaded, a read also tells whether nodes can be added and what node
+autoscalers said about each pod (janitor.observe.autoscalers): their Events on pods, listed by
+source, and in `--node-autoscaling auto` the probe for an autoscaler.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from kubernetes.client import ApiClient
 
 from janitor import errors, node_report
 from janitor.decide import usage
+from janitor.decide.autoscaling import AutoscalerNote, Autoscaling, NodeAutoscaling
 from janitor.decide.evidence import CpuEvidence, CpuKey, Evidence, GpuEvidence, GpuKey, PodKey
 from janitor.decide.model import (
     Action,
@@ -37,7 +42,7 @@ from janitor.decide.model import (
     SkippedKind,
     TriggerKind,
 )
-from janitor.observe import cluster, evidence, targets, views
+from janitor.observe import autoscalers, cluster, evidence, targets, views
 from janitor.observe.cache import ClusterCache
 from janitor.observe.prometheus import HONOR_LABELS, SERVICE_MONITOR, Matcher, PrometheusConfig, PrometheusSource
 from janitor.policy.model import CrashLoop, IdleCpu, IdleGpu, Pending, Policy, Terminating
@@ -69,6 +74,7 @@ class Needs:
     pods: bool = False
     nodes: bool = False
     oom: bool = False
+    autoscalers: bool = False  # what node autoscalers say (pending policies)
     ghost_gpus: bool = False
     gpu: frozenset[GpuKey] = field(default_factory=frozenset)
     cpu: frozenset[CpuKey] = field(default_factory=frozenset)
@@ -90,6 +96,7 @@ def needs(policies: Iterable[Policy]) -> Needs:
         pods=any(p.triggers for p in policies),
         nodes=any(p.trigger(Pending) or p.trigger(Terminating) for p in policies),
         oom=any(p.trigger(CrashLoop) for p in policies),
+        autoscalers=any(p.trigger(Pending) for p in policies),
         ghost_gpus=any(p.trigger(Terminating) for p in policies),
         gpu=frozenset(k for k, _ in gpu),
         cpu=frozenset(k for k, _ in cpu),
@@ -189,6 +196,17 @@ def _oom(api: ApiClient, namespaces: Sequence[str] | None, page_size: int) -> di
     return views.oom_reports(items)
 
 
+def _scaling(api: ApiClient, settings: Settings, need: Needs, namespaces: Sequence[str] | None
+             ) -> tuple[Autoscaling, dict[str, tuple[AutoscalerNote, ...]]]:
+    """Whether nodes can be added, and what autoscalers said about pods in `namespaces`."""
+    mode = settings.cluster.node_autoscaling
+    if not need.autoscalers or mode is NodeAutoscaling.NONE:
+        return Autoscaling(), {}
+    found, unreadable = autoscalers.read_notes(api, namespaces, settings.cluster.page_size)
+    probed = autoscalers.probe(api) if mode is NodeAutoscaling.AUTO else Autoscaling()
+    return autoscalers.autoscaling(mode, probed, found, unreadable), found
+
+
 def read(api: ApiClient, settings: Settings, policies: Sequence[Policy], now: datetime.datetime, *,
          source: PrometheusSource | None = None, progress: Progress | None = None) -> Observation:
     """The cycle's observation. `at` is the Date header of the first page read: the earliest moment
@@ -234,10 +252,11 @@ def read(api: ApiClient, settings: Settings, policies: Sequence[Policy], now: da
         for items, _ in cluster.list_items(api, views.NODES, page_size=c.page_size):
             nodes.extend(views.node_info(item) for item in items)
     oom = _oom(api, c.namespaces, c.page_size) if need.oom else {}
+    scaling, said = _scaling(api, settings, need, c.namespaces)
     at = first or now
     return Observation(first, tuple(objects), tuple(pods), namespaces, tuple(nodes), need.nodes,
                        read_evidence(source, settings, need, at, namespaces=covered_namespaces(policies, namespaces)),
-                       oom, tuple(skipped))
+                       oom, tuple(skipped), scaling, said)
 
 
 def read_cached(cache: ClusterCache, settings: Settings, policies: Sequence[Policy], at: datetime.datetime | None,
@@ -247,14 +266,19 @@ def read_cached(cache: ClusterCache, settings: Settings, policies: Sequence[Poli
     apiserver's Date from a request of this cycle. Raises `NotSynced` when a kind it needs is not
     synced (after waiting up to `first_sync` seconds for kinds just added)."""
     need = needs(policies)
-    cache.ensure(pods=need.pods, nodes=need.nodes, oom=need.oom)
+    mode = settings.cluster.node_autoscaling
+    scaled = need.autoscalers and mode is not NodeAutoscaling.NONE
+    cache.ensure(pods=need.pods, nodes=need.nodes, oom=need.oom, scaling=scaled)
     if first_sync > 0:
         cache.wait(first_sync)
     snap = cache.snapshot()
+    said = snap.autoscaler if scaled else {}
+    probed = cache.probe.found() if scaled and mode is NodeAutoscaling.AUTO else Autoscaling()
+    scaling = autoscalers.autoscaling(mode, probed, said, snap.autoscaler_unreadable) if scaled else Autoscaling()
     return Observation(at, snap.objects, snap.pods, snap.namespaces, snap.nodes if need.nodes else (), need.nodes,
                        read_evidence(source, settings, need, at or now,
                                      namespaces=covered_namespaces(policies, snap.namespaces)),
-                       snap.oom if need.oom else {}, snap.skipped)
+                       snap.oom if need.oom else {}, snap.skipped, scaling, said)
 
 
 # -- the re-check's scoped read -----------------------------------------------------------------------
@@ -344,9 +368,12 @@ def read_scoped(api: ApiClient, settings: Settings, policies: Sequence[Policy], 
     need = needs(policies)
     oom = _oom(api, [target.namespace or ""], settings.cluster.page_size) if (
         action.trigger is TriggerKind.CRASH_LOOP and need.oom) else {}
+    # A scale-up triggered (or a node nominated) since the cycle's read stops the action.
+    scaling, said = _scaling(api, settings, need, [target.namespace or ""]) if (
+        action.trigger is TriggerKind.PENDING) else (Autoscaling(), {})
     keys = [PodKey(p.ref.namespace or "", p.ref.name) for p in pods]
     reclaim = action.trigger not in (TriggerKind.EXPIRY, TriggerKind.TERMINATING)
     # Every usage signal the policies read, not only the acting trigger's: busy on any one vetoes.
     found = read_evidence(source, settings, need, scoped.date or now, keys) if reclaim and pods else Evidence()
     return Observation(scoped.date, tuple(scoped.objects.values()), tuple(pods), namespaces, tuple(nodes),
-                       nodes_known, found, oom)
+                       nodes_known, found, oom, autoscaling=scaling, autoscaler=said)

@@ -11,7 +11,11 @@ Aspects covered:
   hold waits: not marked on the first cycle, marked after `after`, and its owner (and `janitor
   explain`) reads which node it waits for and why; the admins' report does not call it never fitting;
 - a pod whose init container is running is starting, not stuck, past `after`; one whose init
-  container keeps failing is stuck.
+  container keeps failing is stuck;
+- with a GPU node group at zero (the scale-from-zero stand-in playing cluster-autoscaler), a GPU
+  pod for which a scale-up was triggered is not marked never fitting (its owner reads the scale-up),
+  the node appears and the pod runs; a pod cluster-autoscaler keeps saying no group could run is
+  marked never fitting and listed in the admins' report; the watch cache reads the same.
 """
 
 from __future__ import annotations
@@ -30,11 +34,16 @@ from kubernetes import client
 from runner import Runner
 from runner import settings as build
 
+from devenv.autoscaler import POOL_LABEL, Mode, ScaleFromZero
 from devenv.nodes import WAITING, NodeSpec, node_manifest
 from devenv.procs import wait_until
 from devenv.slack_standin import SlackStandInControl
 from janitor import annotations as a
+from janitor.decide.autoscaling import Said
 from janitor.decide.lifecycle import LifecycleSettings
+from janitor.observe import observation
+from janitor.observe.cache import ClusterCache
+from janitor.policy.model import Pending, Policy
 
 ALICE = ("alice@lab.example", "U0ALICE1", "alice")
 NODE = "cpu-node-1"
@@ -292,3 +301,57 @@ def test_a_pod_whose_init_container_runs_is_starting_not_stuck(
     assert "fetch: CrashLoopBackOff" in reasons["fetch-failing"]
     shown = explain(sandbox, namespace, policy, f"Pod/{namespace}/fetching")
     assert "fetching: init container fetch running since" in shown and "starting, not stuck" in shown
+
+
+def pool_pod(name: str, group: str, namespace: str) -> client.V1Pod:
+    """A 4-GPU pod for a node group that has no node yet."""
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, annotations={"janitor/owner": ALICE[0]}),
+        spec=client.V1PodSpec(node_selector={POOL_LABEL: group},
+                              tolerations=[client.V1Toleration(key=ONLY, value=namespace, effect="NoSchedule")],
+                              containers=[container(gpus=4)]))
+
+
+def test_a_gpu_pod_waiting_for_a_node_group_at_zero_is_not_never_fitting(
+        kube, core: client.CoreV1Api, namespace: str, sandbox, tmp_path: Path, slack: SlackStandInControl) -> None:
+    slack.add_user(*ALICE)
+    only = [{"key": ONLY, "value": namespace, "effect": "NoSchedule"}]
+    coming, refused = f"gpu-pool-{uuid.uuid4().hex[:5]}", f"gpu-none-{uuid.uuid4().hex[:5]}"
+    with ScaleFromZero(core, namespace, coming, delay=40, taints=only) as scaler, \
+            ScaleFromZero(core, namespace, refused, mode=Mode.NEVER, status_configmap=False) as refuser:
+        core.create_namespaced_pod(namespace, pool_pod("waits", coming, namespace))
+        core.create_namespaced_pod(namespace, pool_pod("never", refused, namespace))
+        wait_until(lambda: scaler.events and refuser.events, timeout=60,
+                   what="cluster-autoscaler's stand-in speaking about both pods")
+        policy = policy_file(tmp_path, namespace, "1h")
+        janitor_for(kube, sandbox, namespace, policy).run_cycle()
+        reasons = marked(core, namespace)
+        assert "waits" not in reasons, reasons["waits"]  # a node is coming: not never fitting
+        assert set(reasons) == {"never"}
+        assert "no node could ever run it" in reasons["never"]
+        assert ("cluster-autoscaler can add no node that could (1 node(s) didn't match Pod's node "
+                "affinity/selector") in reasons["never"]
+        [admins] = [m for m in slack.messages("C0ADMINS") if namespace in str(m.blocks)]
+        assert f"Pod/{namespace}/never" in str(admins.blocks) and f"Pod/{namespace}/waits" not in str(admins.blocks)
+        shown = explain(sandbox, namespace, policy, f"Pod/{namespace}/waits")
+        assert "waiting for a node, not never fitting" in shown, shown
+        assert f"cluster-autoscaler triggered a scale-up of {coming} 0->1 (max: 4)" in shown
+        # What the autoscaler said about the pod, not merely that one runs:
+        assert "cluster-autoscaler's status ConfigMap kube-system/cluster-autoscaler-status" not in shown
+
+        # The watch cache reads the same: the autoscaler's words per pod and its status ConfigMap.
+        cache = ClusterCache(kube, build(namespaces=(namespace,), state_namespace=namespace))
+        try:
+            seen = observation.read_cached(cache, cache.settings, [Policy("stuck", (Pending(),))], None,
+                                           datetime.datetime.now(datetime.timezone.utc), first_sync=60)
+        finally:
+            cache.stop()
+        said = {p.ref.name: {n.said for n in seen.autoscaler.get(p.ref.uid, ())} for p in seen.pods}
+        assert said == {"waits": {Said.COMING}, "never": {Said.NEVER}}, said
+        assert "cluster-autoscaler's status ConfigMap kube-system/cluster-autoscaler-status" in seen.autoscaling.signs
+
+        wait_until(lambda: core.read_namespaced_pod("waits", namespace).status.phase == "Running", timeout=120,
+                   what="the node added and the waiting pod running on it")
+        assert core.read_namespaced_pod("waits", namespace).spec.node_name in scaler.nodes
+        janitor_for(kube, sandbox, namespace, policy).run_cycle()
+        assert set(marked(core, namespace)) == {"never"}

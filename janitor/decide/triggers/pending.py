@@ -14,6 +14,10 @@ every node at its best: schedulable, Ready, and reporting its full capacity. A c
 NotReady one, a taint the node lifecycle controller puts on for a condition, or a device plugin
 reporting 0 GPUs for a while (allocatable below capacity, or below the GPU count its labels carry)
 make a pod *wait*, judged after `after` like any unschedulable pod, and the owner reads which.
+
+"Ever" also means with every node that can be added: where a node autoscaler runs, a pod that fits
+no existing node (a GPU pool scaled to zero) waits for one, unless the autoscalers proved that no
+node they could add would run it (janitor.decide.autoscaling).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import datetime
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from janitor.decide import autoscaling
 from janitor.decide.model import (
     ContainerKind,
     Finding,
@@ -283,7 +288,8 @@ def pods(workload: Workload) -> tuple[PodView, ...]:
     return judged if any(p.phase == "Pending" for p in judged) else ()
 
 
-def _judge_pod(pod: PodView, trigger: Pending, fits: Fits | None, now: datetime.datetime) -> PodJudgement:
+def _judge_pod(pod: PodView, trigger: Pending, fits: Fits | None, observation: Observation,
+               now: datetime.datetime) -> PodJudgement:
     state, since, reason = stuck_state(pod)
     if state == "gated" and not trigger.include_gated:
         # Queued on purpose: its queue (Kueue) may still add the tolerations and node selectors of
@@ -292,6 +298,10 @@ def _judge_pod(pod: PodView, trigger: Pending, fits: Fits | None, now: datetime.
     if state == "progressing":
         return PodJudgement(pod.ref, State.CLEAR, why(Code.POD, pod=pod.ref.name, why=reason))
     misfit = fits.never_fits(pod) if fits is not None else None
+    if misfit and pod.node is None:  # not bound: a node that can be added may still come for it
+        never, said = autoscaling.judge(misfit, reason, observation.autoscaler.get(pod.ref.uid, ()),
+                                        observation.autoscaling, now)
+        misfit, reason = (said, reason) if never else (None, said)
     if misfit:
         return PodJudgement(pod.ref, State.FIRES, why(Code.POD, pod=pod.ref.name, why=misfit))
     if state == "unschedulable" and fits is not None:
@@ -305,10 +315,10 @@ def _judge_pod(pod: PodView, trigger: Pending, fits: Fits | None, now: datetime.
         Code.STUCK_FOR, state=reason, stuck=now - since)))
 
 
-def _judge(members: Sequence[PodView], trigger: Pending, fits: Fits | None,
+def _judge(members: Sequence[PodView], trigger: Pending, fits: Fits | None, observation: Observation,
            now: datetime.datetime) -> tuple[State, Reason, tuple[PodJudgement, ...]]:
     waiting = [p for p in members if p.phase == "Pending"]
-    judged = tuple(_judge_pod(p, trigger, fits, now) for p in waiting)
+    judged = tuple(_judge_pod(p, trigger, fits, observation, now) for p in waiting)
     running = [p for p in members if p.phase == "Running"]
     if running:
         return State.CLEAR, why(Code.SOME_RUNNING, running=len(running), total=len(members),
@@ -331,7 +341,7 @@ def findings(workloads: Sequence[Workload], observation: Observation, policy: Po
         members = pods(workload)
         if not members or not workload.known:
             continue
-        state, reason, judged = _judge(members, trigger, fits, now)
+        state, reason, judged = _judge(members, trigger, fits, observation, now)
         found.append(Finding(TriggerKind.PENDING, policy.name, policy.mode, workload.ref, state, reason,
                              source=policy.source, pods=judged, gpus=sum(p.gpus for p in members),
                              owner=workload.owner, managed_by=workload.managed_by))
