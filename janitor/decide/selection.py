@@ -349,10 +349,21 @@ class Gate:
         self.observation, self.rails = observation, rails
         self.protected = frozenset(rails.protected_namespaces)
         self.namespace_out: dict[str, Reason | None] = {}
+        self.cronjobs: dict[str, ObjectView] | None = None
 
     def protects(self, namespace: str | None) -> bool:
         """As `is_protected(namespace, rails)`."""
         return namespace is not None and namespace in self.protected
+
+    def cronjob_of(self, obj: ObjectView) -> ObjectView | None:
+        """The CronJob controlling a Job, as read: its opt-out is its Jobs' (annotations on a
+        CronJob never reach them)."""
+        controller = obj.controller
+        if controller is None or controller.kind != "CronJob" or obj.ref.kind != "Job":
+            return None
+        if self.cronjobs is None:
+            self.cronjobs = {o.ref.uid: o for o in self.observation.objects if o.ref.kind == "CronJob"}
+        return self.cronjobs.get(controller.uid)
 
     def __call__(self, obj: ObjectView) -> Reason | None:
         """Why `obj` is left alone: deleting, in a protected namespace, or opted out (its own
@@ -368,6 +379,9 @@ class Gate:
         own = obj.annotations.get(ann.OPT_OUT)
         if own is not None and ann.is_true(own):
             return why(Code.OPTED_OUT, where="the object")
+        cron = self.cronjob_of(obj)
+        if cron is not None and ann.is_true(cron.annotations.get(ann.OPT_OUT)):
+            return why(Code.OPTED_OUT, where=str(cron.ref))
         name = namespace or ""
         if name not in self.namespace_out:
             self.namespace_out[name] = opted_out({}, self.observation.namespaces.get(name))

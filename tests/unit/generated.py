@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 
 from janitor import annotations as ann
 from janitor.annotations import Delivery, Intent, NoticeKind, WarnedOf
+from janitor.decide.autoscaling import AutoscalerNote, Autoscaling, Said
 from janitor.decide.clicks import ButtonValue, Op, Outcome, Presser, judge
 from janitor.decide.evidence import (
     CpuEvidence,
@@ -47,6 +48,7 @@ from janitor.decide.lifecycle import Change, LifecycleSettings, MarkCaps, Step, 
 from janitor.decide.model import (
     Action,
     ActionType,
+    AgentCondition,
     ContainerStatus,
     ContainerView,
     NamespaceView,
@@ -63,6 +65,7 @@ from janitor.decide.owners import Owner, OwnerKind, find_owner
 from janitor.decide.plan import CyclePlan, PlanSettings
 from janitor.decide.rails import Caps, Rails, record_deletions
 from janitor.decide.selection import CronJobMode
+from janitor.node_report import AgentRun, ConditionMessage, PodTaskState, Sight
 from janitor.policy.model import (
     Action as PolicyAction,
 )
@@ -209,6 +212,8 @@ class Cluster:
     nodes_known: bool = True
     pods_listed: bool = False
     namespaces_listed: bool = False
+    autoscaling: Autoscaling = field(default_factory=Autoscaling)  # whether nodes can be added
+    autoscaler: dict[str, tuple[AutoscalerNote, ...]] = field(default_factory=dict)  # pod uid -> what they said
     failing: set[str] = field(default_factory=set)  # evidence queries that fail ("gpu:..." / "cpu:...")
     unread: set[str] = field(default_factory=set)  # evidence queries not made at all
     history: dict[str, list[Warning]] = field(default_factory=dict)  # warnings delivered before the run
@@ -243,7 +248,9 @@ class Cluster:
             objects += [ObjectView(ObjectRef("Namespace", "v1", None, name, f"ns-{name}"), "1", NOW - 400 * DAY,
                                    dict(notes), dict(labels)) for name, (labels, notes) in self.namespaces.items()]
         return Observation(at, tuple(objects), tuple(p.view() for p in self.pods.values()), self.namespace_views(),
-                           self.nodes, self.nodes_known, self.evidence(policies, at))
+                           self.nodes, self.nodes_known, self.evidence(policies, at),
+                           autoscaling=self.autoscaling, autoscaler={
+                               uid: notes for uid, notes in self.autoscaler.items() if uid in self.pods})
 
     def evidence(self, policies: Sequence[Policy], at: datetime.datetime) -> Evidence:
         """What Prometheus answers to the queries the janitor makes for these policies (their own
@@ -610,7 +617,8 @@ def pods(draw: st.DrawFn, cluster: Cluster, namespace: str, name: str, controlle
         since = NOW - draw(one_of((10 * M, 5 * H, 2 * DAY)))
         state = {
             "pending": PodState(scheduled=False, schedule_reason="Unschedulable", scheduled_changed=since,
-                                schedule_message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu."),
+                                schedule_message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+                                requests={"nvidia.com/gpu": float(gpus)} if gpus else {}),
             "starting": PodState(scheduled=True, scheduled_changed=since,
                                  waiting=(("main", "ImagePullBackOff", "pull access denied"),)),
             "gated": PodState(gated=True, schedule_reason="SchedulingGated", scheduled_changed=since),
@@ -635,13 +643,14 @@ def pods(draw: st.DrawFn, cluster: Cluster, namespace: str, name: str, controlle
         mixed = draw(one_of(("one-gpu", "gpu-not-cpu", "cpu-not-gpu")))
         use = replace(use, gpu=(0.97,) + use.gpu[1:] if mixed != "cpu-not-gpu" else use.gpu,
                       cpu=40.0 if mixed == "cpu-not-gpu" else use.cpu)
-    return Pod(namespace, name, uid, controller, draw(one_of(NODES)), phase, started, gpus,
+    node = None if state.scheduled is False else draw(one_of(NODES))  # an unschedulable pod is bound to no node
+    return Pod(namespace, name, uid, controller, node, phase, started, gpus,
                (started or NOW) - M, labels, notes, containers, deleting, state, use)
 
 
 @st.composite
 def workloads(draw: st.DrawFn, cluster: Cluster, index: int, policies: Sequence[Policy], *,
-              profile: str = "any") -> None:
+              profile: str = "any", theme: str | None = None) -> None:
     """One workload with its owner chain and pods, added to `cluster`."""
     calm = profile != "any"  # "due" and "idle": plain, readable, idle workloads
     kind = draw(one_of(WORKLOAD_KINDS[:-1] if calm else WORKLOAD_KINDS))
@@ -671,7 +680,8 @@ def workloads(draw: st.DrawFn, cluster: Cluster, index: int, policies: Sequence[
         chain = [thing(kind, name)]
     parent = chain[-1].owner_ref() if chain else None
     count = draw(ints(1, 3) if calm or kind == "Pod" else ints(0, 3))
-    theme = None if calm else draw(one_of((None, None, None, "crash-looping", "stuck-terminating", "pending")))
+    theme = theme or (None if calm else draw(one_of((None, None, None, "crash-looping", "stuck-terminating",
+                                                      "pending"))))
     members = [draw(pods(cluster, namespace, f"{name}-{i}", parent, profile=profile, story=theme))
                for i in range(1 if kind == "Pod" else count)]
     for pod in members:
@@ -714,8 +724,10 @@ def workloads(draw: st.DrawFn, cluster: Cluster, index: int, policies: Sequence[
 
 
 @st.composite
-def clusters(draw: st.DrawFn, policies: Sequence[Policy], *, profile: str = "any") -> Cluster:
-    """A whole cluster: namespaces, nodes, 1-6 workloads, loose objects, evidence gaps."""
+def clusters(draw: st.DrawFn, policies: Sequence[Policy], *, profile: str = "any", theme: str | None = None
+             ) -> Cluster:
+    """A whole cluster: namespaces, nodes, 1-6 workloads (pods of one story, `theme`, where given),
+    loose objects, evidence gaps."""
     calm = profile != "any"
     namespaces: dict[str, tuple[dict[str, str], dict[str, str]]] = {}
     for name in NAMESPACES:
@@ -730,15 +742,20 @@ def clusters(draw: st.DrawFn, policies: Sequence[Policy], *, profile: str = "any
         if not calm and draw(ints(0, 6)) == 0:
             notes[ann.TTL] = "1h"
         namespaces[name] = (labels, notes)
-    nodes_known = draw(BOOLEANS)
+    pending = theme in STORIES["pending"]
+    nodes_known = pending or draw(BOOLEANS)  # a pending policy reads the nodes
+    # the GPU node group scaled to zero (scale-from-zero, the cost setting): often, where pods are pending
+    at_zero = draw(ints(0, 1 if theme in STORIES["pending"] else 3)) == 0
     node_views = tuple(NodeInfo(n, {"pool": n[:3]}, (("node.kubernetes.io/out-of-service", "", "NoExecute"),)
                                 if n == "gpu-2" and draw(BOOLEANS) else (),
                                 {"nvidia.com/gpu": 8.0 if n.startswith("gpu") else 0.0, "cpu": 64.0},
-                                draw(one_of((True, False)))) for n in NODES if draw(ints(0, 5)))
+                                draw(one_of((True, False)))) for n in NODES
+                       if draw(ints(0, 5)) and not (at_zero and n.startswith("gpu")))
     cluster = Cluster({}, {}, namespaces, node_views, nodes_known, pods_listed=not calm and draw(BOOLEANS),
                       namespaces_listed=not calm and draw(ints(0, 3)) == 0)
     for index in range(draw(ints(1, 6))):
-        draw(workloads(cluster, index, policies, profile=profile))
+        draw(workloads(cluster, index, policies, profile=profile,
+                       theme=draw(one_of((None, theme, theme))) if theme else None))
     if not calm:
         for index in range(draw(ints(0, 2))):
             namespace = draw(one_of(NAMESPACES))
@@ -748,6 +765,16 @@ def clusters(draw: st.DrawFn, policies: Sequence[Policy], *, profile: str = "any
             loose.annotations.update(draw(user_notes(owner=False)) | draw(marks(loose.uid, policies,
                                                                                 strangers=strangers)).notes)
             cluster.objects[loose.uid] = loose
+        cluster.autoscaling = draw(one_of((AUTOSCALED, KARPENTER, Autoscaling()) if pending else
+                                          (Autoscaling(), Autoscaling(), AUTOSCALED, AUTOSCALED, KARPENTER)))
+        if cluster.autoscaling.present:  # what they said of pods is a sign of them too (observe reads it so)
+            cluster.autoscaler = {p.uid: draw(autoscaler_notes(cluster.autoscaling.sources))
+                                  for p in cluster.pods.values() if p.phase == "Pending" and draw(ints(0, 2))}
+    cluster.nodes = tuple(replace(n, agent=agent, ready=True if agent is not None and agent.status is False
+                                  and (agent.message.summary == PROVING or draw(BOOLEANS)) else n.ready)
+                          for n in cluster.nodes for agent in [draw(agents(cluster, n.name,
+                                                                           stuck=theme in STORIES["stuck"]))])
+    if not calm:
         keys = sorted({gpu_key(g) for p in policies if (g := p.trigger(IdleGpu))} |
                       {cpu_key(c) for p in policies if (c := p.trigger(IdleCpu))})
         if keys:
@@ -755,6 +782,71 @@ def clusters(draw: st.DrawFn, policies: Sequence[Policy], *, profile: str = "any
             cluster.unread = set(draw(st.sets(st.sampled_from(keys), max_size=1))) if draw(ints(0, 5)) == 0 \
                 else set()
     return cluster
+
+
+AUTOSCALED = Autoscaling(("cluster-autoscaler's status ConfigMap kube-system/cluster-autoscaler-status",),
+                         ("cluster-autoscaler",))
+KARPENTER = Autoscaling(("the API group karpenter.sh",), ("karpenter",))
+SPOKEN = {"cluster-autoscaler": ("TriggeredScaleUp", "NotTriggerScaleUp"),
+          "karpenter": ("Nominated", "FailedScheduling")}
+
+
+@st.composite
+def autoscaler_notes(draw: st.DrawFn, running: Sequence[str]) -> tuple[AutoscalerNote, ...]:
+    """What node autoscalers said about a pending pod: a node coming, a limit, not now, never, or
+    words not understood, first and last said at any time around now (a clock ahead too); or, as
+    often, what a settled "never" looks like: every autoscaler that runs (`running`) said it again
+    and again, lately."""
+    settled = draw(BOOLEANS)
+    sources = set(running) | set(draw(st.sets(st.sampled_from(sorted(SPOKEN)), min_size=0 if running else 1)))
+    notes = []
+    for source in sorted(sources):
+        said = Said.NEVER if settled else draw(one_of((Said.NEVER, *Said)))
+        coming = said is Said.COMING
+        last = NOW + (-3 * M if settled else draw(one_of((-3 * M, 0 * M, -20 * M, -2 * H, 30 * M))))
+        first = last - (H if settled else draw(one_of((10 * M, H, 0 * M, 2 * M))))
+        notes.append(AutoscalerNote(source, SPOKEN[source][0 if coming else 1], said, first, last,
+                                    "1 Insufficient nvidia.com/gpu" if said is Said.NEVER else "",
+                                    ("gpu-pool 0->1 (max: 4)",) if coming else ()))
+    return tuple(notes)
+
+
+PROVING = "agent proving"
+
+
+@st.composite
+def agents(draw: st.DrawFn, cluster: Cluster, node: str, *, stuck: bool = False) -> AgentCondition | None:
+    """A node agent's condition on `node` as the janitor reads it, any of them: none, an older
+    agent's (no run, no sight), one starting, one that cannot see pods' processes (its `gone` proves
+    nothing), one that lies (False with nothing seen), or a healthy one; each Terminating pod there
+    reported in any state or not at all. `stuck`: pods are stuck Terminating here, healthy agents
+    that proved them gone as likely as all the others together."""
+    kinds = ("seeing", "proving", "blind", "blind", "none", "old", "starting")
+    kind = draw(one_of(("proving",) * (len(kinds) if stuck else 1) + kinds))
+    if kind == "none":
+        return None
+    if kind == "proving":  # a healthy agent that watched the pods go, and sees the node's other pods
+        gone = {p.uid: PodTaskState.GONE for p in cluster.pods.values()
+                if p.node == node and p.state.deleting_since is not None}
+        return AgentCondition(False, ConditionMessage(PROVING, gone, True, AgentRun(
+            NOW - 3 * DAY, 40, 3, NOW - datetime.timedelta(seconds=20)), Sight(draw(ints(1, 4)), 4)))
+    pods = {p.uid: draw(one_of((PodTaskState.GONE, PodTaskState.GONE, PodTaskState.ALIVE, PodTaskState.D_STATE,
+                                None)))
+            for p in cluster.pods.values() if p.node == node and p.state.deleting_since is not None}
+    states = {uid: state for uid, state in pods.items() if state is not None}
+    if kind == "old":
+        return AgentCondition(draw(one_of((False, True, None))), ConditionMessage("older agent", states))
+    run = AgentRun(NOW - draw(one_of((3 * DAY, 3 * DAY, 10 * M))), draw(one_of((40, 3, 0))), 3,
+                   NOW - draw(one_of((datetime.timedelta(seconds=20), datetime.timedelta(seconds=20), 10 * M))))
+    listed = draw(ints(0, 6))
+    sight = {"blind": Sight(0, listed), "starting": Sight(draw(ints(0, listed)), listed),
+             "seeing": Sight(draw(ints(1, max(1, listed))), max(1, listed))}[kind]
+    status = None if kind == "starting" else draw(one_of((False, False, True))) if kind == "seeing" else \
+        draw(one_of((None, False)))  # a blind agent says Unknown, or an older or lying one False
+    leftovers = status is True or any(s is PodTaskState.D_STATE for s in states.values())
+    return AgentCondition(True if leftovers and status is not None else status,
+                          ConditionMessage(f"agent {kind}", states, draw(one_of((True, True, False))), run,
+                                           draw(one_of((sight, sight, None)))))
 
 
 @dataclass(frozen=True)
@@ -766,11 +858,22 @@ class Case:
     settings: PlanSettings
 
 
+STORIES = {"pending": ("pending", "never-fits"), "stuck": ("stuck-terminating",)}  # the pods of a themed profile
+
+
 @st.composite
 def cases(draw: st.DrawFn, *profiles: str) -> Case:
     """A cluster of one of `profiles` (default all): "any" (everything mixed), "due" (idle
-    workloads, warned, past their deadlines), "idle" (idle workloads not marked yet)."""
+    workloads, warned, past their deadlines), "idle" (idle workloads not marked yet), "pending"
+    (mixed, with pending pods under a pending policy: pools at zero, autoscalers), "stuck" (mixed,
+    with pods stuck Terminating under a policy that may force delete: node agents of every kind)."""
     profile = draw(one_of(profiles or ("any", "any", "due", "idle")))
+    if profile in STORIES:
+        first = Pending(after=draw(one_of((30 * M, 4 * H)))) if profile == "pending" else \
+            Terminating(after=10 * M, force_delete=True)
+        policies = (Policy(profile, (first,), mode=Mode.ENFORCE),) + draw(policy_sets())
+        theme = draw(one_of(STORIES[profile]))
+        return Case(draw(clusters(policies, theme=theme)), policies, draw(plan_settings()))
     calm = profile != "any"
     policies = draw(policy_sets())
     if calm:  # an idle policy first that matches everything (enforcing, mostly), so that reclaims come due
@@ -819,13 +922,22 @@ EVENT = st.builds(Event, one_of(EVENTS), ints(0, 30), one_of((-5 * H, 2 * H, 30 
 EVENT_LISTS = st.lists(EVENT, max_size=2)
 
 
+# What owners and admins do to warnings: answer them, hand the workload over, change the action.
+ANSWERS = ("release", "release", "release", "release-stale", "release-old", "change-owner", "change-owner",
+           "change-action", "change-action", "revert-action", "keep-until", "busy", "idle")
+ANSWER_LISTS = st.lists(st.builds(Event, one_of(ANSWERS), ints(0, 30), one_of((-5 * H, 2 * H, 30 * H, 10 * DAY)),
+                                  one_of(tuple(PolicyAction))), max_size=2)
+
+
 @st.composite
-def scripts(draw: st.DrawFn, cycles: int, *, quiet: bool = False) -> tuple[Between, ...]:
-    """`cycles` steps between cycles; `quiet`: every message arrives at once, and nobody does anything."""
+def scripts(draw: st.DrawFn, cycles: int, *, quiet: bool = False, answers: bool = False) -> tuple[Between, ...]:
+    """`cycles` steps between cycles; `quiet`: every message arrives at once, and nobody does anything;
+    `answers`: owners and admins mostly answer warnings (ANSWERS), at short steps."""
+    steps = (5 * M, 5 * M, 30 * M, H, 3 * H, 26 * H) if answers else (5 * M, 30 * M, H, 3 * H, 8 * H, 26 * H)
     return tuple(Between(
-        advance=draw(one_of((5 * M, 30 * M, H, 3 * H, 8 * H, 26 * H))),
+        advance=draw(one_of(steps)),
         sends=("delivered",) if quiet else tuple(draw(FATES)),
-        events=() if quiet else tuple(draw(EVENT_LISTS)),
+        events=() if quiet else tuple(draw(ANSWER_LISTS if answers else EVENT_LISTS)),
         failing=not quiet and draw(ints(0, 7)) == 0,
     ) for _ in range(cycles))
 

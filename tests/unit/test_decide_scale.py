@@ -172,7 +172,11 @@ def test_one_gate_per_cycle_leaves_alone_what_a_gate_per_object_does(case: Case,
         gate = selection.Gate(observation, rails)
         for obj in (*observation.objects, *map(selection.pod_as_object, observation.pods)):
             namespace = observation.namespaces.get(selection.namespace_of(obj) or "")
-            out = selection.opted_out(obj.annotations, namespace)
+            cron = next((o for o in observation.objects if obj.controller is not None and obj.ref.kind == "Job"
+                         and obj.controller.kind == "CronJob" and o.ref.uid == obj.controller.uid), None)
+            out = selection.opted_out(obj.annotations, None) or (
+                selection.opted_out(cron.annotations, None, where=str(cron.ref)) if cron is not None else None) or \
+                selection.opted_out({}, namespace)
             plain = (why(Code.DELETING) if obj.deleting else
                      why(Code.PROTECTED, namespace=selection.namespace_of(obj))
                      if selection.is_protected(selection.namespace_of(obj), rails) else

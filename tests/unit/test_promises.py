@@ -33,6 +33,16 @@ Aspects covered:
   a failed send, acted on by the first attempt's deadline or action instead of the one it named; a
   stuck pod annotated janitor/opt-out force-deleted; an opted-out controller reported about the
   janitor/ttl in its pod template;
+- in use is a fact about the workload: busy on a signal only an enforcing policy's in-use check
+  reads (no policy reads it there: none exists, or its selector misses) vetoes too;
+- consent and owners: a release counts only for the action, warning and owner it answered, and
+  for an hour; a workload handed to another owner is acted on only after a warning reached them;
+- CronJobs govern their Jobs: a CronJob's opt-out leaves its Jobs alone on every path;
+- pods waiting for a node: where an autoscaler may add one (a GPU pool at zero), a pod is stuck
+  before `after` only on the autoscalers' settled word that no node they add could run it;
+- force deletes only on positive proof, never on the word of a node agent that cannot see pods;
+- the generators reach each of these situations (REACHED, checked with the budget: a property
+  whose generator never reaches a case proves nothing about it);
 - the default run decides at least 10,000 cycles (each plan() and still_due() call is one).
 
 JANITOR_PROPERTY_PROFILE=long runs about 20 times as many examples.
@@ -53,6 +63,7 @@ import pytest
 from factories import NOW
 from generated import (
     DAY,
+    Between,
     Case,
     Cluster,
     H,
@@ -66,11 +77,12 @@ from generated import (
     scripts,
     stamp,
 )
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, given, settings, target
 from hypothesis import strategies as st
 
 from janitor import annotations as ann
 from janitor.annotations import Delivery
+from janitor.decide.autoscaling import Said
 from janitor.decide.evidence import CpuEvidence, GpuEvidence, PodKey, Quality
 from janitor.decide.lifecycle import Step, delivered, resend
 from janitor.decide.model import (
@@ -93,6 +105,7 @@ from janitor.decide.plan import CyclePlan, PlanSettings, plan
 from janitor.decide.reasons import Code
 from janitor.decide.recheck import still_due
 from janitor.decide.selection import CronJobMode
+from janitor.node_report import PodTaskState
 from janitor.observe.evidence import DCGM_SENTINEL
 from janitor.observe.observation import needs
 from janitor.policy.model import Action as PolicyAction
@@ -121,6 +134,10 @@ SITUATIONS = {
     "a new owner warned after the old one was": 1,
     "an action changed after a warning": 1,
     "a Job opted out by its CronJob": 1,
+    "a pod waiting for a node an autoscaler may add, not stuck yet": 1,
+    "a pod no node will ever run, on the autoscaler's settled word": 1,
+    "force deleted on the node agent's proof": 1,
+    "a pod reported gone by an agent that cannot see, not force deleted": 1,
 }
 PROPERTIES: set[str] = set()  # the property tests of this module
 HELD: set[str] = set()  # ... that ran all their examples and held
@@ -402,7 +419,10 @@ def expected_expiry_deletions(observation: Observation, plan_settings: PlanSetti
         namespace = namespace_of(obj.ref)
         if obj.deleting or namespace in rails.protected_namespaces:
             continue
-        if rails.honour_opt_out and opted_out(obj.annotations, observation.namespaces.get(namespace or "")):
+        cron = by_uid.get(obj.controller.uid) if obj.controller is not None and obj.ref.kind == "Job" else None
+        cron_out = cron is not None and cron.ref.kind == "CronJob" and opted_out(cron.annotations, None)
+        if rails.honour_opt_out and (cron_out or opted_out(obj.annotations,
+                                                           observation.namespaces.get(namespace or ""))):
             continue
         if obj.controller is not None and (obj.ref.kind, obj.controller.kind) == ("ReplicaSet", "Deployment"):
             continue  # the Deployment's annotations, copied
@@ -610,25 +630,40 @@ def test_no_action_without_its_warning(case: Case, script: tuple) -> None:
     counts that), named that action, arrived at least the policy's grace earlier, and is never
     earlier than the deadline the last delivered warning named; whatever Slack, users and admins
     do between the cycles."""
+    run_script(case, script)
+
+
+@examples(2.0)
+@given(case=cases("due", "due", "idle"), script=st.integers(8, 16).flatmap(lambda n: scripts(n, answers=True)))
+def test_no_action_without_its_warning_when_owners_answer(case: Case, script: tuple) -> None:
+    """The same promise where owners mostly answer warnings: releases (on the warning in hand, an
+    earlier one, an earlier mark's), workloads handed to another owner, actions changed and changed
+    back; a release counts only for the action, warning and owner it answered, and briefly."""
+    run_script(case, script)
+
+
+def run_script(case: Case, script: Sequence[Between]) -> None:
     sim = Simulator(case.cluster.copy(), list(case.policies), case.settings, run_plan, run_recheck)
     for step in script:
         planned = sim.cycle(step, assert_warned_first)
-        note_reached(sim, planned)
+        REACHED.update(note_reached(sim, planned))
 
 
-def note_reached(sim: Simulator, planned: CyclePlan) -> None:
-    """Count the situations of "no action without its warning" this cycle reached."""
+def note_reached(sim: Simulator, planned: CyclePlan) -> Counter[str]:
+    """The situations of "no action without its warning" this cycle reached."""
+    reached: Counter[str] = Counter()
     acted = lifecycle_actions(planned.actions)
-    REACHED["released by the owner, acted on"] += sum(a.reason == "IdleReleased" for a in acted)
+    reached["released by the owner, acted on"] += sum(a.reason == "IdleReleased" for a in acted)
     released = {a.target.uid for a in acted if a.reason == "IdleReleased"}
     for change in planned.changes:
         if change.why.code is Code.WARN_NEW_OWNER:
-            REACHED["a new owner warned after the old one was"] += 1
+            reached["a new owner warned after the old one was"] += 1
         if change.why.code is Code.WARN_AGAIN_ACTION:
-            REACHED["an action changed after a warning"] += 1
+            reached["an action changed after a warning"] += 1
         notes = sim.cluster.notes(change.workload.uid) or {}
         if ann.RELEASE in notes and change.workload.uid not in released and change.step is not Step.UNMARK:
-            REACHED["a release that answers nothing in force, not acted on"] += 1
+            reached["a release that answers nothing in force, not acted on"] += 1
+    return reached
 
 
 # The smallest cases the property above found, as they happen (they fail while the janitor has the bug).
@@ -1059,6 +1094,102 @@ def test_busy_peaks_sent_alone_change_no_verdict(case: Case) -> None:
         lean = run_plan(busy_peaks_alone(observation, case.policies), case.policies, SafetyLedger(), now,
                         case.settings)
         assert verdicts(lean) == verdicts(planned)
+
+
+# -- pods that wait for a node, and pods stuck Terminating ------------------------------------------------------
+
+
+SETTLE, RECENT = 4 * M, 15 * M  # docs/policies.md, "Never fits": said again after 4 min, last within 15 min
+
+
+def autoscaler_proves_never(observation: Observation, pod: PodView, now: datetime.datetime) -> bool:
+    """Every autoscaler that spoke of the pod, and every one running, last said never, settled and recent."""
+    notes = observation.autoscaler.get(pod.ref.uid, ())
+    sources = {n.source for n in notes} | set(observation.autoscaling.sources)
+    newest = {src: max((n for n in notes if n.source == src), key=lambda n: n.last or NOW - 400 * DAY, default=None)
+              for src in sources}
+    return bool(newest) and all(
+        n is not None and n.said is Said.NEVER and n.first is not None and n.last is not None
+        and n.last - n.first >= SETTLE and abs(now - n.last) <= RECENT for n in newest.values())
+
+
+@examples(5.0)
+@given(case=cases("pending", "pending", "any"))
+def test_a_pod_waiting_for_a_node_is_stuck_only_after_its_time(case: Case) -> None:
+    """A Pending pod is stuck (fires) before `after` only when no node could ever run it: where
+    nodes can be added (an autoscaler is present, or spoke of the pod), only on the autoscaler's
+    own, settled and recent word that none it adds could; a GPU pool scaled to zero is waiting."""
+    settled = 0
+    for observation, planned, now in cycles(case):
+        pods = {p.ref.uid: p for p in observation.pods}
+        policies = {p.name: p for p in case.policies}
+        for finding in planned.findings:
+            if finding.trigger is not TriggerKind.PENDING:
+                continue
+            after = policies[finding.policy].trigger(Pending).after  # type: ignore[union-attr]
+            for judged in finding.pods:
+                pod = pods[judged.pod.uid]
+                since = pod.state.scheduled_changed
+                early = since is None or now - since < after
+                autoscaled = observation.autoscaling.present or pod.ref.uid in observation.autoscaler
+                codes = judged.why.codes()
+                if autoscaled and early and judged.state is not State.FIRES and not any(
+                        p.gpus and n.allocatable.get("nvidia.com/gpu", 0) for p in [pod] for n in observation.nodes):
+                    REACHED["a pod waiting for a node an autoscaler may add, not stuck yet"] += 1
+                if judged.state is State.FIRES and Code.AUTOSCALER_NEVER in codes:
+                    REACHED["a pod no node will ever run, on the autoscaler's settled word"] += 1
+                    settled += 1
+                if judged.state is not State.FIRES or not early:
+                    continue
+                assert Code.NEVER_FITS in codes, f"{pod.ref.name} stuck before {after}: {judged.why}"
+                if autoscaled:
+                    assert Code.AUTOSCALER_NEVER in codes and autoscaler_proves_never(observation, pod, now), (
+                        f"{pod.ref.name} never fits while nodes can be added, without the autoscalers' settled "
+                        f"word: {judged.why}; they said {observation.autoscaler.get(pod.ref.uid)}")
+    target(float(settled), label="never, on the autoscalers' settled word")  # steer towards the rare case
+
+
+def agent_proves_gone(pod: PodView, node: NodeInfo, now: datetime.datetime) -> bool:
+    """docs/policies.md, force delete: a Ready node whose agent says False, sees other pods'
+    processes, started before the deletion, scanned enough and since it, recently, and saw the pod gone."""
+    agent, since = node.agent, pod.state.deleting_since
+    if agent is None or since is None or node.ready is not True or agent.status is not False:
+        return False
+    run, sight = agent.message.agent, agent.message.sight
+    return (run is not None and sight is not None and sight.visible >= 1 and run.started < since
+            and run.scans >= run.sustain and run.scanned > since and abs(now - run.scanned) <= 2 * M
+            and agent.message.state(pod.ref.uid) is PodTaskState.GONE)
+
+
+@examples(8.0)
+@given(case=cases("stuck", "stuck", "any"))
+def test_a_pod_is_force_deleted_only_on_positive_proof(case: Case) -> None:
+    """A force delete needs positive evidence that nothing of the pod is alive: its node deleted,
+    tainted out of service by an admin, or a node agent that proves it (and can see pods at all);
+    never with finalizers, never a StatefulSet's pod."""
+    proved_count = 0
+    for observation, planned, now in cycles(case):
+        pods = {p.ref.uid: p for p in observation.pods}
+        nodes = {n.name: n for n in observation.nodes}
+        forced = {a.target.uid for a in decided(planned) if a.type is ActionType.FORCE_DELETE}
+        for uid in forced:
+            pod = pods[uid]
+            node = nodes.get(pod.node or "")
+            assert not pod.state.finalizers and not (pod.controller and pod.controller.kind == "StatefulSet")
+            deleted = node is None and observation.nodes_known and bool(pod.node)
+            fenced = node is not None and any(k == "node.kubernetes.io/out-of-service" for k, _, _ in node.taints)
+            proved = node is not None and agent_proves_gone(pod, node, now)
+            assert deleted or fenced or proved, f"{pod.ref.name} force deleted without proof (node {node})"
+            if proved and not fenced:
+                REACHED["force deleted on the node agent's proof"] += 1
+                proved_count += 1
+        for pod in observation.pods:
+            node = nodes.get(pod.node or "")
+            agent = node.agent if node is not None else None
+            if agent is not None and agent.message.state(pod.ref.uid) is PodTaskState.GONE and (
+                    agent.message.sight is None or not agent.message.sight.proven) and pod.ref.uid not in forced:
+                REACHED["a pod reported gone by an agent that cannot see, not force deleted"] += 1
+    target(float(proved_count), label="force deletes on an agent's proof")  # steer towards the rare case
 
 
 # -- the budget (last in this module) ---------------------------------------------------------------------------
