@@ -85,7 +85,7 @@ class Clicks:
         namespace = views.namespace_view(raw) if raw is not None else None
         owner = find_owner(view, namespace, self._settings.cluster.owner_keys)
         presser = Presser(user, self._slack.is_owner(owner, user), user in self._settings.slack.admin_users)
-        mark = ann.read_mark(view.annotations) if view is not None else None
+        mark = ann.read_mark(view.annotations, view.foreign_marks) if view is not None else None
         policy = next((p for p in self._policies() if mark is not None and p.name == mark.policy), None)
         verdict = clicks.judge(op, days, value, view, presser, owner, policy, self._clock())
         if not verdict.annotations or view is None:

@@ -80,6 +80,10 @@ class ObjectView:
     # by every pod, which is almost never what the user meant.
     template_annotations: Mapping[str, str] = field(default_factory=dict)
     replicas: int | None = None  # spec.replicas where the kind has one: what scale-to-zero undoes
+    # The janitor-only keys (and the janitor/expires of a mark) present here that someone other than
+    # the janitor wrote last, by the apiserver's record (managedFields): never a cap, a deadline, a
+    # delivered warning or a release (see `annotations.read_mark`).
+    foreign_marks: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

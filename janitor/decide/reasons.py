@@ -182,6 +182,8 @@ class Code(StrEnum):
     NO_LONGER_DUE = "no-longer-due"
     STILL_DUE = "still-due"
     FREE_TEXT = "text"  # words from outside (an error message), shown as they are
+    # the janitor's own annotations, written by someone else
+    KEEP_UNTRUSTED = "keep-untrusted"
 
 
 _T: Mapping[Code, str] = {
@@ -362,6 +364,9 @@ _T: Mapping[Code, str] = {
     Code.NO_LONGER_DUE: "no longer due on a fresh read: {why}",
     Code.STILL_DUE: "still due on a fresh read",
     Code.FREE_TEXT: "{text}",
+    Code.KEEP_UNTRUSTED: "janitor/keep-until is not honoured: {keys: and } on this mark was not written by the janitor "
+                         "(someone else wrote it last), so its cap cannot be counted; an admin can remove the mark "
+                         "with `janitor unmark`, and the next one has a cap again",
 }
 
 

@@ -192,6 +192,7 @@ def to_view(kind: ResourceKind, item: Mapping[str, Any]) -> ObjectView:
         controller=_controller(meta.get("ownerReferences") or []),
         template_annotations=_template_annotations(kind, item),
         replicas=_replicas(item),
+        foreign_marks=views.foreign_marks(meta),
     )
 
 
