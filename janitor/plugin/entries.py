@@ -186,6 +186,8 @@ def read(view: ObjectView, kind: Kind, now: datetime.datetime) -> Entry | None:
                         words=own_words)
     foreign = view.foreign_marks.intersection(notes)
     note = WhyNote.parse(notes.get(ann.WHY, "")) if ann.WHY in notes and ann.WHY not in foreign else None
+    if note is not None and mark.marked_at is not None and note.marked_at != mark.marked_at:
+        note = None  # a note of another mark (written over, then carried along by the janitor's rewrites)
     sentence = mark.reason
     common: dict[str, Any] = dict(policy=mark.policy, sentence=sentence, marked_at=mark.marked_at,
                                   words=note.words if note is not None else sentence,

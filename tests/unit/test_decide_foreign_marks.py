@@ -17,7 +17,9 @@ Aspects covered:
 - a mark written entirely by someone else is warned of before anything happens to it;
 - a controller's copy of a mark (all its keys written by the controller) is still a copy, and its
   source's own mark still decides;
-- the Keep button on a mark whose janitor/marked-at someone else wrote keeps nothing and says why.
+- the Keep button on a mark whose janitor/marked-at someone else wrote keeps nothing and says why;
+- row 6c of the precedence table (docs/policies.md), through the whole plan: the plain expiry path
+  never acts on the mark, and the lifecycle reclaims at the deadline in force.
 """
 
 from __future__ import annotations
@@ -30,7 +32,10 @@ from test_clicks import OWNER, value_of
 from test_decide_lifecycle import (
     ALICE,
     DAY,
+    NS,
     H,
+    _idle_gpus,
+    _running_pod,
     cycle,
     finding,
     job,
@@ -44,7 +49,8 @@ from janitor import annotations as a
 from janitor.annotations import Intent, NoticeKind, WarnedOf
 from janitor.decide.clicks import Op, Outcome, judge
 from janitor.decide.lifecycle import Step
-from janitor.decide.model import ObjectView
+from janitor.decide.model import ActionType, NamespaceView, ObjectView, Observation, SafetyLedger, TriggerKind
+from janitor.decide.plan import plan
 from janitor.decide.reasons import Code
 from janitor.policy.model import Action
 
@@ -207,3 +213,19 @@ def test_keep_on_a_mark_whose_marked_at_someone_else_wrote_keeps_nothing_and_say
                     pol, NOW)
     assert verdict.outcome is Outcome.NO_ROOM and verdict.annotations == {}
     assert "janitor/marked-at" in verdict.said and "not written by the janitor" in verdict.said
+
+
+def test_precedence_row_6c_through_the_whole_plan() -> None:
+    """An idle Deployment, warned and due; its owner forward-dated janitor/marked-at and set a
+    keep-until a month ahead: one plan reclaims it at the deadline it was warned of."""
+    notes = marked(ago(hours=30), ago(hours=6), ago(hours=30), uid="uid-nb", action="scale-to-zero")
+    deployment = written_by_others(job(notes | {a.MARKED_AT: t(NOW + 60 * DAY), a.KEEP_UNTIL: t(NOW + 30 * DAY)},
+                                       kind="Deployment", name="nb"), a.MARKED_AT)
+    rs = job({}, kind="ReplicaSet", name="nb-5d4f", owner=deployment)
+    pods = (_running_pod("nb-5d4f-x1", rs),)
+    observation = Observation(NOW, (deployment, rs), pods,
+                              {NS: NamespaceView(NS, {}, {a.OWNER: "alice@lab.example"})}, evidence=_idle_gpus(pods))
+    decided = plan(observation, [policy(action=Action.SCALE_TO_ZERO)], SafetyLedger(), NOW)
+    assert [(x.target.name, x.type) for x in decided.actions] == [("nb", ActionType.SCALE_TO_ZERO)]
+    assert {f.word for f in decided.findings if f.trigger is TriggerKind.EXPIRY and f.subject == deployment.ref} \
+        == {"skip"}  # the plain path never acts on the mark's janitor/expires

@@ -379,3 +379,11 @@ def test_a_why_note_or_deadline_someone_else_wrote_shows_nothing_of_theirs() -> 
     assert not entry.cap_known and entry.words.startswith("idle: GPU 0 peak 0")  # janitor/reason, as written
     forged_warning = read(written_by_others(marked_job(), a.WARNED_AT))
     assert forged_warning.standing is Standing.MARKED and forged_warning.warned_at is None
+
+
+def test_a_why_note_of_another_mark_gives_no_cap() -> None:
+    """Someone rewrote janitor/why with a far cap (and its own markedAt); the janitor later rewrote the
+    note's deadline, so the note reads as the janitor's: its markedAt still is not the mark's."""
+    forged = note(NOW - 3 * H + 60 * DAY, NOW + 21 * H, cap=365 * DAY)
+    entry = read(marked_job(**{a.WHY: forged}))
+    assert entry.keep_cap is None and not entry.cap_known
