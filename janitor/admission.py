@@ -278,8 +278,8 @@ def marks_policy(kinds: Sequence[ResourceKind], *, janitor: str = JANITOR_USER, 
                  "operations": ["CREATE", "UPDATE"]} for group, resources in sorted(rules.items())]},
             "matchConditions": [
                 {"name": "not-the-janitor", "expression": f"request.userInfo.username != {quote(janitor)}"},
-                {"name": "carries-a-mark", "expression": (
-                    f"{every}.exists(k, (has(object.metadata.annotations) && k in object.metadata.annotations) || "
+                {"name": "carries-a-mark", "expression": (  # the janitor/expires of a mark comes with one of these
+                    f"{keys}.exists(k, (has(object.metadata.annotations) && k in object.metadata.annotations) || "
                     "(oldObject != null && has(oldObject.metadata.annotations) && "
                     "k in oldObject.metadata.annotations))")},
                 {"name": "not-a-cluster-admin", "expression": (

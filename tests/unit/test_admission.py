@@ -134,6 +134,7 @@ def test_every_janitor_only_key_is_checked_and_expires_only_beside_a_mark() -> N
     assert f'"{a.EXPIRES}"' in marked_keys and f'"{a.EXPIRES}"' not in unmarked_keys
     for key in (a.KEEP_UNTIL, a.TTL, a.OPT_OUT, a.OWNER):  # the owner's own keys are never checked
         assert key not in found["checked"] and key not in conditions["carries-a-mark"]
+    assert a.EXPIRES not in conditions["carries-a-mark"]  # a user's own expires alone costs no check
     assert "variables.annotations[?k] != variables.oldAnnotations[?k]" in found["changed"]  # added, changed, removed
     vap, _ = admission.marks_policy(DEFAULT_KINDS)
     rules = vap["spec"]["matchConstraints"]["resourceRules"]
