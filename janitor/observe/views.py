@@ -81,6 +81,7 @@ def strings(values: Mapping[str, Any] | None) -> dict[str, str]:
 
 
 _MARK_KEYS = frozenset(ann.MARK_KEYS)
+_JANITOR_ONLY = frozenset(ann.JANITOR_ONLY_KEYS)
 _NONE: frozenset[str] = frozenset()
 
 
@@ -90,9 +91,9 @@ def foreign_marks(meta: Mapping[str, Any]) -> frozenset[str]:
     last, or the record was emptied. Only the keys are kept, never the record: the watch cache stays
     slim. A same-value write leaves the owner as it was; a different value makes its writer the owner."""
     notes = meta.get("annotations") or {}
-    present = _MARK_KEYS.intersection(notes)
-    if not present:
+    if _JANITOR_ONLY.isdisjoint(notes):  # no mark (a janitor/expires alone is its owner's)
         return _NONE
+    present = _MARK_KEYS.intersection(notes)
     owned: set[str] = set()
     for entry in meta.get("managedFields") or ():
         if isinstance(entry, Mapping) and entry.get("manager") in ann.FIELD_MANAGERS:
