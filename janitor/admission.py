@@ -1,4 +1,6 @@
-"""The caps of the admins' policies, as a ValidatingAdmissionPolicy the apiserver enforces at apply time.
+"""The janitor's contract for people, as ValidatingAdmissionPolicies the apiserver enforces at apply time:
+the caps of the admins' policies (`caps_policy`), and the janitor's own annotations left to it
+(`marks_policy`, below).
 
 The janitor already caps `janitor/keep-until` and ignores `janitor/opt-out` where a policy says so,
 but only when it next reads the object: the researcher who wrote `keep-until: 2030-01-01` believes
@@ -204,6 +206,128 @@ def caps_policy(policies: Sequence[model.Policy], kinds: Sequence[ResourceKind],
                      f"{quote(FOREVER_SAYS)} + "
                      "variables.refusedBy.join(', ') + ', which reclaims idle workloads even when their owners opt "
                      f"out; use {ann.KEEP_UNTIL} (within the policy\\'s cap).' + {quote(ask)}"),
+                 "reason": "Forbidden"},
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "kube-idle-janitor"}},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    }
+    return [policy, binding]
+
+
+# -- the janitor's own annotations ------------------------------------------------------------------------
+
+MARKS_NAME = "kube-idle-janitor-marks"
+# The identity manifests/base runs the janitor as (its ServiceAccount in its namespace).
+JANITOR_USER = "system:serviceaccount:kube-idle-janitor:kube-idle-janitor"
+
+
+def _list(values: Sequence[str]) -> str:
+    return "[" + ", ".join(quote(v) for v in values) + "]"
+
+
+def _owned(obj: str) -> str:
+    """CEL: the annotation fields (`f:<key>` maps) the janitor's field managers own on `obj`."""
+    return (f"{obj} != null && has({obj}.metadata.managedFields) ? {obj}.metadata.managedFields.filter(e, "
+            f"has(e.manager) && e.manager in {_list(sorted(ann.FIELD_MANAGERS))} && has(e.fieldsV1) && "
+            "'f:metadata' in e.fieldsV1 && 'f:annotations' in e.fieldsV1['f:metadata'])"
+            ".map(e, e.fieldsV1['f:metadata']['f:annotations']) : []")
+
+
+def marks_policy(kinds: Sequence[ResourceKind], *, janitor: str = JANITOR_USER, name: str = MARKS_NAME,
+                 admin_channel: str | None = None) -> list[dict[str, Any]]:
+    """The ValidatingAdmissionPolicy (and binding) that keeps the janitor's own annotations its own.
+
+    The janitor-only keys (its mark: janitor/policy, janitor/marked-at, janitor/warned-*, ...) and
+    the janitor/expires of a marked object may be added, changed or removed only by `janitor` (the
+    username the janitor runs as) and by whoever may delete this policy (cluster admins, who could
+    remove it anyway: `janitor unmark` from their kubeconfig). Everyone else is refused, told which
+    key, and what to do instead. The apiserver's record of who wrote them (managedFields) may not
+    be made the janitor's, nor taken from it, by anyone else either: the daemon reads it.
+
+    Left alone: the owner's own keys (keep-until, ttl, opt-out, ...; janitor/expires on an object
+    without a mark, added or removed), and a controller's copy (an object with a controller
+    ownerReference whose janitor/marked-uid names another object: a ReplicaSet copying its
+    Deployment's annotations must not be refused, or the Deployment would stall). A mark naming
+    the object itself is never a copy, whoever owns the object. failurePolicy Ignore: the daemon
+    takes nothing from a key someone else wrote, whether or not this policy is there.
+    """
+    ask = f" Ask in {admin_channel}." if admin_channel else " Ask your cluster admins."
+    rules: dict[str, list[str]] = defaultdict(list)
+    for kind in kinds:
+        rules[kind.group].append(kind.plural)
+    keys = _list(ann.JANITOR_ONLY_KEYS)
+    every = _list((*ann.JANITOR_ONLY_KEYS, ann.EXPIRES))
+    notes = "has(object.metadata.annotations) ? object.metadata.annotations : {}"
+    old_notes = "oldObject != null && has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {}"
+    instead = (f"For more time set {ann.KEEP_UNTIL} (within the policy's cap: kubectl janitor keep); to have the "
+               "mark removed, a cluster admin runs `janitor unmark`. A manifest saved from a marked object carries "
+               "its mark: leave these keys out of it.")
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "kube-idle-janitor"}},
+        "spec": {
+            "failurePolicy": "Ignore",
+            "matchConstraints": {"resourceRules": [
+                {"apiGroups": [group], "apiVersions": ["*"], "resources": sorted(resources),
+                 "operations": ["CREATE", "UPDATE"]} for group, resources in sorted(rules.items())]},
+            "matchConditions": [
+                {"name": "not-the-janitor", "expression": f"request.userInfo.username != {quote(janitor)}"},
+                {"name": "carries-a-mark", "expression": (  # the janitor/expires of a mark comes with one of these
+                    f"{keys}.exists(k, (has(object.metadata.annotations) && k in object.metadata.annotations) || "
+                    "(oldObject != null && has(oldObject.metadata.annotations) && "
+                    "k in oldObject.metadata.annotations))")},
+                {"name": "not-a-cluster-admin", "expression": (
+                    "!authorizer.group('admissionregistration.k8s.io').resource('validatingadmissionpolicies')"
+                    f".name({quote(name)}).check('delete').allowed()")},
+            ],
+            "variables": [
+                {"name": "annotations", "expression": notes},
+                {"name": "oldAnnotations", "expression": old_notes},
+                {"name": "marked", "expression": f"{keys}.exists(k, k in variables.oldAnnotations)"},
+                {"name": "namesItself", "expression": (
+                    f"has(object.metadata.uid) && [variables.annotations, variables.oldAnnotations].exists(a, "
+                    f"a[?{quote(ann.MARKED_UID)}] == optional.of(object.metadata.uid))")},
+                {"name": "copy", "expression": (
+                    "has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r, "
+                    "has(r.controller) && r.controller == true) && !variables.namesItself")},
+                {"name": "checked", "expression": f"variables.marked ? {every} : {keys}"},
+                {"name": "changed", "expression": (
+                    "variables.copy ? [] : variables.checked.filter(k, "
+                    "variables.annotations[?k] != variables.oldAnnotations[?k])")},
+                {"name": "mark", "expression": f"variables.changed.filter(k, k != {quote(ann.EXPIRES)})"},
+                {"name": "owned", "expression": _owned("object")},
+                {"name": "oldOwned", "expression": _owned("oldObject")},
+                {"name": "recordChanged", "expression": (
+                    "variables.copy ? [] : variables.checked.filter(k, k in variables.annotations && "
+                    "variables.owned.exists(f, 'f:' + k in f) != variables.oldOwned.exists(f, 'f:' + k in f) && "
+                    "(variables.owned.exists(f, 'f:' + k in f) || "
+                    "variables.annotations[?k] == variables.oldAnnotations[?k]))")},
+            ],
+            "validations": [
+                {"expression": "variables.mark.size() == 0",
+                 "messageExpression": (
+                     "variables.mark.join(', ') + (variables.mark.size() == 1 ? ': only the janitor writes this "
+                     "annotation (part of its mark), and this request would add, change or remove it. ' : ': only "
+                     "the janitor writes these annotations (its mark), and this request would add, change or "
+                     f"remove them. ' ) + {quote(instead + ask)}"),
+                 "reason": "Forbidden"},
+                {"expression": f"!({quote(ann.EXPIRES)} in variables.changed)",
+                 "messageExpression": quote(
+                     f"{ann.EXPIRES}: on a marked object it is the deadline of the janitor's mark, and only the "
+                     f"janitor writes it. {instead}{ask}"),
+                 "reason": "Forbidden"},
+                {"expression": "variables.recordChanged.size() == 0",
+                 "messageExpression": (
+                     "'metadata.managedFields: the record of who wrote ' + variables.recordChanged.join(', ') + "
+                     f"' may not be made the janitor\\'s ({ann.FIELD_MANAGER}) or taken from it by anyone else; "
+                     "write under your own field manager and leave managedFields as they are.' + "
+                     f"{quote(ask)}"),
                  "reason": "Forbidden"},
             ],
         },

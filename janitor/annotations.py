@@ -61,8 +61,8 @@ from __future__ import annotations
 import datetime as _dt
 import enum
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, replace
 from typing import TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -97,6 +97,13 @@ MARK_KEYS: tuple[str, ...] = (EXPIRES, POLICY, REASON, WHY, MARKED_AT, MARKED_UI
                               WARNED_OF, WARNED_TO, REMINDED_AT, RELEASE)
 # Written by the janitor only: any of them on an object makes its EXPIRES part of a mark.
 JANITOR_ONLY_KEYS: tuple[str, ...] = tuple(k for k in MARK_KEYS if k != EXPIRES)
+# Who wrote each key is the apiserver's record (metadata.managedFields, by field manager): every
+# write of the janitor names FIELD_MANAGER. Before it did, its writes went under the Python client's
+# default manager, the first word of its User-Agent; that name still counts as the janitor's, so
+# marks made before an upgrade go on as they were (docs/policies.md, "Who wrote it").
+FIELD_MANAGER = "kube-idle-janitor"
+FIELD_MANAGERS: frozenset[str] = frozenset({FIELD_MANAGER, "OpenAPI-Generator"})
+CAP_KEYS: tuple[str, ...] = (MARKED_AT, POLICY)  # a mark's cap is counted from these
 
 MAX_DURATION = _dt.timedelta(days=36500)  # 100 years of 365 days: the longest TTL or policy duration
 EARLIEST = _dt.datetime(1000, 1, 1, tzinfo=_dt.timezone.utc)  # the first time accepted
@@ -394,9 +401,15 @@ class Mark:
     reminded_at: _dt.datetime | None = None
     intent: Intent | None = None
     problems: tuple[str, ...] = ()
+    foreign: frozenset[str] = frozenset()  # its keys someone other than the janitor wrote last
 
     def belongs_to(self, uid: str) -> bool:
         return self.uid == uid
+
+    @property
+    def cap_trusted(self) -> bool:
+        """Its cap (maxExtension after marked-at, of its policy) is counted from what the janitor wrote."""
+        return self.foreign.isdisjoint(CAP_KEYS)
 
     @property
     def warned(self) -> bool:
@@ -409,10 +422,27 @@ def carries_mark(notes: Mapping[str, str]) -> bool:
     return any(key in notes for key in JANITOR_ONLY_KEYS)
 
 
-def read_mark(notes: Mapping[str, str]) -> Mark | None:
-    """The mark on an object, whole or partial; None if it carries none of the janitor's keys."""
+_WARNING_RECORD = frozenset({WARNED_AT, WARNED_VIA, WARNED_OF})
+_FACTS = frozenset({EXPIRES, NOTICE, REMINDED_AT, RELEASE}) | _WARNING_RECORD
+
+
+def read_mark(notes: Mapping[str, str], foreign: Collection[str] = frozenset()) -> Mark | None:
+    """The mark on an object, whole or partial; None if it carries none of the janitor's keys.
+
+    `foreign` are the keys someone other than the janitor wrote last (observe reads them from the
+    apiserver's managedFields). What they say is no fact of the janitor's: a warning record with
+    any of them was never delivered, an intent or a reminder time among them is none, and a
+    deadline among them is replaced by the one the janitor's own record names (none before the
+    warning: the lifecycle names one then). Who marked it (policy, marked-at, marked-uid) is read
+    as written, and `Mark.foreign` keeps the keys, so that a cap counted from them is none.
+    """
     if not carries_mark(notes):
         return None
+    untrusted = frozenset(foreign).intersection(notes, MARK_KEYS)
+    if untrusted & _WARNING_RECORD:
+        untrusted |= _WARNING_RECORD.intersection(notes)
+    if untrusted & _FACTS:
+        notes = {k: v for k, v in notes.items() if k not in untrusted or k not in _FACTS}
     problems: list[str] = []
 
     def time(key: str, *, required: bool = False) -> _dt.datetime | None:
@@ -440,11 +470,16 @@ def read_mark(notes: Mapping[str, str]) -> Mark | None:
     warned = [k for k in (WARNED_AT, WARNED_VIA, WARNED_OF) if k in notes]
     if warned and len(warned) != 3:
         problems.append("warning record incomplete (" + ", ".join(warned) + " without the rest)")
-    return Mark(
+    mark = Mark(
         uid=notes.get(MARKED_UID) or None, policy=notes.get(POLICY) or None,
-        deadline=time(EXPIRES, required=True), marked_at=time(MARKED_AT, required=True),
+        deadline=time(EXPIRES, required=EXPIRES not in untrusted), marked_at=time(MARKED_AT, required=True),
         reason=notes.get(REASON, ""), warned_at=time(WARNED_AT), warned_via=parsed(WARNED_VIA, Delivery.parse),
         warned_of=parsed(WARNED_OF, WarnedOf.parse), warned_to=notes.get(WARNED_TO) or None,
         reminded_at=time(REMINDED_AT),
-        intent=parsed(NOTICE, Intent.parse), problems=tuple(problems),
+        intent=parsed(NOTICE, Intent.parse), problems=tuple(problems), foreign=untrusted,
     )
+    if EXPIRES in untrusted:
+        named = mark.intent.warns_of if mark.intent is not None else None
+        deadline = mark.warned_of if mark.warned else named
+        mark = replace(mark, deadline=deadline.deadline if deadline is not None else None)
+    return mark

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from janitor import __version__, cli_options, exits, node_report, words
 from janitor import annotations as ann
+from janitor.admission import JANITOR_USER
 from janitor.exits import HELP as EXIT_HELP
 from janitor.exits import Exit
 from janitor.settings import DEFAULT_KINDS, Settings, from_args, parse_kind
@@ -354,19 +355,24 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_admission(args: argparse.Namespace) -> int:
-    """Print the admission policy that holds researchers to the policies' caps at apply time."""
+    """Print the admission policies that hold everyone but the janitor to its contract at apply time:
+    its own annotations stay its own and, from policy files, the policies' caps."""
     import yaml
 
     from janitor import admission
     from janitor.policy import load
 
-    loaded = load.from_paths(args.paths, parse_duration=ann.parse_ttl)
-    for error in loaded.errors:
-        print(error, file=sys.stderr)
-    if loaded.errors:
-        return Exit.PROBLEMS
     kinds = tuple(parse_kind(k.strip()) for k in args.kinds.split(",") if k.strip())
-    documents = admission.caps_policy(loaded.policies, kinds, name=args.name, admin_channel=args.admin_channel)
+    documents = []
+    if args.paths:
+        loaded = load.from_paths(args.paths, parse_duration=ann.parse_ttl)
+        for error in loaded.errors:
+            print(error, file=sys.stderr)
+        if loaded.errors:
+            return Exit.PROBLEMS
+        documents += admission.caps_policy(loaded.policies, [k for k in kinds if k.namespaced], name=args.name,
+                                           admin_channel=args.admin_channel)
+    documents += admission.marks_policy(kinds, janitor=args.janitor_user, admin_channel=args.admin_channel)
     print(yaml.safe_dump_all(documents, sort_keys=False, width=1000), end="")
     return Exit.OK
 
@@ -489,18 +495,28 @@ pods, get and patch-status nodes, events).""")
     agent.set_defaults(func=_cmd_node_agent)
 
     admission_cmd = commands.add_parser(
-        "admission", help="print the admission policy that refuses what the policies' caps forbid, at apply time",
+        "admission", help="print the admission policies that refuse, at apply time, what the janitor would not "
+                          "honour",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="""\
-Generate a ValidatingAdmissionPolicy (and binding) from policy files, so the apiserver refuses at
-`kubectl apply` time, with the limit and whom to ask:
-  - janitor/keep-until on a marked workload later than its policy's maxExtension after the first
-    mark (the janitor would cap it anyway; now the researcher learns it when writing it);
-  - janitor/opt-out: "true" on a workload whose governing policy enforces with honourOptOut: false.
-Apply it again whenever the policy files change. Admission has no clock: a keep-until on a workload
-not yet marked is capped when it is marked. Needs Kubernetes 1.30+ (ValidatingAdmissionPolicy v1).""",
+Generate ValidatingAdmissionPolicies (and bindings), so the apiserver refuses at `kubectl apply`
+time, saying what to do instead and whom to ask:
+  - kube-idle-janitor-marks: a change to the janitor's own annotations (its mark: janitor/policy,
+    janitor/marked-at, janitor/warned-*, ..., and janitor/expires on a marked object) by anyone but
+    the janitor (--janitor-user) and cluster admins (who may delete this policy); a controller's
+    copy (a ReplicaSet copying its Deployment's annotations) is left alone. manifests/base has it.
+  - kube-idle-janitor-caps, from policy files: janitor/keep-until on a marked workload later than
+    its policy's maxExtension after the first mark; janitor/opt-out: "true" on a workload whose
+    governing policy enforces with honourOptOut: false. Apply it again whenever the files change.
+Admission has no clock: a keep-until on a workload not yet marked is capped when it is marked.
+Needs Kubernetes 1.30+ (ValidatingAdmissionPolicy v1).""",
         epilog="example:\n  janitor admission policies/ --admin-channel '#gpu-admins' | kubectl apply -f -")
-    admission_cmd.add_argument("paths", nargs="+", metavar="PATH", help="policy files or directories")
+    admission_cmd.add_argument("paths", nargs="*", metavar="PATH",
+                               help="policy files or directories (none: only kube-idle-janitor-marks)")
+    admission_cmd.add_argument("--janitor-user", default=JANITOR_USER,
+                               help="the username the janitor writes as, the only one (besides cluster admins) "
+                                    "that may change its annotations (default: %(default)s, as manifests/base "
+                                    "deploys it)")
     admission_cmd.add_argument("--admin-channel", help="named in every refusal as where to ask, e.g. #gpu-admins")
     admission_cmd.add_argument("--kinds", default=",".join(k.key for k in DEFAULT_KINDS),
                                help="the kinds it checks: those the janitor cleans up (default: %(default)s)")

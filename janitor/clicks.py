@@ -93,7 +93,7 @@ class Clicks:
         theirs = self._slack.is_owner(owner, user)
         channel = owner.kind is OwnerKind.CHANNEL
         presser = Presser(user, theirs and not channel, user in self._settings.slack.admin_users, theirs and channel)
-        mark = ann.read_mark(view.annotations) if view is not None else None
+        mark = ann.read_mark(view.annotations, view.foreign_marks) if view is not None else None
         policy = next((p for p in self._policies() if mark is not None and p.name == mark.policy), None)
         verdict = clicks.judge(op, days, value, view, presser, owner, policy, self._clock(),
                                members_release=self._settings.slack.members_release)

@@ -153,6 +153,7 @@ def write_state(api: ApiClient, namespace: str, name: str, data: Mapping[str, st
 
 
 _CONFIG_MAPS = ResourceKind("", "v1", "ConfigMap", "configmaps")
+_WRITES = frozenset({"PATCH", "POST", "PUT"})  # the methods that take a fieldManager (DELETE has none)
 
 
 def _delete(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool, component: str) -> str:
@@ -258,22 +259,25 @@ def annotate(
     kind: ResourceKind,
     event: tuple[str, str] | None = None,
     component: str = "kube-idle-janitor",
+    field_manager: str = ann.FIELD_MANAGER,
 ) -> str:
     """Merge `notes` into the object's annotations (None removes a key), guarded by the read's
     uid and resourceVersion; returns the new resourceVersion, for the next write in the cycle.
 
     `event` (reason, message) posts a Normal Event first, for the writes people should see
-    (marked, unmarked, deadline moved); bookkeeping writes pass None. Raises `KubeError`.
+    (marked, unmarked, deadline moved); bookkeeping writes pass None. `field_manager` is the
+    janitor's, except for tools that write for people (`kubectl janitor keep`). Raises `KubeError`.
     """
     body = guarded({"metadata": {"annotations": dict(notes)}}, target, resource_version)
     path = kubeapi.path(kind, target.namespace, target.name)
     if event is not None:
         _call(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, dry_run=True,
-              doing=f"annotate {target} (dry run)")
+              doing=f"annotate {target} (dry run)", field_manager=field_manager)
         notice = Action(ActionType.REPORT, target, resource_version, "", TriggerKind.EXPIRY, "lifecycle", event[0],
                         text(event[1]))
         _post_event(api, notice, event_type="Normal", component=component)
-    answer = _call(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, doing=f"annotate {target}")
+    answer = _call(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, doing=f"annotate {target}",
+                   field_manager=field_manager)
     return str((answer.get("metadata") or {}).get("resourceVersion") or resource_version)
 
 
@@ -375,10 +379,15 @@ def _call(
     content_type: str = "application/json",
     dry_run: bool = False,
     doing: str,
+    field_manager: str = ann.FIELD_MANAGER,
 ) -> dict[str, Any]:
-    """One JSON request; any failure becomes a `janitor.errors.KubeError` raised `from` it."""
-    response = kubeapi.request(api, method, path, query=[("dryRun", "All")] if dry_run else [], body=body,
-                               content_type=content_type, doing=doing)
+    """One JSON request; any failure becomes a `janitor.errors.KubeError` raised `from` it. A write
+    names `field_manager`, so the apiserver's record (managedFields) says which keys the janitor
+    wrote: a key someone else writes over is then theirs, and the janitor takes nothing from it."""
+    query = [("dryRun", "All")] if dry_run else []
+    if method in _WRITES:
+        query.append(("fieldManager", field_manager))
+    response = kubeapi.request(api, method, path, query=query, body=body, content_type=content_type, doing=doing)
     data = response.data
     try:
         answer = json.loads(data) if data else {}

@@ -111,7 +111,7 @@ def judge(op: Op, days: int, value: ButtonValue, view: ObjectView | None, presse
     now = now.replace(microsecond=0)  # annotations hold whole seconds
     if view is None or view.ref.uid != value.uid:
         return Verdict(op, Outcome.STALE, f"{value} was deleted or re-created since this message; nothing changed.")
-    mark = ann.read_mark(view.annotations)
+    mark = ann.read_mark(view.annotations, view.foreign_marks)
     if mark is None or not mark.belongs_to(value.uid) or mark.marked_at is None or \
             ann.format_expires(mark.marked_at) != value.marked_at:
         return Verdict(op, Outcome.STALE, f"{value} is no longer marked as this message says (it was unmarked, or "
@@ -142,6 +142,11 @@ def judge(op: Op, days: int, value: ButtonValue, view: ObjectView | None, presse
     if policy is None:
         return Verdict(op, Outcome.NO_ROOM, f"{value} was marked by policy {mark.policy}, which is no longer "
                                             "configured; nothing changed.")
+    if not mark.cap_trusted:
+        keys = " and ".join(k for k in ann.CAP_KEYS if k in mark.foreign)
+        return Verdict(op, Outcome.NO_ROOM, f"{keys} on {value} was not written by the janitor (someone else wrote "
+                                            "it last), so this mark's cap cannot be counted and nothing can be kept; "
+                                            "ask a cluster admin.")
     cap = mark.marked_at + policy.lifecycle.max_extension
     until = min(now + datetime.timedelta(days=days), cap)
     if until <= now or (mark.deadline is not None and until <= mark.deadline):

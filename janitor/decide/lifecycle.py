@@ -124,7 +124,9 @@ def sent_to(intent: Intent, owner: Owner) -> str:
 
 
 def extension_cap(mark: Mark, policy: Policy) -> datetime.datetime | None:
-    if mark.marked_at is None or not policy.lifecycle.max_extension:
+    """How long an owner may keep the workload: maxExtension after the first mark; None for no
+    keeping, also when the mark's marked-at or policy was last written by someone else."""
+    if mark.marked_at is None or not policy.lifecycle.max_extension or not mark.cap_trusted:
         return None
     return mark.marked_at + policy.lifecycle.max_extension
 
@@ -143,6 +145,8 @@ def released_by(mark: Mark, notes: Mapping[str, str], owner: Owner, action: str,
     before the workload was marked again), for `action`, the action the last delivered warning
     named, answering that very warning (a later one asks again), from the owner warned (`owner`,
     now), pressed no more than RELEASE_LAPSES_AFTER ago. None otherwise."""
+    if ann.RELEASE in mark.foreign:  # a release the janitor did not write: no button was pressed
+        return None
     release = Release.parse(notes.get(ann.RELEASE, ""))
     if release is None or mark.marked_at is None or mark.warned_at is None or mark.warned_of is None:
         return None
@@ -167,6 +171,8 @@ def effective_deadline(mark: Mark, policy: Policy, notes: Mapping[str, str],
     reason = why(Code.DELIVERY_GRACE)
     cap = extension_cap(mark, policy)
     keep = notes.get(ann.KEEP_UNTIL)
+    if keep is not None and not mark.cap_trusted:
+        reason = why(Code.KEEP_UNTRUSTED, keys=tuple(k for k in ann.CAP_KEYS if k in mark.foreign))
     if keep is not None and cap is not None:
         try:
             wanted = ann.parse_expires(keep)
@@ -330,7 +336,7 @@ def _copy(case: _Case, views: Mapping[str, ObjectView], now: datetime.datetime) 
     assert mark is not None and mark.uid is not None
     source = views.get(view.controller.uid) if view.controller is not None else None
     if source is not None and source.ref.uid == mark.uid:
-        own = ann.read_mark(source.annotations)
+        own = ann.read_mark(source.annotations, source.foreign_marks)
         if own is not None and own.belongs_to(source.ref.uid):
             return Change(Step.WAIT, view.ref, view.resource_version, mark.policy or "",
                           why(Code.COPY_OF_SOURCE, source=str(source.ref)))
@@ -369,7 +375,8 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
         if not pace.allows(owner, now):
             return Change(Step.WAIT, ref, rv, policy.name, why(Code.WARNING_PACED))
         pace.sending(owner)
-        base = max(mark.deadline or now, now + policy.lifecycle.warn_before) if wrong_action else mark.deadline or now
+        base = max(mark.deadline or now, now + policy.lifecycle.warn_before) if wrong_action else \
+            mark.deadline or now + policy.lifecycle.warn_before  # none: someone else wrote janitor/expires
         deadline = warning_deadline(base, case.kept, extension_cap(mark, policy), policy, now, case.time_zone)
         intent = _intent(NoticeKind.WARNING, finding.owner, now, policy, deadline)
         reason = (why(Code.WARN_AGAIN_ACTION, warned=str(mark.warned_of), action=action) if wrong_action else
@@ -397,7 +404,7 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
         return Change(Step.ACT, ref, rv, policy.name, reason, notice=_notice(NoticeKind.DONE, finding, case, policy,
                                                                              now, None),
                       deadline=now, action=act, gpu_hours=finding.reclaim_gpu_hours)
-    if mark.deadline is None or ann.format_deadline(mark.deadline) != shown:
+    if mark.deadline is None or ann.format_deadline(mark.deadline) != shown or ann.EXPIRES in mark.foreign:
         return Change(Step.EXTEND, ref, rv, policy.name, why(Code.EXTEND, deadline=shown, why=extended),
                       {ann.EXPIRES: shown, **why_notes.in_step(view.annotations, deadline=deadline, policy=policy)},
                       deadline=deadline)
@@ -420,6 +427,9 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
         return Change(Step.NOTIFY, ref, rv, policy.name, why(Code.REMIND, condition=condition, deadline=shown),
                       {ann.NOTICE: str(intent)},
                       _notice(NoticeKind.REMINDER, finding, case, policy, now, deadline), deadline)
+    if extended.code is Code.KEEP_UNTRUSTED:  # the owner asked for time the mark cannot give: say why
+        return Change(Step.WAIT, ref, rv, policy.name, why(Code.WAITING, action=action, deadline=shown,
+                                                           extended=f" ({extended})", keep=extended), deadline=deadline)
     return Change(Step.WAIT, ref, rv, policy.name, why(Code.WAITING, action=action, deadline=shown,
                                                        extended=f" ({extended})" if extended.code is Code.KEPT_UNTIL
                                                        else ""), deadline=deadline)
@@ -549,7 +559,7 @@ def plan_lifecycle(
             continue
         found = tuple(sorted(per_subject.get(uid, ()), key=lambda f: (order.get(f.policy, len(order)), f.trigger)))
         owner = found[0].owner if found else known_owners.get(uid, Owner(OwnerKind.UNKNOWN))
-        mark = ann.read_mark(view.annotations) if carries_mark(view.annotations) else None
+        mark = ann.read_mark(view.annotations, view.foreign_marks) if carries_mark(view.annotations) else None
         cases.append(_Case(view, mark, found, zones.get(uid), owner, untraced.get(view.ref.namespace or ""),
                            parents.get(uid), also.get(uid, ())))
     pace = _Pace(_last_message_per_owner(cases), settings.pace)

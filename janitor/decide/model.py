@@ -82,6 +82,10 @@ class ObjectView:
     template_annotations: Mapping[str, str] = field(default_factory=dict)
     replicas: int | None = None  # spec.replicas where the kind has one: what scale-to-zero undoes
     suspended: bool = False  # spec.suspend (a Job or CronJob): it starts nothing new
+    # The janitor-only keys (and the janitor/expires of a mark) present here that someone other than
+    # the janitor wrote last, by the apiserver's record (managedFields): never a cap, a deadline, a
+    # delivered warning or a release (see `annotations.read_mark`).
+    foreign_marks: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -198,6 +198,8 @@ class Code(StrEnum):
     NEVER_STALE = "never-stale"
     AUTOSCALER_NEVER = "autoscaler-never"
     NEVER_NOT_ALL = "never-not-all"
+    # the janitor's own annotations, written by someone else
+    KEEP_UNTRUSTED = "keep-untrusted"
 
 
 _T: Mapping[Code, str] = {
@@ -403,6 +405,9 @@ _T: Mapping[Code, str] = {
     Code.AUTOSCALER_NEVER: "{never}; and {source} can add no node that could ({detail}; said since {first})",
     Code.NEVER_NOT_ALL: "{source} says none of the nodes it can add could run it ({detail}), but {silent: and } "
                         "runs here too and has said nothing about it",
+    Code.KEEP_UNTRUSTED: "janitor/keep-until is not honoured: {keys: and } on this mark was not written by the janitor "
+                         "(someone else wrote it last), so its cap cannot be counted; an admin can remove the mark "
+                         "with `janitor unmark`, and the next one has a cap again",
 }
 
 

@@ -193,6 +193,7 @@ def to_view(kind: ResourceKind, item: Mapping[str, Any]) -> ObjectView:
         template_annotations=_template_annotations(kind, item),
         replicas=_replicas(item),
         suspended=_suspended(item),
+        foreign_marks=views.foreign_marks(meta),
     )
 
 

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from janitor import annotations as ann
 from janitor import node_report
 from janitor.decide.model import (
     GPU_RESOURCE,
@@ -77,6 +78,28 @@ def strings(values: Mapping[str, Any] | None) -> dict[str, str]:
     """Labels or annotations, their keys (and short values) held once however many objects carry them."""
     return {sys.intern(k): sys.intern(v) if isinstance(v, str) and len(v) <= 64 else v
             for k, v in (values or {}).items()}
+
+
+_MARK_KEYS = frozenset(ann.MARK_KEYS)
+_JANITOR_ONLY = frozenset(ann.JANITOR_ONLY_KEYS)
+_NONE: frozenset[str] = frozenset()
+
+
+def foreign_marks(meta: Mapping[str, Any]) -> frozenset[str]:
+    """The keys of a mark on the object (the janitor-only keys, janitor/expires) that no field
+    manager of the janitor owns in the apiserver's record (managedFields): someone else wrote them
+    last, or the record was emptied. Only the keys are kept, never the record: the watch cache stays
+    slim. A same-value write leaves the owner as it was; a different value makes its writer the owner."""
+    notes = meta.get("annotations") or {}
+    if _JANITOR_ONLY.isdisjoint(notes):  # no mark (a janitor/expires alone is its owner's)
+        return _NONE
+    present = _MARK_KEYS.intersection(notes)
+    owned: set[str] = set()
+    for entry in meta.get("managedFields") or ():
+        if isinstance(entry, Mapping) and entry.get("manager") in ann.FIELD_MANAGERS:
+            fields = ((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:annotations") or {}
+            owned.update(key[2:] for key in fields if key.startswith("f:"))
+    return share(frozenset(present - owned))
 
 
 def _time(text: str | None) -> datetime.datetime | None:

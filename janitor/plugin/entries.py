@@ -125,10 +125,16 @@ class Entry:
     own: str | None = None  # the owner's own janitor/ttl or janitor/expires, "janitor/ttl=7d"
     own_deadline: datetime.datetime | None = None
     problems: tuple[str, ...] = ()
+    foreign: tuple[str, ...] = ()  # keys of the mark someone other than the janitor wrote last: nothing from them
 
     @property
     def target(self) -> str:
         return f"{self.kind.short}/{self.ref.name}"
+
+    @property
+    def cap_trusted(self) -> bool:
+        """The cap is counted from what the janitor wrote (marked-at and policy are its own)."""
+        return not any(k in self.foreign for k in ann.CAP_KEYS)
 
 
 def _own(view: ObjectView, marked: bool) -> tuple[str | None, datetime.datetime | None, str]:
@@ -158,7 +164,7 @@ def _own(view: ObjectView, marked: bool) -> tuple[str | None, datetime.datetime 
 def read(view: ObjectView, kind: Kind, now: datetime.datetime) -> Entry | None:
     """What the janitor has on `view`; None when nothing (no mark, own expiry or keep-until)."""
     notes = view.annotations
-    mark = ann.read_mark(notes)
+    mark = ann.read_mark(notes, view.foreign_marks)
     own, own_deadline, own_words = _own(view, marked=mark is not None)
     keep = notes.get(ann.KEEP_UNTIL)
     if mark is None and own is None and keep is None:
@@ -178,23 +184,26 @@ def read(view: ObjectView, kind: Kind, now: datetime.datetime) -> Entry | None:
         return replace(base, standing=Standing.EXPIRES, trigger="expiry",
                         action="delete" if own_deadline is not None else None, deadline=own_deadline,
                         words=own_words)
-    note = WhyNote.parse(notes.get(ann.WHY, "")) if ann.WHY in notes else None
+    foreign = view.foreign_marks.intersection(notes)
+    note = WhyNote.parse(notes.get(ann.WHY, "")) if ann.WHY in notes and ann.WHY not in foreign else None
+    if note is not None and mark.marked_at is not None and note.marked_at != mark.marked_at:
+        note = None  # a note of another mark (written over, then carried along by the janitor's rewrites)
     sentence = mark.reason
     common: dict[str, Any] = dict(policy=mark.policy, sentence=sentence, marked_at=mark.marked_at,
-                                  words=note.words if note is not None else sentence)
+                                  words=note.words if note is not None else sentence,
+                                  foreign=tuple(k for k in ann.MARK_KEYS if k in foreign))
     if mark.uid is not None and not mark.belongs_to(view.ref.uid):
         return replace(base, standing=Standing.COPY, **common)
     if mark.problems:
         return replace(base, standing=Standing.BROKEN, problems=mark.problems, **common)
-    assert mark.deadline is not None
-    deadline = mark.deadline
+    deadline = mark.deadline  # None: someone else wrote janitor/expires, and the warning names the deadline
     if mark.warned and mark.warned_of is not None:
-        deadline = max(deadline, mark.warned_of.deadline)
-    cap = note.keep_cap if note is not None else None
-    if cap is not None and keep is not None:
+        deadline = max(deadline or mark.warned_of.deadline, mark.warned_of.deadline)
+    cap = note.keep_cap if note is not None and mark.cap_trusted else None
+    if cap is not None and keep is not None and deadline is not None:
         deadline = max(deadline, min(kept_until or cap, cap))  # a keep-until that is no time keeps to the cap
     standing = Standing.MARKED
-    if mark.warned:
+    if mark.warned and deadline is not None:
         standing = Standing.DUE if deadline <= now else Standing.WARNED
     action = mark.warned_of.action if mark.warned and mark.warned_of else (note.action if note else None)
     return replace(base, standing=standing, trigger=note.trigger if note else None, action=action,
@@ -222,6 +231,11 @@ def decide_keep(entry: Entry | None, target: str, until: datetime.datetime,
     if until <= now:
         return KeepDecision(until, f"{target}: {shown} has already passed; give a later time or a duration (2d)")
     notes: list[str] = []
+    untrusted = [k for k in ann.CAP_KEYS if entry is not None and k in entry.foreign]
+    if entry is not None and entry.standing in MARKED_STANDINGS and untrusted:
+        return KeepDecision(until, f"{target}: {' and '.join(untrusted)} on it was not written by the janitor "
+                                   "(someone else wrote it last), so the janitor honours no keep-until on this mark; "
+                                   "ask your cluster admins (`janitor unmark` starts the mark again)")
     if entry is not None and entry.standing in MARKED_STANDINGS and entry.cap_known:
         if entry.keep_cap is None:
             return KeepDecision(until, f"{target}: policy {entry.policy} lets no one keep a workload "

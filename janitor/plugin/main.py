@@ -26,6 +26,7 @@ from janitor.plugin import entries, render
 from janitor.plugin.entries import KINDS, Entry, Event, Kind, UsageError
 
 EVENTS = ResourceKind("", "v1", "Event", "events")
+FIELD_MANAGER = "kubectl-janitor"  # its writes are the researcher's own (keep-until), never the janitor's
 FORBIDDEN_HINT = ("status and explain need the view role in the namespace, keep needs edit (-A: list rights in "
                   "every namespace; use -n for yours); ask your namespace's admins")
 
@@ -229,7 +230,8 @@ def _keep(args: argparse.Namespace) -> int:
             print(f"kubectl janitor keep: {decision.refused}", file=sys.stderr)
             return Exit.PROBLEMS
         try:
-            kube.annotate(api, view.ref, view.resource_version, {ann.KEEP_UNTIL: shown}, kind=kind.resource)
+            kube.annotate(api, view.ref, view.resource_version, {ann.KEEP_UNTIL: shown}, kind=kind.resource,
+                          field_manager=FIELD_MANAGER)
             break
         except errors.Conflict:  # it changed since the read (a controller's status update): decide again
             if attempt == 2:

@@ -50,7 +50,7 @@ def keep_command(entry: Entry, now: datetime.datetime, *, show_namespace: bool =
     """The command that keeps it: `kubectl janitor keep job/train 2d` (or up to the cap when that is
     sooner); for its own ttl or expires, the annotation to remove; "" when nothing keeps it."""
     if entry.standing in MARKED_STANDINGS:
-        if entry.cap_known and entry.keep_cap is None:
+        if (entry.cap_known and entry.keep_cap is None) or not entry.cap_trusted:
             return ""
         until = "2d"
         if entry.keep_cap is not None and entry.keep_cap < now + KEEP_FOR:
@@ -162,7 +162,9 @@ def explain_text(target: str, namespace: str, e: Entry | None, events: Sequence[
         if e.standing in MARKED_STANDINGS or e.kept_until or e.kept_text:
             rows.append(("kept until", _kept_cell(e, now)))
         if e.standing in MARKED_STANDINGS:
-            cap = ("unknown here (a mark without janitor/why): up to the policy's maxExtension after the first mark"
+            cap = (f"none: {' and '.join(k for k in ann.CAP_KEYS if k in e.foreign)} not written by the janitor"
+                   if not e.cap_trusted else
+                   "unknown here (a mark without janitor/why): up to the policy's maxExtension after the first mark"
                    if not e.cap_known else
                    f"none: policy {e.policy} lets no one keep a workload" if e.keep_cap is None else
                    f"{at(e.keep_cap, now)}, maxExtension {e.max_extension} after the first mark")
@@ -175,6 +177,9 @@ def explain_text(target: str, namespace: str, e: Entry | None, events: Sequence[
                          if e.own_deadline else f"its own {e.own}"))
         if e.sentence and e.sentence != e.words:
             rows.append(("janitor/reason", e.sentence))
+        if e.foreign:
+            rows.append(("not the janitor's", f"{', '.join(e.foreign)}: someone else wrote them last, so the janitor "
+                                              "takes no deadline, cap, warning or release from them"))
         width = max(len(label) for label, _ in rows)
         lines += [f"  {label.ljust(width)}  {value}" for label, value in rows]
     lines.append("")
@@ -211,6 +216,7 @@ def item(e: Entry, now: datetime.datetime, *, show_namespace: bool = False) -> D
         "keepCap": _time(e.keep_cap), "maxExtension": e.max_extension,
         "keptUntil": _time(e.kept_until) if e.kept_until else e.kept_text,
         "own": e.own, "ownDeadline": _time(e.own_deadline), "problems": list(e.problems),
+        "writtenByOthers": list(e.foreign),
         "keepCommand": keep_command(e, now, show_namespace=show_namespace) or None,
     }
 

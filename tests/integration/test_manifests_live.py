@@ -8,7 +8,7 @@ Aspects covered:
   against `kubectl kustomize` there), and the dashboard ConfigMap of manifests/monitoring pass
   server-side apply with dryRun=All; the Namespace is created for real (dry runs of namespaced
   objects need it); the monitoring.coreos.com objects only where their CRDs are served;
-- with the RBAC, ServiceAccounts, leader election Role and both admission policies applied for
+- with the RBAC, ServiceAccounts, leader election Role and the admission policies applied for
   real, the janitor's ServiceAccount token:
   - deletes a Job whose janitor/expires has passed;
   - is denied deleting an unmarked Deployment, by kube-idle-janitor-guard, although RBAC allows
@@ -21,6 +21,8 @@ Aspects covered:
   a stuck Deployment and scales it to zero once marked, and nothing it does is refused;
 - the node agent's ServiceAccount may list pods, patch nodes/status and create Events, and
   cannot delete pods or read Secrets;
+- kube-idle-janitor-marks as shipped: a researcher's forward-dated janitor/marked-at on a Job the
+  janitor's ServiceAccount marked is refused, a keep-until passes;
 - `janitor/expires: tomorrow` on a new ConfigMap is rejected at apply time for any user (the
   admin, a researcher with `edit`), with the accepted forms; `janitor/ttl: 3000000d` with the
   bound (100 years), a time in the year 9999 with the years accepted, `janitor/time-zone` of 300
@@ -376,6 +378,35 @@ def test_node_agent_role_is_narrow(installed: Installed) -> None:
     assert not _may(agent, "delete", "pods", namespace=installed.namespace)
     assert not _may(agent, "get", "secrets", namespace=installed.namespace)
     assert not _may(agent, "patch", "nodes", name="cpu-node-1")  # the status only
+
+
+def test_marks_policy_leaves_the_janitors_annotations_to_its_service_account(installed: Installed,
+                                                                            kube: client.ApiClient) -> None:
+    """kube-idle-janitor-marks as shipped: the janitor's ServiceAccount marks, a researcher may not
+    forward-date the mark (nor any other key of it), and may still set a keep-until."""
+    ns = installed.namespace
+    uid = client.BatchV1Api(kube).create_namespaced_job(ns, _job("marked")).metadata.uid
+    mark = {"janitor/policy": "idle-gpu", "janitor/marked-at": "2026-11-20T10:00:00Z", "janitor/marked-uid": uid,
+            "janitor/expires": "2026-11-21T10:00:00Z"}
+    client.BatchV1Api(installed.janitor).patch_namespaced_job("marked", ns, {"metadata": {"annotations": mark}})
+    as_researcher = client.BatchV1Api(installed.researcher)
+    years, refusals = iter(range(2027, 9000)), []
+
+    def refused() -> bool:  # a new value each time: one left as it was would pass
+        try:
+            as_researcher.patch_namespaced_job("marked", ns, {"metadata": {"annotations": {
+                "janitor/marked-at": f"{next(years)}-01-01T00:00:00Z", "janitor/keep-until": "2030-01-01"}}})
+        except ApiException as e:
+            refusals.append(e)
+            return True
+        return False
+
+    wait_until(refused, timeout=30, what="kube-idle-janitor-marks enforced")
+    [e] = refusals
+    assert e.status == 403 and "kube-idle-janitor-marks" in _message(e), e.body
+    assert "janitor/marked-at: only the janitor writes this annotation" in _message(e)
+    as_researcher.patch_namespaced_job("marked", ns, {"metadata": {"annotations": {
+        "janitor/keep-until": "2030-01-01"}}})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ Aspects covered:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
@@ -347,3 +348,42 @@ def test_the_table_is_cut_to_the_terminal_unless_wide(monkeypatch: pytest.Monkey
     monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
     assert main.main(["status"]) == 0
     assert capsys.readouterr().out.splitlines()[1].endswith("over the last 2 h")
+
+
+# -- a mark someone else wrote on --------------------------------------------------------------------------
+
+def written_by_others(view: ObjectView, *keys: str) -> ObjectView:
+    return dataclasses.replace(view, foreign_marks=frozenset(keys))
+
+
+def test_keep_on_a_mark_whose_marked_at_someone_else_wrote_is_refused_saying_why() -> None:
+    """The janitor honours no keep-until on such a mark: the researcher learns it now, not at the deadline."""
+    view = written_by_others(marked_job(**{a.MARKED_AT: t(NOW + 30 * DAY)}), a.MARKED_AT)
+    entry = read(view)
+    assert entry.standing is Standing.WARNED and entry.keep_cap is None and entry.foreign == (a.MARKED_AT,)
+    refused = entries.decide_keep(entry, "job/train", NOW + DAY, NOW).refused
+    assert refused is not None and "janitor/marked-at on it was not written by the janitor" in refused
+    assert "janitor unmark" in refused
+    shown = render.explain_text("job/train", "team-a", entry, [], NOW)
+    assert "not the janitor's" in shown and "janitor/marked-at" in shown
+    assert render.item(entry, NOW)["writtenByOthers"] == ["janitor/marked-at"]
+    assert render.keep_command(entry, NOW) == ""
+
+
+def test_a_why_note_or_deadline_someone_else_wrote_shows_nothing_of_theirs() -> None:
+    forged = note(NOW - 3 * H, NOW + 90 * DAY, cap=365 * DAY)
+    view = written_by_others(marked_job(warned=None, **{a.WHY: forged, a.EXPIRES: t(NOW + 90 * DAY)}), a.WHY,
+                             a.EXPIRES)
+    entry = read(view)
+    assert entry.standing is Standing.MARKED and entry.deadline is None and entry.keep_cap is None
+    assert not entry.cap_known and entry.words.startswith("idle: GPU 0 peak 0")  # janitor/reason, as written
+    forged_warning = read(written_by_others(marked_job(), a.WARNED_AT))
+    assert forged_warning.standing is Standing.MARKED and forged_warning.warned_at is None
+
+
+def test_a_why_note_of_another_mark_gives_no_cap() -> None:
+    """Someone rewrote janitor/why with a far cap (and its own markedAt); the janitor later rewrote the
+    note's deadline, so the note reads as the janitor's: its markedAt still is not the mark's."""
+    forged = note(NOW - 3 * H + 60 * DAY, NOW + 21 * H, cap=365 * DAY)
+    entry = read(marked_job(**{a.WHY: forged}))
+    assert entry.keep_cap is None and not entry.cap_known

@@ -49,7 +49,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from devenv.testbin import cached_binaries
-from janitor import annotations, rbac
+from janitor import admission, annotations, rbac
 from janitor.cli import build_parser
 from janitor.decide.rails import DEFAULT_PROTECTED_NAMESPACES
 from janitor.policy import load
@@ -178,6 +178,13 @@ def test_node_agent_cluster_role_is_the_generated_one() -> None:
     generated_or_check(BASE / "rbac-node-agent.yaml", text, compare=_yaml_docs)
 
 
+def test_marks_admission_policy_is_the_generated_one() -> None:
+    docs = admission.marks_policy(DEFAULT_KINDS)
+    source = "janitor.admission.marks_policy(DEFAULT_KINDS), as `janitor admission` prints it"
+    text = GENERATED.format(source=source) + _dump(docs)
+    generated_or_check(BASE / "admission-marks.yaml", text, compare=_yaml_docs)
+
+
 def test_policy_copies_equal_policies_dir_and_are_all_in_the_configmap() -> None:
     sources = sorted((ROOT / "policies").glob("*.yaml"))
     copies = BASE / "policies"
@@ -283,6 +290,7 @@ def test_base_objects_are_labelled_namespaced_and_hold_no_secret(base) -> None:
         "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap", "Deployment", "PodDisruptionBudget", "DaemonSet",
         "Service", "Service", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",  # guard, annotations, marks
     ])
     assert find(base, "Namespace")["metadata"]["name"] == NAMESPACE
     for obj in base:
@@ -434,6 +442,7 @@ def _role_kinds() -> set[tuple[str, str]]:
 @pytest.mark.parametrize("name, operations", [
     ("kube-idle-janitor-guard", ["DELETE", "UPDATE"]),
     ("kube-idle-janitor-annotations", ["CREATE", "UPDATE"]),
+    ("kube-idle-janitor-marks", ["CREATE", "UPDATE"]),
 ])
 def test_admission_policies_cover_the_generated_role_kinds(base, name: str, operations: list[str]) -> None:
     policy = find(base, "ValidatingAdmissionPolicy", name)
@@ -457,6 +466,18 @@ def test_guard_is_for_the_janitor_and_knows_its_namespaces_and_state(base) -> No
     assert (f"request.namespace == '{settings.state_namespace}' && request.name == '{settings.state_name}'"
             in variables["stateConfigMap"])
     assert all(v["reason"] == "Forbidden" for v in spec["validations"])
+
+
+def test_the_janitors_annotations_are_left_to_the_identity_the_base_runs_it_as(base) -> None:
+    """`janitor admission`'s default --janitor-user, the marks policy in the base and the guard all
+    name the ServiceAccount the Deployment runs as, in the base's namespace."""
+    sa = find(base, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
+    find(base, "ServiceAccount", sa)
+    assert admission.JANITOR_USER == f"system:serviceaccount:{NAMESPACE}:{sa}"
+    spec = find(base, "ValidatingAdmissionPolicy", admission.MARKS_NAME)["spec"]
+    conditions = {c["name"]: c["expression"] for c in spec["matchConditions"]}
+    assert conditions["not-the-janitor"] == f'request.userInfo.username != "{admission.JANITOR_USER}"'
+    assert build_parser().parse_args(["admission"]).janitor_user == admission.JANITOR_USER
 
 
 # (value, accepted by janitor.annotations) pairs; the integration test sends the same values to
