@@ -177,6 +177,7 @@ class PodView:
     annotations: Mapping[str, str] = field(default_factory=dict)
     state: PodState = field(default_factory=PodState)
     created: datetime.datetime | None = None  # metadata.creationTimestamp
+    foreign_marks: frozenset[str] = frozenset()  # as ObjectView's: a bare pod is a workload that can be marked
 
 
 @dataclass(frozen=True, slots=True)

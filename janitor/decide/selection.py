@@ -130,7 +130,7 @@ def marks_per_policy(observation: Observation) -> Counter[str]:
 
 def pod_as_object(pod: PodView) -> ObjectView:
     return ObjectView(pod.ref, pod.resource_version, pod.created or pod.started or EPOCH, pod.annotations,
-                      pod.labels, pod.deleting, pod.controller)
+                      pod.labels, pod.deleting, pod.controller, foreign_marks=pod.foreign_marks)
 
 
 @dataclass(frozen=True, slots=True)

@@ -139,6 +139,7 @@ def pod_view(item: Mapping[str, Any]) -> PodView:
         annotations=strings(meta.get("annotations")),
         state=pod_state(meta, spec, status),
         created=_time(meta.get("creationTimestamp")),
+        foreign_marks=foreign_marks(meta),
     )
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from factories import NOW, ago
+from factories import NOW, SCRAPED, ago
 from test_clicks import OWNER, value_of
 from test_decide_lifecycle import (
     ALICE,
@@ -232,3 +232,28 @@ def test_precedence_row_6c_through_the_whole_plan() -> None:
     assert [(x.target.name, x.type) for x in decided.actions] == [("nb", ActionType.SCALE_TO_ZERO)]
     assert {f.word for f in decided.findings if f.trigger is TriggerKind.EXPIRY and f.subject == deployment.ref} \
         == {"skip"}  # the plain path never acts on the mark's janitor/expires
+
+
+def test_a_bare_pods_forward_dated_marked_at_does_not_move_the_cap() -> None:
+    """A bare pod is its own workload: the keys of its mark someone else wrote count as theirs too."""
+    import uuid
+
+    from janitor.decide.evidence import CpuEvidence, CpuUsage, Evidence, EvidenceWindow, GpuEvidence, GpuSeries, PodKey
+    from janitor.decide.model import ContainerView, ObjectRef, PodView
+    from janitor.decide.plan import PlanSettings
+
+    uid = str(uuid.uuid4())
+    notes = marked(ago(hours=30), ago(hours=6), ago(hours=30), uid=uid) | {a.MARKED_AT: t(NOW + 60 * DAY),
+                                                                           a.KEEP_UNTIL: t(NOW + 30 * DAY)}
+    pod = PodView(ObjectRef("Pod", "v1", "team-a", "debug", uid), "1", {}, None, "gpu-node-1", "Running",
+                  ago(hours=50), 1, (ContainerView("main", 4.0),), annotations=notes, created=ago(hours=50),
+                  foreign_marks=frozenset({a.MARKED_AT}))
+    key = PodKey("team-a", "debug")
+    gpu = GpuEvidence(EvidenceWindow("DCGM_FI_DEV_GPU_UTIL", 2 * H, 15 * H / 3600, NOW),
+                      {key: (GpuSeries("0", 0.0, 480, quality=SCRAPED),)})
+    cpu = CpuEvidence(EvidenceWindow("cpu", 2 * H, H / 60, NOW), {key: CpuUsage(0.01, 120, SCRAPED)})
+    observation = Observation(NOW, (), (pod,), {"team-a": NamespaceView("team-a")},
+                              evidence=Evidence({("DCGM_FI_DEV_GPU_UTIL", 2 * H): gpu}, {(2 * H, ()): cpu}))
+    decided = plan(observation, [policy(max_extension=7 * DAY, remind_every=0 * H)], SafetyLedger(), NOW,
+                   settings=PlanSettings())
+    assert [x.target.uid for x in decided.actions if x.rule == "lifecycle"] == [uid]

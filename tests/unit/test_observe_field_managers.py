@@ -155,3 +155,13 @@ def test_kubectl_janitor_keep_writes_under_its_own_name() -> None:
     kube.annotate(api, REF, "7", {a.KEEP_UNTIL: "2026-12-01"}, kind=JOBS, field_manager="kubectl-janitor")  # type: ignore[arg-type]
     [(method, _, query)] = api.requests
     assert method == "PATCH" and query["fieldManager"] == "kubectl-janitor"
+
+
+def test_a_bare_pods_mark_is_read_the_same() -> None:
+    """A bare pod is its own workload and can carry a mark: who wrote its keys is read too."""
+    from janitor.observe import views
+
+    raw = item(MARK, [entry(a.FIELD_MANAGER, a.POLICY, a.MARKED_UID, a.EXPIRES, a.REASON),
+                      entry("kubectl-annotate", a.MARKED_AT)])
+    raw = {**raw, "apiVersion": "v1", "kind": "Pod", "spec": {"containers": []}, "status": {"phase": "Running"}}
+    assert views.pod_view(raw).foreign_marks == {a.MARKED_AT}
