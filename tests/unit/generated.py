@@ -144,6 +144,7 @@ class Thing:
     replicas: int | None = None
     version: int = 1
     suspended: bool = False
+    foreign: set[str] = field(default_factory=set)  # keys of its mark someone other than the janitor wrote last
 
     @property
     def ref(self) -> ObjectRef:
@@ -154,7 +155,8 @@ class Thing:
 
     def view(self) -> ObjectView:
         return ObjectView(self.ref, str(self.version), self.created, dict(self.annotations), dict(self.labels),
-                          self.deleting, self.controller, dict(self.template), self.replicas, self.suspended)
+                          self.deleting, self.controller, dict(self.template), self.replicas, self.suspended,
+                          frozenset(self.foreign & set(self.annotations)))
 
 
 @dataclass
@@ -175,6 +177,7 @@ class Pod:
     state: PodState = field(default_factory=PodState)
     use: Use = field(default_factory=Use)
     version: int = 1
+    foreign: set[str] = field(default_factory=set)
 
     @property
     def ref(self) -> ObjectRef:
@@ -183,11 +186,11 @@ class Pod:
     def view(self) -> PodView:
         return PodView(self.ref, str(self.version), dict(self.labels), self.controller, self.node, self.phase,
                        self.started, self.gpus, self.containers, self.deleting, dict(self.annotations), self.state,
-                       self.created)
+                       self.created, frozenset(self.foreign & set(self.annotations)))
 
     def as_object(self) -> ObjectView:
         return ObjectView(self.ref, str(self.version), self.created, dict(self.annotations), dict(self.labels),
-                          self.deleting, self.controller)
+                          self.deleting, self.controller, foreign_marks=frozenset(self.foreign & set(self.annotations)))
 
 
 @dataclass(frozen=True)
@@ -281,16 +284,24 @@ class Cluster:
 
     # -- changing -----------------------------------------------------------------------------------
 
-    def write(self, uid: str, patch: Mapping[str, str | None]) -> bool:
-        """A merge patch of annotations on the object with this uid; False when it is gone."""
+    def write(self, uid: str, patch: Mapping[str, str | None], *, by_janitor: bool = True) -> bool:
+        """A merge patch of annotations on the object with this uid, by the janitor or someone else
+        (the apiserver records who: a key of a mark someone else wrote last is foreign); False when
+        it is gone."""
         found = self.find(uid)
         if found is None:
             return False
+        marked = ann.carries_mark(found.annotations) or ann.carries_mark({k: v for k, v in patch.items() if v})
         for key, value in patch.items():
             if value is None:
                 found.annotations.pop(key, None)
+                found.foreign.discard(key)
             else:
                 found.annotations[key] = value
+                if by_janitor:
+                    found.foreign.discard(key)
+                elif key in ann.JANITOR_ONLY_KEYS or (key == ann.EXPIRES and marked):
+                    found.foreign.add(key)
         found.version += 1
         return True
 
@@ -334,8 +345,8 @@ class Cluster:
             if t.kind == "ReplicaSet" and t.controller is not None and t.controller.kind == "Deployment":
                 source = self.objects.get(t.controller.uid)
                 if source is not None and any(t.annotations.get(k) != v for k, v in source.annotations.items()):
-                    t.annotations.update(source.annotations)
-                    t.version += 1
+                    changed = {k: v for k, v in source.annotations.items() if t.annotations.get(k) != v}
+                    self.write(t.uid, changed, by_janitor=False)  # kube-controller-manager writes the copy
 
 
 def gpu_key(trigger: IdleGpu) -> str:
@@ -493,6 +504,7 @@ class Story:
     delivered: Warning | None = None
     intent: Intent | None = None  # a send in flight
     on_slack: Delivery | None = None  # ... that Slack has (the record of it was lost)
+    foreign: frozenset[str] = frozenset()  # keys of it someone other than the janitor wrote (forged)
 
 
 @st.composite
@@ -555,6 +567,10 @@ def marks(draw: st.DrawFn, uid: str, policies: Sequence[Policy], *, profile: str
     if state == "malformed":
         key = draw(one_of(sorted(notes)))
         notes[key] = draw(one_of(("soon", "", "2026-02-30T00:00:00Z", "delete", "owner /")))
+    if draw(ints(0, 4)) == 0:  # someone other than the janitor wrote some of it: forged, never a delivery
+        forged = frozenset(draw(st.sets(st.sampled_from(sorted(notes)), min_size=1, max_size=3)))
+        warned = forged & {ann.WARNED_AT, ann.WARNED_VIA, ann.WARNED_OF, ann.NOTICE}
+        story = replace(story, foreign=forged, delivered=None if warned else story.delivered)
     return story
 
 
@@ -699,6 +715,7 @@ def workloads(draw: st.DrawFn, cluster: Cluster, index: int, policies: Sequence[
         notes[ann.OPT_OUT] = "true"  # the schedule opted out: its runs are too
     top.annotations.update(notes)
     marked.annotations.update(story.notes)
+    marked.foreign |= story.foreign
     if kind == "CronJob" and not calm and draw(ints(0, 3)) == 0:
         top.suspended = True  # suspended since, its run left behind
     if story.delivered is not None:
@@ -893,7 +910,8 @@ SENDS = ("delivered", "delivered", "delivered", "late", "failed", "failed", "los
 FATES = st.lists(one_of(SENDS), max_size=3)
 EVENTS = ("edit-expires", "edit-expires", "remove-expires", "remove-policy", "keep-until", "change-action",
           "change-action", "change-action", "revert-action", "reapply", "busy", "idle", "resume", "opt-out",
-          "release", "release", "release", "release", "release-old", "release-stale", "change-owner", "change-owner")
+          "release", "release", "release", "release", "release-old", "release-stale", "change-owner", "change-owner",
+          "forge")
 OWNERS = ("carol@lab.example", "#team-vision", "U0DAVE1234", "")  # a workload handed over ("": to nobody known)
 
 
@@ -924,7 +942,7 @@ EVENT_LISTS = st.lists(EVENT, max_size=2)
 
 # What owners and admins do to warnings: answer them, hand the workload over, change the action.
 ANSWERS = ("release", "release", "release", "release-stale", "release-old", "change-owner", "change-owner",
-           "change-action", "change-action", "revert-action", "keep-until", "busy", "idle")
+           "change-action", "change-action", "revert-action", "keep-until", "busy", "idle", "forge", "forge")
 ANSWER_LISTS = st.lists(st.builds(Event, one_of(ANSWERS), ints(0, 30), one_of((-5 * H, 2 * H, 30 * H, 10 * DAY)),
                                   one_of(tuple(PolicyAction))), max_size=2)
 
@@ -1078,21 +1096,21 @@ class Simulator:
         marked = [t for t in tops if ann.carries_mark(t.annotations)]
         in_flight = [t for t in marked if ann.NOTICE in t.annotations]
         if kind in ("edit-expires", "remove-expires", "remove-policy", "keep-until", "reapply", "release",
-                    "release-old") and marked:
+                    "release-old", "release-stale", "forge") and marked:
             # What owners do to a mark they were warned of, or just found on their workload while
             # its warning is still on its way.
             tops = in_flight if in_flight and event.target % 2 == 0 else marked
         target = tops[event.target % len(tops)] if tops else None
         if kind == "edit-expires" and target is not None:
-            cluster.write(target.uid, {ann.EXPIRES: stamp(self.now + event.amount)})
+            cluster.write(target.uid, {ann.EXPIRES: stamp(self.now + event.amount)}, by_janitor=False)
         elif kind == "remove-expires" and target is not None:
-            cluster.write(target.uid, {ann.EXPIRES: None})
+            cluster.write(target.uid, {ann.EXPIRES: None}, by_janitor=False)
         elif kind == "remove-policy" and target is not None:
-            cluster.write(target.uid, {ann.POLICY: None})
+            cluster.write(target.uid, {ann.POLICY: None}, by_janitor=False)
         elif kind == "keep-until" and target is not None:
-            cluster.write(target.uid, {ann.KEEP_UNTIL: stamp(self.now + event.amount)})
+            cluster.write(target.uid, {ann.KEEP_UNTIL: stamp(self.now + event.amount)}, by_janitor=False)
         elif kind == "opt-out" and target is not None:
-            cluster.write(target.uid, {ann.OPT_OUT: "true"})
+            cluster.write(target.uid, {ann.OPT_OUT: "true"}, by_janitor=False)
         elif kind == "release" and target is not None:
             self._release(target)
         elif kind in ("release-old", "release-stale") and target is not None:
@@ -1106,9 +1124,19 @@ class Simulator:
                                      mark.warned_of.action, mark.warned_at - (0 * H if old else H),
                                      self.owner_of(target).key)
                 cluster.write(target.uid, {ann.RELEASE: str(record)})
+        elif kind == "forge" and target is not None:
+            # An owner writes the janitor's keys: a release of their own, or the mark's start two months
+            # on with a keep-until in the same update (moving the cap, if it were trusted).
+            mark = ann.read_mark(target.annotations)
+            if mark is not None and mark.marked_at is not None and mark.warned_at is not None and mark.warned_of:
+                forged = {ann.RELEASE: str(ann.Release(mark.marked_at, self.now + M, "U0OWNER", mark.warned_of.action,
+                                                       mark.warned_at, self.owner_of(target).key))} \
+                    if event.target % 2 else {ann.MARKED_AT: stamp(self.now + 60 * DAY),
+                                              ann.KEEP_UNTIL: stamp(self.now + event.amount)}
+                cluster.write(target.uid, forged, by_janitor=False)
         elif kind == "change-owner" and target is not None:
             who = OWNERS[event.target % len(OWNERS)]
-            cluster.write(target.uid, {ann.OWNER: who or None})
+            cluster.write(target.uid, {ann.OWNER: who or None}, by_janitor=False)
         elif kind == "change-action" and self.policies:
             index = event.target % len(self.policies)
             chosen = self.policies[index]

@@ -134,6 +134,7 @@ SITUATIONS = {
     "a new owner warned after the old one was": 1,
     "an action changed after a warning": 1,
     "a Job opted out by its CronJob": 1,
+    "a release someone else wrote, not acted on": 1,
     "a pod waiting for a node an autoscaler may add, not stuck yet": 1,
     "a pod no node will ever run, on the autoscaler's settled word": 1,
     "force deleted on the node agent's proof": 1,
@@ -595,6 +596,10 @@ def assert_warned_first(sim: Simulator, planned: CyclePlan, observation: Observa
             f"{action.type} of {action.target} at {stamp(sim.now)}: the last warning went to {last.owner}, "
             f"its owner now is {owner}")
         if action.reason == "IdleReleased":
+            view = view_of(observation, action.target.uid)
+            assert view is not None and ann.RELEASE not in view.foreign_marks, (
+                f"{action.type} of {action.target} at {stamp(sim.now)}: released by a janitor/release someone "
+                "other than the janitor wrote")
             # The owner pressed "Release now" on a delivered warning naming this action: no more
             # grace or deadline is owed; but only for the mark and the warning it answered, and
             # only for a short while.
@@ -663,6 +668,9 @@ def note_reached(sim: Simulator, planned: CyclePlan) -> Counter[str]:
         notes = sim.cluster.notes(change.workload.uid) or {}
         if ann.RELEASE in notes and change.workload.uid not in released and change.step is not Step.UNMARK:
             reached["a release that answers nothing in force, not acted on"] += 1
+            target = sim.cluster.find(change.workload.uid)
+            if target is not None and ann.RELEASE in target.foreign:
+                reached["a release someone else wrote, not acted on"] += 1
     return reached
 
 
@@ -998,6 +1006,8 @@ def assert_precedence(case: Case, observation: Observation, planned: CyclePlan, 
         policy = policies.get(mark.policy or "") if mark is not None else None
         if mark is None or policy is None or ann.KEEP_UNTIL not in notes or not policy.lifecycle.max_extension:
             continue
+        if unit.view.foreign_marks & {ann.MARKED_AT, ann.POLICY}:
+            continue  # a cap counted from keys someone else wrote is no cap: no keep-until is honoured
         assert mark.marked_at is not None
         cap = mark.marked_at + policy.lifecycle.max_extension
         try:
