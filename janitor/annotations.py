@@ -422,7 +422,7 @@ def carries_mark(notes: Mapping[str, str]) -> bool:
     return any(key in notes for key in JANITOR_ONLY_KEYS)
 
 
-_WARNING_RECORD = frozenset({WARNED_AT, WARNED_VIA, WARNED_OF})
+_WARNING_RECORD = frozenset({WARNED_AT, WARNED_VIA, WARNED_OF, WARNED_TO})
 _FACTS = frozenset({EXPIRES, NOTICE, REMINDED_AT, RELEASE}) | _WARNING_RECORD
 
 

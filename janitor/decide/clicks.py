@@ -154,5 +154,7 @@ def judge(op: Op, days: int, value: ButtonValue, view: ObjectView | None, presse
                                             f"{ann.format_duration(policy.lifecycle.max_extension)} after it was "
                                             f"first marked ({ann.format_expires(cap)}): nothing to add.")
     capped = " (the policy's cap)" if until == cap else ""
+    # A keep withdraws a release pressed before it (the owner changed their mind, or an admin stepped in).
     return Verdict(op, Outcome.DONE, f"Kept until {ann.format_expires(until)}{capped} by <@{presser.user}>",
-                   {ann.KEEP_UNTIL: ann.format_expires(until)}, until, capped=until == cap)
+                   {ann.KEEP_UNTIL: ann.format_expires(until)} | ({ann.RELEASE: None} if ann.RELEASE in view.annotations
+                                                                   else {}), until, capped=until == cap)

@@ -307,7 +307,8 @@ def _notice(kind: NoticeKind, finding: Finding, case: _Case, policy: Policy, now
     marked_at = case.mark.marked_at if case.mark is not None else ann.parse_expires(ann.format_deadline(now))
     return Notice(kind, view.ref, policy.name, finding.owner, str(policy.lifecycle.action), finding.reason, now,
                   deadline, keep_command(view.ref, cap) if warns else "",
-                  resume_command(view.ref, policy.lifecycle.action, view.replicas), finding.gpus, finding.condition,
+                  resume_command(view.ref, policy.lifecycle.action, view.replicas, _also(case, policy)), finding.gpus,
+                  finding.condition,
                   told, marked_at if warns else None, cap if warns else None)
 
 
@@ -356,7 +357,11 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
     ref, rv = view.ref, view.resource_version
     condition = finding.condition
     if mark.intent is not None:
-        notice = _notice(mark.intent.kind, finding, case, policy, now, mark.deadline)
+        # Sent again if Slack does not have it: a warning names the deadline kept from now, not the mark's.
+        named = warning_deadline(mark.deadline or now + policy.lifecycle.warn_before, case.kept,
+                                 extension_cap(mark, policy), policy, now, case.time_zone) \
+            if mark.intent.kind is NoticeKind.WARNING else mark.deadline
+        notice = _notice(mark.intent.kind, finding, case, policy, now, named)
         return Change(Step.RECOVER, ref, rv, policy.name, why(Code.RECOVER, kind=str(mark.intent.kind),
                                                               at=mark.intent.at),
                       notice=notice, deadline=mark.deadline, intent=mark.intent)
@@ -394,7 +399,9 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
         return Change(Step.WAIT, ref, rv, policy.name, why(Code.NOT_SURE, trigger=str(unsure.trigger),
                                                            policy=unsure.policy, why=unsure.reason), deadline=deadline)
     released = released_by(mark, view.annotations, finding.owner, action, now)
-    if released is not None and policy.lifecycle.action is not PolicyAction.REPORT:
+    kept = kept_until(case.kept, extension_cap(mark, policy))
+    if released is not None and (kept is None or kept <= now) and policy.lifecycle.action is not PolicyAction.REPORT:
+        # A keep-until in force (pressed after the release, say) wins over it.
         # The owner pressed "Release now" on the warning in force, for this action: no more notice is owed.
         reason = why(Code.RELEASED, by=released.user, at=released.at, warned=mark.warned_at, action=action,
                      policy=policy.name, why=finding.reason)
@@ -545,11 +552,11 @@ def plan_lifecycle(
         elif w.view is not None:
             views.setdefault(w.ref.uid, w.view)
             zones[w.ref.uid] = w.namespace.annotations.get(ann.TIME_ZONE)
-            known_owners.setdefault(w.ref.uid, w.owner)
+            known_owners[w.ref.uid] = w.owner  # found with its CronJob, where it has one
             if w.parent is not None:
                 parents[w.ref.uid] = w.parent
             if w.ref.kind == "CronJob":
-                also[w.ref.uid] = _running_jobs(w)
+                also[w.ref.uid] = _running_jobs(w, views, now)
     subjects = [uid for uid in per_subject if uid in views]
     marked = [v.ref.uid for v in with_marks(views.values()) if v.ref.uid not in per_subject]
     cases = []
@@ -575,13 +582,18 @@ def plan_lifecycle(
     return tuple(changes)
 
 
-def _running_jobs(workload: Workload) -> tuple[ObjectRef, ...]:
-    """The Jobs a CronJob is running: the controllers of its pods that are not on their way out.
-    Suspending the CronJob starts no new run but stops none: these are suspended with it."""
-    jobs = {(p.controller.name, p.controller.uid): ObjectRef("Job", p.controller.api_version, workload.ref.namespace,
-                                                             p.controller.name, p.controller.uid)
-            for p in workload.pods if p.controller is not None and p.controller.kind == "Job" and not p.deleting
-            and p.phase in ("Pending", "Running")}
+def _running_jobs(workload: Workload, views: Mapping[str, ObjectView], now: datetime.datetime
+                  ) -> tuple[ObjectRef, ...]:
+    """The Jobs a CronJob is running, to suspend with it (suspending a CronJob starts no new run but
+    stops none): the controllers of its pods that are not on their way out, as read, and not opted
+    out or kept (`janitor/keep-until` in the future, or unparseable) on their own."""
+    jobs: dict[tuple[str, str], ObjectRef] = {}
+    for p in workload.pods:
+        job = views.get(p.controller.uid) if p.controller is not None and p.controller.kind == "Job" else None
+        if job is None or p.deleting or p.phase not in ("Pending", "Running") or ann.is_true(
+                job.annotations.get(ann.OPT_OUT)) or _keep_order(job.annotations.get(ann.KEEP_UNTIL)) > (1, now):
+            continue
+        jobs[(job.ref.name, job.ref.uid)] = job.ref
     return tuple(jobs[k] for k in sorted(jobs))
 
 

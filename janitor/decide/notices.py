@@ -9,6 +9,7 @@ names it, so a crash between the send and its record can be recognised on Slack,
 from __future__ import annotations
 
 import datetime
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from janitor import annotations as ann
@@ -59,10 +60,14 @@ def keep_command(ref: ObjectRef, until: datetime.datetime | None) -> str:
             f"{ann.KEEP_UNTIL}={ann.format_deadline(until)} --overwrite")
 
 
-def resume_command(ref: ObjectRef, action: PolicyAction, replicas: int | None) -> str:
+def resume_command(ref: ObjectRef, action: PolicyAction, replicas: int | None,
+                   also: Sequence[ObjectRef] = ()) -> str:
+    """What undoes the action: for a suspend, of the workload and of each Job suspended with it (a
+    CronJob's runs: resuming the CronJob alone leaves them suspended, and a Forbid schedule blocked)."""
     target = f"kubectl {_ns(ref)}"
     if action is PolicyAction.SUSPEND:
-        return target + f"patch {kubectl_ref(ref)} --type=merge -p '{{\"spec\":{{\"suspend\":false}}}}'"
+        resume = "--type=merge -p '{\"spec\":{\"suspend\":false}}'"
+        return " && ".join(f"{target}patch {kubectl_ref(r)} {resume}" for r in (ref, *also))
     if action is PolicyAction.SCALE_TO_ZERO:
         return target + f"scale {kubectl_ref(ref)} --replicas={replicas if replicas else 1}"
     if action is PolicyAction.STOP:

@@ -196,7 +196,8 @@ def decide(observation: Observation, policies: Sequence[Policy], now: datetime.d
     found = _pod_triggers(workloads, observation, policies, now)
     found += usage.findings(workloads, found, observation, policies, now)
     objects = [o for o in observation.objects if not gate.protects(selection.namespace_of(o))]
-    owners = {o.ref.uid: find_owner(o, observation.namespace(o.ref.namespace), settings.owner_keys)
+    owners = {o.ref.uid: find_owner(o, observation.namespace(o.ref.namespace), settings.owner_keys,
+                                    parent=gate.cronjob_of(o))
               for o in selection.with_marks(objects)}
     changes = lifecycle.plan_lifecycle(workloads, objects, found, policies, now, settings.lifecycle, owners)
     acts = sorted((c for c in changes if c.step is Step.ACT and c.action is not None),

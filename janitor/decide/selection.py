@@ -374,12 +374,16 @@ class Gate:
         namespace = ref.name if ref.kind == "Namespace" else ref.namespace  # namespace_of, inline: every object
         if namespace is not None and namespace in self.protected:
             return why(Code.PROTECTED, namespace=namespace)
+        controller = obj.controller
+        cron = self.cronjob_of(obj)
+        if cron is None and controller is not None and controller.kind == "CronJob" and ref.kind == "Job":
+            # Its CronJob's opt-out governs it, and the CronJob was not read (a kind left out of --kinds).
+            return why(Code.OWNER_UNREADABLE, owner=f"CronJob/{controller.name}", uid=controller.uid)
         if not self.rails.honour_opt_out:
             return None
         own = obj.annotations.get(ann.OPT_OUT)
         if own is not None and ann.is_true(own):
             return why(Code.OPTED_OUT, where="the object")
-        cron = self.cronjob_of(obj)
         if cron is not None and ann.is_true(cron.annotations.get(ann.OPT_OUT)):
             return why(Code.OPTED_OUT, where=str(cron.ref))
         name = namespace or ""

@@ -27,6 +27,7 @@ import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
+from janitor.decide.evidence import PodKey
 from janitor.decide.model import Finding, Observation, TriggerKind
 from janitor.decide.selection import Workload
 from janitor.decide.triggers import Trigger, idle
@@ -80,7 +81,9 @@ def findings(workloads: Sequence[Workload], found: Sequence[Finding], observatio
     for f in found:
         if not f.trigger.reads_usage:
             continue
-        read.setdefault(f.subject.uid, set()).add(f.trigger)
+        read.setdefault(f.subject.uid, set())
+        if f.mode is Mode.ENFORCE:  # an enforcing policy's numbers are the admin's; a shadow one's replace no veto
+            read[f.subject.uid].add(f.trigger)
         if f.policy in checks and f.known:
             best = governed.get(f.subject.uid)
             if best is None or order[f.policy] < order[best]:
@@ -97,7 +100,23 @@ def findings(workloads: Sequence[Workload], found: Sequence[Finding], observatio
     judges: Mapping[TriggerKind, Trigger] = {TriggerKind.IDLE_GPU: idle.gpu_findings,
                                                   TriggerKind.IDLE_CPU: idle.cpu_findings}
     for (name, trigger), members in by_check.items():
+        check = checks[name]
+        if trigger is TriggerKind.IDLE_GPU:
+            members = [_with_mapped_gpus(w, observation, check) for w in members]
         judged = [w for w in members if (idle.gpu_pods(w) if trigger is TriggerKind.IDLE_GPU else idle.running(w))]
         out.extend(replace(f, reclaim_gpu_hours=0.0)
-                   for f in judges[trigger](judged, observation, checks[name], now))
+                   for f in judges[trigger](judged, observation, check, now))
     return out
+
+
+def _with_mapped_gpus(workload: Workload, observation: Observation, check: Policy) -> Workload:
+    """The workload with each running pod that requests no nvidia.com/gpu but has GPU series (a DRA
+    claim, a shared-GPU resource, NVIDIA_VISIBLE_DEVICES) holding the GPUs dcgm-exporter maps to it:
+    its GPU is read like any other, so one at 97 % vetoes."""
+    trigger = check.trigger(IdleGpu)
+    evidence = observation.evidence.gpu.get((str(trigger.signal), trigger.window)) if trigger else None
+    if evidence is None or evidence.failed:
+        return workload
+    pods = tuple(replace(p, gpus=len(series)) if p.gpus == 0 and (series := evidence.pods.get(
+        PodKey(p.ref.namespace or "", p.ref.name), ())) else p for p in workload.pods)
+    return workload if pods == workload.pods else replace(workload, pods=pods)

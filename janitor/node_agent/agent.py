@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -107,6 +108,22 @@ def own_pod(pod_uid: str | None, self_cgroup: Path = Path("/proc/self/cgroup")) 
     except (OSError, UnicodeDecodeError):
         ref = None
     return frozenset(own | ({ref.uid} if ref is not None else set()))
+
+
+def may_have_run(status: Any) -> bool:
+    """Whether the API says the pod has, or had, processes on this node: its phase is Running, a
+    container of it (init containers too) runs or ran, or its sandbox is up. A Pending pod can run
+    an init container, or one container while another pulls its image; a pod the agent never saw
+    such a one of must not be called gone when its processes may sit where the agent cannot see."""
+    if status is None:
+        return False
+    if status.phase == "Running":
+        return True
+    for c in (*(status.init_container_statuses or ()), *(status.container_statuses or ())):
+        state, last = c.state, c.last_state
+        if (state is not None and (state.running or state.terminated)) or (last is not None and last.terminated):
+            return True
+    return any(c.type == "PodReadyToStartContainers" and c.status == "True" for c in status.conditions or ())
 
 
 class NodeAgent:
@@ -201,7 +218,7 @@ class NodeAgent:
                         continue
                     grace = datetime.timedelta(seconds=meta.deletion_grace_period_seconds or 0)
                     mirror = (meta.annotations or {}).get(MIRROR_ANNOTATION)
-                    running = p.status is not None and p.status.phase == "Running"
+                    running = may_have_run(p.status)
                     pods[meta.uid] = PodOnNode(meta.uid, meta.namespace or "", meta.name or "", meta.deletion_timestamp,
                                                grace, mirror, running)
                 token = page.metadata._continue if page.metadata is not None else None

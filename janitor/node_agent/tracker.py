@@ -52,7 +52,7 @@ class PodOnNode:
     deleting_since: datetime.datetime | None = None  # metadata.deletionTimestamp
     grace: datetime.timedelta = datetime.timedelta(seconds=30)  # metadata.deletionGracePeriodSeconds
     mirror_of: str | None = None  # a static pod's mirror: the UID its cgroup carries (kubernetes.io/config.mirror)
-    running: bool = False  # status.phase Running: the API says it has (or had, when deleting) processes
+    running: bool = False  # the API says it has (or had) processes: Running, or a container ran (may_have_run)
 
     @property
     def cgroup_uid(self) -> str:

@@ -17,6 +17,7 @@ import datetime
 import logging
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -176,5 +177,31 @@ def test_release_on_an_old_warning_does_nothing_and_on_the_current_one_suspends(
         acted = [(str(r.action.type), str(r.outcome)) for r in result.results if r.action.target.name == "idle-job"]
         assert acted == [("suspend", "done")]
         assert batch.read_namespaced_job("idle-job", warned.namespace).spec.suspend is True
+    finally:
+        receiver.stop()
+
+
+def test_a_release_counts_only_for_the_action_it_answered(warned: Warned, tmp_path) -> None:
+    """Released under suspend; before the rails let it through, the admin switches the policy to
+    delete: the janitor warns of the delete, and the release, given for a suspend, deletes nothing,
+    not even once that warning is delivered."""
+    receiver = HttpReceiver(SIGNING_SECRET, warned.clicks.handle, warned.clicks.refused, port=0, host="127.0.0.1")
+    receiver.start()
+    url = f"http://127.0.0.1:{receiver.port}{PATH}"
+    try:
+        s = warned.standin
+        assert s.click(ALICE[1], warned.channel, warned.ts, "janitor.release", via="http", url=url)["status"] == 200
+        wait_until(lambda: a.RELEASE in warned.notes(), timeout=10, what="janitor/release")
+        release = a.Release.parse(warned.notes()[a.RELEASE])
+        assert release is not None and release.action == "suspend" and release.owner == f"email:{ALICE[0]}"
+        write_policy(Path(warned.runner.settings.policy_paths[0]), warned.namespace, warnBefore="1h",
+                     action="delete", maxExtension="2d")
+        warned.runner.run_cycle()  # the policy now deletes: warned again first
+        assert warned.notes()[a.WARNED_OF].startswith("delete ")
+        assert "will be deleted" in s.messages(warned.channel)[-1].text
+        result = warned.runner.run_cycle()  # one cycle after that warning was delivered
+        assert not [r for r in result.results if r.action.target.name == "idle-job"]
+        assert "idle-job" in {j.metadata.name for j in client.BatchV1Api(warned.kube).list_namespaced_job(
+            warned.namespace).items}
     finally:
         receiver.stop()

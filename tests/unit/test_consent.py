@@ -207,3 +207,34 @@ def test_a_marked_deployment_counts_once_in_the_marked_workloads() -> None:
     marked_count = Counter({s.labels["policy"]: s.value for m in telemetry.registry.collect() for s in m.samples
                             if s.name == "janitor_marked_workloads"})
     assert marked_count == Counter({"idle-gpu": 1})
+
+
+# -- found by the adversarial read of the change ------------------------------------------------------
+
+
+def test_a_keep_pressed_after_a_release_wins() -> None:
+    """Released; the caps held the action; ten minutes later the owner (or an admin) keeps it for
+    three days and is told "Kept until ...": nothing may happen before then."""
+    pol = suspend(max_extension=7 * DAY)
+    view = released(warned_of_suspend(), pol=pol)
+    admin = Presser("U0ADMIN1", owner=False, admin=True)
+    keep = judge(Op.KEEP, 3, ButtonValue.of(view.ref, MARKED, "suspend"), view, admin, ALICE, pol, NOW + 10 * M)
+    assert keep.outcome is Outcome.DONE
+    kept = applied(view, keep.annotations)
+    change = one(kept, pol=pol, now=NOW + 20 * M)
+    assert change.step is not Step.ACT, change.why
+    assert keep.annotations.get(a.RELEASE, "") is None  # the click withdraws the release too
+
+
+def test_a_warning_sent_again_after_slack_was_down_names_the_deadline_kept() -> None:
+    """The warning's send failed with the mark, and Slack was down for three days: the one sent again
+    must not name the mark's deadline, two days past."""
+    from janitor.decide.lifecycle import resend
+
+    pol = delete(warn_before=DAY, remind_every=0 * H)
+    mark = one(job(), pol=pol)
+    view = applied(job(), mark.annotations)
+    later = NOW + 3 * DAY
+    again = resend(one(view, pol=pol, now=later), later)
+    assert again.notice is not None and again.notice.deadline is not None
+    assert again.notice.deadline >= later + pol.lifecycle.grace

@@ -146,3 +146,37 @@ def test_a_suspended_cronjob_is_not_marked_again_for_the_run_it_left() -> None:
                      mode=CronJobMode.CRONJOB)
     assert "nightly" not in steps(decided), steps(decided)
     assert steps(decided).get("nightly-2901") is Step.MARK  # the run left behind, on its own
+
+
+# -- found by the adversarial read of the change ------------------------------------------------------
+
+
+def test_suspending_a_cronjob_leaves_its_opted_out_or_kept_jobs_alone_and_says_how_to_resume() -> None:
+    cron = view("CronJob", "nightly", marked("uid-nightly", action="suspend", deadline=NOW - H))
+    manual = view("Job", "nightly-manual", {a.OPT_OUT: "true"}, owner=cron)
+    kept = view("Job", "nightly-kept", {a.KEEP_UNTIL: a.format_expires(NOW + 3 * DAY)}, owner=cron)
+    run = view("Job", "nightly-2901", owner=cron)
+    pods = [pod("nightly-manual-x", manual), pod("nightly-kept-x", kept), pod("nightly-2901-x", run)]
+    decided = decide([cron, manual, kept, run], pods, policy(PolicyAction.SUSPEND), mode=CronJobMode.CRONJOB)
+    [act] = [x for x in decided.actions if x.rule == "lifecycle"]
+    assert act.also == (run.ref,)
+    done = decided.change_for(act)
+    assert done is not None and done.notice is not None
+    assert "patch job/nightly-2901" in done.notice.resume_command and "cronjob/nightly" in done.notice.resume_command
+
+
+def test_the_plain_path_never_deletes_a_job_whose_cronjob_it_cannot_read() -> None:
+    cron = view("CronJob", "nightly", {a.OPT_OUT: "true"})
+    job = view("Job", "nightly-2901", {a.TTL: "1h"}, owner=cron)
+    assert decide([cron, job], [], policy()).actions == ()
+    assert decide([job], [], policy()).actions == ()
+
+
+def test_the_cancelled_note_of_a_cronjobs_run_goes_to_the_cronjobs_owner() -> None:
+    """Bob (the CronJob's owner) was warned of its Job; the run finished, so the mark is no longer
+    covered: bob hears it, not the namespace's owner."""
+    cron = view("CronJob", "nightly", {a.OWNER: "bob@lab.example"})
+    done = view("Job", "nightly-2901", marked("uid-nightly-2901", action="delete", deadline=NOW + H), owner=cron)
+    [unmark] = [c for c in decide([cron, done], [], policy()).changes if c.workload.name == "nightly-2901"]
+    assert unmark.step is Step.UNMARK and unmark.notice is not None
+    assert unmark.notice.owner.value == "bob@lab.example"

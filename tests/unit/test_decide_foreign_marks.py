@@ -257,3 +257,12 @@ def test_a_bare_pods_forward_dated_marked_at_does_not_move_the_cap() -> None:
     decided = plan(observation, [policy(max_extension=7 * DAY, remind_every=0 * H)], SafetyLedger(), NOW,
                    settings=PlanSettings())
     assert [x.target.uid for x in decided.actions if x.rule == "lifecycle"] == [uid]
+
+
+def test_a_warned_to_the_janitor_did_not_write_never_counts_as_a_warning() -> None:
+    """Someone rewrote whom the warning reached (to skip the warning the new owner is owed): the
+    record is no warning, and the owner now is warned before anything happens."""
+    notes = marked(ago(hours=30), ago(hours=6), ago(hours=30)) | {a.WARNED_TO: ALICE.key}
+    assert one(job(notes)).step is Step.ACT
+    change = one(written_by_others(job(notes), a.WARNED_TO))
+    assert change.step is Step.NOTIFY and change.notice is not None and change.notice.owner == ALICE

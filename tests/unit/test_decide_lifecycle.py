@@ -518,7 +518,8 @@ def test_resend_gets_this_cycles_intent() -> None:
     intent = Intent.parse(str(again.annotations[a.NOTICE]))
     assert intent is not None and intent.kind is NoticeKind.WARNING and intent.at == NOW
     assert intent.id == intent_id(ALICE, NOW) and intent.id != "abc-1"
-    assert intent.warns_of == WarnedOf("delete", ago(hours=6)) and again.intent == intent
+    # The message is rendered now: it names the deadline kept from now, not the mark's, six hours past.
+    assert intent.warns_of == WarnedOf("delete", NOW + DAY) and again.intent == intent
 
 
 # -- the whole decision, from what a cycle observed -------------------------------------------------------

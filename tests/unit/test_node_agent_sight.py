@@ -206,3 +206,27 @@ def test_a_pod_the_api_says_runs_but_no_scan_found_is_never_gone(tmp_path: Path)
     agent, core = agent_over(proc, tmp_path, [pod(NEIGHBOUR, "kube-proxy-x7k2p", namespace="kube-system"), kata])
     assert [agent.scan_once().pod_states for _ in range(6)] == [{}] * 6
     assert core.condition.status == "False"  # it sees pods' processes, just not this pod's
+
+
+def test_a_pod_whose_containers_ever_started_counts_as_having_had_processes() -> None:
+    """A Pending pod with an init container running (or one container up and another pulling its
+    image), or whose sandbox is ready, has processes somewhere: a Kata pod among them, out of the
+    agent's sight, must never be reported gone just because its phase never said Running."""
+    from kubernetes import client
+
+    from janitor.node_agent.agent import may_have_run
+
+    def status(phase: str, **extra) -> client.V1PodStatus:
+        return client.V1PodStatus(phase=phase, **extra)
+
+    running = client.V1ContainerState(running=client.V1ContainerStateRunning())
+    waiting = client.V1ContainerState(waiting=client.V1ContainerStateWaiting(reason="ImagePullBackOff"))
+    init = client.V1ContainerStatus(name="fetch", image="x", image_id="", ready=False, restart_count=0, state=running)
+    pulling = client.V1ContainerStatus(name="main", image="x", image_id="", ready=False, restart_count=0,
+                                       state=waiting)
+    sandbox = client.V1PodCondition(type="PodReadyToStartContainers", status="True")
+    assert may_have_run(status("Running"))
+    assert may_have_run(status("Pending", init_container_statuses=[init]))
+    assert may_have_run(status("Pending", container_statuses=[pulling], conditions=[sandbox]))
+    assert not may_have_run(status("Pending", container_statuses=[pulling]))
+    assert not may_have_run(status("Pending"))

@@ -329,17 +329,18 @@ def in_use_check(policy: Policy) -> Policy | None:
                   mode=Mode.SHADOW)
 
 
-def usage_readers(policies: Sequence[Policy], unit: Unit, observation: Observation) -> dict[TriggerKind, Policy]:
-    """Per usage signal, the policy whose trigger reads it on this workload: the governing policy
-    (any mode), else the in-use check of the first enforcing idle policy that governs it."""
+def usage_readers(policies: Sequence[Policy], unit: Unit, observation: Observation) -> list[tuple[TriggerKind, Policy]]:
+    """The policies whose triggers read a usage signal on this workload: the governing policy per
+    signal (any mode), and the in-use check of the first enforcing idle policy that governs it, for
+    every signal no enforcing policy reads there (a shadow policy's reading replaces no veto)."""
     readers = {t: p for t in USAGE if (p := governing(policies, t, unit, observation)) is not None}
+    found = list(readers.items())
     enforcing = sorted((p for p in readers.values() if p.mode is Mode.ENFORCE), key=policies.index)
     check = in_use_check(enforcing[0]) if enforcing and unit.known else None
     if check is not None:
-        for trigger in USAGE:
-            if trigger not in readers and JUDGED[trigger](unit):
-                readers[trigger] = check
-    return readers
+        found += [(t, check) for t in USAGE if (t not in readers or readers[t].mode is not Mode.ENFORCE)
+                  and JUDGED[t](unit)]
+    return found
 
 
 def in_use(observation: Observation, policies: Sequence[Policy], plan_settings: PlanSettings,
@@ -352,7 +353,7 @@ def in_use(observation: Observation, policies: Sequence[Policy], plan_settings: 
         if not unit.known or not unit.candidate:
             continue
         starting = next((p for p in unit.pods if p.phase == "Pending" and not p.deleting), None)
-        for trigger, policy in usage_readers(policies, unit, observation).items():
+        for trigger, policy in usage_readers(policies, unit, observation):
             if starting is not None:
                 busy[unit.uid] = f"pod {starting.ref.name} is starting ({trigger} of {policy.name})"
                 continue
@@ -376,8 +377,7 @@ def expected_findings(observation: Observation, policies: Sequence[Policy], plan
     out: set[tuple[str, str, str, bool]] = set()
     for unit in units(observation, plan_settings):
         if unit.candidate:
-            readers = usage_readers(policies, unit, observation)
-            out |= {(str(t), p.name, unit.uid, unit.known) for t, p in readers.items()}
+            out |= {(str(t), p.name, unit.uid, unit.known) for t, p in usage_readers(policies, unit, observation)}
         for trigger in JUDGED:
             if not unit.candidate and trigger is not TriggerKind.TERMINATING:
                 continue

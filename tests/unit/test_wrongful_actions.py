@@ -103,8 +103,8 @@ def decide(objects: Sequence[ObjectView], pods: Sequence[PodView], policies: Seq
         for signal in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"):
             peak = usage.gpu_peak if usage.gpu_peak is None or signal.endswith("UTIL") else usage.gpu_peak / 100
             series = {PodKey(NS, pod.ref.name): tuple(GpuSeries(str(i), peak, 480, quality=SCRAPED)
-                                                      for i in range(pod.gpus))
-                      for pod in pods if pod.gpus} if peak is not None else {}
+                                                      for i in range(max(pod.gpus, 1)))
+                      for pod in pods} if peak is not None else {}  # dcgm-exporter maps a GPU to its pod
             gpu[(signal, window)] = GpuEvidence(EvidenceWindow(signal, window, step, now), series)
         usages = {PodKey(NS, pod.ref.name): CpuUsage(usage.cpu_peak_cores, 120, quality=SCRAPED)
                   for pod in pods} if usage.cpu_peak_cores is not None else {}
@@ -321,3 +321,27 @@ def test_the_audit_line_names_the_policy_that_decided(caplog: pytest.LogCaptureF
         audit(action, outcome="done", dry_run=False)  # type: ignore[arg-type]
     [record] = [r for r in caplog.records if r.name == "janitor.audit"]
     assert record.policy == "idle-gpu"  # type: ignore[attr-defined]
+
+
+# -- found by the adversarial read of the change ------------------------------------------------------
+
+def test_a_shadow_policy_never_turns_the_in_use_check_off() -> None:
+    """A shadow "GPUs under 40 %" waste report reads the GPU too: its idle verdict must not stand in
+    for the in-use check's veto of a trainer at 35 % that the enforcing idle-CPU policy would reclaim."""
+    waste = Policy("gpu-underused-report", (IdleGpu(threshold=40, window=2 * H),), mode=Mode.SHADOW)
+    sts = view("trainer", "StatefulSet")
+    pods = [gpu_pod("trainer-0", sts)]
+    use = Usage(gpu_peak=35.0, cpu_peak_cores=1.2)
+    assert decide([sts], pods, [waste, cpu_policy()], use).marked == frozenset()
+    due = with_notes(sts, mark(sts, policy="idle-cpu", marked_at=ago(hours=30), deadline=ago(hours=6),
+                               warned_at=ago(hours=30)))
+    assert decide([due], pods, [waste, cpu_policy()], use).acted == {}
+
+
+def test_a_gpu_pod_that_requests_no_nvidia_gpu_is_still_read() -> None:
+    """A pod reaching its GPU another way (a DRA claim, a shared-GPU resource) with a DCGM series at
+    97 %: an idle-CPU policy must not reclaim it."""
+    sts = view("trainer", "StatefulSet")
+    decided = decide([sts], [gpu_pod("trainer-0", sts, gpus=0)], [cpu_policy()], Usage(gpu_peak=97.0,
+                                                                                      cpu_peak_cores=0.01))
+    assert decided.marked == frozenset() and decided.acted == {}
