@@ -32,7 +32,8 @@ from janitor.act.notes import NoteBox
 from janitor.act.slack import Digest, Slack
 from janitor.act.slack_messages import MessageContext, render_admin_report
 from janitor.decide import recheck
-from janitor.decide.lifecycle import Change, Step, intent_id
+from janitor.decide.consent import intent_id
+from janitor.decide.lifecycle import Change, Step
 from janitor.decide.model import (
     Action,
     ActionType,

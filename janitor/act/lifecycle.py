@@ -25,7 +25,7 @@ from janitor.act.notes import NoteBox, PendingNote
 from janitor.act.slack import Digest, Outbox, SendResult, SlackUnavailable
 from janitor.act.slack_messages import MessageContext, render_digest
 from janitor.annotations import Delivery
-from janitor.decide import lifecycle
+from janitor.decide import consent, lifecycle
 from janitor.decide.lifecycle import Change, Step
 from janitor.decide.model import ObjectRef, ObjectView
 from janitor.decide.owners import Owner
@@ -106,7 +106,7 @@ class LifecycleRun:
                     continue
                 if not self._write(change, event=EVENTS.get(change.step)):
                     if change.step is Step.UNMARK and change.notice is not None and self.notes is not None:
-                        self.notes.forget(change.workload, lifecycle.intent_id(change.notice.owner, self.now))
+                        self.notes.forget(change.workload, consent.intent_id(change.notice.owner, self.now))
                     continue
             if change.notice is not None and change.step is not Step.ACT:  # "done" only once it is done
                 to_send.append(change)
@@ -126,7 +126,7 @@ class LifecycleRun:
         if change.step is not Step.UNMARK or change.notice is None or self.notes is None:
             return True
         marked_at = self.seen.get(change.workload.uid, {}).get(ann.MARKED_AT, "")
-        refused = self.notes.expect(change.notice, lifecycle.intent_id(change.notice.owner, self.now), marked_at,
+        refused = self.notes.expect(change.notice, consent.intent_id(change.notice.owner, self.now), marked_at,
                                     self.now)
         if refused:
             self.out.failed.append(f"{change.step} {change.workload}: {refused}")
@@ -252,7 +252,7 @@ class LifecycleRun:
         by_digest: dict[tuple[str, bool], list[Change]] = {}
         for (_, told), (owner, members) in grouped.items():
             notices = tuple(c.notice for c in members if c.notice is not None)
-            intent = lifecycle.intent_id(owner, self.now)  # the one the workloads' intents carry
+            intent = consent.intent_id(owner, self.now)  # the one the workloads' intents carry
             messages = tuple(render_digest(notices, self.now, context=self.context))
             outbox.add(Digest(owner, notices, intent, messages, admin_fallback=not told))
             by_digest[(intent, told)] = members

@@ -29,21 +29,28 @@ is a pure function of what was observed, the findings of every policy, and the t
 from __future__ import annotations
 
 import datetime
-import hashlib
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from janitor import annotations as ann
-from janitor.annotations import Intent, Mark, NoticeKind, Release, WarnedOf
+from janitor.annotations import Intent, Mark, NoticeKind, WarnedOf
 from janitor.decide import why_notes
+from janitor.decide.consent import intent_id, released_by, sent_to, warned_to
+from janitor.decide.deadlines import (
+    earliest_after_delivery,
+    effective_deadline,
+    extension_cap,
+    keep_order,
+    kept_until,
+    warning_deadline,
+)
 from janitor.decide.model import Action, ActionType, Finding, ObjectRef, ObjectView, State, TriggerKind
 from janitor.decide.notices import Notice, keep_command, resume_command
 from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import Workload, carries_mark, with_marks
-from janitor.decide.workhours import add_working_time
 from janitor.policy.model import Action as PolicyAction
 from janitor.policy.model import Mode, Policy
 
@@ -55,9 +62,6 @@ ACTION_TYPES: Mapping[PolicyAction, ActionType] = {
     PolicyAction.STOP: ActionType.STOP,
 }
 REASON_MAX = 512  # janitor/reason stays readable in `kubectl describe`
-RELEASE_LAPSES_AFTER = datetime.timedelta(hours=1)
-"""A release is consent to act now, not whenever the caps next let an action through: held past
-this (a busy hour of deletions), it counts for nothing and the deadline the warning named stands."""
 _ENDLESS = datetime.datetime.max.replace(tzinfo=datetime.timezone.utc)
 
 
@@ -104,109 +108,6 @@ class Change:
     intent: Intent | None = None  # RECOVER: the send to look for
     time_zone: str | None = None  # the namespace's own zone for working hours (janitor/time-zone)
     gpu_hours: float = 0.0  # ACT: the idle GPU-hours the finding proved (GPUs x window), for the metric
-
-
-def _digest(owner: Owner) -> str:
-    return hashlib.sha1(owner.key.encode()).hexdigest()[:10]
-
-
-def intent_id(owner: Owner, now: datetime.datetime) -> str:
-    """The same for every notice to one owner in one cycle: one digest, one id (it names the owner)."""
-    return f"{_digest(owner)}-{int(now.timestamp())}"
-
-
-def sent_to(intent: Intent, owner: Owner) -> str:
-    """Who a send went to, as janitor/warned-to records it: `owner` when its intent was for them, or
-    another owner's digest (the owner changed between the send and its record: a recovered send was
-    for someone else, so the owner now is warned anew)."""
-    digest = intent.id.split("-", 1)[0]
-    return owner.key if digest == _digest(owner) else f"other:{digest}"
-
-
-def extension_cap(mark: Mark, policy: Policy) -> datetime.datetime | None:
-    """How long an owner may keep the workload: maxExtension after the first mark; None for no
-    keeping, also when the mark's marked-at or policy was last written by someone else."""
-    if mark.marked_at is None or not policy.lifecycle.max_extension or not mark.cap_trusted:
-        return None
-    return mark.marked_at + policy.lifecycle.max_extension
-
-
-def earliest_after_delivery(delivered_at: datetime.datetime, policy: Policy,
-                            time_zone: str | None = None) -> datetime.datetime:
-    """The least notice: `grace` after delivery and, with working hours, that much working time."""
-    at = delivered_at + policy.lifecycle.grace
-    hours = policy.lifecycle.working_hours
-    return max(at, add_working_time(delivered_at, hours, time_zone)) if hours else at
-
-
-def released_by(mark: Mark, notes: Mapping[str, str], owner: Owner, action: str,
-                now: datetime.datetime) -> Release | None:
-    """The owner's release of this mark, when it still counts: for this mark (not an old message's,
-    before the workload was marked again), for `action`, the action the last delivered warning
-    named, answering that very warning (a later one asks again), from the owner warned (`owner`,
-    now), pressed no more than RELEASE_LAPSES_AFTER ago. None otherwise."""
-    if ann.RELEASE in mark.foreign:  # a release the janitor did not write: no button was pressed
-        return None
-    release = Release.parse(notes.get(ann.RELEASE, ""))
-    if release is None or mark.marked_at is None or mark.warned_at is None or mark.warned_of is None:
-        return None
-    if (release.marked_at, release.action, release.warned_at, release.owner) != (
-            mark.marked_at, mark.warned_of.action, mark.warned_at, owner.key) or release.action != action:
-        return None
-    return release if mark.warned_at <= release.at <= now and now - release.at <= RELEASE_LAPSES_AFTER else None
-
-
-def warned_to(mark: Mark, owner: Owner) -> bool:
-    """Whether the delivered warning was for this owner (a record from before owners were recorded:
-    taken as it is)."""
-    return mark.warned_to is None or mark.warned_to == owner.key
-
-
-def effective_deadline(mark: Mark, policy: Policy, notes: Mapping[str, str],
-                       time_zone: str | None = None) -> tuple[datetime.datetime, Reason]:
-    """The deadline in force for a warned mark: never earlier than the mark's, than the one the
-    warning named, or than delivery + grace; an owner's keep-until (within its cap) only moves it later."""
-    assert mark.deadline is not None and mark.warned_at is not None and mark.warned_of is not None
-    deadline = max(mark.deadline, mark.warned_of.deadline, earliest_after_delivery(mark.warned_at, policy, time_zone))
-    reason = why(Code.DELIVERY_GRACE)
-    cap = extension_cap(mark, policy)
-    keep = notes.get(ann.KEEP_UNTIL)
-    if keep is not None and not mark.cap_trusted:
-        reason = why(Code.KEEP_UNTRUSTED, keys=tuple(k for k in ann.CAP_KEYS if k in mark.foreign))
-    if keep is not None and cap is not None:
-        try:
-            wanted = ann.parse_expires(keep)
-        except ValueError:
-            wanted, reason = cap, why(Code.KEEP_UNPARSEABLE, value=keep[:80])
-        kept = min(wanted, cap)
-        if kept > deadline:
-            deadline = kept
-            if reason.code is not Code.KEEP_UNPARSEABLE:
-                reason = why(Code.KEPT_UNTIL, until=ann.format_deadline(kept),
-                             capped=" (the policy's maxExtension cap)" if wanted > cap else "")
-    return deadline, reason
-
-
-def kept_until(notes: Mapping[str, str], cap: datetime.datetime | None) -> datetime.datetime | None:
-    """The owner's keep-until within its cap (an unparseable one keeps it until the cap); None
-    without one, or without a cap (no extensions)."""
-    keep = notes.get(ann.KEEP_UNTIL)
-    if keep is None or cap is None:
-        return None
-    try:
-        return min(ann.parse_expires(keep), cap)
-    except ValueError:
-        return cap
-
-
-def warning_deadline(base: datetime.datetime, notes: Mapping[str, str], cap: datetime.datetime | None,
-                     policy: Policy, now: datetime.datetime, time_zone: str | None = None) -> datetime.datetime:
-    """The deadline a warning sent now names: the one the janitor will keep, never before `base`,
-    nor before the least notice after a delivery now, nor before the owner's keep-until (within its
-    cap), so that a late warning or an owner who asked for time beforehand reads the real date."""
-    deadline = max(base, earliest_after_delivery(now, policy, time_zone))
-    kept = kept_until(notes, cap)
-    return max(deadline, kept) if kept is not None else deadline
 
 
 def delivered(change: Change, delivery: ann.Delivery, policy: Policy | None,
@@ -262,16 +163,6 @@ class _Pace:
         self.now_sending.add(owner)
 
 
-def _keep_order(value: str | None) -> tuple[int, datetime.datetime]:
-    """Which keep-until keeps longer: an unparseable one (kept to the cap) over any time, absence last."""
-    if value is None:
-        return 0, _ENDLESS
-    try:
-        return 1, ann.parse_expires(value)
-    except ValueError:
-        return 2, _ENDLESS
-
-
 @dataclass(frozen=True)
 class _Case:
     """One workload as the lifecycle sees it: the object, its mark and every finding on it."""
@@ -294,7 +185,7 @@ class _Case:
         if theirs is None or theirs == notes.get(ann.KEEP_UNTIL):
             return notes
         own = notes.get(ann.KEEP_UNTIL)
-        return {**notes, ann.KEEP_UNTIL: theirs if own is None or _keep_order(theirs) > _keep_order(own) else own}
+        return {**notes, ann.KEEP_UNTIL: theirs if own is None or keep_order(theirs) > keep_order(own) else own}
 
 
 def _notice(kind: NoticeKind, finding: Finding, case: _Case, policy: Policy, now: datetime.datetime,
@@ -591,7 +482,7 @@ def _running_jobs(workload: Workload, views: Mapping[str, ObjectView], now: date
     for p in workload.pods:
         job = views.get(p.controller.uid) if p.controller is not None and p.controller.kind == "Job" else None
         if job is None or p.deleting or p.phase not in ("Pending", "Running") or ann.is_true(
-                job.annotations.get(ann.OPT_OUT)) or _keep_order(job.annotations.get(ann.KEEP_UNTIL)) > (1, now):
+                job.annotations.get(ann.OPT_OUT)) or keep_order(job.annotations.get(ann.KEEP_UNTIL)) > (1, now):
             continue
         jobs[(job.ref.name, job.ref.uid)] = job.ref
     return tuple(jobs[k] for k in sorted(jobs))

@@ -35,7 +35,8 @@ from janitor import errors
 from janitor.act.lifecycle import LifecycleOutcome, LifecycleRun
 from janitor.act.slack import Digest, SendResult, SlackUnavailable
 from janitor.annotations import Delivery, Intent, NoticeKind, WarnedOf
-from janitor.decide.lifecycle import Change, Step, intent_id, plan_lifecycle
+from janitor.decide.consent import intent_id
+from janitor.decide.lifecycle import Change, Step, plan_lifecycle
 from janitor.decide.model import Finding, ObjectRef, ObjectView, State, TriggerKind
 from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.reasons import Code, why

@@ -30,7 +30,8 @@ from janitor.act.notes import KEEP_FOR, NoteBox, dumps, loads
 from janitor.act.slack import SlackUnavailable
 from janitor.act.slack_messages import Message, MessageContext
 from janitor.annotations import Delivery, NoticeKind
-from janitor.decide.lifecycle import Step, intent_id
+from janitor.decide.consent import intent_id
+from janitor.decide.lifecycle import Step
 from janitor.decide.model import ObjectRef, ObjectView, State
 
 H = datetime.timedelta(hours=1)

@@ -88,7 +88,7 @@ def test_a_release_acts_only_on_a_workload_still_idle_and_old_enough_to_judge() 
 
 
 def test_a_release_lapses() -> None:
-    from janitor.decide.lifecycle import RELEASE_LAPSES_AFTER
+    from janitor.decide.consent import RELEASE_LAPSES_AFTER
 
     view = released(warned_of_suspend())
     assert one(view, pol=suspend(), now=NOW + 10 * M).step is Step.ACT

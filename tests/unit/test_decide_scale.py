@@ -177,9 +177,13 @@ def test_one_gate_per_cycle_leaves_alone_what_a_gate_per_object_does(case: Case,
             out = selection.opted_out(obj.annotations, None) or (
                 selection.opted_out(cron.annotations, None, where=str(cron.ref)) if cron is not None else None) or \
                 selection.opted_out({}, namespace)
+            unread = obj.ref.kind == "Job" and obj.controller is not None and obj.controller.kind == "CronJob" \
+                and cron is None
             plain = (why(Code.DELETING) if obj.deleting else
                      why(Code.PROTECTED, namespace=selection.namespace_of(obj))
                      if selection.is_protected(selection.namespace_of(obj), rails) else
+                     why(Code.OWNER_UNREADABLE, owner=f"CronJob/{obj.controller.name}", uid=obj.controller.uid)
+                     if unread and obj.controller is not None else
                      out if out is not None and rails.honour_opt_out else None)
             assert gate(obj) == plain == selection.gate(obj, observation, rails)
 

@@ -421,6 +421,8 @@ def expected_expiry_deletions(observation: Observation, plan_settings: PlanSetti
         if obj.deleting or namespace in rails.protected_namespaces:
             continue
         cron = by_uid.get(obj.controller.uid) if obj.controller is not None and obj.ref.kind == "Job" else None
+        if obj.ref.kind == "Job" and obj.controller is not None and obj.controller.kind == "CronJob" and cron is None:
+            continue  # its CronJob's opt-out governs it, and the CronJob was not read
         cron_out = cron is not None and cron.ref.kind == "CronJob" and opted_out(cron.annotations, None)
         if rails.honour_opt_out and (cron_out or opted_out(obj.annotations,
                                                            observation.namespaces.get(namespace or ""))):
