@@ -21,6 +21,7 @@ from janitor.decide.owners import Owner
 RELEASE_LAPSES_AFTER = datetime.timedelta(hours=1)
 """A release is consent to act now, not whenever the caps next let an action through: held past
 this (a busy hour of deletions), it counts for nothing and the deadline the warning named stands."""
+_SECOND = datetime.timedelta(seconds=1)
 
 
 def _digest(owner: Owner) -> str:
@@ -54,7 +55,9 @@ def released_by(mark: Mark, notes: Mapping[str, str], owner: Owner, action: str,
     if (release.marked_at, release.action, release.warned_at, release.owner) != (
             mark.marked_at, mark.warned_of.action, mark.warned_at, owner.key) or release.action != action:
         return None
-    return release if mark.warned_at <= release.at <= now and now - release.at <= RELEASE_LAPSES_AFTER else None
+    # Pressed after the warning arrived (whole seconds: a delivery is recorded rounded up, a click down).
+    answered = mark.warned_at - _SECOND <= release.at <= now
+    return release if answered and now - release.at <= RELEASE_LAPSES_AFTER else None
 
 
 def warned_to(mark: Mark, owner: Owner) -> bool:

@@ -196,9 +196,11 @@ def test_a_release_counts_only_for_the_action_it_answered(warned: Warned, tmp_pa
         assert release is not None and release.action == "suspend" and release.owner == f"email:{ALICE[0]}"
         write_policy(Path(warned.runner.settings.policy_paths[0]), warned.namespace, warnBefore="1h",
                      action="delete", maxExtension="2d")
+        time.sleep(1.1)  # a delivery is recorded in whole seconds, rounded up: the next cycle comes after it
         warned.runner.run_cycle()  # the policy now deletes: warned again first
         assert warned.notes()[a.WARNED_OF].startswith("delete ")
         assert "will be deleted" in s.messages(warned.channel)[-1].text
+        time.sleep(1.1)
         result = warned.runner.run_cycle()  # one cycle after that warning was delivered
         assert not [r for r in result.results if r.action.target.name == "idle-job"]
         assert "idle-job" in {j.metadata.name for j in client.BatchV1Api(warned.kube).list_namespaced_job(
