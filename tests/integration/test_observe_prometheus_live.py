@@ -91,15 +91,17 @@ def test_instant_and_range_queries_return_per_gpu_series(
         assert series.labels["Hostname"] == pod.spec.node_name
         assert series.labels["__name__"] == METRIC
 
-    # Scrapes come every 2 s: wait until the last minute holds a few samples per GPU.
+    # Scrapes come every 2 s: wait until the range since the values were set holds a few samples per
+    # GPU (a range reaching back before it would hold the exporter's samples from before they were set).
+    since = now()
+
     def ranged() -> QueryResult | None:
-        end = now()
-        answer = prom.range(query, end - timedelta(minutes=1), end, timedelta(seconds=2))
+        answer = prom.range(query, since, now(), timedelta(seconds=2))
         return answer if len(answer.series) == 2 and all(len(s.samples) >= 3 for s in answer.series) else None
 
     wait_until(lambda: ranged() is not None, timeout=30, what="three range samples per GPU")
     end = now()
-    start = end - timedelta(minutes=1)
+    start = since
     matrix = prom.range(query, start, end, timedelta(seconds=2))
     assert matrix.result_type == "matrix" and not matrix.partial
     values = {s.labels["gpu"]: {v for _, v in s.samples} for s in matrix.series}

@@ -838,15 +838,18 @@ def agents(draw: st.DrawFn, cluster: Cluster, node: str, *, stuck: bool = False)
     nothing), one that lies (False with nothing seen), or a healthy one; each Terminating pod there
     reported in any state or not at all. `stuck`: pods are stuck Terminating here, healthy agents
     that proved them gone as likely as all the others together."""
-    kinds = ("seeing", "proving", "blind", "blind", "none", "old", "starting")
-    kind = draw(one_of(("proving",) * (len(kinds) if stuck else 1) + kinds))
+    kinds = ("seeing", "proving", "lying", "blind", "blind", "none", "old", "starting")
+    kind = draw(one_of(("proving", "lying") * (len(kinds) // 2 if stuck else 1) + kinds))
     if kind == "none":
         return None
-    if kind == "proving":  # a healthy agent that watched the pods go, and sees the node's other pods
+    if kind in ("proving", "lying"):
+        # A healthy agent that watched the pods go and sees the node's other pods; or one that says
+        # the same but sees no pod's processes at all (an older agent's False, a wrong --proc-root).
         gone = {p.uid: PodTaskState.GONE for p in cluster.pods.values()
                 if p.node == node and p.state.deleting_since is not None}
+        sight = Sight(draw(ints(1, 4)), 4) if kind == "proving" else Sight(0, draw(ints(0, 4)))
         return AgentCondition(False, ConditionMessage(PROVING, gone, True, AgentRun(
-            NOW - 3 * DAY, 40, 3, NOW - datetime.timedelta(seconds=20)), Sight(draw(ints(1, 4)), 4)))
+            NOW - 3 * DAY, 40, 3, NOW - datetime.timedelta(seconds=20)), sight))
     pods = {p.uid: draw(one_of((PodTaskState.GONE, PodTaskState.GONE, PodTaskState.ALIVE, PodTaskState.D_STATE,
                                 None)))
             for p in cluster.pods.values() if p.node == node and p.state.deleting_since is not None}
@@ -891,13 +894,16 @@ def cases(draw: st.DrawFn, *profiles: str) -> Case:
         policies = (Policy(profile, (first,), mode=Mode.ENFORCE),) + draw(policy_sets())
         theme = draw(one_of(STORIES[profile]))
         return Case(draw(clusters(policies, theme=theme)), policies, draw(plan_settings()))
+    releases = profile == "releases"  # "due", with an enforcing first policy that deletes: releases act
+    profile = "due" if releases else profile
     calm = profile != "any"
     policies = draw(policy_sets())
     if calm:  # an idle policy first that matches everything (enforcing, mostly), so that reclaims come due
         first = policies[0]
-        mode = draw(one_of((Mode.ENFORCE, Mode.ENFORCE, Mode.ENFORCE, Mode.SHADOW)))
+        mode = Mode.ENFORCE if releases else draw(one_of((Mode.ENFORCE, Mode.ENFORCE, Mode.ENFORCE, Mode.SHADOW)))
         triggers = first.triggers if first.trigger(IdleGpu) else (draw(idle_gpu()),) + first.triggers[1:]
-        policies = (replace(first, mode=mode, match=Match(), triggers=triggers),) + policies[1:]
+        lifecycle = replace(first.lifecycle, action=PolicyAction.DELETE) if releases else first.lifecycle
+        policies = (replace(first, mode=mode, match=Match(), triggers=triggers, lifecycle=lifecycle),) + policies[1:]
     settings = draw(plan_settings())
     if calm:
         settings = replace(settings, rails=replace(settings.rails, dry_run=False, caps=Caps(1000, 1000, 1000, 1000)))
@@ -942,20 +948,31 @@ EVENT_LISTS = st.lists(EVENT, max_size=2)
 
 # What owners and admins do to warnings: answer them, hand the workload over, change the action.
 ANSWERS = ("release", "release", "release", "release-stale", "release-old", "change-owner", "change-owner",
-           "change-action", "change-action", "revert-action", "keep-until", "busy", "idle", "forge", "forge")
-ANSWER_LISTS = st.lists(st.builds(Event, one_of(ANSWERS), ints(0, 30), one_of((-5 * H, 2 * H, 30 * H, 10 * DAY)),
-                                  one_of(tuple(PolicyAction))), max_size=2)
+           "change-action", "change-action", "change-action", "change-action", "revert-action", "keep-until",
+           "busy", "idle", "forge", "forge")
+# Owners releasing: mostly on the warning in hand, sometimes on an older one, forged, or then kept.
+RELEASES = ("release", "release", "release", "release", "release-stale", "release-old", "forge", "forge", "forge",
+            "keep-until", "change-action", "release-then-keep", "release-then-keep")
+
+
+def _answer_lists(kinds: tuple[str, ...]) -> st.SearchStrategy[list[Event]]:
+    return st.lists(st.builds(Event, one_of(kinds), ints(0, 30), one_of((-5 * H, 2 * H, 30 * H, 10 * DAY)),
+                              one_of(tuple(PolicyAction))), max_size=2)
+
+
+ANSWER_LISTS = {"answers": _answer_lists(ANSWERS), "releases": _answer_lists(RELEASES)}
 
 
 @st.composite
-def scripts(draw: st.DrawFn, cycles: int, *, quiet: bool = False, answers: bool = False) -> tuple[Between, ...]:
+def scripts(draw: st.DrawFn, cycles: int, *, quiet: bool = False, answers: str | None = None) -> tuple[Between, ...]:
     """`cycles` steps between cycles; `quiet`: every message arrives at once, and nobody does anything;
-    `answers`: owners and admins mostly answer warnings (ANSWERS), at short steps."""
+    `answers` ("answers" or "releases"): owners and admins mostly answer warnings (ANSWERS, RELEASES),
+    at short steps."""
     steps = (5 * M, 5 * M, 30 * M, H, 3 * H, 26 * H) if answers else (5 * M, 30 * M, H, 3 * H, 8 * H, 26 * H)
     return tuple(Between(
         advance=draw(one_of(steps)),
         sends=("delivered",) if quiet else tuple(draw(FATES)),
-        events=() if quiet else tuple(draw(ANSWER_LISTS if answers else EVENT_LISTS)),
+        events=() if quiet else tuple(draw(ANSWER_LISTS[answers] if answers else EVENT_LISTS)),
         failing=not quiet and draw(ints(0, 7)) == 0,
     ) for _ in range(cycles))
 
@@ -1096,7 +1113,7 @@ class Simulator:
         marked = [t for t in tops if ann.carries_mark(t.annotations)]
         in_flight = [t for t in marked if ann.NOTICE in t.annotations]
         if kind in ("edit-expires", "remove-expires", "remove-policy", "keep-until", "reapply", "release",
-                    "release-old", "release-stale", "forge") and marked:
+                    "release-old", "release-stale", "forge", "change-owner", "release-then-keep") and marked:
             # What owners do to a mark they were warned of, or just found on their workload while
             # its warning is still on its way.
             tops = in_flight if in_flight and event.target % 2 == 0 else marked
@@ -1113,6 +1130,9 @@ class Simulator:
             cluster.write(target.uid, {ann.OPT_OUT: "true"}, by_janitor=False)
         elif kind == "release" and target is not None:
             self._release(target)
+        elif kind == "release-then-keep" and target is not None:  # the owner changes their mind
+            self._release(target)
+            cluster.write(target.uid, {ann.KEEP_UNTIL: stamp(self.now + 2 * H)}, by_janitor=False)
         elif kind in ("release-old", "release-stale") and target is not None:
             # A release record that answered something else: an earlier mark of the workload
             # ("release-old", carried by re-applied YAML), or an earlier warning of this mark
@@ -1128,12 +1148,11 @@ class Simulator:
             # An owner writes the janitor's keys: a release of their own, or the mark's start two months
             # on with a keep-until in the same update (moving the cap, if it were trusted).
             mark = ann.read_mark(target.annotations)
-            if mark is not None and mark.marked_at is not None and mark.warned_at is not None and mark.warned_of:
-                forged = {ann.RELEASE: str(ann.Release(mark.marked_at, self.now + M, "U0OWNER", mark.warned_of.action,
-                                                       mark.warned_at, self.owner_of(target).key))} \
-                    if event.target % 2 else {ann.MARKED_AT: stamp(self.now + 60 * DAY),
-                                              ann.KEEP_UNTIL: stamp(self.now + event.amount)}
-                cluster.write(target.uid, forged, by_janitor=False)
+            if event.target % 2:
+                self._release(target, by_janitor=False)  # what the button would write, written by hand
+            elif mark is not None and mark.marked_at is not None:
+                cluster.write(target.uid, {ann.MARKED_AT: stamp(self.now + 60 * DAY),
+                                           ann.KEEP_UNTIL: stamp(self.now + event.amount)}, by_janitor=False)
         elif kind == "change-owner" and target is not None:
             who = OWNERS[event.target % len(OWNERS)]
             cluster.write(target.uid, {ann.OWNER: who or None}, by_janitor=False)
@@ -1161,8 +1180,9 @@ class Simulator:
         parent = above.view() if above is not None and above.kind == "CronJob" and top.kind == "Job" else None
         return find_owner(top.view() if isinstance(top, Thing) else top.as_object(), namespace, parent=parent)
 
-    def _release(self, top: Thing | Pod) -> None:
-        """"Release now" pressed by its owner on the warning in hand, as the click handler judges it."""
+    def _release(self, top: Thing | Pod, *, by_janitor: bool = True) -> None:
+        """"Release now" pressed by its owner on the warning in hand, as the click handler judges it
+        (or, `by_janitor` False, the same record written by hand)."""
         view = top.view() if isinstance(top, Thing) else top.as_object()
         mark = ann.read_mark(view.annotations)
         if mark is None or mark.marked_at is None or mark.warned_of is None:
@@ -1172,7 +1192,7 @@ class Simulator:
         verdict = judge(Op.RELEASE, 0, button, view, Presser("U0OWNER", owner=True, admin=False),
                         self.owner_of(top), self.by_name().get(mark.policy or ""), at)
         if verdict.outcome is Outcome.DONE:
-            self.cluster.write(top.uid, verdict.annotations)
+            self.cluster.write(top.uid, verdict.annotations, by_janitor=by_janitor)
 
     def _reapply(self, old: Thing) -> None:
         """The object deleted and applied again from saved YAML: a new uid, the old annotations.

@@ -54,7 +54,7 @@ from hypothesis import strategies as st
 
 from janitor import annotations as ann
 from janitor.decide import selection
-from janitor.decide.evidence import Evidence, EvidenceWindow, GpuEvidence, GpuSeries, PodKey
+from janitor.decide.evidence import CpuEvidence, CpuUsage, Evidence, EvidenceWindow, GpuEvidence, GpuSeries, PodKey
 from janitor.decide.lifecycle import Step
 from janitor.decide.model import (
     ActionType,
@@ -533,7 +533,7 @@ def _reported(observation: Observation, planned: CyclePlan, case: Case) -> None:
                     assert f.reason.code in (Code.TTL_INVALID, Code.EXPIRES_INVALID)
                     assert (f.proposal is not None and f.proposal.type is ActionType.REPORT) or \
                         report_key(key, value) in reported_keys(view), f
-        mark = ann.read_mark(view.annotations)
+        mark = ann.read_mark(view.annotations, view.foreign_marks)
         if mark is None or not mark.problems:
             continue
         changes = [c for c in planned.changes if c.workload.uid == view.ref.uid]
@@ -581,8 +581,10 @@ def _marked_job(notes: Mapping[str, str], namespace: Mapping[str, str] = {}, lif
                   started=ago(hours=5), gpus=1, containers=(ContainerView("main", 4.0),))
     trigger = IdleGpu()
     window = EvidenceWindow(str(trigger.signal), trigger.window, datetime.timedelta(seconds=15), NOW)
+    cpu = EvidenceWindow("cpu", trigger.window, datetime.timedelta(minutes=1), NOW)  # idle on the CPU too
     evidence = Evidence(gpu={(str(trigger.signal), trigger.window): GpuEvidence(
-        window, {PodKey(NS, "train-x"): (GpuSeries("0", 0.0, 480, quality=SCRAPED),)})})
+        window, {PodKey(NS, "train-x"): (GpuSeries("0", 0.0, 480, quality=SCRAPED),)})},
+        cpu={(trigger.window, ()): CpuEvidence(cpu, {PodKey(NS, "train-x"): CpuUsage(0.01, 120, SCRAPED)})})
     observation = Observation(NOW, (view,), (pod,), {NS: NamespaceView(NS, {}, {ann.OWNER: "alice@lab.example",
                                                                                  **namespace})}, evidence=evidence)
     policy = Policy("idle-gpu", (trigger,), mode=Mode.ENFORCE, lifecycle=lifecycle)
