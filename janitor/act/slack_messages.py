@@ -194,12 +194,16 @@ def notice_text(notice: Notice, now: datetime.datetime, *, compact: bool = False
                  f"so it will not be {to}. Nothing to do.", why]
     elif notice.kind is NoticeKind.DONE:
         lines = [f"{title} was *{to}* ({policy}){f', freeing {gpus}' if notice.gpus else ''}.", why]
+        if notice.volumes:
+            lines.append(f"*Volumes:* {escape(notice.volumes)}")
         if notice.resume_command:
             lines.append(f"*To bring it back:*\n{_code(notice.resume_command)}")
     else:
         lines = [f"{title} will be *{to}* ({policy}, {gpus}) unless it is used or kept.", why]
         if notice.deadline:
             lines.append(f"*When:* {_when(notice.deadline, now, rich=True)}")
+        if notice.volumes:
+            lines.append(f"*Volumes:* {escape(notice.volumes)}")
         if notice.keep_command:
             lines.append(f"*To keep it:*\n{_code(notice.keep_command)}")
         if notice.resume_command and notice.action != "delete" and not compact:

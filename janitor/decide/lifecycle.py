@@ -36,7 +36,7 @@ from enum import StrEnum
 
 from janitor import annotations as ann
 from janitor.annotations import Intent, Mark, NoticeKind, WarnedOf
-from janitor.decide import why_notes
+from janitor.decide import volumes, why_notes
 from janitor.decide.consent import intent_id, released_by, sent_to, warned_to
 from janitor.decide.deadlines import (
     earliest_after_delivery,
@@ -200,7 +200,8 @@ def _notice(kind: NoticeKind, finding: Finding, case: _Case, policy: Policy, now
                   deadline, keep_command(view.ref, cap) if warns else "",
                   resume_command(view.ref, policy.lifecycle.action, view.replicas, _also(case, policy)), finding.gpus,
                   finding.condition,
-                  told, marked_at if warns else None, cap if warns else None)
+                  told, marked_at if warns else None, cap if warns else None,
+                  volumes.fate(policy.lifecycle.action, view.claims))
 
 
 def _intent(kind: NoticeKind, owner: Owner, now: datetime.datetime, policy: Policy,
@@ -338,6 +339,11 @@ def _also(case: _Case, policy: Policy) -> tuple[ObjectRef, ...]:
     return case.also if policy.lifecycle.action is PolicyAction.SUSPEND else ()
 
 
+def _volumes_lost(policy: Policy, view: ObjectView) -> str | None:
+    """The retention rule under which the policy's action would delete volumes it may not, or None."""
+    return None if policy.lifecycle.delete_volumes else volumes.lost_under(policy.lifecycle.action, view.claims)
+
+
 def _governing(case: _Case) -> Finding | None:
     enforcing = [f for f in case.findings if f.mode is Mode.ENFORCE and f.known]
     if case.mark is not None:
@@ -364,6 +370,12 @@ def _new_marks(candidates: Sequence[tuple[_Case, Finding, Policy]], now: datetim
             out.append(Change(Step.WAIT, ref, view.resource_version, policy.name,
                               why(Code.ACTION_DOES_NOT_FIT, condition=condition, action=str(policy.lifecycle.action),
                                   kind=ref.kind)))
+            continue
+        rule = _volumes_lost(policy, view)
+        if rule is not None:
+            out.append(Change(Step.WAIT, ref, view.resource_version, policy.name,
+                              why(Code.VOLUMES_WOULD_GO, condition=condition, action=str(policy.lifecycle.action),
+                                  rule=rule, policy=policy.name)))
             continue
         over = tuple(name for name, used, cap in (
             ("per cycle", marks, caps.per_cycle), (f"per owner ({owner})", per_owner[owner], caps.per_owner),
@@ -531,4 +543,8 @@ def _decide(case: _Case, views: Mapping[str, ObjectView], by_policy: Mapping[str
     if not policy.lifecycle.action.applies_to(view.ref.kind):
         return _unmark(case, why(Code.ACTION_NO_LONGER_FITS, policy=policy.name, action=str(policy.lifecycle.action),
                                  kind=view.ref.kind), owner, now), None
+    rule = _volumes_lost(policy, view)
+    if rule is not None:
+        return _unmark(case, why(Code.VOLUMES_NOW_AT_RISK, action=str(policy.lifecycle.action), rule=rule,
+                                 policy=policy.name), owner, now), None
     return _marked(case, governing, policy, now, pace), None

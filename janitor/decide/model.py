@@ -18,6 +18,7 @@ from janitor.decide.autoscaling import AutoscalerNote, Autoscaling
 from janitor.decide.evidence import Evidence
 from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.reasons import Reason
+from janitor.decide.volumes import ClaimTemplates
 from janitor.node_report import ConditionMessage, OomReport
 from janitor.policy.model import Mode
 
@@ -86,6 +87,7 @@ class ObjectView:
     # the janitor wrote last, by the apiserver's record (managedFields): never a cap, a deadline, a
     # delivered warning or a release (see `annotations.read_mark`).
     foreign_marks: frozenset[str] = frozenset()
+    claims: ClaimTemplates | None = None  # a StatefulSet's claim templates: what its actions do to volumes
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ class Notice:
     # buttons carry the first, so a click on an old message does nothing; "Keep" never passes the second.
     marked_at: datetime.datetime | None = None
     cap: datetime.datetime | None = None
+    volumes: str = ""  # what the action does to a StatefulSet's volumes, in words (decide.volumes.fate)
 
 
 def kubectl_ref(ref: ObjectRef) -> str:

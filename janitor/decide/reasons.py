@@ -158,6 +158,8 @@ class Code(StrEnum):
     NO_LONGER_COVERED = "no-longer-covered"
     COVERAGE_UNSURE = "coverage-unsure"
     ACTION_NO_LONGER_FITS = "action-no-longer-fits"
+    VOLUMES_WOULD_GO = "volumes-would-go"
+    VOLUMES_NOW_AT_RISK = "volumes-now-at-risk"
     MARK_BROKEN = "mark-broken"
     COPY_REMOVED = "copy-removed"
     COPY_OF_SOURCE = "copy-of-source"
@@ -355,6 +357,10 @@ _T: Mapping[Code, str] = {
     Code.ACTION_DOES_NOT_FIT: "{condition}, but action {action} does not apply to a {kind}; not marked",
     Code.MARK_CAPPED: "{condition}; new-mark cap reached ({over:, }), marked in a later cycle",
     Code.ACTION_NO_LONGER_FITS: "policy {policy}'s action is now {action}, which does not apply to a {kind}; unmarked",
+    Code.VOLUMES_WOULD_GO: "{condition}, but {action} would delete its volumes ({rule}) and policy {policy} does not "
+                           "allow that (lifecycle.deleteVolumes); not marked",
+    Code.VOLUMES_NOW_AT_RISK: "{action} would now delete its volumes ({rule}) and policy {policy} does not allow that "
+                              "(lifecycle.deleteVolumes); unmarked",
     Code.NO_LONGER_COVERED: "no longer covered: policy {policy} is gone, in shadow mode or no longer matches, "
                             "or the workload has no running pods",
     Code.COVERAGE_UNSURE: "kept marked: pods in its namespace could not be traced to their workload ({why}), so "

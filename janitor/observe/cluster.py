@@ -26,6 +26,7 @@ from kubernetes.client import ApiClient
 
 from janitor import annotations as ann
 from janitor import errors, kubeapi, ledger
+from janitor.decide import volumes
 from janitor.decide.model import (
     ObjectRef,
     ObjectView,
@@ -34,6 +35,7 @@ from janitor.decide.model import (
     SafetyLedger,
     SkippedKind,
 )
+from janitor.decide.volumes import ClaimTemplates
 from janitor.observe import views, watch
 
 logger = logging.getLogger(__name__)
@@ -193,6 +195,7 @@ def to_view(kind: ResourceKind, item: Mapping[str, Any]) -> ObjectView:
         template_annotations=_template_annotations(kind, item),
         replicas=_replicas(item),
         suspended=_suspended(item),
+        claims=_claims(kind, item),
         foreign_marks=views.foreign_marks(meta),
     )
 
@@ -200,6 +203,18 @@ def to_view(kind: ResourceKind, item: Mapping[str, Any]) -> ObjectView:
 def _replicas(item: Mapping[str, Any]) -> int | None:
     value = (item.get("spec") or {}).get("replicas") if isinstance(item.get("spec"), dict) else None
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _claims(kind: ResourceKind, item: Mapping[str, Any]) -> ClaimTemplates | None:
+    spec = item.get("spec")
+    if kind.kind != "StatefulSet" or not isinstance(spec, dict):
+        return None
+    names = tuple(str((t.get("metadata") or {}).get("name", "")) for t in spec.get("volumeClaimTemplates") or ()
+                  if isinstance(t, dict))
+    policy = spec.get("persistentVolumeClaimRetentionPolicy")
+    policy = policy if isinstance(policy, dict) else {}
+    return ClaimTemplates(names, when_scaled=str(policy.get("whenScaled") or volumes.RETAIN),
+                          when_deleted=str(policy.get("whenDeleted") or volumes.RETAIN))
 
 
 def _suspended(item: Mapping[str, Any]) -> bool:

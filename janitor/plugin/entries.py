@@ -16,7 +16,9 @@ from enum import StrEnum
 from typing import Any
 
 from janitor import annotations as ann
+from janitor.decide import volumes
 from janitor.decide.model import ObjectRef, ObjectView, ResourceKind
+from janitor.policy.model import Action as PolicyAction
 from janitor.why_note import Scalar, WhyNote
 
 COMPONENT = "kube-idle-janitor"  # the Events' source: the janitor and its node agent
@@ -126,6 +128,7 @@ class Entry:
     own_deadline: datetime.datetime | None = None
     problems: tuple[str, ...] = ()
     foreign: tuple[str, ...] = ()  # keys of the mark someone other than the janitor wrote last: nothing from them
+    volumes: str = ""  # what the action does to a StatefulSet's volumes, in words
 
     @property
     def target(self) -> str:
@@ -161,6 +164,13 @@ def _own(view: ObjectView, marked: bool) -> tuple[str | None, datetime.datetime 
     return None, None, ""
 
 
+def _volumes(action: str | None, view: ObjectView) -> str:
+    try:
+        return volumes.fate(PolicyAction(action), view.claims) if action else ""
+    except ValueError:
+        return ""
+
+
 def read(view: ObjectView, kind: Kind, now: datetime.datetime) -> Entry | None:
     """What the janitor has on `view`; None when nothing (no mark, own expiry or keep-until)."""
     notes = view.annotations
@@ -183,7 +193,7 @@ def read(view: ObjectView, kind: Kind, now: datetime.datetime) -> Entry | None:
             return base
         return replace(base, standing=Standing.EXPIRES, trigger="expiry",
                         action="delete" if own_deadline is not None else None, deadline=own_deadline,
-                        words=own_words)
+                        words=own_words, volumes=_volumes("delete", view))
     foreign = view.foreign_marks.intersection(notes)
     note = WhyNote.parse(notes.get(ann.WHY, "")) if ann.WHY in notes and ann.WHY not in foreign else None
     if note is not None and mark.marked_at is not None and note.marked_at != mark.marked_at:
@@ -211,7 +221,7 @@ def read(view: ObjectView, kind: Kind, now: datetime.datetime) -> Entry | None:
                     warned_at=mark.warned_at,
                     warned_to=("admins" if mark.warned_via.to_admins else "owner") if mark.warned_via else None,
                     keep_cap=cap, max_extension=note.max_extension if note else None, cap_known=note is not None,
-                    **common)
+                    volumes=_volumes(action, view), **common)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from janitor.documents import API_VERSION, Document
 from janitor.plugin.entries import MARKED_STANDINGS, Entry, Event, Standing
 
 ACTED = {"delete": "deleted", "suspend": "suspended (spec.suspend: true; its pods stop, the Job stays)",
-         "scale-to-zero": "scaled to zero replicas (its volumes stay)",
+         "scale-to-zero": "scaled to zero replicas",
          "stop": "stopped (the Kubeflow way; its volume stays)"}
 KEEP_FOR = datetime.timedelta(days=2)  # what the suggested keep asks for, when the cap allows it
 
@@ -151,6 +151,8 @@ def explain_text(target: str, namespace: str, e: Entry | None, events: Sequence[
         if e.standing in MARKED_STANDINGS or e.standing is Standing.EXPIRES:
             what = ACTED.get(e.action or "", "nothing" if e.action == "report" else e.action or "-")
             rows.append(("what happens", f"{what}, at {at(e.deadline, now)}" if e.deadline else what))
+            if e.volumes:
+                rows.append(("volumes", e.volumes))
         rows.append(("why", e.words or "-"))
         if e.policy:
             rows.append(("judged by", _facts(e)))
@@ -216,7 +218,7 @@ def item(e: Entry, now: datetime.datetime, *, show_namespace: bool = False) -> D
         "keepCap": _time(e.keep_cap), "maxExtension": e.max_extension,
         "keptUntil": _time(e.kept_until) if e.kept_until else e.kept_text,
         "own": e.own, "ownDeadline": _time(e.own_deadline), "problems": list(e.problems),
-        "writtenByOthers": list(e.foreign),
+        "writtenByOthers": list(e.foreign), "volumes": e.volumes or None,
         "keepCommand": keep_command(e, now, show_namespace=show_namespace) or None,
     }
 

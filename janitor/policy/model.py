@@ -266,7 +266,9 @@ class Lifecycle:
     of shortening the notice. A warning that only reached the admin channel counts as delivered
     only with `admin_fallback_counts`. Owners may keep the workload with `janitor/keep-until` up to
     `max_extension` after the first mark (zero: no extension). `honour_opt_out: false` makes the
-    policy apply even to `janitor/opt-out: "true"` objects.
+    policy apply even to `janitor/opt-out: "true"` objects. `delete_volumes` lets the action delete
+    a StatefulSet's claims when its retention policy says so (`decide.volumes`); without it such an
+    action does not fit.
     """
 
     warn_before: _dt.timedelta = _dt.timedelta(hours=24)
@@ -277,6 +279,7 @@ class Lifecycle:
     min_grace: _dt.timedelta | None = None
     admin_fallback_counts: bool = False
     working_hours: WorkingHours | None = None
+    delete_volumes: bool = False
 
     @property
     def grace(self) -> _dt.timedelta:

@@ -65,6 +65,7 @@ from janitor.decide.owners import Owner, OwnerKind, find_owner
 from janitor.decide.plan import CyclePlan, PlanSettings
 from janitor.decide.rails import Caps, Rails, record_deletions
 from janitor.decide.selection import CronJobMode
+from janitor.decide.volumes import ClaimTemplates
 from janitor.node_report import AgentRun, ConditionMessage, PodTaskState, Sight
 from janitor.policy.model import (
     Action as PolicyAction,
@@ -145,6 +146,7 @@ class Thing:
     version: int = 1
     suspended: bool = False
     foreign: set[str] = field(default_factory=set)  # keys of its mark someone other than the janitor wrote last
+    claims: ClaimTemplates | None = None  # a StatefulSet's claim templates and their retention
 
     @property
     def ref(self) -> ObjectRef:
@@ -156,7 +158,7 @@ class Thing:
     def view(self) -> ObjectView:
         return ObjectView(self.ref, str(self.version), self.created, dict(self.annotations), dict(self.labels),
                           self.deleting, self.controller, dict(self.template), self.replicas, self.suspended,
-                          frozenset(self.foreign & set(self.annotations)))
+                          frozenset(self.foreign & set(self.annotations)), self.claims)
 
 
 @dataclass
@@ -467,6 +469,7 @@ def lifecycles(draw: st.DrawFn) -> Lifecycle:
         min_grace=draw(one_of((None, None, 30 * M, 12 * H))),
         admin_fallback_counts=draw(BOOLEANS),
         working_hours=hours,
+        delete_volumes=draw(one_of((False, False, True))),
     )
 
 
@@ -599,7 +602,7 @@ def uses(draw: st.DrawFn, gpus: int, *, idle: bool = False) -> Use:
     cpu = draw(one_of((0.01, 0.05) if idle else (0.01, 0.05, 0.3, 3.0, 40.0, None)))
     odd = not idle and draw(ints(0, 5)) == 0
     return Use(gpu, draw(one_of((0.4, 1.0))) if odd else 1.0, odd and draw(BOOLEANS), cpu,
-               draw(one_of((0.0, 2.0))), draw(one_of((0.4, 1.0))) if odd else 1.0,
+               draw(one_of((0.0, 0.0, 0.0, 2.0) if idle else (0.0, 2.0))), draw(one_of((0.4, 1.0))) if odd else 1.0,
                odd and draw(BOOLEANS), draw(one_of(DOUBTS + ("",) * (12 if idle else 4))))
 
 
@@ -666,10 +669,10 @@ def pods(draw: st.DrawFn, cluster: Cluster, namespace: str, name: str, controlle
 
 @st.composite
 def workloads(draw: st.DrawFn, cluster: Cluster, index: int, policies: Sequence[Policy], *,
-              profile: str = "any", theme: str | None = None) -> None:
-    """One workload with its owner chain and pods, added to `cluster`."""
+              profile: str = "any", theme: str | None = None, kinds: tuple[str, ...] = ()) -> None:
+    """One workload (of one of `kinds`, where given) with its owner chain and pods, added to `cluster`."""
     calm = profile != "any"  # "due" and "idle": plain, readable, idle workloads
-    kind = draw(one_of(WORKLOAD_KINDS[:-1] if calm else WORKLOAD_KINDS))
+    kind = draw(one_of(kinds or (WORKLOAD_KINDS[:-1] if calm else WORKLOAD_KINDS)))
     namespace = draw(one_of(NAMESPACES[:3] if calm else NAMESPACES + NAMESPACES[:3]))
     name = f"w{index}"
     created = NOW - draw(one_of((2 * H, 5 * DAY)))
@@ -694,6 +697,8 @@ def workloads(draw: st.DrawFn, cluster: Cluster, index: int, policies: Sequence[
         chain.append(thing("StatefulSet", name, chain[0]))
     elif kind != "Pod":
         chain = [thing(kind, name)]
+        if kind == "StatefulSet":  # its volumes: kept by default, deleted when scaled or deleted if it says so
+            chain[0].claims = draw(one_of(CLAIMS[2:] if kinds else CLAIMS))  # a case of chosen kinds: claims
     parent = chain[-1].owner_ref() if chain else None
     count = draw(ints(1, 3) if calm or kind == "Pod" else ints(0, 3))
     theme = theme or (None if calm else draw(one_of((None, None, None, "crash-looping", "stuck-terminating",
@@ -741,8 +746,8 @@ def workloads(draw: st.DrawFn, cluster: Cluster, index: int, policies: Sequence[
 
 
 @st.composite
-def clusters(draw: st.DrawFn, policies: Sequence[Policy], *, profile: str = "any", theme: str | None = None
-             ) -> Cluster:
+def clusters(draw: st.DrawFn, policies: Sequence[Policy], *, profile: str = "any", theme: str | None = None,
+             kinds: tuple[str, ...] = ()) -> Cluster:
     """A whole cluster: namespaces, nodes, 1-6 workloads (pods of one story, `theme`, where given),
     loose objects, evidence gaps."""
     calm = profile != "any"
@@ -771,7 +776,7 @@ def clusters(draw: st.DrawFn, policies: Sequence[Policy], *, profile: str = "any
     cluster = Cluster({}, {}, namespaces, node_views, nodes_known, pods_listed=not calm and draw(BOOLEANS),
                       namespaces_listed=not calm and draw(ints(0, 3)) == 0)
     for index in range(draw(ints(1, 6))):
-        draw(workloads(cluster, index, policies, profile=profile,
+        draw(workloads(cluster, index, policies, profile=profile, kinds=kinds,
                        theme=draw(one_of((None, theme, theme))) if theme else None))
     if not calm:
         for index in range(draw(ints(0, 2))):
@@ -895,7 +900,10 @@ def cases(draw: st.DrawFn, *profiles: str) -> Case:
         theme = draw(one_of(STORIES[profile]))
         return Case(draw(clusters(policies, theme=theme)), policies, draw(plan_settings()))
     releases = profile == "releases"  # "due", with an enforcing first policy that deletes: releases act
-    profile = "due" if releases else profile
+    # "due" StatefulSets mostly, under a first policy that deletes or scales them (and may delete volumes)
+    volumes = profile in ("volumes", "volumes-allowed")
+    allowed = profile == "volumes-allowed"
+    profile = "due" if releases or volumes else profile
     calm = profile != "any"
     policies = draw(policy_sets())
     if calm:  # an idle policy first that matches everything (enforcing, mostly), so that reclaims come due
@@ -903,21 +911,29 @@ def cases(draw: st.DrawFn, *profiles: str) -> Case:
         mode = Mode.ENFORCE if releases else draw(one_of((Mode.ENFORCE, Mode.ENFORCE, Mode.ENFORCE, Mode.SHADOW)))
         triggers = first.triggers if first.trigger(IdleGpu) else (draw(idle_gpu()),) + first.triggers[1:]
         lifecycle = replace(first.lifecycle, action=PolicyAction.DELETE) if releases else first.lifecycle
+        if volumes:
+            lifecycle = replace(first.lifecycle, action=draw(one_of((PolicyAction.DELETE, PolicyAction.SCALE_TO_ZERO))),
+                                delete_volumes=allowed or draw(one_of((False, False, True))))
+            mode = Mode.ENFORCE
         policies = (replace(first, mode=mode, match=Match(), triggers=triggers, lifecycle=lifecycle),) + policies[1:]
     settings = draw(plan_settings())
     if calm:
         settings = replace(settings, rails=replace(settings.rails, dry_run=False, caps=Caps(1000, 1000, 1000, 1000)))
-    return Case(draw(clusters(policies, profile=profile)), policies, settings)
+    kinds = ("StatefulSet", "StatefulSet", "Job") if volumes else ()
+    return Case(draw(clusters(policies, profile=profile, kinds=kinds)), policies, settings)
 
 
 # -- between cycles -------------------------------------------------------------------------------------
 
 SENDS = ("delivered", "delivered", "delivered", "late", "failed", "failed", "lost-record", "unsent", "unreachable")
 FATES = st.lists(one_of(SENDS), max_size=3)
+# A StatefulSet's claim templates: none, kept (the default), deleted when scaled, deleted with it, both.
+CLAIMS = (None, ClaimTemplates(()), ClaimTemplates(("data",)), ClaimTemplates(("data",), when_scaled="Delete"),
+          ClaimTemplates(("data",), when_deleted="Delete"), ClaimTemplates(("data", "ckpt"), "Delete", "Delete"))
 EVENTS = ("edit-expires", "edit-expires", "remove-expires", "remove-policy", "keep-until", "change-action",
           "change-action", "change-action", "revert-action", "reapply", "busy", "idle", "resume", "opt-out",
           "release", "release", "release", "release", "release-old", "release-stale", "change-owner", "change-owner",
-          "forge")
+          "forge", "volumes")
 OWNERS = ("carol@lab.example", "#team-vision", "U0DAVE1234", "")  # a workload handed over ("": to nobody known)
 
 
@@ -949,7 +965,7 @@ EVENT_LISTS = st.lists(EVENT, max_size=2)
 # What owners and admins do to warnings: answer them, hand the workload over, change the action.
 ANSWERS = ("release", "release", "release", "release-stale", "release-old", "change-owner", "change-owner",
            "change-action", "change-action", "change-action", "change-action", "revert-action", "keep-until",
-           "busy", "idle", "forge", "forge")
+           "busy", "idle", "forge", "forge", "volumes")
 # Owners releasing: mostly on the warning in hand, sometimes on an older one, forged, or then kept.
 RELEASES = ("release", "release", "release", "release", "release-stale", "release-old", "forge", "forge", "forge",
             "keep-until", "change-action", "release-then-keep", "release-then-keep")
@@ -960,15 +976,19 @@ def _answer_lists(kinds: tuple[str, ...]) -> st.SearchStrategy[list[Event]]:
                               one_of(tuple(PolicyAction))), max_size=2)
 
 
-ANSWER_LISTS = {"answers": _answer_lists(ANSWERS), "releases": _answer_lists(RELEASES)}
+# Charts upgraded under marked StatefulSets: their retention policy changes, between owners' answers.
+VOLUME_CHANGES = ("volumes", "volumes", "volumes", "release", "idle")
+ANSWER_LISTS = {"answers": _answer_lists(ANSWERS), "releases": _answer_lists(RELEASES),
+                "volumes": _answer_lists(VOLUME_CHANGES)}
 
 
 @st.composite
 def scripts(draw: st.DrawFn, cycles: int, *, quiet: bool = False, answers: str | None = None) -> tuple[Between, ...]:
     """`cycles` steps between cycles; `quiet`: every message arrives at once, and nobody does anything;
     `answers` ("answers" or "releases"): owners and admins mostly answer warnings (ANSWERS, RELEASES),
-    at short steps."""
-    steps = (5 * M, 5 * M, 30 * M, H, 3 * H, 26 * H) if answers else (5 * M, 30 * M, H, 3 * H, 8 * H, 26 * H)
+    at short steps; "volumes": charts change StatefulSets' retention policies (VOLUME_CHANGES)."""
+    steps = (5 * M, 5 * M, 30 * M, H, 3 * H, 26 * H) if answers in ("answers", "releases") else \
+        (5 * M, 30 * M, H, 3 * H, 8 * H, 26 * H)
     return tuple(Between(
         advance=draw(one_of(steps)),
         sends=("delivered",) if quiet else tuple(draw(FATES)),
@@ -1171,6 +1191,13 @@ class Simulator:
             pod.use = Use(tuple(level for _ in range(pod.gpus)), cpu=40.0 if kind == "busy" else 0.01)
         elif kind == "resume" and isinstance(target, Thing) and not cluster.below(target.uid)[1]:
             self._resume(target)
+        elif kind == "volumes":  # a chart upgrade changes a StatefulSet's retention policy, a marked one mostly
+            sets = [t for t in cluster.objects.values() if t.kind == "StatefulSet" and t.controller is None]
+            pool = [t for t in sets if ann.carries_mark(t.annotations)] or sets
+            if pool:
+                chosen = pool[event.target % len(pool)]
+                chosen.claims = CLAIMS[2 + (event.target // 3) % (len(CLAIMS) - 2)]  # claims, kept or not
+                chosen.version += 1
 
     def owner_of(self, top: Thing | Pod) -> Owner:
         """Who owns a workload now (docs/owners.md): its own owner annotation, else its namespace's."""

@@ -82,6 +82,7 @@ from hypothesis import strategies as st
 
 from janitor import annotations as ann
 from janitor.annotations import Delivery
+from janitor.decide import volumes
 from janitor.decide.autoscaling import Said
 from janitor.decide.evidence import CpuEvidence, GpuEvidence, PodKey, Quality
 from janitor.decide.lifecycle import Step, delivered, resend
@@ -144,6 +145,9 @@ SITUATIONS = {
     "a pod no node will ever run, on the autoscaler's settled word": 1,
     "force deleted on the node agent's proof": 1,
     "a pod reported gone by an agent that cannot see, not force deleted": 1,
+    "an action that would delete volumes, not marked": 1,
+    "a mark whose action would now delete volumes, removed": 1,
+    "volumes deleted where a policy allows it": 1,
 }
 PROPERTIES: set[str] = set()  # the property tests of this module
 HELD: set[str] = set()  # ... that ran all their examples and held
@@ -583,11 +587,67 @@ def test_doubtful_evidence_is_never_idle(case: Case) -> None:
                     assert not doubtful(usage.quality, c), f"{finding.subject} idle on {usage}: {finding.why}"
 
 
+def assert_volumes_kept(observation: Observation, planned: CyclePlan, policies: Mapping[str, Policy]) -> None:
+    """No policy's action deletes a StatefulSet's volumes unless the policy allows it."""
+    for action in lifecycle_actions(decided(planned)):
+        view = view_of(observation, action.target.uid)
+        assert view is not None
+        allowed = policies[action.policy].lifecycle.delete_volumes
+        rule = volumes.lost_under(PolicyAction(str(action.type)), view.claims)
+        assert rule is None or allowed, f"{action.type} of {action.target} deletes its volumes ({rule})"
+        REACHED["volumes deleted where a policy allows it"] += rule is not None
+    for change in planned.changes:
+        if change.why.code is Code.VOLUMES_WOULD_GO:
+            REACHED["an action that would delete volumes, not marked"] += 1
+        if change.why.code is Code.VOLUMES_NOW_AT_RISK:
+            REACHED["a mark whose action would now delete volumes, removed"] += 1
+
+
+def marks_at_risk(views: Iterable[ObjectView], policies: Mapping[str, Policy], planned: CyclePlan) -> int:
+    """How many of `views` are marked, and found idle, by a policy whose action would delete their
+    volumes unallowed: what only the volumes rule keeps from acting."""
+    fires = {(f.subject.uid, f.policy) for f in planned.findings if f.state is State.FIRES}
+    at_risk = 0
+    for view in views:
+        mark = ann.read_mark(view.annotations, view.foreign_marks)
+        policy = policies.get(mark.policy or "") if mark is not None else None
+        at_risk += policy is not None and not policy.lifecycle.delete_volumes and (view.ref.uid, policy.name) in fires \
+            and volumes.lost_under(policy.lifecycle.action, view.claims) is not None
+    return at_risk
+
+
+@examples(1.0)
+@given(case=cases("volumes"), script=st.integers(4, 8).flatmap(lambda n: scripts(n, answers="volumes")))
+def test_volumes_go_only_where_a_policy_allows_while_charts_change(case: Case, script: tuple) -> None:
+    """The same over cycles where StatefulSets' retention policies change under their marks (a chart
+    upgraded between the warning and the deadline): a mark whose action would now lose volumes is
+    removed, never acted on."""
+    run_script(case, script)
+
+
+@examples(1.0)
+@given(case=cases("volumes", "volumes-allowed"))
+def test_volumes_go_only_where_a_policy_allows(case: Case) -> None:
+    """A StatefulSet's claims outlive the janitor's scale-to-zero or delete unless its policy says
+    `deleteVolumes: true` (its retention policy would delete them otherwise)."""
+    policies = {p.name: p for p in case.policies}
+    acted = at_risk = 0
+    for observation, planned, _ in cycles(case):
+        assert_volumes_kept(observation, planned, policies)
+        acted += sum(volumes.lost_under(PolicyAction(str(a.type)), view.claims) is not None
+                     for a in lifecycle_actions(decided(planned)) if (view := view_of(observation, a.target.uid)))
+        at_risk += marks_at_risk(observation.objects, policies, planned)
+    # Steer towards both: reclaims that delete volumes (allowed), and marks the volumes rule must stop.
+    target(float(acted), label="reclaims that delete volumes")
+    target(float(at_risk), label="marks whose action would delete volumes")
+
+
 # -- 2. no action without its warning -------------------------------------------------------------------
 
 
 def assert_warned_first(sim: Simulator, planned: CyclePlan, observation: Observation) -> None:
     policies = sim.by_name()
+    assert_volumes_kept(observation, planned, policies)
     seen = {o.ref.uid: o.annotations for o in (*observation.objects, *observation.pods)}  # bare pods are workloads
     for action in lifecycle_actions(decided(planned)):
         assert PolicyAction(str(action.type)).applies_to(action.target.kind), \
@@ -676,10 +736,18 @@ def test_a_release_acts_only_for_what_it_answered(case: Case, script: tuple) -> 
 def run_script(case: Case, script: Sequence[Between]) -> None:
     sim = Simulator(case.cluster.copy(), list(case.policies), case.settings, run_plan, run_recheck)
     reached: Counter[str] = Counter()
+    at_risk = 0
+
+    def check(sim: Simulator, planned: CyclePlan, observation: Observation) -> None:
+        nonlocal at_risk
+        assert_warned_first(sim, planned, observation)
+        at_risk += marks_at_risk(observation.objects, sim.by_name(), planned)
+
     for step in script:
-        planned = sim.cycle(step, assert_warned_first)
+        planned = sim.cycle(step, check)
         reached.update(note_reached(sim, planned))
     REACHED.update(reached)
+    target(float(at_risk), label="marks whose action would delete volumes")
     # Steer towards the rarer answers (hypothesis' target phase): each must be reached every run.
     for what in ("an action changed after a warning", "a new owner warned after the old one was",
                  "released by the owner, acted on"):
