@@ -307,19 +307,25 @@ class WarnedOf:
 
     action: str  # the policy's action: delete | suspend | scale-to-zero | stop | report
     deadline: _dt.datetime
+    # It said the action deletes the workload's volumes (a StatefulSet's claims, `decide.volumes`):
+    # an action that would, warned of without it, is warned of again first.
+    volumes: bool = False
 
     def __str__(self) -> str:
-        return f"{self.action} {format_deadline(self.deadline)}"
+        return f"{self.action} {format_deadline(self.deadline)}" + (f" {_VOLUMES}" if self.volumes else "")
 
     @classmethod
     def parse(cls, text: str) -> WarnedOf | None:
         parts = text.split()
-        if len(parts) != 2 or not parts[0]:
+        if len(parts) not in (2, 3) or not parts[0] or parts[2:] not in ([], [_VOLUMES]):
             return None
         try:
-            return cls(parts[0], parse_expires(parts[1]))
+            return cls(parts[0], parse_expires(parts[1]), len(parts) == 3)
         except ValueError:
             return None
+
+
+_VOLUMES = "volumes"
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,14 +344,14 @@ class Intent:
     @classmethod
     def parse(cls, text: str) -> Intent | None:
         parts = text.split()
-        if len(parts) not in (3, 5):
+        if len(parts) not in (3, 5, 6):
             return None
         try:
             kind, at = NoticeKind(parts[0]), parse_expires(parts[2])
         except ValueError:
             return None
-        warns_of = WarnedOf.parse(" ".join(parts[3:])) if len(parts) == 5 else None
-        if len(parts) == 5 and warns_of is None:
+        warns_of = WarnedOf.parse(" ".join(parts[3:])) if len(parts) > 3 else None
+        if len(parts) > 3 and warns_of is None:
             return None
         return cls(kind, parts[1], at, warns_of)
 

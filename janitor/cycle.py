@@ -118,6 +118,7 @@ class CycleResult:
     seconds: float = 0.0
     queries: tuple[QueryStat, ...] = ()  # the requests to Prometheus this cycle made
     act_seconds: float = 0.0
+    rechecked: dict[tuple[str, ActionType, str], Change] = field(default_factory=dict)  # as the re-check decided
 
     @property
     def phases(self) -> Phases:
@@ -279,9 +280,10 @@ def _context(settings: Settings) -> MessageContext:
                           buttons=bool(s.app_token or (s.http_port and s.signing_secret_file)))
 
 
-def _announced(planned: Planned, action: Action, notes: NoteBox | None, now: datetime.datetime) -> tuple[str, str]:
-    """Keep the "done" note of a lifecycle action before it happens: (its intent, '' or why not)."""
-    change = planned.plan.change_for(action)
+def _announced(planned: Planned, action: Action, notes: NoteBox | None, now: datetime.datetime,
+               change: Change | None) -> tuple[str, str]:
+    """Keep the "done" note of a lifecycle action (`change`, as the re-check decided it) before it
+    happens: (its intent, '' or why not)."""
     if notes is None or change is None or change.notice is None:
         return "", ""
     seen = planned.objects_by_uid.get(action.target.uid)
@@ -291,7 +293,8 @@ def _announced(planned: Planned, action: Action, notes: NoteBox | None, now: dat
 
 
 def _apply_one(ports: Ports, settings: Settings, planned: Planned, action: Action,
-               source: PrometheusSource | None, ledger: _Ledger, notes: NoteBox | None = None) -> kube.ActionResult:
+               source: PrometheusSource | None, ledger: _Ledger, notes: NoteBox | None = None,
+               rechecked: dict[tuple[str, ActionType, str], Change] | None = None) -> kube.ActionResult:
     """One action: a report as planned; anything else decided again on a fresh, scoped read first,
     recorded in the ledger and its "done" note kept before it happens."""
     kind = _kinds(settings)[action.target.kind]
@@ -313,7 +316,11 @@ def _apply_one(ports: Ports, settings: Settings, planned: Planned, action: Actio
             outcome = kube.Outcome.GONE if fresh is None else kube.Outcome.SKIPPED
             return kube.ActionResult(action, outcome, str(again.why))
         refused = ledger.record(again.action) if result.outcome is not kube.Outcome.CONFLICT else ""
-        intent, unkept = _announced(planned, action, notes, ports.clock()) if not (refused or dry_run) else ("", "")
+        change = again.change or planned.plan.change_for(action)
+        if rechecked is not None and change is not None:
+            rechecked[action.key] = change
+        intent, unkept = _announced(planned, action, notes, ports.clock(), change) \
+            if not (refused or dry_run) else ("", "")
         if refused or unkept:
             return kube.ActionResult(action, kube.Outcome.FAILED, refused or unkept)
         result = kube.apply(ports.api, again.action, kind=kind, dry_run=dry_run)
@@ -349,7 +356,7 @@ def _apply(ports: Ports, settings: Settings, planned: Planned, source: Prometheu
                 logger.warning("no longer the leader: stopping before %s; the new leader decides again",
                                action.target)
                 break
-            outcome = _apply_one(ports, settings, planned, action, source, ledger, notes)
+            outcome = _apply_one(ports, settings, planned, action, source, ledger, notes, result.rechecked)
             result.results.append(outcome)
             audit(outcome.action, outcome=str(outcome.outcome), dry_run=dry_run, detail=outcome.detail)
     finally:
@@ -389,7 +396,7 @@ def _lifecycle(ports: Ports, settings: Settings, planned: Planned, result: Cycle
                notes: NoteBox) -> LifecycleOutcome:
     decided = planned.plan
     done = [c for r in result.results if r.outcome is kube.Outcome.DONE
-            for c in [decided.change_for(r.action)] if c is not None]
+            for c in [result.rechecked.get(r.action.key) or decided.change_for(r.action)] if c is not None]
     seen = {o.ref.uid: o.annotations for o in planned.observation.objects}
     seen |= {p.ref.uid: p.annotations for p in planned.observation.pods}
     run = LifecycleRun(_Annotator(ports.api, _kinds(settings)), ports.slack, {p.name: p for p in planned.policies},

@@ -190,8 +190,8 @@ def notice_text(notice: Notice, now: datetime.datetime, *, compact: bool = False
     why = f"*Why:* {cut(escape(plain(notice.why)), WHY_LIMIT_COMPACT if compact else WHY_LIMIT)}"
     title, to = f"{TITLE[notice.kind]} *{_ref(notice)}*", _done_to(notice.action)
     if notice.kind is NoticeKind.CANCELLED:
-        lines = [f"{title} is no longer marked ({policy}): it is in use again or no longer covered, "
-                 f"so it will not be {to}. Nothing to do.", why]
+        then = f"it will not be {to}" if to else "nothing will happen to it"
+        lines = [f"{title} is no longer marked ({policy}), so {then}. Nothing to do.", why]
     elif notice.kind is NoticeKind.DONE:
         lines = [f"{title} was *{to}* ({policy}){f', freeing {gpus}' if notice.gpus else ''}.", why]
         if notice.volumes:

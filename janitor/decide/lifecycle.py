@@ -51,6 +51,7 @@ from janitor.decide.notices import Notice, keep_command, resume_command
 from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import Workload, carries_mark, with_marks
+from janitor.decide.volumes import ClaimTemplates
 from janitor.policy.model import Action as PolicyAction
 from janitor.policy.model import Mode, Policy
 
@@ -127,7 +128,7 @@ def delivered(change: Change, delivery: ann.Delivery, policy: Policy | None,
         deadline = intent.warns_of.deadline
         if policy is not None:
             deadline = max(deadline, earliest_after_delivery(delivery.at, policy, change.time_zone))
-        patch[ann.WARNED_OF] = str(WarnedOf(intent.warns_of.action, deadline))
+        patch[ann.WARNED_OF] = str(replace(intent.warns_of, deadline=deadline))
         patch[ann.EXPIRES] = ann.format_deadline(deadline)
         patch |= why_notes.in_step({**(notes or {}), **change.annotations}, deadline=deadline,
                                    action=intent.warns_of.action, policy=policy)
@@ -142,7 +143,7 @@ def resend(change: Change, now: datetime.datetime) -> Change:
     notice = change.notice
     warns_of = change.intent.warns_of
     if notice.kind is NoticeKind.WARNING and notice.deadline is not None:
-        warns_of = WarnedOf(notice.action, notice.deadline)
+        warns_of = WarnedOf(notice.action, notice.deadline, notice.volumes_lost)
     intent = Intent(notice.kind, intent_id(notice.owner, now), now, warns_of)
     return replace(change, step=Step.NOTIFY, why=why(Code.RESEND, why=change.why),
                    annotations={ann.NOTICE: str(intent)}, intent=intent)
@@ -175,6 +176,9 @@ class _Case:
     untraced: Reason | None = None  # why some pods of its namespace could not be traced to their workload
     parent: ObjectView | None = None  # the CronJob that governs this Job (its keep-until keeps it too)
     also: tuple[ObjectRef, ...] = ()  # a CronJob's running Jobs: suspended with it
+    # The claim templates its action reaches: its own (a StatefulSet), or those of a StatefulSet below
+    # it in its pods' chain (a custom resource or Notebook deleted or stopped takes its StatefulSet along).
+    claims: ClaimTemplates | None = None
 
     @property
     def kept(self) -> Mapping[str, str]:
@@ -201,12 +205,15 @@ def _notice(kind: NoticeKind, finding: Finding, case: _Case, policy: Policy, now
                   resume_command(view.ref, policy.lifecycle.action, view.replicas, _also(case, policy)), finding.gpus,
                   finding.condition,
                   told, marked_at if warns else None, cap if warns else None,
-                  volumes.fate(policy.lifecycle.action, view.claims))
+                  volumes.fate(policy.lifecycle.action, case.claims),
+                  volumes.lost_under(policy.lifecycle.action, case.claims) is not None)
 
 
 def _intent(kind: NoticeKind, owner: Owner, now: datetime.datetime, policy: Policy,
-            deadline: datetime.datetime | None) -> Intent:
-    warns_of = WarnedOf(str(policy.lifecycle.action), deadline) if kind is NoticeKind.WARNING and deadline else None
+            deadline: datetime.datetime | None, claims: ClaimTemplates | None) -> Intent:
+    lost = volumes.lost_under(policy.lifecycle.action, claims) is not None
+    warns_of = WarnedOf(str(policy.lifecycle.action), deadline, lost) \
+        if kind is NoticeKind.WARNING and deadline else None
     return Intent(kind, intent_id(owner, now), now, warns_of)
 
 
@@ -217,7 +224,8 @@ def _unmark(case: _Case, reason: Reason, owner: Owner | None, now: datetime.date
     assert mark is not None
     notice = None
     if step is Step.UNMARK and mark.warned_at is not None and owner is not None and owner.kind is not OwnerKind.UNKNOWN:
-        notice = Notice(NoticeKind.CANCELLED, view.ref, mark.policy or "", owner, "", reason, now)
+        warned = mark.warned_of.action if mark.warned_of is not None else ""
+        notice = Notice(NoticeKind.CANCELLED, view.ref, mark.policy or "", owner, warned, reason, now)
     return Change(step, view.ref, view.resource_version, mark.policy or "", reason,
                   {k: None for k in ann.MARK_KEYS if k in view.annotations}, notice)
 
@@ -262,6 +270,10 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
         not mark.warned_via.to_admins or policy.lifecycle.admin_fallback_counts)
     action = str(policy.lifecycle.action)
     wrong_action = counted and mark.warned_of is not None and mark.warned_of.action != action
+    # The action now deletes volumes (the retention policy changed since), and the warning did not say so.
+    volumes_unwarned = counted and not wrong_action and mark.warned_of is not None and not mark.warned_of.volumes \
+        and volumes.lost_under(policy.lifecycle.action, case.claims) is not None
+    wrong_action = wrong_action or volumes_unwarned
     new_owner = counted and not wrong_action and not warned_to(mark, finding.owner)
     if not counted or wrong_action or new_owner:
         if finding.state is not State.FIRES:
@@ -275,8 +287,9 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
         base = max(mark.deadline or now, now + policy.lifecycle.warn_before) if wrong_action else \
             mark.deadline or now + policy.lifecycle.warn_before  # none: someone else wrote janitor/expires
         deadline = warning_deadline(base, case.kept, extension_cap(mark, policy), policy, now, case.time_zone)
-        intent = _intent(NoticeKind.WARNING, finding.owner, now, policy, deadline)
-        reason = (why(Code.WARN_AGAIN_ACTION, warned=str(mark.warned_of), action=action) if wrong_action else
+        intent = _intent(NoticeKind.WARNING, finding.owner, now, policy, deadline, case.claims)
+        reason = (why(Code.WARN_AGAIN_VOLUMES, action=action) if volumes_unwarned else
+                  why(Code.WARN_AGAIN_ACTION, warned=str(mark.warned_of), action=action) if wrong_action else
                   why(Code.WARN_NEW_OWNER, was=mark.warned_to or "", owner=owner) if new_owner else
                   why(Code.WARN, again=" again (only the admins were reached)" if mark.warned_via else ""))
         return Change(Step.NOTIFY, ref, rv, policy.name, reason, {ann.NOTICE: str(intent)},
@@ -322,7 +335,7 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
     last = max(t for t in (mark.warned_at, mark.reminded_at) if t is not None)
     if every and now - last >= every and pace.allows(owner, now):
         pace.sending(owner)
-        intent = _intent(NoticeKind.REMINDER, finding.owner, now, policy, deadline)
+        intent = _intent(NoticeKind.REMINDER, finding.owner, now, policy, deadline, case.claims)
         return Change(Step.NOTIFY, ref, rv, policy.name, why(Code.REMIND, condition=condition, deadline=shown),
                       {ann.NOTICE: str(intent)},
                       _notice(NoticeKind.REMINDER, finding, case, policy, now, deadline), deadline)
@@ -339,9 +352,9 @@ def _also(case: _Case, policy: Policy) -> tuple[ObjectRef, ...]:
     return case.also if policy.lifecycle.action is PolicyAction.SUSPEND else ()
 
 
-def _volumes_lost(policy: Policy, view: ObjectView) -> str | None:
+def _volumes_lost(policy: Policy, case: _Case) -> str | None:
     """The retention rule under which the policy's action would delete volumes it may not, or None."""
-    return None if policy.lifecycle.delete_volumes else volumes.lost_under(policy.lifecycle.action, view.claims)
+    return None if policy.lifecycle.delete_volumes else volumes.lost_under(policy.lifecycle.action, case.claims)
 
 
 def _governing(case: _Case) -> Finding | None:
@@ -371,7 +384,7 @@ def _new_marks(candidates: Sequence[tuple[_Case, Finding, Policy]], now: datetim
                               why(Code.ACTION_DOES_NOT_FIT, condition=condition, action=str(policy.lifecycle.action),
                                   kind=ref.kind)))
             continue
-        rule = _volumes_lost(policy, view)
+        rule = _volumes_lost(policy, case)
         if rule is not None:
             out.append(Change(Step.WAIT, ref, view.resource_version, policy.name,
                               why(Code.VOLUMES_WOULD_GO, condition=condition, action=str(policy.lifecycle.action),
@@ -401,7 +414,7 @@ def _new_marks(candidates: Sequence[tuple[_Case, Finding, Policy]], now: datetim
         paced = pace.allows(owner, now)
         if paced:
             notice = _notice(NoticeKind.WARNING, finding, case, policy, now, deadline)
-            patch[ann.NOTICE] = str(_intent(NoticeKind.WARNING, finding.owner, now, policy, deadline))
+            patch[ann.NOTICE] = str(_intent(NoticeKind.WARNING, finding.owner, now, policy, deadline, case.claims))
             pace.sending(owner)
         reason = why(Code.MARKED, condition=condition, action=str(policy.lifecycle.action),
                      deadline=ann.format_deadline(deadline),
@@ -449,11 +462,16 @@ def plan_lifecycle(
     untraced: dict[str, Reason] = {}  # namespace -> why one of its pods' chains could not be read
     parents: dict[str, ObjectView] = {}
     also: dict[str, tuple[ObjectRef, ...]] = {}
+    claims: dict[str, ClaimTemplates] = {}
     for w in workloads:
         if w.unknown is not None:
             untraced.setdefault(w.ref.namespace or "", w.unknown)
         elif w.view is not None:
             views.setdefault(w.ref.uid, w.view)
+            below = next((v.claims for r in (*w.chain, w.ref) if (v := views.get(r.uid)) is not None and v.claims),
+                         None)
+            if below is not None:
+                claims[w.ref.uid] = below
             zones[w.ref.uid] = w.namespace.annotations.get(ann.TIME_ZONE)
             known_owners[w.ref.uid] = w.owner  # found with its CronJob, where it has one
             if w.parent is not None:
@@ -471,7 +489,7 @@ def plan_lifecycle(
         owner = found[0].owner if found else known_owners.get(uid, Owner(OwnerKind.UNKNOWN))
         mark = ann.read_mark(view.annotations, view.foreign_marks) if carries_mark(view.annotations) else None
         cases.append(_Case(view, mark, found, zones.get(uid), owner, untraced.get(view.ref.namespace or ""),
-                           parents.get(uid), also.get(uid, ())))
+                           parents.get(uid), also.get(uid, ()), claims.get(uid, view.claims)))
     pace = _Pace(_last_message_per_owner(cases), settings.pace)
     changes: list[Change] = []
     candidates: list[tuple[_Case, Finding, Policy]] = []
@@ -543,7 +561,7 @@ def _decide(case: _Case, views: Mapping[str, ObjectView], by_policy: Mapping[str
     if not policy.lifecycle.action.applies_to(view.ref.kind):
         return _unmark(case, why(Code.ACTION_NO_LONGER_FITS, policy=policy.name, action=str(policy.lifecycle.action),
                                  kind=view.ref.kind), owner, now), None
-    rule = _volumes_lost(policy, view)
+    rule = _volumes_lost(policy, case)
     if rule is not None:
         return _unmark(case, why(Code.VOLUMES_NOW_AT_RISK, action=str(policy.lifecycle.action), rule=rule,
                                  policy=policy.name), owner, now), None

@@ -42,6 +42,7 @@ class Notice:
     marked_at: datetime.datetime | None = None
     cap: datetime.datetime | None = None
     volumes: str = ""  # what the action does to a StatefulSet's volumes, in words (decide.volumes.fate)
+    volumes_lost: bool = False  # ... and whether it deletes them: a warning records that it said so
 
 
 def kubectl_ref(ref: ObjectRef) -> str:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from janitor import annotations as ann
-from janitor.decide import lifecycle, selection, usage
+from janitor.decide import lifecycle, selection, sight, usage
 from janitor.decide.admin_report import AdminReport, admin_report
 from janitor.decide.evidence import PodKey
 from janitor.decide.lifecycle import Change, LifecycleSettings, Step
@@ -190,6 +190,10 @@ def decide(observation: Observation, policies: Sequence[Policy], now: datetime.d
     rails = settings.rails
     by_uid = {o.ref.uid: o for o in observation.objects}
     gate = selection.Gate(observation, rails)
+    blind = sight.lost(observation)
+    if blind is not None:
+        seen = [o for o in observation.objects if not gate.protects(selection.namespace_of(o))]
+        return Decision(now, (), sight.hold(seen, blind), (), ())
     workloads = selection.workloads(observation, rails, cronjob_mode=settings.cronjob_mode,
                                     owner_keys=settings.owner_keys, by_uid=by_uid)
     expired = _expiry(observation, gate, by_uid, now)

@@ -157,6 +157,7 @@ class Code(StrEnum):
     MARK_CAPPED = "mark-capped"
     NO_LONGER_COVERED = "no-longer-covered"
     COVERAGE_UNSURE = "coverage-unsure"
+    SIGHT_LOST = "sight-lost"
     ACTION_NO_LONGER_FITS = "action-no-longer-fits"
     VOLUMES_WOULD_GO = "volumes-would-go"
     VOLUMES_NOW_AT_RISK = "volumes-now-at-risk"
@@ -168,6 +169,7 @@ class Code(StrEnum):
     NOT_SURE = "not-sure"
     RECOVER = "recover"
     RESEND = "resend"
+    WARN_AGAIN_VOLUMES = "warn-again-volumes"
     NOT_WARNED_NOT_IDLE = "not-warned-not-idle"
     ADMINS_ONLY = "admins-only"
     WARNING_PACED = "warning-paced"
@@ -363,12 +365,16 @@ _T: Mapping[Code, str] = {
                               "(lifecycle.deleteVolumes); unmarked",
     Code.NO_LONGER_COVERED: "no longer covered: policy {policy} is gone, in shadow mode or no longer matches, "
                             "or the workload has no running pods",
+    Code.SIGHT_LOST: "left as it is: {kind} could not be read ({why}), so nothing is marked, warned, cancelled "
+                     "or acted on until it can",
     Code.COVERAGE_UNSURE: "kept marked: pods in its namespace could not be traced to their workload ({why}), so "
                           "whether policy {policy} still covers it is not known this cycle",
     Code.MARK_BROKEN: "the mark does not parse ({problems:; }): removed, to start again",
     Code.COPY_REMOVED: "a copy of the mark of another object (janitor/marked-uid {uid}): never acted on; removed",
     Code.COPY_OF_SOURCE: "a copy of {source}'s mark, made by its controller: never acted on",
     Code.OTHER_POLICY: "marked by policy {marked}, now decided by {policy}",
+    Code.WARN_AGAIN_VOLUMES: "{action} would now delete its volumes (its retention policy changed), which the "
+                             "warning did not say: warning again, with the full notice, before anything happens",
     Code.IN_USE: "in use ({trigger}, policy {policy}): {why}",
     Code.NOT_SURE: "not acted on while {trigger} (policy {policy}) is not idle: {why}",
     Code.RECOVER: "a {kind} was being sent at {at}; asking Slack whether it arrived before sending again",

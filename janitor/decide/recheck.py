@@ -15,7 +15,7 @@ import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from janitor.decide.lifecycle import Step
+from janitor.decide.lifecycle import Change, Step
 from janitor.decide.model import Action, Observation
 from janitor.decide.plan import PlanSettings, decide
 from janitor.decide.reasons import Code, Reason, why
@@ -26,6 +26,9 @@ from janitor.policy.model import Policy
 class Recheck:
     action: Action | None  # the action to apply (with the fresh resourceVersion), or None: not now
     why: Reason
+    # The lifecycle's change for it, decided on the fresh read: its "done" note says what happened
+    # then (what the cycle's older read said may have changed since, a StatefulSet's volumes say).
+    change: Change | None = None
 
 
 def _present(uid: str, fresh: Observation) -> bool:
@@ -40,7 +43,9 @@ def still_due(action: Action, fresh: Observation | None, policies: Sequence[Poli
     decision = decide(fresh, policies, now, settings)
     again = decision.still_due(action.key)
     if again is not None:
-        return Recheck(again, why(Code.STILL_DUE))
+        acts = (c for c in decision.changes
+                if c.step is Step.ACT and c.action is not None and c.action.key == again.key)
+        return Recheck(again, why(Code.STILL_DUE), next(acts, None))
     uid = action.target.uid
     change = next((c for c in decision.changes if c.workload.uid == uid and c.step is not Step.ACT), None)
     finding = next((f for f in decision.findings if f.subject.uid == uid and f.policy == action.policy), None)

@@ -31,7 +31,9 @@ class ClaimTemplates:
 
 
 def _rule(action: Action) -> str | None:
-    return {Action.SCALE_TO_ZERO: "whenScaled", Action.DELETE: "whenDeleted"}.get(action)
+    """The retention rule an action meets: scaling to zero; deleting (the StatefulSet, or what owns it,
+    which the garbage collector follows down); stopping a Notebook, which scales its StatefulSet to zero."""
+    return {Action.SCALE_TO_ZERO: "whenScaled", Action.STOP: "whenScaled", Action.DELETE: "whenDeleted"}.get(action)
 
 
 def lost_under(action: Action, claims: ClaimTemplates | None) -> str | None:
@@ -40,7 +42,7 @@ def lost_under(action: Action, claims: ClaimTemplates | None) -> str | None:
     rule = _rule(action)
     if claims is None or not claims.names or rule is None:
         return None
-    value = claims.when_scaled if action is Action.SCALE_TO_ZERO else claims.when_deleted
+    value = claims.when_scaled if rule == "whenScaled" else claims.when_deleted
     return None if value == RETAIN else f"{rule}: {value}"
 
 

@@ -60,6 +60,7 @@ from janitor.decide.model import (
     PodState,
     PodView,
     SafetyLedger,
+    SkippedKind,
 )
 from janitor.decide.owners import Owner, OwnerKind, find_owner
 from janitor.decide.plan import CyclePlan, PlanSettings
@@ -206,6 +207,7 @@ class Warning:
     at: datetime.datetime
     to_admins: bool
     owner: str = ""
+    volumes: bool = False  # it said the action deletes the workload's volumes
 
 
 @dataclass
@@ -224,6 +226,7 @@ class Cluster:
     history: dict[str, list[Warning]] = field(default_factory=dict)  # warnings delivered before the run
     slack: dict[str, Delivery] = field(default_factory=dict)  # intent id -> the delivery Slack has
     serial: int = 0
+    forbidden: str = ""  # a kind the janitor may no longer read ("Pod", "Namespace": an RBAC edit), or ""
 
     def new_uid(self, what: str) -> str:
         self.serial += 1
@@ -252,8 +255,16 @@ class Cluster:
         if self.namespaces_listed:
             objects += [ObjectView(ObjectRef("Namespace", "v1", None, name, f"ns-{name}"), "1", NOW - 400 * DAY,
                                    dict(notes), dict(labels)) for name, (labels, notes) in self.namespaces.items()]
-        return Observation(at, tuple(objects), tuple(p.view() for p in self.pods.values()), self.namespace_views(),
-                           self.nodes, self.nodes_known, self.evidence(policies, at),
+        pods = () if self.forbidden == "Pod" else tuple(p.view() for p in self.pods.values())
+        if self.forbidden == "Pod":  # its watch answered 403: no pods at all, as the watch cache has them
+            objects = [o for o in objects if o.ref.kind != "Pod"]
+        namespaces = {} if self.forbidden == "Namespace" else self.namespace_views()
+        if self.forbidden == "Namespace":
+            objects = [o for o in objects if o.ref.kind != "Namespace"]
+        skipped = (SkippedKind(self.forbidden, f"forbidden: {self.forbidden.lower()}s is forbidden"),) \
+            if self.forbidden else ()
+        return Observation(at, tuple(objects), pods, namespaces,
+                           self.nodes, self.nodes_known, self.evidence(policies, at), skipped_kinds=skipped,
                            autoscaling=self.autoscaling, autoscaler={
                                uid: notes for uid, notes in self.autoscaler.items() if uid in self.pods})
 
@@ -695,6 +706,7 @@ def workloads(draw: st.DrawFn, cluster: Cluster, index: int, policies: Sequence[
     elif kind == "Notebook":
         chain = [thing("Notebook", name)]
         chain.append(thing("StatefulSet", name, chain[0]))
+        chain[1].claims = draw(one_of(CLAIMS))  # its workspace volume, from the StatefulSet the Notebook made
     elif kind != "Pod":
         chain = [thing(kind, name)]
         if kind == "StatefulSet":  # its volumes: kept by default, deleted when scaled or deleted if it says so
@@ -721,6 +733,11 @@ def workloads(draw: st.DrawFn, cluster: Cluster, index: int, policies: Sequence[
     top.annotations.update(notes)
     marked.annotations.update(story.notes)
     marked.foreign |= story.foreign
+    if isinstance(marked, Thing) and marked.claims is not None and ann.WARNED_OF in marked.annotations \
+            and draw(BOOLEANS):
+        marked.annotations[ann.WARNED_OF] += " volumes"  # the warning said the volumes would go
+        if story.delivered is not None:
+            story = replace(story, delivered=replace(story.delivered, volumes=True))
     if kind == "CronJob" and not calm and draw(ints(0, 3)) == 0:
         top.suspended = True  # suspended since, its run left behind
     if story.delivered is not None:
@@ -775,6 +792,8 @@ def clusters(draw: st.DrawFn, policies: Sequence[Policy], *, profile: str = "any
                        if draw(ints(0, 5)) and not (at_zero and n.startswith("gpu")))
     cluster = Cluster({}, {}, namespaces, node_views, nodes_known, pods_listed=not calm and draw(BOOLEANS),
                       namespaces_listed=not calm and draw(ints(0, 3)) == 0)
+    # an RBAC edit took pods or namespaces from the janitor (its watch answers 403): now and then
+    cluster.forbidden = draw(one_of(("",) * 10 + ("Pod", "Namespace"))) if not calm else ""
     for index in range(draw(ints(1, 6))):
         draw(workloads(cluster, index, policies, profile=profile, kinds=kinds,
                        theme=draw(one_of((None, theme, theme))) if theme else None))
@@ -933,7 +952,7 @@ CLAIMS = (None, ClaimTemplates(()), ClaimTemplates(("data",)), ClaimTemplates(("
 EVENTS = ("edit-expires", "edit-expires", "remove-expires", "remove-policy", "keep-until", "change-action",
           "change-action", "change-action", "revert-action", "reapply", "busy", "idle", "resume", "opt-out",
           "release", "release", "release", "release", "release-old", "release-stale", "change-owner", "change-owner",
-          "forge", "volumes")
+          "forge", "volumes", "revoke", "restore")
 OWNERS = ("carol@lab.example", "#team-vision", "U0DAVE1234", "")  # a workload handed over ("": to nobody known)
 
 
@@ -1113,7 +1132,7 @@ class Simulator:
                     assert notice.deadline is not None
                     self.delivered.setdefault(change.workload.uid, []).append(
                         Warning(change.workload.uid, notice.action, notice.deadline, delivery.at, to_admins,
-                                notice.owner.key))
+                                notice.owner.key, notice.volumes_lost))
                 intent = change.annotations.get(ann.NOTICE)
                 if change.step in (Step.MARK, Step.NOTIFY) and intent:
                     self.cluster.slack[Intent.parse(intent).id] = delivery  # type: ignore[union-attr]
@@ -1191,6 +1210,10 @@ class Simulator:
             pod.use = Use(tuple(level for _ in range(pod.gpus)), cpu=40.0 if kind == "busy" else 0.01)
         elif kind == "resume" and isinstance(target, Thing) and not cluster.below(target.uid)[1]:
             self._resume(target)
+        elif kind == "revoke":  # an RBAC edit: the janitor may no longer watch pods, or namespaces
+            cluster.forbidden = ("Pod", "Namespace")[event.target % 2]
+        elif kind == "restore":
+            cluster.forbidden = ""
         elif kind == "volumes":  # a chart upgrade changes a StatefulSet's retention policy, a marked one mostly
             sets = [t for t in cluster.objects.values() if t.kind == "StatefulSet" and t.controller is None]
             pool = [t for t in sets if ann.carries_mark(t.annotations)] or sets

@@ -148,6 +148,7 @@ SITUATIONS = {
     "an action that would delete volumes, not marked": 1,
     "a mark whose action would now delete volumes, removed": 1,
     "volumes deleted where a policy allows it": 1,
+    "a cycle without sight of pods or namespaces, marks left as they are": 1,
 }
 PROPERTIES: set[str] = set()  # the property tests of this module
 HELD: set[str] = set()  # ... that ran all their examples and held
@@ -211,7 +212,7 @@ def opted_out(notes: Mapping[str, str], namespace: NamespaceView | None) -> bool
 
 def pod_object(pod: PodView) -> ObjectView:
     return ObjectView(pod.ref, pod.resource_version, pod.created or NOW, pod.annotations, pod.labels, pod.deleting,
-                      pod.controller)
+                      pod.controller, foreign_marks=pod.foreign_marks)
 
 
 def units(observation: Observation, plan_settings: PlanSettings) -> list[Unit]:
@@ -512,7 +513,7 @@ def assert_untouched_while_busy(busy: Mapping[str, str], planned: CyclePlan, obs
         view = view_of(observation, uid)
         assert view is not None
         mark = ann.read_mark(view.annotations)
-        if mark is not None and mark.uid in (None, uid):
+        if mark is not None and mark.uid in (None, uid) and not blind(observation):  # blind: left as it is
             steps = [c.step for c in changes_on(planned, uid)]
             assert steps == [Step.UNMARK], f"its own mark is kept while in use ({reason}): {steps}"
 
@@ -587,13 +588,42 @@ def test_doubtful_evidence_is_never_idle(case: Case) -> None:
                     assert not doubtful(usage.quality, c), f"{finding.subject} idle on {usage}: {finding.why}"
 
 
+def blind(observation: Observation) -> bool:
+    """Pods or namespaces could not be read this cycle."""
+    return any(s.kind in ("Pod", "Namespace") for s in observation.skipped_kinds)
+
+
+def assert_blind_changes_nothing(observation: Observation, planned: CyclePlan) -> None:
+    """A cycle that could not read pods or namespaces acts on nothing and writes and sends nothing."""
+    if not blind(observation):
+        return
+    assert not decided(planned), f"acted on {[str(a.target) for a in decided(planned)]} without sight"
+    for change in planned.changes:
+        assert change.step is Step.WAIT and not change.annotations and change.notice is None, \
+            f"{change.step} {dict(change.annotations)} on {change.workload} without sight"
+    REACHED["a cycle without sight of pods or namespaces, marks left as they are"] += bool(planned.changes)
+
+
+@examples(0.5)
+@given(case=cases("any", "due"))
+def test_what_cannot_be_seen_is_not_changed(case: Case) -> None:
+    """With pods or namespaces unreadable (an RBAC edit, a watch's 403), nothing is marked, unmarked,
+    warned, cancelled or acted on: "no pods" is not "no longer covered"."""
+    case.cluster.forbidden = case.cluster.forbidden or "Pod"
+    for observation, planned, _ in cycles(case):
+        assert_blind_changes_nothing(observation, planned)
+
+
 def assert_volumes_kept(observation: Observation, planned: CyclePlan, policies: Mapping[str, Policy]) -> None:
     """No policy's action deletes a StatefulSet's volumes unless the policy allows it."""
     for action in lifecycle_actions(decided(planned)):
         view = view_of(observation, action.target.uid)
         assert view is not None
         allowed = policies[action.policy].lifecycle.delete_volumes
-        rule = volumes.lost_under(PolicyAction(str(action.type)), view.claims)
+        # its own claims, or those of the StatefulSet it owns (a Notebook's), which its action reaches
+        below = next((o.claims for o in observation.objects if o.claims is not None and o.controller is not None
+                      and o.controller.uid == view.ref.uid), None)
+        rule = volumes.lost_under(PolicyAction(str(action.type)), view.claims or below)
         assert rule is None or allowed, f"{action.type} of {action.target} deletes its volumes ({rule})"
         REACHED["volumes deleted where a policy allows it"] += rule is not None
     for change in planned.changes:
@@ -648,6 +678,7 @@ def test_volumes_go_only_where_a_policy_allows(case: Case) -> None:
 def assert_warned_first(sim: Simulator, planned: CyclePlan, observation: Observation) -> None:
     policies = sim.by_name()
     assert_volumes_kept(observation, planned, policies)
+    assert_blind_changes_nothing(observation, planned)
     seen = {o.ref.uid: o.annotations for o in (*observation.objects, *observation.pods)}  # bare pods are workloads
     for action in lifecycle_actions(decided(planned)):
         assert PolicyAction(str(action.type)).applies_to(action.target.kind), \
@@ -704,6 +735,11 @@ def assert_warned_first(sim: Simulator, planned: CyclePlan, observation: Observa
         assert sim.now >= last.deadline, (
             f"{action.type} of {action.target} at {stamp(sim.now)}: before {stamp(last.deadline)}, "
             f"the deadline the last warning named")
+        view = view_of(observation, action.target.uid)
+        assert view is not None
+        assert last.volumes or volumes.lost_under(PolicyAction(str(action.type)), view.claims) is None, (
+            f"{action.type} of {action.target} at {stamp(sim.now)}: deletes its volumes, which the last warning "
+            "did not say")
 
 
 @examples(4.0)
@@ -954,6 +990,9 @@ def assert_marks_belong(case: Case, observation: Observation, planned: CyclePlan
         if obj.deleting or namespace_of(obj.ref) in protected or (uid not in views and uid not in lifecycle_sees):
             assert not changes_on(planned, uid)
             continue
+        if blind(observation):
+            assert all(c.step is Step.WAIT for c in changes_on(planned, uid))
+            continue
         source = views.get(obj.controller.uid) if obj.controller is not None else None
         own = ann.read_mark(source.annotations) if source is not None and source.ref.uid == mark.uid else None
         kept = source is not None and own is not None and own.uid == source.ref.uid
@@ -1087,6 +1126,9 @@ def test_the_precedence_table_holds(case: Case) -> None:
 def assert_precedence(case: Case, observation: Observation, planned: CyclePlan, now: datetime.datetime) -> None:
     policies = {p.name: p for p in case.policies}
     rails = case.settings.rails
+    if blind(observation):  # row 0: no sight, no verdict
+        assert planned.findings == () and not decided(planned)
+        return
 
     # Which policy evaluates what (rows 1-3, 8): the first match per trigger, opt-outs honoured.
     found = {(str(f.trigger), f.policy, f.subject.uid, f.known) for f in planned.findings

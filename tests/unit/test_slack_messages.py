@@ -85,7 +85,7 @@ CASES = {
                                    f"*To bring it back:*\n```{RESUME}```"], ["<!date", "keep"]),
     "done-delete-no-resume": (notice(NoticeKind.DONE, deadline=None, keep=""), ["was *deleted*"], ["```"]),
     "cancelled": (notice(NoticeKind.CANCELLED, action="stop", deadline=None, keep=""),
-                  ["*Cancelled:*", "no longer marked", "in use again", "will not be stopped", "Nothing to do"],
+                  ["*Cancelled:*", "no longer marked", "*Why:*", "will not be stopped", "Nothing to do"],
                   ["```", "<!date"]),
     "cluster-scoped": (notice(namespace=None, name="big-node-pool", workload_kind="NodePool"),
                        ["*NodePool big-node-pool*"], []),

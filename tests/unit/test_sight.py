@@ -1,0 +1,59 @@
+"""No sight, no change: a cycle that could not read pods or namespaces changes nothing.
+
+Aspects covered:
+- pods forbidden (a watch's 403 after an RBAC edit): a marked and warned Job is not unmarked "no longer
+  covered" and its owner is not told "nothing will happen"; nothing new is marked; the plan says which
+  kind and why; read again, the same mark is acted on as before;
+- namespaces forbidden: an expired object in an opted-out namespace is not deleted;
+- a kind that is not a foundation (a custom resource not served) changes nothing of that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from factories import NOW, ago, obj
+from test_fuzz import NS, marked_job_observation
+
+from janitor import annotations as ann
+from janitor.decide.lifecycle import Step
+from janitor.decide.model import NamespaceView, Observation, SafetyLedger, SkippedKind
+from janitor.decide.plan import plan
+from janitor.decide.reasons import Code
+
+FORBIDDEN = "forbidden: pods is forbidden: User cannot watch resource"
+
+
+def test_pods_that_cannot_be_read_leave_every_mark_as_it_is() -> None:
+    observation, policy = marked_job_observation()
+    seen = plan(observation, [policy], SafetyLedger(), NOW)
+    assert [a.type for a in seen.actions] == ["delete"]  # read whole, the warned, due Job is deleted
+    blind = replace(observation, pods=(), skipped_kinds=(SkippedKind("Pod", FORBIDDEN),))
+    planned = plan(blind, [policy], SafetyLedger(), NOW)
+    assert planned.actions == () and planned.findings == ()
+    [change] = planned.changes
+    assert change.step is Step.WAIT and change.notice is None and change.annotations == {}
+    assert change.why.code is Code.SIGHT_LOST and change.why.fact("kind") == "Pod"
+    assert "Pod could not be read" in str(change.why) and FORBIDDEN in str(change.why)
+    assert any("Pod" in n for n in planned.notices)
+
+
+def test_namespaces_that_cannot_be_read_delete_nothing() -> None:
+    expired = obj("old", kind="ConfigMap", namespace=NS, annotations={ann.EXPIRES: ago(hours=1).strftime(
+        "%Y-%m-%dT%H:%M:%SZ")})
+    opted_out = {NS: NamespaceView(NS, {}, {ann.OPT_OUT: "true"})}
+    assert plan(Observation(NOW, (expired,), (), opted_out), (), SafetyLedger(), NOW).actions == ()
+    # Read whole, an expired object in a namespace that did not opt out is deleted ...
+    assert [a.type for a in plan(Observation(NOW, (expired,), (), {NS: NamespaceView(NS)}), (), SafetyLedger(),
+                                  NOW).actions] == ["delete"]
+    # ... but with namespaces unread, whether it opted out is not known: nothing is deleted.
+    blind = Observation(NOW, (expired,), (), {}, skipped_kinds=(SkippedKind("Namespace", FORBIDDEN),))
+    planned = plan(blind, (), SafetyLedger(), NOW)
+    assert planned.actions == ()
+
+
+def test_a_kind_not_served_is_no_reason_to_stop() -> None:
+    observation, policy = marked_job_observation()
+    observation = replace(observation, skipped_kinds=(
+        SkippedKind("notebooks.kubeflow.org", "not served (kubeflow.org/v1 notebooks)"),))
+    assert [a.type for a in plan(observation, [policy], SafetyLedger(), NOW).actions] == ["delete"]
