@@ -41,10 +41,13 @@ from janitor.decide.model import (
     ObjectView,
     Observation,
     ResourceKind,
+    SafetyLedger,
 )
 from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.plan import CyclePlan, plan
 from janitor.decide.rails import record_deletions
+from janitor.ledger import merge as merge_ledgers
+from janitor.ledger import same as same_ledger
 from janitor.observe import cluster, observation
 from janitor.observe.cache import ClusterCache
 from janitor.observe.prometheus import PrometheusSource, QueryStat
@@ -103,6 +106,7 @@ class Planned:
     memory: Memory
     policies_reloaded: bool | None = None  # True/False: the files were read, and were (not) good
     phases: Phases = Phases()
+    ledger_read: SafetyLedger | None = None  # the ledger as this cycle read it: writes go only over it
 
     @functools.cached_property
     def objects_by_uid(self) -> dict[str, ObjectView]:
@@ -119,6 +123,7 @@ class CycleResult:
     queries: tuple[QueryStat, ...] = ()  # the requests to Prometheus this cycle made
     act_seconds: float = 0.0
     rechecked: dict[tuple[str, ActionType, str], Change] = field(default_factory=dict)  # as the re-check decided
+    ledger_contended: bool = False  # another janitor wrote the ledger during this cycle: it deleted no more
 
     @property
     def phases(self) -> Phases:
@@ -197,7 +202,7 @@ def observe_and_plan(ports: Ports, settings: Settings, memory: Memory, *, source
         decided = plan(seen, policies, ledger, now, settings=settings.plan())
     phases = Phases(observed - began, time.monotonic() - observed, decide_cpu=time.thread_time() - cpu)
     verdicts = log_verdicts(decided.findings, memory.verdicts)
-    return Planned(seen, decided, policies, replace(memory, verdicts=verdicts), reloaded, phases)
+    return Planned(seen, decided, policies, replace(memory, verdicts=verdicts), reloaded, phases, ledger)
 
 
 class _Annotator:
@@ -229,7 +234,9 @@ class _Ledger:
     def __init__(self, ports: Ports, settings: Settings, planned: Planned) -> None:
         self.ports, self.settings = ports, settings
         self.ledger = planned.plan.ledger
+        self.stored = planned.ledger_read  # what this janitor knows the ConfigMap holds
         self.broken = ""
+        self.contended = False  # another janitor wrote the ledger in this cycle
 
     def record(self, action: Action) -> str:
         """'' once the deletion is recorded; else why it must not happen."""
@@ -237,14 +244,12 @@ class _Ledger:
             return f"not tried: the ledger could not be written ({self.broken})"
         if self.settings.rails.dry_run or not action.type.deletes:
             return ""
-        c = self.settings.cluster
         after = record_deletions(self.ledger, [action], self.ports.clock())
-        try:
-            kube.write_ledger(self.ports.api, c.state_namespace, c.state_name, after)
-        except errors.KubeError as e:
-            self.broken = str(e)
-            logger.error("the ledger could not be written; no deletion until it can: %s", e)
-            return f"not done: the ledger could not record it first ({e})"
+        refused = self._write(after)
+        if refused:
+            self.broken = refused
+            logger.error("the ledger could not be written; no deletion until it can: %s", refused)
+            return f"not done: the ledger could not record it first ({refused})"
         self.ledger = after
         return ""
 
@@ -253,11 +258,36 @@ class _Ledger:
         Never over what an admin must look at, nor over what a new leader wrote."""
         if self.settings.rails.dry_run or self.ledger.unreadable or self.broken or not self.ports.fence():
             return
-        c = self.settings.cluster
+        refused = self._write(self.ledger)
+        if refused:
+            logger.error("the ledger could not be written; no deletion until it can: %s", refused)
+
+    def _write(self, after: SafetyLedger) -> str:
+        """Store `after` over the ledger this janitor read, and only over it: '' when stored. Another
+        writer's ledger (a second janitor, or a second install on the same state ConfigMap) is merged
+        with this one's, so that neither loses a deletion, and this cycle deletes nothing more."""
+        c, api = self.settings.cluster, self.ports.api
         try:
-            kube.write_ledger(self.ports.api, c.state_namespace, c.state_name, self.ledger)
+            for _ in range(2):  # once more when the ConfigMap changed between the read and the write
+                stored, version = cluster.read_ledger_versioned(api, c.state_namespace, c.state_name)
+                if self.stored is not None and not same_ledger(stored, self.stored):
+                    if stored.unreadable:
+                        return "the stored ledger became unreadable"
+                    merged = merge_ledgers(self.stored, stored, self.ledger)  # what is done, not what was to be
+                    kube.write_ledger(api, c.state_namespace, c.state_name, merged, version)
+                    self.stored, self.ledger, self.contended = merged, merged, True
+                    return ("another janitor wrote the ledger since this one read it (two replicas without leader "
+                            "election, or two installs on one state ConfigMap): merged, and nothing more is "
+                            "deleted in this cycle")
+                try:
+                    kube.write_ledger(api, c.state_namespace, c.state_name, after, version)
+                except errors.Conflict:
+                    continue  # the notes waiting to be sent share the ConfigMap: read it again
+                self.stored = after
+                return ""
         except errors.KubeError as e:
-            logger.error("the ledger could not be written; no deletion until it can: %s", e)
+            return str(e)
+        return "the state ConfigMap kept changing between a read and a write"
 
 
 def _notes(ports: Ports, settings: Settings) -> NoteBox:
@@ -361,6 +391,7 @@ def _apply(ports: Ports, settings: Settings, planned: Planned, source: Prometheu
             audit(outcome.action, outcome=str(outcome.outcome), dry_run=dry_run, detail=outcome.detail)
     finally:
         ledger.store()
+        result.ledger_contended = ledger.contended
     _log_plan(ports, settings, decided, result)
     if notes is not None and ports.fence():
         result.lifecycle = _lifecycle(ports, settings, planned, result, notes)

@@ -48,6 +48,8 @@ def record(telemetry: Telemetry, result: CycleResult) -> None:
     if planned.policies:
         telemetry.observe_idle(decided.findings, len(decided.evidence_failures),
                                [p.node or "" for p in decided.silent_gpu_pods])
+    if result.ledger_contended:
+        telemetry.ledger_contended.inc()
     for r in result.results:
         telemetry.count(r.action, str(r.outcome))
         change = decided.change_for(r.action)

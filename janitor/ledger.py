@@ -120,3 +120,21 @@ def _read_time(raw: Any, where: str) -> datetime.datetime:
     if when.utcoffset() is None:
         raise LedgerFormatError(f"{where} has no timezone: {raw[:80]!r}")
     return when.astimezone(datetime.timezone.utc)
+
+
+def same(a: SafetyLedger, b: SafetyLedger) -> bool:
+    """Whether two ledgers store the same thing (the admins' acknowledgement is not the janitor's)."""
+    return dumps(a) == dumps(b) and a.unreadable == b.unreadable
+
+
+def merge(read: SafetyLedger, stored: SafetyLedger, mine: SafetyLedger) -> SafetyLedger:
+    """What to store when another writer changed the ledger (`stored`) since this janitor read it
+    (`read`) and made `mine` from it: every deletion of both counted once (theirs are `stored`, mine
+    the ones `mine` adds to `read`), the earlier trip, this cycle's candidates."""
+    added = list(mine.deletions)
+    for deletion in read.deletions:
+        if deletion in added:
+            added.remove(deletion)
+    trips = [t for t in (stored.tripped_at, mine.tripped_at) if t is not None]
+    return SafetyLedger(tuple(sorted((*stored.deletions, *added), key=lambda d: d.at)), mine.previous_candidates,
+                        min(trips) if trips else None, stored.acknowledged_at, stored.unreadable)

@@ -146,6 +146,8 @@ class Telemetry:
         self.lifecycle_write_failures = Counter("janitor_lifecycle_write_failures",
                                                 "Marks and records that could not be written", registry=r)
         self.leader = Gauge("janitor_leader", "1 while this replica holds the lease and acts", registry=r)
+        self.ledger_contended = Counter("janitor_ledger_contended", "Cycles in which another janitor wrote the safety "
+                                        "ledger (merged; no more deletions in that cycle)", registry=r)
         self.errors = Counter("janitor_errors", "Failed cycles, by the dependency that failed", ["source"], registry=r)
         self.reclaimed_gpus = Counter("janitor_reclaimed_gpus", "GPUs freed by lifecycle actions, by policy and "
                                       "action", ["policy", "action"], registry=r)

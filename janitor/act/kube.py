@@ -117,12 +117,16 @@ def outcome_of(error: errors.KubeError) -> Outcome:
     return Outcome.FAILED
 
 
-def write_ledger(api: ApiClient, namespace: str, name: str, safety_ledger: SafetyLedger) -> None:
-    """Store the ledger in ConfigMap namespace/name (`write_state`)."""
-    write_state(api, namespace, name, {ledger.DATA_KEY: ledger.dumps(safety_ledger)}, what="ledger")
+def write_ledger(api: ApiClient, namespace: str, name: str, safety_ledger: SafetyLedger,
+                 resource_version: str | None = None) -> None:
+    """Store the ledger in ConfigMap namespace/name (`write_state`); with `resource_version`, only
+    over that version of it (`errors.Conflict` otherwise)."""
+    write_state(api, namespace, name, {ledger.DATA_KEY: ledger.dumps(safety_ledger)}, what="ledger",
+                resource_version=resource_version)
 
 
-def write_state(api: ApiClient, namespace: str, name: str, data: Mapping[str, str], *, what: str) -> None:
+def write_state(api: ApiClient, namespace: str, name: str, data: Mapping[str, str], *, what: str,
+                resource_version: str | None = None) -> None:
     """Store `data` keys in the janitor's state ConfigMap namespace/name, creating it if needed.
 
     Only the given data keys are written (a merge patch), so the ledger, the notes waiting to be
@@ -132,8 +136,11 @@ def write_state(api: ApiClient, namespace: str, name: str, data: Mapping[str, st
     """
     path = kubeapi.path(_CONFIG_MAPS, namespace, name)
     doing = f"write {what} {namespace}/{name}"
+    body: dict[str, Any] = {"data": dict(data)}
+    if resource_version is not None:
+        body["metadata"] = {"resourceVersion": resource_version}
     try:
-        _call(api, "PATCH", path, body={"data": dict(data)}, content_type=_MERGE_PATCH, doing=doing)
+        _call(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, doing=doing)
         return
     except errors.NotFound:
         pass

@@ -156,23 +156,37 @@ def read_ledger_at(api: ApiClient, namespace: str, name: str) -> tuple[SafetyLed
     counting the caps from zero could let a bad day through; deleting the ConfigMap resumes.
     An unparseable acknowledgement counts as not acknowledged.
     """
+    found, date, _ = _read_ledger(api, namespace, name)
+    return found, date
+
+
+def read_ledger_versioned(api: ApiClient, namespace: str, name: str) -> tuple[SafetyLedger, str | None]:
+    """The ledger and the ConfigMap's resourceVersion (None: no ConfigMap yet), for a write that
+    must not go over another writer's."""
+    found, _, version = _read_ledger(api, namespace, name)
+    return found, version
+
+
+def _read_ledger(api: ApiClient, namespace: str, name: str
+                 ) -> tuple[SafetyLedger, datetime.datetime | None, str | None]:
     try:
         path = kubeapi.path(_CONFIG_MAPS, namespace, name)
         page = _get(api, path, doing=f"read ledger {namespace}/{name}")
     except errors.NotFound:
         logger.info("no safety ledger at ConfigMap %s/%s yet; starting empty", namespace, name)
-        return SafetyLedger(), None
+        return SafetyLedger(), None, None
     metadata = page.body.get("metadata") or {}
+    version = metadata.get("resourceVersion")
     acknowledged_at = _acknowledged_at(metadata.get("annotations") or {}, where=f"{namespace}/{name}")
     text = (page.body.get("data") or {}).get(ledger.DATA_KEY)
     if text is None:
-        return SafetyLedger(acknowledged_at=acknowledged_at), page.date
+        return SafetyLedger(acknowledged_at=acknowledged_at), page.date, version
     try:
-        return ledger.loads(text, acknowledged_at=acknowledged_at), page.date
+        return ledger.loads(text, acknowledged_at=acknowledged_at), page.date, version
     except ledger.LedgerFormatError as e:
         logger.error("safety ledger in ConfigMap %s/%s is malformed; deletions stop until it is repaired "
                      "or deleted: %s", namespace, name, e)
-        return SafetyLedger(acknowledged_at=acknowledged_at, unreadable=True), page.date
+        return SafetyLedger(acknowledged_at=acknowledged_at, unreadable=True), page.date, version
 
 
 def to_view(kind: ResourceKind, item: Mapping[str, Any]) -> ObjectView:
