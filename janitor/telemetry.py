@@ -119,6 +119,8 @@ class Telemetry:
         self.held = Counter("janitor_deletions_held", "Deletions the rails held back, by reason",
                             ["reason"], registry=r)
         self.objects = Gauge("janitor_objects_seen", "Objects in the last snapshot", registry=r)
+        self.sight_lost = Gauge("janitor_sight_lost", "1 while the last cycle could not read pods or namespaces "
+                                "(it then changes nothing)", registry=r)
         self.skipped_kinds = Gauge("janitor_kinds_skipped", "Configured kinds that could not be listed",
                                    registry=r)
         self.tripped = Gauge("janitor_tripwire_tripped", "1 while the tripwire stops deletions", registry=r)
@@ -212,6 +214,7 @@ class Telemetry:
             self.held.labels(reason=str(held.reason)).inc()
         self.objects.set(objects)
         self.skipped_kinds.set(skipped_kinds)
+        self.sight_lost.set(0 if plan.blind is None else 1)
         self.tripped.set(1 if tripped else 0)
         if skew is not None:
             self.skew.set(skew)

@@ -41,7 +41,7 @@ from janitor.decide.model import (
 )
 from janitor.decide.owners import DEFAULT_OWNER_KEYS, find_owner
 from janitor.decide.rails import Held, Rails, apply_rails, clock_skew, is_tripped
-from janitor.decide.reasons import Code, why
+from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import CronJobMode, Workload
 from janitor.decide.triggers import Trigger, crashloop, expiry, idle, pending, terminating
 from janitor.policy.model import Mode, Policy
@@ -100,6 +100,7 @@ class CyclePlan:
     silent_gpu_pods: tuple[PodView, ...] = ()
     evidence_failures: tuple[str, ...] = ()
     skew_seconds: float | None = None  # the janitor's clock minus the apiserver's, when the latter is known
+    blind: Reason | None = None  # why this cycle changes nothing: pods or namespaces could not be read
 
     def deletions(self) -> tuple[Action, ...]:
         return tuple(a for a in self.actions if a.type is ActionType.DELETE)
@@ -245,7 +246,8 @@ def plan(observation: Observation, policies: Sequence[Policy], ledger: SafetyLed
     return CyclePlan(decision.now, decision.reports + railed.allowed, railed.held, decision.changes,
                      decision.findings, railed.ledger, tuple(notices), railed.tripped_now, report, silent,
                      observation.evidence.failures,
-                     (now - observation.at).total_seconds() if observation.at is not None else None)
+                     (now - observation.at).total_seconds() if observation.at is not None else None,
+                     sight.lost(observation))
 
 
 def verdicts(findings: Sequence[Finding]) -> Mapping[str, tuple[Finding, ...]]:

@@ -667,6 +667,8 @@ def _rule(monitoring: list[dict[str, Any]], name: str) -> dict[str, Any]:
     ("KubeIdleJanitorGPUPodsWithoutTelemetry", ["sum(janitor_gpu_pods_without_telemetry) > 0"], "30m"),
     ("KubeIdleJanitorNodeAgentSilent", ["time() - janitor_node_agent_last_scan_timestamp_seconds > 300"], None),
     ("KubeIdleJanitorNodeAgentCannotSee", ["janitor_node_agent_pods_visible == 0"], "15m"),
+    ("KubeIdleJanitorSightLost", ["max(janitor_sight_lost) == 1"], "10m"),
+    ("KubeIdleJanitorLedgerContended", ["sum(increase(janitor_ledger_contended_total[1h])) > 0"], None),
 ])
 def test_alerts(monitoring, alert: str, needles: list[str], duration: str | None) -> None:
     rule = _rule(monitoring, alert)

@@ -20,6 +20,7 @@ from janitor.decide.lifecycle import Step
 from janitor.decide.model import NamespaceView, Observation, SafetyLedger, SkippedKind
 from janitor.decide.plan import plan
 from janitor.decide.reasons import Code
+from janitor.telemetry import Telemetry
 
 FORBIDDEN = "forbidden: pods is forbidden: User cannot watch resource"
 
@@ -36,6 +37,10 @@ def test_pods_that_cannot_be_read_leave_every_mark_as_it_is() -> None:
     assert change.why.code is Code.SIGHT_LOST and change.why.fact("kind") == "Pod"
     assert "Pod could not be read" in str(change.why) and FORBIDDEN in str(change.why)
     assert any("Pod" in n for n in planned.notices)
+    assert planned.blind is not None and seen.blind is None
+    telemetry = Telemetry()
+    telemetry.observe_plan(planned, objects=1, skipped_kinds=1, tripped=False, skew=None)
+    assert telemetry.registry.get_sample_value("janitor_sight_lost") == 1
 
 
 def test_namespaces_that_cannot_be_read_delete_nothing() -> None:
