@@ -259,8 +259,10 @@ class _Ledger:
         if self.settings.rails.dry_run or self.ledger.unreadable or self.broken or not self.ports.fence():
             return
         refused = self._write(self.ledger)
-        if refused:
+        if refused and not self.contended:
             logger.error("the ledger could not be written; no deletion until it can: %s", refused)
+        elif refused:
+            logger.error("%s", refused)
 
     def _write(self, after: SafetyLedger) -> str:
         """Store `after` over the ledger this janitor read, and only over it: '' when stored. Another
@@ -274,13 +276,13 @@ class _Ledger:
                     if stored.unreadable:
                         return "the stored ledger became unreadable"
                     merged = merge_ledgers(self.stored, stored, self.ledger)  # what is done, not what was to be
-                    kube.write_ledger(api, c.state_namespace, c.state_name, merged, version)
+                    kube.write_ledger(api, c.state_namespace, c.state_name, merged, version, exclusive=True)
                     self.stored, self.ledger, self.contended = merged, merged, True
                     return ("another janitor wrote the ledger since this one read it (two replicas without leader "
                             "election, or two installs on one state ConfigMap): merged, and nothing more is "
                             "deleted in this cycle")
                 try:
-                    kube.write_ledger(api, c.state_namespace, c.state_name, after, version)
+                    kube.write_ledger(api, c.state_namespace, c.state_name, after, version, exclusive=True)
                 except errors.Conflict:
                     continue  # the notes waiting to be sent share the ConfigMap: read it again
                 self.stored = after

@@ -130,11 +130,12 @@ def same(a: SafetyLedger, b: SafetyLedger) -> bool:
 def merge(read: SafetyLedger, stored: SafetyLedger, mine: SafetyLedger) -> SafetyLedger:
     """What to store when another writer changed the ledger (`stored`) since this janitor read it
     (`read`) and made `mine` from it: every deletion of both counted once (theirs are `stored`, mine
-    the ones `mine` adds to `read`), the earlier trip, this cycle's candidates."""
+    the ones `mine` adds to `read`), the later trip (a newer one is not acknowledged yet; the
+    earlier would hide it behind an acknowledgement given before it), this cycle's candidates."""
     added = list(mine.deletions)
     for deletion in read.deletions:
         if deletion in added:
             added.remove(deletion)
     trips = [t for t in (stored.tripped_at, mine.tripped_at) if t is not None]
     return SafetyLedger(tuple(sorted((*stored.deletions, *added), key=lambda d: d.at)), mine.previous_candidates,
-                        min(trips) if trips else None, stored.acknowledged_at, stored.unreadable)
+                        max(trips) if trips else None, stored.acknowledged_at, stored.unreadable)

@@ -118,15 +118,15 @@ def outcome_of(error: errors.KubeError) -> Outcome:
 
 
 def write_ledger(api: ApiClient, namespace: str, name: str, safety_ledger: SafetyLedger,
-                 resource_version: str | None = None) -> None:
-    """Store the ledger in ConfigMap namespace/name (`write_state`); with `resource_version`, only
-    over that version of it (`errors.Conflict` otherwise)."""
+                 resource_version: str | None = None, *, exclusive: bool = False) -> None:
+    """Store the ledger in ConfigMap namespace/name (`write_state`). `exclusive`: only over
+    `resource_version` of it, or (None) only where there is none yet; `errors.Conflict` otherwise."""
     write_state(api, namespace, name, {ledger.DATA_KEY: ledger.dumps(safety_ledger)}, what="ledger",
-                resource_version=resource_version)
+                resource_version=resource_version, exclusive=exclusive)
 
 
 def write_state(api: ApiClient, namespace: str, name: str, data: Mapping[str, str], *, what: str,
-                resource_version: str | None = None) -> None:
+                resource_version: str | None = None, exclusive: bool = False) -> None:
     """Store `data` keys in the janitor's state ConfigMap namespace/name, creating it if needed.
 
     Only the given data keys are written (a merge patch), so the ledger, the notes waiting to be
@@ -139,11 +139,13 @@ def write_state(api: ApiClient, namespace: str, name: str, data: Mapping[str, st
     body: dict[str, Any] = {"data": dict(data)}
     if resource_version is not None:
         body["metadata"] = {"resourceVersion": resource_version}
-    try:
-        _call(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, doing=doing)
-        return
-    except errors.NotFound:
-        pass
+    if not (exclusive and resource_version is None):  # exclusive, with none read: only a create
+        try:
+            _call(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, doing=doing)
+            return
+        except errors.NotFound:
+            if exclusive:
+                raise errors.Conflict("the ConfigMap is gone since it was read", status=409, doing=doing) from None
     body = {
         "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace},
         "data": dict(data),
@@ -155,7 +157,9 @@ def write_state(api: ApiClient, namespace: str, name: str, data: Mapping[str, st
             f"namespace {namespace!r} does not exist; create it (the manifests do) or point the "
             "janitor's state namespace at an existing one", status=404, doing=doing,
         ) from e
-    except errors.Conflict:  # created by someone else in between: write over it
+    except errors.Conflict:  # created by someone else in between: write over it, unless exclusive
+        if exclusive:
+            raise
         _call(api, "PATCH", path, body={"data": dict(data)}, content_type=_MERGE_PATCH, doing=doing)
 
 

@@ -243,11 +243,12 @@ def plan(observation: Observation, policies: Sequence[Policy], ledger: SafetyLed
     tripwire = railed.notices[0] if is_tripped(railed.ledger) and railed.notices else None
     report = admin_report(decision.findings, observation.nodes, silent, tripwire,
                           observation.evidence.ghost_gpus or (), railed.held, settings.state)
+    blind = sight.lost(observation)
+    # Blind, the ledger stays as it was: a count of no candidates would make the next cycle's look like a spike.
     return CyclePlan(decision.now, decision.reports + railed.allowed, railed.held, decision.changes,
-                     decision.findings, railed.ledger, tuple(notices), railed.tripped_now, report, silent,
-                     observation.evidence.failures,
-                     (now - observation.at).total_seconds() if observation.at is not None else None,
-                     sight.lost(observation))
+                     decision.findings, ledger if blind else railed.ledger, tuple(notices),
+                     railed.tripped_now and not blind, report, silent, observation.evidence.failures,
+                     (now - observation.at).total_seconds() if observation.at is not None else None, blind)
 
 
 def verdicts(findings: Sequence[Finding]) -> Mapping[str, tuple[Finding, ...]]:

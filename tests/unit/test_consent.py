@@ -200,7 +200,8 @@ def test_a_marked_deployment_counts_once_in_the_marked_workloads() -> None:
     result = types.SimpleNamespace(
         planned=types.SimpleNamespace(policies_reloaded=None, memory=types.SimpleNamespace(policies=policies),
                                       observation=observation, policies=policies),
-        plan=decided, results=(), lifecycle=types.SimpleNamespace(sent=(), failed=()), queries=(),
+        plan=decided, results=(), ledger_contended=False, lifecycle=types.SimpleNamespace(sent=(), failed=()),
+        queries=(),
         phases=types.SimpleNamespace(observe=0.0, decide=0.0, act=0.0, decide_cpu=0.0), seconds=0.0)
     telemetry = Telemetry()
     record(telemetry, result)  # type: ignore[arg-type]

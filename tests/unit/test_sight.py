@@ -43,6 +43,21 @@ def test_pods_that_cannot_be_read_leave_every_mark_as_it_is() -> None:
     assert telemetry.registry.get_sample_value("janitor_sight_lost") == 1
 
 
+def test_a_cycle_without_sight_leaves_the_tripwire_count_as_it_was() -> None:
+    """The tripwire compares each cycle's deletion candidates with the last one's: a blind cycle
+    counting none would make the first cycle that sees again look like a spike, and stop deletions."""
+    expired = [obj(f"old-{i}", kind="ConfigMap", namespace=NS, annotations={ann.EXPIRES: "2020-01-01"})
+               for i in range(25)]
+    namespaces = {NS: NamespaceView(NS)}
+    seeing = plan(Observation(NOW, tuple(expired), (), namespaces), (), SafetyLedger(), NOW)
+    assert seeing.ledger.previous_candidates == 25
+    blind = Observation(NOW, tuple(expired), (), {}, skipped_kinds=(SkippedKind("Namespace", FORBIDDEN),))
+    after = plan(blind, (), seeing.ledger, NOW).ledger
+    assert after == seeing.ledger
+    again = plan(Observation(NOW, tuple(expired), (), namespaces), (), after, NOW)
+    assert not again.tripped_now and len(again.actions) > 0
+
+
 def test_namespaces_that_cannot_be_read_delete_nothing() -> None:
     expired = obj("old", kind="ConfigMap", namespace=NS, annotations={ann.EXPIRES: ago(hours=1).strftime(
         "%Y-%m-%dT%H:%M:%SZ")})
