@@ -7,7 +7,10 @@ and the demo can mint a real token for any ServiceAccount (TokenRequest API, as 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import yaml
 from kubernetes import client, config
@@ -57,3 +60,26 @@ def namespaced_account(admin: client.ApiClient, namespace: str, name: str, role:
     written["contexts"][0]["context"]["namespace"] = namespace
     path.write_text(yaml.safe_dump(written))
     return path
+
+
+@contextlib.contextmanager
+def bound_account(admin: client.ApiClient, namespace: str, account: str, role: dict[str, Any],
+                  kubeconfig: Path) -> Iterator[client.ApiClient]:
+    """An ApiClient as ServiceAccount `account` of `namespace`, bound to the ClusterRole `role`
+    (created here under its own name, and deleted with its binding afterwards: they outlive namespaces)."""
+    rbac_api = client.RbacAuthorizationV1Api(admin)
+    name = role["metadata"]["name"]
+    client.CoreV1Api(admin).create_namespaced_service_account(
+        namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=account)))
+    rbac_api.create_cluster_role(role)
+    rbac_api.create_cluster_role_binding({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]})
+    api = api_client(service_account_kubeconfig(admin, namespace, account, kubeconfig))
+    try:
+        yield api
+    finally:
+        api.close()
+        rbac_api.delete_cluster_role_binding(name)
+        rbac_api.delete_cluster_role(name)

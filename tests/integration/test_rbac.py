@@ -30,20 +30,10 @@ from janitor.settings import DEFAULT_KINDS
 def janitor_api(kube: client.ApiClient, core: client.CoreV1Api, namespace: str, tmp_path):
     """An ApiClient authenticated as a janitor ServiceAccount bound to the generated role,
     generated from every default kind except Services."""
-    rbac_api = client.RbacAuthorizationV1Api(kube)
-    name = f"janitor-{uuid.uuid4().hex[:6]}"
     kinds = tuple(k for k in DEFAULT_KINDS if k.kind != "Service")
-    core.create_namespaced_service_account(
-        namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="janitor")))
-    rbac_api.create_cluster_role(rbac.cluster_role(kinds, name=name))
-    rbac_api.create_cluster_role_binding(
-        rbac.cluster_role_binding(name=name, role=name, namespace=namespace, service_account="janitor"))
-    config = access.service_account_kubeconfig(kube, namespace, "janitor", tmp_path / "janitor.kubeconfig")
-    api = access.api_client(config)
-    yield api
-    api.close()
-    rbac_api.delete_cluster_role_binding(name)
-    rbac_api.delete_cluster_role(name)
+    role = rbac.cluster_role(kinds, name=f"janitor-{uuid.uuid4().hex[:6]}")
+    with access.bound_account(kube, namespace, "janitor", role, tmp_path / "janitor.kubeconfig") as api:
+        yield api
 
 
 def test_cycle_under_generated_role(janitor_api, kube, core: client.CoreV1Api, namespace: str) -> None:

@@ -36,19 +36,10 @@ KINDS = tuple(k for k in DEFAULT_KINDS if k.kind not in ("Service", "Notebook"))
 def role(kube: client.ApiClient, core: client.CoreV1Api, namespace: str, tmp_path: Path) -> Iterator[
         tuple[client.ApiClient, str]]:
     """An ApiClient as a janitor ServiceAccount bound to the generated ClusterRole, and the role's name."""
-    rbac_api = client.RbacAuthorizationV1Api(kube)
     name = f"janitor-{uuid.uuid4().hex[:6]}"
-    core.create_namespaced_service_account(
-        namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="janitor")))
-    rbac_api.create_cluster_role(rbac.cluster_role(KINDS, name=name))
-    rbac_api.create_cluster_role_binding(
-        rbac.cluster_role_binding(name=name, role=name, namespace=namespace, service_account="janitor"))
-    config = access.service_account_kubeconfig(kube, namespace, "janitor", tmp_path / "janitor.kubeconfig")
-    api = access.api_client(config)
-    yield api, name
-    api.close()
-    rbac_api.delete_cluster_role_binding(name)
-    rbac_api.delete_cluster_role(name)
+    with access.bound_account(kube, namespace, "janitor", rbac.cluster_role(KINDS, name=name),
+                              tmp_path / "janitor.kubeconfig") as api:
+        yield api, name
 
 
 def without_pods(kube: client.ApiClient, name: str) -> None:

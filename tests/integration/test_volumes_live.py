@@ -62,6 +62,13 @@ def create_statefulset(kube, namespace: str, when_scaled: str) -> None:
                 when_scaled=when_scaled, when_deleted="Retain"))))
 
 
+def idle_statefulset(kube, core: client.CoreV1Api, namespace: str, exporter_values, *, when_scaled: str) -> None:  # noqa: ANN001
+    """The StatefulSet `db` with its claim bound and its one pod idle on the GPU for three hours."""
+    create_statefulset(kube, namespace, when_scaled)
+    wait_until(lambda: claims(core, namespace) == {"data-db-0"}, timeout=60, what="the claim data-db-0")
+    history(core, namespace, exporter_values, {"db": 0})
+
+
 def statefulset(kube, namespace: str) -> client.V1StatefulSet:
     return client.AppsV1Api(kube).read_namespaced_stateful_set("db", namespace)
 
@@ -77,9 +84,7 @@ def texts(slack, channel: str) -> str:
 
 def test_a_statefulset_whose_claims_would_go_is_never_scaled_to_zero(
         kube, core, namespace, sandbox, tmp_path, exporter_values, slack, alice, prometheus, volume) -> None:  # noqa: F811
-    create_statefulset(kube, namespace, "Delete")
-    wait_until(lambda: claims(core, namespace) == {"data-db-0"}, timeout=60, what="the claim data-db-0")
-    history(core, namespace, exporter_values, {"db": 0})
+    idle_statefulset(kube, core, namespace, exporter_values, when_scaled="Delete")
     policy = write_policy(tmp_path / "p.yaml", namespace, warnBefore="5s", action="scale-to-zero")
     janitor = janitor_for(kube, sandbox, namespace, policy, prometheus())
 
@@ -92,9 +97,7 @@ def test_a_statefulset_whose_claims_would_go_is_never_scaled_to_zero(
 
 def test_a_chart_that_turns_retention_to_delete_cancels_the_mark(
         kube, core, namespace, sandbox, tmp_path, exporter_values, slack, alice, prometheus, volume) -> None:  # noqa: F811
-    create_statefulset(kube, namespace, "Retain")
-    wait_until(lambda: claims(core, namespace) == {"data-db-0"}, timeout=60, what="the claim data-db-0")
-    history(core, namespace, exporter_values, {"db": 0})
+    idle_statefulset(kube, core, namespace, exporter_values, when_scaled="Retain")
     policy = write_policy(tmp_path / "p.yaml", namespace, warnBefore="5s", action="scale-to-zero")
     janitor = janitor_for(kube, sandbox, namespace, policy, prometheus())
 
@@ -117,9 +120,7 @@ def test_a_chart_that_turns_retention_to_delete_cancels_the_mark(
 
 def test_a_policy_that_allows_it_scales_to_zero_and_said_the_volumes_go(
         kube, core, namespace, sandbox, tmp_path, exporter_values, slack, alice, prometheus, volume) -> None:  # noqa: F811
-    create_statefulset(kube, namespace, "Delete")
-    wait_until(lambda: claims(core, namespace) == {"data-db-0"}, timeout=60, what="the claim data-db-0")
-    history(core, namespace, exporter_values, {"db": 0})
+    idle_statefulset(kube, core, namespace, exporter_values, when_scaled="Delete")
     policy = write_policy(tmp_path / "p.yaml", namespace, warnBefore="5s", action="scale-to-zero",
                           deleteVolumes="true")
     janitor = janitor_for(kube, sandbox, namespace, policy, prometheus())
