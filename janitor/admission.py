@@ -319,8 +319,8 @@ def marks_policy(kinds: Sequence[ResourceKind], *, janitor: str = JANITOR_USER, 
                  "reason": "Forbidden"},
                 {"expression": f"!({quote(ann.EXPIRES)} in variables.changed)",
                  "messageExpression": quote(
-                     f"{ann.EXPIRES}: on a marked object it is the deadline of the janitor's mark, and only the "
-                     f"janitor writes it. {instead}{ask}"),
+                     f"{ann.EXPIRES}: on a marked object only the janitor writes it (an older mark keeps its "
+                     f"deadline there, and while a mark is on the object its lifecycle decides). {instead}{ask}"),
                  "reason": "Forbidden"},
                 {"expression": "variables.recordChanged.size() == 0",
                  "messageExpression": (

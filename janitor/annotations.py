@@ -50,7 +50,12 @@ Intentional differences, and why:
 
 The janitor's own mark is part of the same contract (`read_mark`, `Mark`, `Intent`, `Delivery`,
 `WarnedOf`): the deciding code reads it and the acting code writes it, so both use these values
-and neither parses the other's strings.
+and neither parses the other's strings. Its deadline is `janitor/deadline`, a key kube-janitor does
+not read: the janitor often waits past a mark's deadline on purpose (a `report` policy, a warning
+not delivered yet, evidence it cannot judge, an action other than delete), and kube-janitor, still
+running during a migration, deletes whatever `janitor/expires` has passed. Marks written before
+kept their deadline in `janitor/expires` (`Mark.legacy`): they are read as before, and moved to
+`janitor/deadline` on the next cycle.
 
 Everything here is pure: no clock reads, standard library only (zoneinfo reads the zone
 database, which is data, not state).
@@ -72,7 +77,8 @@ KEEP_UNTIL = "janitor/keep-until"  # owners: never reclaim before this UTC time;
 TIME_ZONE = "janitor/time-zone"  # admins, on a namespace: the IANA zone its working hours are counted in
 OPT_OUT = "janitor/opt-out"  # owners/admins, on an object or its namespace: "true" = never act on it
 OWNER = "janitor/owner"  # owners: who is warned (a Slack user, an e-mail or a channel)
-# The janitor's mark. Beside any of these, EXPIRES is the janitor's deadline, never a user's.
+# The janitor's mark. Its deadline is DEADLINE; on a mark without one (written before DEADLINE was), EXPIRES.
+DEADLINE = "janitor/deadline"  # when the mark's action is due: a key kube-janitor does not act on
 POLICY = "janitor/policy"  # the policy that marked the object
 REASON = "janitor/reason"  # why it marked the object, with the numbers (words for people)
 WHY = "janitor/why"  # the same as data, one line of JSON (janitor.why_note): what programs read
@@ -93,10 +99,14 @@ NOTEBOOK_STOPPED = "kubeflow-resource-stopped"  # Kubeflow: the Notebook is stop
 FOREVER = "forever"  # TTL value meaning "no TTL" (matched case-insensitively, as kube-janitor)
 
 # Everything the janitor writes for a mark; removing them all is "unmark". keep-until is the owner's.
-MARK_KEYS: tuple[str, ...] = (EXPIRES, POLICY, REASON, WHY, MARKED_AT, MARKED_UID, NOTICE, WARNED_AT, WARNED_VIA,
+MARK_KEYS: tuple[str, ...] = (DEADLINE, POLICY, REASON, WHY, MARKED_AT, MARKED_UID, NOTICE, WARNED_AT, WARNED_VIA,
                               WARNED_OF, WARNED_TO, REMINDED_AT, RELEASE)
-# Written by the janitor only: any of them on an object makes its EXPIRES part of a mark.
-JANITOR_ONLY_KEYS: tuple[str, ...] = tuple(k for k in MARK_KEYS if k != EXPIRES)
+# Written by the janitor only: any of them on an object makes it marked (and its EXPIRES, on a mark
+# without DEADLINE, that mark's deadline).
+JANITOR_ONLY_KEYS: tuple[str, ...] = MARK_KEYS
+# What a mark may hold, older marks' deadline included: whose writes are read (managedFields), and
+# what a decision reads.
+MARK_READ_KEYS: tuple[str, ...] = (*MARK_KEYS, EXPIRES)
 # Who wrote each key is the apiserver's record (metadata.managedFields, by field manager): every
 # write of the janitor names FIELD_MANAGER. Before it did, its writes went under the Python client's
 # default manager, the first word of its User-Agent; that name still counts as the janitor's, so
@@ -408,6 +418,16 @@ class Mark:
     intent: Intent | None = None
     problems: tuple[str, ...] = ()
     foreign: frozenset[str] = frozenset()  # its keys someone other than the janitor wrote last
+    legacy: bool = False  # its deadline is in EXPIRES (written before DEADLINE was): kube-janitor reads it
+
+    @property
+    def deadline_key(self) -> str:
+        return EXPIRES if self.legacy else DEADLINE
+
+    @property
+    def owns_expires(self) -> bool:
+        """Its EXPIRES is its own (an older mark's deadline the janitor wrote), to move or remove."""
+        return self.legacy and EXPIRES not in self.foreign
 
     def belongs_to(self, uid: str) -> bool:
         return self.uid == uid
@@ -424,12 +444,22 @@ class Mark:
 
 
 def carries_mark(notes: Mapping[str, str]) -> bool:
-    """Any janitor-only mark key is present: the object's EXPIRES (if any) is the janitor's."""
+    """Any janitor-only mark key is present: the object is marked, and the plain expiry path never acts
+    on its EXPIRES (an older mark's deadline, or a user's beside a mark: the lifecycle decides)."""
     return any(key in notes for key in JANITOR_ONLY_KEYS)
 
 
+def mark_keys_on(notes: Mapping[str, str], foreign: Collection[str] = frozenset()) -> tuple[str, ...]:
+    """The keys removing the mark on an object removes: the janitor's keys present, and EXPIRES where
+    it is an older mark's deadline the janitor wrote (a user's janitor/expires stays)."""
+    keys = tuple(k for k in MARK_KEYS if k in notes)
+    if keys and DEADLINE not in notes and EXPIRES in notes and EXPIRES not in foreign:
+        keys += (EXPIRES,)
+    return keys
+
+
 _WARNING_RECORD = frozenset({WARNED_AT, WARNED_VIA, WARNED_OF, WARNED_TO})
-_FACTS = frozenset({EXPIRES, NOTICE, REMINDED_AT, RELEASE}) | _WARNING_RECORD
+_FACTS = frozenset({DEADLINE, EXPIRES, NOTICE, REMINDED_AT, RELEASE}) | _WARNING_RECORD
 
 
 def read_mark(notes: Mapping[str, str], foreign: Collection[str] = frozenset()) -> Mark | None:
@@ -444,7 +474,9 @@ def read_mark(notes: Mapping[str, str], foreign: Collection[str] = frozenset()) 
     """
     if not carries_mark(notes):
         return None
-    untrusted = frozenset(foreign).intersection(notes, MARK_KEYS)
+    legacy = DEADLINE not in notes
+    due_key = EXPIRES if legacy else DEADLINE
+    untrusted = frozenset(foreign).intersection(notes, MARK_KEYS if not legacy else MARK_READ_KEYS)
     if untrusted & _WARNING_RECORD:
         untrusted |= _WARNING_RECORD.intersection(notes)
     if untrusted & _FACTS:
@@ -478,13 +510,13 @@ def read_mark(notes: Mapping[str, str], foreign: Collection[str] = frozenset()) 
         problems.append("warning record incomplete (" + ", ".join(warned) + " without the rest)")
     mark = Mark(
         uid=notes.get(MARKED_UID) or None, policy=notes.get(POLICY) or None,
-        deadline=time(EXPIRES, required=EXPIRES not in untrusted), marked_at=time(MARKED_AT, required=True),
+        deadline=time(due_key, required=due_key not in untrusted), marked_at=time(MARKED_AT, required=True),
         reason=notes.get(REASON, ""), warned_at=time(WARNED_AT), warned_via=parsed(WARNED_VIA, Delivery.parse),
         warned_of=parsed(WARNED_OF, WarnedOf.parse), warned_to=notes.get(WARNED_TO) or None,
         reminded_at=time(REMINDED_AT),
-        intent=parsed(NOTICE, Intent.parse), problems=tuple(problems), foreign=untrusted,
+        intent=parsed(NOTICE, Intent.parse), problems=tuple(problems), foreign=untrusted, legacy=legacy,
     )
-    if EXPIRES in untrusted:
+    if due_key in untrusted:
         named = mark.intent.warns_of if mark.intent is not None else None
         deadline = mark.warned_of if mark.warned else named
         mark = replace(mark, deadline=deadline.deadline if deadline is not None else None)

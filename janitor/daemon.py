@@ -24,7 +24,8 @@ from janitor.act import kube
 from janitor.act.slack_inbound import HttpReceiver, SocketReceiver
 from janitor.clicks import Clicks
 from janitor.cycle import CycleResult, Memory, Ports
-from janitor.decide import selection
+from janitor.decide import neighbours, selection
+from janitor.decide.model import ObjectRef
 from janitor.decide.rails import is_tripped
 from janitor.leader import LeaseElector
 from janitor.observe.cache import ClusterCache, NotSynced
@@ -99,6 +100,7 @@ class _Cycles:
         self.abandoned_last = False  # the last cycle ran past its budget: unhealthy until one succeeds
         self.last_success = 0.0
         self.ready = False
+        self.beside: tuple[ObjectRef, ...] = ()  # where kube-janitor runs, as the last cycle saw
         self.abandoned: list[threading.Thread] = []
         self.running: threading.Thread | None = None
         self.slack_error = ""
@@ -184,6 +186,10 @@ class _Cycles:
             assert isinstance(result, CycleResult)
             self.memory = result.memory
             record(self.telemetry, result)
+            beside = result.plan.beside
+            if beside and not self.beside:
+                logger.warning(neighbours.beside_line(beside))
+            self.beside = beside
             self.last_success = time.time()
             self.last_error = ""
             self.abandoned_last = False
@@ -213,6 +219,8 @@ class _Cycles:
         if self.memory.policies is None and not standing_by:
             errors_now = "; ".join(self.memory.policy_errors) or "not read yet"
             return False, f"no valid policy set read yet, so acting on nothing: {errors_now}"
+        if self.beside:  # ready all the same: it says so where an admin looks
+            return True, "ready; " + neighbours.beside_line(self.beside)
         return True, "ready"
 
     def stop(self) -> None:

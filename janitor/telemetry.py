@@ -121,6 +121,8 @@ class Telemetry:
         self.objects = Gauge("janitor_objects_seen", "Objects in the last snapshot", registry=r)
         self.sight_lost = Gauge("janitor_sight_lost", "1 while the last cycle could not read pods or namespaces "
                                 "(it then changes nothing)", registry=r)
+        self.kube_janitor = Gauge("janitor_kube_janitor_beside", "kube-janitor Deployments (or pods) seen running "
+                                  "beside the janitor in the last cycle", registry=r)
         self.skipped_kinds = Gauge("janitor_kinds_skipped", "Configured kinds that could not be listed",
                                    registry=r)
         self.tripped = Gauge("janitor_tripwire_tripped", "1 while the tripwire stops deletions", registry=r)
@@ -215,6 +217,7 @@ class Telemetry:
         self.objects.set(objects)
         self.skipped_kinds.set(skipped_kinds)
         self.sight_lost.set(0 if plan.blind is None else 1)
+        self.kube_janitor.set(len(plan.beside))
         self.tripped.set(1 if tripped else 0)
         if skew is not None:
             self.skew.set(skew)

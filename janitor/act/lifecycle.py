@@ -66,7 +66,7 @@ class LifecycleOutcome:
 
 def decided_on(notes: Mapping[str, str]) -> dict[str, str]:
     """The annotations a lifecycle decision reads: if these are unchanged, so is the decision."""
-    keys = (*ann.MARK_KEYS, ann.KEEP_UNTIL, ann.OPT_OUT, ann.TTL)
+    keys = (*ann.MARK_READ_KEYS, ann.KEEP_UNTIL, ann.OPT_OUT, ann.TTL)
     return {k: notes[k] for k in keys if k in notes}
 
 

@@ -4,9 +4,9 @@ Admins get one summary, by section, instead of one message per object: pods stuc
 (per node, with what holds them and the remedy), nodes whose agent reports leftover processes,
 nodes whose agent sees no other pod's processes (it then finds no leftover and proves nothing),
 workloads that can never fit, GPU pods without telemetry, GPUs with memory in use and no pod
-(beside the node agent's leftovers on the same node), and the tripwire. Its `key` changes only
-when what it is about changes (an item added or resolved), not when its times tick on, so the
-daemon sends it when something changed and otherwise at a slow pace, never every minute.
+(beside the node agent's leftovers on the same node), the tripwire, and kube-janitor running
+beside. Its `key` changes only when what it is about changes (an item added or resolved), not
+when its times tick on, so the daemon sends it when something changed and otherwise at a slow pace, never every minute.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 from janitor.annotations import ACKNOWLEDGE_TRIPWIRE
 from janitor.decide.evidence import GhostGpu
-from janitor.decide.model import Finding, NodeInfo, PodView, State, TriggerKind
+from janitor.decide.model import Finding, NodeInfo, ObjectRef, PodView, State, TriggerKind
+from janitor.decide.neighbours import beside_line
 from janitor.decide.rails import Held, HoldReason
 from janitor.decide.reasons import Code, why
 
@@ -72,8 +73,11 @@ def _held(held: Sequence[Held], state: tuple[str, str]) -> tuple[list[str], list
 
 def admin_report(findings: Sequence[Finding], nodes: Sequence[NodeInfo], silent_gpu_pods: Sequence[PodView],
                  tripwire: str | None, ghost_gpus: Sequence[GhostGpu] = (), held: Sequence[Held] = (),
-                 state: tuple[str, str] = ("kube-idle-janitor", "janitor-state")) -> AdminReport:
+                 state: tuple[str, str] = ("kube-idle-janitor", "janitor-state"),
+                 beside: Sequence[ObjectRef] = ()) -> AdminReport:
     sections: list[tuple[str, tuple[str, ...]]] = []
+    if beside:
+        sections.append(("Other cleaners acting on the same objects", (beside_line(beside),)))
     held_lines, held_ids = _held(held, state)
     if held_lines:
         sections.append(("Deletions held back", tuple(held_lines)))
@@ -117,5 +121,6 @@ def admin_report(findings: Sequence[Finding], nodes: Sequence[NodeInfo], silent_
     ids = ([f"stuck:{f.subject.uid}" for f in stuck] + [f"leftovers:{n.name}" for n in leftovers]
            + [f"blind:{name}" for name, _ in blind]
            + [f"never:{f.subject.uid}" for f in never] + [f"silent:{p}" for p in silent]
-           + (["tripwire"] if tripwire else []) + [f"ghost:{g.node}/{g.gpu}" for g in ghost_gpus] + held_ids)
+           + (["tripwire"] if tripwire else []) + [f"ghost:{g.node}/{g.gpu}" for g in ghost_gpus] + held_ids
+           + [f"beside:{r.uid}" for r in beside])
     return AdminReport(tuple(sections), tuple(ids))

@@ -129,7 +129,7 @@ def delivered(change: Change, delivery: ann.Delivery, policy: Policy | None,
         if policy is not None:
             deadline = max(deadline, earliest_after_delivery(delivery.at, policy, change.time_zone))
         patch[ann.WARNED_OF] = str(replace(intent.warns_of, deadline=deadline))
-        patch[ann.EXPIRES] = ann.format_deadline(deadline)
+        patch[ann.DEADLINE] = ann.format_deadline(deadline)
         patch |= why_notes.in_step({**(notes or {}), **change.annotations}, deadline=deadline,
                                    action=intent.warns_of.action, policy=policy)
     return patch
@@ -227,7 +227,7 @@ def _unmark(case: _Case, reason: Reason, owner: Owner | None, now: datetime.date
         warned = mark.warned_of.action if mark.warned_of is not None else ""
         notice = Notice(NoticeKind.CANCELLED, view.ref, mark.policy or "", owner, warned, reason, now)
     return Change(step, view.ref, view.resource_version, mark.policy or "", reason,
-                  {k: None for k in ann.MARK_KEYS if k in view.annotations}, notice)
+                  dict.fromkeys(ann.mark_keys_on(view.annotations, view.foreign_marks)), notice)
 
 
 def _copy(case: _Case, views: Mapping[str, ObjectView], now: datetime.datetime) -> Change:
@@ -239,6 +239,11 @@ def _copy(case: _Case, views: Mapping[str, ObjectView], now: datetime.datetime) 
     if source is not None and source.ref.uid == mark.uid:
         own = ann.read_mark(source.annotations, source.foreign_marks)
         if own is not None and own.belongs_to(source.ref.uid):
+            if ann.EXPIRES in view.annotations and ann.EXPIRES not in source.annotations:
+                # An older mark's deadline, copied before it moved: the controller never removes a key,
+                # and kube-janitor would delete this copy (and its pods) on it.
+                return Change(Step.DROP_COPY, view.ref, view.resource_version, mark.policy or "",
+                              why(Code.COPY_REMOVED, uid=mark.uid), {ann.EXPIRES: None})
             return Change(Step.WAIT, view.ref, view.resource_version, mark.policy or "",
                           why(Code.COPY_OF_SOURCE, source=str(source.ref)))
     return _unmark(case, why(Code.COPY_REMOVED, uid=mark.uid), None, now, step=Step.DROP_COPY)
@@ -316,9 +321,9 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
         return Change(Step.ACT, ref, rv, policy.name, reason, notice=_notice(NoticeKind.DONE, finding, case, policy,
                                                                              now, None),
                       deadline=now, action=act, gpu_hours=finding.reclaim_gpu_hours)
-    if mark.deadline is None or ann.format_deadline(mark.deadline) != shown or ann.EXPIRES in mark.foreign:
+    if mark.deadline is None or ann.format_deadline(mark.deadline) != shown or mark.deadline_key in mark.foreign:
         return Change(Step.EXTEND, ref, rv, policy.name, why(Code.EXTEND, deadline=shown, why=extended),
-                      {ann.EXPIRES: shown, **why_notes.in_step(view.annotations, deadline=deadline, policy=policy)},
+                      {ann.DEADLINE: shown, **why_notes.in_step(view.annotations, deadline=deadline, policy=policy)},
                       deadline=deadline)
     if now >= deadline and policy.lifecycle.action is PolicyAction.REPORT:
         return Change(Step.WAIT, ref, rv, policy.name, why(Code.REPORT_ONLY, deadline=shown), deadline=deadline)
@@ -403,7 +408,7 @@ def _new_marks(candidates: Sequence[tuple[_Case, Finding, Policy]], now: datetim
         cap = now + policy.lifecycle.max_extension if policy.lifecycle.max_extension else None
         deadline = warning_deadline(now + policy.lifecycle.warn_before, case.kept, cap, policy, now, case.time_zone)
         patch: dict[str, str | None] = {
-            ann.EXPIRES: ann.format_deadline(deadline),
+            ann.DEADLINE: ann.format_deadline(deadline),
             ann.POLICY: policy.name,
             ann.REASON: str(finding.reason)[:REASON_MAX],
             ann.WHY: why_notes.for_mark(finding, policy, now, deadline),
@@ -550,7 +555,7 @@ def _decide(case: _Case, views: Mapping[str, ObjectView], by_policy: Mapping[str
         other = next((f for f in case.findings if f.mode is Mode.ENFORCE and f.known and f.state is State.FIRES), None)
         if other is None and policy is not None and case.untraced is not None:
             # Its pods may be among those not traced: "no longer covered" would be a guess.
-            return Change(Step.WAIT, view.ref, view.resource_version, policy.name,
+            return _moved(case) or Change(Step.WAIT, view.ref, view.resource_version, policy.name,
                           why(Code.COVERAGE_UNSURE, policy=policy.name, why=case.untraced)), None
         reason = (why(Code.OTHER_POLICY, marked=mark.policy, policy=other.policy) if other is not None else
                   why(Code.NO_LONGER_COVERED, policy=mark.policy))
@@ -565,4 +570,25 @@ def _decide(case: _Case, views: Mapping[str, ObjectView], by_policy: Mapping[str
     if rule is not None:
         return _unmark(case, why(Code.VOLUMES_NOW_AT_RISK, action=str(policy.lifecycle.action), rule=rule,
                                  policy=policy.name), owner, now), None
-    return _marked(case, governing, policy, now, pace), None
+    # A mark that stays has its deadline moved first: kube-janitor deletes on janitor/expires.
+    return _moved(case) or _marked(case, governing, policy, now, pace), None
+
+
+def _moved(case: _Case) -> Change | None:
+    """An older mark's deadline, moved from janitor/expires (which kube-janitor deletes on) to
+    janitor/deadline before anything else is done with it; a janitor/expires someone else wrote stays
+    theirs. None when there is nothing to move."""
+    mark, view = case.mark, case.view
+    assert mark is not None
+    if not mark.legacy:
+        return None
+    patch: dict[str, str | None] = {}
+    if mark.deadline is not None:
+        patch[ann.DEADLINE] = ann.format_deadline(mark.deadline)
+    if mark.owns_expires:
+        patch[ann.EXPIRES] = None
+    if not patch:
+        return None
+    return Change(Step.EXTEND, view.ref, view.resource_version, mark.policy or "",
+                  why(Code.DEADLINE_MOVED, deadline=patch.get(ann.DEADLINE) or "none yet"), patch,
+                  deadline=mark.deadline)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from janitor import annotations as ann
-from janitor.decide import lifecycle, selection, sight, usage
+from janitor.decide import lifecycle, neighbours, selection, sight, usage
 from janitor.decide.admin_report import AdminReport, admin_report
 from janitor.decide.evidence import PodKey
 from janitor.decide.lifecycle import Change, LifecycleSettings, Step
@@ -32,6 +32,7 @@ from janitor.decide.model import (
     Action,
     ActionType,
     Finding,
+    ObjectRef,
     ObjectView,
     Observation,
     PodView,
@@ -101,6 +102,7 @@ class CyclePlan:
     evidence_failures: tuple[str, ...] = ()
     skew_seconds: float | None = None  # the janitor's clock minus the apiserver's, when the latter is known
     blind: Reason | None = None  # why this cycle changes nothing: pods or namespaces could not be read
+    beside: tuple[ObjectRef, ...] = ()  # where kube-janitor runs beside the janitor (decide.neighbours)
 
     def deletions(self) -> tuple[Action, ...]:
         return tuple(a for a in self.actions if a.type is ActionType.DELETE)
@@ -241,14 +243,16 @@ def plan(observation: Observation, policies: Sequence[Policy], ledger: SafetyLed
         notices.append("not listed: " + ", ".join(f"{s.kind} ({s.reason})" for s in observation.skipped_kinds))
     silent = silent_gpu_pods(observation)
     tripwire = railed.notices[0] if is_tripped(railed.ledger) and railed.notices else None
+    beside = neighbours.kube_janitors(observation.objects, observation.pods)
     report = admin_report(decision.findings, observation.nodes, silent, tripwire,
-                          observation.evidence.ghost_gpus or (), railed.held, settings.state)
+                          observation.evidence.ghost_gpus or (), railed.held, settings.state, beside)
     blind = sight.lost(observation)
     # Blind, the ledger stays as it was: a count of no candidates would make the next cycle's look like a spike.
     return CyclePlan(decision.now, decision.reports + railed.allowed, railed.held, decision.changes,
                      decision.findings, ledger if blind else railed.ledger, tuple(notices),
                      railed.tripped_now and not blind, report, silent, observation.evidence.failures,
-                     (now - observation.at).total_seconds() if observation.at is not None else None, blind)
+                     (now - observation.at).total_seconds() if observation.at is not None else None, blind,
+                     beside)
 
 
 def verdicts(findings: Sequence[Finding]) -> Mapping[str, tuple[Finding, ...]]:

@@ -178,6 +178,7 @@ class Code(StrEnum):
     WARN_NEW_OWNER = "warn-new-owner"
     WAIT_NOT_IDLE = "wait-not-idle"
     EXTEND = "extend"
+    DEADLINE_MOVED = "deadline-moved"
     KEPT_UNTIL = "kept-until"
     KEEP_UNPARSEABLE = "keep-unparseable"
     DELIVERY_GRACE = "delivery-grace"
@@ -219,8 +220,8 @@ _T: Mapping[Code, str] = {
     Code.TTL_ZERO: "janitor/ttl {value} is zero: no TTL, as in kube-janitor",
     Code.TTL_PASSED: "janitor/ttl {value} passed: created {created}, age {age:age}, expired {deadline}",
     Code.TTL_NOT_YET: "janitor/ttl {value}: age {age:age}, expires {deadline}",
-    Code.EXPIRES_OF_MARK: "janitor/expires is part of the janitor's own mark ({mark}); only the lifecycle acts "
-                          "on it, never the plain expiry path",
+    Code.EXPIRES_OF_MARK: "the object carries the janitor's mark ({mark}): only the lifecycle acts on a marked "
+                          "object, never the plain expiry path on its janitor/expires",
     Code.EXPIRES_INVALID: "invalid janitor/expires: {error}",
     Code.EXPIRES_PASSED: "janitor/expires {value} passed ({ago:age} ago)",
     Code.EXPIRES_NOT_YET: "janitor/expires {value}: in {left:age}",
@@ -389,6 +390,8 @@ _T: Mapping[Code, str] = {
                          "before acting",
     Code.WAIT_NOT_IDLE: "marked; not acted on while not {condition}: {why}",
     Code.EXTEND: "deadline moves to {deadline}: {why}",
+    Code.DEADLINE_MOVED: ("the mark's deadline ({deadline}) moves from janitor/expires to janitor/deadline, which "
+                          "kube-janitor does not delete on"),
     Code.KEPT_UNTIL: "kept until {until}{capped}",
     Code.KEEP_UNPARSEABLE: "janitor/keep-until={value} does not parse: kept until the cap",
     Code.DELIVERY_GRACE: "delivery + grace",

@@ -80,7 +80,7 @@ def strings(values: Mapping[str, Any] | None) -> dict[str, str]:
             for k, v in (values or {}).items()}
 
 
-_MARK_KEYS = frozenset(ann.MARK_KEYS)
+_MARK_KEYS = frozenset(ann.MARK_READ_KEYS)
 _JANITOR_ONLY = frozenset(ann.JANITOR_ONLY_KEYS)
 _NONE: frozenset[str] = frozenset()
 

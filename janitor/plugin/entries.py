@@ -201,7 +201,7 @@ def read(view: ObjectView, kind: Kind, now: datetime.datetime) -> Entry | None:
     sentence = mark.reason
     common: dict[str, Any] = dict(policy=mark.policy, sentence=sentence, marked_at=mark.marked_at,
                                   words=note.words if note is not None else sentence,
-                                  foreign=tuple(k for k in ann.MARK_KEYS if k in foreign))
+                                  foreign=tuple(k for k in ann.MARK_READ_KEYS if k in mark.foreign))
     if mark.uid is not None and not mark.belongs_to(view.ref.uid):
         return replace(base, standing=Standing.COPY, **common)
     if mark.problems:

@@ -94,7 +94,7 @@ def test_a_workload_handed_to_another_owner_is_not_reclaimed_before_they_are_war
     assert told[a.WARNED_TO] == f"email:{BOB[0]}"
     bobs = slack.messages(told[a.WARNED_VIA].split()[1].split("/")[0])
     assert len(bobs) == 1 and "will be deleted" in bobs[0].text
-    assert a.parse_expires(told[a.EXPIRES]) >= a.parse_expires(told[a.WARNED_AT]) + datetime.timedelta(seconds=15)
+    assert a.parse_expires(told[a.DEADLINE]) >= a.parse_expires(told[a.WARNED_AT]) + datetime.timedelta(seconds=15)
 
     until_due(told)
     janitor.run_cycle()  # bob was warned with the full grace: now it is due

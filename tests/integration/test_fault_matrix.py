@@ -16,7 +16,7 @@ more cycle. After each cycle:
 
 1. no wrongful action: nothing acted on before its deadline, while the evidence is unknown (a
    Prometheus fault) or without a delivered warning;
-2. no lost mark: a marked Job not acted on still carries janitor/policy, janitor/expires and
+2. no lost mark: a marked Job not acted on still carries janitor/policy, janitor/deadline and
    janitor/marked-uid;
 3. no duplicate message: at most one warning and one "done" note in the owner's DM;
 4. the cycle survives: `run_cycle` returns a result. When the cluster itself cannot be read
@@ -75,7 +75,7 @@ KUBE_TIMEOUT = (2.0, 3.0)  # (connect, read) seconds of every apiserver request
 CLIENT_TIMEOUT = datetime.timedelta(seconds=2)  # one Prometheus query's, one Slack call's answer
 SLOW = 5.0  # a delay longer than every client timeout
 JOB = "idle"
-MARK = (a.POLICY, a.EXPIRES, a.MARKED_UID)  # what must never be lost
+MARK = (a.POLICY, a.DEADLINE, a.MARKED_UID)  # what must never be lost
 WARNED = (*MARK, a.WARNED_AT, a.WARNED_VIA, a.WARNED_OF)
 WRITES = ("PATCH", "DELETE", "POST")
 PHASES = {"before": "fma", "between": "fmb", "deadline": "fmd"}  # phase -> namespace prefix
@@ -486,7 +486,7 @@ def test_fault(case: Case, world: World, proxies: Proxies, tmp_path: Path) -> No
     start = _notes(world, box)
     assert start is not None
     if case.phase == "deadline":  # due since set-up; waits only if this case runs first
-        time.sleep(max(0.0, a.parse_expires(start[a.EXPIRES]).timestamp() - time.time()) + 1)
+        time.sleep(max(0.0, a.parse_expires(start[a.DEADLINE]).timestamp() - time.time()) + 1)
     before_messages = _kinds(world, box)
 
     FAULTS[case.service][case.fault](proxies.of(case.service))

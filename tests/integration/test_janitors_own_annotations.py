@@ -92,7 +92,7 @@ def as_janitor(api: client.ApiClient, namespace: str, name: str, notes: dict[str
 
 def mark(api: client.ApiClient, namespace: str, name: str, uid: str) -> None:
     as_janitor(api, namespace, name, {a.POLICY: "idle-gpu", a.MARKED_AT: MARKED_AT, a.MARKED_UID: uid,
-                                      a.EXPIRES: "2026-11-21T10:00:00Z", a.REASON: "idle"})
+                                      a.DEADLINE: "2026-11-21T10:00:00Z", a.REASON: "idle"})
 
 
 def managers(kube: client.ApiClient, namespace: str, name: str) -> dict[str, str]:
@@ -191,8 +191,8 @@ def test_a_forward_dated_marked_at_with_a_keep_until_is_refused_at_apply_time(
     # The mark's deadline, a re-created mark and the janitor's name are refused too.
     said = refused(run("-n", namespace, "annotate", "--overwrite", "job/train", f"{a.EXPIRES}=2030-01-01",
                        kubeconfig=researcher))
-    assert "janitor/expires: on a marked object it is the deadline of the janitor's mark" in said
-    refused(run("-n", namespace, "annotate", "job/train", f"{a.EXPIRES}-", kubeconfig=researcher))
+    assert "janitor/expires: on a marked object only the janitor writes it" in said
+    refused(run("-n", namespace, "annotate", "job/train", f"{a.DEADLINE}-", kubeconfig=researcher))
     said = refused(run("-n", namespace, "annotate", "--overwrite", "job/train", f"{a.MARKED_AT}=2027-01-01T00:00:00Z",
                        "--field-manager", a.FIELD_MANAGER, kubeconfig=researcher))
     assert "janitor/marked-at: only the janitor writes" in said
@@ -242,7 +242,7 @@ def test_the_janitors_own_writes_a_cluster_admins_unmark_and_a_deployments_copie
     # The Slack buttons: the daemon writes keep-until and release as itself.
     as_janitor(janitor, namespace, "train", {a.KEEP_UNTIL: "2026-11-22T00:00:00Z"})
     as_janitor(janitor, namespace, "train", {a.RELEASE: f"{MARKED_AT} 2026-11-20T12:00:00Z U0ALICE1"})
-    as_janitor(janitor, namespace, "train", {a.EXPIRES: "2026-11-21T12:00:00Z"})
+    as_janitor(janitor, namespace, "train", {a.DEADLINE: "2026-11-21T12:00:00Z"})
 
     unmarked = subprocess.run([sys.executable, "-m", "janitor.cli", "unmark", "--namespaces", namespace,
                                "--state-namespace", namespace, "--kubeconfig", str(sandbox.kubeconfig)],
@@ -262,7 +262,7 @@ def test_the_janitors_own_writes_a_cluster_admins_unmark_and_a_deployments_copie
     wait_until(lambda: written(lambda: act.annotate(
         janitor, ref, apps.read_namespaced_deployment("web", namespace).metadata.resource_version,
         {a.POLICY: "idle-gpu", a.MARKED_AT: MARKED_AT, a.MARKED_UID: made.metadata.uid,
-         a.EXPIRES: "2026-11-21T10:00:00Z"}, kind=deployments)), timeout=30, what="the Deployment marked")
+         a.DEADLINE: "2026-11-21T10:00:00Z"}, kind=deployments)), timeout=30, what="the Deployment marked")
 
     def copies() -> list[dict[str, str]]:
         return [dict(rs.metadata.annotations or {}) for rs in apps.list_namespaced_replica_set(namespace).items]
@@ -290,7 +290,7 @@ def test_without_the_policy_the_daemon_takes_no_cap_from_a_marked_at_it_did_not_
     for name, notes in marked.items():
         assert a.WARNED_AT in notes, janitor.explain()
         owners = managers(kube, namespace, name)
-        assert {owners[k] for k in (a.POLICY, a.MARKED_AT, a.EXPIRES, a.WARNED_AT)} == {a.FIELD_MANAGER}, owners
+        assert {owners[k] for k in (a.POLICY, a.MARKED_AT, a.DEADLINE, a.WARNED_AT)} == {a.FIELD_MANAGER}, owners
 
     tomorrow = stamp(time.time() + 86400)
     done = run("-n", namespace, "annotate", "--overwrite", "job/forged", f"{a.MARKED_AT}={tomorrow}",
@@ -307,11 +307,11 @@ def test_without_the_policy_the_daemon_takes_no_cap_from_a_marked_at_it_did_not_
     assert Code.KEEP_UNTRUSTED in change.why.codes(), janitor.explain()
     assert "janitor/keep-until is not honoured: janitor/marked-at on this mark was not written by the janitor" in str(
         change.why)
-    assert change.deadline == a.parse_expires(marked["forged"][a.EXPIRES])
+    assert change.deadline == a.parse_expires(marked["forged"][a.DEADLINE])
     [kept] = [c for c in planned.changes if c.workload.name == "kept"]
     assert kept.step is Step.EXTEND and kept.deadline == within
 
     until_due(marked["forged"])
     janitor.run_cycle()
     assert "forged" not in jobs(kube, namespace), janitor.explain()
-    assert "kept" in jobs(kube, namespace) and a.parse_expires(notes_of(kube, namespace, "kept")[a.EXPIRES]) == within
+    assert "kept" in jobs(kube, namespace) and a.parse_expires(notes_of(kube, namespace, "kept")[a.DEADLINE]) == within

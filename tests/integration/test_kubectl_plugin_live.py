@@ -10,7 +10,7 @@ Aspects covered:
   and words are the ones the janitor wrote; `explain` shows the numbers, the cap, the command and
   the janitor's IdleMarked Event; `keep` is one line and exit 4; `status -A` is one line and exit 4;
 - `edit`: `keep` past the policy's cap is refused with the cap (exit 1, nothing written), `keep
-  job/train 2d` writes janitor/keep-until, and the janitor's next cycle moves janitor/expires and
+  job/train 2d` writes janitor/keep-until, and the janitor's next cycle moves janitor/deadline and
   janitor/why to it, which `status` then shows;
 - run through kubectl itself (`kubectl janitor ...` with the plugin on the PATH), the same output:
   kubectl finds the plugin. No output has a traceback.
@@ -89,7 +89,7 @@ def test_view_sees_and_explains_edit_keeps_within_the_cap(kube, core, namespace,
     viewer = bound(kube, namespace, "viewer", "view", tmp_path / "viewer.kubeconfig")
     editor = bound(kube, namespace, "editor", "edit", tmp_path / "editor.kubeconfig")
     notes = notes_of(kube, namespace, "train")
-    deadline, marked_at = a.parse_expires(notes[a.EXPIRES]), a.parse_expires(notes[a.MARKED_AT])
+    deadline, marked_at = a.parse_expires(notes[a.DEADLINE]), a.parse_expires(notes[a.MARKED_AT])
     cap = marked_at + datetime.timedelta(days=7)
 
     # view: status in the context's namespace, no -n
@@ -141,7 +141,7 @@ def test_view_sees_and_explains_edit_keeps_within_the_cap(kube, core, namespace,
 
     marked()  # the janitor's next cycle writes the deadline in force, and the note with it
     notes = notes_of(kube, namespace, "train")
-    assert a.parse_expires(notes[a.EXPIRES]) == kept
+    assert a.parse_expires(notes[a.DEADLINE]) == kept
     note = WhyNote.parse(notes[a.WHY])
     assert note is not None and note.deadline == kept and note.marked_at == marked_at
     out = plugin("status", "-o", "wide", kubeconfig=viewer)

@@ -9,7 +9,7 @@ Aspects covered:
 - a Deployment under a scale-to-zero policy is scaled to zero and the message says how to scale back;
 - a marked Job that wakes up is unmarked, and its owner told;
 - with Slack failing for longer than the whole grace nothing is acted on, and once Slack recovers
-  the deadline moves to delivery + grace (written into janitor/expires);
+  the deadline moves to delivery + grace (written into janitor/deadline);
 - a kill -9 of the janitor between Slack accepting a warning and its record: no second message;
 - Slack down at the deadline: the warned Job is deleted, and its "done" note waits in the state
   ConfigMap until Slack is back, then arrives once; the same for a "cancelled" note when a
@@ -158,7 +158,7 @@ def jobs(kube, namespace: str) -> set[str]:
 
 def until_due(notes: dict[str, str]) -> None:
     """Sleep past the janitor/expires deadline on the object."""
-    deadline = a.parse_expires(notes[a.EXPIRES]).timestamp()
+    deadline = a.parse_expires(notes[a.DEADLINE]).timestamp()
     time.sleep(max(0.0, deadline - time.time()) + 1.5)
 
 
@@ -175,7 +175,7 @@ def test_idle_job_is_marked_warned_reminded_and_deleted_a_busy_one_never(
     assert notes[a.POLICY] == "idle-gpu" and "peak 0" in notes[a.REASON]
     note = WhyNote.parse(notes[a.WHY])  # the same reason as data, with the deadline the warning named
     assert note is not None and note.words.endswith("peaked at 0 % over the last 2 h") and note.action == "delete"
-    assert note.deadline == a.parse_expires(notes[a.EXPIRES]) and note.facts["window"] == "2h"
+    assert note.deadline == a.parse_expires(notes[a.DEADLINE]) and note.facts["window"] == "2h"
     assert a.WARNED_AT in notes and notes[a.WARNED_VIA].startswith("owner D") and a.NOTICE not in notes
     assert "IdleMarked" in events(core, namespace, "idle-job")
     assert not any(k.startswith("janitor/") and k != "janitor/owner" for k in notes_of(kube, namespace, "busy-job"))
@@ -223,7 +223,7 @@ def test_deployment_is_scaled_to_zero_and_told_how_to_scale_back(
     janitor.run_cycle()
     deployment = apps.read_namespaced_deployment("notebook", namespace)
     assert deployment.spec.replicas == 0
-    assert not any(k in (deployment.metadata.annotations or {}) for k in (a.POLICY, a.EXPIRES, a.WARNED_AT))
+    assert not any(k in (deployment.metadata.annotations or {}) for k in (a.POLICY, a.DEADLINE, a.EXPIRES, a.WARNED_AT))
     warning, done = slack.messages(channel)  # one warning, one "done": nothing twice
     assert "scale" in warning.text and f"kubectl -n {namespace} scale deployment/notebook --replicas=1" in (
         done.text + str(done.blocks))
@@ -266,7 +266,7 @@ def test_slack_down_longer_than_the_grace_acts_on_nothing_and_moves_the_deadline
     janitor.run_cycle()
     marked = notes_of(kube, namespace, "unwarned")
     assert a.POLICY in marked and a.WARNED_AT not in marked and a.NOTICE in marked
-    first_deadline = a.parse_expires(marked[a.EXPIRES])
+    first_deadline = a.parse_expires(marked[a.DEADLINE])
     until_due(marked)
     time.sleep(10)  # now past the mark's deadline by more than the whole grace
     janitor.run_cycle()
@@ -278,7 +278,7 @@ def test_slack_down_longer_than_the_grace_acts_on_nothing_and_moves_the_deadline
     notes = notes_of(kube, namespace, "unwarned")
     delivered = a.parse_expires(notes[a.WARNED_AT]).timestamp()
     assert delivered >= before - 1
-    assert a.parse_expires(notes[a.EXPIRES]).timestamp() >= delivered + 10 - 1 > first_deadline.timestamp()
+    assert a.parse_expires(notes[a.DEADLINE]).timestamp() >= delivered + 10 - 1 > first_deadline.timestamp()
     assert "unwarned" in jobs(kube, namespace)
     janitor.run_cycle()
     assert "unwarned" in jobs(kube, namespace)  # still within delivery + grace
@@ -384,7 +384,7 @@ def test_users_own_expires_is_never_shortened_and_keep_until_is_capped(
     until_due(marked)
     janitor.run_cycle()
     notes = notes_of(kube, namespace, "kept")
-    assert a.parse_expires(notes[a.EXPIRES]) == cap  # extended, to the cap and no further
+    assert a.parse_expires(notes[a.DEADLINE]) == cap  # extended, to the cap and no further
     assert "kept" in jobs(kube, namespace)
     until_due(notes)
     janitor.run_cycle()
@@ -416,8 +416,8 @@ def test_unmark_removes_only_the_janitors_marks_and_keep_writes_keep_until(
     done = cli("unmark", "--namespaces", namespace, "--state-namespace", namespace, "--policy", "idle-gpu")
     assert done.returncode == 0 and "1 marks removed." in done.stdout, done.stdout + done.stderr
     notes = notes_of(kube, namespace, "marked")
-    assert not any(k in notes for k in (a.POLICY, a.EXPIRES, a.WARNED_AT, a.WARNED_VIA, a.MARKED_AT, a.REASON,
-                                        a.WHY))
+    assert not any(k in notes for k in (a.POLICY, a.DEADLINE, a.EXPIRES, a.WARNED_AT, a.WARNED_VIA, a.MARKED_AT,
+                                        a.REASON, a.WHY))
     assert a.KEEP_UNTIL in notes  # the owner's
     assert notes_of(kube, namespace, "users-own")[a.EXPIRES] == "2099-01-01T00:00:00Z"
     assert "IdleUnmarked" in events(core, namespace, "marked")
@@ -506,7 +506,7 @@ def test_a_notebook_is_stopped_through_its_statefulset_chain(
     janitor.run_cycle()
     notes = nb_notes()
     assert a.NOTEBOOK_STOPPED in notes and a.POLICY not in notes
-    assert a.WARNED_VIA not in notes and a.EXPIRES not in notes  # the mark went with the stop, in one write
+    assert a.WARNED_VIA not in notes and a.DEADLINE not in notes  # the mark went with the stop, in one write
     done = [m for r in slack.requests("chat.postMessage") for m in [r.params] if "stopped" in str(m.get("text"))]
     assert done and f"kubectl -n {namespace} annotate notebook.kubeflow.org/nb kubeflow-resource-stopped-" in str(
         done[-1])
@@ -535,7 +535,7 @@ def due_mark(uid: str, action: str) -> dict[str, str]:
     """A mark whose warning (naming `action`) reached its owner two hours ago, due a minute ago."""
     now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
     warned, deadline = now - datetime.timedelta(hours=2), now - datetime.timedelta(minutes=1)
-    return {a.POLICY: "idle-gpu", a.EXPIRES: a.format_expires(deadline), a.MARKED_AT: a.format_expires(warned),
+    return {a.POLICY: "idle-gpu", a.DEADLINE: a.format_expires(deadline), a.MARKED_AT: a.format_expires(warned),
             a.REASON: "idle", a.WARNED_AT: a.format_expires(warned),
             a.WARNED_VIA: f"owner D0ALICE/{warned.timestamp():.6f}", a.MARKED_UID: uid,
             a.WARNED_OF: f"{action} {a.format_expires(deadline)}"}

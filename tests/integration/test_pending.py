@@ -140,7 +140,7 @@ def test_stuck_pending_workloads_go_through_the_lifecycle(
     texts = " ".join(str(r.params) for r in slack.requests("chat.postMessage"))
     assert "Insufficient cpu" in texts and "ImagePullBackOff" in texts
 
-    deadline = max(a.parse_expires(n[a.EXPIRES]) for n in (queued, pulling))
+    deadline = max(a.parse_expires(n[a.DEADLINE]) for n in (queued, pulling))
     time.sleep(max(0.0, deadline.timestamp() - time.time()) + 1.5)
     result = janitor.run_cycle()
     done = {r.action.target.name: str(r.outcome) for r in result.results}

@@ -75,7 +75,7 @@ def test_pods_taken_from_the_role_leave_every_mark_as_it_is(
     job = client.BatchV1Api(kube).read_namespaced_job("train", namespace)
     now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
     warned, deadline = now - datetime.timedelta(hours=2), now + datetime.timedelta(hours=20)
-    mark = {a.POLICY: "idle-gpu", a.EXPIRES: a.format_expires(deadline), a.MARKED_AT: a.format_expires(warned),
+    mark = {a.POLICY: "idle-gpu", a.DEADLINE: a.format_expires(deadline), a.MARKED_AT: a.format_expires(warned),
             a.REASON: "idle: GPU 0 peak 0", a.MARKED_UID: job.metadata.uid, a.WARNED_AT: a.format_expires(warned),
             a.WARNED_VIA: f"owner D0ALICE/{warned.timestamp():.6f}",
             a.WARNED_OF: f"delete {a.format_expires(deadline)}", a.WARNED_TO: f"email:{ALICE[0]}"}
@@ -100,8 +100,8 @@ def test_pods_taken_from_the_role_leave_every_mark_as_it_is(
     client.RbacAuthorizationV1Api(kube).replace_cluster_role(name, rbac.cluster_role(KINDS, name=name))
     wait_until(lambda: not _forbidden(client.CoreV1Api(api), namespace), timeout=30, what="pods readable again")
     cached(api, settings, caches).run_cycle()
-    assert {k: notes().get(k) for k in (a.MARKED_AT, a.EXPIRES, a.WARNED_AT)} == {
-        k: mark[k] for k in (a.MARKED_AT, a.EXPIRES, a.WARNED_AT)}  # not marked or warned anew
+    assert {k: notes().get(k) for k in (a.MARKED_AT, a.DEADLINE, a.WARNED_AT)} == {
+        k: mark[k] for k in (a.MARKED_AT, a.DEADLINE, a.WARNED_AT)}  # not marked or warned anew
 
 
 def _forbidden(core: client.CoreV1Api, namespace: str) -> bool:

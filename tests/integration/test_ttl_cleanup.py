@@ -351,7 +351,7 @@ def test_a_janitor_that_never_read_its_policies_acts_on_nothing(
     broken.write_text("policies:\n  - name: idle-gpu\n    mode: enforce\n    triggers: [idleGpu: {window: 2h}\n")
     configmap(core, namespace, "old", EXPIRED)
     marked_at = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0) - datetime.timedelta(days=2)
-    mark = {a.POLICY: "idle-gpu", a.EXPIRES: a.format_expires(marked_at + datetime.timedelta(days=1)),
+    mark = {a.POLICY: "idle-gpu", a.DEADLINE: a.format_expires(marked_at + datetime.timedelta(days=1)),
             a.MARKED_AT: a.format_expires(marked_at), a.REASON: "idle", a.WARNED_AT: a.format_expires(marked_at),
             a.WARNED_VIA: f"owner D0ALICE/{marked_at.timestamp():.6f}"}
     client.AppsV1Api(kube).create_namespaced_deployment(namespace, client.V1Deployment(

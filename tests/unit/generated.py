@@ -227,6 +227,8 @@ class Cluster:
     slack: dict[str, Delivery] = field(default_factory=dict)  # intent id -> the delivery Slack has
     serial: int = 0
     forbidden: str = ""  # a kind the janitor may no longer read ("Pod", "Namespace": an RBAC edit), or ""
+    expires_by_janitor: set[str] = field(default_factory=set)  # uids whose janitor/expires the janitor wrote
+    swept: list[tuple[str, bool]] = field(default_factory=list)  # deleted by kube-janitor: (uid, the janitor's?)
 
     def new_uid(self, what: str) -> str:
         self.serial += 1
@@ -311,6 +313,10 @@ class Cluster:
                 found.foreign.discard(key)
             else:
                 found.annotations[key] = value
+                if by_janitor and key == ann.EXPIRES:
+                    self.expires_by_janitor.add(uid)
+                elif key == ann.EXPIRES:
+                    self.expires_by_janitor.discard(uid)
                 if by_janitor:
                     found.foreign.discard(key)
                 elif key in ann.JANITOR_ONLY_KEYS or (key == ann.EXPIRES and marked):
@@ -542,7 +548,9 @@ def marks(draw: st.DrawFn, uid: str, policies: Sequence[Policy], *, profile: str
         str(draw(one_of(tuple(PolicyAction))))
     marked_at = NOW - (30 * H if due else draw(one_of((H, 10 * H, 30 * H, 8 * DAY))))
     deadline = marked_at + (24 * H if due else draw(one_of((H, 6 * H, 24 * H, 48 * H))))
-    notes = {ann.EXPIRES: stamp(deadline), ann.POLICY: name, ann.REASON: "idle: GPU 0 peak 0",
+    # Marks written before janitor/deadline kept their deadline in janitor/expires: still on clusters.
+    due_key = ann.EXPIRES if draw(ints(0, 4)) == 0 else ann.DEADLINE
+    notes = {due_key: stamp(deadline), ann.POLICY: name, ann.REASON: "idle: GPU 0 peak 0",
              ann.MARKED_AT: stamp(marked_at), ann.MARKED_UID: uid}
     story = Story(notes)
     if state in ("warned", "in-flight", "partial", "copy", "malformed") and (state != "in-flight" or draw(BOOLEANS)):
@@ -747,6 +755,8 @@ def workloads(draw: st.DrawFn, cluster: Cluster, index: int, policies: Sequence[
     if kind == "Deployment" and draw(ints(0, 2)):  # the controller's copy, possibly stale
         stale = draw(st.sets(st.sampled_from(sorted(top.annotations)), max_size=2)) if top.annotations else set()
         chain[1].annotations.update({k: v for k, v in top.annotations.items() if k not in stale})
+        if ann.DEADLINE in top.annotations and draw(ints(0, 2)) == 0:  # copied while its deadline was in expires
+            chain[1].annotations[ann.EXPIRES] = top.annotations[ann.DEADLINE]
     if chain and not calm and draw(ints(0, 4)) == 0:  # a TTL in the pod template, inherited by the pods
         chain[-1].template[ann.TTL] = "1h"
         for pod in members:
@@ -952,7 +962,7 @@ CLAIMS = (None, ClaimTemplates(()), ClaimTemplates(("data",)), ClaimTemplates(("
 EVENTS = ("edit-expires", "edit-expires", "remove-expires", "remove-policy", "keep-until", "change-action",
           "change-action", "change-action", "revert-action", "reapply", "busy", "idle", "resume", "opt-out",
           "release", "release", "release", "release", "release-old", "release-stale", "change-owner", "change-owner",
-          "forge", "volumes", "revoke", "restore")
+          "forge", "volumes", "revoke", "restore", "kube-janitor")
 OWNERS = ("carol@lab.example", "#team-vision", "U0DAVE1234", "")  # a workload handed over ("": to nobody known)
 
 
@@ -1157,10 +1167,13 @@ class Simulator:
             # its warning is still on its way.
             tops = in_flight if in_flight and event.target % 2 == 0 else marked
         target = tops[event.target % len(tops)] if tops else None
-        if kind == "edit-expires" and target is not None:
-            cluster.write(target.uid, {ann.EXPIRES: stamp(self.now + event.amount)}, by_janitor=False)
-        elif kind == "remove-expires" and target is not None:
-            cluster.write(target.uid, {ann.EXPIRES: None}, by_janitor=False)
+        # The mark's deadline (janitor/expires on an older mark), or now and then a janitor/expires beside it.
+        key = None if target is None else ann.EXPIRES if event.target % 3 == 0 or \
+            ann.DEADLINE not in target.annotations else ann.DEADLINE
+        if kind == "edit-expires" and key is not None:
+            cluster.write(target.uid, {key: stamp(self.now + event.amount)}, by_janitor=False)
+        elif kind == "remove-expires" and key is not None:
+            cluster.write(target.uid, {key: None}, by_janitor=False)
         elif kind == "remove-policy" and target is not None:
             cluster.write(target.uid, {ann.POLICY: None}, by_janitor=False)
         elif kind == "keep-until" and target is not None:
@@ -1214,6 +1227,8 @@ class Simulator:
             cluster.forbidden = ("Pod", "Namespace")[event.target % 2]
         elif kind == "restore":
             cluster.forbidden = ""
+        elif kind == "kube-janitor":  # still running beside it: deletes whatever janitor/expires has passed
+            self._sweep()
         elif kind == "volumes":  # a chart upgrade changes a StatefulSet's retention policy, a marked one mostly
             sets = [t for t in cluster.objects.values() if t.kind == "StatefulSet" and t.controller is None]
             pool = [t for t in sets if ann.carries_mark(t.annotations)] or sets
@@ -1262,6 +1277,21 @@ class Simulator:
             renamed[child.uid] = made.owner_ref()
             self.cluster.objects[made.uid] = made
         self._resume(fresh)
+
+    def _sweep(self) -> None:
+        """kube-janitor beside the janitor: it deletes every object whose janitor/expires has passed,
+        mark or no mark (its garbage collection takes what the object owned)."""
+        things: list[Thing | Pod] = [*self.cluster.objects.values(), *self.cluster.pods.values()]
+        for thing in things:
+            if self.cluster.find(thing.uid) is None or ann.EXPIRES not in thing.annotations:
+                continue
+            try:
+                due = ann.parse_expires(thing.annotations[ann.EXPIRES]) <= self.now
+            except ValueError:
+                continue
+            if due:
+                self.cluster.swept.append((thing.uid, thing.uid in self.cluster.expires_by_janitor))
+                self.cluster.delete(thing.uid)
 
     def _resume(self, top: Thing) -> None:
         """The owner starts it again: a new pod under its lowest controller, starting up."""

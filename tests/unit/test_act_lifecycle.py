@@ -68,7 +68,7 @@ def marked(name: str, marked_at: datetime.datetime, warned_at: datetime.datetime
            **more: str) -> dict[str, str]:
     """The janitor's mark on `name` (uid `uid-<name>`), warned of a delete warnBefore after marking."""
     deadline = marked_at + DAY
-    notes = {a.POLICY: POLICY.name, a.EXPIRES: t(deadline), a.MARKED_AT: t(marked_at), a.REASON: "idle",
+    notes = {a.POLICY: POLICY.name, a.DEADLINE: t(deadline), a.MARKED_AT: t(marked_at), a.REASON: "idle",
              a.MARKED_UID: f"uid-{name}"}
     if warned_at is not None:
         notes |= {a.WARNED_AT: t(warned_at), a.WARNED_VIA: f"owner D0ALICE/{ts(warned_at)}",
@@ -245,7 +245,7 @@ def test_a_new_mark_is_written_with_its_intent_before_the_warning_and_its_delive
     assert delivery_write.notes == {a.NOTICE: None, a.WARNED_AT: t(SENT_AT),
                                     a.WARNED_VIA: f"owner D0ALICE/{ts(SENT_AT)}",
                                     a.WARNED_OF: warned_of, a.WARNED_TO: "email:alice@lab.example",
-                                    a.EXPIRES: t(SENT_AT + DAY), a.WHY: delivery_write.notes[a.WHY]}
+                                    a.DEADLINE: t(SENT_AT + DAY), a.WHY: delivery_write.notes[a.WHY]}
     note = WhyNote.parse(str(delivery_write.notes[a.WHY]))  # the reason as data follows the deadline
     assert note is not None and note.deadline == SENT_AT + DAY and note.action == "delete"
     assert delivery_write.event is None
@@ -259,7 +259,7 @@ def test_a_new_mark_is_written_with_its_intent_before_the_warning_and_its_delive
 
 @pytest.mark.parametrize(("notes", "kind", "recorded"), [
     pytest.param(marked("train", ago(hours=2)), NoticeKind.WARNING,
-                 {a.NOTICE, a.WARNED_AT, a.WARNED_VIA, a.WARNED_OF, a.WARNED_TO, a.EXPIRES},
+                 {a.NOTICE, a.WARNED_AT, a.WARNED_VIA, a.WARNED_OF, a.WARNED_TO, a.DEADLINE},
                  id="warning-of-a-marked-workload"),
     pytest.param(marked("train", ago(hours=9), ago(hours=9)), NoticeKind.REMINDER, {a.NOTICE, a.REMINDED_AT},
                  id="reminder"),
@@ -336,7 +336,7 @@ def test_a_send_slack_already_has_is_recorded_without_sending_again() -> None:
     [record] = cluster.attempts
     assert record.notes == {a.NOTICE: None, a.WARNED_AT: t(FOUND_AT), a.WARNED_VIA: f"owner D0ALICE/{ts(FOUND_AT)}",
                             a.WARNED_OF: f"delete {t(FOUND_AT + DAY)}", a.WARNED_TO: "email:alice@lab.example",
-                            a.EXPIRES: t(FOUND_AT + DAY)}
+                            a.DEADLINE: t(FOUND_AT + DAY)}
     mark = mark_of(cluster, "train")
     assert mark.problems == () and mark.warned and mark.intent is None
 

@@ -169,7 +169,7 @@ def test_the_refusals_say_which_key_that_only_the_janitor_writes_it_and_what_to_
     assert mark.startswith("variables.mark.join(', ')") and "only the janitor writes this annotation" in mark
     for said in (mark, expires):
         assert "janitor/keep-until" in said and "`janitor unmark`" in said and "Ask in #gpu-admins." in said
-    assert "janitor/expires: on a marked object it is the deadline of the janitor" in expires
+    assert "janitor/expires: on a marked object only the janitor writes it" in expires
     assert "metadata.managedFields" in record and a.FIELD_MANAGER in record
     assert all(v["reason"] == "Forbidden" for v in validations)
 

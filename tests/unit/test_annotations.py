@@ -295,10 +295,12 @@ def test_a_slack_timestamp_outside_the_years_is_not_a_delivery(ts: str) -> None:
         assert parsed is None
 
 
-@pytest.mark.parametrize("key", [ann.MARKED_AT, ann.WARNED_AT, ann.REMINDED_AT, ann.EXPIRES])
+@pytest.mark.parametrize("key", [ann.MARKED_AT, ann.WARNED_AT, ann.REMINDED_AT, ann.DEADLINE, ann.EXPIRES])
 @pytest.mark.parametrize("value", ["9999-12-31T23:59:59Z", "0001-01-01T00:00:00Z"])
 def test_a_mark_time_outside_the_years_is_a_problem_of_the_mark(key: str, value: str) -> None:
-    notes = {ann.POLICY: "idle-gpu", ann.MARKED_UID: "u1", ann.EXPIRES: "2026-11-24T12:00:00Z",
+    """An older mark's deadline is its janitor/expires (no janitor/deadline beside it)."""
+    deadline = ann.EXPIRES if key == ann.EXPIRES else ann.DEADLINE
+    notes = {ann.POLICY: "idle-gpu", ann.MARKED_UID: "u1", deadline: "2026-11-24T12:00:00Z",
              ann.MARKED_AT: "2026-11-23T12:00:00Z", key: value}
     mark = ann.read_mark(notes)
     assert mark is not None and f"{key}={value!r}" in mark.problems

@@ -169,7 +169,7 @@ def test_keep_until_set_before_the_mark_sets_the_first_warnings_deadline() -> No
     for keep, expected in ((NOW + 3 * DAY, NOW + 3 * DAY), (NOW + 30 * DAY, NOW + 7 * DAY), (NOW + 2 * H, NOW + DAY)):
         change = one(job({a.KEEP_UNTIL: t(keep)}), pol=pol)
         assert change.step is Step.MARK and change.notice is not None
-        assert change.notice.deadline == expected and change.annotations[a.EXPIRES] == t(expected), t(keep)
+        assert change.notice.deadline == expected and change.annotations[a.DEADLINE] == t(expected), t(keep)
 
 
 # -- metrics that tell the truth --------------------------------------------------------------------------

@@ -82,7 +82,7 @@ def steps(decided: CyclePlan) -> dict[str, Step]:
 
 def marked(uid: str, *, action: str, deadline: datetime.datetime) -> dict[str, str]:
     at = NOW - 30 * H
-    return {a.POLICY: "idle-gpu", a.EXPIRES: a.format_expires(deadline), a.MARKED_AT: a.format_expires(at),
+    return {a.POLICY: "idle-gpu", a.DEADLINE: a.format_expires(deadline), a.MARKED_AT: a.format_expires(at),
             a.REASON: "idle", a.MARKED_UID: uid, a.WARNED_AT: a.format_expires(at),
             a.WARNED_VIA: f"owner D0ALICE/{at.timestamp():.6f}", a.WARNED_OF: f"{action} {a.format_expires(deadline)}"}
 
@@ -110,7 +110,7 @@ def test_a_cronjobs_keep_until_keeps_its_jobs() -> None:
     job = view("Job", "nightly-2901", owner=cron)
     decided = decide([cron, job], [pod("nightly-2901-x", job)], policy(warn_before=DAY, max_extension=7 * DAY))
     [mark] = [c for c in decided.changes if c.step is Step.MARK]
-    assert mark.annotations[a.EXPIRES] == a.format_expires(NOW + 3 * DAY)
+    assert mark.annotations[a.DEADLINE] == a.format_expires(NOW + 3 * DAY)
     due = view("Job", "nightly-2901", marked("uid-nightly-2901", action="delete", deadline=NOW - H), owner=cron)
     decided = decide([cron, due], [pod("nightly-2901-x", due)], policy(warn_before=DAY, max_extension=7 * DAY))
     assert not [x for x in decided.actions if x.rule == "lifecycle"], steps(decided)

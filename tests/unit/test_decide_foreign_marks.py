@@ -109,18 +109,18 @@ def test_the_warning_of_a_mark_without_a_trusted_cap_offers_no_keep() -> None:
 
 def test_a_forward_dated_expires_on_a_mark_never_moves_its_deadline() -> None:
     pol = policy(remind_every=0 * H)
-    notes = marked(ago(hours=30), ago(hours=6), ago(hours=30)) | {a.EXPIRES: "2099-01-01"}
+    notes = marked(ago(hours=30), ago(hours=6), ago(hours=30)) | {a.DEADLINE: "2099-01-01"}
     assert one(job(notes), pol=pol).step is Step.WAIT  # read as the janitor's, 2099 would hold (the defect)
-    change = one(written_by_others(job(notes), a.EXPIRES), pol=pol)
+    change = one(written_by_others(job(notes), a.DEADLINE), pol=pol)
     assert change.step is Step.EXTEND and change.action is None
-    assert change.annotations[a.EXPIRES] == t(ago(hours=6)) and change.deadline == ago(hours=6)
-    restored = job(notes | {a.EXPIRES: t(ago(hours=6))})
+    assert change.annotations[a.DEADLINE] == t(ago(hours=6)) and change.deadline == ago(hours=6)
+    restored = job(notes | {a.DEADLINE: t(ago(hours=6))})
     assert one(restored, pol=pol).step is Step.ACT
 
 
 def test_an_expires_someone_else_wrote_before_the_warning_is_not_what_the_warning_names() -> None:
     pol = policy(warn_before=DAY)
-    change = one(written_by_others(job(marked(ago(hours=1), NOW + 90 * DAY)), a.EXPIRES), pol=pol)
+    change = one(written_by_others(job(marked(ago(hours=1), NOW + 90 * DAY)), a.DEADLINE), pol=pol)
     assert change.step is Step.NOTIFY and change.deadline == NOW + DAY
     intent = Intent.parse(str(change.annotations[a.NOTICE]))
     assert intent is not None and intent.warns_of == WarnedOf("delete", NOW + DAY)
@@ -230,8 +230,8 @@ def test_precedence_row_6c_through_the_whole_plan() -> None:
                               {NS: NamespaceView(NS, {}, {a.OWNER: "alice@lab.example"})}, evidence=_idle_gpus(pods))
     decided = plan(observation, [policy(action=Action.SCALE_TO_ZERO)], SafetyLedger(), NOW)
     assert [(x.target.name, x.type) for x in decided.actions] == [("nb", ActionType.SCALE_TO_ZERO)]
-    assert {f.word for f in decided.findings if f.trigger is TriggerKind.EXPIRY and f.subject == deployment.ref} \
-        == {"skip"}  # the plain path never acts on the mark's janitor/expires
+    assert not [f for f in decided.findings if f.trigger is TriggerKind.EXPIRY and f.subject == deployment.ref]
+    # The mark's deadline is janitor/deadline: nothing for the plain path (or kube-janitor) to read.
 
 
 def test_a_bare_pods_forward_dated_marked_at_does_not_move_the_cap() -> None:

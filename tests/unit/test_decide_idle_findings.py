@@ -114,7 +114,7 @@ def idle_findings(decided: CyclePlan) -> list[Finding]:
 def marked(uid: str, policy: str) -> dict[str, str]:
     """A whole, unwarned mark of `policy` on the object with this uid."""
     return {ann.POLICY: policy, ann.MARKED_UID: uid, ann.MARKED_AT: ann.format_deadline(NOW - 3 * H),
-            ann.EXPIRES: ann.format_deadline(NOW + 21 * H), ann.REASON: "idle"}
+            ann.DEADLINE: ann.format_deadline(NOW + 21 * H), ann.REASON: "idle"}
 
 
 # -- attribution and reclaim ------------------------------------------------------------------------

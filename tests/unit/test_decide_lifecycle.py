@@ -123,7 +123,7 @@ def marked(marked_at: datetime.datetime, deadline: datetime.datetime, warned_at:
            *, uid: str = "uid-train", via: str = "owner D0ALICE/{}", action: str = "delete",
            warned_deadline: datetime.datetime | None = None) -> dict[str, str]:
     """The annotations the janitor writes when it marks object `uid` and its warning is delivered."""
-    notes = {a.POLICY: "idle-gpu", a.EXPIRES: t(deadline), a.MARKED_AT: t(marked_at), a.REASON: "idle",
+    notes = {a.POLICY: "idle-gpu", a.DEADLINE: t(deadline), a.MARKED_AT: t(marked_at), a.REASON: "idle",
              a.MARKED_UID: uid}
     if warned_at is not None:
         notes |= {a.WARNED_AT: t(warned_at), a.WARNED_VIA: via.format(f"{warned_at.timestamp():.6f}"),
@@ -169,7 +169,7 @@ def applied(view: ObjectView, patch: Mapping[str, str | None]) -> ObjectView:
 def test_idle_workload_is_marked_with_a_warning_intent_in_the_same_write() -> None:
     change = one(job(), pol=policy(warn_before=DAY))
     assert change.step is Step.MARK
-    assert change.annotations[a.EXPIRES] == t(NOW + DAY)
+    assert change.annotations[a.DEADLINE] == t(NOW + DAY)
     assert change.annotations[a.POLICY] == "idle-gpu" and "GPU 0 peak 0" in str(change.annotations[a.REASON])
     assert change.annotations[a.MARKED_AT] == t(NOW) and change.annotations[a.MARKED_UID] == "uid-train"
     intent = Intent.parse(str(change.annotations[a.NOTICE]))
@@ -212,7 +212,7 @@ def test_busy_again_is_unmarked_and_the_owner_told() -> None:
     view = job(marked(ago(hours=2), NOW + H, ago(hours=2)) | {a.KEEP_UNTIL: "2030-01-01"})
     change = one(view, State.CLEAR)
     assert change.step is Step.UNMARK and change.why.code is Code.IN_USE
-    assert set(change.annotations) == {a.POLICY, a.EXPIRES, a.MARKED_AT, a.REASON, a.MARKED_UID, a.WARNED_AT,
+    assert set(change.annotations) == {a.POLICY, a.DEADLINE, a.MARKED_AT, a.REASON, a.MARKED_UID, a.WARNED_AT,
                                        a.WARNED_VIA, a.WARNED_OF}
     assert all(v is None for v in change.annotations.values())  # keep-until is the owner's: untouched
     assert change.notice is not None and change.notice.kind is NoticeKind.CANCELLED and change.notice.owner == ALICE
@@ -299,7 +299,7 @@ def test_a_changed_action_is_warned_of_again_before_acting() -> None:
 def test_late_delivery_moves_the_deadline_and_writes_it_back() -> None:
     # Marked 30 h ago with a 24 h notice, but Slack delivered the warning only 2 h ago.
     change = one(job(marked(ago(hours=30), ago(hours=6), ago(hours=2))), pol=policy(warn_before=DAY))
-    assert change.step is Step.EXTEND and change.annotations == {a.EXPIRES: t(ago(hours=2) + DAY)}
+    assert change.step is Step.EXTEND and change.annotations == {a.DEADLINE: t(ago(hours=2) + DAY)}
     assert change.action is None
     settled = one(job(marked(ago(hours=30), ago(hours=2) + DAY, ago(hours=2), warned_deadline=ago(hours=6))),
                   pol=policy(warn_before=DAY))
@@ -310,7 +310,7 @@ def test_an_earlier_janitor_expires_never_undercuts_the_deadline_the_warning_nam
     """Someone edited janitor/expires to a past time: the owner was told NOW + 5 h, so that holds."""
     notes = marked(ago(hours=30), ago(hours=1), ago(hours=30), warned_deadline=NOW + 5 * H)
     change = one(job(notes), pol=policy(warn_before=DAY))
-    assert change.step is Step.EXTEND and change.annotations == {a.EXPIRES: t(NOW + 5 * H)} and change.action is None
+    assert change.step is Step.EXTEND and change.annotations == {a.DEADLINE: t(NOW + 5 * H)} and change.action is None
 
 
 def test_delivery_record_sets_the_deadline_in_force() -> None:
@@ -318,7 +318,7 @@ def test_delivery_record_sets_the_deadline_in_force() -> None:
     late = Delivery("D0ALICE", f"{(NOW + 3 * H).timestamp():.6f}")
     record = delivered(change, late, policy(warn_before=H))
     assert record == {a.NOTICE: None, a.WARNED_AT: t(NOW + 3 * H), a.WARNED_VIA: str(late),
-                      a.WARNED_OF: f"delete {t(NOW + 4 * H)}", a.WARNED_TO: ALICE.key, a.EXPIRES: t(NOW + 4 * H),
+                      a.WARNED_OF: f"delete {t(NOW + 4 * H)}", a.WARNED_TO: ALICE.key, a.DEADLINE: t(NOW + 4 * H),
                       a.WHY: why_note(change.annotations).with_changes(deadline=NOW + 4 * H).encode()}
     after = applied(applied(job(), change.annotations), record)
     mark = a.read_mark(after.annotations)
@@ -346,9 +346,9 @@ def test_keep_until_delays_but_not_past_the_cap(keep: datetime.datetime | str, e
     keep_until = keep if isinstance(keep, str) else t(keep)
     notes = marked(ago(hours=30), ago(hours=6), ago(hours=30)) | {a.KEEP_UNTIL: keep_until}
     change = one(job(notes), pol=pol)
-    assert change.step is Step.EXTEND and change.annotations == {a.EXPIRES: t(expected)}
+    assert change.step is Step.EXTEND and change.annotations == {a.DEADLINE: t(expected)}
     # Once written, it waits until then and acts after.
-    notes[a.EXPIRES] = t(expected)
+    notes[a.DEADLINE] = t(expected)
     assert one(job(notes), pol=pol).step is Step.WAIT
     assert one(job(notes), pol=pol, now=expected).step is Step.ACT
 
@@ -378,11 +378,11 @@ def test_friday_evening_warning_is_not_acted_on_over_the_weekend() -> None:
     view = job(marked(friday, friday + H, friday))
     saturday = friday + 20 * H
     [change] = cycle([view], [finding(view, pol=pol)], [pol], now=saturday)
-    assert change.step is Step.EXTEND and change.annotations == {a.EXPIRES: "2026-11-30T12:00:00Z"}  # Mon 13:00
+    assert change.step is Step.EXTEND and change.annotations == {a.DEADLINE: "2026-11-30T12:00:00Z"}  # Mon 13:00
     # A namespace in New York counts its own working day: Friday 13:00 there, 4 h later is 17:00.
     ny = NamespaceView(NS, annotations={a.TIME_ZONE: "America/New_York"})
     [change] = cycle([view], [finding(view, pol=pol)], [pol], now=saturday, namespace=ny)
-    assert change.step is Step.EXTEND and change.annotations == {a.EXPIRES: "2026-11-27T22:00:00Z"}
+    assert change.step is Step.EXTEND and change.annotations == {a.DEADLINE: "2026-11-27T22:00:00Z"}
     assert change.time_zone == "America/New_York"
 
 
@@ -444,7 +444,7 @@ def test_marks_nobody_enforces_are_removed() -> None:
 
 
 @pytest.mark.parametrize(("broken", "problem"), [
-    pytest.param({a.EXPIRES: "soon"}, "janitor/expires='soon'", id="expires-does-not-parse"),
+    pytest.param({a.DEADLINE: "soon"}, "janitor/deadline='soon'", id="expires-does-not-parse"),
     pytest.param({a.MARKED_UID: ""}, "janitor/marked-uid missing", id="no-marked-uid"),
     pytest.param({a.WARNED_VIA: "somewhere"}, "janitor/warned-via='somewhere'", id="warned-via-does-not-parse"),
     pytest.param({a.NOTICE: "warning"}, "janitor/notice='warning'", id="intent-does-not-parse"),
@@ -604,7 +604,7 @@ def why_note(notes: Mapping[str, str | None]) -> WhyNote:
 
 def test_a_mark_carries_its_reason_as_data_in_the_same_write() -> None:
     change = one(job(), pol=policy(warn_before=DAY, max_extension=3 * DAY))
-    assert set(change.annotations) == {a.EXPIRES, a.POLICY, a.REASON, a.WHY, a.MARKED_AT, a.MARKED_UID, a.NOTICE}
+    assert set(change.annotations) == {a.DEADLINE, a.POLICY, a.REASON, a.WHY, a.MARKED_AT, a.MARKED_UID, a.NOTICE}
     assert why_note(change.annotations) == WhyNote(
         policy="idle-gpu", trigger="idleGpu", action="delete", code="gpu-idle", words=plain(REASONS[State.FIRES]),
         facts={"window": "2h", "threshold": 5.0, "signal": "DCGM_FI_DEV_GPU_UTIL", "gpus": 1},
@@ -650,10 +650,10 @@ def test_the_reason_as_data_follows_the_deadline_when_it_moves() -> None:
     # Warned only 2 h later: the deadline in force is delivery + grace, and the note says so.
     notes = marked(NOW, NOW + DAY, NOW + 2 * H) | {a.WHY: str(first.annotations[a.WHY])}
     change = one(job(notes), pol=pol, now=NOW + 2 * H)
-    assert change.step is Step.EXTEND and change.annotations[a.EXPIRES] == t(NOW + 2 * H + DAY)
+    assert change.step is Step.EXTEND and change.annotations[a.DEADLINE] == t(NOW + 2 * H + DAY)
     assert why_note(change.annotations) == note.with_changes(deadline=NOW + 2 * H + DAY)
     # Kept until later (within the cap): the same.
-    kept = notes | {a.EXPIRES: t(NOW + 2 * H + DAY), a.KEEP_UNTIL: t(NOW + 3 * DAY)}
+    kept = notes | {a.DEADLINE: t(NOW + 2 * H + DAY), a.KEEP_UNTIL: t(NOW + 3 * DAY)}
     change = one(job(kept), pol=pol, now=NOW + 3 * H)
     assert change.step is Step.EXTEND and why_note(change.annotations).deadline == NOW + 3 * DAY
     # A mark written before the key existed gets none: it is never invented from the words.

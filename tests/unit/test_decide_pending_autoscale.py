@@ -226,7 +226,7 @@ def test_a_scale_up_triggered_since_the_cycles_read_stops_the_action() -> None:
     """Marked never fitting on the autoscaler's word, warned, due; then the autoscaler triggers a
     scale-up (an admin fixed the node group): the re-check right before acting finds it waiting."""
     warned, deadline = NOW - 2 * H, NOW - H
-    notes = {a.POLICY: "stuck", a.EXPIRES: a.format_expires(deadline), a.MARKED_AT: a.format_expires(warned),
+    notes = {a.POLICY: "stuck", a.DEADLINE: a.format_expires(deadline), a.MARKED_AT: a.format_expires(warned),
              a.REASON: "stuck", a.MARKED_UID: "uid-train", a.WARNED_AT: a.format_expires(warned),
              a.WARNED_VIA: f"owner D0ALICE/{warned.timestamp():.6f}",
              a.WARNED_OF: f"delete {a.format_expires(deadline)}", "janitor/owner": "alice@lab.example"}

@@ -39,7 +39,7 @@ KEEP = a.format_expires(NOW + 5 * H)
 
 def mark(uid: str) -> dict[str, str]:
     warned = ago(hours=30)
-    return {a.EXPIRES: a.format_expires(ago(hours=6)), a.POLICY: "idle-gpu", a.MARKED_AT: a.format_expires(warned),
+    return {a.DEADLINE: a.format_expires(ago(hours=6)), a.POLICY: "idle-gpu", a.MARKED_AT: a.format_expires(warned),
             a.MARKED_UID: uid, a.REASON: "idle", a.WARNED_AT: a.format_expires(warned),
             a.WARNED_VIA: f"owner D0ALICE/{warned.timestamp():.6f}",
             a.WARNED_OF: f"delete {a.format_expires(ago(hours=6))}"}
@@ -56,11 +56,16 @@ ROWS = [
     ("4-ttl-forever", "ml", {a.TTL: "forever"}, {}, True, True, "keep", Step.MARK),
     ("5-user-expires-passed", "ml", {a.EXPIRES: "2026-01-01"}, {}, True, True, "delete", Step.WAIT),
     ("5-user-ttl-passed", "ml", {a.TTL: "1h"}, {}, True, True, "delete", Step.MARK),
-    ("6-janitor-mark-due", "ml", mark(UID), {}, True, True, "skip", Step.ACT),
-    ("6-partial-mark", "ml", {k: v for k, v in mark(UID).items() if k != a.POLICY}, {}, True, True, "skip",
+    ("6-janitor-mark-due", "ml", mark(UID), {}, True, True, None, Step.ACT),
+    # An older mark's deadline is its janitor/expires: never the plain path's; moved to janitor/deadline first.
+    ("6-older-mark-due", "ml", {(a.EXPIRES if k == a.DEADLINE else k): v for k, v in mark(UID).items()}, {}, True,
+     True, "skip", Step.EXTEND),
+    # A janitor/expires beside a mark waits while the mark is there: the lifecycle decides.
+    ("6-user-expires-beside-mark", "ml", mark(UID) | {a.EXPIRES: "2026-01-01"}, {}, True, True, "skip", Step.ACT),
+    ("6-partial-mark", "ml", {k: v for k, v in mark(UID).items() if k != a.POLICY}, {}, True, True, None,
      Step.UNMARK),
-    ("6-copied-mark", "ml", mark(str(uuid.uuid4())), {}, True, True, "skip", Step.DROP_COPY),
-    ("7-keep-until", "ml", mark(UID) | {a.KEEP_UNTIL: KEEP}, {}, True, True, "skip", Step.EXTEND),
+    ("6-copied-mark", "ml", mark(str(uuid.uuid4())), {}, True, True, None, Step.DROP_COPY),
+    ("7-keep-until", "ml", mark(UID) | {a.KEEP_UNTIL: KEEP}, {}, True, True, None, Step.EXTEND),
     ("8-nothing", "ml", {}, {}, True, True, None, Step.MARK),
 ]
 

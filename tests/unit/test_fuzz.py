@@ -188,7 +188,8 @@ values = st.one_of(any_text, near_ttls, near_times, near_zones, deliveries, warn
 # The strategy of each key people (or a damaged janitor) may write on an object.
 BY_KEY: Mapping[str, st.SearchStrategy[str]] = {
     ann.TTL: near_ttls | any_text, ann.EXPIRES: near_times | any_text, ann.KEEP_UNTIL: near_times | any_text,
-    ann.MARKED_AT: near_times, ann.WARNED_AT: near_times, ann.REMINDED_AT: near_times,
+    ann.DEADLINE: near_times | any_text, ann.MARKED_AT: near_times, ann.WARNED_AT: near_times,
+    ann.REMINDED_AT: near_times,
     ann.WARNED_VIA: deliveries, ann.WARNED_OF: warned_ofs, ann.NOTICE: intents,
     ann.OPT_OUT: st.sampled_from(["true", " TRUE ", "false", "yes", ""]) | any_text,
     ann.POLICY: st.sampled_from(["p0", "p1", "retired", ""]), ann.MARKED_UID: st.sampled_from(["", "someone-else"]),
@@ -481,7 +482,7 @@ def test_from_paths_on_raw_bytes(policy_file: Path, contents: list[bytes]) -> No
 # -- (c) plan() on fuzzed clusters ---------------------------------------------------------------------------
 
 OBJECT_KEYS = sorted(BY_KEY)
-MARK_KEYS = [ann.EXPIRES, ann.MARKED_AT, ann.WARNED_AT, ann.REMINDED_AT, ann.WARNED_VIA, ann.WARNED_OF, ann.NOTICE,
+MARK_KEYS = [ann.DEADLINE, ann.MARKED_AT, ann.WARNED_AT, ann.REMINDED_AT, ann.WARNED_VIA, ann.WARNED_OF, ann.NOTICE,
              ann.KEEP_UNTIL]
 NAMESPACE_KEYS = [ann.TIME_ZONE, ann.OPT_OUT, ann.TTL]
 PLAN_VALUES = {**BY_KEY, ann.TIME_ZONE: near_zones | any_text}
@@ -497,8 +498,10 @@ def fuzzed(draw: st.DrawFn) -> tuple[Case, datetime.datetime, int]:
     written = 0
     for _ in range(draw(st.integers(1, 4))):
         if marked and draw(st.integers(0, 2)):  # a mark otherwise whole, one value of it fuzzed
-            key = draw(st.sampled_from(MARK_KEYS))
-            draw(st.sampled_from(marked)).annotations[key] = draw(PLAN_VALUES[key])
+            key, target = draw(st.sampled_from(MARK_KEYS)), draw(st.sampled_from(marked))
+            if key == ann.DEADLINE and key not in target.annotations:
+                key = ann.EXPIRES  # an older mark's deadline
+            target.annotations[key] = draw(PLAN_VALUES[key])
         elif things and draw(st.integers(0, 4)):
             key = draw(st.sampled_from(OBJECT_KEYS))
             draw(st.sampled_from(things)).annotations[key] = draw(PLAN_VALUES[key])
@@ -582,7 +585,7 @@ def marked_job_observation(notes: Mapping[str, str] = {}, namespace: Mapping[str
                            lifecycle: Lifecycle = Lifecycle()) -> tuple[Observation, Policy]:
     """What `_marked_job` plans on: the observation, and its one enforcing idle-GPU policy."""
     warned = ago(hours=30)
-    mark = {ann.POLICY: "idle-gpu", ann.EXPIRES: ago(hours=6).strftime(STAMP), ann.MARKED_AT: warned.strftime(STAMP),
+    mark = {ann.POLICY: "idle-gpu", ann.DEADLINE: ago(hours=6).strftime(STAMP), ann.MARKED_AT: warned.strftime(STAMP),
             ann.REASON: "idle", ann.MARKED_UID: "uid-train", ann.WARNED_AT: warned.strftime(STAMP),
             ann.WARNED_VIA: f"owner D0ALICE/{warned.timestamp():.6f}",
             ann.WARNED_OF: f"delete {ago(hours=6).strftime(STAMP)}"}
@@ -621,9 +624,9 @@ WEST = Lifecycle(working_hours=WorkingHours("America/New_York", grace=4 * H))
     (ann.MARKED_AT, "9999-12-31T23:59:59Z", Lifecycle()), (ann.WARNED_AT, "9999-12-31T23:59:59Z", Lifecycle()),
     (ann.WARNED_AT, "9999-12-31T00:00:00Z", WEST), (ann.WARNED_AT, "0001-01-01T00:00:00Z", WEST),
     (ann.WARNED_VIA, "owner D0ALICE/253402300799", Lifecycle()), (ann.WARNED_OF, "delete 9999-12-31T23:59:59Z", WEST),
-    (ann.REMINDED_AT, "9999-12-31", Lifecycle()), (ann.EXPIRES, "9999-12-31T23:59:59Z", Lifecycle()),
+    (ann.REMINDED_AT, "9999-12-31", Lifecycle()), (ann.DEADLINE, "9999-12-31T23:59:59Z", Lifecycle()),
 ], ids=["marked-at-9999", "warned-at-9999", "warned-at-9999-working-hours", "warned-at-0001-west-of-utc",
-        "slack-ts-9999", "warned-of-9999", "reminded-at-9999", "expires-9999"])
+        "slack-ts-9999", "warned-of-9999", "reminded-at-9999", "deadline-9999"])
 def test_plan_removes_a_mark_with_a_time_past_the_bounds(key: str, value: str, lifecycle: Lifecycle) -> None:
     [change] = _marked_job({key: value}, lifecycle=lifecycle).changes
     assert (change.step, change.why.code) == (Step.UNMARK, Code.MARK_BROKEN)

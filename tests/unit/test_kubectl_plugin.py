@@ -60,7 +60,7 @@ def marked_job(*, marked: datetime.datetime = NOW - 3 * H, deadline: datetime.da
                warned: datetime.datetime | None = NOW - 3 * H, why: bool = True, name: str = "train",
                uid: str | None = None, **extra: str) -> ObjectView:
     """A Job as the lifecycle leaves it: marked, and (unless `warned` is None) its warning delivered."""
-    notes = {a.EXPIRES: t(deadline), a.POLICY: "idle-gpu", a.REASON: "idle: GPU 0 peak 0 (DCGM_FI_DEV_GPU_UTIL <= 5)",
+    notes = {a.DEADLINE: t(deadline), a.POLICY: "idle-gpu", a.REASON: "idle: GPU 0 peak 0 (DCGM_FI_DEV_GPU_UTIL <= 5)",
              a.MARKED_AT: t(marked), a.MARKED_UID: uid or f"uid-{name}"}
     if why:
         notes[a.WHY] = note(marked, deadline)
@@ -372,8 +372,8 @@ def test_keep_on_a_mark_whose_marked_at_someone_else_wrote_is_refused_saying_why
 
 def test_a_why_note_or_deadline_someone_else_wrote_shows_nothing_of_theirs() -> None:
     forged = note(NOW - 3 * H, NOW + 90 * DAY, cap=365 * DAY)
-    view = written_by_others(marked_job(warned=None, **{a.WHY: forged, a.EXPIRES: t(NOW + 90 * DAY)}), a.WHY,
-                             a.EXPIRES)
+    view = written_by_others(marked_job(warned=None, **{a.WHY: forged, a.DEADLINE: t(NOW + 90 * DAY)}), a.WHY,
+                             a.DEADLINE)
     entry = read(view)
     assert entry.standing is Standing.MARKED and entry.deadline is None and entry.keep_cap is None
     assert not entry.cap_known and entry.words.startswith("idle: GPU 0 peak 0")  # janitor/reason, as written

@@ -126,8 +126,8 @@ def decide(objects: Sequence[ObjectView], pods: Sequence[PodView], policies: Seq
         acted={names[x.target.uid]: (str(x.type), x.policy) for x in decided.actions if x.rule == "lifecycle"},
         deleted=frozenset(names[x.target.uid] for x in decided.actions
                           if x.type is ActionType.DELETE and x.rule != "lifecycle"),
-        deadlines={c.workload.name: str(c.annotations[a.EXPIRES]) for c in changes
-                   if c.annotations.get(a.EXPIRES) is not None},
+        deadlines={c.workload.name: str(c.annotations[a.DEADLINE]) for c in changes
+                   if c.annotations.get(a.DEADLINE) is not None},
         actions=tuple(decided.actions),
     )
 
@@ -137,7 +137,7 @@ def mark(target: ObjectView | str, *, policy: str, marked_at: datetime.datetime,
          warned_deadline: datetime.datetime | None = None) -> dict[str, str]:
     """The annotations the janitor writes when it marks `target` and its warning is delivered."""
     uid = target if isinstance(target, str) else target.ref.uid
-    notes = {a.POLICY: policy, a.EXPIRES: t(deadline), a.MARKED_AT: t(marked_at), a.REASON: "idle",
+    notes = {a.POLICY: policy, a.DEADLINE: t(deadline), a.MARKED_AT: t(marked_at), a.REASON: "idle",
              a.MARKED_UID: uid}
     if warned_at is not None:
         notes |= {a.WARNED_AT: t(warned_at), a.WARNED_VIA: f"owner D0ALICE/{warned_at.timestamp():.6f}",

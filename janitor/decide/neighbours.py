@@ -1,0 +1,41 @@
+"""Other cleaners running beside the janitor, found in what a cycle read.
+
+kube-janitor (hjacobs/kube-janitor and its forks) deletes whatever carries a `janitor/ttl` or
+`janitor/expires` that has passed, with no policy, warning, keep-until or re-check. During a
+migration it runs beside the janitor: the janitor's marks keep their deadline in `janitor/deadline`
+so it never reads one as a delete order, but the users' own annotations are its to act on, and an
+admin should know both run (`/readyz`, the admin report, `janitor_kube_janitor_beside`).
+It is recognised the way its own manifests deploy it: a Deployment (or its pod) named
+`kube-janitor`, or labelled so under `application`, `app` or `app.kubernetes.io/name`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from janitor.decide.model import ObjectRef, ObjectView, PodView
+
+KUBE_JANITOR = "kube-janitor"
+NAME_LABELS = ("application", "app", "app.kubernetes.io/name")
+
+
+def _named(name: str, labels: Mapping[str, str]) -> bool:
+    return name == KUBE_JANITOR or any(labels.get(key) == KUBE_JANITOR for key in NAME_LABELS)
+
+
+def kube_janitors(objects: Sequence[ObjectView], pods: Sequence[PodView]) -> tuple[ObjectRef, ...]:
+    """Where kube-janitor runs: its Deployments, or its running pods where their Deployment was not
+    read (Deployments are not among the kinds read), sorted."""
+    found = {o.ref for o in objects if o.ref.kind == "Deployment" and not o.deleting and _named(o.ref.name, o.labels)}
+    if not found:
+        found = {p.ref for p in pods if p.phase == "Running" and not p.deleting
+                 and _named(p.ref.name.rsplit("-", 2)[0], p.labels)}
+    return tuple(sorted(found, key=str))
+
+
+def beside_line(refs: Sequence[ObjectRef]) -> str:
+    """One sentence for `/readyz`, the log and the admin report."""
+    where = ", ".join(f"{r.kind} {r.namespace}/{r.name}" for r in refs)
+    return (f"kube-janitor runs beside the janitor ({where}): it deletes whatever janitor/ttl or janitor/expires "
+            "has passed, with no policy, warning or keep-until; the janitor's marks keep their deadline in "
+            "janitor/deadline, which it does not read. See docs/admin-guide.md, \"Beside kube-janitor\"")
