@@ -93,6 +93,10 @@ WARNED_TO = "janitor/warned-to"  # who the delivered warning was for, "<kind>:<v
 # owners, by the "Release now" button (`Release`): the owner is done with the workload; the lifecycle acts on
 # that mark at once, through the rails, without further notice, for the action and the warning it answered
 RELEASE = "janitor/release"
+# After a reclaim other than delete: the janitor checks on its next cycle that it held (GitOps and
+# autoscalers restore what they own) before it says "done"; one that did not is recorded, and told.
+RECLAIMED = "janitor/reclaimed"  # "<action> <UTC time> <policy> [<replicas>]": written with the action, until checked
+UNDONE = "janitor/undone"  # "<action> <UTC time> <policy> <times> <by>": restored; not marked again (see Undone)
 REPORTED = "janitor/reported"  # the janitor: the mistakes on this object it already reported (one Event each)
 ACKNOWLEDGE_TRIPWIRE = "janitor/acknowledge-tripwire"  # admins, on the state ConfigMap: resume deletions
 NOTEBOOK_STOPPED = "kubeflow-resource-stopped"  # Kubeflow: the Notebook is stopped (the `stop` action sets it)
@@ -271,7 +275,8 @@ class NoticeKind(enum.StrEnum):
     WARNING = "warning"  # marked: it will be reclaimed at the deadline unless used or kept
     REMINDER = "reminder"  # still idle, the deadline is near
     CANCELLED = "cancelled"  # in use again (or no longer covered): the mark is gone
-    DONE = "done"  # the action was taken
+    DONE = "done"  # the action was taken (and, other than a delete, held until the next cycle)
+    UNDONE = "undone"  # the action was taken, and another controller (or someone) undid it
 
 
 def _time_of_ts(ts: str) -> _dt.datetime | None:
@@ -336,6 +341,56 @@ class WarnedOf:
 
 
 _VOLUMES = "volumes"
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaimed:
+    """A reclaim other than delete, recorded with it: what the next cycle checks held."""
+
+    action: str  # suspend | scale-to-zero | stop
+    at: _dt.datetime
+    policy: str
+    replicas: int | None = None  # a scale-to-zero's replicas before it, for the command that resumes it
+
+    def __str__(self) -> str:
+        replicas = "" if self.replicas is None else f" {self.replicas}"
+        return f"{self.action} {format_deadline(self.at)} {self.policy}{replicas}"
+
+    @classmethod
+    def parse(cls, text: str) -> Reclaimed | None:
+        parts = text.split()
+        if len(parts) not in (3, 4) or (len(parts) == 4 and not (parts[3].isascii() and parts[3].isdigit())):
+            return None
+        try:
+            return cls(parts[0], parse_expires(parts[1]), parts[2], int(parts[3]) if len(parts) == 4 else None)
+        except ValueError:
+            return None
+
+
+@dataclass(frozen=True, slots=True)
+class Undone:
+    """A reclaim that did not hold: who restored it (a field manager, "" when the apiserver names
+    none), and how many times in a row; while it names a policy, that policy does not mark the
+    workload again where a controller restored it, or where it was undone twice."""
+
+    action: str
+    at: _dt.datetime  # when the janitor found it undone
+    policy: str
+    times: int = 1
+    by: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.action} {format_deadline(self.at)} {self.policy} {self.times} {self.by}".rstrip()
+
+    @classmethod
+    def parse(cls, text: str) -> Undone | None:
+        parts = text.split(" ", 4)
+        if len(parts) < 4 or not parts[3].isascii() or not parts[3].isdigit():
+            return None
+        try:
+            return cls(parts[0], parse_expires(parts[1]), parts[2], int(parts[3]), parts[4] if len(parts) == 5 else "")
+        except ValueError:
+            return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -226,6 +226,7 @@ def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: boo
     body = _RECLAIM_PATCHES[action.type]()
     notes = dict((body.get("metadata") or {}).get("annotations") or {})
     notes |= {key: None for key in ann.MARK_KEYS}
+    notes |= action.record  # janitor/reclaimed: the next cycle checks that it held (decide.held)
     body = guarded(body | {"metadata": {"annotations": notes}}, action.target, action.resource_version)
     path = kubeapi.path(kind, action.target.namespace, action.target.name)
     _call(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, dry_run=True,

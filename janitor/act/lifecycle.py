@@ -24,7 +24,7 @@ from janitor import errors
 from janitor.act.notes import NoteBox, PendingNote
 from janitor.act.slack import Digest, Outbox, SendResult, SlackUnavailable
 from janitor.act.slack_messages import MessageContext, render_digest
-from janitor.annotations import Delivery
+from janitor.annotations import Delivery, NoticeKind
 from janitor.decide import consent, lifecycle
 from janitor.decide.lifecycle import Change, Step
 from janitor.decide.model import ObjectRef, ObjectView
@@ -33,7 +33,10 @@ from janitor.policy.model import Policy
 
 logger = logging.getLogger(__name__)
 
-EVENTS = {Step.MARK: "IdleMarked", Step.UNMARK: "IdleUnmarked", Step.EXTEND: "IdleDeadlineMoved"}
+EVENTS = {Step.MARK: "IdleMarked", Step.UNMARK: "IdleUnmarked", Step.EXTEND: "IdleDeadlineMoved",
+          Step.UNDONE: "ReclaimUndone"}
+KEPT = (Step.UNMARK, Step.UNDONE)  # steps whose note is kept in notes.json before their write
+WRITES = (Step.MARK, Step.UNMARK, Step.DROP_COPY, Step.EXTEND, Step.NOTIFY, Step.MOVE, Step.CHECK, Step.UNDONE)
 
 
 class Annotator(Protocol):
@@ -101,16 +104,20 @@ class LifecycleRun:
                 if again is None:
                     continue
                 change = again
-            if change.step in (Step.MARK, Step.UNMARK, Step.DROP_COPY, Step.EXTEND, Step.NOTIFY) and change.annotations:
+            if change.step in WRITES and change.annotations:
                 if not self._keep_note(change):
                     continue
                 if not self._write(change, event=EVENTS.get(change.step)):
-                    if change.step is Step.UNMARK and change.notice is not None and self.notes is not None:
+                    if change.step in KEPT and change.notice is not None and self.notes is not None:
                         self.notes.forget(change.workload, consent.intent_id(change.notice.owner, self.now))
                     continue
+                if change.step is Step.UNDONE and self.notes is not None:
+                    self.notes.drop_done(change.workload, "the reclaim did not hold: its owner hears that instead")
             if change.notice is not None and change.step is not Step.ACT:  # "done" only once it is done
                 to_send.append(change)
-        to_send.extend(c for c in done if c.notice is not None)
+        # A reclaim other than delete is announced once the next cycle saw it hold (decide.held): its
+        # note waits in notes.json until then.
+        to_send.extend(c for c in done if c.notice is not None and not (c.action and c.action.record))
         if to_send and self.messenger is None:
             logger.warning("%d lifecycle messages not sent: no Slack token configured (--slack-token); "
                            "nothing is reclaimed without a delivered warning", len(to_send))
@@ -123,7 +130,7 @@ class LifecycleRun:
     def _keep_note(self, change: Change) -> bool:
         """A "cancelled" note is kept before the unmark it announces (the mark, which would say who
         to tell, goes with it); False when it cannot be, and the unmark waits."""
-        if change.step is not Step.UNMARK or change.notice is None or self.notes is None:
+        if change.step not in KEPT or change.notice is None or self.notes is None:
             return True
         marked_at = self.seen.get(change.workload.uid, {}).get(ann.MARKED_AT, "")
         refused = self.notes.expect(change.notice, consent.intent_id(change.notice.owner, self.now), marked_at,
@@ -137,6 +144,8 @@ class LifecycleRun:
         assert self.messenger is not None and self.notes is not None
         outbox = Outbox(self.messenger)
         for note in notes:
+            if not self.notes.holds(note):  # dropped this cycle
+                continue
             try:
                 now = self.annotator.read(note.workload)
             except errors.KubeError as e:
@@ -145,6 +154,8 @@ class LifecycleRun:
             if now is not None and now.annotations.get(ann.MARKED_AT) == note.marked_at:
                 self.notes.drop(note, "the workload still carries the mark: the change never happened")
                 continue
+            if now is not None and note.kind == str(NoticeKind.DONE) and ann.RECLAIMED in now.annotations:
+                continue  # whether it held is checked first: "done" only for a change that held
             found = self._lookup(note.owner, note.intent, note.at)
             if isinstance(found, SlackUnavailable) or found is False:
                 continue

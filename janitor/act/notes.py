@@ -139,6 +139,14 @@ class NoteBox:
         """Slack has the digest `intent` with the notes of these workloads."""
         self._drop(lambda n: n.intent == intent and n.workload.uid in uids)
 
+    def holds(self, note: PendingNote) -> bool:
+        return note in self._notes
+
+    def drop_done(self, workload: ObjectRef, why: str) -> None:
+        """The "done" notes about `workload`: their change did not hold."""
+        for note in [n for n in self._notes if n.workload.uid == workload.uid and n.kind == "done"]:
+            self.drop(note, why)
+
     def drop(self, note: PendingNote, why: str) -> None:
         logger.info("note %s to %s about %s dropped: %s", note.kind, note.owner, note.workload, why)
         self._drop(lambda n: n == note)

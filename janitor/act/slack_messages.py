@@ -34,11 +34,13 @@ WHY_LIMIT, WHY_LIMIT_COMPACT, COMMAND_LIMIT, NAME_LIMIT = 1200, 200, 400, 300  #
 CLUSTER_LIMIT, CHANNEL_LIMIT, GUIDE_LIMIT = 60, 100, 1000  # the header keeps room; the footer stays < 3000
 
 UTC = datetime.timezone.utc
-ORDER = (NoticeKind.WARNING, NoticeKind.REMINDER, NoticeKind.DONE, NoticeKind.CANCELLED)
+ORDER = (NoticeKind.WARNING, NoticeKind.REMINDER, NoticeKind.DONE, NoticeKind.UNDONE, NoticeKind.CANCELLED)
 TITLE = {NoticeKind.WARNING: ":warning: *Warning:*", NoticeKind.REMINDER: ":alarm_clock: *Reminder:*",
-         NoticeKind.DONE: ":broom: *Done:*", NoticeKind.CANCELLED: ":white_check_mark: *Cancelled:*"}
+         NoticeKind.DONE: ":broom: *Done:*", NoticeKind.UNDONE: ":leftwards_arrow_with_hook: *Not held:*",
+         NoticeKind.CANCELLED: ":white_check_mark: *Cancelled:*"}
 NOUN = {NoticeKind.WARNING: ("warning", "warnings"), NoticeKind.REMINDER: ("reminder", "reminders"),
-        NoticeKind.DONE: ("done", "done"), NoticeKind.CANCELLED: ("cancelled", "cancelled")}
+        NoticeKind.DONE: ("done", "done"), NoticeKind.UNDONE: ("not held", "not held"),
+        NoticeKind.CANCELLED: ("cancelled", "cancelled")}
 DONE_TO = {"delete": "deleted", "suspend": "suspended", "scale-to-zero": "scaled to zero", "stop": "stopped",
            "report": "reported (this policy does nothing to it)"}
 
@@ -163,6 +165,11 @@ def summary(notices: Sequence[Notice], now: datetime.datetime, *, rich: bool = T
         gpus = sum(n.gpus for n in done)
         freed = f", freeing {_count(gpus, 'GPU')}" if gpus else ""
         parts.append(f"{_count(len(done), 'workload')} {'were' if len(done) > 1 else 'was'} {_verbs(done)}{freed}.")
+    undone = by[NoticeKind.UNDONE]
+    if undone:
+        many = len(undone) > 1
+        parts.append(f"{_count(len(undone), 'workload')} {'were' if many else 'was'} {_verbs(undone)} and "
+                     f"restored by another controller: the janitor does not try again for {'them' if many else 'it'}.")
     if cancelled:
         many = len(cancelled) > 1
         parts.append(f"{_count(len(cancelled), 'workload')} {'are' if many else 'is'} no longer marked: "
@@ -192,6 +199,10 @@ def notice_text(notice: Notice, now: datetime.datetime, *, compact: bool = False
     if notice.kind is NoticeKind.CANCELLED:
         then = f"it will not be {to}" if to else "nothing will happen to it"
         lines = [f"{title} is no longer marked ({policy}), so {then}. Nothing to do.", why]
+    elif notice.kind is NoticeKind.UNDONE:
+        lines = [f"{title} *{_ref(notice)}* was {to} ({policy}), and that did not hold.", why]
+        lines.append("Nothing was freed for long. To free its GPUs, change it where it is kept "
+                     "(the Git repository, or the autoscaler's minimum), or delete it yourself.")
     elif notice.kind is NoticeKind.DONE:
         lines = [f"{title} was *{to}* ({policy}){f', freeing {gpus}' if notice.gpus else ''}.", why]
         if notice.volumes:
@@ -204,6 +215,10 @@ def notice_text(notice: Notice, now: datetime.datetime, *, compact: bool = False
             lines.append(f"*When:* {_when(notice.deadline, now, rich=True)}")
         if notice.volumes:
             lines.append(f"*Volumes:* {escape(notice.volumes)}")
+        if notice.managed_by:
+            lines.append(f"*Managed by:* {escape(notice.managed_by)}, which would undo a reclaim, so the janitor "
+                         "only reports it; to free its GPUs, scale it down where "
+                         f"{escape(notice.managed_by)} takes it from")
         if notice.keep_command:
             lines.append(f"*To keep it:*\n{_code(notice.keep_command)}")
         if notice.resume_command and notice.action != "delete" and not compact:

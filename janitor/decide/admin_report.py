@@ -15,7 +15,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from janitor.annotations import ACKNOWLEDGE_TRIPWIRE
+from janitor.annotations import ACKNOWLEDGE_TRIPWIRE, Undone
 from janitor.decide.evidence import GhostGpu
 from janitor.decide.model import Finding, NodeInfo, ObjectRef, PodView, State, TriggerKind
 from janitor.decide.neighbours import beside_line
@@ -74,7 +74,7 @@ def _held(held: Sequence[Held], state: tuple[str, str]) -> tuple[list[str], list
 def admin_report(findings: Sequence[Finding], nodes: Sequence[NodeInfo], silent_gpu_pods: Sequence[PodView],
                  tripwire: str | None, ghost_gpus: Sequence[GhostGpu] = (), held: Sequence[Held] = (),
                  state: tuple[str, str] = ("kube-idle-janitor", "janitor-state"),
-                 beside: Sequence[ObjectRef] = ()) -> AdminReport:
+                 beside: Sequence[ObjectRef] = (), undone: Sequence[tuple[ObjectRef, Undone]] = ()) -> AdminReport:
     sections: list[tuple[str, tuple[str, ...]]] = []
     if beside:
         sections.append(("Other cleaners acting on the same objects", (beside_line(beside),)))
@@ -116,11 +116,17 @@ def admin_report(findings: Sequence[Finding], nodes: Sequence[NodeInfo], silent_
     silent = sorted(f"{p.ref.namespace}/{p.ref.name} on {p.node}" for p in silent_gpu_pods)
     if silent:
         sections.append(("GPU pods without GPU telemetry (never judged idle)", tuple(silent)))
+    if undone:
+        sections.append(("Reclaims another controller undid", tuple(
+            f"{ref}: its {u.action} by policy {u.policy} was undone by {u.by or 'someone the apiserver does not name'} "
+            f"(found {u.at:%Y-%m-%d %H:%M}Z, {u.times} time{'s' if u.times > 1 else ''}); change it where it is "
+            "kept (Git, the autoscaler's minimum), or give the policy lifecycle.reclaimManaged"
+            for ref, u in undone)))
     if tripwire:
         sections.append(("Tripwire", (tripwire,)))
     ids = ([f"stuck:{f.subject.uid}" for f in stuck] + [f"leftovers:{n.name}" for n in leftovers]
            + [f"blind:{name}" for name, _ in blind]
            + [f"never:{f.subject.uid}" for f in never] + [f"silent:{p}" for p in silent]
            + (["tripwire"] if tripwire else []) + [f"ghost:{g.node}/{g.gpu}" for g in ghost_gpus] + held_ids
-           + [f"beside:{r.uid}" for r in beside])
+           + [f"beside:{r.uid}" for r in beside] + [f"undone:{r.uid}:{u.times}" for r, u in undone])
     return AdminReport(tuple(sections), tuple(ids))

@@ -36,7 +36,7 @@ from enum import StrEnum
 
 from janitor import annotations as ann
 from janitor.annotations import Intent, Mark, NoticeKind, WarnedOf
-from janitor.decide import volumes, why_notes
+from janitor.decide import held, volumes, why_notes
 from janitor.decide.consent import intent_id, released_by, sent_to, warned_to
 from janitor.decide.deadlines import (
     earliest_after_delivery,
@@ -91,6 +91,9 @@ class Step(StrEnum):
     ACT = "act"
     WAIT = "wait"
     HELD = "held"  # a new mark over the caps: next cycle
+    MOVE = "move"  # an older mark's deadline, from janitor/expires to janitor/deadline (nothing else changes)
+    CHECK = "check"  # a reclaim held: its record goes, and its owner hears "done" (decide.held)
+    UNDONE = "undone"  # a reclaim did not hold: recorded, and its owner told
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +182,7 @@ class _Case:
     # The claim templates its action reaches: its own (a StatefulSet), or those of a StatefulSet below
     # it in its pods' chain (a custom resource or Notebook deleted or stopped takes its StatefulSet along).
     claims: ClaimTemplates | None = None
+    manager: str | None = None  # the tool that restores it ("Argo CD", "Flux", "KEDA"): decide.held
 
     @property
     def kept(self) -> Mapping[str, str]:
@@ -206,7 +210,8 @@ def _notice(kind: NoticeKind, finding: Finding, case: _Case, policy: Policy, now
                   finding.condition,
                   told, marked_at if warns else None, cap if warns else None,
                   volumes.fate(policy.lifecycle.action, case.claims),
-                  volumes.lost_under(policy.lifecycle.action, case.claims) is not None)
+                  volumes.lost_under(policy.lifecycle.action, case.claims) is not None,
+                  (case.manager or "") if policy.lifecycle.action is PolicyAction.REPORT else "")
 
 
 def _intent(kind: NoticeKind, owner: Owner, now: datetime.datetime, policy: Policy,
@@ -256,7 +261,9 @@ def _unsure(case: _Case, governing: Finding) -> Finding | None:
     return next((f for f in case.findings if f.trigger.reads_usage and f.state is not State.FIRES), None)
 
 
-def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetime, pace: _Pace) -> Change:
+def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetime, pace: _Pace,
+            configured: Policy | None = None) -> Change:
+    """`policy` as it applies to this workload (`held.effective`); `configured` as the admin wrote it."""
     view, mark = case.view, case.mark
     assert mark is not None
     ref, rv = view.ref, view.resource_version
@@ -317,7 +324,7 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
                      policy=policy.name, why=finding.reason)
         act = Action(ACTION_TYPES[policy.lifecycle.action], ref, rv, policy.name, finding.trigger, RULE,
                      "IdleReleased", reason, {"released-by": released.user, "warned-of": str(mark.warned_of)},
-                     also=_also(case, policy))
+                     also=_also(case, policy), record=held.record(policy, view, now))
         return Change(Step.ACT, ref, rv, policy.name, reason, notice=_notice(NoticeKind.DONE, finding, case, policy,
                                                                              now, None),
                       deadline=now, action=act, gpu_hours=finding.reclaim_gpu_hours)
@@ -326,13 +333,17 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
                       {ann.DEADLINE: shown, **why_notes.in_step(view.annotations, deadline=deadline, policy=policy)},
                       deadline=deadline)
     if now >= deadline and policy.lifecycle.action is PolicyAction.REPORT:
-        return Change(Step.WAIT, ref, rv, policy.name, why(Code.REPORT_ONLY, deadline=shown), deadline=deadline)
+        reason = why(Code.MANAGED_REPORT_ONLY, deadline=shown, manager=case.manager,
+                     action=str(configured.lifecycle.action)) \
+            if case.manager and configured is not None and configured.lifecycle.action is not PolicyAction.REPORT \
+            else why(Code.REPORT_ONLY, deadline=shown)
+        return Change(Step.WAIT, ref, rv, policy.name, reason, deadline=deadline)
     if now >= deadline:
         reason = why(Code.RECLAIM, condition=condition, marked=mark.marked_at, warned=mark.warned_at,
                      deadline=shown, action=action, policy=policy.name, why=finding.reason)
         act = Action(ACTION_TYPES[policy.lifecycle.action], ref, rv, policy.name, finding.trigger, RULE,
                      "IdleReclaimed", reason, {"deadline": shown, "warned-of": str(mark.warned_of)},
-                     also=_also(case, policy))
+                     also=_also(case, policy), record=held.record(policy, view, now))
         done = _notice(NoticeKind.DONE, finding, case, policy, now, None)
         return Change(Step.ACT, ref, rv, policy.name, reason, notice=done, deadline=deadline, action=act,
                       gpu_hours=finding.reclaim_gpu_hours)
@@ -485,8 +496,10 @@ def plan_lifecycle(
                 also[w.ref.uid] = _running_jobs(w, views, now)
     subjects = [uid for uid in per_subject if uid in views]
     marked = [v.ref.uid for v in with_marks(views.values()) if v.ref.uid not in per_subject]
+    checked = [v.ref.uid for v in views.values() if ann.RECLAIMED in v.annotations and v.ref.uid not in per_subject
+               and not carries_mark(v.annotations)]
     cases = []
-    for uid in [*subjects, *marked]:
+    for uid in [*subjects, *marked, *checked]:
         view = views[uid]
         if view.deleting:
             continue
@@ -494,7 +507,7 @@ def plan_lifecycle(
         owner = found[0].owner if found else known_owners.get(uid, Owner(OwnerKind.UNKNOWN))
         mark = ann.read_mark(view.annotations, view.foreign_marks) if carries_mark(view.annotations) else None
         cases.append(_Case(view, mark, found, zones.get(uid), owner, untraced.get(view.ref.namespace or ""),
-                           parents.get(uid), also.get(uid, ()), claims.get(uid, view.claims)))
+                           parents.get(uid), also.get(uid, ()), claims.get(uid, view.claims), held.manager_of(found)))
     pace = _Pace(_last_message_per_owner(cases), settings.pace)
     changes: list[Change] = []
     candidates: list[tuple[_Case, Finding, Policy]] = []
@@ -503,7 +516,7 @@ def plan_lifecycle(
         if change is not None:
             changes.append(_in_zone(change, case.time_zone))
         if candidate is not None:
-            candidates.append((case, candidate, by_policy[candidate.policy]))
+            candidates.append((case, candidate, held.effective(by_policy[candidate.policy], case.manager)))
     changes.extend(_in_zone(c, zones.get(c.workload.uid)) for c in _new_marks(candidates, now, settings, pace))
     return tuple(changes)
 
@@ -532,6 +545,8 @@ def _decide(case: _Case, views: Mapping[str, ObjectView], by_policy: Mapping[str
             pace: _Pace) -> tuple[Change | None, Finding | None]:
     """The change for one marked workload, or the finding to mark an unmarked one with."""
     mark, view = case.mark, case.view
+    if mark is None and ann.RECLAIMED in view.annotations:  # last cycle's reclaim: did it hold?
+        return _check(case, now), None
     in_use = next((f for f in case.findings if f.in_use), None)
     governing = _governing(case)
     if mark is None:
@@ -541,6 +556,9 @@ def _decide(case: _Case, views: Mapping[str, ObjectView], by_policy: Mapping[str
             return None, None
         if ann.NOTEBOOK_STOPPED in view.annotations:
             return Change(Step.WAIT, view.ref, view.resource_version, governing.policy, why(Code.STOPPED)), None
+        not_again = held.blocked(view, governing.policy)
+        if not_again is not None:
+            return Change(Step.WAIT, view.ref, view.resource_version, governing.policy, not_again), None
         return None, governing
     if mark.uid is not None and not mark.belongs_to(view.ref.uid):
         return _copy(case, views, now), None
@@ -550,7 +568,8 @@ def _decide(case: _Case, views: Mapping[str, ObjectView], by_policy: Mapping[str
     if in_use is not None:
         return _unmark(case, why(Code.IN_USE, trigger=str(in_use.trigger), policy=in_use.policy,
                                  why=in_use.reason), in_use.owner, now), None
-    policy = by_policy.get(mark.policy or "")
+    configured = by_policy.get(mark.policy or "")
+    policy = held.effective(configured, case.manager) if configured is not None else None
     if governing is None or policy is None:
         other = next((f for f in case.findings if f.mode is Mode.ENFORCE and f.known and f.state is State.FIRES), None)
         if other is None and policy is not None and case.untraced is not None:
@@ -571,7 +590,16 @@ def _decide(case: _Case, views: Mapping[str, ObjectView], by_policy: Mapping[str
         return _unmark(case, why(Code.VOLUMES_NOW_AT_RISK, action=str(policy.lifecycle.action), rule=rule,
                                  policy=policy.name), owner, now), None
     # A mark that stays has its deadline moved first: kube-janitor deletes on janitor/expires.
-    return _moved(case) or _marked(case, governing, policy, now, pace), None
+    return _moved(case) or _marked(case, governing, policy, now, pace, configured), None
+
+
+def _check(case: _Case, now: datetime.datetime) -> Change:
+    """The look, one cycle on, at a reclaim other than delete (decide.held)."""
+    view = case.view
+    verdict, reason, patch, notice = held.check(view, case.owner, now)
+    step = {"held": Step.CHECK, "undone": Step.UNDONE}.get(verdict, Step.WAIT)
+    policy = (ann.Reclaimed.parse(view.annotations[ann.RECLAIMED]) or ann.Reclaimed("", now, "")).policy
+    return Change(step, view.ref, view.resource_version, policy, reason, patch, notice)
 
 
 def _moved(case: _Case) -> Change | None:
@@ -589,6 +617,6 @@ def _moved(case: _Case) -> Change | None:
         patch[ann.EXPIRES] = None
     if not patch:
         return None
-    return Change(Step.EXTEND, view.ref, view.resource_version, mark.policy or "",
+    return Change(Step.MOVE, view.ref, view.resource_version, mark.policy or "",
                   why(Code.DEADLINE_MOVED, deadline=patch.get(ann.DEADLINE) or "none yet"), patch,
                   deadline=mark.deadline)

@@ -88,6 +88,9 @@ class ObjectView:
     # delivered warning or a release (see `annotations.read_mark`).
     foreign_marks: frozenset[str] = frozenset()
     claims: ClaimTemplates | None = None  # a StatefulSet's claim templates: what its actions do to volumes
+    # The field manager other than the janitor's that last wrote spec.replicas or spec.suspend (the
+    # apiserver's managedFields): a GitOps or KEDA controller that owns them restores a reclaim.
+    restored_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,6 +351,8 @@ class Action:
     report_key: str | None = None  # REPORT: the note left so the same value is not reported again
     # What the action does to besides its target: a suspended CronJob's running Jobs, suspended with it.
     also: tuple[ObjectRef, ...] = ()
+    # Annotations written with it, in the same request (a reclaim's record, checked on the next cycle).
+    record: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, ActionType, str]:

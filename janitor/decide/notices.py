@@ -43,6 +43,7 @@ class Notice:
     cap: datetime.datetime | None = None
     volumes: str = ""  # what the action does to a StatefulSet's volumes, in words (decide.volumes.fate)
     volumes_lost: bool = False  # ... and whether it deletes them: a warning records that it said so
+    managed_by: str = ""  # the tool that restores it ("Argo CD", "Flux", "KEDA"): reported, not acted on
 
 
 def kubectl_ref(ref: ObjectRef) -> str:

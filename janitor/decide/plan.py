@@ -244,8 +244,10 @@ def plan(observation: Observation, policies: Sequence[Policy], ledger: SafetyLed
     silent = silent_gpu_pods(observation)
     tripwire = railed.notices[0] if is_tripped(railed.ledger) and railed.notices else None
     beside = neighbours.kube_janitors(observation.objects, observation.pods)
+    undone = tuple((o.ref, u) for o in observation.objects
+                   if ann.UNDONE in o.annotations and (u := ann.Undone.parse(o.annotations[ann.UNDONE])) is not None)
     report = admin_report(decision.findings, observation.nodes, silent, tripwire,
-                          observation.evidence.ghost_gpus or (), railed.held, settings.state, beside)
+                          observation.evidence.ghost_gpus or (), railed.held, settings.state, beside, undone)
     blind = sight.lost(observation)
     # Blind, the ledger stays as it was: a count of no candidates would make the next cycle's look like a spike.
     return CyclePlan(decision.now, decision.reports + railed.allowed, railed.held, decision.changes,

@@ -183,6 +183,12 @@ class Code(StrEnum):
     KEEP_UNPARSEABLE = "keep-unparseable"
     DELIVERY_GRACE = "delivery-grace"
     REPORT_ONLY = "report-only"
+    MANAGED_REPORT_ONLY = "managed-report-only"
+    RECLAIM_HELD = "reclaim-held"
+    RECLAIM_UNDONE = "reclaim-undone"
+    RECLAIM_UNCHECKED = "reclaim-unchecked"
+    RECLAIM_RECORD_BROKEN = "reclaim-record-broken"
+    NOT_AGAIN_UNDONE = "not-again-undone"
     RECLAIM = "reclaim"
     RELEASED = "released"
     REMIND = "remind"
@@ -396,6 +402,15 @@ _T: Mapping[Code, str] = {
     Code.KEEP_UNPARSEABLE: "janitor/keep-until={value} does not parse: kept until the cap",
     Code.DELIVERY_GRACE: "delivery + grace",
     Code.REPORT_ONLY: "deadline {deadline} passed; the policy only reports, so nothing is done to it",
+    Code.MANAGED_REPORT_ONLY: ("deadline {deadline} passed; {manager} restores it, so a {action} would not hold: "
+                               "reported, nothing is done to it (a policy reclaims from it with "
+                               "lifecycle.reclaimManaged)"),
+    Code.RECLAIM_HELD: "the {action} of {at} held: its owner is told it is done",
+    Code.RECLAIM_UNDONE: "the {action} of {at} did not hold: {by} undid it; {again}",
+    Code.RECLAIM_UNCHECKED: "whether the {action} held cannot be read from the object: checked again next cycle",
+    Code.RECLAIM_RECORD_BROKEN: "janitor/reclaimed '{value}' is not the janitor's record: removed",
+    Code.NOT_AGAIN_UNDONE: ("its {action} of {at} was undone by {by}: policy {policy} does not mark it again "
+                            "(remove janitor/undone to let it)"),
     Code.RECLAIM: "{condition} since before {marked} and warned at {warned}; deadline {deadline} passed: {action} "
                   "(policy {policy}): {why}",
     Code.RELEASED: "released by its owner ({by}, {at}) after the warning of {warned}: {action} now (policy {policy}): "

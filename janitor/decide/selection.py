@@ -44,6 +44,17 @@ MANAGED_BY_MARKERS: tuple[tuple[str, str, str | None, str], ...] = (
     ("labels", "kustomize.toolkit.fluxcd.io/name", None, "Flux"),
     ("labels", "helm.toolkit.fluxcd.io/name", None, "Flux"),
 )
+# The field managers (metadata.managedFields) of controllers that restore spec.replicas or spec.suspend
+# when someone else changes them: GitOps self-heal, and KEDA's scale from zero to its minReplicaCount.
+# A plain HPA is not among them: it stops scaling a workload at zero replicas.
+RESTORER_MANAGERS: Mapping[str, str] = {
+    "argocd-controller": "Argo CD", "argocd-application-controller": "Argo CD",
+    "kustomize-controller": "Flux", "helm-controller": "Flux",
+    "keda": "KEDA", "keda-operator": "KEDA",
+}
+# The tools that restore what the janitor reclaims, by the id a policy names them with
+# (`lifecycle.reclaimManaged`). Helm alone restores nothing until the next upgrade.
+RESTORERS: Mapping[str, str] = {"Argo CD": "argocd", "Flux": "flux", "KEDA": "keda"}
 # (kind, controller kind): the controller copies its own annotations onto the object.
 ANNOTATION_COPIES: frozenset[tuple[str, str]] = frozenset({("ReplicaSet", "Deployment")})
 POLICY_TRIGGERS: Mapping[TriggerKind, type[Trigger]] = {
@@ -96,13 +107,16 @@ _MARKER_NOTES = frozenset(key for where, key, _, _ in MANAGED_BY_MARKERS if wher
 
 
 def managed_by(obj: ObjectView | PodView) -> str | None:
+    """The tool that manages `obj`: by its labels and annotations, or (an object) by the controller
+    that last wrote its replicas or suspend (KEDA marks nothing on what it scales)."""
+    restorer = RESTORER_MANAGERS.get(obj.restored_by or "") if isinstance(obj, ObjectView) else None
     if _MARKER_LABELS.isdisjoint(obj.labels) and _MARKER_NOTES.isdisjoint(obj.annotations):
-        return None  # no marker key at all, as on most objects
+        return restorer  # no marker key at all, as on most objects
     for where, key, value, tool in MANAGED_BY_MARKERS:
         found = (obj.labels if where == "labels" else obj.annotations).get(key)
         if found is not None and value in (None, found):
-            return tool
-    return None
+            return restorer if tool == "Helm" and restorer else tool
+    return restorer
 
 
 _MARK_ONLY = frozenset(ann.JANITOR_ONLY_KEYS)

@@ -211,6 +211,7 @@ def to_view(kind: ResourceKind, item: Mapping[str, Any]) -> ObjectView:
         suspended=_suspended(item),
         claims=_claims(kind, item),
         foreign_marks=views.foreign_marks(meta),
+        restored_by=views.restored_by(meta),
     )
 
 

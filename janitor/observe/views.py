@@ -102,6 +102,25 @@ def foreign_marks(meta: Mapping[str, Any]) -> frozenset[str]:
     return share(frozenset(present - owned))
 
 
+_RESTORED_FIELDS = ("f:replicas", "f:suspend")
+
+
+def restored_by(meta: Mapping[str, Any]) -> str | None:
+    """The field manager other than the janitor's that last wrote spec.replicas or spec.suspend (a
+    `scale` subresource write counts: KEDA and HPAs scale through it), by the entries' times; None
+    when no one else owns them."""
+    latest: tuple[str, str] | None = None
+    for entry in meta.get("managedFields") or ():
+        if not isinstance(entry, Mapping) or entry.get("manager") in ann.FIELD_MANAGERS:
+            continue
+        spec = (entry.get("fieldsV1") or {}).get("f:spec") or {}
+        if isinstance(spec, Mapping) and any(f in spec for f in _RESTORED_FIELDS):
+            at = str(entry.get("time") or "")
+            if latest is None or at >= latest[0]:
+                latest = (at, str(entry.get("manager") or ""))
+    return sys.intern(latest[1]) if latest is not None and latest[1] else None
+
+
 def _time(text: str | None) -> datetime.datetime | None:
     return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
 

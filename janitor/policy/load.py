@@ -601,7 +601,7 @@ def _working_hours(r: _Reader, node: Node, path: str) -> model.WorkingHours | No
 
 def _lifecycle(r: _Reader, node: Node, path: str) -> model.Lifecycle:
     f = r.fields(node, path, ("warnBefore", "remindEvery", "action", "maxExtension", "honourOptOut", "minGrace",
-                              "adminFallbackCounts", "workingHours", "deleteVolumes")) or {}
+                              "adminFallbackCounts", "workingHours", "deleteVolumes", "reclaimManaged")) or {}
     d = model.Lifecycle()
     # A None from a reader always comes with an error recorded, so the policy is dropped: the
     # default only keeps the value's type honest.
@@ -624,4 +624,7 @@ def _lifecycle(r: _Reader, node: Node, path: str) -> model.Lifecycle:
         admin_fallback_counts=d.admin_fallback_counts if fallback is None else fallback,
         working_hours=_working_hours(r, f["workingHours"], f"{path}.workingHours") if "workingHours" in f else None,
         delete_volumes=bool(r.boolean(f["deleteVolumes"], f"{path}.deleteVolumes")) if "deleteVolumes" in f else False,
+        reclaim_managed=frozenset(r.items(f["reclaimManaged"], f"{path}.reclaimManaged",
+                                          lambda n, p: r.choice(n, p, model.Manager)))
+        if "reclaimManaged" in f else frozenset(),
     )

@@ -50,6 +50,14 @@ class Action(enum.StrEnum):
         return kind in _ACTION_KINDS.get(self, (kind,))
 
 
+class Manager(enum.StrEnum):
+    """A controller that restores what the janitor reclaims (GitOps self-heal, KEDA's minimum)."""
+
+    ARGOCD = "argocd"
+    FLUX = "flux"
+    KEDA = "keda"
+
+
 _ACTION_KINDS: dict[Action, tuple[str, ...]] = {
     Action.SUSPEND: ("Job", "JobSet", "CronJob"),
     Action.SCALE_TO_ZERO: ("Deployment", "StatefulSet"),
@@ -268,7 +276,8 @@ class Lifecycle:
     `max_extension` after the first mark (zero: no extension). `honour_opt_out: false` makes the
     policy apply even to `janitor/opt-out: "true"` objects. `delete_volumes` lets the action delete
     a StatefulSet's claims when its retention policy says so (`decide.volumes`); without it such an
-    action does not fit.
+    action does not fit. A workload a `Manager` restores is only reported (marked, warned, never
+    acted on), since the reclaim would not hold, unless `reclaim_managed` names that manager.
     """
 
     warn_before: _dt.timedelta = _dt.timedelta(hours=24)
@@ -280,6 +289,7 @@ class Lifecycle:
     admin_fallback_counts: bool = False
     working_hours: WorkingHours | None = None
     delete_volumes: bool = False
+    reclaim_managed: frozenset[Manager] = frozenset()
 
     @property
     def grace(self) -> _dt.timedelta:

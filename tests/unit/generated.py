@@ -78,6 +78,7 @@ from janitor.policy.model import (
     IdleGpu,
     LabelSelector,
     Lifecycle,
+    Manager,
     Match,
     Mode,
     Namespaces,
@@ -148,6 +149,7 @@ class Thing:
     suspended: bool = False
     foreign: set[str] = field(default_factory=set)  # keys of its mark someone other than the janitor wrote last
     claims: ClaimTemplates | None = None  # a StatefulSet's claim templates and their retention
+    restored_by: str | None = None  # the field manager other than the janitor's that last wrote its replicas
 
     @property
     def ref(self) -> ObjectRef:
@@ -159,7 +161,7 @@ class Thing:
     def view(self) -> ObjectView:
         return ObjectView(self.ref, str(self.version), self.created, dict(self.annotations), dict(self.labels),
                           self.deleting, self.controller, dict(self.template), self.replicas, self.suspended,
-                          frozenset(self.foreign & set(self.annotations)), self.claims)
+                          frozenset(self.foreign & set(self.annotations)), self.claims, self.restored_by)
 
 
 @dataclass
@@ -487,6 +489,8 @@ def lifecycles(draw: st.DrawFn) -> Lifecycle:
         admin_fallback_counts=draw(BOOLEANS),
         working_hours=hours,
         delete_volumes=draw(one_of((False, False, True))),
+        reclaim_managed=draw(one_of((frozenset(), frozenset(), frozenset({Manager.ARGOCD}),
+                                     frozenset({Manager.KEDA, Manager.FLUX}), frozenset(Manager)))),
     )
 
 
@@ -688,8 +692,10 @@ def pods(draw: st.DrawFn, cluster: Cluster, namespace: str, name: str, controlle
 
 @st.composite
 def workloads(draw: st.DrawFn, cluster: Cluster, index: int, policies: Sequence[Policy], *,
-              profile: str = "any", theme: str | None = None, kinds: tuple[str, ...] = ()) -> None:
-    """One workload (of one of `kinds`, where given) with its owner chain and pods, added to `cluster`."""
+              profile: str = "any", theme: str | None = None, kinds: tuple[str, ...] = (),
+              managed: bool = False) -> None:
+    """One workload (of one of `kinds`, where given) with its owner chain and pods, added to `cluster`;
+    `managed`: mostly one that GitOps or KEDA keeps."""
     calm = profile != "any"  # "due" and "idle": plain, readable, idle workloads
     kind = draw(one_of(kinds or (WORKLOAD_KINDS[:-1] if calm else WORKLOAD_KINDS)))
     namespace = draw(one_of(NAMESPACES[:3] if calm else NAMESPACES + NAMESPACES[:3]))
@@ -719,6 +725,14 @@ def workloads(draw: st.DrawFn, cluster: Cluster, index: int, policies: Sequence[
         chain = [thing(kind, name)]
         if kind == "StatefulSet":  # its volumes: kept by default, deleted when scaled or deleted if it says so
             chain[0].claims = draw(one_of(CLAIMS[2:] if kinds else CLAIMS))  # a case of chosen kinds: claims
+    if chain and chain[0].kind in ("Deployment", "StatefulSet", "Notebook", "CronJob", "Job") and (
+            not calm or managed):
+        # Who else keeps it: GitOps (labels), KEDA or an HPA (the manager of its replicas), plain Helm.
+        manager = draw(one_of(MANAGERS[3:] if managed else MANAGERS))
+        if manager in ("argocd", "flux", "helm"):
+            chain[0].labels.update(MANAGER_LABELS[manager])
+        elif manager and chain[0].replicas is not None:
+            chain[0].restored_by = manager
     parent = chain[-1].owner_ref() if chain else None
     count = draw(ints(1, 3) if calm or kind == "Pod" else ints(0, 3))
     theme = theme or (None if calm else draw(one_of((None, None, None, "crash-looping", "stuck-terminating",
@@ -746,6 +760,11 @@ def workloads(draw: st.DrawFn, cluster: Cluster, index: int, policies: Sequence[
         marked.annotations[ann.WARNED_OF] += " volumes"  # the warning said the volumes would go
         if story.delivered is not None:
             story = replace(story, delivered=replace(story.delivered, volumes=True))
+    warned_of = WarnedOf.parse(marked.annotations.get(ann.WARNED_OF, ""))
+    if managed and warned_of is not None and story.delivered is not None and draw(BOOLEANS):
+        # Warned, as a workload a manager keeps is, that it is only reported.
+        marked.annotations[ann.WARNED_OF] = str(replace(warned_of, action="report"))
+        story = replace(story, delivered=replace(story.delivered, action="report"))
     if kind == "CronJob" and not calm and draw(ints(0, 3)) == 0:
         top.suspended = True  # suspended since, its run left behind
     if story.delivered is not None:
@@ -774,7 +793,7 @@ def workloads(draw: st.DrawFn, cluster: Cluster, index: int, policies: Sequence[
 
 @st.composite
 def clusters(draw: st.DrawFn, policies: Sequence[Policy], *, profile: str = "any", theme: str | None = None,
-             kinds: tuple[str, ...] = ()) -> Cluster:
+             kinds: tuple[str, ...] = (), managed: bool = False) -> Cluster:
     """A whole cluster: namespaces, nodes, 1-6 workloads (pods of one story, `theme`, where given),
     loose objects, evidence gaps."""
     calm = profile != "any"
@@ -805,7 +824,7 @@ def clusters(draw: st.DrawFn, policies: Sequence[Policy], *, profile: str = "any
     # an RBAC edit took pods or namespaces from the janitor (its watch answers 403): now and then
     cluster.forbidden = draw(one_of(("",) * 10 + ("Pod", "Namespace"))) if not calm else ""
     for index in range(draw(ints(1, 6))):
-        draw(workloads(cluster, index, policies, profile=profile, kinds=kinds,
+        draw(workloads(cluster, index, policies, profile=profile, kinds=kinds, managed=managed,
                        theme=draw(one_of((None, theme, theme))) if theme else None))
     if not calm:
         for index in range(draw(ints(0, 2))):
@@ -932,7 +951,9 @@ def cases(draw: st.DrawFn, *profiles: str) -> Case:
     # "due" StatefulSets mostly, under a first policy that deletes or scales them (and may delete volumes)
     volumes = profile in ("volumes", "volumes-allowed")
     allowed = profile == "volumes-allowed"
-    profile = "due" if releases or volumes else profile
+    # "due" Deployments, mostly kept by GitOps or KEDA, under a first policy that scales them to zero
+    reclaims = profile == "reclaims"
+    profile = "due" if releases or volumes or reclaims else profile
     calm = profile != "any"
     policies = draw(policy_sets())
     if calm:  # an idle policy first that matches everything (enforcing, mostly), so that reclaims come due
@@ -944,12 +965,15 @@ def cases(draw: st.DrawFn, *profiles: str) -> Case:
             lifecycle = replace(first.lifecycle, action=draw(one_of((PolicyAction.DELETE, PolicyAction.SCALE_TO_ZERO))),
                                 delete_volumes=allowed or draw(one_of((False, False, True))))
             mode = Mode.ENFORCE
+        if reclaims:
+            lifecycle = replace(first.lifecycle, action=PolicyAction.SCALE_TO_ZERO)
+            mode = Mode.ENFORCE
         policies = (replace(first, mode=mode, match=Match(), triggers=triggers, lifecycle=lifecycle),) + policies[1:]
     settings = draw(plan_settings())
     if calm:
         settings = replace(settings, rails=replace(settings.rails, dry_run=False, caps=Caps(1000, 1000, 1000, 1000)))
-    kinds = ("StatefulSet", "StatefulSet", "Job") if volumes else ()
-    return Case(draw(clusters(policies, profile=profile, kinds=kinds)), policies, settings)
+    kinds = ("StatefulSet", "StatefulSet", "Job") if volumes else ("Deployment",) if reclaims else ()
+    return Case(draw(clusters(policies, profile=profile, kinds=kinds, managed=reclaims)), policies, settings)
 
 
 # -- between cycles -------------------------------------------------------------------------------------
@@ -962,7 +986,14 @@ CLAIMS = (None, ClaimTemplates(()), ClaimTemplates(("data",)), ClaimTemplates(("
 EVENTS = ("edit-expires", "edit-expires", "remove-expires", "remove-policy", "keep-until", "change-action",
           "change-action", "change-action", "revert-action", "reapply", "busy", "idle", "resume", "opt-out",
           "release", "release", "release", "release", "release-old", "release-stale", "change-owner", "change-owner",
-          "forge", "volumes", "revoke", "restore", "kube-janitor")
+          "forge", "volumes", "revoke", "restore", "kube-janitor", "self-heal", "self-heal")
+# Who else keeps a workload: mostly no one; GitOps by its labels; KEDA or an HPA by its replicas' manager.
+# The steps whose annotations the acting layer writes (act/lifecycle.py WRITES).
+WRITES = (Step.MARK, Step.UNMARK, Step.DROP_COPY, Step.EXTEND, Step.NOTIFY, Step.MOVE, Step.CHECK, Step.UNDONE)
+MANAGERS = ("", "", "", "", "argocd", "flux", "helm", "keda-operator", "kube-controller-manager")
+MANAGER_LABELS = {"argocd": {"argocd.argoproj.io/instance": "team-apps"},
+                  "flux": {"kustomize.toolkit.fluxcd.io/name": "apps"},
+                  "helm": {"app.kubernetes.io/managed-by": "Helm"}}
 OWNERS = ("carol@lab.example", "#team-vision", "U0DAVE1234", "")  # a workload handed over ("": to nobody known)
 
 
@@ -1007,8 +1038,10 @@ def _answer_lists(kinds: tuple[str, ...]) -> st.SearchStrategy[list[Event]]:
 
 # Charts upgraded under marked StatefulSets: their retention policy changes, between owners' answers.
 VOLUME_CHANGES = ("volumes", "volumes", "volumes", "release", "idle")
+# Reclaims undone: GitOps, KEDA or an owner puts back what was reclaimed, between owners' answers.
+HEALS = ("self-heal", "self-heal", "self-heal", "self-heal", "release", "keep-until", "change-action")
 ANSWER_LISTS = {"answers": _answer_lists(ANSWERS), "releases": _answer_lists(RELEASES),
-                "volumes": _answer_lists(VOLUME_CHANGES)}
+                "volumes": _answer_lists(VOLUME_CHANGES), "heals": _answer_lists(HEALS)}
 
 
 @st.composite
@@ -1044,6 +1077,8 @@ class Simulator:
     delivered: dict[str, list[Warning]] = field(default_factory=dict)  # uid -> warnings that reached someone
     notice_retry: datetime.timedelta = 5 * M
     configured: tuple[Policy, ...] = field(init=False, default=())  # the policies as the admin first wrote them
+    held_back: dict[str, list[Change]] = field(default_factory=dict)  # uid -> "done" waiting for its check
+    dones: list[tuple[str, datetime.datetime]] = field(default_factory=list)  # "done" notes delivered: (uid, at)
 
     def __post_init__(self) -> None:
         for uid, told in self.cluster.history.items():
@@ -1086,12 +1121,14 @@ class Simulator:
             if again.type in (ActionType.DELETE, ActionType.FORCE_DELETE):
                 self.cluster.delete(uid)
             else:
-                self.cluster.write(uid, {k: None for k in ann.MARK_KEYS} | (
+                self.cluster.write(uid, {k: None for k in ann.MARK_KEYS} | dict(again.record) | (
                     {ann.NOTEBOOK_STOPPED: stamp(self.now)} if again.type is ActionType.STOP else {}))
                 self.cluster.stop_pods(uid)
                 target = self.cluster.objects.get(uid)
                 if target is not None and again.type is ActionType.SCALE_TO_ZERO:
                     target.replicas = 0
+                if target is not None and again.type is ActionType.SUSPEND:
+                    target.suspended = True
             applied.append(again)
             change = planned.change_for(action)
             if change is not None:
@@ -1114,12 +1151,20 @@ class Simulator:
                 if self.now - change.intent.at < self.notice_retry:
                     continue
                 change = resend(change, self.now)
-            if change.step in (Step.MARK, Step.UNMARK, Step.DROP_COPY, Step.EXTEND, Step.NOTIFY) and change.annotations:
+            if change.step in WRITES and change.annotations:
                 if not self.cluster.write(change.workload.uid, change.annotations):
                     continue
             if change.notice is not None and change.step is not Step.ACT:
                 to_send.append(change)
-        to_send.extend(c for c in done if c.notice is not None)
+            if change.step is Step.CHECK:  # the "done" held back since its reclaim goes now
+                to_send.extend(self.held_back.pop(change.workload.uid, ()))
+            elif change.step is Step.UNDONE:
+                self.held_back.pop(change.workload.uid, None)
+        # A reclaim other than delete is announced once the next cycle saw it hold (decide.held).
+        to_send.extend(c for c in done if c.notice is not None and not (c.action and c.action.record))
+        for c in done:
+            if c.notice is not None and c.action is not None and c.action.record:
+                self.held_back[c.workload.uid] = [c]
         digests: dict[str, list[Change]] = {}
         for change in to_send:
             assert change.notice is not None
@@ -1138,6 +1183,8 @@ class Simulator:
             for change in members:
                 notice = change.notice
                 assert notice is not None
+                if notice.kind is NoticeKind.DONE:
+                    self.dones.append((change.workload.uid, self.now))
                 if notice.kind is NoticeKind.WARNING:
                     assert notice.deadline is not None
                     self.delivered.setdefault(change.workload.uid, []).append(
@@ -1229,6 +1276,8 @@ class Simulator:
             cluster.forbidden = ""
         elif kind == "kube-janitor":  # still running beside it: deletes whatever janitor/expires has passed
             self._sweep()
+        elif kind == "self-heal":  # GitOps or KEDA puts back what was reclaimed, an owner now and then
+            self._heal(event.target)
         elif kind == "volumes":  # a chart upgrade changes a StatefulSet's retention policy, a marked one mostly
             sets = [t for t in cluster.objects.values() if t.kind == "StatefulSet" and t.controller is None]
             pool = [t for t in sets if ann.carries_mark(t.annotations)] or sets
@@ -1277,6 +1326,18 @@ class Simulator:
             renamed[child.uid] = made.owner_ref()
             self.cluster.objects[made.uid] = made
         self._resume(fresh)
+
+    def _heal(self, which: int) -> None:
+        """A reclaimed workload restored by whoever keeps it (Argo CD, KEDA, or its owner by hand)."""
+        reclaimed = [t for t in self.cluster.objects.values() if t.controller is None
+                     and (t.replicas == 0 or t.suspended or ann.NOTEBOOK_STOPPED in t.annotations)]
+        if not reclaimed:
+            return
+        top = reclaimed[which % len(reclaimed)]
+        top.restored_by = ("argocd-controller", "keda-operator", "kubectl-scale")[which % 3]
+        top.suspended = False
+        self.cluster.write(top.uid, {ann.NOTEBOOK_STOPPED: None}, by_janitor=False)
+        self._resume(top)
 
     def _sweep(self) -> None:
         """kube-janitor beside the janitor: it deletes every object whose janitor/expires has passed,

@@ -563,3 +563,15 @@ def test_one_message_for_several_workloads_is_looked_up_once() -> None:
     out = run(cluster, slack, decided)
     assert out.recovered == 3 and slack.sent == []
     assert len(slack.asked) == 1
+
+
+def test_a_reclaim_other_than_delete_is_announced_only_after_the_next_cycle_saw_it_hold() -> None:
+    """Its "done" note waits in notes.json (kept before the action): GitOps or KEDA may undo it."""
+    cluster = Cluster()
+    cluster.add("old", marked("old", ago(hours=30), ago(hours=30)))
+    slack = Slack(cluster)
+    act = decide(cluster).only(Step.ACT)
+    assert act.action is not None
+    scaled = replace(act, action=replace(act.action, record={a.RECLAIMED: f"scale-to-zero {t(NOW)} idle-gpu 1"}))
+    run(cluster, slack, decide(cluster), done=[scaled])
+    assert slack.notices() == []

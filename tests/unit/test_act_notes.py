@@ -229,3 +229,61 @@ def test_warnings_sent_and_notes_kept_name_the_cluster_and_where_to_ask() -> Non
     assert all(says_where(m) for d in slack.sent for m in d.messages)
     [note] = loads(store.text or "[]")
     assert note.kind == "cancelled" and all(says_where(m) for m in note.messages)
+
+
+def reclaimed(cluster: Cluster, store: Store, name: str) -> None:
+    """The deadline cycle of a suspend: the note kept, the mark gone and the reclaim recorded in one write."""
+    kept_done_note(cluster, store, name)
+    cluster.update(name, {k: None for k in cluster.notes(name)} | {a.RECLAIMED: f"suspend {ts(NOW)} idle-gpu"})
+
+
+def test_a_reclaims_done_note_waits_for_the_check_that_it_held_then_goes() -> None:
+    from janitor.decide.lifecycle import Change
+    from janitor.decide.reasons import Code, why
+
+    cluster = Cluster()
+    cluster.add("old", marked("old", ago(hours=30), ago(hours=30)))
+    store = Store(cluster)
+    reclaimed(cluster, store, "old")
+    slack = Slack(cluster)
+    box = store.box()
+    LifecycleRun(cluster, slack, {POLICY.name: POLICY}, NOW + H, {}, notes=box).run((), ())
+    box.store(NOW + H)
+    assert slack.sent == [] and store.kept() == [("done", "old")]  # not before the check
+
+    view = cluster.view("old")
+    held = Change(Step.CHECK, view.ref, view.resource_version, POLICY.name, why(Code.RECLAIM_HELD, action="suspend",
+                                                                                 at=NOW), {a.RECLAIMED: None})
+    box = store.box()
+    LifecycleRun(cluster, slack, {POLICY.name: POLICY}, NOW + H, {view.ref.uid: dict(view.annotations)},
+                 notes=box).run((held,), ())
+    box.store(NOW + H)
+    [digest] = slack.sent  # the note as kept: its messages, sent under the action's intent
+    assert digest.intent == intent_id(ALICE, NOW) and "Done" in str(digest.messages[0].blocks)
+    assert store.kept() == [] and a.RECLAIMED not in cluster.notes("old")
+
+
+def test_a_reclaim_undone_drops_its_done_note_and_says_so_instead() -> None:
+    from janitor.decide.lifecycle import Change
+    from janitor.decide.notices import Notice
+    from janitor.decide.reasons import Code, why
+
+    cluster = Cluster()
+    cluster.add("old", marked("old", ago(hours=30), ago(hours=30)))
+    store = Store(cluster)
+    reclaimed(cluster, store, "old")
+    view = cluster.view("old")
+    reason = why(Code.RECLAIM_UNDONE, action="suspend", at=NOW, by="Argo CD (argocd-controller)", policy="idle-gpu",
+                 again="policy idle-gpu does not mark it again while Argo CD restores it")
+    undone = Change(Step.UNDONE, view.ref, view.resource_version, POLICY.name, reason,
+                    {a.RECLAIMED: None, a.UNDONE: f"suspend {ts(NOW)} idle-gpu 1 argocd-controller"},
+                    Notice(NoticeKind.UNDONE, view.ref, POLICY.name, ALICE, "suspend", reason, NOW + H))
+    slack = Slack(cluster)
+    box = store.box()
+    LifecycleRun(cluster, slack, {POLICY.name: POLICY}, NOW + H, {view.ref.uid: dict(view.annotations)},
+                 notes=box).run((undone,), ())
+    box.store(NOW + H)
+    assert [(n.kind, n.workload.name) for d in slack.sent for n in d.notices] == [(NoticeKind.UNDONE, "old")]
+    assert store.kept() == [] and cluster.notes("old")[a.UNDONE].endswith("argocd-controller")
+    text = str(slack.sent[0].messages[0].blocks)
+    assert "did not hold" in text and "Argo CD (argocd-controller) undid it" in text

@@ -54,7 +54,7 @@ def test_a_report_policys_mark_past_its_deadline_is_no_delete_order() -> None:
 def test_an_older_marks_deadline_moves_before_anything_else() -> None:
     notes = older(marked(ago(hours=30), ago(hours=6), ago(hours=30)))
     change = one(job(notes))
-    assert change.step is Step.EXTEND and change.why.code is Code.DEADLINE_MOVED
+    assert change.step is Step.MOVE and change.why.code is Code.DEADLINE_MOVED
     assert change.annotations == {a.DEADLINE: t(ago(hours=6)), a.EXPIRES: None}
     assert change.action is None  # due, but acted on only once the deadline no longer reads as a delete order
     moved = applied(job(notes), change.annotations)

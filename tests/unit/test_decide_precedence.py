@@ -59,7 +59,7 @@ ROWS = [
     ("6-janitor-mark-due", "ml", mark(UID), {}, True, True, None, Step.ACT),
     # An older mark's deadline is its janitor/expires: never the plain path's; moved to janitor/deadline first.
     ("6-older-mark-due", "ml", {(a.EXPIRES if k == a.DEADLINE else k): v for k, v in mark(UID).items()}, {}, True,
-     True, "skip", Step.EXTEND),
+     True, "skip", Step.MOVE),
     # A janitor/expires beside a mark waits while the mark is there: the lifecycle decides.
     ("6-user-expires-beside-mark", "ml", mark(UID) | {a.EXPIRES: "2026-01-01"}, {}, True, True, "skip", Step.ACT),
     ("6-partial-mark", "ml", {k: v for k, v in mark(UID).items() if k != a.POLICY}, {}, True, True, None,

@@ -165,3 +165,22 @@ def test_a_bare_pods_mark_is_read_the_same() -> None:
                       entry("kubectl-annotate", a.MARKED_AT)])
     raw = {**raw, "apiVersion": "v1", "kind": "Pod", "spec": {"containers": []}, "status": {"phase": "Running"}}
     assert views.pod_view(raw).foreign_marks == {a.MARKED_AT}
+
+
+def spec_entry(manager: str, field: str, at: str, subresource: str | None = None) -> dict[str, Any]:
+    made = {"apiVersion": "apps/v1", "fieldsType": "FieldsV1", "manager": manager, "operation": "Update", "time": at,
+            "fieldsV1": {"f:spec": {f"f:{field}": {}}}}
+    return made | ({"subresource": subresource} if subresource else {})
+
+
+def test_who_last_wrote_replicas_or_suspend_other_than_the_janitor_is_read() -> None:
+    """KEDA scales through the scale subresource; GitOps writes the spec; the janitor's own write never counts."""
+    managed = [spec_entry("kubectl-client-side-apply", "replicas", "2026-11-20T10:00:00Z"),
+               spec_entry("keda-operator", "replicas", "2026-11-26T10:00:00Z", subresource="scale"),
+               spec_entry(a.FIELD_MANAGER, "replicas", "2026-11-27T10:00:00Z")]
+    assert cluster.to_view(JOBS, item({}, managed)).restored_by == "keda-operator"
+    assert cluster.to_view(JOBS, item({}, [spec_entry("argocd-controller", "suspend", "2026-11-26T10:00:00Z")])
+                           ).restored_by == "argocd-controller"
+    assert cluster.to_view(JOBS, item({}, [spec_entry(a.FIELD_MANAGER, "replicas", "2026-11-26T10:00:00Z")])
+                           ).restored_by is None
+    assert cluster.to_view(JOBS, item({}, None)).restored_by is None

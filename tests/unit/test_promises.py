@@ -105,12 +105,12 @@ from janitor.decide.notices import Notice
 from janitor.decide.plan import CyclePlan, PlanSettings, plan
 from janitor.decide.reasons import Code
 from janitor.decide.recheck import still_due
-from janitor.decide.selection import CronJobMode
+from janitor.decide.selection import RESTORER_MANAGERS, RESTORERS, CronJobMode, managed_by
 from janitor.node_report import PodTaskState
 from janitor.observe.evidence import DCGM_SENTINEL
 from janitor.observe.observation import needs
 from janitor.policy.model import Action as PolicyAction
-from janitor.policy.model import CrashLoop, IdleCpu, IdleGpu, Lifecycle, Mode, Pending, Policy, Terminating
+from janitor.policy.model import CrashLoop, IdleCpu, IdleGpu, Lifecycle, Manager, Mode, Pending, Policy, Terminating
 
 # -- the run's budget ---------------------------------------------------------------------------------
 
@@ -149,6 +149,14 @@ SITUATIONS = {
     "a mark whose action would now delete volumes, removed": 1,
     "volumes deleted where a policy allows it": 1,
     "a cycle without sight of pods or namespaces, marks left as they are": 1,
+    "a managed workload reported, not reclaimed": 1,
+    "a workload a manager restores, reclaimed where its policy says so": 1,
+    "a reclaim that held, announced": 1,
+    "a reclaim undone, said": 1,
+    "not marked again after an undo": 1,
+    "kube-janitor deleted an object beside the janitor": 1,
+    "a copy's stale janitor/expires removed": 1,
+    "an opted-out workload's older mark moved out of kube-janitor's reach": 1,
 }
 PROPERTIES: set[str] = set()  # the property tests of this module
 HELD: set[str] = set()  # ... that ran all their examples and held
@@ -675,8 +683,38 @@ def test_volumes_go_only_where_a_policy_allows(case: Case) -> None:
 # -- 2. no action without its warning -------------------------------------------------------------------
 
 
+def assert_reclaims_hold(sim: Simulator, planned: CyclePlan, observation: Observation) -> None:
+    """A workload Argo CD, Flux or KEDA restores is reclaimed only by a policy that names that manager
+    (`lifecycle.reclaimManaged`); a policy never reclaims again what a controller restored after its
+    reclaim, or what was undone twice; "done" is said only for a reclaim the next cycle saw hold."""
+    policies = sim.by_name()
+    for action in lifecycle_actions(decided(planned)):
+        view = view_of(observation, action.target.uid)
+        assert view is not None
+        tool = managed_by(view)
+        if tool in RESTORERS:
+            allowed = Manager(RESTORERS[tool]) in policies[action.policy].lifecycle.reclaim_managed
+            assert allowed, f"{action.type} of {action.target}, which {tool} restores, by {action.policy}"
+            REACHED["a workload a manager restores, reclaimed where its policy says so"] += 1
+        undone = ann.Undone.parse(view.annotations.get(ann.UNDONE, ""))
+        if undone is not None and undone.policy == action.policy:
+            assert undone.times < 2 and undone.by not in RESTORER_MANAGERS, \
+                f"{action.type} of {action.target} again by {action.policy} after {undone}"
+            REACHED["reclaimed again after an owner's one undo"] += 1
+    for change in planned.changes:
+        REACHED["a managed workload reported, not reclaimed"] += change.why.code is Code.MANAGED_REPORT_ONLY
+        REACHED["a reclaim that held, announced"] += change.step is Step.CHECK
+        REACHED["not marked again after an undo"] += change.why.code is Code.NOT_AGAIN_UNDONE
+        if change.step is Step.CHECK:
+            view = view_of(observation, change.workload.uid)
+            assert view is not None and not (view.replicas or 0) and (
+                view.suspended or view.replicas == 0 or ann.NOTEBOOK_STOPPED in view.annotations), \
+                f"'done' for {change.workload}, whose reclaim did not hold"
+
+
 def assert_warned_first(sim: Simulator, planned: CyclePlan, observation: Observation) -> None:
     policies = sim.by_name()
+    assert_reclaims_hold(sim, planned, observation)
     assert_volumes_kept(observation, planned, policies)
     assert_blind_changes_nothing(observation, planned)
     seen = {o.ref.uid: o.annotations for o in (*observation.objects, *observation.pods)}  # bare pods are workloads
@@ -769,6 +807,16 @@ def test_a_release_acts_only_for_what_it_answered(case: Case, script: tuple) -> 
     run_script(case, script)
 
 
+@examples(1.0)
+@given(case=cases("reclaims", "reclaims", "due"),
+       script=st.integers(8, 14).flatmap(lambda n: scripts(n, answers="heals")))
+def test_a_reclaim_that_does_not_hold_is_said_once_and_not_repeated(case: Case, script: tuple) -> None:
+    """The same promise where GitOps, KEDA or owners put back what was reclaimed: a workload they
+    keep is reported unless its policy reclaims from them; "done" only for what held; an undo is
+    said once, and its policy does not reclaim it again where a controller undid it (or twice)."""
+    run_script(case, script)
+
+
 def run_script(case: Case, script: Sequence[Between]) -> None:
     sim = Simulator(case.cluster.copy(), list(case.policies), case.settings, run_plan, run_recheck)
     reached: Counter[str] = Counter()
@@ -787,7 +835,8 @@ def run_script(case: Case, script: Sequence[Between]) -> None:
     target(float(at_risk), label="marks whose action would delete volumes")
     # Steer towards the rarer answers (hypothesis' target phase): each must be reached every run.
     for what in ("an action changed after a warning", "a new owner warned after the old one was",
-                 "released by the owner, acted on"):
+                 "released by the owner, acted on", "a reclaim undone, said", "not marked again after an undo",
+                 "a managed workload reported, not reclaimed"):
         target(float(reached[what]), label=what)
 
 
@@ -805,6 +854,10 @@ def note_reached(sim: Simulator, planned: CyclePlan) -> Counter[str]:
     reached: Counter[str] = Counter()
     acted = lifecycle_actions(planned.actions)
     reached["released by the owner, acted on"] += sum(a.reason == "IdleReleased" for a in acted)
+    reached["a reclaim undone, said"] += sum(c.step is Step.UNDONE for c in planned.changes)
+    reached["not marked again after an undo"] += sum(c.why.code is Code.NOT_AGAIN_UNDONE for c in planned.changes)
+    reached["a managed workload reported, not reclaimed"] += sum(c.why.code is Code.MANAGED_REPORT_ONLY
+                                                                 for c in planned.changes)
     released = {a.target.uid for a in acted if a.reason == "IdleReleased"}
     for change in planned.changes:
         if change.why.code is Code.WARN_NEW_OWNER:
@@ -1092,6 +1145,14 @@ def assert_left_alone(case: Case, observation: Observation, planned: CyclePlan) 
         if policy is None or not policy.lifecycle.honour_opt_out or not out(change.workload.uid):
             continue
         removes_only = all(v is None and k in ann.MARK_READ_KEYS for k, v in change.annotations.items())
+        if change.step is Step.MOVE:  # an older mark's deadline out of kube-janitor's reach: the same time
+            notes = view_of(observation, change.workload.uid)
+            assert notes is not None and change.annotations.get(ann.DEADLINE) in (
+                None, notes.annotations.get(ann.EXPIRES), *(
+                    ann.format_deadline(w.deadline) for w in [ann.WarnedOf.parse(notes.annotations.get(
+                        ann.WARNED_OF, ""))] if w is not None)), f"{change} on opted-out {change.workload}"
+            REACHED["an opted-out workload's older mark moved out of kube-janitor's reach"] += 1
+            continue
         assert change.step in (Step.WAIT, Step.UNMARK, Step.DROP_COPY) and removes_only, \
             f"{change.step} {dict(change.annotations)} on opted-out {change.workload} by {policy.name}"
         assert change.notice is None or change.notice.kind is ann.NoticeKind.CANCELLED
