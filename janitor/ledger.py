@@ -6,8 +6,9 @@ no clock), like the annotation contract in `ann.py`.
 
 The ConfigMap (Settings.state_namespace/state_name) holds:
 - `data["ledger.json"]`: `{"version": 1, "deletions": [{"at": <ISO 8601 UTC>, "namespace": str |
-  null}, ...], "previous_candidates": int | null, "tripped_at": <ISO 8601 UTC> | null}`, written by
-  the janitor only;
+  null[, "target": "Kind/namespace/name", "rule": "expires=<value>" | "ttl=<value>"]}, ...],
+  "previous_candidates": int | null, "tripped_at": <ISO 8601 UTC> | null}`, written by the janitor
+  only (target and rule on an expiry's deletions; a ledger without them reads as before);
 - annotation `janitor/acknowledge-tripwire` (ann.ACKNOWLEDGE_TRIPWIRE), written by admins:
   when they acknowledged a trip, in the `janitor/expires` forms (2026-05-01T09:30:00Z,
   2026-05-01T09:30, 2026-05-01) or RFC 3339 with an offset (2026-05-01T11:30:00+02:00). The
@@ -35,7 +36,8 @@ def dumps(ledger: SafetyLedger) -> str:
     """The `ledger.json` text for `ledger`; `acknowledged_at` is not stored (admins own it)."""
     document = {
         "version": FORMAT_VERSION,
-        "deletions": [{"at": _write_time(d.at), "namespace": d.namespace} for d in ledger.deletions],
+        "deletions": [{"at": _write_time(d.at), "namespace": d.namespace,
+                       **({"target": d.target, "rule": d.rule} if d.target else {})} for d in ledger.deletions],
         "previous_candidates": ledger.previous_candidates,
         "tripped_at": _write_time(ledger.tripped_at) if ledger.tripped_at else None,
     }
@@ -99,7 +101,11 @@ def _read_deletions(raw: Any) -> tuple[Deletion, ...]:
         namespace = entry.get("namespace")
         if namespace is not None and not isinstance(namespace, str):
             raise LedgerFormatError(f"deletions[{index}].namespace must be a string or null")
-        deletions.append(Deletion(at=_read_time(entry["at"], f"deletions[{index}].at"), namespace=namespace))
+        target, rule = entry.get("target", ""), entry.get("rule", "")
+        if not isinstance(target, str) or not isinstance(rule, str):
+            raise LedgerFormatError(f"deletions[{index}].target and .rule must be strings")
+        deletions.append(Deletion(at=_read_time(entry["at"], f"deletions[{index}].at"), namespace=namespace,
+                                  target=target, rule=rule))
     return tuple(deletions)
 
 

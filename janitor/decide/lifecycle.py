@@ -50,7 +50,7 @@ from janitor.decide.model import Action, ActionType, Finding, ObjectRef, ObjectV
 from janitor.decide.notices import Notice, keep_command, resume_command
 from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.reasons import Code, Reason, why
-from janitor.decide.selection import Workload, carries_mark, with_marks
+from janitor.decide.selection import Workload, carries_mark, copied_from, with_marks
 from janitor.decide.volumes import ClaimTemplates
 from janitor.policy.model import Action as PolicyAction
 from janitor.policy.model import Mode, Policy
@@ -497,7 +497,7 @@ def plan_lifecycle(
     subjects = [uid for uid in per_subject if uid in views]
     marked = [v.ref.uid for v in with_marks(views.values()) if v.ref.uid not in per_subject]
     checked = [v.ref.uid for v in views.values() if ann.RECLAIMED in v.annotations and v.ref.uid not in per_subject
-               and not carries_mark(v.annotations)]
+               and not carries_mark(v.annotations) and copied_from(v) is None]  # a ReplicaSet's copy is not one
     cases = []
     for uid in [*subjects, *marked, *checked]:
         view = views[uid]
@@ -545,7 +545,7 @@ def _decide(case: _Case, views: Mapping[str, ObjectView], by_policy: Mapping[str
             pace: _Pace) -> tuple[Change | None, Finding | None]:
     """The change for one marked workload, or the finding to mark an unmarked one with."""
     mark, view = case.mark, case.view
-    if mark is None and ann.RECLAIMED in view.annotations:  # last cycle's reclaim: did it hold?
+    if mark is None and ann.RECLAIMED in view.annotations and copied_from(view) is None:  # did it hold?
         return _check(case, now), None
     in_use = next((f for f in case.findings if f.in_use), None)
     governing = _governing(case)

@@ -251,10 +251,13 @@ class Observation:
 
 @dataclass(frozen=True, slots=True)
 class Deletion:
-    """One past deletion, for the rolling-window caps."""
+    """One past deletion, for the rolling-window caps; for an expiry's, what it deleted and on which
+    annotation, so one that comes back under the same name with the same expiry is not deleted again."""
 
     at: datetime.datetime
     namespace: str | None
+    target: str = ""  # "Kind/namespace/name" (an expiry's deletion only)
+    rule: str = ""  # "expires=<value>" or "ttl=<value>": the annotation it was deleted on
 
 
 @dataclass(frozen=True, slots=True)

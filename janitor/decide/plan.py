@@ -121,7 +121,7 @@ class CyclePlan:
 
 
 def _expiry(observation: Observation, gate: selection.Gate, by_uid: Mapping[str, ObjectView],
-            now: datetime.datetime) -> list[Finding]:
+            now: datetime.datetime, deleted: Mapping[str, str]) -> list[Finding]:
     subjects: list[Workload] = []
     found: list[Finding] = []
     for obj in observation.objects:
@@ -131,7 +131,7 @@ def _expiry(observation: Observation, gate: selection.Gate, by_uid: Mapping[str,
                                  rule="rails"))
         elif obj.annotations.get(ann.TTL) or obj.annotations.get(ann.EXPIRES):  # expiry.rules has one
             subjects.append(Workload(obj.ref, obj, (), observation.namespace(obj.ref.namespace), obj.ref.kind))
-    return found + expiry.findings(subjects, observation, EXPIRY, now, by_uid=by_uid)
+    return found + expiry.findings(subjects, observation, EXPIRY, now, by_uid=by_uid, deleted=deleted)
 
 
 def _pod_triggers(workloads: Sequence[Workload], observation: Observation, policies: Sequence[Policy],
@@ -187,8 +187,9 @@ def _reports(findings: Sequence[Finding], by_uid: Mapping[str, ObjectView], gate
 
 
 def decide(observation: Observation, policies: Sequence[Policy], now: datetime.datetime,
-           settings: PlanSettings = PlanSettings()) -> Decision:
-    """Steps 1-3 of a plan: findings, the lifecycle's changes, and what is due (before the rails)."""
+           settings: PlanSettings = PlanSettings(), deleted: Mapping[str, str] | None = None) -> Decision:
+    """Steps 1-3 of a plan: findings, the lifecycle's changes, and what is due (before the rails).
+    `deleted`: what expiries deleted lately (the ledger's "Kind/namespace/name" -> "expires=<value>")."""
     now = observation.at or now
     rails = settings.rails
     by_uid = {o.ref.uid: o for o in observation.objects}
@@ -199,7 +200,7 @@ def decide(observation: Observation, policies: Sequence[Policy], now: datetime.d
         return Decision(now, (), sight.hold(seen, blind), (), ())
     workloads = selection.workloads(observation, rails, cronjob_mode=settings.cronjob_mode,
                                     owner_keys=settings.owner_keys, by_uid=by_uid)
-    expired = _expiry(observation, gate, by_uid, now)
+    expired = _expiry(observation, gate, by_uid, now, deleted or {})
     found = _pod_triggers(workloads, observation, policies, now)
     found += usage.findings(workloads, found, observation, policies, now)
     objects = [o for o in observation.objects if not gate.protects(selection.namespace_of(o))]
@@ -211,8 +212,8 @@ def decide(observation: Observation, policies: Sequence[Policy], now: datetime.d
                   key=lambda c: (c.deadline or _ENDLESS, str(c.workload)))
     forced = [f.proposal for f in found if f.proposal is not None and f.mode is Mode.ENFORCE]
     deletions = _one_deletion_per_object(expired)
-    deleted = {a.target.uid for a in deletions}
-    due = deletions + [c.action for c in acts if c.action is not None and c.workload.uid not in deleted] + forced
+    deleting = {a.target.uid for a in deletions}
+    due = deletions + [c.action for c in acts if c.action is not None and c.workload.uid not in deleting] + forced
     return Decision(now, tuple(expired + found), changes, tuple(due), tuple(_reports(expired, by_uid, gate)))
 
 
@@ -235,7 +236,8 @@ def silent_gpu_pods(observation: Observation) -> tuple[PodView, ...]:
 def plan(observation: Observation, policies: Sequence[Policy], ledger: SafetyLedger, now: datetime.datetime, *,
          settings: PlanSettings = PlanSettings()) -> CyclePlan:
     """The whole cycle's plan; `now` is the janitor's own clock, compared with the apiserver's."""
-    decision = decide(observation, policies, now, settings)
+    deleted = {d.target: d.rule for d in ledger.deletions if d.target}
+    decision = decide(observation, policies, now, settings, deleted)
     skew = clock_skew(now, observation.at)
     railed = apply_rails(decision.due, ledger, settings.rails, now=decision.now, skew=skew)
     notices = list(railed.notices)
@@ -244,8 +246,8 @@ def plan(observation: Observation, policies: Sequence[Policy], ledger: SafetyLed
     silent = silent_gpu_pods(observation)
     tripwire = railed.notices[0] if is_tripped(railed.ledger) and railed.notices else None
     beside = neighbours.kube_janitors(observation.objects, observation.pods)
-    undone = tuple((o.ref, u) for o in observation.objects
-                   if ann.UNDONE in o.annotations and (u := ann.Undone.parse(o.annotations[ann.UNDONE])) is not None)
+    undone = tuple((o.ref, u) for o in observation.objects if ann.UNDONE in o.annotations and selection.copied_from(
+        o) is None and (u := ann.Undone.parse(o.annotations[ann.UNDONE])) is not None)
     report = admin_report(decision.findings, observation.nodes, silent, tripwire,
                           observation.evidence.ghost_gpus or (), railed.held, settings.state, beside, undone)
     blind = sight.lost(observation)

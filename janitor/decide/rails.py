@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from janitor.decide.model import Action, Deletion, SafetyLedger
+from janitor.decide.model import Action, Deletion, ObjectRef, SafetyLedger, TriggerKind
 
 DEFAULT_PROTECTED_NAMESPACES: tuple[str, ...] = ("kube-system", "kube-public", "kube-node-lease")
 
@@ -193,7 +193,19 @@ def _within_caps(
     return tuple(allowed), tuple(held)
 
 
+def expiry_of(action: Action) -> tuple[str, str]:
+    """(target, rule) of an expiry's deletion, as the ledger keeps them; ("", "") for any other."""
+    if action.trigger is not TriggerKind.EXPIRY or action.rule not in ("ttl", "expires"):
+        return "", ""
+    value = action.evidence.get(f"janitor/{action.rule}", "")
+    return deleted_key(action.target), f"{action.rule}={value}"
+
+
+def deleted_key(ref: ObjectRef) -> str:
+    return f"{ref.kind}/{ref.namespace or ''}/{ref.name}"
+
+
 def record_deletions(ledger: SafetyLedger, done: Sequence[Action], now: datetime.datetime) -> SafetyLedger:
     """The ledger after `done` deletions went through (act calls this with what succeeded)."""
-    added = tuple(Deletion(now, a.target.namespace) for a in done)
+    added = tuple(Deletion(now, a.target.namespace, *expiry_of(a)) for a in done)
     return replace(ledger, deletions=ledger.deletions + added)

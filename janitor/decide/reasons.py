@@ -189,6 +189,8 @@ class Code(StrEnum):
     RECLAIM_UNCHECKED = "reclaim-unchecked"
     RECLAIM_RECORD_BROKEN = "reclaim-record-broken"
     NOT_AGAIN_UNDONE = "not-again-undone"
+    RECREATED_BY_GITOPS = "recreated-by-gitops"
+    RECREATED_BY_NAME = "recreated-by-name"
     RECLAIM = "reclaim"
     RELEASED = "released"
     REMIND = "remind"
@@ -409,6 +411,11 @@ _T: Mapping[Code, str] = {
     Code.RECLAIM_UNDONE: "the {action} of {at} did not hold: {by} undid it; {again}",
     Code.RECLAIM_UNCHECKED: "whether the {action} held cannot be read from the object: checked again next cycle",
     Code.RECLAIM_RECORD_BROKEN: "janitor/reclaimed '{value}' is not the janitor's record: removed",
+    Code.RECREATED_BY_GITOPS: ("{key} {value} passed, but {tool} keeps this object and would create it again at "
+                               "once: not deleted; remove {key} where {tool} takes it from (Git)"),
+    Code.RECREATED_BY_NAME: ("{key} {value} passed, but a {kind} of this name with this {key} was deleted on it "
+                             "lately and is back (a sync re-created it): not deleted again; remove {key} where it "
+                             "comes from"),
     Code.NOT_AGAIN_UNDONE: ("its {action} of {at} was undone by {by}: policy {policy} does not mark it again "
                             "(remove janitor/undone to let it)"),
     Code.RECLAIM: "{condition} since before {marked} and warned at {warned}; deadline {deadline} passed: {action} "

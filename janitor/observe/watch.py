@@ -1,18 +1,19 @@
 """One kind kept current from the apiserver: listed once, then followed by a watch.
 
 The list is paginated and its final page's resourceVersion starts a watch with bookmarks, so the
-apiserver sends only what changed. A watch the server ends (its `timeoutSeconds`), a connection
-that goes silent or is reset, is opened again from the last version seen: nothing is missed and
-nothing is listed again. Only when the apiserver no longer has that version (410 Gone, as an HTTP
-status or as an ERROR event) is the kind listed again, whole.
+apiserver sends only what changed. A watch the server ends (its `timeoutSeconds`), or a connection
+that is reset, is opened again from the last version seen: nothing is missed and nothing is listed
+again. A watch that goes silent (no event and no bookmark for `FRESH_SECONDS`, while the apiserver
+bookmarks about once a minute) is not trusted: the kind is listed again, whole, as it is when the
+apiserver no longer has that version (410 Gone, as an HTTP status or as an ERROR event).
 
 What is kept is the slim value the caller makes of each object (`slim`), never the object, so a
 cache of 50,000 pods holds what deciding reads and nothing more. Kinds that matter only by their
 metadata are asked for as `PartialObjectMetadata`: the apiserver sends no spec, status or data.
 
 The watch never decides anything alone: `synced` says whether the values can be trusted now (the
-list completed and the last request to the apiserver for this kind succeeded), and the cycle does
-nothing with a kind that is not synced.
+list completed, the last request to the apiserver for this kind succeeded, and it said something
+within `FRESH_SECONDS + STALE_MARGIN`), and the cycle does nothing with a kind that is not synced.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import json
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -40,10 +42,12 @@ V = TypeVar("V")
 # The server ends a watch after about this long (jittered by up to a fifth): each end costs one
 # request to open it again, so a steady cycle's requests stay near the ledger's and the notes' reads.
 WATCH_SECONDS = 900
-# No event and no bookmark for this long: the watch is opened again from its version. A watch cut
-# off silently is noticed this late; the cache may then be stale, which the re-check before every
-# action covers (it reads fresh), while a failure to open it again marks the kind not synced.
-QUIET_SECONDS = WATCH_SECONDS + 60.0
+# The apiserver sends a bookmark about once a minute on a watch that allows them, however quiet the
+# kind: nothing at all (no event, no bookmark) for FRESH_SECONDS means the watch is dead (a proxy
+# holding a connection open, a half-open TCP connection), and the kind is listed again, whole. Past
+# FRESH_SECONDS + STALE_MARGIN without word the kind is not synced (stale): the cycle changes nothing.
+FRESH_SECONDS = 150.0
+STALE_MARGIN = 30.0
 RETRY_SECONDS = (1.0, 30.0)  # backoff between failed requests, doubling from the first to the second
 SKIPPED_RETRY_SECONDS = 300.0  # a kind the apiserver does not serve, or RBAC forbids, is tried again this often
 _CHUNK = 65536
@@ -89,12 +93,14 @@ class KindWatch(Generic[V]):
     def __init__(self, api: ApiClient, kind: ResourceKind, slim: Callable[[Mapping[str, Any]], V | None], *,
                  namespace: str | None = None, metadata_only: bool = False, field_selector: str | None = None,
                  keep: Callable[[Mapping[str, Any]], bool] | None = None, page_size: int = 500,
-                 connect_timeout: float = 5.0, name: str | None = None) -> None:
+                 connect_timeout: float = 5.0, name: str | None = None,
+                 fresh_seconds: float = FRESH_SECONDS) -> None:
         self.api, self.kind, self.slim = api, kind, slim
         self.namespace = namespace if kind.namespaced else None
         self.metadata_only, self.field_selector, self.keep = metadata_only, field_selector, keep
-        # Lists wait as long as the client's every request does (--kube-timeout); a watch's reads, QUIET_SECONDS.
-        self.page_size, self.connect_timeout = page_size, connect_timeout
+        # Lists wait as long as the client's every request does (--kube-timeout); a watch's reads, fresh_seconds.
+        self.page_size, self.connect_timeout, self.fresh_seconds = page_size, connect_timeout, fresh_seconds
+        self._contact = time.monotonic()  # the last word from the apiserver on this watch: a response, an event
         self.key = name or kind.key + (f"@{self.namespace}" if self.namespace else "")
         self._items: dict[str, V] = {}
         self._version: str | None = None
@@ -133,10 +139,13 @@ class KindWatch(Generic[V]):
 
     def status(self) -> KindStatus:
         with self._lock:
-            synced = self._listed and self._state is State.WATCHING
+            quiet = time.monotonic() - self._contact
+            stale = self._state is State.WATCHING and quiet > self.fresh_seconds + STALE_MARGIN
+            synced = self._listed and self._state is State.WATCHING and not stale
+            error = f"stale: no event or bookmark for {quiet:.0f} s" if stale else self._error
             return KindStatus(self.key, self._state, synced, len(self._items), self._counts["lists"],
                               self._counts["expired"], self._counts["reopened"], self._counts["failures"],
-                              self._counts["events"], self._error)
+                              self._counts["events"], error)
 
     # -- the thread --------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -220,10 +229,10 @@ class KindWatch(Generic[V]):
             query.append(("fieldSelector", self.field_selector))
         accept = metadata_accept(as_list=False) if self.metadata_only else "application/json"
         response = kubeapi.open_stream(self.api, kubeapi.path(self.kind, self.namespace), query=query, accept=accept,
-                                       timeout=(self.connect_timeout, QUIET_SECONDS), doing=f"watch {self.key}")
+                                       timeout=(self.connect_timeout, self.fresh_seconds), doing=f"watch {self.key}")
         self._response, self._dropped = response, False
         with self._lock:
-            self._state, self._error = State.WATCHING, ""
+            self._state, self._error, self._contact = State.WATCHING, "", time.monotonic()
         try:
             for line in _lines(response):
                 if self._stop.is_set():
@@ -232,10 +241,16 @@ class KindWatch(Generic[V]):
         except Exception as e:
             if not (self._dropped or isinstance(e, urllib3.exceptions.HTTPError | ApiException | OSError)):
                 raise
-
-            # A silent or reset connection: open the watch again from the version reached; a
-            # failure to open it is what marks the kind as not synced.
-            logger.debug("%s: watch ended (%s); opening it again from %s", self.key, e, self._version)
+            if _silent(e):
+                # Not even a bookmark for fresh_seconds: whatever this connection held back is not
+                # trusted; the kind is listed again, whole.
+                logger.warning("%s: no event or bookmark for %.0f s; listing again", self.key, self.fresh_seconds)
+                with self._lock:
+                    self._version = None
+            else:
+                # A reset connection: open the watch again from the version reached; a failure to
+                # open it is what marks the kind as not synced.
+                logger.debug("%s: watch ended (%s); opening it again from %s", self.key, e, self._version)
         finally:
             self._close()
         with self._lock:
@@ -247,6 +262,7 @@ class KindWatch(Generic[V]):
             raise errors.from_status(item.get("code"), json.dumps(item), doing=f"watch {self.key}")
         version = (item.get("metadata") or {}).get("resourceVersion")
         with self._lock:
+            self._contact = time.monotonic()
             if kind in ("ADDED", "MODIFIED"):
                 self._put(self._items, item)
             elif kind == "DELETED":
@@ -266,6 +282,16 @@ class KindWatch(Generic[V]):
                 response.shutdown()  # urllib3 >= 2.3: shuts the socket down under the blocked read
             except Exception:  # a connection that is already gone
                 pass
+
+
+def _silent(error: BaseException) -> bool:
+    """The read timed out: nothing came for the whole read timeout (urllib3 says so, wrapped or not)."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, urllib3.exceptions.ReadTimeoutError | TimeoutError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _lines(response: Any) -> Iterator[bytes]:

@@ -224,6 +224,9 @@ def test_deployment_is_scaled_to_zero_and_told_how_to_scale_back(
     deployment = apps.read_namespaced_deployment("notebook", namespace)
     assert deployment.spec.replicas == 0
     assert not any(k in (deployment.metadata.annotations or {}) for k in (a.POLICY, a.DEADLINE, a.EXPIRES, a.WARNED_AT))
+    assert len(slack.messages(channel)) == 1  # "done" once the next cycle saw the scale-to-zero hold
+    janitor.run_cycle()
+    assert a.RECLAIMED not in (apps.read_namespaced_deployment("notebook", namespace).metadata.annotations or {})
     warning, done = slack.messages(channel)  # one warning, one "done": nothing twice
     assert "scale" in warning.text and f"kubectl -n {namespace} scale deployment/notebook --replicas=1" in (
         done.text + str(done.blocks))

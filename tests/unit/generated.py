@@ -61,6 +61,7 @@ from janitor.decide.model import (
     PodView,
     SafetyLedger,
     SkippedKind,
+    TriggerKind,
 )
 from janitor.decide.owners import Owner, OwnerKind, find_owner
 from janitor.decide.plan import CyclePlan, PlanSettings
@@ -986,7 +987,7 @@ CLAIMS = (None, ClaimTemplates(()), ClaimTemplates(("data",)), ClaimTemplates(("
 EVENTS = ("edit-expires", "edit-expires", "remove-expires", "remove-policy", "keep-until", "change-action",
           "change-action", "change-action", "revert-action", "reapply", "busy", "idle", "resume", "opt-out",
           "release", "release", "release", "release", "release-old", "release-stale", "change-owner", "change-owner",
-          "forge", "volumes", "revoke", "restore", "kube-janitor", "self-heal", "self-heal")
+          "forge", "volumes", "revoke", "restore", "kube-janitor", "self-heal", "self-heal", "sync", "sync")
 # Who else keeps a workload: mostly no one; GitOps by its labels; KEDA or an HPA by its replicas' manager.
 # The steps whose annotations the acting layer writes (act/lifecycle.py WRITES).
 WRITES = (Step.MARK, Step.UNMARK, Step.DROP_COPY, Step.EXTEND, Step.NOTIFY, Step.MOVE, Step.CHECK, Step.UNDONE)
@@ -1039,7 +1040,8 @@ def _answer_lists(kinds: tuple[str, ...]) -> st.SearchStrategy[list[Event]]:
 # Charts upgraded under marked StatefulSets: their retention policy changes, between owners' answers.
 VOLUME_CHANGES = ("volumes", "volumes", "volumes", "release", "idle")
 # Reclaims undone: GitOps, KEDA or an owner puts back what was reclaimed, between owners' answers.
-HEALS = ("self-heal", "self-heal", "self-heal", "self-heal", "release", "keep-until", "change-action")
+HEALS = ("self-heal", "self-heal", "self-heal", "self-heal", "release", "keep-until", "change-action", "sync",
+         "sync")
 ANSWER_LISTS = {"answers": _answer_lists(ANSWERS), "releases": _answer_lists(RELEASES),
                 "volumes": _answer_lists(VOLUME_CHANGES), "heals": _answer_lists(HEALS)}
 
@@ -1078,6 +1080,8 @@ class Simulator:
     notice_retry: datetime.timedelta = 5 * M
     configured: tuple[Policy, ...] = field(init=False, default=())  # the policies as the admin first wrote them
     held_back: dict[str, list[Change]] = field(default_factory=dict)  # uid -> "done" waiting for its check
+    gone: list[Thing] = field(default_factory=list)  # objects an expiry deleted, as they were
+    expired: list[tuple[str, str, str, datetime.datetime]] = field(default_factory=list)  # (name, rule, value, at)
     dones: list[tuple[str, datetime.datetime]] = field(default_factory=list)  # "done" notes delivered: (uid, at)
 
     def __post_init__(self) -> None:
@@ -1119,6 +1123,11 @@ class Simulator:
                 continue
             uid = again.target.uid
             if again.type in (ActionType.DELETE, ActionType.FORCE_DELETE):
+                gone = self.cluster.objects.get(uid)
+                if gone is not None and again.trigger is TriggerKind.EXPIRY:
+                    self.gone.append(copy.deepcopy(gone))  # what a sync may create again
+                    self.expired.append((f"{gone.kind}/{gone.namespace or ''}/{gone.name}", again.rule,
+                                         gone.annotations.get(f"janitor/{again.rule}", ""), self.now))
                 self.cluster.delete(uid)
             else:
                 self.cluster.write(uid, {k: None for k in ann.MARK_KEYS} | dict(again.record) | (
@@ -1278,6 +1287,8 @@ class Simulator:
             self._sweep()
         elif kind == "self-heal":  # GitOps or KEDA puts back what was reclaimed, an owner now and then
             self._heal(event.target)
+        elif kind == "sync":  # GitOps (or a CI job) applies again what an expiry deleted: same name, new uid
+            self._sync()
         elif kind == "volumes":  # a chart upgrade changes a StatefulSet's retention policy, a marked one mostly
             sets = [t for t in cluster.objects.values() if t.kind == "StatefulSet" and t.controller is None]
             pool = [t for t in sets if ann.carries_mark(t.annotations)] or sets
@@ -1326,6 +1337,17 @@ class Simulator:
             renamed[child.uid] = made.owner_ref()
             self.cluster.objects[made.uid] = made
         self._resume(fresh)
+
+    def _sync(self) -> None:
+        """Every object an expiry deleted, created again from its manifest (its own annotations, no mark)."""
+        for old in self.gone:
+            if any(t.kind == old.kind and t.namespace == old.namespace and t.name == old.name
+                   for t in self.cluster.objects.values()):
+                continue
+            notes = {k: v for k, v in old.annotations.items() if k not in ann.MARK_READ_KEYS or k == ann.EXPIRES}
+            fresh = replace(old, uid=self.cluster.new_uid(old.kind.lower()), created=self.now, version=1,
+                            annotations=notes, foreign=set())
+            self.cluster.objects[fresh.uid] = fresh
 
     def _heal(self, which: int) -> None:
         """A reclaimed workload restored by whoever keeps it (Argo CD, KEDA, or its owner by hand)."""

@@ -173,3 +173,19 @@ def test_reclaimed_and_undone_records_read_back() -> None:
     assert Undone.parse(str(undone)) == undone
     assert Undone.parse(str(Undone("stop", NOW, "nb", 1))) == Undone("stop", NOW, "nb", 1, "")
     assert applied(job(), {a.RECLAIMED: str(record)}).annotations[a.RECLAIMED] == str(record)
+
+
+def test_a_replicasets_copy_of_the_records_is_never_checked_or_listed() -> None:
+    """The Deployment controller copies janitor/reclaimed and janitor/undone onto its ReplicaSet (and
+    never removes them): the copy is the Deployment's, never a reclaim of the ReplicaSet."""
+    from janitor.decide.lifecycle import plan_lifecycle
+    from janitor.decide.model import Observation, SafetyLedger
+    from janitor.decide.plan import plan
+
+    top = deployment({a.RECLAIMED: str(Reclaimed("scale-to-zero", NOW, "idle-gpu", 1))}, replicas=0)
+    undone = str(Undone("scale-to-zero", NOW, "idle-gpu", 1, "argocd-controller"))
+    copy = dataclasses.replace(job({**top.annotations, a.UNDONE: undone}, name="train-5d4f", kind="ReplicaSet",
+                                   owner=top), replicas=1)
+    changes = plan_lifecycle([], [top, copy], [], [policy(action=Action.SCALE_TO_ZERO)], NOW + H)
+    assert [(c.workload.kind, c.step) for c in changes] == [("Deployment", Step.CHECK)]
+    assert plan(Observation(NOW, (copy,)), (), SafetyLedger(), NOW).admin_report.empty

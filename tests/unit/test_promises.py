@@ -157,6 +157,7 @@ SITUATIONS = {
     "kube-janitor deleted an object beside the janitor": 1,
     "a copy's stale janitor/expires removed": 1,
     "an opted-out workload's older mark moved out of kube-janitor's reach": 1,
+    "an object re-created by a sync, not deleted again": 1,
 }
 PROPERTIES: set[str] = set()  # the property tests of this module
 HELD: set[str] = set()  # ... that ran all their examples and held
@@ -447,6 +448,9 @@ def expected_expiry_deletions(observation: Observation, plan_settings: PlanSetti
             continue
         if obj.controller is not None and (obj.ref.kind, obj.controller.kind) == ("ReplicaSet", "Deployment"):
             continue  # the Deployment's annotations, copied
+        if obj.labels.keys() & {"argocd.argoproj.io/instance", "kustomize.toolkit.fluxcd.io/name",
+                                "helm.toolkit.fluxcd.io/name"} or "argocd.argoproj.io/tracking-id" in obj.annotations:
+            continue  # GitOps keeps it and would create it again: reported, not deleted
         passed: list[tuple[datetime.datetime, str]] = []
         for key, rule in ((ann.TTL, "ttl"), (ann.EXPIRES, "expires")):
             value = obj.annotations.get(key)
@@ -831,6 +835,7 @@ def run_script(case: Case, script: Sequence[Between]) -> None:
         planned = sim.cycle(step, check)
         reached.update(note_reached(sim, planned))
     assert_no_order_for_kube_janitor(sim)
+    assert_no_delete_loop(sim)
     REACHED.update(reached)
     target(float(at_risk), label="marks whose action would delete volumes")
     # Steer towards the rarer answers (hypothesis' target phase): each must be reached every run.
@@ -847,6 +852,20 @@ def assert_no_order_for_kube_janitor(sim: Simulator) -> None:
     wrote = sorted(sim.cluster.expires_by_janitor)
     assert not wrote, f"the janitor wrote janitor/expires on {wrote}"
     REACHED["kube-janitor deleted an object beside the janitor"] += bool(sim.cluster.swept)
+
+
+def assert_no_delete_loop(sim: Simulator) -> None:
+    """An object a sync creates again under the same name with the same janitor/expires is deleted on
+    that expiry once (within the ledger's day), never on every sync: the caps are not spent on it."""
+    seen: dict[tuple[str, str, str], datetime.datetime] = {}
+    for name, rule, value, at in sim.expired:
+        before = seen.get((name, rule, value))
+        assert rule != "expires" or before is None or at - before > DAY, \
+            f"{name} deleted again on janitor/expires {value} at {stamp(at)} (first at {stamp(before)})"
+        seen[(name, rule, value)] = at
+    REACHED["an object re-created by a sync, not deleted again"] += sum(
+        1 for t in sim.cluster.objects.values() if any(
+            t.kind == g.kind and t.namespace == g.namespace and t.name == g.name for g in sim.gone))
 
 
 def note_reached(sim: Simulator, planned: CyclePlan) -> Counter[str]:

@@ -19,8 +19,9 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from janitor import annotations as ann
 from janitor.decide.model import Action, ActionType, Finding, ObjectView, Observation, State, TriggerKind
+from janitor.decide.rails import deleted_key
 from janitor.decide.reasons import Code, Reason, why
-from janitor.decide.selection import Workload, copied_from
+from janitor.decide.selection import Workload, copied_from, managed_by
 from janitor.policy.model import Policy
 
 KEYS = ((ann.TTL, "ttl"), (ann.EXPIRES, "expires"))
@@ -94,7 +95,7 @@ def _report(judged: ObjectView, target: ObjectView, policy: Policy, rule: str, r
 
 
 def _judge(obj: ObjectView, key: str, rule: str, value: str, by_uid: Mapping[str, ObjectView], policy: Policy,
-           now: datetime.datetime) -> Finding:
+           now: datetime.datetime, deleted: Mapping[str, str]) -> Finding:
     def finding(state: State, reason: Reason, deadline: datetime.datetime | None = None,
                 proposal: Action | None = None) -> Finding:
         return Finding(TriggerKind.EXPIRY, policy.name, policy.mode, obj.ref, state, reason, source=policy.source,
@@ -122,11 +123,29 @@ def _judge(obj: ObjectView, key: str, rule: str, value: str, by_uid: Mapping[str
         return finding(state, reason, proposal=_report(obj, obj, policy, "malformed", "InvalidAnnotation",
                                                        why(Code.MALFORMED_KEPT, why=reason), report_key(key, value)))
     if state is State.FIRES:
+        back = _comes_back(obj, key, rule, value, deleted)
+        if back is not None:
+            return finding(State.SKIPPED, back, deadline, _report(obj, obj, policy, "recreated", "RecreatedAfterExpiry",
+                                                                  back, report_key("recreated:" + key, value)))
         evidence = {key: value, "created": _stamp(obj.created), "now": _stamp(now)}
         return finding(state, reason, deadline, Action(
             ActionType.DELETE, obj.ref, obj.resource_version, policy.name, TriggerKind.EXPIRY, rule,
             "TTLExpired" if rule == "ttl" else "Expired", reason, evidence))
     return finding(state, reason, deadline)
+
+
+RECREATORS = ("Argo CD", "Flux")  # GitOps: what it keeps and the janitor deletes, it creates again
+
+
+def _comes_back(obj: ObjectView, key: str, rule: str, value: str, deleted: Mapping[str, str]) -> Reason | None:
+    """Why deleting `obj` would not hold, or None: GitOps keeps it (it would create it again at once),
+    or an expiry deleted it under this name with this very janitor/expires lately, and it is back."""
+    tool = managed_by(obj)
+    if tool in RECREATORS:
+        return why(Code.RECREATED_BY_GITOPS, key=key, value=value, tool=tool)
+    if rule == "expires" and deleted.get(deleted_key(obj.ref)) == f"{rule}={value}":
+        return why(Code.RECREATED_BY_NAME, key=key, value=value, kind=obj.ref.kind)
+    return None
 
 
 def rules(obj: ObjectView) -> Iterator[tuple[str, str, str]]:
@@ -138,9 +157,11 @@ def rules(obj: ObjectView) -> Iterator[tuple[str, str, str]]:
 
 
 def findings(workloads: Sequence[Workload], observation: Observation, policy: Policy,
-             now: datetime.datetime, *, by_uid: Mapping[str, ObjectView] | None = None) -> list[Finding]:
+             now: datetime.datetime, *, by_uid: Mapping[str, ObjectView] | None = None,
+             deleted: Mapping[str, str] | None = None) -> list[Finding]:
     """Each expiry rule's finding on each object given (`workloads` wrap the objects to judge);
-    `by_uid`: the observation's objects by uid, when the caller has them already."""
+    `by_uid`: the observation's objects by uid, when the caller has them already; `deleted`: what
+    expiries deleted lately, by "Kind/namespace/name" (the ledger's)."""
     if by_uid is None:
         by_uid = {o.ref.uid: o for o in observation.objects}
     found = []
@@ -149,5 +170,5 @@ def findings(workloads: Sequence[Workload], observation: Observation, policy: Po
         if obj is None:
             continue
         for key, rule, value in rules(obj):
-            found.append(_judge(obj, key, rule, value, by_uid, policy, now))
+            found.append(_judge(obj, key, rule, value, by_uid, policy, now, deleted or {}))
     return found

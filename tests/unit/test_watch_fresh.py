@@ -1,0 +1,129 @@
+"""A watch is fresh only while the apiserver's events or bookmarks keep coming (observe/watch.py),
+against a small local server that speaks the list and watch protocol.
+
+- a watch that bookmarks keeps the kind synced, listed once;
+- a watch that goes silent (headers sent, then nothing, as through a proxy holding a dead
+  connection) is given up after `fresh_seconds`, and the kind is listed again, whole;
+- a kind silent past the bound and its margin reads as not synced (stale), saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from kubernetes import client
+
+from devenv.procs import wait_until
+from janitor.decide.model import ResourceKind
+from janitor.observe import watch
+from janitor.observe.watch import KindWatch
+
+CONFIG_MAPS = ResourceKind("", "v1", "ConfigMap", "configmaps")
+
+
+class Server:
+    """Answers a list of one ConfigMap; watches bookmark every 0.2 s, or say nothing while `silent`."""
+
+    def __init__(self) -> None:
+        self.silent = threading.Event()
+        self.lists = 0
+        self.closing = threading.Event()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                if "watch=true" not in self.path:
+                    server.lists += 1
+                    body = json.dumps({"kind": "ConfigMapList", "apiVersion": "v1", "metadata": {
+                        "resourceVersion": "10"}, "items": [{"metadata": {
+                            "name": "a", "namespace": "ns", "uid": "u1", "resourceVersion": "9",
+                            "creationTimestamp": "2026-11-27T00:00:00Z"}}]}).encode()
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                while not server.closing.is_set():
+                    if not server.silent.is_set():
+                        line = json.dumps({"type": "BOOKMARK", "object": {"kind": "ConfigMap", "metadata": {
+                            "resourceVersion": "10"}}}).encode() + b"\n"
+                        try:
+                            self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                            self.wfile.flush()
+                        except OSError:
+                            return
+                    time.sleep(0.2)
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.http.daemon_threads = True
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http.server_address[1]}"
+
+    def stop(self) -> None:
+        self.closing.set()
+        self.http.shutdown()
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    made = Server()
+    yield made
+    made.stop()
+
+
+def watching(server: Server, fresh: float) -> KindWatch[str]:
+    config = client.Configuration(host=server.url)
+    api = client.ApiClient(config)
+    return KindWatch(api, CONFIG_MAPS, lambda item: item["metadata"]["name"], namespace="ns",
+                     connect_timeout=2.0, fresh_seconds=fresh).start()
+
+
+def test_a_watch_that_bookmarks_stays_synced_listed_once(server: Server) -> None:
+    kind = watching(server, fresh=1.0)
+    try:
+        wait_until(lambda: kind.status().synced, timeout=10, what="synced")
+        time.sleep(2.5)  # more than twice fresh_seconds, with bookmarks coming
+        assert kind.status().synced and server.lists == 1 and kind.values() == ["a"]
+    finally:
+        kind.stop()
+
+
+def test_a_silent_watch_is_given_up_and_the_kind_listed_again(server: Server) -> None:
+    kind = watching(server, fresh=1.0)
+    try:
+        wait_until(lambda: kind.status().synced, timeout=10, what="synced")
+        server.silent.set()
+        wait_until(lambda: server.lists >= 2, timeout=10, what="the kind listed again after the silence")
+        assert kind.status().reopened >= 1
+    finally:
+        kind.stop()
+
+
+def test_a_kind_silent_past_the_bound_reads_stale(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(watch, "STALE_MARGIN", 0.5)
+    kind = watching(server, fresh=30.0)  # the read waits long; the status says stale before that
+    try:
+        wait_until(lambda: kind.status().synced, timeout=10, what="synced")
+        server.silent.set()
+        time.sleep(1.0)
+        assert kind.status().synced  # within the bound
+        kind.fresh_seconds = 0.5  # as if the bound had passed
+        time.sleep(1.2)
+        status = kind.status()
+        assert not status.synced and status.error.startswith("stale: no event or bookmark for")
+    finally:
+        kind.stop()
