@@ -481,8 +481,9 @@ class Mark:
 
     @property
     def owns_expires(self) -> bool:
-        """Its EXPIRES is its own (an older mark's deadline the janitor wrote), to move or remove."""
-        return self.legacy and EXPIRES not in self.foreign
+        """Its EXPIRES goes with it: an older mark's deadline (whoever wrote it last, it was never a
+        user's deadline beside a mark, and left alone it would be a delete order)."""
+        return self.legacy
 
     def belongs_to(self, uid: str) -> bool:
         return self.uid == uid
@@ -506,9 +507,11 @@ def carries_mark(notes: Mapping[str, str]) -> bool:
 
 def mark_keys_on(notes: Mapping[str, str], foreign: Collection[str] = frozenset()) -> tuple[str, ...]:
     """The keys removing the mark on an object removes: the janitor's keys present, and EXPIRES where
-    it is an older mark's deadline the janitor wrote (a user's janitor/expires stays)."""
+    it is an older mark's deadline (no janitor/deadline beside it), whoever wrote it last: it was
+    never a user's deadline, and left behind it would be a delete order. Beside janitor/deadline a
+    janitor/expires is a user's, and stays. `foreign` is kept for callers' symmetry; it changes nothing."""
     keys = tuple(k for k in MARK_KEYS if k in notes)
-    if keys and DEADLINE not in notes and EXPIRES in notes and EXPIRES not in foreign:
+    if keys and DEADLINE not in notes and EXPIRES in notes:
         keys += (EXPIRES,)
     return keys
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from kubernetes.client import ApiClient
 
 from janitor import annotations as ann
-from janitor import errors
+from janitor import errors, fresh_look
 from janitor.act import kube
 from janitor.act.lifecycle import LifecycleOutcome, LifecycleRun
 from janitor.act.notes import DATA_KEY as NOTES_KEY
@@ -396,7 +396,7 @@ def _apply(ports: Ports, settings: Settings, planned: Planned, source: Prometheu
         result.ledger_contended = ledger.contended
     _log_plan(ports, settings, decided, result)
     if notes is not None and ports.fence():
-        result.lifecycle = _lifecycle(ports, settings, planned, result, notes)
+        result.lifecycle = _lifecycle(ports, settings, planned, result, notes, source)
         notes.store(ports.clock())
         result.memory = _admin_report(ports, settings, planned, result.memory)
     elif dry_run:
@@ -426,7 +426,7 @@ def _log_plan(ports: Ports, settings: Settings, decided: CyclePlan, result: Cycl
 
 
 def _lifecycle(ports: Ports, settings: Settings, planned: Planned, result: CycleResult,
-               notes: NoteBox) -> LifecycleOutcome:
+               notes: NoteBox, source: PrometheusSource | None = None) -> LifecycleOutcome:
     decided = planned.plan
     done = [c for r in result.results if r.outcome is kube.Outcome.DONE
             for c in [result.rechecked.get(r.action.key) or decided.change_for(r.action)] if c is not None]
@@ -435,7 +435,7 @@ def _lifecycle(ports: Ports, settings: Settings, planned: Planned, result: Cycle
     run = LifecycleRun(_Annotator(ports.api, _kinds(settings)), ports.slack, {p.name: p for p in planned.policies},
                        decided.now, seen, ports.fence, settings.slack.send_budget, settings.slack.notice_retry,
                        notes=notes, context=_context(settings))
-    outcome = run.run(decided.changes, done)
+    outcome = run.run(fresh_look.changes(ports, settings, planned, source), done)
     if outcome.written or outcome.sent or outcome.failed or outcome.recovered or outcome.unsent:
         logger.info("lifecycle: %s written, %d digests sent (%d delivered), %d sends found on Slack after a "
                     "restart, %d left for the next cycle, %d writes failed",

@@ -20,7 +20,7 @@ from janitor.decide.evidence import GhostGpu
 from janitor.decide.model import Finding, NodeInfo, ObjectRef, PodView, State, TriggerKind
 from janitor.decide.neighbours import beside_line
 from janitor.decide.rails import Held, HoldReason
-from janitor.decide.reasons import Code, why
+from janitor.decide.reasons import Code, Reason, why
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +74,12 @@ def _held(held: Sequence[Held], state: tuple[str, str]) -> tuple[list[str], list
 def admin_report(findings: Sequence[Finding], nodes: Sequence[NodeInfo], silent_gpu_pods: Sequence[PodView],
                  tripwire: str | None, ghost_gpus: Sequence[GhostGpu] = (), held: Sequence[Held] = (),
                  state: tuple[str, str] = ("kube-idle-janitor", "janitor-state"),
-                 beside: Sequence[ObjectRef] = (), undone: Sequence[tuple[ObjectRef, Undone]] = ()) -> AdminReport:
+                 beside: Sequence[ObjectRef] = (), undone: Sequence[tuple[ObjectRef, Undone]] = (),
+                 sight_lost: Reason | None = None) -> AdminReport:
     sections: list[tuple[str, tuple[str, ...]]] = []
+    if sight_lost is not None:
+        sections.append(("No sight, no change", (f"{sight_lost}: the janitor marks, warns, cancels and reclaims nothing "
+                                                 "until it can read it again (check its ClusterRole)",)))
     if beside:
         sections.append(("Other cleaners acting on the same objects", (beside_line(beside),)))
     held_lines, held_ids = _held(held, state)
@@ -128,5 +132,6 @@ def admin_report(findings: Sequence[Finding], nodes: Sequence[NodeInfo], silent_
            + [f"blind:{name}" for name, _ in blind]
            + [f"never:{f.subject.uid}" for f in never] + [f"silent:{p}" for p in silent]
            + (["tripwire"] if tripwire else []) + [f"ghost:{g.node}/{g.gpu}" for g in ghost_gpus] + held_ids
-           + [f"beside:{r.uid}" for r in beside] + [f"undone:{r.uid}:{u.times}" for r, u in undone])
+           + [f"beside:{r.uid}" for r in beside] + [f"undone:{r.uid}:{u.times}" for r, u in undone]
+           + (["sight-lost"] if sight_lost is not None else []))
     return AdminReport(tuple(sections), tuple(ids))

@@ -7,8 +7,9 @@ free for long. So:
 - a workload such a manager restores (`selection.managed_by`: its labels, or the controller that
   last wrote its replicas) is, by default, only reported: marked and its owner warned, never acted
   on; a policy names the managers it reclaims from anyway (`lifecycle.reclaimManaged`);
-- a reclaim other than delete is recorded with it (`janitor/reclaimed`), and the next cycle checks
-  that it held: only then does the owner hear "done". One that was undone is said once, to the
+- a reclaim other than delete is recorded with it (`janitor/reclaimed`), and the cycles after it
+  check that it held (for `HELD_AFTER`, so a slow sync has had its turn): only then does the owner
+  hear "done". One that was undone is said once, to the
   owner (with who undid it) and in the admins' report, recorded (`janitor/undone`), and its policy
   does not mark the workload again where a controller restored it, or once it was undone twice
   (an owner resuming their own workload once is theirs to do).
@@ -26,11 +27,14 @@ from janitor.decide.model import Finding, ObjectView
 from janitor.decide.notices import Notice, resume_command
 from janitor.decide.owners import Owner
 from janitor.decide.reasons import Code, Reason, why
-from janitor.decide.selection import RESTORER_MANAGERS, RESTORERS
+from janitor.decide.selection import RESTORER_MANAGERS, RESTORERS, copied_from
 from janitor.policy.model import Action as PolicyAction
 from janitor.policy.model import Manager, Policy
 
 _RECLAIMS = (PolicyAction.SUSPEND, PolicyAction.SCALE_TO_ZERO, PolicyAction.STOP)
+# How long a reclaim must hold before "done" is said: Argo CD self-heals in seconds, KEDA polls every
+# 30 s, Flux syncs every 10 minutes by default. An undo found sooner is said at once.
+HELD_AFTER = datetime.timedelta(minutes=15)
 
 
 def manager_of(findings: tuple[Finding, ...]) -> str | None:
@@ -54,6 +58,20 @@ def record(policy: Policy, view: ObjectView, now: datetime.datetime) -> Mapping[
     return {ann.RECLAIMED: str(Reclaimed(str(policy.lifecycle.action), now, policy.name, view.replicas))}
 
 
+def recorded(view: ObjectView) -> bool:
+    """`view` carries a reclaim's record the janitor wrote on it: not a ReplicaSet's copy of its
+    Deployment's (the controller copies annotations), nor one someone else wrote or re-applied."""
+    return ann.RECLAIMED in view.annotations and ann.RECLAIMED not in view.foreign_marks \
+        and copied_from(view) is None
+
+
+def undone_on(view: ObjectView) -> Undone | None:
+    """The janitor's own record of an undone reclaim on `view`, if any (a copy or a forgery is none)."""
+    if ann.UNDONE not in view.annotations or ann.UNDONE in view.foreign_marks or copied_from(view) is not None:
+        return None
+    return Undone.parse(view.annotations[ann.UNDONE])
+
+
 def _held(action: str, view: ObjectView) -> bool | None:
     if action == PolicyAction.SCALE_TO_ZERO:
         return None if view.replicas is None else view.replicas == 0
@@ -64,8 +82,8 @@ def _held(action: str, view: ObjectView) -> bool | None:
     return None
 
 
-def check(view: ObjectView, owner: Owner, now: datetime.datetime) -> tuple[str, Reason, Mapping[str, str | None],
-                                                                           Notice | None]:
+def check(view: ObjectView, owner: Owner, now: datetime.datetime, held_after: datetime.timedelta = HELD_AFTER
+          ) -> tuple[str, Reason, Mapping[str, str | None], Notice | None]:
     """The next cycle's look at a reclaim: ("held" | "undone" | "wait", why, the patch, the notice)."""
     text = view.annotations[ann.RECLAIMED]
     done = Reclaimed.parse(text)
@@ -74,10 +92,14 @@ def check(view: ObjectView, owner: Owner, now: datetime.datetime) -> tuple[str, 
     held = _held(done.action, view)
     if held is None:
         return "wait", why(Code.RECLAIM_UNCHECKED, action=done.action), {}, None
-    if held:
-        return "held", why(Code.RECLAIM_HELD, action=done.action, at=done.at), {ann.RECLAIMED: None}, None
+    if held and now - done.at < held_after:
+        return "wait", why(Code.RECLAIM_HOLDING, action=done.action, at=done.at, after=held_after), {}, None
+    if held:  # and a count of undos by this policy starts again: "twice" means twice in a row
+        before = undone_on(view)
+        reset = {ann.UNDONE: None} if before is not None and before.policy == done.policy else {}
+        return "held", why(Code.RECLAIM_HELD, action=done.action, at=done.at), {ann.RECLAIMED: None, **reset}, None
     by = view.restored_by or ""
-    before = Undone.parse(view.annotations.get(ann.UNDONE, ""))
+    before = undone_on(view)
     times = before.times + 1 if before is not None and before.policy == done.policy else 1
     undone = Undone(done.action, now, done.policy, times, by)
     reason = why(Code.RECLAIM_UNDONE, action=done.action, at=done.at, by=_who(by), policy=done.policy,
@@ -106,7 +128,7 @@ def _again(undone: Undone) -> str:
 def blocked(view: ObjectView, policy: str) -> Reason | None:
     """Why `policy` does not mark `view` again: a reclaim of it that a controller undid, or that was
     undone twice; None otherwise. Removing janitor/undone lets it try again."""
-    undone = Undone.parse(view.annotations.get(ann.UNDONE, ""))
+    undone = undone_on(view)
     if undone is None or undone.policy != policy:
         return None
     if not RESTORER_MANAGERS.get(undone.by) and undone.times < 2:

@@ -50,7 +50,7 @@ from janitor.decide.model import Action, ActionType, Finding, ObjectRef, ObjectV
 from janitor.decide.notices import Notice, keep_command, resume_command
 from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.reasons import Code, Reason, why
-from janitor.decide.selection import Workload, carries_mark, copied_from, with_marks
+from janitor.decide.selection import Workload, carries_mark, with_marks
 from janitor.decide.volumes import ClaimTemplates
 from janitor.policy.model import Action as PolicyAction
 from janitor.policy.model import Mode, Policy
@@ -79,6 +79,7 @@ class MarkCaps:
 class LifecycleSettings:
     pace: datetime.timedelta = datetime.timedelta(hours=1)  # at most one warning/reminder per owner per pace
     caps: MarkCaps = field(default_factory=MarkCaps)
+    held_after: datetime.timedelta = held.HELD_AFTER  # how long a reclaim holds before "done" is said
 
 
 class Step(StrEnum):
@@ -497,7 +498,7 @@ def plan_lifecycle(
     subjects = [uid for uid in per_subject if uid in views]
     marked = [v.ref.uid for v in with_marks(views.values()) if v.ref.uid not in per_subject]
     checked = [v.ref.uid for v in views.values() if ann.RECLAIMED in v.annotations and v.ref.uid not in per_subject
-               and not carries_mark(v.annotations) and copied_from(v) is None]  # a ReplicaSet's copy is not one
+               and not carries_mark(v.annotations) and held.recorded(v)]
     cases = []
     for uid in [*subjects, *marked, *checked]:
         view = views[uid]
@@ -512,7 +513,7 @@ def plan_lifecycle(
     changes: list[Change] = []
     candidates: list[tuple[_Case, Finding, Policy]] = []
     for case in cases:
-        change, candidate = _decide(case, views, by_policy, now, pace)
+        change, candidate = _decide(case, views, by_policy, now, pace, settings.held_after)
         if change is not None:
             changes.append(_in_zone(change, case.time_zone))
         if candidate is not None:
@@ -542,11 +543,11 @@ def _in_zone(change: Change, time_zone: str | None) -> Change:
 
 
 def _decide(case: _Case, views: Mapping[str, ObjectView], by_policy: Mapping[str, Policy], now: datetime.datetime,
-            pace: _Pace) -> tuple[Change | None, Finding | None]:
+            pace: _Pace, held_after: datetime.timedelta = held.HELD_AFTER) -> tuple[Change | None, Finding | None]:
     """The change for one marked workload, or the finding to mark an unmarked one with."""
     mark, view = case.mark, case.view
-    if mark is None and ann.RECLAIMED in view.annotations and copied_from(view) is None:  # did it hold?
-        return _check(case, now), None
+    if mark is None and held.recorded(view):  # last cycle's reclaim: did it hold?
+        return _check(case, now, held_after), None
     in_use = next((f for f in case.findings if f.in_use), None)
     governing = _governing(case)
     if mark is None:
@@ -593,10 +594,10 @@ def _decide(case: _Case, views: Mapping[str, ObjectView], by_policy: Mapping[str
     return _moved(case) or _marked(case, governing, policy, now, pace, configured), None
 
 
-def _check(case: _Case, now: datetime.datetime) -> Change:
-    """The look, one cycle on, at a reclaim other than delete (decide.held)."""
+def _check(case: _Case, now: datetime.datetime, held_after: datetime.timedelta) -> Change:
+    """The look, the cycles after it, at a reclaim other than delete (decide.held)."""
     view = case.view
-    verdict, reason, patch, notice = held.check(view, case.owner, now)
+    verdict, reason, patch, notice = held.check(view, case.owner, now, held_after)
     step = {"held": Step.CHECK, "undone": Step.UNDONE}.get(verdict, Step.WAIT)
     policy = (ann.Reclaimed.parse(view.annotations[ann.RECLAIMED]) or ann.Reclaimed("", now, "")).policy
     return Change(step, view.ref, view.resource_version, policy, reason, patch, notice)
@@ -604,8 +605,9 @@ def _check(case: _Case, now: datetime.datetime) -> Change:
 
 def _moved(case: _Case) -> Change | None:
     """An older mark's deadline, moved from janitor/expires (which kube-janitor deletes on) to
-    janitor/deadline before anything else is done with it; a janitor/expires someone else wrote stays
-    theirs. None when there is nothing to move."""
+    janitor/deadline before anything else is done with it; the janitor/expires goes whoever wrote it
+    last (a deadline someone else wrote on a mark was never one: the mark's is its own records').
+    None when there is nothing to move."""
     mark, view = case.mark, case.view
     assert mark is not None
     if not mark.legacy:

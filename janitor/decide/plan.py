@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from janitor import annotations as ann
-from janitor.decide import lifecycle, neighbours, selection, sight, usage
+from janitor.decide import held, lifecycle, neighbours, selection, sight, usage
 from janitor.decide.admin_report import AdminReport, admin_report
 from janitor.decide.evidence import PodKey
 from janitor.decide.lifecycle import Change, LifecycleSettings, Step
@@ -31,6 +31,7 @@ from janitor.decide.model import (
     EXPIRY_POLICY,
     Action,
     ActionType,
+    Deletion,
     Finding,
     ObjectRef,
     ObjectView,
@@ -121,7 +122,7 @@ class CyclePlan:
 
 
 def _expiry(observation: Observation, gate: selection.Gate, by_uid: Mapping[str, ObjectView],
-            now: datetime.datetime, deleted: Mapping[str, str]) -> list[Finding]:
+            now: datetime.datetime, deleted: Mapping[str, Deletion]) -> list[Finding]:
     subjects: list[Workload] = []
     found: list[Finding] = []
     for obj in observation.objects:
@@ -187,9 +188,9 @@ def _reports(findings: Sequence[Finding], by_uid: Mapping[str, ObjectView], gate
 
 
 def decide(observation: Observation, policies: Sequence[Policy], now: datetime.datetime,
-           settings: PlanSettings = PlanSettings(), deleted: Mapping[str, str] | None = None) -> Decision:
+           settings: PlanSettings = PlanSettings(), deleted: Mapping[str, Deletion] | None = None) -> Decision:
     """Steps 1-3 of a plan: findings, the lifecycle's changes, and what is due (before the rails).
-    `deleted`: what expiries deleted lately (the ledger's "Kind/namespace/name" -> "expires=<value>")."""
+    `deleted`: what expiries deleted lately (the ledger's, by "Kind/namespace/name")."""
     now = observation.at or now
     rails = settings.rails
     by_uid = {o.ref.uid: o for o in observation.objects}
@@ -236,7 +237,7 @@ def silent_gpu_pods(observation: Observation) -> tuple[PodView, ...]:
 def plan(observation: Observation, policies: Sequence[Policy], ledger: SafetyLedger, now: datetime.datetime, *,
          settings: PlanSettings = PlanSettings()) -> CyclePlan:
     """The whole cycle's plan; `now` is the janitor's own clock, compared with the apiserver's."""
-    deleted = {d.target: d.rule for d in ledger.deletions if d.target}
+    deleted = {d.target: d for d in ledger.deletions if d.target}
     decision = decide(observation, policies, now, settings, deleted)
     skew = clock_skew(now, observation.at)
     railed = apply_rails(decision.due, ledger, settings.rails, now=decision.now, skew=skew)
@@ -246,11 +247,10 @@ def plan(observation: Observation, policies: Sequence[Policy], ledger: SafetyLed
     silent = silent_gpu_pods(observation)
     tripwire = railed.notices[0] if is_tripped(railed.ledger) and railed.notices else None
     beside = neighbours.kube_janitors(observation.objects, observation.pods)
-    undone = tuple((o.ref, u) for o in observation.objects if ann.UNDONE in o.annotations and selection.copied_from(
-        o) is None and (u := ann.Undone.parse(o.annotations[ann.UNDONE])) is not None)
-    report = admin_report(decision.findings, observation.nodes, silent, tripwire,
-                          observation.evidence.ghost_gpus or (), railed.held, settings.state, beside, undone)
+    undone = tuple((o.ref, u) for o in observation.objects if (u := held.undone_on(o)) is not None)
     blind = sight.lost(observation)
+    report = admin_report(decision.findings, observation.nodes, silent, tripwire,
+                          observation.evidence.ghost_gpus or (), railed.held, settings.state, beside, undone, blind)
     # Blind, the ledger stays as it was: a count of no candidates would make the next cycle's look like a spike.
     return CyclePlan(decision.now, decision.reports + railed.allowed, railed.held, decision.changes,
                      decision.findings, ledger if blind else railed.ledger, tuple(notices),

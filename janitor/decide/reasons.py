@@ -185,6 +185,7 @@ class Code(StrEnum):
     REPORT_ONLY = "report-only"
     MANAGED_REPORT_ONLY = "managed-report-only"
     RECLAIM_HELD = "reclaim-held"
+    RECLAIM_HOLDING = "reclaim-holding"
     RECLAIM_UNDONE = "reclaim-undone"
     RECLAIM_UNCHECKED = "reclaim-unchecked"
     RECLAIM_RECORD_BROKEN = "reclaim-record-broken"
@@ -408,6 +409,7 @@ _T: Mapping[Code, str] = {
                                "reported, nothing is done to it (a policy reclaims from it with "
                                "lifecycle.reclaimManaged)"),
     Code.RECLAIM_HELD: "the {action} of {at} held: its owner is told it is done",
+    Code.RECLAIM_HOLDING: "the {action} of {at} holds so far; its owner is told it is done once it held {after:age}",
     Code.RECLAIM_UNDONE: "the {action} of {at} did not hold: {by} undid it; {again}",
     Code.RECLAIM_UNCHECKED: "whether the {action} held cannot be read from the object: checked again next cycle",
     Code.RECLAIM_RECORD_BROKEN: "janitor/reclaimed '{value}' is not the janitor's record: removed",

@@ -6,7 +6,9 @@ object: the object itself, its owner chain, its pods (a ReplicaSet created since
 included), its namespace (an opt-out added since), its node and the usage evidence of its pods.
 It is decided by `plan.decide`, the same rules as the cycle's, so no rule exists twice; the
 action goes ahead only if the same action (object, type, policy) comes out due again, and then
-with the fresh resourceVersion as its precondition.
+with the fresh resourceVersion as its precondition. A first mark or warning is looked at again
+the same way before it is written (`still_notices`): a namespace opted out since the cycle's read
+gets neither.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from janitor.annotations import NoticeKind
 from janitor.decide.lifecycle import Change, Step
 from janitor.decide.model import Action, Observation
 from janitor.decide.plan import PlanSettings, decide
@@ -29,6 +32,27 @@ class Recheck:
     # The lifecycle's change for it, decided on the fresh read: its "done" note says what happened
     # then (what the cycle's older read said may have changed since, a StatefulSet's volumes say).
     change: Change | None = None
+
+
+def first_notice(change: Change) -> bool:
+    """A new mark, or a marked workload's first warning (or one given again): decided on the cycle's
+    read, which a watch may have kept from minutes ago, so looked at again fresh before it is written."""
+    return change.step is Step.MARK or (change.step is Step.NOTIFY and change.notice is not None
+                                        and change.notice.kind is NoticeKind.WARNING)
+
+
+def still_notices(change: Change, fresh: Observation | None, policies: Sequence[Policy], now: datetime.datetime,
+                  settings: PlanSettings = PlanSettings()) -> Recheck:
+    """Whether a first mark or warning (`first_notice`) comes out the same on a fresh read of its
+    workload and namespace: the same step by the same policy. `action` is None either way."""
+    uid = change.workload.uid
+    if fresh is None or not _present(uid, fresh):
+        return Recheck(None, why(Code.GONE))
+    again = next((c for c in decide(fresh, policies, now, settings).changes if c.workload.uid == uid), None)
+    if again is not None and again.step is change.step and again.policy == change.policy:
+        return Recheck(None, why(Code.STILL_DUE), again)
+    return Recheck(None, why(Code.NO_LONGER_DUE, why=again.why if again is not None else why(
+        Code.NO_LONGER_COVERED, policy=change.policy)))
 
 
 def _present(uid: str, fresh: Observation) -> bool:

@@ -108,15 +108,21 @@ _MARKER_NOTES = frozenset(key for where, key, _, _ in MANAGED_BY_MARKERS if wher
 
 def managed_by(obj: ObjectView | PodView) -> str | None:
     """The tool that manages `obj`: by its labels and annotations, or (an object) by the controller
-    that last wrote its replicas or suspend (KEDA marks nothing on what it scales)."""
+    that last wrote its replicas or suspend (KEDA marks nothing on what it scales). A tool that
+    restores what is reclaimed wins over Helm's label, which Argo CD and Flux charts carry too."""
     restorer = RESTORER_MANAGERS.get(obj.restored_by or "") if isinstance(obj, ObjectView) else None
     if _MARKER_LABELS.isdisjoint(obj.labels) and _MARKER_NOTES.isdisjoint(obj.annotations):
         return restorer  # no marker key at all, as on most objects
-    for where, key, value, tool in MANAGED_BY_MARKERS:
-        found = (obj.labels if where == "labels" else obj.annotations).get(key)
-        if found is not None and value in (None, found):
-            return restorer if tool == "Helm" and restorer else tool
-    return restorer
+    tools = [tool for where, key, value, tool in MANAGED_BY_MARKERS
+             if (found := (obj.labels if where == "labels" else obj.annotations).get(key)) is not None
+             and value in (None, found)]
+    return strongest(*tools, restorer)
+
+
+def strongest(*tools: str | None) -> str | None:
+    """Of the tools found (on an object, or along a chain), the first that restores what is
+    reclaimed (`RESTORERS`), else the first at all."""
+    return next((t for t in tools if t in RESTORERS), next((t for t in tools if t), None))
 
 
 _MARK_ONLY = frozenset(ann.JANITOR_ONLY_KEYS)
@@ -226,7 +232,7 @@ def _walk(kind: str, controller: OwnerRef, by_uid: Mapping[str, ObjectView], cro
         refs.append(owner.ref)
         views.append(owner)
         kind, owner_ref = owner.ref.kind, owner.controller
-    marker = next((m for m in (managed_by(v) for v in [*views, *([parent] if parent else [])]) if m), None)
+    marker = strongest(*(managed_by(v) for v in [*views, *([parent] if parent else [])]))
     return _Above(tuple(refs), views[-1] if views else None, marker, None, candidate, parent)
 
 
@@ -260,7 +266,8 @@ class _Chains:
             view = pod_as_object(pod)
             return _Group(pod.ref, view, (pod.ref,), managed_by(pod), None, view.ref.kind, above.candidate)
         top = above.top
-        return _Group(top.ref, top, (pod.ref, *above.refs), managed_by(pod) or above.marker, None, top.ref.kind,
+        return _Group(top.ref, top, (pod.ref, *above.refs), strongest(managed_by(pod), above.marker), None,
+                      top.ref.kind,
                       above.candidate, parent=above.parent)
 
 

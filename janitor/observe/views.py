@@ -82,6 +82,7 @@ def strings(values: Mapping[str, Any] | None) -> dict[str, str]:
 
 _MARK_KEYS = frozenset(ann.MARK_READ_KEYS)
 _JANITOR_ONLY = frozenset(ann.JANITOR_ONLY_KEYS)
+_RECORDS = frozenset({ann.RECLAIMED, ann.UNDONE})  # a reclaim's records: the janitor's only when it wrote them
 _NONE: frozenset[str] = frozenset()
 
 
@@ -91,9 +92,10 @@ def foreign_marks(meta: Mapping[str, Any]) -> frozenset[str]:
     last, or the record was emptied. Only the keys are kept, never the record: the watch cache stays
     slim. A same-value write leaves the owner as it was; a different value makes its writer the owner."""
     notes = meta.get("annotations") or {}
-    if _JANITOR_ONLY.isdisjoint(notes):  # no mark (a janitor/expires alone is its owner's)
+    marked = not _JANITOR_ONLY.isdisjoint(notes)
+    if not marked and _RECORDS.isdisjoint(notes):  # no mark, no record (a janitor/expires alone is its owner's)
         return _NONE
-    present = _MARK_KEYS.intersection(notes)
+    present = (_MARK_KEYS.intersection(notes) if marked else set()) | _RECORDS.intersection(notes)
     owned: set[str] = set()
     for entry in meta.get("managedFields") or ():
         if isinstance(entry, Mapping) and entry.get("manager") in ann.FIELD_MANAGERS:

@@ -3,9 +3,9 @@
 The list is paginated and its final page's resourceVersion starts a watch with bookmarks, so the
 apiserver sends only what changed. A watch the server ends (its `timeoutSeconds`), or a connection
 that is reset, is opened again from the last version seen: nothing is missed and nothing is listed
-again. A watch that goes silent (no event and no bookmark for `FRESH_SECONDS`, while the apiserver
-bookmarks about once a minute) is not trusted: the kind is listed again, whole, as it is when the
-apiserver no longer has that version (410 Gone, as an HTTP status or as an ERROR event).
+again. A watch that goes silent (no event, no bookmark and no end for `FRESH_SECONDS`, while the
+server ends every watch within `WATCH_SECONDS`) is not trusted: the kind is listed again, whole, as
+it is when the apiserver no longer has that version (410 Gone, as an HTTP status or as an ERROR event).
 
 What is kept is the slim value the caller makes of each object (`slim`), never the object, so a
 cache of 50,000 pods holds what deciding reads and nothing more. Kinds that matter only by their
@@ -39,14 +39,15 @@ logger = logging.getLogger(__name__)
 
 V = TypeVar("V")
 
-# The server ends a watch after about this long (jittered by up to a fifth): each end costs one
-# request to open it again, so a steady cycle's requests stay near the ledger's and the notes' reads.
-WATCH_SECONDS = 900
-# The apiserver sends a bookmark about once a minute on a watch that allows them, however quiet the
-# kind: nothing at all (no event, no bookmark) for FRESH_SECONDS means the watch is dead (a proxy
-# holding a connection open, a half-open TCP connection), and the kind is listed again, whole. Past
+# The server ends a watch after about this long (jittered by up to a fifth), with a bookmark first:
+# each end costs one request to open it again from that version. A quiet kind gets no other word
+# (an apiserver bookmarks a quiet watch only when its own version moves), so this is what bounds how
+# long a watch can stay silent and still be alive.
+WATCH_SECONDS = 240
+# Nothing at all (no event, no bookmark, no end) for FRESH_SECONDS means the watch is dead (a proxy
+# holding a connection open, a half-open TCP connection): the kind is listed again, whole. Past
 # FRESH_SECONDS + STALE_MARGIN without word the kind is not synced (stale): the cycle changes nothing.
-FRESH_SECONDS = 150.0
+FRESH_SECONDS = WATCH_SECONDS + 30.0
 STALE_MARGIN = 30.0
 RETRY_SECONDS = (1.0, 30.0)  # backoff between failed requests, doubling from the first to the second
 SKIPPED_RETRY_SECONDS = 300.0  # a kind the apiserver does not serve, or RBAC forbids, is tried again this often
@@ -94,12 +95,13 @@ class KindWatch(Generic[V]):
                  namespace: str | None = None, metadata_only: bool = False, field_selector: str | None = None,
                  keep: Callable[[Mapping[str, Any]], bool] | None = None, page_size: int = 500,
                  connect_timeout: float = 5.0, name: str | None = None,
-                 fresh_seconds: float = FRESH_SECONDS) -> None:
+                 fresh_seconds: float = FRESH_SECONDS, watch_seconds: float = WATCH_SECONDS) -> None:
         self.api, self.kind, self.slim = api, kind, slim
         self.namespace = namespace if kind.namespaced else None
         self.metadata_only, self.field_selector, self.keep = metadata_only, field_selector, keep
         # Lists wait as long as the client's every request does (--kube-timeout); a watch's reads, fresh_seconds.
         self.page_size, self.connect_timeout, self.fresh_seconds = page_size, connect_timeout, fresh_seconds
+        self.watch_seconds = watch_seconds
         self._contact = time.monotonic()  # the last word from the apiserver on this watch: a response, an event
         self.key = name or kind.key + (f"@{self.namespace}" if self.namespace else "")
         self._items: dict[str, V] = {}
@@ -224,7 +226,7 @@ class KindWatch(Generic[V]):
     def _watch(self) -> None:
         query: list[tuple[str, Any]] = [
             ("watch", "true"), ("allowWatchBookmarks", "true"), ("resourceVersion", self._version or ""),
-            ("timeoutSeconds", int(WATCH_SECONDS * random.uniform(0.8, 1.0)))]
+            ("timeoutSeconds", max(1, int(self.watch_seconds * random.uniform(0.8, 1.0))))]
         if self.field_selector:
             query.append(("fieldSelector", self.field_selector))
         accept = metadata_accept(as_list=False) if self.metadata_only else "application/json"

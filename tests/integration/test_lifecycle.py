@@ -134,7 +134,7 @@ def janitor_for(kube, sandbox, namespace: str, policy: Path, prometheus_url: str
     settings = build(namespaces=(namespace,), state_namespace=namespace, policy_paths=(str(policy),),
                         prometheus_url=prometheus_url, scrape_interval=datetime.timedelta(seconds=15),
                         slack_token=sandbox.slack_token, slack_api_url=sandbox.slack_api_url,
-                        lifecycle=LifecycleSettings(pace=datetime.timedelta(0)),
+                        lifecycle=LifecycleSettings(pace=datetime.timedelta(0), held_after=datetime.timedelta(0)),
                         notice_retry=datetime.timedelta(0), **extra)
     return Runner(kube, settings)
 

@@ -7,7 +7,8 @@ judge, an action other than delete), so its mark's deadline is `janitor/deadline
 - a new mark, its extensions and its delivery record write `janitor/deadline`, never
   `janitor/expires`: past the deadline of a `report` policy, nothing on the object is a delete order;
 - a mark written before (its deadline in `janitor/expires`) is read as before and, before anything
-  else is done with it, its deadline is moved; a `janitor/expires` someone else wrote on it stays;
+  else is done with it, its deadline is moved and that `janitor/expires` removed, whoever wrote it
+  last (it was never a user's deadline beside a mark); removing the mark removes it too;
 - a ReplicaSet's copy of an older mark's `janitor/expires` (the Deployment controller never removes
   a key) is removed once its Deployment's mark no longer has it;
 - removing a mark removes an older mark's `janitor/expires`, never a user's beside a mark.
@@ -62,12 +63,12 @@ def test_an_older_marks_deadline_moves_before_anything_else() -> None:
     assert one(moved).step is Step.ACT
 
 
-def test_an_older_marks_expires_someone_else_wrote_stays_theirs() -> None:
+def test_an_older_marks_expires_someone_else_wrote_moves_to_the_deadline_the_warning_named() -> None:
     notes = older(marked(ago(hours=30), ago(hours=6), ago(hours=30)))
     view = dataclasses.replace(job(notes | {a.EXPIRES: "2099-01-01"}), foreign_marks=frozenset({a.EXPIRES}))
     change = one(view)
-    # The warning named ago(hours=6): that is the mark's deadline; the user's janitor/expires is theirs.
-    assert change.annotations == {a.DEADLINE: t(ago(hours=6))}
+    # The warning named ago(hours=6): that is the mark's deadline; the edited janitor/expires goes.
+    assert change.annotations == {a.DEADLINE: t(ago(hours=6)), a.EXPIRES: None}
 
 
 def test_a_replicasets_copy_of_an_older_deadline_is_removed() -> None:
@@ -99,7 +100,7 @@ def test_a_mark_reads_its_deadline_from_janitor_deadline_or_an_older_marks_expir
     old = a.read_mark(older(marked(ago(hours=1), NOW + DAY)))
     assert old is not None and old.legacy and old.deadline == NOW + DAY and not old.problems
     assert a.mark_keys_on(older(marked(ago(hours=1), NOW + DAY)))[-1] == a.EXPIRES
-    assert a.EXPIRES not in a.mark_keys_on(older(marked(ago(hours=1), NOW + DAY)), foreign={a.EXPIRES})
+    assert a.EXPIRES not in a.mark_keys_on(marked(ago(hours=1), NOW + DAY) | {a.EXPIRES: "2099-01-01"})
 
 
 def test_kube_janitor_running_beside_is_said_in_the_plan_and_the_admin_report() -> None:
@@ -120,3 +121,30 @@ def test_kube_janitor_running_beside_is_said_in_the_plan_and_the_admin_report() 
     assert title == "Other cleaners acting on the same objects"
     assert "kube-janitor runs beside the janitor (Deployment default/cleanup)" in line
     assert "janitor/deadline" in line and "Beside kube-janitor" in line
+
+
+# -- found by an adversarial read ----------------------------------------------------------------------------
+
+
+def everything_foreign(view):  # type: ignore[no-untyped-def]
+    """As observe reads an object whose mark keys someone else wrote last (a restore, a reset record)."""
+    return dataclasses.replace(view, foreign_marks=frozenset(k for k in a.MARK_READ_KEYS if k in view.annotations))
+
+
+def test_an_older_marks_expires_never_outlives_its_mark_whoever_wrote_it_last() -> None:
+    """An older mark's janitor/expires was never a user's deadline: removing or moving the mark takes
+    it along, or the plain path (or kube-janitor) deletes on it the next cycle."""
+    from janitor.decide.model import Observation, SafetyLedger
+    from janitor.decide.plan import plan
+
+    notes = older(marked(ago(hours=30), ago(hours=6), ago(hours=30)))
+    busy = one(everything_foreign(job(notes)), State.CLEAR)
+    assert busy.step is Step.UNMARK and busy.annotations.get(a.EXPIRES, "kept") is None
+    left = applied(job(notes), busy.annotations)
+    assert [x.type for x in plan(Observation(NOW, (left,)), (), SafetyLedger(), NOW).actions] == []
+    idle = one(everything_foreign(job(notes)))
+    assert idle.step is Step.MOVE and idle.annotations.get(a.EXPIRES, "kept") is None
+    restored = everything_foreign(job(notes, name="train2"))  # another uid: a copy, dropped whole
+    [drop] = plan_lifecycle([], [restored], [], [policy()], NOW)
+    assert drop.step is Step.DROP_COPY and drop.annotations.get(a.EXPIRES, "kept") is None
+    assert a.EXPIRES in a.mark_keys_on(notes, foreign={a.EXPIRES})  # `janitor unmark` too

@@ -55,7 +55,7 @@ def test_the_same_name_back_with_the_same_expiry_is_not_deleted_again() -> None:
     ledger = record_deletions(SafetyLedger(), [delete], NOW)
     assert ledger.deletions[0].target == "ConfigMap/team-a/scratch" and ledger.deletions[0].rule == f"expires={PASSED}"
 
-    back = obj("scratch", annotations={a.EXPIRES: PASSED})  # a sync created it again: another uid
+    back = obj("scratch", annotations={a.EXPIRES: PASSED}, created=NOW)  # a sync created it again: another uid
     p = planned(back, ledger=ledger)
     [report] = p.actions
     assert report.type is ActionType.REPORT and report.target.uid == back.ref.uid
@@ -82,3 +82,26 @@ def test_the_ledger_keeps_what_an_expiry_deleted_and_reads_older_ledgers() -> No
     assert ledger_format.loads(ledger_format.dumps(ledger)) == ledger
     older = '{"version":1,"deletions":[{"at":"2026-11-24T12:00:00+00:00","namespace":"team-a"}]}'
     assert ledger_format.loads(older).deletions[0].target == ""
+
+
+# -- found by an adversarial read ----------------------------------------------------------------------------
+
+
+def test_a_delete_that_failed_is_no_sign_the_object_came_back() -> None:
+    """The ledger records a deletion before it is tried: the same object still there (created before
+    that record) is deleted again, not taken for one a sync created."""
+    first = obj("scratch", annotations={a.EXPIRES: PASSED}, created=NOW - datetime.timedelta(days=3))
+    ledger = record_deletions(SafetyLedger(), list(planned(first).actions), NOW)
+    assert [x.type for x in planned(first, ledger=ledger).actions] == [ActionType.DELETE]
+
+
+def test_an_object_reported_as_come_back_stays_kept_after_the_ledger_forgets() -> None:
+    """The ledger keeps a day; the report note on the object keeps the decision after that, so the
+    loop (and a tripwire of reappearing candidates) never starts again."""
+    back = obj("scratch", annotations={a.EXPIRES: PASSED}, created=NOW)
+    ledger = record_deletions(SafetyLedger(), list(planned(obj("scratch", annotations={a.EXPIRES: PASSED},
+                                                                 created=NOW - datetime.timedelta(days=3))).actions),
+                              NOW - datetime.timedelta(hours=1))
+    [report] = planned(back, ledger=ledger).actions
+    noted = dataclasses.replace(back, annotations={**back.annotations, a.REPORTED: report.report_key or ""})
+    assert planned(noted).actions == ()  # the ledger forgot; the note did not

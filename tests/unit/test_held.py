@@ -189,3 +189,62 @@ def test_a_replicasets_copy_of_the_records_is_never_checked_or_listed() -> None:
     changes = plan_lifecycle([], [top, copy], [], [policy(action=Action.SCALE_TO_ZERO)], NOW + H)
     assert [(c.workload.kind, c.step) for c in changes] == [("Deployment", Step.CHECK)]
     assert plan(Observation(NOW, (copy,)), (), SafetyLedger(), NOW).admin_report.empty
+
+
+# -- found by an adversarial read ----------------------------------------------------------------------------
+
+
+def test_a_helm_label_does_not_hide_the_gitops_tool_that_applies_the_chart() -> None:
+    helm = {"app.kubernetes.io/managed-by": "Helm"}
+    assert managed_by(deployment(labels=helm | ARGO)) == "Argo CD"
+    assert managed_by(deployment(labels=helm | {"helm.toolkit.fluxcd.io/name": "apps"})) == "Flux"
+    view = dataclasses.replace(deployment(labels=helm), annotations={"argocd.argoproj.io/tracking-id": "app:x"})
+    assert managed_by(view) == "Argo CD"
+
+
+def test_a_pods_helm_label_does_not_hide_its_deployments_gitops_tool() -> None:
+    from factories import obj as make
+
+    from janitor.decide.model import ContainerView, NamespaceView, ObjectRef, Observation, OwnerRef, PodView
+    from janitor.decide.rails import Rails
+    from janitor.decide.selection import workloads
+
+    top = deployment(labels=ARGO)
+    rs = make("train-5d4f", kind="ReplicaSet", namespace=NS, owner=top, uid="uid-rs")
+    rs = dataclasses.replace(rs, labels={"app.kubernetes.io/managed-by": "Helm"})
+    pod = PodView(ObjectRef("Pod", "v1", NS, "train-5d4f-x", "uid-pod"), "1", {"app.kubernetes.io/managed-by": "Helm"},
+                  OwnerRef("ReplicaSet", "apps/v1", "train-5d4f", "uid-rs"), node="n", phase="Running", started=NOW,
+                  gpus=1, containers=(ContainerView("main", 1.0),))
+    [w] = workloads(Observation(NOW, (top, rs), (pod,), {NS: NamespaceView(NS)}), Rails())
+    assert w.managed_by == "Argo CD"
+
+
+def test_records_someone_else_wrote_are_not_the_janitors() -> None:
+    """A forged or copied janitor/undone blocks nothing; a forged janitor/reclaimed is no reclaim."""
+    undone = str(Undone("scale-to-zero", NOW, "idle-gpu", 2, "argocd-controller"))
+    forged = dataclasses.replace(deployment({a.UNDONE: undone}), foreign_marks=frozenset({a.UNDONE}))
+    assert one(forged, pol=policy(action=Action.SCALE_TO_ZERO)).step is Step.MARK
+    fake = dataclasses.replace(deployment({a.RECLAIMED: f"scale-to-zero {t(NOW)} idle-gpu 1"}, replicas=1),
+                               foreign_marks=frozenset({a.RECLAIMED}))
+    assert one(fake, pol=policy(action=Action.SCALE_TO_ZERO)).step is Step.MARK  # no "Not held" about it
+
+
+def test_a_reclaim_is_announced_only_once_it_held_long_enough_for_a_slow_sync() -> None:
+    """Flux syncs every 10 minutes by default: a scale-to-zero checked a minute on proves nothing yet."""
+    from janitor.decide.held import HELD_AFTER
+    from janitor.decide.lifecycle import plan_lifecycle
+    from janitor.decide.owners import Owner
+
+    view = reclaimed(0, None)
+    owners = {view.ref.uid: Owner(ALICE.kind, ALICE.value)}
+    [early] = plan_lifecycle([], [view], [], [policy(action=Action.SCALE_TO_ZERO)], NOW + 60 * (H / 3600),
+                             owners=owners)
+    assert early.step is Step.WAIT and early.annotations == {}
+    [late] = plan_lifecycle([], [view], [], [policy(action=Action.SCALE_TO_ZERO)], NOW + HELD_AFTER, owners=owners)
+    assert late.step is Step.CHECK
+
+
+def test_a_reclaim_that_held_resets_the_count_of_undos() -> None:
+    once = Undone("scale-to-zero", NOW - 30 * DAY, "idle-gpu", 1, "kubectl-scale")
+    held = check(reclaimed(0, None, once))
+    assert held.step is Step.CHECK and held.annotations == {a.RECLAIMED: None, a.UNDONE: None}

@@ -1089,8 +1089,8 @@ def assert_marks_belong(case: Case, observation: Observation, planned: CyclePlan
             assert dict(changes_on(planned, uid)[0].annotations) == {ann.EXPIRES: None}
         elif not kept:
             [drop] = changes_on(planned, uid)
-            # An older mark's janitor/expires is its deadline, removed with it unless someone else wrote it.
-            older = ann.DEADLINE not in notes and ann.EXPIRES in notes and ann.EXPIRES not in obj.foreign_marks
+            # An older mark's janitor/expires is its deadline, removed with it whoever wrote it last.
+            older = ann.DEADLINE not in notes and ann.EXPIRES in notes
             removed = {k: None for k in (*ann.MARK_KEYS, *((ann.EXPIRES,) if older else ())) if k in notes}
             assert dict(drop.annotations) == removed and drop.notice is None
 

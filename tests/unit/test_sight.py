@@ -77,3 +77,30 @@ def test_a_kind_not_served_is_no_reason_to_stop() -> None:
     observation = replace(observation, skipped_kinds=(
         SkippedKind("notebooks.kubeflow.org", "not served (kubeflow.org/v1 notebooks)"),))
     assert [a.type for a in plan(observation, [policy], SafetyLedger(), NOW).actions] == ["delete"]
+
+
+def test_a_first_mark_is_written_only_if_a_fresh_read_bears_it_out() -> None:
+    """`recheck.still_notices`: the cycle's read may be minutes old (a watch); a namespace opted out
+    since, or a workload gone, gets no mark; the same state gets the same mark."""
+    from janitor.decide.recheck import first_notice, still_notices
+
+    unmarked = {k: None for k in ann.MARK_KEYS}
+    observation, policy = marked_job_observation()
+    bare = replace(observation, objects=tuple(replace(o, annotations={k: v for k, v in o.annotations.items()
+                                                                      if k not in unmarked})
+                                              for o in observation.objects))
+    [mark] = [c for c in plan(bare, [policy], SafetyLedger(), NOW).changes if c.step is Step.MARK]
+    assert first_notice(mark)
+    assert still_notices(mark, bare, [policy], NOW).change is not None
+    opted = replace(bare, namespaces={NS: NamespaceView(NS, {}, {ann.OPT_OUT: "true"})})
+    again = still_notices(mark, opted, [policy], NOW)
+    assert again.change is None and again.why.code is Code.NO_LONGER_DUE
+    assert still_notices(mark, None, [policy], NOW).why.code is Code.GONE
+
+
+def test_the_admins_report_says_which_kind_cannot_be_read() -> None:
+    observation, policy = marked_job_observation()
+    blind = replace(observation, skipped_kinds=(SkippedKind("Pod", "pods is forbidden"),))
+    report = plan(blind, [policy], SafetyLedger(), NOW).admin_report
+    [(title, (line,))] = [s for s in report.sections if s[0] == "No sight, no change"]
+    assert "Pod" in line and "pods is forbidden" in line and "reclaims nothing" in line

@@ -18,7 +18,7 @@ import datetime
 from collections.abc import Iterator, Mapping, Sequence
 
 from janitor import annotations as ann
-from janitor.decide.model import Action, ActionType, Finding, ObjectView, Observation, State, TriggerKind
+from janitor.decide.model import Action, ActionType, Deletion, Finding, ObjectView, Observation, State, TriggerKind
 from janitor.decide.rails import deleted_key
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import Workload, copied_from, managed_by
@@ -95,7 +95,7 @@ def _report(judged: ObjectView, target: ObjectView, policy: Policy, rule: str, r
 
 
 def _judge(obj: ObjectView, key: str, rule: str, value: str, by_uid: Mapping[str, ObjectView], policy: Policy,
-           now: datetime.datetime, deleted: Mapping[str, str]) -> Finding:
+           now: datetime.datetime, deleted: Mapping[str, Deletion]) -> Finding:
     def finding(state: State, reason: Reason, deadline: datetime.datetime | None = None,
                 proposal: Action | None = None) -> Finding:
         return Finding(TriggerKind.EXPIRY, policy.name, policy.mode, obj.ref, state, reason, source=policy.source,
@@ -135,15 +135,22 @@ def _judge(obj: ObjectView, key: str, rule: str, value: str, by_uid: Mapping[str
 
 
 RECREATORS = ("Argo CD", "Flux")  # GitOps: what it keeps and the janitor deletes, it creates again
+_SKEW = datetime.timedelta(seconds=30)  # the janitor's clock (the deletion's time) against the apiserver's
 
 
-def _comes_back(obj: ObjectView, key: str, rule: str, value: str, deleted: Mapping[str, str]) -> Reason | None:
+def _comes_back(obj: ObjectView, key: str, rule: str, value: str, deleted: Mapping[str, Deletion]) -> Reason | None:
     """Why deleting `obj` would not hold, or None: GitOps keeps it (it would create it again at once),
-    or an expiry deleted it under this name with this very janitor/expires lately, and it is back."""
+    or an expiry deleted it under this name with this very janitor/expires, and it is back: created
+    after that deletion (the ledger keeps a day of them; the report note it got keeps the decision
+    after that, so the loop never starts again)."""
     tool = managed_by(obj)
     if tool in RECREATORS:
         return why(Code.RECREATED_BY_GITOPS, key=key, value=value, tool=tool)
-    if rule == "expires" and deleted.get(deleted_key(obj.ref)) == f"{rule}={value}":
+    if rule != "expires":
+        return None
+    gone = deleted.get(deleted_key(obj.ref))
+    if (gone is not None and gone.rule == f"{rule}={value}" and obj.created >= gone.at - _SKEW) or \
+            report_key("recreated:" + key, value) in reported_keys(obj):
         return why(Code.RECREATED_BY_NAME, key=key, value=value, kind=obj.ref.kind)
     return None
 
@@ -158,7 +165,7 @@ def rules(obj: ObjectView) -> Iterator[tuple[str, str, str]]:
 
 def findings(workloads: Sequence[Workload], observation: Observation, policy: Policy,
              now: datetime.datetime, *, by_uid: Mapping[str, ObjectView] | None = None,
-             deleted: Mapping[str, str] | None = None) -> list[Finding]:
+             deleted: Mapping[str, Deletion] | None = None) -> list[Finding]:
     """Each expiry rule's finding on each object given (`workloads` wrap the objects to judge);
     `by_uid`: the observation's objects by uid, when the caller has them already; `deleted`: what
     expiries deleted lately, by "Kind/namespace/name" (the ledger's)."""
