@@ -78,8 +78,8 @@ def admin_report(findings: Sequence[Finding], nodes: Sequence[NodeInfo], silent_
                  sight_lost: Reason | None = None) -> AdminReport:
     sections: list[tuple[str, tuple[str, ...]]] = []
     if sight_lost is not None:
-        sections.append(("No sight, no change", (f"{sight_lost}: the janitor marks, warns, cancels and reclaims nothing "
-                                                 "until it can read it again (check its ClusterRole)",)))
+        lost = f"{sight_lost}: the janitor marks, warns, cancels and reclaims nothing until it can read it again"
+        sections.append(("No sight, no change", (lost + " (check its ClusterRole)",)))
     if beside:
         sections.append(("Other cleaners acting on the same objects", (beside_line(beside),)))
     held_lines, held_ids = _held(held, state)

@@ -543,7 +543,7 @@ def test_the_janitor_runs_its_lifecycle_under_its_service_account_and_the_guard(
     notes = client.AppsV1Api(kube).read_namespaced_deployment("too-big", ns).metadata.annotations
     assert notes["janitor/policy"] == "never-fits" and "janitor/warned-at" in notes
     assert janitor.last is not None and janitor.last.lifecycle is not None and janitor.last.lifecycle.failed == []
-    deadline = datetime.datetime.strptime(notes["janitor/expires"], "%Y-%m-%dT%H:%M:%SZ").replace(
+    deadline = datetime.datetime.strptime(notes["janitor/deadline"], "%Y-%m-%dT%H:%M:%SZ").replace(
         tzinfo=datetime.timezone.utc)
     import time
 
