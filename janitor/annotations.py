@@ -505,11 +505,11 @@ def carries_mark(notes: Mapping[str, str]) -> bool:
     return any(key in notes for key in JANITOR_ONLY_KEYS)
 
 
-def mark_keys_on(notes: Mapping[str, str], foreign: Collection[str] = frozenset()) -> tuple[str, ...]:
+def mark_keys_on(notes: Mapping[str, str]) -> tuple[str, ...]:
     """The keys removing the mark on an object removes: the janitor's keys present, and EXPIRES where
     it is an older mark's deadline (no janitor/deadline beside it), whoever wrote it last: it was
     never a user's deadline, and left behind it would be a delete order. Beside janitor/deadline a
-    janitor/expires is a user's, and stays. `foreign` is kept for callers' symmetry; it changes nothing."""
+    janitor/expires is a user's, and stays."""
     keys = tuple(k for k in MARK_KEYS if k in notes)
     if keys and DEADLINE not in notes and EXPIRES in notes:
         keys += (EXPIRES,)

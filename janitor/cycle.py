@@ -514,7 +514,7 @@ def unmark(api: ApiClient, settings: Settings, *, policy: str | None = None, dry
         marked_by = obj.annotations.get(ann.POLICY, "")
         if policy is not None and marked_by != policy:
             continue
-        notes: dict[str, str | None] = dict.fromkeys(ann.mark_keys_on(obj.annotations, obj.foreign_marks))
+        notes: dict[str, str | None] = dict.fromkeys(ann.mark_keys_on(obj.annotations))
         if dry_run:
             done.append(Unmarked(str(obj.ref), marked_by, "would remove"))
             continue

@@ -233,7 +233,7 @@ def _unmark(case: _Case, reason: Reason, owner: Owner | None, now: datetime.date
         warned = mark.warned_of.action if mark.warned_of is not None else ""
         notice = Notice(NoticeKind.CANCELLED, view.ref, mark.policy or "", owner, warned, reason, now)
     return Change(step, view.ref, view.resource_version, mark.policy or "", reason,
-                  dict.fromkeys(ann.mark_keys_on(view.annotations, view.foreign_marks)), notice)
+                  dict.fromkeys(ann.mark_keys_on(view.annotations)), notice)
 
 
 def _copy(case: _Case, views: Mapping[str, ObjectView], now: datetime.datetime) -> Change:

@@ -135,6 +135,13 @@ def kept_done_note(cluster: Cluster, store: Store, name: str) -> None:
     box.expect(act.notice, intent_id(ALICE, NOW), cluster.notes(name)[a.MARKED_AT], NOW)
 
 
+def later(cluster: Cluster, slack: Slack, store: Store, changes: tuple = (), seen: dict | None = None) -> None:
+    """A later cycle's lifecycle with the notes box (an hour on), then the box stored."""
+    box = store.box()
+    LifecycleRun(cluster, slack, {POLICY.name: POLICY}, NOW + H, seen or {}, notes=box).run(changes, ())
+    box.store(NOW + H)
+
+
 def test_a_kept_note_whose_workload_still_carries_the_mark_is_dropped() -> None:
     """The janitor died after keeping the note, before the delete: nothing happened, nothing is said."""
     cluster = Cluster()
@@ -142,9 +149,7 @@ def test_a_kept_note_whose_workload_still_carries_the_mark_is_dropped() -> None:
     store = Store(cluster)
     kept_done_note(cluster, store, "old")
     slack = Slack(cluster)
-    box = store.box()
-    LifecycleRun(cluster, slack, {POLICY.name: POLICY}, NOW + H, {}, notes=box).run((), ())
-    box.store(NOW + H)
+    later(cluster, slack, store)
     assert slack.sent == [] and slack.asked == [] and store.kept() == []
 
 
@@ -177,9 +182,7 @@ def test_a_kept_note_waits_while_its_workload_cannot_be_read() -> None:
     store = Store(cluster)
     kept_done_note(cluster, store, "old")
     slack = Slack(cluster)
-    box = store.box()
-    LifecycleRun(cluster, slack, {POLICY.name: POLICY}, NOW + H, {}, notes=box).run((), ())
-    box.store(NOW + H)
+    later(cluster, slack, store)
     assert slack.sent == [] and store.kept() == [("done", "old")]
 
 
@@ -246,18 +249,13 @@ def test_a_reclaims_done_note_waits_for_the_check_that_it_held_then_goes() -> No
     store = Store(cluster)
     reclaimed(cluster, store, "old")
     slack = Slack(cluster)
-    box = store.box()
-    LifecycleRun(cluster, slack, {POLICY.name: POLICY}, NOW + H, {}, notes=box).run((), ())
-    box.store(NOW + H)
+    later(cluster, slack, store)
     assert slack.sent == [] and store.kept() == [("done", "old")]  # not before the check
 
     view = cluster.view("old")
     held = Change(Step.CHECK, view.ref, view.resource_version, POLICY.name, why(Code.RECLAIM_HELD, action="suspend",
                                                                                  at=NOW), {a.RECLAIMED: None})
-    box = store.box()
-    LifecycleRun(cluster, slack, {POLICY.name: POLICY}, NOW + H, {view.ref.uid: dict(view.annotations)},
-                 notes=box).run((held,), ())
-    box.store(NOW + H)
+    later(cluster, slack, store, (held,), {view.ref.uid: dict(view.annotations)})
     [digest] = slack.sent  # the note as kept: its messages, sent under the action's intent
     assert digest.intent == intent_id(ALICE, NOW) and "Done" in str(digest.messages[0].blocks)
     assert store.kept() == [] and a.RECLAIMED not in cluster.notes("old")
@@ -279,10 +277,7 @@ def test_a_reclaim_undone_drops_its_done_note_and_says_so_instead() -> None:
                     {a.RECLAIMED: None, a.UNDONE: f"suspend {ts(NOW)} idle-gpu 1 argocd-controller"},
                     Notice(NoticeKind.UNDONE, view.ref, POLICY.name, ALICE, "suspend", reason, NOW + H))
     slack = Slack(cluster)
-    box = store.box()
-    LifecycleRun(cluster, slack, {POLICY.name: POLICY}, NOW + H, {view.ref.uid: dict(view.annotations)},
-                 notes=box).run((undone,), ())
-    box.store(NOW + H)
+    later(cluster, slack, store, (undone,), {view.ref.uid: dict(view.annotations)})
     assert [(n.kind, n.workload.name) for d in slack.sent for n in d.notices] == [(NoticeKind.UNDONE, "old")]
     assert store.kept() == [] and cluster.notes("old")[a.UNDONE].endswith("argocd-controller")
     text = str(slack.sent[0].messages[0].blocks)

@@ -147,4 +147,4 @@ def test_an_older_marks_expires_never_outlives_its_mark_whoever_wrote_it_last() 
     restored = everything_foreign(job(notes, name="train2"))  # another uid: a copy, dropped whole
     [drop] = plan_lifecycle([], [restored], [], [policy()], NOW)
     assert drop.step is Step.DROP_COPY and drop.annotations.get(a.EXPIRES, "kept") is None
-    assert a.EXPIRES in a.mark_keys_on(notes, foreign={a.EXPIRES})  # `janitor unmark` too
+    assert a.EXPIRES in a.mark_keys_on(notes)  # `janitor unmark` too
