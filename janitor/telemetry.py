@@ -21,6 +21,7 @@ from janitor.decide.model import Action, Finding, TriggerKind
 from janitor.decide.plan import CyclePlan
 from janitor.decide.rails import HoldReason
 from janitor.decide.triggers.idle import reclaim_by
+from janitor.decide.triggers.signals import coverage
 
 AUDIT = logging.getLogger("janitor.audit")
 
@@ -136,6 +137,9 @@ class Telemetry:
                                    ["policy", "namespace"], registry=r)
         self.silent_gpu_pods = Gauge("janitor_gpu_pods_without_telemetry", "Running GPU pods with no GPU series",
                                      ["node"], registry=r)
+        self.signal_coverage = Gauge("janitor_gpu_signal_coverage_ratio", "Of the GPU pods an idle-GPU policy "
+                                     "reading several signals judged, the share whose GPUs had this signal (the "
+                                     "rest were judged on the others)", ["policy", "signal"], registry=r)
         self.evidence_failures = Counter("janitor_evidence_failures", "Evidence queries that failed or were partial",
                                          registry=r)
         self.policy_reloads = Counter("janitor_policy_reloads", "Policy file loads, by result", ["result"], registry=r)
@@ -187,6 +191,9 @@ class Telemetry:
         self.would_reclaim.clear()
         for (policy, namespace), hours in reclaim_by(findings).items():
             self.would_reclaim.labels(policy=policy, namespace=namespace).set(hours)
+        self.signal_coverage.clear()
+        for (policy, signal), (read, total) in coverage(findings).items():
+            self.signal_coverage.labels(policy=policy, signal=signal).set(read / total)
         self.silent_gpu_pods.clear()
         for node, n in Tally(silent_nodes).items():
             self.silent_gpu_pods.labels(node=node).set(n)

@@ -84,7 +84,8 @@ def _gap(configured: datetime.timedelta | None) -> str:
 def trigger(t: model.Trigger) -> str:
     """One trigger of a policy, with every number it judges by."""
     if isinstance(t, model.IdleGpu):
-        return (f"idleGpu: {t.signal} peak <= {t.threshold:g} per GPU over {_duration(t.window)} "
+        read = " and ".join(f"{s.value} peak <= {th:g}{' x idle power' if s.relative else ''}" for s, th in t.limits)
+        return (f"idleGpu: {read} per GPU over {_duration(t.window)} "
                 f"(coverage >= {t.min_coverage:g}, {_gap(t.max_gap)}, pod age >= {_duration(t.min_pod_age)})")
     if isinstance(t, model.IdleCpu):
         limit = f"{t.cores:g} cores" if t.cores is not None else f"{t.fraction_of_request:g} of request"

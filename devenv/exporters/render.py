@@ -27,7 +27,7 @@ from devenv.exporters.model import (
     pod_ip,
     pods_on,
 )
-from devenv.exporters.values import ABSENT, PAUSE_CPU_CORES, Kind, Level, Values
+from devenv.exporters.values import ABSENT, IDLE_WATTS, PAUSE_CPU_CORES, Kind, Level, Values
 
 EXPORTERS = ("dcgm", "cadvisor", "node-exporter", "kube-state-metrics")
 PER_NODE = frozenset({"dcgm", "cadvisor", "node-exporter"})
@@ -60,6 +60,8 @@ _DCGM_HELP = {
     "DCGM_FI_DEV_MEM_COPY_UTIL": "Memory utilization (in %).",
     "DCGM_FI_DEV_FB_USED": "Framebuffer memory used (in MiB).",
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "Ratio of time the graphics engine is active.",
+    "DCGM_FI_PROF_SM_ACTIVE": "The ratio of cycles an SM has at least 1 warp assigned.",
+    "DCGM_FI_DEV_POWER_USAGE": "Power draw (in W).",
 }
 CUDA_CONTEXT_MIB = 1024  # memory an allocated-but-idle GPU still shows in FB_USED
 
@@ -98,8 +100,10 @@ def render_dcgm(
             key = (a.pod.namespace, a.pod.name, a.slot)
             util = values.level(Kind.GPU_UTIL, key, now)
             gr = values.level(Kind.GR_ENGINE_ACTIVE, key, now)
+            sm = values.level(Kind.SM_ACTIVE, key, now)
+            watts = values.level(Kind.POWER, key, now)
         else:
-            util, gr = 0, 0.0
+            util, gr, sm, watts = 0, 0.0, 0.0, IDLE_WATTS
         if a.device.is_mig:  # dcgm-exporter exports GPU_UTIL 0 for MIG instances, whatever they do
             out["DCGM_FI_DEV_GPU_UTIL"].append(Sample("DCGM_FI_DEV_GPU_UTIL", labels, _d(0)))
         elif util != ABSENT:
@@ -112,6 +116,10 @@ def render_dcgm(
         out["DCGM_FI_DEV_FB_USED"].append(Sample("DCGM_FI_DEV_FB_USED", labels, _d(fb)))
         if gr != ABSENT:
             out["DCGM_FI_PROF_GR_ENGINE_ACTIVE"].append(Sample("DCGM_FI_PROF_GR_ENGINE_ACTIVE", labels, _f(gr)))
+        if sm != ABSENT:
+            out["DCGM_FI_PROF_SM_ACTIVE"].append(Sample("DCGM_FI_PROF_SM_ACTIVE", labels, _f(sm)))
+        if watts != ABSENT and not a.device.is_mig:  # the whole GPU's draw, not a slice's
+            out["DCGM_FI_DEV_POWER_USAGE"].append(Sample("DCGM_FI_DEV_POWER_USAGE", labels, _f(watts)))
     return [Family(name, help_, "gauge", tuple(out[name])) for name, help_ in _DCGM_HELP.items()]
 
 

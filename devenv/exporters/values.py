@@ -18,8 +18,10 @@ beats the wildcard only if it was set later (or covers `t` in history).
 Defaults, chosen for a pod that does nothing (stated so tests can rely on them):
 
 * GPU utilisation 0 %: an allocated GPU running no kernels reads 0 in `DCGM_FI_DEV_GPU_UTIL`.
-* GR_ENGINE_ACTIVE: follows the slot's GPU utilisation / 100 when that is a number (busy GPUs
-  are busy on both signals), else 0.0. Set it explicitly to emulate a broken PROF signal.
+* GR_ENGINE_ACTIVE and SM_ACTIVE: follow the slot's GPU utilisation / 100 when that is a number
+  (busy GPUs are busy on every signal), else 0.0. Set them explicitly to emulate a broken PROF
+  signal, a hung job (GPU_UTIL 100, SM_ACTIVE near 0) or a node without PROF fields (ABSENT).
+* Power: `IDLE_WATTS` plus the utilisation's share of `BUSY_WATTS - IDLE_WATTS` (an A100's).
 * CPU 0.002 cores per app container: a sleeping process plus runtime noise is a few millicores,
   never exactly 0. The pause container accrues `PAUSE_CPU_CORES` (not settable).
 * Node D-state processes 0 and OOM kills 0.
@@ -51,6 +53,8 @@ class Kind(StrEnum):
 
     GPU_UTIL = "gpu_util"  # (namespace, pod, slot | None), percent 0..100
     GR_ENGINE_ACTIVE = "gr_engine_active"  # (namespace, pod, slot | None), ratio 0..1
+    SM_ACTIVE = "sm_active"  # (namespace, pod, slot | None), ratio 0..1
+    POWER = "power"  # (namespace, pod, slot | None), watts
     CPU = "cpu"  # (namespace, pod, container | None), cores
     NODE_DSTATE = "node_dstate"  # (node,), processes in state D
     NODE_OOM_KILLS = "node_oom_kills"  # (node,), node_vmstat_oom_kill counter value
@@ -61,13 +65,18 @@ class Kind(StrEnum):
 DEFAULTS: Final[Mapping[Kind, float]] = {
     Kind.GPU_UTIL: 0,
     Kind.GR_ENGINE_ACTIVE: 0.0,
+    Kind.SM_ACTIVE: 0.0,
+    Kind.POWER: 55.0,
     Kind.CPU: 0.002,
     Kind.NODE_DSTATE: 0,
     Kind.NODE_OOM_KILLS: 0,
     Kind.TARGET_DOWN: 0,
     Kind.GHOST_GPU: 0,
 }
-_POD_KINDS = frozenset({Kind.GPU_UTIL, Kind.GR_ENGINE_ACTIVE, Kind.CPU})
+_POD_KINDS = frozenset({Kind.GPU_UTIL, Kind.GR_ENGINE_ACTIVE, Kind.SM_ACTIVE, Kind.POWER, Kind.CPU})
+_GPU_KINDS = frozenset({Kind.GPU_UTIL, Kind.GR_ENGINE_ACTIVE, Kind.SM_ACTIVE, Kind.POWER})
+IDLE_WATTS: Final = 55.0  # what an A100 draws with nothing running
+BUSY_WATTS: Final = 400.0  # and at full load
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +109,7 @@ def make_key(kind: Kind | str, key: Iterable[Any]) -> tuple[Kind, Key]:
         parts = (*parts, None)
     if len(parts) != size or any(not isinstance(p, str) for p in parts[: size - 1 or 1]):
         raise ValueError(f"{k.value} needs a key of {size} parts, got {parts!r}")
-    if k in (Kind.GPU_UTIL, Kind.GR_ENGINE_ACTIVE) and parts[2] is not None:
+    if k in _GPU_KINDS and parts[2] is not None:
         parts = (parts[0], parts[1], int(parts[2]))
     return k, parts
 
@@ -157,6 +166,14 @@ class ValueSetters:
     def set_gr_engine_active(self, namespace: str, pod: str, value: Setting, gpu: int | None = None) -> None:
         """Ratio 0..1 for GPU slot `gpu` (None: all); also what MIG instances report."""
         self.set(Kind.GR_ENGINE_ACTIVE, (namespace, pod, gpu), value)
+
+    def set_sm_active(self, namespace: str, pod: str, value: Setting, gpu: int | None = None) -> None:
+        """Ratio 0..1 of cycles an SM had a warp, for GPU slot `gpu` (None: all)."""
+        self.set(Kind.SM_ACTIVE, (namespace, pod, gpu), value)
+
+    def set_power(self, namespace: str, pod: str, watts: Setting, gpu: int | None = None) -> None:
+        """Watts drawn by GPU slot `gpu` (None: all)."""
+        self.set(Kind.POWER, (namespace, pod, gpu), watts)
 
     def set_cpu(self, namespace: str, pod: str, container: str | None, cores: Setting) -> None:
         """CPU cores used by a container (None: all app containers of the pod)."""
@@ -315,9 +332,10 @@ class Values(ValueSetters):
         value = self.resolve(kind, key, t)
         if value is not None:
             return value
-        if kind is Kind.GR_ENGINE_ACTIVE:
+        if kind in (Kind.GR_ENGINE_ACTIVE, Kind.SM_ACTIVE, Kind.POWER):
             util = self.resolve(Kind.GPU_UTIL, key, t)
-            return util / 100 if util is not None and util != ABSENT else 0.0
+            share = util / 100 if util is not None and util != ABSENT else 0.0
+            return IDLE_WATTS + share * (BUSY_WATTS - IDLE_WATTS) if kind is Kind.POWER else share
         return DEFAULTS[kind]
 
     def target_down(self, exporter: str, node: str | None, t: float) -> bool:

@@ -42,6 +42,7 @@ class GpuSeries:
     node: str = ""  # the exporter's Hostname/hostname label, for admins
     quality: Quality = Quality()
     mig: bool = False  # the series is a MIG instance's (it carries GPU_I_ID)
+    model: str = ""  # dcgm-exporter's modelName, read where a policy judges power against idle power
 
 
 @dataclass(frozen=True, slots=True)

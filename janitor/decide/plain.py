@@ -164,6 +164,52 @@ def _gpu(reason: Reason) -> str:
     return f"its {len(peaks)} GPUs peaked at no more than {_percent(signal, _highest(peaks))} {_over(reason)}"
 
 
+def _reading(signal: str, value: float | None) -> str:
+    """One signal's number in people's units: "3 % SM_ACTIVE", "1.1x idle power"."""
+    try:
+        known = GpuSignal(signal)
+    except ValueError:
+        return f"{value} ({signal})"
+    if known.relative:
+        return "power n/a" if value is None else f"{_small(value)}x idle power"
+    return f"{_percent(signal, value)} {known.short}"
+
+
+def _signals(reason: Reason) -> str:
+    """GPU_SIGNALS_*: one pod's GPUs on several signals, each signal at its highest."""
+    readings, limits = _fact(reason, "readings"), dict(_limits(reason))
+    if not isinstance(readings, tuple) or not readings:
+        raise _Missing("readings")
+    top: dict[str, float | None] = {}
+    busy: list[str] = []
+    gpus: list[str] = []
+    for item in readings:
+        if not (isinstance(item, tuple) and len(item) == 3):
+            raise _Missing("readings")
+        gpu, signal, value = str(item[0]), str(item[1]), item[2]
+        if gpu not in gpus:
+            gpus.append(gpu)
+        known = top.get(signal)
+        top[signal] = value if known is None else known if value is None else max(known, value)
+        if value is not None and value > limits.get(signal, float("inf")):
+            busy.append(f"GPU {gpu} at {_reading(signal, value)}")
+    left = reason.fact("missing")
+    missing = f"; not read: {_listed([str(x) for x in _tuple(left, 'left')])}" if isinstance(left, Reason) else ""
+    if reason.code is not Code.GPU_SIGNALS_IDLE and busy:
+        return f"in use: {_listed(busy[:GPUS_LISTED])}{missing}"
+    shown = _listed([_reading(sig, value) for sig, value in top.items()])
+    who = f"GPU {gpus[0]}" if len(gpus) == 1 else f"its {len(gpus)} GPUs"
+    most = "" if len(gpus) == 1 else "no more than "
+    return f"{who} peaked at {most}{shown} {_over(reason)}{missing}"
+
+
+def _limits(reason: Reason) -> list[tuple[str, float]]:
+    limits = _fact(reason, "limits")
+    if not isinstance(limits, tuple):
+        raise _Missing("limits")
+    return [(str(s), float(t)) for s, t in limits]
+
+
 def _cores(value: float) -> str:
     shown = _small(value)
     return f"{shown} {'core' if shown == '1' else 'cores'}"
@@ -187,6 +233,8 @@ def _all_idle(reason: Reason) -> str:
         signal = signals.pop()
         peaks = ", ".join(_percent(signal, _highest(_peaks(r))) for r in shown)
         return f"all {total} pods idle: GPU peaks {peaks}{more} {_over(shown[0])}"
+    if codes == {Code.GPU_SIGNALS_IDLE}:
+        return f"all {total} pods idle, e.g. {_words(shown[0])}"
     if codes == {Code.CPU_IDLE}:
         peaks = ", ".join(_small(_number(r, "peak")) for r in shown)
         return f"all {total} pods idle: CPU peaks {peaks}{more} cores {_over(shown[0])}"
@@ -324,6 +372,9 @@ _RENDER: Mapping[Code, Callable[[Reason], str]] = {
     Code.GPU_IDLE: _gpu,
     Code.GPU_PARTIAL: _gpu,
     Code.GPU_BUSY: _gpu,
+    Code.GPU_SIGNALS_IDLE: _signals,
+    Code.GPU_SIGNALS_PARTIAL: _signals,
+    Code.GPU_SIGNALS_BUSY: _signals,
     Code.CPU_IDLE: _cpu,
     Code.CPU_BUSY: _cpu,
     Code.IN_USE: _in_use,

@@ -45,12 +45,12 @@ from janitor.decide.owners import DEFAULT_OWNER_KEYS, find_owner
 from janitor.decide.rails import Held, Rails, apply_rails, clock_skew, is_tripped
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import CronJobMode, Workload
-from janitor.decide.triggers import Trigger, crashloop, expiry, idle, pending, terminating
+from janitor.decide.triggers import Trigger, crashloop, expiry, idle, pending, signals, terminating
 from janitor.policy.model import Mode, Policy
 
 # The pod triggers, in the order their findings are considered: (trigger, the pods it judges, findings).
 POD_TRIGGERS: tuple[tuple[TriggerKind, Callable[[Workload], Sequence[PodView]], Trigger], ...] = (
-    (TriggerKind.IDLE_GPU, idle.gpu_pods, idle.gpu_findings),
+    (TriggerKind.IDLE_GPU, idle.gpu_pods, signals.gpu_findings),
     (TriggerKind.IDLE_CPU, idle.running, idle.cpu_findings),
     (TriggerKind.PENDING, pending.pods, pending.findings),
     (TriggerKind.CRASH_LOOP, crashloop.pods, crashloop.findings),

@@ -62,6 +62,12 @@ class Code(StrEnum):
     GPU_IDLE = "gpu-idle"
     GPU_PARTIAL = "gpu-partial"
     GPU_BUSY = "gpu-busy"
+    GPU_SIGNALS_IDLE = "gpu-signals-idle"
+    GPU_SIGNALS_PARTIAL = "gpu-signals-partial"
+    GPU_SIGNALS_BUSY = "gpu-signals-busy"
+    SIGNALS_LEFT = "signals-left"
+    NO_SIGNAL = "no-signal"
+    SIGNALS_DISAGREE = "signals-disagree"
     CPU_NO_SERIES = "cpu-no-series"
     CPU_LOW_COVERAGE = "cpu-low-coverage"
     CPU_NO_REQUEST = "cpu-no-request"
@@ -262,6 +268,13 @@ _T: Mapping[Code, str] = {
     Code.GPU_IDLE: "idle: {detail} ({signal} <= {threshold:g} over {window})",
     Code.GPU_PARTIAL: "{idle} of {total} GPUs idle: {detail} ({signal} <= {threshold:g} over {window})",
     Code.GPU_BUSY: "busy: {detail}",
+    Code.GPU_SIGNALS_IDLE: "idle: {detail} ({within} over {window}){missing}",
+    Code.GPU_SIGNALS_PARTIAL: "{idle} of {total} GPUs idle, in use: {detail}{missing}",
+    Code.GPU_SIGNALS_BUSY: "busy: {detail}",
+    Code.SIGNALS_LEFT: "; not read: {left: and }",
+    Code.NO_SIGNAL: "none of the signals the policy reads ({signals}) can be read for its GPUs: {left: and }",
+    Code.SIGNALS_DISAGREE: "the signals ({signals}) name different GPUs of the pod: which GPU is which cannot be "
+                           "told",
     Code.CPU_NO_SERIES: "no CPU series for its app containers",
     Code.CPU_LOW_COVERAGE: "CPU samples cover {coverage:.0%} of the {window} window",
     Code.CPU_NO_REQUEST: "no CPU request to compare a fraction of it with",

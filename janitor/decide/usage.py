@@ -30,7 +30,7 @@ from dataclasses import replace
 from janitor.decide.evidence import PodKey
 from janitor.decide.model import Finding, Observation, TriggerKind
 from janitor.decide.selection import Workload
-from janitor.decide.triggers import Trigger, idle
+from janitor.decide.triggers import Trigger, idle, signals
 from janitor.policy.model import IdleCpu, IdleGpu, LabelSelector, Mode, Policy
 
 IN_USE_CPU_CORES = 0.5
@@ -97,7 +97,7 @@ def findings(workloads: Sequence[Workload], found: Sequence[Finding], observatio
             if trigger not in read[workload.ref.uid]:
                 by_check.setdefault((name, trigger), []).append(workload)
     out: list[Finding] = []
-    judges: Mapping[TriggerKind, Trigger] = {TriggerKind.IDLE_GPU: idle.gpu_findings,
+    judges: Mapping[TriggerKind, Trigger] = {TriggerKind.IDLE_GPU: signals.gpu_findings,
                                                   TriggerKind.IDLE_CPU: idle.cpu_findings}
     for (name, trigger), members in by_check.items():
         check = checks[name]

@@ -35,6 +35,8 @@ def trigger_facts(trigger: TriggerKind, policy: Policy, *, gpus: int) -> dict[st
     facts: dict[str, Scalar] = {}
     if isinstance(found, IdleGpu):
         facts = {"window": _duration(found.window), "threshold": found.threshold, "signal": str(found.signal)}
+        if found.also:  # every signal with its threshold; power as a multiple of idle power
+            facts["signals"] = ", ".join(f"{s.short}<={t:g}{'x idle' if s.relative else ''}" for s, t in found.limits)
     elif isinstance(found, IdleCpu):
         facts = {"window": _duration(found.window)}
         if found.cores is not None:

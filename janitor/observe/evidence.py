@@ -42,6 +42,7 @@ from janitor.observe.prometheus import (
     QueryResult,
     selector,
 )
+from janitor.policy.model import GpuSignal
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +52,8 @@ DCGM_SENTINEL = 9.2e18
 """DCGM's blank/not-supported int64 sentinels start at 0x7ffffffffffffff0 (~9.22e18): no data."""
 STAT = "stat"  # the label that tells the peak series from the count series in one answer
 _GPU_INSTANCE = "GPU_I_ID"
+MODEL = "modelName"  # dcgm-exporter's label for the GPU's model, e.g. "NVIDIA A100-SXM4-80GB"
+POWER_SIGNAL = str(GpuSignal.POWER)  # judged against the model's idle power: read with MODEL
 _K = TypeVar("_K")
 
 
@@ -112,7 +115,7 @@ def _busy_first(query: str, peak: str, by: str, level: str | None) -> str:
 
 def gpu_query(
     signal: str, *, window: timedelta, step: timedelta, labels: LabelMap, extra: Iterable[Matcher] = (),
-    hostname_label: str | None = None, busy_above: float | None = None,
+    hostname_label: str | None = None, busy_above: float | None = None, model: bool = False,
 ) -> str:
     """Peak, sample count and evidence quality per GPU series of workload pods over `window`, as one query.
 
@@ -123,12 +126,13 @@ def gpu_query(
     errs towards fewer samples (a series split by an exporter restart counts its larger part),
     i.e. towards *unknown*, never towards idle. The peak is over every raw sample, so a spike
     between two steps of `step` still counts; gaps are measured at `step`. With `busy_above`, a
-    GPU whose peak is above it comes with its peak alone (`_busy_first`).
+    GPU whose peak is above it comes with its peak alone (`_busy_first`). With `model`, each GPU
+    keeps its `modelName` (power is judged against the model's idle power).
     """
     host = hostname_label or labels.hostname
     sel = selector(signal, (Matcher(labels.pod, "", "!="),), extra)
     rng, sub = f"[{duration(window)}]", f"[{duration(window)}:{duration(step)}]"
-    by = ", ".join((labels.namespace, labels.pod, "gpu", _GPU_INSTANCE, host))
+    by = ", ".join((labels.namespace, labels.pod, "gpu", _GPU_INSTANCE, host, *([MODEL] if model else [])))
     inner = _stats(peak=f"max_over_time({sel}{rng})", count=f"count_over_time({sel}{rng})",
                    **_quality_stats(sel, by, rng, sub, "max"))
     query = f"max by ({by}, {STAT}) ({inner}) or {_jobs(sel, by, rng)}"
@@ -262,7 +266,7 @@ def _quality(stats: _Stats, jobs: set[str], window: EvidenceWindow, intervals: I
     return Quality(_interval(jobs, intervals, fallback), min(gap, window.window), "nonfinite" in stats)
 
 
-_GpuKey = tuple[PodKey, str, str, bool]
+_GpuKey = tuple[PodKey, str, str, bool, str]
 
 
 def gpu_groups(labels: LabelMap, hostname_label: str | None = None) -> Groups[_GpuKey]:
@@ -274,7 +278,7 @@ def gpu_groups(labels: LabelMap, hostname_label: str | None = None) -> Groups[_G
         if not pod:
             return None
         return (PodKey(lab.get(labels.namespace, ""), pod), _gpu_id(lab.get("gpu", ""), instance), lab.get(host, ""),
-                bool(instance))
+                bool(instance), lab.get(MODEL, ""))
 
     return Groups(gpu_of)
 
@@ -304,10 +308,11 @@ def fold_gpu(
     gathered = (groups or gpu_groups(labels, hostname_label)).of(result)
     found, jobs = gathered.stats, gathered.jobs
     pods: dict[PodKey, list[GpuSeries]] = {}
-    for (key, gpu, node, mig), stats in found.items():
+    for group, stats in found.items():
+        key, gpu, node, mig, model = group
         peak = _number(stats["peak"]) if "peak" in stats else None
-        quality = _quality(stats, jobs.get((key, gpu, node, mig), set()), window, intervals, fallback)
-        pods.setdefault(key, []).append(GpuSeries(gpu, peak, _count(stats.get("count")), node, quality, mig))
+        quality = _quality(stats, jobs.get(group, set()), window, intervals, fallback)
+        pods.setdefault(key, []).append(GpuSeries(gpu, peak, _count(stats.get("count")), node, quality, mig, model))
     return GpuEvidence(window, {k: tuple(sorted(v, key=_order)) for k, v in pods.items()})
 
 
@@ -359,7 +364,7 @@ def gpu_evidence(
     span = EvidenceWindow(signal, window, step, at)
     query = gpu_query(signal, window=window, step=step, labels=labels,
                       extra=(*source.config.extra_matchers, *scope(labels, pods, namespaces)),
-                      hostname_label=hostname_label, busy_above=busy_above)
+                      hostname_label=hostname_label, busy_above=busy_above, model=signal == POWER_SIGNAL)
     groups = gpu_groups(labels, hostname_label)
     try:
         evidence = fold_gpu(source.instant(query, at, groups), span, labels, hostname_label, intervals, fallback,

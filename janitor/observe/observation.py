@@ -90,7 +90,9 @@ def needs(policies: Iterable[Policy]) -> Needs:
     """What the policies and their in-use checks (decide.usage) read."""
     policies = tuple(policies)
     policies += usage.companions(policies)
-    gpu = [((str(t.signal), t.window), t.threshold) for p in policies if (t := p.trigger(IdleGpu))]
+    # Power is judged against each model's idle power, so no one level in watts says busy for all.
+    gpu = [((str(signal), t.window), None if signal.relative else threshold)
+           for p in policies if (t := p.trigger(IdleGpu)) for signal, threshold in t.limits]
     cpu = [((c.window, tuple(sorted(c.ignore_containers))), c) for p in policies if (c := p.trigger(IdleCpu))]
     return Needs(
         pods=any(p.triggers for p in policies),

@@ -45,6 +45,7 @@ MAX_BYTES = 1 << 20  # 1 MiB: as much as a ConfigMap holds
 MAX_DEPTH = 64  # levels of nesting; a policy needs 8
 MAX_NODES = 20_000  # values, an alias counting as what it repeats; a policy has 15 to 120
 _STR, _INT, _FLOAT, _BOOL = (f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool"))
+_NULL = "tag:yaml.org,2002:null"
 _NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # DNS label: also an annotation value
 _GLOB_RE = re.compile(r"[-a-z0-9*?\[\]!]{1,63}")
 _KIND_RE = re.compile(r"[A-Z][A-Za-z0-9]{0,62}")
@@ -486,17 +487,71 @@ def _window_fields(r: _Reader, f: dict[str, Node], path: str) -> dict[str, Any]:
 
 
 def _idle_gpu(r: _Reader, node: Node, path: str) -> model.IdleGpu | None:
-    f = r.fields(node, path, ("signal", "threshold", "window", "minCoverage", "minPodAge", "maxGap"))
+    f = r.fields(node, path, ("signal", "threshold", "signals", "idlePowerWatts", "window", "minCoverage",
+                              "minPodAge", "maxGap"))
     if f is None:
         return None
-    signal = r.choice(f["signal"], f"{path}.signal", model.GpuSignal) if "signal" in f else model.GpuSignal.GPU_UTIL
     common = _window_fields(r, f, path)
-    if signal is None:
+    if "signals" in f and ("signal" in f or "threshold" in f):
+        r.fail(f["signals"], f"{path}.signals", "give either signals (several, each with its threshold) or "
+               "signal and threshold (one), not both")
         return None
-    threshold = r.number(f["threshold"], f"{path}.threshold", 0, signal.maximum,
-                                                      f" for {signal.value}") if "threshold" in f \
-        else signal.default_threshold
-    return model.IdleGpu(signal=signal, threshold=threshold, **common) if threshold is not None else None
+    limits = _signals(r, f["signals"], f"{path}.signals") if "signals" in f else _one_signal(r, f, path)
+    power = _idle_power(r, f["idlePowerWatts"], f"{path}.idlePowerWatts") if "idlePowerWatts" in f else ()
+    if not limits or power is None:
+        return None
+    if any(s.relative for s, _ in limits) and not power:
+        r.fail(f.get("signals") or f.get("signal") or node, path, f"{model.GpuSignal.POWER.value} is judged "
+               "against each GPU model's idle power: give idlePowerWatts (modelName glob: watts)")
+        return None
+    (signal, threshold), *also = limits
+    return model.IdleGpu(signal=signal, threshold=threshold, also=tuple(also), idle_power=power, **common)
+
+
+def _one_signal(r: _Reader, f: dict[str, Node], path: str) -> tuple[tuple[model.GpuSignal, float], ...]:
+    signal = r.choice(f["signal"], f"{path}.signal", model.GpuSignal) if "signal" in f else model.GpuSignal.GPU_UTIL
+    if signal is None:
+        return ()
+    threshold = _threshold(r, f.get("threshold"), f"{path}.threshold", signal)
+    return () if threshold is None else ((signal, threshold),)
+
+
+def _threshold(r: _Reader, node: Node | None, path: str, signal: model.GpuSignal) -> float | None:
+    if node is None or (isinstance(node, ScalarNode) and node.tag == _NULL):
+        return signal.default_threshold
+    what = " (a multiple of the GPU's idle power)" if signal.relative else ""
+    return r.number(node, path, 1 if signal.relative else 0, signal.maximum, f" for {signal.value}{what}")
+
+
+def _signals(r: _Reader, node: Node, path: str) -> tuple[tuple[model.GpuSignal, float], ...]:
+    """`signals: {FIELD: threshold, ...}`, in the order given; a null threshold is the signal's default."""
+    names = tuple(s.value for s in model.GpuSignal)
+    f = r.fields(node, path, names)
+    if f is None:
+        return ()
+    if not f:
+        r.fail(node, path, f"name at least one signal: {', '.join(names)}")
+        return ()
+    found = [(model.GpuSignal(k), _threshold(r, n, f"{path}.{k}", model.GpuSignal(k))) for k, n in f.items()]
+    if any(t is None for _, t in found) or len(found) != len(node.value):
+        return ()
+    return tuple((s, t) for s, t in found if t is not None)
+
+
+def _idle_power(r: _Reader, node: Node, path: str) -> tuple[tuple[str, float], ...] | None:
+    """`idlePowerWatts: {modelName glob: watts}`: what each GPU model draws doing nothing."""
+    if not isinstance(node, MappingNode) or not node.value:
+        r.fail(node, path, "expected a mapping of dcgm-exporter modelName globs to watts, e.g. "
+               "'NVIDIA A100*': 55")
+        return None
+    found: list[tuple[str, float]] = []
+    for key, value in node.value:
+        glob = r.string(key, f"{path}.{key.value}" if isinstance(key, ScalarNode) else path)
+        watts = r.number(value, f"{path}.{glob}", 1, 2000, " watts")
+        if glob is None or watts is None:
+            return None
+        found.append((glob, watts))
+    return tuple(found)
 
 
 def _idle_cpu(r: _Reader, node: Node, path: str) -> model.IdleCpu | None:

@@ -71,25 +71,55 @@ the target that exports the series: one or two missed scrapes happen, twenty min
 
 
 class GpuSignal(enum.StrEnum):
-    """The DCGM field an idle-GPU trigger reads, and the range its threshold lives in."""
+    """A DCGM field an idle-GPU trigger reads, and the range its threshold lives in.
+
+    They fail differently, so a policy may read several (`IdleGpu.also`): GPU_UTIL counts any
+    kernel running and reads about 100 % for a job spinning in a hung collective; the PROF fields
+    say how much of the GPU works but can read 0 under load on some driver and GPU combinations;
+    power is judged against the GPU's idle power (`IdleGpu.idle_power`), since watts alone mean
+    nothing across models."""
 
     GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # percent 0-100; reads 0 for a MIG instance, busy or not
     GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"  # ratio 0-1; measured per MIG instance
+    SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"  # ratio 0-1 of cycles an SM has a warp; per MIG instance
+    MEM_COPY = "DCGM_FI_DEV_MEM_COPY_UTIL"  # percent 0-100 of time memory was read or written
+    POWER = "DCGM_FI_DEV_POWER_USAGE"  # watts, judged as a multiple of the GPU model's idle power
 
     @property
     def covers_mig(self) -> bool:
         """Whether the signal measures a MIG instance's own work. dcgm-exporter exports GPU_UTIL
-        for MIG instances as 0 whatever they do (its maintainers call that expected)."""
-        return self is GpuSignal.GR_ENGINE_ACTIVE
+        for MIG instances as 0 whatever they do (its maintainers call that expected); memory copy
+        and power belong to the whole GPU, not to one slice."""
+        return self in (GpuSignal.GR_ENGINE_ACTIVE, GpuSignal.SM_ACTIVE)
+
+    @property
+    def relative(self) -> bool:
+        """Judged as a multiple of the GPU's idle power rather than on its own number."""
+        return self is GpuSignal.POWER
 
     @property
     def maximum(self) -> float:
-        return 100.0 if self is GpuSignal.GPU_UTIL else 1.0
+        """The highest threshold that means anything (for power, a multiple of idle power)."""
+        return _SIGNAL_MAXIMUM[self]
 
     @property
     def default_threshold(self) -> float:
-        """5 % busy: a notebook kernel left open idles at 0-2 %, real training is far above."""
-        return 5.0 if self is GpuSignal.GPU_UTIL else 0.05
+        """5 % busy: a notebook kernel left open idles at 0-2 %, real training is far above; power
+        within a fifth above idle."""
+        return _SIGNAL_DEFAULT[self]
+
+    @property
+    def short(self) -> str:
+        """The name people say: GPU_UTIL, SM_ACTIVE, power."""
+        return _SIGNAL_SHORT[self]
+
+
+_SIGNAL_MAXIMUM = {GpuSignal.GPU_UTIL: 100.0, GpuSignal.GR_ENGINE_ACTIVE: 1.0, GpuSignal.SM_ACTIVE: 1.0,
+                   GpuSignal.MEM_COPY: 100.0, GpuSignal.POWER: 20.0}
+_SIGNAL_DEFAULT = {GpuSignal.GPU_UTIL: 5.0, GpuSignal.GR_ENGINE_ACTIVE: 0.05, GpuSignal.SM_ACTIVE: 0.05,
+                   GpuSignal.MEM_COPY: 5.0, GpuSignal.POWER: 1.2}
+_SIGNAL_SHORT = {GpuSignal.GPU_UTIL: "GPU_UTIL", GpuSignal.GR_ENGINE_ACTIVE: "GR_ENGINE_ACTIVE",
+                 GpuSignal.SM_ACTIVE: "SM_ACTIVE", GpuSignal.MEM_COPY: "MEM_COPY_UTIL", GpuSignal.POWER: "power"}
 
 
 class Operator(enum.StrEnum):
@@ -192,6 +222,20 @@ class IdleGpu:
     min_coverage: float = 0.8
     min_pod_age: _dt.timedelta = _dt.timedelta(hours=2)
     max_gap: _dt.timedelta | None = None
+    # More signals read with `signal` (`signals:` in YAML): a GPU is idle only when every one its
+    # node exports is at or below its threshold; one its node does not export is reported as such.
+    also: tuple[tuple[GpuSignal, float], ...] = ()
+    # The idle power in watts per GPU model (fnmatch globs on dcgm-exporter's `modelName`), for POWER.
+    idle_power: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def limits(self) -> tuple[tuple[GpuSignal, float], ...]:
+        """Every signal read, with its threshold, `signal` first."""
+        return ((self.signal, self.threshold), *self.also)
+
+    def idle_watts(self, model: str) -> float | None:
+        """The idle power of a GPU of this model, by the first glob that matches it."""
+        return next((w for glob, w in self.idle_power if model and fnmatch.fnmatchcase(model, glob)), None)
 
 
 @dataclass(frozen=True, slots=True)

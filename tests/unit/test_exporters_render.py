@@ -163,13 +163,27 @@ def test_assignment_follows_creation_order_and_skips_what_does_not_fit() -> None
     assert assign_gpus(GPU_NODE, [])[0].device.uuid == result[0].device.uuid
 
 
+def test_sm_activity_and_power_follow_utilisation_unless_set(values: Values) -> None:
+    values.set_gpu_util("ml", "p", 100)  # a hung job: GPU_UTIL full, SM activity and power near idle
+    values.set_sm_active("ml", "p", 0.02, gpu=1)
+    values.set_power("ml", "p", 60, gpu=1)
+    values.set_absent(Kind.SM_ACTIVE, "ml", "q")  # a node without the PROF fields
+    text = dcgm_text(GPU_NODE, [pod("p", gpus=2), pod("q", gpus=1)], values, T0)
+    sm = {(s.labels.get("pod"), s.labels["gpu"]): s.value for s in samples(text, "DCGM_FI_PROF_SM_ACTIVE")}
+    power = {(s.labels.get("pod"), s.labels["gpu"]): s.value for s in samples(text, "DCGM_FI_DEV_POWER_USAGE")}
+    assert sm[("p", "0")] == 1.0 and sm[("p", "1")] == 0.02 and ("q", "2") not in sm and sm[(None, "3")] == 0.0
+    assert power[("p", "0")] == 400.0 and power[("p", "1")] == 60.0 and power[("q", "2")] == 55.0
+    assert raw_lines(text, "DCGM_FI_DEV_POWER_USAGE")[0].split("modelName=")[1].startswith('"NVIDIA A100')
+
+
 def test_mig_instances_have_parent_uuid_and_read_0_on_gpu_util(values: Values) -> None:
     nb = pod("nb", node="mig-node-1", gpus=1)
     values.set_gpu_util("ml", "nb", 30)
     text = dcgm_text(MIG_NODE, [nb], values, T0)
     assert [(s.labels["GPU_I_ID"], s.labels.get("pod"), s.value) for s in samples(text, "DCGM_FI_DEV_GPU_UTIL")] == [
         ("1", "nb", 0.0), ("2", None, 0.0)]
-    assert samples(text, "DCGM_FI_DEV_MEM_COPY_UTIL") == []
+    assert samples(text, "DCGM_FI_DEV_MEM_COPY_UTIL") == samples(text, "DCGM_FI_DEV_POWER_USAGE") == []
+    assert [s.value for s in samples(text, "DCGM_FI_PROF_SM_ACTIVE")] == [0.3, 0.0]
     gr = samples(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
     assert [(s.labels["GPU_I_PROFILE"], s.labels["GPU_I_ID"], s.labels.get("pod"), s.value) for s in gr] == [
         ("3g.40gb", "1", "nb", 0.3), ("3g.40gb", "2", None, 0.0)]

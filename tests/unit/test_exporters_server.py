@@ -189,7 +189,7 @@ def test_backfill_writes_stored_series_and_blocks(tmp_path) -> None:
     assert (tmp_path / "data" / report.blocks[0] / "meta.json").exists()
     assert report.openmetrics is not None
     lines = report.openmetrics.read_text().splitlines()
-    assert lines[-1] == "# EOF" and report.samples == len(lines) - 1 == 3 * 4 * 4  # 3 steps, 4 GPUs, 4 metrics
+    assert lines[-1] == "# EOF" and report.samples == len(lines) - 1 == 3 * 4 * 6  # 3 steps, 4 GPUs, 6 metrics
     first = lines[0]
     assert first.endswith(f" {start:.3f}")
     assert 'exported_pod="train-0"' in first and 'pod="dcgm-exporter-gpu-node-1"' in first

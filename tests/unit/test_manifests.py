@@ -670,6 +670,7 @@ def _rule(monitoring: list[dict[str, Any]], name: str) -> dict[str, Any]:
     ("KubeIdleJanitorSightLost", ["max(janitor_sight_lost) == 1"], "10m"),
     ("KubeIdleJanitorLedgerContended", ["sum(increase(janitor_ledger_contended_total[1h])) > 0"], None),
     ("KubeIdleJanitorBesideKubeJanitor", ["max(janitor_kube_janitor_beside) > 0"], "1h"),
+    ("KubeIdleJanitorGpuSignalMissing", ["min by (policy, signal) (janitor_gpu_signal_coverage_ratio) < 1"], "1h"),
 ])
 def test_alerts(monitoring, alert: str, needles: list[str], duration: str | None) -> None:
     rule = _rule(monitoring, alert)

@@ -30,7 +30,7 @@ MIN_DEFAULT_GAP = datetime.timedelta(minutes=1)
 scraping every few seconds misses a scrape or two under load without losing what a GPU did."""
 
 
-def _key(pod: PodView) -> PodKey:
+def pod_key(pod: PodView) -> PodKey:
     return PodKey(pod.ref.namespace or "", pod.ref.name)
 
 
@@ -55,7 +55,7 @@ def _doubt(what: str, quality: Quality, window: EvidenceWindow, configured: date
     return None
 
 
-def _mig(pod: PodView) -> bool:
+def is_mig_pod(pod: PodView) -> bool:
     for resource, amount in pod.state.limits.items():
         if is_mig(resource) and amount > 0:
             return True
@@ -113,8 +113,8 @@ class GpuJudge(_Judge):
         young = self.young(pod)
         if young:
             return young
-        series = evidence.pods.get(_key(pod), ())
-        if not trigger.signal.covers_mig and (_mig(pod) or any(s.mig for s in series)):
+        series = evidence.pods.get(pod_key(pod), ())
+        if not trigger.signal.covers_mig and (is_mig_pod(pod) or any(s.mig for s in series)):
             gpu = next((f"GPU {s.gpu}" for s in series if s.mig), "a GPU it requested")
             return PodJudgement(pod.ref, State.UNKNOWN, why(Code.MIG_SIGNAL, what=gpu, signal=signal))
         if len(series) != pod.gpus:
@@ -213,7 +213,7 @@ class CpuJudge(_Judge):
         young = self.young(pod)
         if young:
             return young
-        usage = evidence.pods.get(_key(pod))
+        usage = evidence.pods.get(pod_key(pod))
         if usage is None or usage.peak_cores is None:
             return PodJudgement(pod.ref, State.UNKNOWN, why(Code.CPU_NO_SERIES))
         if trigger.cores is not None:
@@ -275,7 +275,7 @@ def _starting(workload: Workload) -> PodView | None:
     return next((p for p in workload.pods if p.phase == "Pending" and not p.deleting), None)
 
 
-def _finding(trigger: TriggerKind, workload: Workload, policy: Policy, judged: Sequence[PodJudgement],
+def finding(trigger: TriggerKind, workload: Workload, policy: Policy, judged: Sequence[PodJudgement],
              pods: Sequence[PodView], window: datetime.timedelta) -> Finding:
     gpus = sum(p.gpus for p in pods)
     if workload.unknown is not None:
@@ -289,22 +289,13 @@ def _finding(trigger: TriggerKind, workload: Workload, policy: Policy, judged: S
                    owner=workload.owner, managed_by=workload.managed_by)
 
 
-def gpu_findings(workloads: Sequence[Workload], observation: Observation, policy: Policy,
-                 now: datetime.datetime) -> list[Finding]:
-    trigger = policy.trigger(IdleGpu)
-    assert trigger is not None
-    judge = GpuJudge(observation.evidence.gpu.get((str(trigger.signal), trigger.window)), trigger, now)
-    return [_finding(TriggerKind.IDLE_GPU, w, policy, [judge(p) for p in pods], pods, trigger.window)
-            for w in workloads for pods in [gpu_pods(w)]]
-
-
 def cpu_findings(workloads: Sequence[Workload], observation: Observation, policy: Policy,
                  now: datetime.datetime) -> list[Finding]:
     trigger = policy.trigger(IdleCpu)
     assert trigger is not None
     judge = CpuJudge(observation.evidence.cpu.get((trigger.window, tuple(sorted(trigger.ignore_containers)))),
                      trigger, now)
-    return [_finding(TriggerKind.IDLE_CPU, w, policy, [judge(p) for p in pods], pods, trigger.window)
+    return [finding(TriggerKind.IDLE_CPU, w, policy, [judge(p) for p in pods], pods, trigger.window)
             for w in workloads for pods in [running(w)]]
 
 

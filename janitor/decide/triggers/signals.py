@@ -1,0 +1,205 @@
+"""An idle-GPU trigger that reads several signals: idle only where every one that is there says so.
+
+GPU_UTIL reads about 100 % for a job spinning in a hung collective and 0 for a MIG slice; the PROF
+fields can read 0 under load on some driver and GPU combinations; power means something only
+against the model's idle power. A policy that names several (`signals:`) gets, per GPU:
+
+* busy when any signal is above its threshold (busy on any signal beats idle on another);
+* unknown when none is, and any signal's samples cannot show it idle (a gap, NaN, too little
+  coverage), exactly as for one signal;
+* idle when every signal that is there is at or below its threshold over the whole window.
+
+A signal is *not there* for a pod when its node exports no series of it for the pod's GPUs (the
+PROF fields are off by default in dcgm-exporter), when it does not measure a MIG slice the pod
+holds, or, for power, when the policy gives no idle power for the GPU's model. That is said in the
+verdict with the signals it left out, and counted per policy and signal, never silently ignored.
+When no named signal is there at all, the pod is unknown. A read that failed is not "not there":
+it is unknown, as for one signal.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from janitor.decide.evidence import GpuEvidence, GpuKey, GpuSeries
+from janitor.decide.model import Finding, Observation, PodJudgement, PodView, State, TriggerKind
+from janitor.decide.reasons import Code, Fact, Reason, why
+from janitor.decide.selection import Workload
+from janitor.decide.triggers.idle import GpuJudge, finding, gpu_pods, is_mig_pod, pod_key
+from janitor.policy.model import GpuSignal, IdleGpu, Policy
+
+
+@dataclass(frozen=True, slots=True)
+class Left:
+    """A signal the verdict on a pod could not read, and why (`MISSING_*`)."""
+
+    signal: GpuSignal
+    code: str  # "not-exported", "mig", "no-idle-power"
+    detail: str = ""  # the GPU model without an idle power
+
+
+NOT_EXPORTED, ON_MIG, NO_IDLE_POWER = "not-exported", "mig", "no-idle-power"
+_LEFT_WORDS = {NOT_EXPORTED: "not exported for its GPUs", ON_MIG: "does not measure MIG slices",
+               NO_IDLE_POWER: "no idle power given for {detail}"}
+
+
+def left_words(left: Sequence[Left]) -> tuple[str, ...]:
+    return tuple(f"{x.signal.short} ({_LEFT_WORDS[x.code].format(detail=x.detail or 'its model')})" for x in left)
+
+
+def _value(signal: GpuSignal, s: GpuSeries, trigger: IdleGpu) -> float | None:
+    """The number judged: the peak, or for power the peak over the model's idle power."""
+    if s.peak is None or not signal.relative:
+        return s.peak
+    idle = trigger.idle_watts(s.model)
+    return None if idle is None else s.peak / idle
+
+
+def _shown(signal: GpuSignal, value: float | None) -> str:
+    if value is None:
+        return f"{signal.short} n/a"
+    return f"power {value:.2g}x idle" if signal.relative else f"{signal.short} {value:g}"
+
+
+_Read = tuple[GpuSignal, float, GpuJudge, tuple[GpuSeries, ...]]
+
+
+class SignalsJudge:
+    """Judges a pod's GPUs on every signal of one policy's trigger (`judge` for one signal)."""
+
+    def __init__(self, evidence: Mapping[GpuKey, GpuEvidence], trigger: IdleGpu, now: datetime.datetime) -> None:
+        self.trigger = trigger
+        self.parts = [(signal, threshold, GpuJudge(evidence.get((str(signal), trigger.window)),
+                                                   replace(trigger, signal=signal, threshold=threshold, also=()), now))
+                      for signal, threshold in trigger.limits]
+        self.limits: tuple[tuple[str, float], ...] = tuple((str(s), t) for s, t in trigger.limits)
+        self.names = ", ".join(s.short for s, _ in trigger.limits)
+
+    def __call__(self, pod: PodView) -> PodJudgement:
+        failures = [r for _, _, judge in self.parts if (r := _unread(judge)) is not None]
+        if len(failures) == len(self.parts):
+            return PodJudgement(pod.ref, State.UNKNOWN, failures[0])
+        young = self.parts[0][2].young(pod)
+        if young:
+            return young
+        key = pod_key(pod)
+        read = [(signal, threshold, judge, judge.evidence.pods.get(key, ()) if judge.evidence else ())
+                for signal, threshold, judge in self.parts]
+        mig = is_mig_pod(pod) or any(s.mig for *_, series in read for s in series)
+        left: list[Left] = []
+        present: list[_Read] = []
+        doubt: Reason | None = failures[0] if failures else None  # no GPU is idle on a signal not read
+        for signal, threshold, judge, series in read:
+            if _unread(judge) is not None:
+                continue
+            if mig and not signal.covers_mig:
+                left.append(Left(signal, ON_MIG))
+            elif not series:
+                left.append(Left(signal, NOT_EXPORTED))
+            elif len(series) != pod.gpus or len({s.gpu for s in series}) != len(series):
+                doubt = doubt or why(Code.SERIES_COUNT, series=len(series), signal=str(signal), gpus=pod.gpus)
+            elif signal.relative and (model := next((s.model for s in series if _value(signal, s, self.trigger)
+                                                     is None and s.peak is not None), None)) is not None:
+                left.append(Left(signal, NO_IDLE_POWER, model or "an unnamed model"))
+            else:
+                present.append((signal, threshold, judge, series))
+        if not present:
+            return PodJudgement(pod.ref, State.UNKNOWN, doubt or why(
+                Code.NO_SIGNAL, signals=self.names, left=left_words(left), limits=self.limits,
+                lost=tuple((str(x.signal), x.code, x.detail) for x in left)))
+        gpus = {s.gpu for s in present[0][3]}
+        if any({s.gpu for s in series} != gpus for *_, series in present):
+            doubt = doubt or why(Code.SIGNALS_DISAGREE, signals=self.names)
+        return self._combine(pod, present, left, sorted({s.gpu for *_, series in present for s in series}), doubt)
+
+    def _combine(self, pod: PodView, present: Sequence[_Read], left: Sequence[Left], gpus: Sequence[str],
+                 doubt: Reason | None) -> PodJudgement:
+        """Busy on any signal read beats everything; `doubt` (a signal not read, or not attributable to
+        GPUs) leaves no GPU idle, as does any doubtful series."""
+        busy: dict[str, str] = {}  # GPU -> what showed use
+        unsure: Reason | None = doubt
+        readings: list[tuple[str, str, float | None]] = []
+        shown: dict[str, list[str]] = {g: [] for g in gpus}
+        for signal, threshold, judge, series in present:
+            for s in series:
+                value = _value(signal, s, self.trigger)
+                readings.append((s.gpu, str(signal), value))
+                shown[s.gpu].append(_shown(signal, value))
+                if value is not None and value > threshold:
+                    busy.setdefault(s.gpu, f"{_shown(signal, value)} > {threshold:g}")
+                elif unsure is None:
+                    unsure = judge.unsure(s)
+        first = present[0][3] if present[0][0] is self.trigger.signal else ()
+        peaks = {s.gpu: s.peak for s in first}
+        if unsure is not None and not busy:
+            return PodJudgement(pod.ref, State.UNKNOWN, unsure, peaks=peaks)
+        idle = tuple(g for g in gpus if g not in busy) if unsure is None else ()
+        facts: dict[str, Fact] = {
+            "limits": self.limits, "window": self.trigger.window, "readings": tuple(readings),
+            "left": tuple((str(x.signal), x.code, x.detail) for x in left),
+            "missing": why(Code.SIGNALS_LEFT, left=left_words(left)) if left else None,
+        }
+        if len(idle) == len(gpus):
+            detail = "; ".join(f"GPU {g} {', '.join(shown[g])}" for g in gpus)
+            return PodJudgement(pod.ref, State.FIRES, why(Code.GPU_SIGNALS_IDLE, detail=detail, within=self._within(),
+                                                          **facts), idle, peaks)
+        detail = "; ".join(f"GPU {g} {busy[g]}" for g in gpus if g in busy)
+        if idle:
+            return PodJudgement(pod.ref, State.PARTIAL, why(Code.GPU_SIGNALS_PARTIAL, idle=len(idle), total=len(gpus),
+                                                            detail=detail, **facts), idle, peaks)
+        return PodJudgement(pod.ref, State.CLEAR, why(Code.GPU_SIGNALS_BUSY, detail=detail, **facts), (), peaks)
+
+    def _within(self) -> str:
+        return ", ".join(f"power <= {t:g}x idle" if s.relative else f"{s.short} <= {t:g}"
+                         for s, t in self.trigger.limits)
+
+
+def _unread(judge: GpuJudge) -> Reason | None:
+    """Why a signal's evidence says nothing this cycle (not read, or the query failed), or None."""
+    if judge.evidence is None:
+        return why(Code.NO_EVIDENCE_READ, signal=judge.signal)
+    if judge.evidence.failed:
+        return why(Code.EVIDENCE_FAILED, signal=judge.signal, error=judge.evidence.failed)
+    return None
+
+
+def several(trigger: IdleGpu) -> bool:
+    """Whether the trigger needs this judge: several signals, or power (judged against idle power)."""
+    return bool(trigger.also) or trigger.signal.relative
+
+
+def left_of(judgement: PodJudgement) -> tuple[tuple[str, str, str], ...]:
+    """The signals a verdict could not read, as (signal, why, detail), for the coverage metric."""
+    left = judgement.why.fact("lost" if judgement.why.code is Code.NO_SIGNAL else "left")
+    return tuple(x for x in left if isinstance(x, tuple) and len(x) == 3) if isinstance(left, tuple) else ()
+
+
+def coverage(findings: Iterable[Finding]) -> dict[tuple[str, str], tuple[int, int]]:
+    """Per (policy, signal): of the GPU pods judged on several signals, how many had it read."""
+    found: dict[tuple[str, str], list[int]] = {}
+    for f in findings:
+        if f.trigger is not TriggerKind.IDLE_GPU:
+            continue
+        for judged in f.pods:
+            limits = judged.why.fact("limits")
+            if not isinstance(limits, tuple):
+                continue
+            lost = {signal for signal, *_ in left_of(judged)}
+            for signal, _ in limits:
+                count = found.setdefault((f.policy, str(signal)), [0, 0])
+                count[0] += signal not in lost
+                count[1] += 1
+    return {k: (read, total) for k, (read, total) in found.items()}
+
+
+def gpu_findings(workloads: Sequence[Workload], observation: Observation, policy: Policy,
+                 now: datetime.datetime) -> list[Finding]:
+    """The idle-GPU trigger: each workload's running GPU pods judged on the policy's signals."""
+    trigger = policy.trigger(IdleGpu)
+    assert trigger is not None
+    judge = SignalsJudge(observation.evidence.gpu, trigger, now) if several(trigger) else \
+        GpuJudge(observation.evidence.gpu.get((str(trigger.signal), trigger.window)), trigger, now)
+    return [finding(TriggerKind.IDLE_GPU, w, policy, [judge(p) for p in pods], pods, trigger.window)
+            for w in workloads for pods in [gpu_pods(w)]]

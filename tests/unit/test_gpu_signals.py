@@ -1,0 +1,160 @@
+"""An idle-GPU policy that reads several signals: idle only where every signal that is there is low.
+
+Aspects covered:
+- busy on any named signal is busy (a job at 0 % GPU_UTIL and 60 % SM activity is in use), per GPU,
+  so one GPU busy on SM activity and another idle on all is partially idle;
+- a signal the node does not export, one that does not measure a MIG slice, or power for a model
+  without an idle power is left out, and the verdict says so (as data and in words); when no
+  named signal is there, the pod is unknown;
+- a failed read, a partial set of series or doubtful samples on any signal is unknown unless
+  another signal shows use;
+- power is judged as a multiple of the model's idle power;
+- the researcher's words name each signal in its units.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+
+import pytest
+from factories import NOW, SCRAPED
+
+from janitor.decide.evidence import EvidenceWindow, GpuEvidence, GpuSeries, PodKey, Quality
+from janitor.decide.model import ContainerView, ObjectRef, PodState, PodView, State
+from janitor.decide.plain import plain
+from janitor.decide.reasons import Code
+from janitor.decide.triggers.signals import SignalsJudge, left_of
+from janitor.policy.model import GpuSignal, IdleGpu
+
+H = datetime.timedelta(hours=1)
+POD = PodKey("ml", "train-0")
+UTIL, SM, GR, POWER = GpuSignal.GPU_UTIL, GpuSignal.SM_ACTIVE, GpuSignal.GR_ENGINE_ACTIVE, GpuSignal.POWER
+A100 = "NVIDIA A100-SXM4-80GB"
+TRIGGER = IdleGpu(signal=UTIL, threshold=5, also=((SM, 0.05), (POWER, 1.2)), idle_power=(("NVIDIA A100*", 55.0),))
+
+
+def pod(gpus: int = 2, mig: bool = False) -> PodView:
+    resource = "nvidia.com/mig-1g.10gb" if mig else "nvidia.com/gpu"
+    return PodView(ref=ObjectRef("Pod", "v1", "ml", "train-0", str(uuid.uuid4())), resource_version="1", labels={},
+                   controller=None, node="gpu-node-1", phase="Running", started=NOW - 3 * H, gpus=gpus,
+                   containers=(ContainerView("main", 4.0),),
+                   state=PodState(limits={resource: gpus}) if mig else PodState())
+
+
+def series(gpu: str, peak: float | None, samples: int = 480, model: str = A100, quality: Quality = SCRAPED,
+           mig: bool = False) -> GpuSeries:
+    return GpuSeries(gpu, peak, samples, "gpu-node-1", quality, mig, model)
+
+
+def evidence(failed: dict[GpuSignal, str] | None = None, **read: tuple[GpuSeries, ...]) -> dict:
+    out = {}
+    for signal in (UTIL, SM, POWER, GR):
+        window = EvidenceWindow(str(signal), 2 * H, datetime.timedelta(seconds=15), NOW)
+        found = read.get(signal.name)
+        out[(str(signal), 2 * H)] = GpuEvidence(window, {POD: found} if found else {}, (failed or {}).get(signal))
+    return out
+
+
+def judge(trigger: IdleGpu = TRIGGER, p: PodView | None = None, failed=None, **read):
+    return SignalsJudge(evidence(failed, **read), trigger, NOW)(p or pod())
+
+
+IDLE_UTIL = (series("0", 0), series("1", 2))
+IDLE_SM = (series("0", 0.01), series("1", 0.02))
+IDLE_POWER = (series("0", 58.0), series("1", 60.0))
+
+
+def test_busy_on_sm_activity_at_zero_gpu_util_is_busy() -> None:
+    judged = judge(GPU_UTIL=IDLE_UTIL, SM_ACTIVE=(series("0", 0.6), series("1", 0.55)), POWER=IDLE_POWER)
+    assert judged.state is State.CLEAR
+    assert judged.why.code is Code.GPU_SIGNALS_BUSY
+    assert "GPU 0 SM_ACTIVE 0.6 > 0.05" in str(judged.why)
+    assert plain(judged.why).startswith("in use: GPU 0 at 60 % SM_ACTIVE")
+
+
+def test_idle_on_every_signal_is_idle_with_each_reading() -> None:
+    judged = judge(GPU_UTIL=IDLE_UTIL, SM_ACTIVE=IDLE_SM, POWER=IDLE_POWER)
+    assert judged.state is State.FIRES and judged.idle_gpus == ("0", "1")
+    assert judged.why.code is Code.GPU_SIGNALS_IDLE
+    assert ("1", str(POWER), 60.0 / 55.0) in judged.why.fact("readings")
+    assert "GPU_UTIL <= 5, SM_ACTIVE <= 0.05, power <= 1.2x idle" in str(judged.why)
+    assert plain(judged.why) == ("its 2 GPUs peaked at no more than 2 % GPU_UTIL, 2 % SM_ACTIVE and 1.1x idle power "
+                                 "over the last 2 h")
+
+
+def test_one_gpu_busy_on_sm_and_one_idle_is_partial() -> None:
+    judged = judge(GPU_UTIL=IDLE_UTIL, SM_ACTIVE=(series("0", 0.3), series("1", 0.0)), POWER=IDLE_POWER)
+    assert judged.state is State.PARTIAL and judged.idle_gpus == ("1",)
+
+
+def test_power_above_idle_is_busy_and_a_model_without_idle_power_is_left_out() -> None:
+    busy = judge(GPU_UTIL=IDLE_UTIL, SM_ACTIVE=IDLE_SM, POWER=(series("0", 58.0), series("1", 250.0)))
+    assert busy.state is State.PARTIAL and busy.idle_gpus == ("0",)
+    t4 = judge(GPU_UTIL=IDLE_UTIL, SM_ACTIVE=IDLE_SM,
+               POWER=(series("0", 20.0, model="Tesla T4"), series("1", 21.0, model="Tesla T4")))
+    assert t4.state is State.FIRES
+    assert left_of(t4) == ((str(POWER), "no-idle-power", "Tesla T4"),)
+    assert "not read: power (no idle power given for Tesla T4)" in str(t4.why)
+
+
+def test_a_signal_the_node_does_not_export_is_left_out_and_said() -> None:
+    judged = judge(GPU_UTIL=IDLE_UTIL, POWER=IDLE_POWER)
+    assert judged.state is State.FIRES
+    assert left_of(judged) == ((str(SM), "not-exported", ""),)
+    assert "not read: SM_ACTIVE (not exported for its GPUs)" in str(judged.why)
+    assert plain(judged.why).endswith("; not read: SM_ACTIVE (not exported for its GPUs)")
+
+
+def test_no_named_signal_there_is_unknown() -> None:
+    judged = judge(IdleGpu(signal=SM, threshold=0.05, also=((GR, 0.05),)), GPU_UTIL=IDLE_UTIL)
+    assert judged.state is State.UNKNOWN and judged.why.code is Code.NO_SIGNAL
+
+
+def test_mig_slices_are_judged_on_the_signals_that_measure_them() -> None:
+    trigger = IdleGpu(signal=UTIL, threshold=5, also=((SM, 0.05),))
+    mig = pod(gpus=1, mig=True)
+    idle = judge(trigger, mig, GPU_UTIL=(series("0/1", 0, mig=True),), SM_ACTIVE=(series("0/1", 0.01, mig=True),))
+    assert idle.state is State.FIRES
+    assert left_of(idle) == ((str(UTIL), "mig", ""),)
+    only_util = judge(IdleGpu(signal=UTIL, threshold=5, also=((POWER, 1.2),), idle_power=(("*", 50.0),)), mig,
+                      GPU_UTIL=(series("0/1", 0, mig=True),), POWER=(series("0/1", 50.0, mig=True),))
+    assert only_util.state is State.UNKNOWN and only_util.why.code is Code.NO_SIGNAL
+
+
+@pytest.mark.parametrize("case", ["failed", "partial-series", "low-coverage", "nan"])
+def test_doubt_on_any_signal_is_unknown_unless_another_shows_use(case: str) -> None:
+    failed, sm = None, IDLE_SM
+    if case == "failed":
+        failed = {SM: "timeout"}
+    elif case == "partial-series":
+        sm = (series("0", 0.01),)
+    elif case == "low-coverage":
+        sm = (series("0", 0.01, samples=100), series("1", 0.01))
+    else:
+        sm = (series("0", None), series("1", 0.01))
+    judged = judge(failed=failed, GPU_UTIL=IDLE_UTIL, SM_ACTIVE=sm, POWER=IDLE_POWER)
+    assert judged.state is State.UNKNOWN
+    busy = judge(failed=failed, GPU_UTIL=(series("0", 90), series("1", 0)), SM_ACTIVE=sm, POWER=IDLE_POWER)
+    assert busy.state is State.CLEAR, busy.why  # busy beats unknown: GPU 1 is not shown idle either
+
+
+def test_every_read_failing_is_unknown_whatever_else() -> None:
+    judged = judge(failed={UTIL: "timeout", SM: "timeout", POWER: "timeout"}, GPU_UTIL=IDLE_UTIL)
+    assert judged.state is State.UNKNOWN and judged.why.code is Code.EVIDENCE_FAILED
+
+
+def test_coverage_counts_the_pods_each_signal_was_read_for() -> None:
+    from janitor.decide.model import Finding, TriggerKind
+    from janitor.decide.triggers.signals import coverage
+    from janitor.policy.model import Mode
+    full = judge(GPU_UTIL=IDLE_UTIL, SM_ACTIVE=IDLE_SM, POWER=IDLE_POWER)
+    lacking = judge(GPU_UTIL=IDLE_UTIL, POWER=IDLE_POWER)
+    found = Finding(TriggerKind.IDLE_GPU, "gpu", Mode.SHADOW, pod().ref, State.FIRES, full.why, pods=(full, lacking))
+    assert coverage([found]) == {("gpu", str(UTIL)): (2, 2), ("gpu", str(SM)): (1, 2), ("gpu", str(POWER)): (2, 2)}
+
+
+def test_a_lone_power_signal_is_judged_against_idle_power() -> None:
+    trigger = IdleGpu(signal=POWER, threshold=1.2, idle_power=(("NVIDIA A100*", 55.0),))
+    assert judge(trigger, POWER=IDLE_POWER).state is State.FIRES
+    assert judge(trigger, POWER=(series("0", 300.0), series("1", 300.0))).state is State.CLEAR
