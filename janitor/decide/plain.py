@@ -234,7 +234,8 @@ def _all_idle(reason: Reason) -> str:
         peaks = ", ".join(_percent(signal, _highest(_peaks(r))) for r in shown)
         return f"all {total} pods idle: GPU peaks {peaks}{more} {_over(shown[0])}"
     if codes == {Code.GPU_SIGNALS_IDLE}:
-        return f"all {total} pods idle, e.g. {_words(shown[0])}"
+        first = next((r for r in shown if isinstance(r.fact("missing"), Reason)), shown[0])  # what was left out shows
+        return f"all {total} pods idle, e.g. {_words(first)}"
     if codes == {Code.CPU_IDLE}:
         peaks = ", ".join(_small(_number(r, "peak")) for r in shown)
         return f"all {total} pods idle: CPU peaks {peaks}{more} cores {_over(shown[0])}"

@@ -68,6 +68,7 @@ class Code(StrEnum):
     SIGNALS_LEFT = "signals-left"
     NO_SIGNAL = "no-signal"
     SIGNALS_DISAGREE = "signals-disagree"
+    NO_IDLE_POWER = "no-idle-power"
     CPU_NO_SERIES = "cpu-no-series"
     CPU_LOW_COVERAGE = "cpu-low-coverage"
     CPU_NO_REQUEST = "cpu-no-request"
@@ -273,6 +274,7 @@ _T: Mapping[Code, str] = {
     Code.GPU_SIGNALS_BUSY: "busy: {detail}",
     Code.SIGNALS_LEFT: "; not read: {left: and }",
     Code.NO_SIGNAL: "none of the signals the policy reads ({signals}) can be read for its GPUs: {left: and }",
+    Code.NO_IDLE_POWER: "no idle power is given for {model} (idlePowerWatts), so its power cannot be judged",
     Code.SIGNALS_DISAGREE: "the signals ({signals}) name different GPUs of the pod: which GPU is which cannot be "
                            "told",
     Code.CPU_NO_SERIES: "no CPU series for its app containers",

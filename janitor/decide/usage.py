@@ -76,14 +76,15 @@ def findings(workloads: Sequence[Workload], found: Sequence[Finding], observatio
     if not checks:
         return []
     order = {p.name: i for i, p in enumerate(policies)}
+    by_name = {p.name: p for p in policies}
     read: dict[str, set[TriggerKind]] = {}
     governed: dict[str, str] = {}
     for f in found:
         if not f.trigger.reads_usage:
             continue
         read.setdefault(f.subject.uid, set())
-        if f.mode is Mode.ENFORCE:  # an enforcing policy's numbers are the admin's; a shadow one's replace no veto
-            read[f.subject.uid].add(f.trigger)
+        if f.mode is Mode.ENFORCE and _reads_work(f, by_name):  # an enforcing policy's numbers are the admin's;
+            read[f.subject.uid].add(f.trigger)  # a shadow one's, or memory copy and power alone, replace no veto
         if f.policy in checks and f.known:
             best = governed.get(f.subject.uid)
             if best is None or order[f.policy] < order[best]:
@@ -107,6 +108,21 @@ def findings(workloads: Sequence[Workload], found: Sequence[Finding], observatio
         out.extend(replace(f, reclaim_gpu_hours=0.0)
                    for f in judges[trigger](judged, observation, check, now))
     return out
+
+
+def _reads_work(finding: Finding, policies: Mapping[str, Policy]) -> bool:
+    """Whether the finding read a signal that shows any work on a GPU (GPU_UTIL or a PROF field):
+    memory copy and power alone miss a kernel that computes without moving memory or drawing much,
+    so the in-use check's GPU_UTIL is read beside them."""
+    if finding.trigger is not TriggerKind.IDLE_GPU:
+        return True
+    policy = policies.get(finding.policy)
+    trigger = policy.trigger(IdleGpu) if policy is not None else None
+    if trigger is None:
+        return False
+    work = {str(s) for s, _ in trigger.limits if s.measures_work}
+    # ... on every pod: one whose node lacks the policy's work signal was judged without it.
+    return bool(work) and all(work - {signal for signal, *_ in signals.left_of(j)} for j in finding.pods)
 
 
 def _with_mapped_gpus(workload: Workload, observation: Observation, check: Policy) -> Workload:

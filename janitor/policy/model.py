@@ -93,6 +93,12 @@ class GpuSignal(enum.StrEnum):
         return self in (GpuSignal.GR_ENGINE_ACTIVE, GpuSignal.SM_ACTIVE)
 
     @property
+    def measures_work(self) -> bool:
+        """Whether it shows any kernel at work: GPU_UTIL and the PROF fields do; memory copy and power
+        alone miss a kernel that computes from cache or draws little."""
+        return self in (GpuSignal.GPU_UTIL, GpuSignal.GR_ENGINE_ACTIVE, GpuSignal.SM_ACTIVE)
+
+    @property
     def relative(self) -> bool:
         """Judged as a multiple of the GPU's idle power rather than on its own number."""
         return self is GpuSignal.POWER
@@ -115,7 +121,7 @@ class GpuSignal(enum.StrEnum):
 
 
 _SIGNAL_MAXIMUM = {GpuSignal.GPU_UTIL: 100.0, GpuSignal.GR_ENGINE_ACTIVE: 1.0, GpuSignal.SM_ACTIVE: 1.0,
-                   GpuSignal.MEM_COPY: 100.0, GpuSignal.POWER: 20.0}
+                   GpuSignal.MEM_COPY: 100.0, GpuSignal.POWER: 5.0}
 _SIGNAL_DEFAULT = {GpuSignal.GPU_UTIL: 5.0, GpuSignal.GR_ENGINE_ACTIVE: 0.05, GpuSignal.SM_ACTIVE: 0.05,
                    GpuSignal.MEM_COPY: 5.0, GpuSignal.POWER: 1.2}
 _SIGNAL_SHORT = {GpuSignal.GPU_UTIL: "GPU_UTIL", GpuSignal.GR_ENGINE_ACTIVE: "GR_ENGINE_ACTIVE",

@@ -88,22 +88,34 @@ def test_one_gpu_busy_on_sm_and_one_idle_is_partial() -> None:
     assert judged.state is State.PARTIAL and judged.idle_gpus == ("1",)
 
 
-def test_power_above_idle_is_busy_and_a_model_without_idle_power_is_left_out() -> None:
+def test_power_above_idle_is_busy_and_a_model_without_idle_power_is_unknown() -> None:
     busy = judge(GPU_UTIL=IDLE_UTIL, SM_ACTIVE=IDLE_SM, POWER=(series("0", 58.0), series("1", 250.0)))
     assert busy.state is State.PARTIAL and busy.idle_gpus == ("0",)
-    t4 = judge(GPU_UTIL=IDLE_UTIL, SM_ACTIVE=IDLE_SM,
-               POWER=(series("0", 20.0, model="Tesla T4"), series("1", 21.0, model="Tesla T4")))
-    assert t4.state is State.FIRES
-    assert left_of(t4) == ((str(POWER), "no-idle-power", "Tesla T4"),)
-    assert "not read: power (no idle power given for Tesla T4)" in str(t4.why)
+    h100 = (series("0", 450.0, model="NVIDIA H100 80GB HBM3"), series("1", 440.0, model="NVIDIA H100 80GB HBM3"))
+    unknown = judge(GPU_UTIL=IDLE_UTIL, SM_ACTIVE=IDLE_SM, POWER=h100)
+    assert unknown.state is State.UNKNOWN and unknown.why.code is Code.NO_IDLE_POWER
+    assert "no idle power is given for NVIDIA H100 80GB HBM3" in str(unknown.why)
+    assert judge(GPU_UTIL=(series("0", 90), series("1", 0)), SM_ACTIVE=IDLE_SM, POWER=h100).state is State.CLEAR
 
 
 def test_a_signal_the_node_does_not_export_is_left_out_and_said() -> None:
     judged = judge(GPU_UTIL=IDLE_UTIL, POWER=IDLE_POWER)
     assert judged.state is State.FIRES
     assert left_of(judged) == ((str(SM), "not-exported", ""),)
-    assert "not read: SM_ACTIVE (not exported for its GPUs)" in str(judged.why)
-    assert plain(judged.why).endswith("; not read: SM_ACTIVE (not exported for its GPUs)")
+    assert "not read: SM_ACTIVE (not exported on its node)" in str(judged.why)
+    assert plain(judged.why).endswith("; not read: SM_ACTIVE (not exported on its node)")
+
+
+def test_a_signal_its_node_exports_for_others_but_not_for_it_is_unknown() -> None:
+    other = PodKey("ml", "other")
+    read = evidence(GPU_UTIL=IDLE_UTIL, POWER=IDLE_POWER)
+    sm = read[(str(SM), 2 * H)]
+    read[(str(SM), 2 * H)] = GpuEvidence(sm.window, {other: (series("3", 0.4),)})  # same node, another pod
+    judged = SignalsJudge(read, TRIGGER, NOW)(pod())
+    assert judged.state is State.UNKNOWN and judged.why.code is Code.SERIES_COUNT
+    unlabelled = GpuEvidence(sm.window, {other: (GpuSeries("3", 0.4, 480, "", SCRAPED, False, A100),)})
+    read[(str(SM), 2 * H)] = unlabelled  # no node labels: which node exports it cannot be told
+    assert SignalsJudge(read, TRIGGER, NOW)(pod()).state is State.UNKNOWN
 
 
 def test_no_named_signal_there_is_unknown() -> None:
@@ -150,11 +162,66 @@ def test_coverage_counts_the_pods_each_signal_was_read_for() -> None:
     from janitor.policy.model import Mode
     full = judge(GPU_UTIL=IDLE_UTIL, SM_ACTIVE=IDLE_SM, POWER=IDLE_POWER)
     lacking = judge(GPU_UTIL=IDLE_UTIL, POWER=IDLE_POWER)
-    found = Finding(TriggerKind.IDLE_GPU, "gpu", Mode.SHADOW, pod().ref, State.FIRES, full.why, pods=(full, lacking))
-    assert coverage([found]) == {("gpu", str(UTIL)): (2, 2), ("gpu", str(SM)): (1, 2), ("gpu", str(POWER)): (2, 2)}
+    mig = judge(IdleGpu(signal=UTIL, threshold=5, also=((SM, 0.05),)), pod(gpus=1, mig=True),
+                GPU_UTIL=(series("0/1", 0, mig=True),), SM_ACTIVE=(series("0/1", 0.01, mig=True),))
+    found = Finding(TriggerKind.IDLE_GPU, "gpu", Mode.SHADOW, pod().ref, State.FIRES, full.why,
+                    pods=(full, lacking, mig))
+    # A MIG slice's GPU_UTIL is left out by design, not for want of the field: it counts as read.
+    assert coverage([found]) == {("gpu", str(UTIL)): (3, 3), ("gpu", str(SM)): (2, 3), ("gpu", str(POWER)): (2, 2)}
 
 
 def test_a_lone_power_signal_is_judged_against_idle_power() -> None:
     trigger = IdleGpu(signal=POWER, threshold=1.2, idle_power=(("NVIDIA A100*", 55.0),))
     assert judge(trigger, POWER=IDLE_POWER).state is State.FIRES
     assert judge(trigger, POWER=(series("0", 300.0), series("1", 300.0))).state is State.CLEAR
+
+
+def test_the_owner_reads_a_signal_left_out_on_any_pod() -> None:
+    from janitor.decide.reasons import why
+    full = judge(GPU_UTIL=IDLE_UTIL, SM_ACTIVE=IDLE_SM, POWER=IDLE_POWER)
+    lacking = judge(GPU_UTIL=IDLE_UTIL, POWER=IDLE_POWER)
+    pods = tuple(why(Code.POD, pod=n, why=j.why) for n, j in (("a", full), ("b", lacking)))
+    words = plain(why(Code.ALL_IDLE, total=2, shown=pods, more=""))
+    assert words.startswith("all 2 pods idle") and "not read: SM_ACTIVE" in words
+
+
+# -- the veto of a GPU at work, beside policies that read other signals ------------------------------------
+
+
+def _marked(policy_trigger: IdleGpu, peaks: dict[str, float | None]) -> set[str]:
+    """The workloads one enforcing policy marks: a StatefulSet whose pod uses 0.05 cores."""
+    from factories import ago
+
+    from janitor.decide.evidence import CpuEvidence, CpuUsage, Evidence
+    from janitor.decide.lifecycle import Step
+    from janitor.decide.model import NamespaceView, ObjectView, Observation, OwnerRef, SafetyLedger
+    from janitor.decide.plan import PlanSettings, plan
+    from janitor.decide.rails import Caps, Rails
+    from janitor.policy.model import Mode, Policy
+
+    sts = ObjectView(ObjectRef("StatefulSet", "apps/v1", "ml", "trainer", "sts-uid"), "7", ago(hours=5), replicas=1)
+    trainer = PodView(ObjectRef("Pod", "v1", "ml", "trainer-0", "pod-uid"), "1", {},
+                      OwnerRef("StatefulSet", "apps/v1", "trainer", "sts-uid"), node="gpu-node-1", phase="Running",
+                      started=NOW - 5 * H, gpus=1, containers=(ContainerView("main", 32.0),))
+    step = datetime.timedelta(seconds=15)
+    gpu = {(signal, 2 * H): GpuEvidence(EvidenceWindow(signal, 2 * H, step, NOW), {} if peak is None else
+                                        {PodKey("ml", "trainer-0"): (series("0", peak),)})
+           for signal, peak in peaks.items()}
+    cpu = {(2 * H, ()): CpuEvidence(EvidenceWindow("cpu", 2 * H, datetime.timedelta(minutes=1), NOW),
+                                    {PodKey("ml", "trainer-0"): CpuUsage(0.05, 120, SCRAPED)})}
+    observation = Observation(NOW, (sts,), (trainer,), {"ml": NamespaceView("ml")}, evidence=Evidence(gpu, cpu))
+    planned = plan(observation, [Policy("idle-gpu", (policy_trigger,), mode=Mode.ENFORCE)], SafetyLedger(), NOW,
+                   settings=PlanSettings(rails=Rails(caps=Caps(1000, 1000, 1000, 1000))))
+    return {c.workload.name for c in planned.changes if c.step is Step.MARK}
+
+
+def test_a_policy_on_memory_copy_alone_keeps_the_gpu_util_veto() -> None:
+    trigger = IdleGpu(signal=GpuSignal.MEM_COPY, threshold=5, window=2 * H, min_pod_age=2 * H)
+    assert _marked(trigger, {str(UTIL): 97.0, str(GpuSignal.MEM_COPY): 2.0}) == set()
+    assert _marked(trigger, {str(UTIL): 1.0, str(GpuSignal.MEM_COPY): 2.0}) == {"trainer"}
+
+
+def test_a_work_signal_left_out_on_a_node_keeps_the_gpu_util_veto() -> None:
+    trigger = IdleGpu(signal=SM, threshold=0.05, also=((GpuSignal.MEM_COPY, 5.0),), window=2 * H, min_pod_age=2 * H)
+    assert _marked(trigger, {str(UTIL): 97.0, str(GpuSignal.MEM_COPY): 2.0, str(SM): None}) == set()
+    assert _marked(trigger, {str(UTIL): 1.0, str(GpuSignal.MEM_COPY): 2.0, str(SM): None}) == {"trainer"}

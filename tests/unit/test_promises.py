@@ -110,7 +110,18 @@ from janitor.node_report import PodTaskState
 from janitor.observe.evidence import DCGM_SENTINEL
 from janitor.observe.observation import needs
 from janitor.policy.model import Action as PolicyAction
-from janitor.policy.model import CrashLoop, IdleCpu, IdleGpu, Lifecycle, Manager, Mode, Pending, Policy, Terminating
+from janitor.policy.model import (
+    CrashLoop,
+    GpuSignal,
+    IdleCpu,
+    IdleGpu,
+    Lifecycle,
+    Manager,
+    Mode,
+    Pending,
+    Policy,
+    Terminating,
+)
 
 # -- the run's budget ---------------------------------------------------------------------------------
 
@@ -297,17 +308,27 @@ def governing(policies: Sequence[Policy], trigger: TriggerKind, unit: Unit, obse
     return None
 
 
-def gpu_in_use(pod: PodView, evidence: GpuEvidence | None, trigger: IdleGpu, now: datetime.datetime) -> bool:
-    """Full, finite evidence with at least one GPU above the threshold (CLEAR or PARTIAL)."""
-    if evidence is None or evidence.failed or pod.started is None:
-        return False
-    if now - pod.started < max(trigger.window, trigger.min_pod_age):
-        return False
-    series = evidence.pods.get(PodKey(pod.ref.namespace or "", pod.ref.name), ())
-    if len(series) != pod.gpus or any(s.mig and not trigger.signal.covers_mig for s in series):
-        return False
-    # A finite sample above the threshold is use, gaps, NaN or low coverage elsewhere or not.
-    return any(s.peak is not None and s.peak > trigger.threshold for s in series)
+def gpu_in_use(pod: PodView, evidence: Mapping[tuple[str, datetime.timedelta], GpuEvidence], trigger: IdleGpu,
+               now: datetime.datetime) -> str | None:
+    """docs/policies.md, "Several signals": full, finite evidence of some signal the policy reads
+    with at least one GPU above that signal's threshold (power: over the model's idle power), read
+    for every GPU of the pod (CLEAR or PARTIAL), whatever the other signals say or lack. The first
+    such signal, or None."""
+    if pod.started is None or now - pod.started < max(trigger.window, trigger.min_pod_age):
+        return None
+    for signal, threshold in trigger.limits:
+        read = evidence.get((str(signal), trigger.window))
+        if read is None or read.failed:
+            continue
+        series = read.pods.get(PodKey(pod.ref.namespace or "", pod.ref.name), ())
+        if len(series) != pod.gpus or any(s.mig and not signal.covers_mig for s in series):
+            continue
+        for s in series:
+            idle = trigger.idle_watts(s.model) if signal.relative else 1.0
+            # A finite sample above the threshold is use, gaps, NaN or low coverage elsewhere or not.
+            if s.peak is not None and idle is not None and s.peak / idle > threshold:
+                return str(signal)
+    return None
 
 
 def doubtful(quality: Quality, trigger: IdleGpu | IdleCpu) -> bool:
@@ -348,6 +369,30 @@ def in_use_check(policy: Policy) -> Policy | None:
                   mode=Mode.SHADOW)
 
 
+def reads_work(policy: Policy, unit: Unit, observation: Observation) -> bool:
+    """docs/policies.md, "Several signals": an enforcing idle-GPU policy stands in for the in-use
+    check's GPU_UTIL only where it read a signal showing any kernel at work (GPU_UTIL or a PROF
+    field) on every GPU pod: not with memory copy or power alone, nor where its node exports none of
+    its work signals, nor on a MIG slice none of them measures."""
+    trigger = policy.trigger(IdleGpu)
+    if trigger is None:
+        return True
+    work = [s for s, _ in trigger.limits if s.measures_work]
+    if not trigger.also:  # one signal: a pod it cannot read is unknown on it, which holds anyway
+        return bool(work)
+
+    def read_on(pod: PodView, signal: GpuSignal) -> bool:
+        evidence = observation.evidence.gpu.get((str(signal), trigger.window))
+        if evidence is None or evidence.failed:
+            return True  # not read this cycle: unknown, not left out
+        series = evidence.pods.get(PodKey(pod.ref.namespace or "", pod.ref.name), ())
+        if any(s.mig for s in series) and not signal.covers_mig:
+            return False
+        return bool(series) or any(s.node == pod.node for ss in evidence.pods.values() for s in ss)
+
+    return bool(work) and all(any(read_on(p, s) for s in work) for p in JUDGED[TriggerKind.IDLE_GPU](unit))
+
+
 def usage_readers(policies: Sequence[Policy], unit: Unit, observation: Observation) -> list[tuple[TriggerKind, Policy]]:
     """The policies whose triggers read a usage signal on this workload: the governing policy per
     signal (any mode), and the in-use check of the first enforcing idle policy that governs it, for
@@ -357,7 +402,9 @@ def usage_readers(policies: Sequence[Policy], unit: Unit, observation: Observati
     enforcing = sorted((p for p in readers.values() if p.mode is Mode.ENFORCE), key=policies.index)
     check = in_use_check(enforcing[0]) if enforcing and unit.known else None
     if check is not None:
-        found += [(t, check) for t in USAGE if (t not in readers or readers[t].mode is not Mode.ENFORCE)
+        found += [(t, check) for t in USAGE if (t not in readers or readers[t].mode is not Mode.ENFORCE
+                                                or t is TriggerKind.IDLE_GPU
+                                                and not reads_work(readers[t], unit, observation))
                   and JUDGED[t](unit)]
     return found
 
@@ -380,7 +427,8 @@ def in_use(observation: Observation, policies: Sequence[Policy], plan_settings: 
                 if trigger is TriggerKind.IDLE_GPU:
                     g = policy.trigger(IdleGpu)
                     assert g is not None
-                    used = gpu_in_use(pod, evidence.gpu.get((str(g.signal), g.window)), g, now)
+                    on = gpu_in_use(pod, evidence.gpu, g, now)
+                    used = on is not None
                 else:
                     c = policy.trigger(IdleCpu)
                     assert c is not None
@@ -590,9 +638,12 @@ def test_doubtful_evidence_is_never_idle(case: Case) -> None:
                 if finding.trigger is TriggerKind.IDLE_GPU:
                     g = policy.trigger(IdleGpu)
                     assert g is not None
-                    for s in observation.evidence.gpu[(str(g.signal), g.window)].pods[key]:
+                    judged_on = [(signal, s) for signal, _ in g.limits
+                                 for s in observation.evidence.gpu[(str(signal), g.window)].pods.get(key, ())
+                                 if signal.covers_mig or not s.mig]  # a slice is judged on what measures it
+                    assert judged_on, f"{finding.subject} idle on no signal: {finding.why}"
+                    for _, s in judged_on:
                         assert not doubtful(s.quality, g), f"{finding.subject} idle on {s}: {finding.why}"
-                        assert g.signal.covers_mig or not s.mig, f"{finding.subject}: MIG slice on {g.signal}"
                 else:
                     c = policy.trigger(IdleCpu)
                     assert c is not None

@@ -9,10 +9,12 @@ against the model's idle power. A policy that names several (`signals:`) gets, p
   coverage), exactly as for one signal;
 * idle when every signal that is there is at or below its threshold over the whole window.
 
-A signal is *not there* for a pod when its node exports no series of it for the pod's GPUs (the
-PROF fields are off by default in dcgm-exporter), when it does not measure a MIG slice the pod
-holds, or, for power, when the policy gives no idle power for the GPU's model. That is said in the
+A signal is *not there* for a pod when its node exports no series of it at all (the PROF fields
+are off by default in dcgm-exporter), or when it does not measure a MIG slice the pod holds. That is said in the
 verdict with the signals it left out, and counted per policy and signal, never silently ignored.
+A pod whose node exports the signal for other pods but not for it is missing evidence: unknown.
+Power for a model without an idle power is unknown too (power is the check on a PROF field reading
+0 under load, so it is never dropped for an admin's omission).
 When no named signal is there at all, the pod is unknown. A read that failed is not "not there":
 it is unknown, as for one signal.
 """
@@ -36,17 +38,16 @@ class Left:
     """A signal the verdict on a pod could not read, and why (`MISSING_*`)."""
 
     signal: GpuSignal
-    code: str  # "not-exported", "mig", "no-idle-power"
-    detail: str = ""  # the GPU model without an idle power
+    code: str  # NOT_EXPORTED, ON_MIG
+    detail: str = ""
 
 
-NOT_EXPORTED, ON_MIG, NO_IDLE_POWER = "not-exported", "mig", "no-idle-power"
-_LEFT_WORDS = {NOT_EXPORTED: "not exported for its GPUs", ON_MIG: "does not measure MIG slices",
-               NO_IDLE_POWER: "no idle power given for {detail}"}
+NOT_EXPORTED, ON_MIG = "not-exported", "mig"
+_LEFT_WORDS = {NOT_EXPORTED: "not exported on its node", ON_MIG: "does not measure MIG slices"}
 
 
 def left_words(left: Sequence[Left]) -> tuple[str, ...]:
-    return tuple(f"{x.signal.short} ({_LEFT_WORDS[x.code].format(detail=x.detail or 'its model')})" for x in left)
+    return tuple(f"{x.signal.short} ({_LEFT_WORDS[x.code]})" for x in left)
 
 
 def _value(signal: GpuSignal, s: GpuSeries, trigger: IdleGpu) -> float | None:
@@ -76,6 +77,7 @@ class SignalsJudge:
                       for signal, threshold in trigger.limits]
         self.limits: tuple[tuple[str, float], ...] = tuple((str(s), t) for s, t in trigger.limits)
         self.names = ", ".join(s.short for s, _ in trigger.limits)
+        self.nodes: dict[GpuSignal, frozenset[str]] = {}
 
     def __call__(self, pod: PodView) -> PodJudgement:
         failures = [r for _, _, judge in self.parts if (r := _unread(judge)) is not None]
@@ -96,13 +98,15 @@ class SignalsJudge:
                 continue
             if mig and not signal.covers_mig:
                 left.append(Left(signal, ON_MIG))
-            elif not series:
+            elif not series and self._not_on(signal, judge, pod):
                 left.append(Left(signal, NOT_EXPORTED))
             elif len(series) != pod.gpus or len({s.gpu for s in series}) != len(series):
                 doubt = doubt or why(Code.SERIES_COUNT, series=len(series), signal=str(signal), gpus=pod.gpus)
             elif signal.relative and (model := next((s.model for s in series if _value(signal, s, self.trigger)
                                                      is None and s.peak is not None), None)) is not None:
-                left.append(Left(signal, NO_IDLE_POWER, model or "an unnamed model"))
+                # Not left out: power is read where a PROF field reads 0 under load, and an unknown
+                # model's watts cannot say idle. Busy on another signal still counts.
+                doubt = doubt or why(Code.NO_IDLE_POWER, model=model or "an unnamed model")
             else:
                 present.append((signal, threshold, judge, series))
         if not present:
@@ -113,6 +117,16 @@ class SignalsJudge:
         if any({s.gpu for s in series} != gpus for *_, series in present):
             doubt = doubt or why(Code.SIGNALS_DISAGREE, signals=self.names)
         return self._combine(pod, present, left, sorted({s.gpu for *_, series in present for s in series}), doubt)
+
+    def _not_on(self, signal: GpuSignal, judge: GpuJudge, pod: PodView) -> bool:
+        """Whether the pod's node exports no series of the signal at all (for any pod): then the field
+        is off there. Missing for this pod alone while its node exports it is missing evidence, and
+        without node labels which node exports what cannot be told."""
+        nodes = self.nodes.get(signal)
+        if nodes is None:
+            pods = judge.evidence.pods.values() if judge.evidence is not None else ()
+            nodes = self.nodes[signal] = frozenset(s.node for series in pods for s in series)
+        return bool(pod.node) and "" not in nodes and pod.node not in nodes
 
     def _combine(self, pod: PodView, present: Sequence[_Read], left: Sequence[Left], gpus: Sequence[str],
                  doubt: Reason | None) -> PodJudgement:
@@ -186,7 +200,7 @@ def coverage(findings: Iterable[Finding]) -> dict[tuple[str, str], tuple[int, in
             limits = judged.why.fact("limits")
             if not isinstance(limits, tuple):
                 continue
-            lost = {signal for signal, *_ in left_of(judged)}
+            lost = {signal for signal, code, _ in left_of(judged) if code != ON_MIG}  # MIG: by design
             for signal, _ in limits:
                 count = found.setdefault((f.policy, str(signal)), [0, 0])
                 count[0] += signal not in lost
