@@ -43,6 +43,7 @@ class GpuSeries:
     quality: Quality = Quality()
     mig: bool = False  # the series is a MIG instance's (it carries GPU_I_ID)
     model: str = ""  # dcgm-exporter's modelName, read where a policy judges power against idle power
+    uid: str = ""  # the pod UID the exporter labelled the series with ("": none, it is matched by name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +74,11 @@ class EvidenceWindow:
 
 @dataclass(frozen=True, slots=True)
 class GpuEvidence:
-    """All GPU series per pod for one signal and window, or why there is none at all."""
+    """All GPU series per pod for one signal and window, or why there is none at all.
+
+    Keyed by namespace and name, as the exporter names pods: under one key may be series of
+    several pods of that name (a predecessor's, by another UID); `janitor.decide.attribution`
+    tells which are the pod's own."""
 
     window: EvidenceWindow
     pods: Mapping[PodKey, tuple[GpuSeries, ...]] = field(default_factory=dict)

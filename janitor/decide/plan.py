@@ -25,6 +25,7 @@ from typing import cast
 from janitor import annotations as ann
 from janitor.decide import held, lifecycle, neighbours, selection, sight, usage
 from janitor.decide.admin_report import AdminReport, admin_report
+from janitor.decide.attribution import candidates
 from janitor.decide.evidence import PodKey
 from janitor.decide.lifecycle import Change, LifecycleSettings, Step
 from janitor.decide.model import (
@@ -219,7 +220,8 @@ def decide(observation: Observation, policies: Sequence[Policy], now: datetime.d
 
 
 def silent_gpu_pods(observation: Observation) -> tuple[PodView, ...]:
-    """Running GPU pods without a single GPU series, when GPU evidence was read and is usable."""
+    """Running GPU pods without a single GPU series, when GPU evidence was read and is usable. A
+    series of another pod of the same name (by UID) is not the pod's."""
     gpu = observation.evidence.gpu
     if not gpu or any(e.failed for e in gpu.values()):
         return ()
@@ -229,7 +231,7 @@ def silent_gpu_pods(observation: Observation) -> tuple[PodView, ...]:
         # Each pod looked up in each read, not every series of every read gathered first. The
         # namespace as it is: a pod without one matches only a series read without one.
         key = PodKey(cast(str, pod.ref.namespace), pod.ref.name)
-        return not any(key in pods for pods in series)
+        return not any(candidates(pod.ref.uid, pods.get(key, ())) for pods in series)
 
     return tuple(p for p in observation.pods if p.gpus and p.phase == "Running" and silent(p))
 

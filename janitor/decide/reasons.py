@@ -53,6 +53,8 @@ class Code(StrEnum):
     NO_EVIDENCE_READ = "no-evidence-read"
     EVIDENCE_FAILED = "evidence-failed"
     SERIES_COUNT = "series-count"
+    UID_MIXED = "uid-mixed"
+    UID_OTHER = "uid-other"
     GPU_LOW_COVERAGE = "gpu-low-coverage"
     NON_FINITE = "non-finite"
     MIG_SIGNAL = "mig-signal"
@@ -255,6 +257,10 @@ _T: Mapping[Code, str] = {
     Code.NO_EVIDENCE_READ: "no {signal} evidence was read this cycle",
     Code.EVIDENCE_FAILED: "no usable {signal} data: {error}",
     Code.SERIES_COUNT: "{series} {signal} series for {gpus} requested GPUs",
+    Code.UID_MIXED: "of the {signal} series under its name {labelled} carry a pod UID and {bare} carry none (the "
+                    "exporter's pod UID labels changed within the window): which samples are its own cannot be told",
+    Code.UID_OTHER: "its name's {others} {signal} series carry another pod's UID (one of the same name before it), "
+                    "none its own",
     Code.GPU_LOW_COVERAGE: "GPU {gpu}: samples cover {coverage:.0%} of the {window} window (at least "
                            "{needed:.0%} needed)",
     Code.NON_FINITE: "GPU {gpu}: no finite value in the window",

@@ -128,11 +128,16 @@ def gpu_query(
     between two steps of `step` still counts; gaps are measured at `step`. With `busy_above`, a
     GPU whose peak is above it comes with its peak alone (`_busy_first`). With `model`, each GPU
     keeps its `modelName` (power is judged against the model's idle power).
+
+    The pod UID labels are kept too: where the exporter sets them, a re-created pod of the same
+    name is another series, not the old one's continued (`janitor.decide.attribution`); where it
+    does not, grouping by a label no series has changes nothing.
     """
     host = hostname_label or labels.hostname
     sel = selector(signal, (Matcher(labels.pod, "", "!="),), extra)
     rng, sub = f"[{duration(window)}]", f"[{duration(window)}:{duration(step)}]"
-    by = ", ".join((labels.namespace, labels.pod, "gpu", _GPU_INSTANCE, host, *([MODEL] if model else [])))
+    by = ", ".join((labels.namespace, labels.pod, *labels.pod_uid, "gpu", _GPU_INSTANCE, host,
+                    *([MODEL] if model else [])))
     inner = _stats(peak=f"max_over_time({sel}{rng})", count=f"count_over_time({sel}{rng})",
                    **_quality_stats(sel, by, rng, sub, "max"))
     query = f"max by ({by}, {STAT}) ({inner}) or {_jobs(sel, by, rng)}"
@@ -211,7 +216,8 @@ def _gpu_id(gpu: str, instance: str) -> str:
 
 
 def _order(series: GpuSeries) -> tuple[object, ...]:
-    return (series.node, *[(0, int(p), "") if p.isdigit() else (1, 0, p) for p in series.gpu.split("/")])
+    return (series.node, *[(0, int(p), "") if p.isdigit() else (1, 0, p) for p in series.gpu.split("/")],
+            (2, 0, series.uid))
 
 
 Intervals = Mapping[str, timedelta]  # scrape job -> its interval (janitor.observe.targets)
@@ -266,19 +272,22 @@ def _quality(stats: _Stats, jobs: set[str], window: EvidenceWindow, intervals: I
     return Quality(_interval(jobs, intervals, fallback), min(gap, window.window), "nonfinite" in stats)
 
 
-_GpuKey = tuple[PodKey, str, str, bool, str]
+_GpuKey = tuple[PodKey, str, str, bool, str, str]
 
 
 def gpu_groups(labels: LabelMap, hostname_label: str | None = None) -> Groups[_GpuKey]:
-    """The groups of `gpu_query`'s answer: a GPU (or MIG instance) of a pod, on its node."""
+    """The groups of `gpu_query`'s answer: a GPU (or MIG instance) of a pod (by name and, where
+    the exporter labels it, UID: the first UID label set), on its node."""
     host = hostname_label or labels.hostname
+    uids = labels.pod_uid
 
     def gpu_of(lab: Mapping[str, str]) -> _GpuKey | None:
         pod, instance = lab.get(labels.pod, ""), lab.get(_GPU_INSTANCE, "")
         if not pod:
             return None
+        uid = next((u for u in (lab.get(name, "") for name in uids) if u), "")
         return (PodKey(lab.get(labels.namespace, ""), pod), _gpu_id(lab.get("gpu", ""), instance), lab.get(host, ""),
-                bool(instance), lab.get(MODEL, ""))
+                bool(instance), lab.get(MODEL, ""), uid)
 
     return Groups(gpu_of)
 
@@ -309,10 +318,11 @@ def fold_gpu(
     found, jobs = gathered.stats, gathered.jobs
     pods: dict[PodKey, list[GpuSeries]] = {}
     for group, stats in found.items():
-        key, gpu, node, mig, model = group
+        key, gpu, node, mig, model, uid = group
         peak = _number(stats["peak"]) if "peak" in stats else None
         quality = _quality(stats, jobs.get(group, set()), window, intervals, fallback)
-        pods.setdefault(key, []).append(GpuSeries(gpu, peak, _count(stats.get("count")), node, quality, mig, model))
+        pods.setdefault(key, []).append(GpuSeries(gpu, peak, _count(stats.get("count")), node, quality, mig, model,
+                                                  uid))
     return GpuEvidence(window, {k: tuple(sorted(v, key=_order)) for k, v in pods.items()})
 
 

@@ -122,15 +122,22 @@ class LabelMap:
     ServiceMonitor (the chart default) they become `exported_*` and `pod`/`namespace` name the
     exporter itself. The node label is `Hostname` in dcgm-exporter, `hostname` in some setups.
     Queries are written against logical names and mapped through this.
+
+    `pod_uid` names the labels that may carry the pod's UID (dcgm-exporter's `pod_uid`, with
+    `--kubernetes-enable-pod-uid`), the first set one winning. Prometheus renames a scraped label
+    to `exported_*` only where a target label of that name clashes: behind the chart's
+    ServiceMonitor there is none, so the UID stays `pod_uid`, and a relabelling that adds a
+    `pod_uid` target label turns the workload's into `exported_pod_uid`. Both are read there.
     """
 
     pod: str = "pod"
     namespace: str = "namespace"
     container: str = "container"
     hostname: str = "Hostname"
+    pod_uid: tuple[str, ...] = ("pod_uid",)
 
     def __post_init__(self) -> None:
-        for name in (self.pod, self.namespace, self.container, self.hostname):
+        for name in (self.pod, self.namespace, self.container, self.hostname, *self.pod_uid):
             _check_label(name)
 
     def label(self, logical: Literal["pod", "namespace", "container", "hostname"]) -> str:
@@ -145,7 +152,8 @@ class LabelMap:
 
 
 HONOR_LABELS = LabelMap()
-SERVICE_MONITOR = LabelMap(pod="exported_pod", namespace="exported_namespace", container="exported_container")
+SERVICE_MONITOR = LabelMap(pod="exported_pod", namespace="exported_namespace", container="exported_container",
+                           pod_uid=("exported_pod_uid", "pod_uid"))
 
 # ----------------------------------------------------------------------------- the source
 

@@ -77,7 +77,7 @@ def sm_gpu(stat: str, value: float, pod: str = "train-0", gpu: str = "0", **more
 
 def test_gpu_query_servicemonitor_style() -> None:
     sel = 'DCGM_FI_DEV_GPU_UTIL{exported_pod!=""}'
-    by = "exported_namespace, exported_pod, gpu, GPU_I_ID, Hostname"
+    by = "exported_namespace, exported_pod, exported_pod_uid, pod_uid, gpu, GPU_I_ID, Hostname"
     stamp = f"max by ({by}) (timestamp({sel}))"
     assert gpu_query("DCGM_FI_DEV_GPU_UTIL", window=HOURS_2, step=STEP, labels=SERVICE_MONITOR) == (
         f"max by ({by}, stat) ("
@@ -95,9 +95,9 @@ def test_gpu_query_honor_labels_with_cluster_and_lowercase_hostname() -> None:
     query = gpu_query("DCGM_FI_PROF_GR_ENGINE_ACTIVE", window=timedelta(minutes=90), step=STEP, labels=HONOR_LABELS,
                       extra=(Matcher("cluster", "mn2"),), hostname_label="hostname")
     sel = 'DCGM_FI_PROF_GR_ENGINE_ACTIVE{pod!="",cluster="mn2"}'
-    assert query.startswith("max by (namespace, pod, gpu, GPU_I_ID, hostname, stat) (")
+    assert query.startswith("max by (namespace, pod, pod_uid, gpu, GPU_I_ID, hostname, stat) (")
     assert f'label_replace(max_over_time({sel}[90m]), "stat", "peak", "", "")' in query
-    assert f"max by (namespace, pod, gpu, GPU_I_ID, hostname) (timestamp({sel}))" in query
+    assert f"max by (namespace, pod, pod_uid, gpu, GPU_I_ID, hostname) (timestamp({sel}))" in query
     assert "[90m:15s]" in query
 
 

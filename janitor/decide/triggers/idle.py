@@ -6,7 +6,8 @@ series than the GPUs the pod asked for, a MIG slice judged on a signal that read
 series whose scrape interval Prometheus does not know, a stretch without samples longer than the
 policy's `maxGap` (what happened then is not known), any NaN or infinite sample, samples covering
 too little of the window, and a pod whose containers started inside the window (a recreated pod
-with a reused name must not inherit the old one's history). A workload is idle only if every one
+with a reused name must not inherit the old one's history). Where the exporter labels series with
+pod UIDs, only the pod's own UID counts (`janitor.decide.attribution`). A workload is idle only if every one
 of its running pods is, and none of its pods is starting (a starting pod means it is in use
 again, or about to be).
 """
@@ -18,6 +19,7 @@ import operator
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
+from janitor.decide.attribution import attribute
 from janitor.decide.evidence import CpuEvidence, EvidenceWindow, GpuEvidence, GpuSeries, PodKey, Quality
 from janitor.decide.model import Finding, Observation, PodJudgement, PodView, State, TriggerKind, is_mig
 from janitor.decide.reasons import Code, Fact, Reason, why
@@ -113,10 +115,13 @@ class GpuJudge(_Judge):
         young = self.young(pod)
         if young:
             return young
-        series = evidence.pods.get(pod_key(pod), ())
+        mine = attribute(pod.ref.uid, evidence.pods.get(pod_key(pod), ()), signal)
+        series = mine.series
         if not trigger.signal.covers_mig and (is_mig_pod(pod) or any(s.mig for s in series)):
             gpu = next((f"GPU {s.gpu}" for s in series if s.mig), "a GPU it requested")
             return PodJudgement(pod.ref, State.UNKNOWN, why(Code.MIG_SIGNAL, what=gpu, signal=signal))
+        if mine.doubt is not None:  # a predecessor's samples, or some that cannot be told from one's
+            return PodJudgement(pod.ref, State.UNKNOWN, mine.doubt)
         if len(series) != pod.gpus:
             return PodJudgement(pod.ref, State.UNKNOWN,
                                 why(Code.SERIES_COUNT, series=len(series), signal=signal, gpus=pod.gpus))

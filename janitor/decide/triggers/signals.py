@@ -25,6 +25,7 @@ import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from janitor.decide.attribution import Attributed, attribute
 from janitor.decide.evidence import GpuEvidence, GpuKey, GpuSeries
 from janitor.decide.model import Finding, Observation, PodJudgement, PodView, State, TriggerKind
 from janitor.decide.reasons import Code, Fact, Reason, why
@@ -87,17 +88,20 @@ class SignalsJudge:
         if young:
             return young
         key = pod_key(pod)
-        read = [(signal, threshold, judge, judge.evidence.pods.get(key, ()) if judge.evidence else ())
-                for signal, threshold, judge in self.parts]
-        mig = is_mig_pod(pod) or any(s.mig for *_, series in read for s in series)
+        read = [(signal, threshold, judge, attribute(pod.ref.uid, judge.evidence.pods.get(key, ()), str(signal))
+                 if judge.evidence else Attributed(())) for signal, threshold, judge in self.parts]
+        mig = is_mig_pod(pod) or any(s.mig for *_, mine in read for s in mine.series)
         left: list[Left] = []
         present: list[_Read] = []
         doubt: Reason | None = failures[0] if failures else None  # no GPU is idle on a signal not read
-        for signal, threshold, judge, series in read:
+        for signal, threshold, judge, mine in read:
+            series = mine.series
             if _unread(judge) is not None:
                 continue
             if mig and not signal.covers_mig:
                 left.append(Left(signal, ON_MIG))
+            elif mine.doubt is not None:  # not left out: its samples are there, whose they are is unknown
+                doubt = doubt or mine.doubt
             elif not series and self._not_on(signal, judge, pod):
                 left.append(Left(signal, NOT_EXPORTED))
             elif len(series) != pod.gpus or len({s.gpu for s in series}) != len(series):

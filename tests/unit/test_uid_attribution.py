@@ -1,0 +1,203 @@
+"""GPU series attributed to pods by UID where dcgm-exporter labels them (`--kubernetes-enable-pod-uid`).
+
+Aspects covered:
+- a re-created pod of the same name is never judged idle on its predecessor's idle series (another
+  UID), whether or not series of its own are there, and never busy on its predecessor's busy ones;
+- its own series are judged as before, beside a predecessor's;
+- some series of a name with a UID and some without (the exporter's flag changed within the
+  window) is unknown, never idle, with its own reason code, even when everything reads 0;
+- no UID label anywhere is today's matching by name and start time, verdict for verdict;
+- several signals: a predecessor's series on one signal leave no GPU idle, busy on another of the
+  pod's own still counts;
+- the answer's UID labels: `pod_uid` directly, `exported_pod_uid` before `pod_uid` behind a
+  ServiceMonitor, and one GPU under two UIDs as two series;
+- a pod with only a predecessor's series counts as a GPU pod without telemetry.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import replace
+
+import pytest
+from factories import NOW, SCRAPED
+
+from janitor.decide.attribution import attribute, candidates
+from janitor.decide.evidence import Evidence, EvidenceWindow, GpuEvidence, GpuSeries, PodKey
+from janitor.decide.model import ContainerView, ObjectRef, Observation, PodView, State
+from janitor.decide.plain import plain
+from janitor.decide.plan import silent_gpu_pods
+from janitor.decide.reasons import Code
+from janitor.decide.triggers.idle import judge_gpu
+from janitor.decide.triggers.signals import SignalsJudge
+from janitor.observe.answers import QueryResult, Series
+from janitor.observe.evidence import fold_gpu
+from janitor.observe.prometheus import HONOR_LABELS, SERVICE_MONITOR
+from janitor.policy.model import GpuSignal, IdleGpu
+
+H = datetime.timedelta(hours=1)
+UTIL, SM = GpuSignal.GPU_UTIL, GpuSignal.SM_ACTIVE
+WINDOW = EvidenceWindow(str(UTIL), 2 * H, datetime.timedelta(seconds=15), NOW)  # 480 samples
+KEY = PodKey("ml", "nb-0")
+NEW, OLD = "5c2e0a4e-new", "0f9d1b77-old"
+
+
+def nb0(uid: str = NEW, gpus: int = 1, started: datetime.timedelta = 3 * H) -> PodView:
+    """`nb-0` as the pod triggers read it: old enough that name and start time alone let it be judged."""
+    return PodView(ObjectRef("Pod", "v1", "ml", "nb-0", uid), "1", {}, None, "gpu-node-1", "Running", NOW - started,
+                   gpus, (ContainerView("main", 4.0),))
+
+
+def gpu(peak: float | None, uid: str = "", samples: int = 480, index: str = "0") -> GpuSeries:
+    return GpuSeries(index, peak, samples, "gpu-node-1", SCRAPED, uid=uid)
+
+
+def read(*series: GpuSeries) -> GpuEvidence:
+    return GpuEvidence(WINDOW, {KEY: series} if series else {})
+
+
+def judged(*series: GpuSeries, pod: PodView | None = None):
+    return judge_gpu(pod or nb0(), read(*series), IdleGpu(), NOW)
+
+
+# -- the rules ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("series, own, code", [
+    ((gpu(0), gpu(3, index="1")), (gpu(0), gpu(3, index="1")), None),  # no UID labels: every series, by name
+    ((gpu(0, NEW),), (gpu(0, NEW),), None),
+    ((gpu(0, OLD), gpu(40, NEW)), (gpu(40, NEW),), None),  # a predecessor's series left out
+    ((gpu(0, OLD),), (), Code.UID_OTHER),
+    ((gpu(0, NEW), gpu(0)), (gpu(0, NEW),), Code.UID_MIXED),
+    ((gpu(0, OLD), gpu(0)), (), Code.UID_MIXED),  # the unlabelled ones may be the predecessor's too
+])
+def test_attribution_rules(series, own, code) -> None:
+    found = attribute(NEW, series, str(UTIL))
+    assert found.series == own
+    assert (found.doubt.code if found.doubt else None) is code
+    assert candidates(NEW, series) == tuple(s for s in series if s.uid in ("", NEW))
+
+
+# -- one signal ---------------------------------------------------------------------------------------
+
+
+def test_a_recreated_pod_is_not_idle_on_its_predecessors_idle_series() -> None:
+    """`nb-0` deleted and made again: two hours of the old pod reading 0 under the old UID, and the
+    new one old enough by its start time. By name those samples would show it idle."""
+    alone = judged(gpu(0, OLD))
+    assert alone.state is State.UNKNOWN and alone.why.code is Code.UID_OTHER
+    assert "another pod's UID" in str(alone.why) and "earlier pod" in plain(alone.why)
+    # With a few minutes of its own beside them: judged on those alone, too little to be idle.
+    beside = judged(gpu(0, OLD), gpu(0, NEW, samples=20))
+    assert beside.state is State.UNKNOWN and beside.why.code is Code.GPU_LOW_COVERAGE
+    # By name (no UID labels) the same samples make it idle: what the UID labels prevent.
+    assert judged(gpu(0)).state is State.FIRES
+
+
+def test_a_predecessors_busy_series_do_not_make_the_pod_busy() -> None:
+    assert judged(gpu(97, OLD), gpu(0, NEW)).state is State.FIRES
+    assert judged(gpu(97, OLD)).state is State.UNKNOWN
+    assert judged(gpu(0, OLD), gpu(97, NEW)).state is State.CLEAR
+
+
+def test_own_series_are_judged_as_before() -> None:
+    two = nb0(gpus=2)
+    assert judged(gpu(0, NEW), gpu(0, NEW, index="1"), pod=two).state is State.FIRES
+    partial = judged(gpu(0, NEW), gpu(60, NEW, index="1"), gpu(0, OLD), gpu(0, OLD, index="1"), pod=two)
+    assert partial.state is State.PARTIAL and partial.idle_gpus == ("0",)
+    count = judged(gpu(0, NEW), gpu(0, OLD, index="1"), pod=two)
+    assert count.state is State.UNKNOWN and count.why.code is Code.SERIES_COUNT
+
+
+def test_series_with_and_without_a_uid_are_unknown() -> None:
+    """The exporter restarted with `--kubernetes-enable-pod-uid` within the window: the GPU's first
+    samples have no UID, the later ones the pod's. Whose the first were cannot be told."""
+    mixed = judged(gpu(0, samples=300), gpu(0, NEW, samples=180))
+    assert mixed.state is State.UNKNOWN and mixed.why.code is Code.UID_MIXED
+    assert dict(mixed.why.facts) == {"signal": str(UTIL), "labelled": 1, "bare": 1}
+    assert "cannot be told" in str(mixed.why)
+    busy_unlabelled = judged(gpu(97), gpu(0, NEW))
+    assert busy_unlabelled.state is State.UNKNOWN and busy_unlabelled.why.code is Code.UID_MIXED
+
+
+def test_too_young_still_applies_with_uids() -> None:
+    young = judged(gpu(0, NEW), pod=nb0(started=H))
+    assert young.state is State.TOO_YOUNG
+
+
+@pytest.mark.parametrize("peaks", [(0.0,), (97.0,), (0.0, 3.0), (None,)])
+def test_without_uid_labels_nothing_changes(peaks) -> None:
+    """No UID label anywhere: the verdict of today's matching by name, for each kind of answer."""
+    pod = nb0(gpus=len(peaks))
+    series = tuple(gpu(p, index=str(i)) for i, p in enumerate(peaks))
+    mine = judge_gpu(pod, read(*series), IdleGpu(), NOW)
+    assert attribute(pod.ref.uid, series, str(UTIL)).series == series and mine.state in State
+    labelled = judge_gpu(pod, read(*(replace(s, uid=pod.ref.uid) for s in series)), IdleGpu(), NOW)
+    assert (labelled.state, labelled.why) == (mine.state, mine.why)
+
+
+# -- several signals ----------------------------------------------------------------------------------
+
+
+def several(**read_: tuple[GpuSeries, ...]) -> dict:
+    out = {}
+    for signal in (UTIL, SM):
+        found = read_.get(signal.name)
+        out[(str(signal), 2 * H)] = GpuEvidence(replace(WINDOW, signal=str(signal)), {KEY: found} if found else {})
+    return out
+
+
+def test_several_signals_never_idle_on_a_predecessor() -> None:
+    trigger = IdleGpu(signal=UTIL, threshold=5, also=((SM, 0.05),))
+    idle = SignalsJudge(several(GPU_UTIL=(gpu(0, NEW),), SM_ACTIVE=(gpu(0.0, OLD),)), trigger, NOW)(nb0())
+    assert idle.state is State.UNKNOWN and idle.why.code is Code.UID_OTHER
+    mixed = SignalsJudge(several(GPU_UTIL=(gpu(0, NEW),), SM_ACTIVE=(gpu(0.0), gpu(0.0, NEW))), trigger, NOW)(nb0())
+    assert mixed.state is State.UNKNOWN and mixed.why.code is Code.UID_MIXED
+    busy = SignalsJudge(several(GPU_UTIL=(gpu(90, NEW),), SM_ACTIVE=(gpu(0.0, OLD),)), trigger, NOW)(nb0())
+    assert busy.state is State.CLEAR  # its own use on another signal counts
+    own = SignalsJudge(several(GPU_UTIL=(gpu(0, NEW), gpu(90, OLD)), SM_ACTIVE=(gpu(0.0, NEW), gpu(0.9, OLD))),
+                       trigger, NOW)(nb0())
+    assert own.state is State.FIRES
+
+
+# -- the answer's labels ------------------------------------------------------------------------------
+
+
+def row(stat: str, value: float, **labels: str) -> Series:
+    return Series(labels={**labels, "stat": stat, "gpu": "0", "Hostname": "gpu-node-1"},
+                  samples=((NOW.timestamp(), value),))
+
+
+def answer(*rows: Series) -> QueryResult:
+    return QueryResult("q", "vector", rows, ())
+
+
+def test_fold_reads_pod_uid_directly() -> None:
+    pod = {"namespace": "ml", "pod": "nb-0"}
+    found = fold_gpu(answer(row("peak", 0, **pod, pod_uid=OLD), row("count", 480, **pod, pod_uid=OLD),
+                            row("peak", 50, **pod, pod_uid=NEW), row("count", 12, **pod, pod_uid=NEW),
+                            row("peak", 0, **pod), row("count", 10, **pod)), WINDOW, HONOR_LABELS)
+    assert sorted((s.uid, s.peak, s.samples) for s in found.pods[KEY]) == [("", 0, 10), (OLD, 0, 480), (NEW, 50, 12)]
+
+
+def test_fold_behind_a_service_monitor_prefers_exported_pod_uid() -> None:
+    pod = {"exported_namespace": "ml", "exported_pod": "nb-0", "pod": "dcgm-exporter-x", "namespace": "gpu-operator"}
+    found = fold_gpu(answer(
+        row("peak", 0, **pod, pod_uid=OLD), row("count", 480, **pod, pod_uid=OLD),  # the chart's ServiceMonitor
+        row("peak", 7, **pod, exported_pod_uid=NEW, pod_uid="exporter-uid"),  # a relabelling added pod_uid
+        row("count", 480, **pod, exported_pod_uid=NEW, pod_uid="exporter-uid"),
+    ), WINDOW, SERVICE_MONITOR)
+    assert sorted((s.uid, s.peak) for s in found.pods[KEY]) == [(OLD, 0.0), (NEW, 7.0)]
+    assert fold_gpu(answer(row("peak", 0, **pod), row("count", 480, **pod)), WINDOW,
+                    SERVICE_MONITOR).pods[KEY][0].uid == ""
+
+
+# -- around the judges --------------------------------------------------------------------------------
+
+
+def test_a_pod_with_only_a_predecessors_series_has_no_telemetry() -> None:
+    def silent(*series: GpuSeries) -> tuple[PodView, ...]:
+        return silent_gpu_pods(Observation(NOW, pods=(nb0(),), evidence=Evidence({(str(UTIL), 2 * H): read(*series)})))
+
+    assert silent(gpu(0, OLD)) == (nb0(),)
+    assert silent(gpu(0, NEW), gpu(0, OLD)) == silent(gpu(0)) == ()
