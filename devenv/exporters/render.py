@@ -66,7 +66,7 @@ _DCGM_HELP = {
 CUDA_CONTEXT_MIB = 1024  # memory an allocated-but-idle GPU still shows in FB_USED
 
 
-def _dcgm_labels(a: GpuAssignment, hostname_label: str | None) -> Labels:
+def _dcgm_labels(a: GpuAssignment, hostname_label: str | None, pod_uid: bool = False) -> Labels:
     d = a.device
     labels: list[tuple[str, str]] = [
         ("gpu", str(d.index)),
@@ -82,6 +82,8 @@ def _dcgm_labels(a: GpuAssignment, hostname_label: str | None) -> Labels:
     labels.append(("DCGM_FI_DRIVER_VERSION", DRIVER_VERSION))
     if a.pod is not None:
         labels += [("container", a.container or ""), ("namespace", a.pod.namespace), ("pod", a.pod.name)]
+        if pod_uid:  # --kubernetes-enable-pod-uid: the attributes stay sorted by name
+            labels.append(("pod_uid", a.pod.uid))
     return tuple(labels)
 
 
@@ -90,12 +92,14 @@ def render_dcgm(
 ) -> list[Family]:
     """dcgm-exporter of one node. `hostname_label`: "Hostname" (<= 4.5.3-4.8.2), "hostname" (after
     PR #655) or None (`--no-hostname`). MIG instances read GPU_UTIL 0 whatever they do and have no
-    MEM_COPY_UTIL, as on the real exporter (its maintainers: "expected"); GR_ENGINE_ACTIVE measures them."""
+    MEM_COPY_UTIL, as on the real exporter (its maintainers: "expected"); GR_ENGINE_ACTIVE measures them.
+    Pods' series carry `pod_uid` where the values switch it on for the node (`Values.pod_uid`)."""
     if hostname_label not in ("Hostname", "hostname", None):
         raise ValueError(f"hostname_label must be 'Hostname', 'hostname' or None, not {hostname_label!r}")
     out: dict[str, list[Sample]] = {name: [] for name in _DCGM_HELP}
+    pod_uid = values.pod_uid(node.name, now)
     for a in values.assign_gpus(node, pods):
-        labels = _dcgm_labels(a, hostname_label)
+        labels = _dcgm_labels(a, hostname_label, pod_uid)
         if a.pod is not None:
             key = (a.pod.namespace, a.pod.name, a.slot)
             util = values.level(Kind.GPU_UTIL, key, now)

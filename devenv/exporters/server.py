@@ -6,7 +6,8 @@ providers' current pods and nodes, so series follow the real pod objects, from a
 re-renders a target only when its inputs changed (`devenv.exporters.cache`). With `aggregate`
 (big sandboxes) `/dcgm/metrics`, `/cadvisor/metrics` and `/node-exporter/metrics` serve all nodes
 at once. Tests change usage through `/_values` (or `ValuesControl`, its client), which works the
-same whether the server runs in the test process or in the sandbox supervisor.
+same whether the server runs in the test process or in the sandbox supervisor; the same values
+switch dcgm-exporter's `pod_uid` label on, per node or for all (`set_pod_uid`, off by default).
 """
 
 from __future__ import annotations

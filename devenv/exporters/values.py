@@ -25,6 +25,9 @@ Defaults, chosen for a pod that does nothing (stated so tests can rely on them):
 * CPU 0.002 cores per app container: a sleeping process plus runtime noise is a few millicores,
   never exactly 0. The pause container accrues `PAUSE_CPU_CORES` (not settable).
 * Node D-state processes 0 and OOM kills 0.
+* No `pod_uid` label on dcgm-exporter's series (its `--kubernetes-enable-pod-uid` is off by
+  default). Set per node or for all (`set_pod_uid`); as a timeline, so an exporter restarted
+  with the flag turned on within a window is a history segment.
 
 For the cAdvisor counter, stretches where a container's CPU is `ABSENT` accrue the default rate,
 so the counter stays monotonic and continuous when the series comes back.
@@ -60,6 +63,7 @@ class Kind(StrEnum):
     NODE_OOM_KILLS = "node_oom_kills"  # (node,), node_vmstat_oom_kill counter value
     TARGET_DOWN = "target_down"  # ("<exporter>/<node>",), 1 = the target fails its scrapes
     GHOST_GPU = "ghost_gpu"  # ("<node>/<gpu index>",), MiB of GPU memory in use with no pod on the GPU
+    POD_UID = "pod_uid"  # ("<node>",) or (ALL_NODES,), 1 = dcgm-exporter runs with --kubernetes-enable-pod-uid
 
 
 DEFAULTS: Final[Mapping[Kind, float]] = {
@@ -72,7 +76,9 @@ DEFAULTS: Final[Mapping[Kind, float]] = {
     Kind.NODE_OOM_KILLS: 0,
     Kind.TARGET_DOWN: 0,
     Kind.GHOST_GPU: 0,
+    Kind.POD_UID: 0,
 }
+ALL_NODES: Final = "*"  # the POD_UID key of every node; a node's own setting beats it
 _POD_KINDS = frozenset({Kind.GPU_UTIL, Kind.GR_ENGINE_ACTIVE, Kind.SM_ACTIVE, Kind.POWER, Kind.CPU})
 _GPU_KINDS = frozenset({Kind.GPU_UTIL, Kind.GR_ENGINE_ACTIVE, Kind.SM_ACTIVE, Kind.POWER})
 IDLE_WATTS: Final = 55.0  # what an A100 draws with nothing running
@@ -196,6 +202,11 @@ class ValueSetters:
     def set_ghost_gpu(self, node: str, gpu: int, mib: Setting) -> None:
         """Memory in use on a GPU no pod holds: a process of a deleted pod that did not let go."""
         self.set(Kind.GHOST_GPU, (f"{node}/{gpu}",), mib)
+
+    def set_pod_uid(self, on: bool = True, node: str | None = None) -> None:
+        """dcgm-exporter labels pods' GPU series with `pod_uid` from now on (or stops), on `node`
+        (None: every node without a setting of its own)."""
+        self.set(Kind.POD_UID, (node or ALL_NODES,), 1 if on else 0)
 
     def set_target_down(self, exporter: str, node: str, down: bool = True) -> None:
         """Make one exporter of one node fail its scrapes (503, `up == 0`), or recover."""
@@ -337,6 +348,13 @@ class Values(ValueSetters):
             share = util / 100 if util is not None and util != ABSENT else 0.0
             return IDLE_WATTS + share * (BUSY_WATTS - IDLE_WATTS) if kind is Kind.POWER else share
         return DEFAULTS[kind]
+
+    def pod_uid(self, node: str, t: float) -> bool:
+        """Whether dcgm-exporter on `node` labels pods' series with their UID at `t`."""
+        value = self.resolve(Kind.POD_UID, (node,), t)
+        if value is None:
+            value = self.resolve(Kind.POD_UID, (ALL_NODES,), t)
+        return value == 1
 
     def target_down(self, exporter: str, node: str | None, t: float) -> bool:
         """Whether the target fails its scrape at `t` (live, or in a history segment)."""
