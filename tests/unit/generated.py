@@ -129,6 +129,8 @@ class Use:
     cpu_coverage: float = 1.0
     absent: bool = False  # no series at all (a scrape gap)
     doubt: str = ""  # what is wrong with the samples: DOUBTS (the GPUs are MIG slices with "mig")
+    uids: str = ""  # the exporter's pod UID labels: UIDS
+    predecessor: float | None = None  # with UID labels: a pod of the same name before it, its peak per GPU
 
 
 @dataclass
@@ -381,6 +383,9 @@ def cpu_key(trigger: IdleCpu) -> str:
 
 SCRAPE = datetime.timedelta(seconds=15)
 DOUBTS = ("", "gap", "nan", "interval", "mig")
+# "": no series carries a pod UID (matched by name); "own": each carries the pod's; "mixed": the
+# exporter was restarted with the UID flag within the window, so GPU 0 also has an unlabelled part.
+UIDS = ("", "own", "mixed")
 
 
 def quality(use: Use) -> Quality:
@@ -397,8 +402,18 @@ def _series(pod: Pod, signal: str, window: EvidenceWindow) -> tuple[GpuSeries, .
     if use.gpu_gap and peaks:
         peaks = peaks[:-1]
     mig = use.doubt == "mig"
-    return tuple(GpuSeries(f"{i}/1" if mig else str(i), peak, samples, pod.node or "", quality(use), mig)
-                 for i, peak in enumerate(peaks))
+    uid = pod.uid if use.uids else ""
+    own = tuple(GpuSeries(f"{i}/1" if mig else str(i), peak, samples, pod.node or "", quality(use), mig, uid=uid)
+                for i, peak in enumerate(peaks))
+    if use.uids == "mixed" and own:  # the GPU's samples from before the restart, without a UID
+        own += (replace(own[0], peak=0.0, samples=samples // 2, uid=""),)
+    if not use.uids or use.predecessor is None:
+        return own
+    # A pod of the same name before this one (a StatefulSet's pod re-created): its own UID, a clean
+    # series over the whole window on every GPU, idle or busy. It says nothing about this pod.
+    before = use.predecessor * SIGNAL_MAX[signal]
+    return own + tuple(GpuSeries(f"{i}/1" if mig else str(i), before, window.expected_at(SCRAPE), pod.node or "",
+                                 Quality(SCRAPE, SCRAPE), mig, uid=f"{pod.uid}-before") for i in range(pod.gpus))
 
 
 def _cpu(pod: Pod, sidecar_ignored: bool, expected: int) -> CpuUsage:
@@ -630,6 +645,16 @@ def uses(draw: st.DrawFn, gpus: int, *, idle: bool = False) -> Use:
                odd and draw(BOOLEANS), draw(one_of(DOUBTS + ("",) * (12 if idle else 4))))
 
 
+def with_uids(use: Use, serial: int, *, idle: bool) -> Use:
+    """Pod UID labels on some pods' series, and beside some of those a predecessor of the same name;
+    a mix of labelled and unlabelled series (never idle) only where the pod may be odd anyway.
+
+    Chosen by the pod's serial, not drawn: a draw more would change every cluster the derandomized
+    default run draws after it, and with them the situations it is known to reach."""
+    uids = ("", "own", "", "own", "" if idle else "mixed")[serial % 5]
+    return replace(use, uids=uids, predecessor=(None, 0.0, 0.97)[serial // 5 % 3] if uids else None)
+
+
 POD_STORIES = ("running",) * 5 + ("crash-looping",) * 3 + ("restarted", "pending", "pending", "starting", "gated",
                                                             "never-fits", "stuck-terminating", "stuck-terminating",
                                                             "succeeded")
@@ -681,7 +706,7 @@ def pods(draw: st.DrawFn, cluster: Cluster, namespace: str, name: str, controlle
     if draw(ints(0, 5)) == 0:
         notes[ann.OPT_OUT] = "true"
     uid = cluster.new_uid(f"pod-{name}")
-    use = draw(uses(gpus, idle=calm))
+    use = with_uids(draw(uses(gpus, idle=calm)), cluster.serial, idle=calm)
     if calm and draw(ints(0, 4)) == 0:  # mixed signals: one GPU busy beside an idle one, or busy on one signal only
         mixed = draw(one_of(("one-gpu", "gpu-not-cpu", "cpu-not-gpu")))
         use = replace(use, gpu=(0.97,) + use.gpu[1:] if mixed != "cpu-not-gpu" else use.gpu,

@@ -41,6 +41,8 @@ Aspects covered:
 - pods waiting for a node: where an autoscaler may add one (a GPU pool at zero), a pod is stuck
   before `after` only on the autoscalers' settled word that no node they add could run it;
 - force deletes only on positive proof, never on the word of a node agent that cannot see pods;
+- GPU series by pod UID: a pod is judged idle or in use only on its own series, never on those of a
+  pod of the same name before it (another UID), never where labelled and unlabelled series mix;
 - the generators reach each of these situations (REACHED, checked with the budget: a property
   whose generator never reaches a case proves nothing about it);
 - the default run decides at least 10,000 cycles (each plan() and still_due() call is one).
@@ -84,7 +86,7 @@ from janitor import annotations as ann
 from janitor.annotations import Delivery
 from janitor.decide import volumes
 from janitor.decide.autoscaling import Said
-from janitor.decide.evidence import CpuEvidence, GpuEvidence, PodKey, Quality
+from janitor.decide.evidence import CpuEvidence, GpuEvidence, GpuSeries, PodKey, Quality
 from janitor.decide.lifecycle import Step, delivered, resend
 from janitor.decide.model import (
     Action,
@@ -169,6 +171,7 @@ SITUATIONS = {
     "a copy's stale janitor/expires removed": 1,
     "an opted-out workload's older mark moved out of kube-janitor's reach": 1,
     "an object re-created by a sync, not deleted again": 1,
+    "idle beside a predecessor's series of its name, on its own": 1,
 }
 PROPERTIES: set[str] = set()  # the property tests of this module
 HELD: set[str] = set()  # ... that ran all their examples and held
@@ -308,20 +311,31 @@ def governing(policies: Sequence[Policy], trigger: TriggerKind, unit: Unit, obse
     return None
 
 
+def own_series(pod: PodView, read: GpuEvidence) -> tuple[GpuSeries, ...] | None:
+    """docs/admin-guide.md, "Pod UIDs": the pod's series, by UID where the exporter labels them (another
+    UID is another pod of the same name), by name where none is labelled; None where the name's
+    series mix labelled and unlabelled (whose they are is unknown)."""
+    named = read.pods.get(PodKey(pod.ref.namespace or "", pod.ref.name), ())
+    labelled = [s for s in named if s.uid]
+    if not labelled:
+        return named
+    return None if len(labelled) != len(named) else tuple(s for s in labelled if s.uid == pod.ref.uid)
+
+
 def gpu_in_use(pod: PodView, evidence: Mapping[tuple[str, datetime.timedelta], GpuEvidence], trigger: IdleGpu,
                now: datetime.datetime) -> str | None:
     """docs/policies.md, "Several signals": full, finite evidence of some signal the policy reads
     with at least one GPU above that signal's threshold (power: over the model's idle power), read
-    for every GPU of the pod (CLEAR or PARTIAL), whatever the other signals say or lack. The first
-    such signal, or None."""
+    for every GPU of the pod (CLEAR or PARTIAL) on its own series, whatever the other signals say or
+    lack. The first such signal, or None."""
     if pod.started is None or now - pod.started < max(trigger.window, trigger.min_pod_age):
         return None
     for signal, threshold in trigger.limits:
         read = evidence.get((str(signal), trigger.window))
         if read is None or read.failed:
             continue
-        series = read.pods.get(PodKey(pod.ref.namespace or "", pod.ref.name), ())
-        if len(series) != pod.gpus or any(s.mig and not signal.covers_mig for s in series):
+        series = own_series(pod, read)
+        if series is None or len(series) != pod.gpus or any(s.mig and not signal.covers_mig for s in series):
             continue
         for s in series:
             idle = trigger.idle_watts(s.model) if signal.relative else 1.0
@@ -595,7 +609,7 @@ def make_busy(cluster: Cluster, unit: Unit, how: str, now: datetime.datetime) ->
     elif how == "busy-gpu" and any(p.gpus for p in live):
         pod = next(p for p in live if p.gpus)
         pod.use = replace(pod.use, gpu=(0.97,) + tuple(0.0 for _ in range(pod.gpus - 1)), gpu_coverage=1.0,
-                          gpu_gap=False, absent=False, doubt="")
+                          gpu_gap=False, absent=False, doubt="", uids="own" if pod.use.uids else "")
     elif how == "busy-cpu" and live:
         live[0].use = replace(live[0].use, cpu=40.0, cpu_coverage=1.0, absent=False, doubt="")
 
@@ -625,7 +639,9 @@ def test_busy_beats_idle(case: Case, data: st.DataObject) -> None:
 @given(case=cases())
 def test_doubtful_evidence_is_never_idle(case: Case) -> None:
     """An idle finding (in any mode) rests only on samples without a long gap, without NaN, with a
-    known scrape interval and, for MIG slices, on a signal that measures them."""
+    known scrape interval and, for MIG slices, on a signal that measures them; and only on the pod's
+    own: never on a predecessor's of the same name (another UID), never where the name's series mix
+    those with a UID and those without."""
     for observation, planned, _ in cycles(case):
         policies = {p.name: p for p in case.policies} | {c.name: c for p in case.policies
                                                           if (c := in_use_check(p)) is not None}
@@ -638,9 +654,18 @@ def test_doubtful_evidence_is_never_idle(case: Case) -> None:
                 if finding.trigger is TriggerKind.IDLE_GPU:
                     g = policy.trigger(IdleGpu)
                     assert g is not None
-                    judged_on = [(signal, s) for signal, _ in g.limits
-                                 for s in observation.evidence.gpu[(str(signal), g.window)].pods.get(key, ())
-                                 if signal.covers_mig or not s.mig]  # a slice is judged on what measures it
+                    pod = next(p for p in observation.pods if p.ref == judged.pod)
+                    judged_on = []
+                    for signal, _ in g.limits:
+                        read = observation.evidence.gpu[(str(signal), g.window)]
+                        named = read.pods.get(key, ())
+                        if not signal.covers_mig and any(s.mig for s in named):
+                            continue  # a slice is judged on what measures it
+                        own = own_series(pod, read)
+                        assert own is not None, f"{finding.subject} idle on series partly without a UID: {finding.why}"
+                        judged_on += [(signal, s) for s in own]
+                        REACHED["idle beside a predecessor's series of its name, on its own"] += any(
+                            s.uid and s.uid != pod.ref.uid for s in named)
                     assert judged_on, f"{finding.subject} idle on no signal: {finding.why}"
                     for _, s in judged_on:
                         assert not doubtful(s.quality, g), f"{finding.subject} idle on {s}: {finding.why}"
