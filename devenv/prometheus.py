@@ -249,6 +249,16 @@ class PrometheusServer:
     def _retention_flags(self) -> list[str]:
         return [f"--storage.tsdb.retention.time={self.retention}"] if self.release.major < 3 else []
 
+    @staticmethod
+    def read_config(path: Path) -> dict[str, Any]:
+        """The config a server wrote to `path`, as given to it: fit to start a server of either
+        major with (not the API's dump, where 3.x spells out defaults 2.x rejects)."""
+        config = dict(yaml.safe_load(Path(path).read_text()))
+        tsdb = (config.get("storage") or {}).get("tsdb") or {}
+        if set(tsdb) == {"retention"} and set(config["storage"]) == {"tsdb"}:
+            config.pop("storage")  # only what `_served_config` added
+        return config
+
     def start(self) -> PrometheusServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.write_config()

@@ -185,6 +185,7 @@ class Sandbox:
         return {
             "KUBECONFIG": str(self.kubeconfig),
             "PROMETHEUS_URL": self.prometheus.url,
+            "PROMETHEUS_CONFIG": str(self.prometheus.config_path),
             "SLACK_API_URL": self.slack.base_url,
             "SLACK_BOT_TOKEN": SLACK_TOKEN,
             "SLACK_ADMIN_CHANNEL": SLACK_ADMIN_CHANNEL[0],

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import client
 
 from devenv import access
@@ -52,6 +51,10 @@ class SandboxHandle:
     @property
     def prometheus_url(self) -> str:
         return self.env["PROMETHEUS_URL"]
+
+    @property
+    def prometheus_config(self) -> Path:
+        return Path(self.env["PROMETHEUS_CONFIG"])
 
     @property
     def slack_api_url(self) -> str:
@@ -150,7 +153,7 @@ def sandbox_prometheus(sandbox: SandboxHandle, prometheus_release: Release,
     if own.split(".")[0] == str(prometheus_release.major):
         yield sandbox.prometheus_url
         return
-    config = yaml.safe_load(_prometheus_api(sandbox.prometheus_url, "status/config")["yaml"])
+    config = PrometheusServer.read_config(sandbox.prometheus_config)
     twin = PrometheusServer(tmp_path_factory.mktemp(prometheus_release.name) / "data", config,
                             release=prometheus_release, throwaway=True)
     twin.start()
