@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from devenv import report
+from devenv.prometheus_release import ENV, NAMES
 from devenv.sandbox import Sandbox, read_env_file
 
 DEFAULT_RUN_DIR = Path(__file__).resolve().parent.parent / ".devenv"
@@ -170,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
                        help="size the sandbox for thousands of nodes (control-plane flags, watched pods, one "
                             "scrape target per exporter kind, 15 s scrape interval); see `populate`")
         p.add_argument("--scrape-interval", help="Prometheus' scrape interval (default 2s, 15s with --scale)")
+        p.add_argument("--prometheus", choices=NAMES, default=None,
+                       help=f"Debian's Prometheus 2.x or 3.x built from its Go module once (default: ${ENV}, "
+                            "else prom2)")
     sub.add_parser("status", help="show what runs in a started sandbox")
     sub.add_parser("down", help="stop a detached sandbox")
     pop = sub.add_parser("populate", help="create many kwok GPU nodes and workloads in a running sandbox",
@@ -193,10 +197,11 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         if args.detach:
             options = [*(["--scale"] if args.scale else []),
-                       *(["--scrape-interval", args.scrape_interval] if args.scrape_interval else [])]
+                       *(["--scrape-interval", args.scrape_interval] if args.scrape_interval else []),
+                       *(["--prometheus", args.prometheus] if args.prometheus else [])]
             return _detach(args.run_dir, demo=args.command == "demo", options=options)
         interval = args.scrape_interval or ("15s" if args.scale else "2s")
-        box = Sandbox(args.run_dir, scale=args.scale, scrape_interval=interval)
+        box = Sandbox(args.run_dir, scale=args.scale, scrape_interval=interval, prometheus_release=args.prometheus)
         return _serve(box, demo=args.command == "demo", exit_after=args.exit)
     env_file = args.run_dir / "sandbox.env"
     if args.command == "populate":

@@ -25,6 +25,8 @@ from devenv.exporters.values import Values
 from devenv.podviews import node_view, pod_view
 from devenv.procs import wait_until
 from devenv.prometheus import BackfillReport, DcgmStyle, PrometheusServer, backfill, scrape_config, scrape_targets
+from devenv.prometheus_release import Release
+from devenv.prometheus_release import release as choose_release
 
 CATCH_UP_ROUNDS = 3
 
@@ -38,6 +40,7 @@ def prometheus_with_history(
     dcgm_style: DcgmStyle = "servicemonitor",
     scrape_interval: str | None = None,
     work_dir: Path | None = None,
+    release: Release | str | None = None,
 ) -> tuple[PrometheusServer, BackfillReport]:
     """Backfill the last `hours` for the pods that exist now, then start Prometheus.
 
@@ -45,19 +48,22 @@ def prometheus_with_history(
     job's scrape interval from Prometheus and measures the history against it.
 
     The caller stops the returned server. Pods and nodes are read from the apiserver, so the
-    series carry the same names, UIDs and GPU slots the live exporters serve.
+    series carry the same names, UIDs and GPU slots the live exporters serve. `release` picks the
+    Prometheus major version (`devenv.prometheus_release`; $JANITOR_PROMETHEUS or 2.x by default).
     """
+    release = choose_release(release)
     core = client.CoreV1Api(api)
     pods = [pod_view(p) for p in core.list_pod_for_all_namespaces().items]
     nodes = [node_view(n) for n in core.list_node().items]
     history = Values.from_json(_with_live_gpu_slots(exporters_url, pods, nodes))
     data_dir = Path(tempfile.mkdtemp(prefix="prometheus-history-", dir=work_dir))
     start = time.time() - hours * 3600
-    report = _backfill_until_now(history, pods, nodes, start, step, data_dir, dcgm_style)
+    report = _backfill_until_now(history, pods, nodes, start, step, data_dir, dcgm_style, release)
     server = PrometheusServer(
         data_dir, scrape_config(exporters_url, nodes, dcgm_style=dcgm_style,
                                 interval=scrape_interval or f"{step:g}s"),
         throwaway=True,  # hundreds of tests each start one: their blocks would pile up in the sandbox
+        release=release,
     )
     server.start()
     try:
@@ -72,7 +78,7 @@ def prometheus_with_history(
 
 
 def _backfill_until_now(history: Values, pods: list[PodView], nodes: list[NodeView], start: float, step: float,
-                        data_dir: Path, dcgm_style: DcgmStyle) -> BackfillReport:
+                        data_dir: Path, dcgm_style: DcgmStyle, release: Release) -> BackfillReport:
     """Backfill from `start` on the grid of `step` up to within a step of now.
 
     Hours of hundreds of pods take tens of seconds to write, and the first live scrape comes only
@@ -82,13 +88,13 @@ def _backfill_until_now(history: Values, pods: list[PodView], nodes: list[NodeVi
     took, so it is quicker, and a few rounds leave a gap of about a step.
     """
     end = time.time()
-    report = backfill(history, pods, nodes, start, end, step, data_dir, dcgm_style=dcgm_style)
+    report = backfill(history, pods, nodes, start, end, step, data_dir, dcgm_style=dcgm_style, release=release)
     for _ in range(CATCH_UP_ROUNDS):
         resume = start + math.ceil((end - start) / step) * step  # the grid's next point: no sample twice
         now = time.time()
         if now - resume < step:
             break
-        more = backfill(history, pods, nodes, resume, now, step, data_dir, dcgm_style=dcgm_style)
+        more = backfill(history, pods, nodes, resume, now, step, data_dir, dcgm_style=dcgm_style, release=release)
         report = replace(report, samples=report.samples + more.samples,
                          timestamps=report.timestamps + more.timestamps, blocks=report.blocks + more.blocks,
                          promtool_output=report.promtool_output + more.promtool_output)

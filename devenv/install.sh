@@ -2,7 +2,9 @@
 # Installs what the sandbox and the tests need on a fresh Debian machine, and nothing twice:
 #   - Prometheus and promtool (Debian package `prometheus`),
 #   - a virtualenv in .venv with the project and its test extra,
-#   - the control-plane binaries, built from Go modules once and cached in ~/.cache.
+#   - the control-plane binaries, built from Go modules once and cached in ~/.cache,
+#   - Prometheus 3 (prometheus, promtool), built from its Go module once and cached in ~/.cache:
+#     the evidence tests run on both majors.
 # Safe to run again: each step checks first and says what it did.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -29,3 +31,6 @@ step "installing the project and its test extra into .venv"
 
 step "control-plane binaries"
 bash devenv/testbin/ensure.sh >/dev/null
+
+step "Prometheus 3 binaries"
+bash devenv/prometheus3/ensure.sh >/dev/null

@@ -21,6 +21,13 @@ starts. Backfilled and live samples then form one series. Facts checked on 2.42:
   loaded by its periodic reload, about a minute later, and merge with the head samples at query
   time (`PrometheusServer.wait_blocks_loaded`). The docs call backfilling the head's last 3 hours
   unsafe, so prefer backfilling before start.
+
+Prometheus 3 (`release="prom3"`, 3.16 built by `prometheus3/ensure.sh`; `devenv.prometheus_release`)
+runs the same scrape config, flags and promtool backfill, checked by tests/unit/test_prometheus_sandbox.py,
+with one difference: the retention goes into the config file (`storage.tsdb.retention.time`), as
+3.x deprecates the flag and 2.x rejects that section. 3.x's strict scrape Content-Type accepts the
+exporters' `text/plain; version=0.0.4`, and every metric and label name here is a legacy one, so
+3.x's UTF-8 names change nothing.
 """
 
 from __future__ import annotations
@@ -53,12 +60,14 @@ from devenv.exporters.targets import (
 )
 from devenv.exporters.values import Values
 from devenv.procs import Component, StartError, free_port, wait_until
+from devenv.prometheus_release import DEBIAN, Release
+from devenv.prometheus_release import release as choose_release
 
-PROMETHEUS = "/usr/bin/prometheus"
-PROMTOOL = "/usr/bin/promtool"
+PROMETHEUS = DEBIAN.prometheus
+PROMTOOL = DEBIAN.promtool
 # Target labels moved to devenv.exporters.targets (the aggregate exporters need them); still importable here.
-__all__ = ["PROMETHEUS", "PROMTOOL", "BackfillReport", "DcgmStyle", "PrometheusServer", "ScrapeTarget", "backfill",
-           "scrape_config", "scrape_targets", "stored_labels"]
+__all__ = ["PROMETHEUS", "PROMTOOL", "BackfillReport", "DcgmStyle", "PrometheusServer", "Release", "ScrapeTarget",
+           "backfill", "scrape_config", "scrape_targets", "stored_labels"]
 
 
 def scrape_config(
@@ -125,8 +134,9 @@ def backfill(
     dcgm_style: DcgmStyle = "direct",
     hostname_label: str | None = "Hostname",
     exporters: Iterable[str] = EXPORTERS,
-    promtool: str = PROMTOOL,
+    promtool: str | None = None,
     keep_openmetrics: bool = False,
+    release: Release | str | None = None,
 ) -> BackfillReport:
     """Write what the exporters would have been scraped as at `start, start+step, ... < end`.
 
@@ -134,9 +144,12 @@ def backfill(
     ones for the same targets `scrape_config` creates, so the live scrapes continue these series.
     Run this before `PrometheusServer.start()` and keep `end` before its first scrape. Into a
     running server it works too, but only after `wait_blocks_loaded(n + len(report.blocks))`.
+    `release` picks the promtool (`devenv.prometheus_release`; `promtool` overrides it): blocks
+    are read by the same major version that wrote them.
     """
     if step <= 0 or end <= start:
         raise ValueError("backfill needs step > 0 and end > start")
+    promtool = promtool or choose_release(release).promtool
     wanted = set(exporters)
     targets = [t for t in scrape_targets(nodes, dcgm_style=dcgm_style) if t.exporter in wanted]
     data_dir = Path(data_dir)
@@ -181,9 +194,11 @@ def _block_dirs(data_dir: Path) -> set[str]:
 
 
 class PrometheusServer:
-    """`/usr/bin/prometheus` as a child process on 127.0.0.1, with readiness and target polling.
+    """Prometheus as a child process on 127.0.0.1, with readiness and target polling.
 
-    Files live next to `data_dir`: `<data_dir>.yml` (config) and `<data_dir>.log`.
+    `release` is Debian's 2.x unless told (`devenv.prometheus_release`: a `Release`, "prom3", or
+    $JANITOR_PROMETHEUS); `binary` overrides its `prometheus`. Files live next to `data_dir`:
+    `<data_dir>.yml` (config) and `<data_dir>.log`.
     """
 
     def __init__(
@@ -193,16 +208,18 @@ class PrometheusServer:
         port: int = 0,
         extra_flags: Sequence[str] = (),
         *,
-        binary: str = PROMETHEUS,
+        binary: str | None = None,
         retention: str = "3650d",
         throwaway: bool = False,
+        release: Release | str | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.throwaway = throwaway  # stop() removes the data (the log and config stay, to read)
         self.config = dict(config)
         self.port = port or free_port()
         self.extra_flags = list(extra_flags)
-        self.binary = binary
+        self.release = choose_release(release)
+        self.binary = binary or self.release.prometheus
         self.retention = retention
         self.config_path = self.data_dir.with_name(self.data_dir.name + ".yml")
         self.log_path = self.data_dir.with_name(self.data_dir.name + ".log")
@@ -217,7 +234,30 @@ class PrometheusServer:
         return self._component.pid if self._component else None
 
     def write_config(self) -> None:
-        self.config_path.write_text(yaml.safe_dump(self.config, sort_keys=False))
+        self.config_path.write_text(yaml.safe_dump(self._served_config(), sort_keys=False))
+
+    def _served_config(self) -> dict[str, Any]:
+        """The config as written: 3.x takes the retention from the file (its flag is deprecated
+        there), while 2.x rejects that section, so it keeps the flag (`_retention_flags`)."""
+        if self.release.major < 3:
+            return self.config
+        storage = dict(self.config.get("storage") or {})
+        tsdb = dict(storage.get("tsdb") or {})
+        tsdb["retention"] = {"time": self.retention, **(tsdb.get("retention") or {})}
+        return {**self.config, "storage": {**storage, "tsdb": tsdb}}
+
+    def _retention_flags(self) -> list[str]:
+        return [f"--storage.tsdb.retention.time={self.retention}"] if self.release.major < 3 else []
+
+    @staticmethod
+    def read_config(path: Path) -> dict[str, Any]:
+        """The config a server wrote to `path`, as given to it: fit to start a server of either
+        major with (not the API's dump, where 3.x spells out defaults 2.x rejects)."""
+        config = dict(yaml.safe_load(Path(path).read_text()))
+        tsdb = (config.get("storage") or {}).get("tsdb") or {}
+        if set(tsdb) == {"retention"} and set(config["storage"]) == {"tsdb"}:
+            config.pop("storage")  # only what `_served_config` added
+        return config
 
     def start(self) -> PrometheusServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -226,7 +266,7 @@ class PrometheusServer:
             self.binary,
             f"--config.file={self.config_path}",
             f"--storage.tsdb.path={self.data_dir}",
-            f"--storage.tsdb.retention.time={self.retention}",
+            *self._retention_flags(),
             f"--web.listen-address=127.0.0.1:{self.port}",
             "--web.enable-lifecycle",
             *self.extra_flags,

@@ -46,6 +46,7 @@ class Sandbox:
     scrape_interval: str = "2s"
     bin_dir: Path | None = None
     scale: bool = False
+    prometheus_release: str | None = None  # "prom2"/"prom3"; None: $JANITOR_PROMETHEUS, else 2.x
     timings: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -130,6 +131,7 @@ class Sandbox:
                 dcgm_style=self.dcgm_style, interval=self.scrape_interval,  # type: ignore[arg-type]
                 aggregate=self.scale,
             ),
+            release=self.prometheus_release,
         )
         self.prometheus.start()
         self.prometheus.wait_ready(timeout=60)
@@ -183,6 +185,7 @@ class Sandbox:
         return {
             "KUBECONFIG": str(self.kubeconfig),
             "PROMETHEUS_URL": self.prometheus.url,
+            "PROMETHEUS_CONFIG": str(self.prometheus.config_path),
             "SLACK_API_URL": self.slack.base_url,
             "SLACK_BOT_TOKEN": SLACK_TOKEN,
             "SLACK_ADMIN_CHANNEL": SLACK_ADMIN_CHANNEL[0],

@@ -7,8 +7,10 @@ set JANITOR_SANDBOX_ENV=.devenv/sandbox.env; the tests then attach to it instead
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,6 +22,8 @@ from kubernetes import client
 from devenv import access
 from devenv.exporters.server import ValuesControl
 from devenv.procs import wait_until
+from devenv.prometheus import PrometheusServer
+from devenv.prometheus_release import NAMES, Release, release
 from devenv.sandbox import Sandbox, read_env_file
 from devenv.slack_standin import SlackStandInControl
 
@@ -47,6 +51,10 @@ class SandboxHandle:
     @property
     def prometheus_url(self) -> str:
         return self.env["PROMETHEUS_URL"]
+
+    @property
+    def prometheus_config(self) -> Path:
+        return Path(self.env["PROMETHEUS_CONFIG"])
 
     @property
     def slack_api_url(self) -> str:
@@ -120,3 +128,38 @@ def slack(sandbox: SandboxHandle) -> Iterator[SlackStandInControl]:
     control.reset()
     yield control
     control.reset()
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def prometheus_release(request: pytest.FixtureRequest) -> Release:
+    """Each Prometheus major in turn (test ids `prom2`, `prom3`), for the tests of the janitor's
+    evidence queries: 3.x's left-open ranges change how many samples a window holds. 3.x is
+    built on first use if `devenv/install.sh` has not built it yet."""
+    return release(request.param)
+
+
+def _prometheus_api(url: str, path: str) -> dict:
+    with urllib.request.urlopen(f"{url}/api/v1/{path}", timeout=10) as resp:
+        return dict(json.load(resp)["data"])
+
+
+@pytest.fixture(scope="module")
+def sandbox_prometheus(sandbox: SandboxHandle, prometheus_release: Release,
+                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of a Prometheus of `prometheus_release` scraping the sandbox's exporters: the
+    sandbox's own where it runs that major, else a twin started with its very configuration
+    (same jobs, target labels and interval), stopped after the module."""
+    own = _prometheus_api(sandbox.prometheus_url, "status/buildinfo")["version"]
+    if own.split(".")[0] == str(prometheus_release.major):
+        yield sandbox.prometheus_url
+        return
+    config = PrometheusServer.read_config(sandbox.prometheus_config)
+    twin = PrometheusServer(tmp_path_factory.mktemp(prometheus_release.name) / "data", config,
+                            release=prometheus_release, throwaway=True)
+    twin.start()
+    try:
+        twin.wait_ready(timeout=60)
+        twin.wait_for_targets_up(timeout=60)
+        yield twin.url
+    finally:
+        twin.stop()

@@ -13,7 +13,7 @@ Aspects covered, each read by a user in the plan's rows and in `explain`:
   "does not measure MIG slices";
 - every other scrape missing (samples 30 s apart on a 15 s scrape): coverage 50 %, unknown (a
   30 s flag would have called it complete);
-and nothing is marked.
+and nothing is marked. It runs on Prometheus 2.x and 3.x (ids `prom2`, `prom3`).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from devenv.exporters.values import ABSENT, Kind, Segment
 from devenv.history import prometheus_with_history
 from devenv.nodes import STARTED_AT
 from devenv.procs import wait_until
+from devenv.prometheus_release import Release
 
 H = 3600
 PODS = ("clean", "holey", "nan", "mig", "half")
@@ -58,7 +59,7 @@ def _janitor(command: str, *args: str, sandbox, namespace: str, policies: Path, 
 
 def test_only_evidence_without_holes_nan_or_blind_signals_is_idle(
         core: client.CoreV1Api, kube, namespace: str, sandbox, tmp_path: Path,
-        exporter_values: ValuesControl) -> None:
+        exporter_values: ValuesControl, prometheus_release: Release) -> None:
     policies = tmp_path / "idle.yaml"
     policies.write_text(f"""policies:
 - name: idle-gpu
@@ -83,7 +84,8 @@ def test_only_evidence_without_holes_nan_or_blind_signals_is_idle(
         Segment(t, t + 15, ABSENT) for t in range(int(now - 3 * H), int(until), 30)])
     exporter_values.add_history(Kind.GR_ENGINE_ACTIVE, (namespace, "mig", None), [Segment(now - 3 * H, until, 0.7)])
 
-    server, _ = prometheus_with_history(kube, sandbox.exporters_url, step=15, work_dir=sandbox.run_dir)
+    server, _ = prometheus_with_history(kube, sandbox.exporters_url, step=15, work_dir=sandbox.run_dir,
+                                        release=prometheus_release)
     try:
         plan = _janitor("plan", sandbox=sandbox, namespace=namespace, policies=policies, url=server.url)
         holey = _janitor("explain", f"Pod/{namespace}/holey", sandbox=sandbox, namespace=namespace,

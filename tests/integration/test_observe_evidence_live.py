@@ -2,7 +2,9 @@
 
 One history Prometheus serves every test here (backfilling takes a while): pods are created
 backdated 3 h, their past is described on the sandbox exporters, and evidence is asked at the
-moment the backfill ends, so a 2 h window at a 15 s step holds about 480 samples.
+moment the backfill ends, so a 2 h window at a 15 s step holds about 480 samples. Every test that
+reads that history runs on Prometheus 2.x and 3.x (ids `prom2`, `prom3`; 3.x ranges are
+left-open), with one history Prometheus per major.
 
 Covered:
 - a pod idle for 2 h: both GPUs peak 0 with ~480 samples, on the node the scheduler chose;
@@ -39,6 +41,7 @@ from devenv.exporters.values import ABSENT, Kind, Segment
 from devenv.history import prometheus_with_history
 from devenv.nodes import STARTED_AT
 from devenv.procs import wait_until
+from devenv.prometheus_release import Release
 from janitor.decide import model as m
 from janitor.decide.evidence import PodKey
 from janitor.decide.triggers.idle import judge_cpu, judge_gpu
@@ -76,7 +79,7 @@ def _gpu_container(resource: str = "nvidia.com/gpu", count: int = 1) -> client.V
 
 
 @pytest.fixture(scope="module")
-def history(sandbox, kube: client.ApiClient, core: client.CoreV1Api) -> Iterator[History]:
+def history(sandbox, kube: client.ApiClient, core: client.CoreV1Api, prometheus_release: Release) -> Iterator[History]:
     namespace = f"evidence-live-{uuid.uuid4().hex[:6]}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
     values = ValuesControl(sandbox.exporters_url)
@@ -109,7 +112,8 @@ def history(sandbox, kube: client.ApiClient, core: client.CoreV1Api) -> Iterator
         values.add_history(Kind.CPU, (namespace, "cpu", "app"), [Segment(now - 5400, now - 3600, 0.3)])
 
         at = datetime.now(timezone.utc)
-        server, report = prometheus_with_history(kube, sandbox.exporters_url, step=15, work_dir=sandbox.run_dir)
+        server, report = prometheus_with_history(kube, sandbox.exporters_url, step=15, work_dir=sandbox.run_dir,
+                                                 release=prometheus_release)
         assert report.samples > 0
         with PrometheusSource(PrometheusConfig(url=server.url, connect_timeout=2, read_timeout=20)) as source:
             yield History(source, namespace, at)

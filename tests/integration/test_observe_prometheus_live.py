@@ -1,4 +1,5 @@
-"""`PrometheusSource` against the sandbox's real Prometheus 2.42.
+"""`PrometheusSource` against a real Prometheus scraping the sandbox, 2.x and 3.x (ids `prom2`, `prom3`):
+every evidence query goes through it, so its reading of answers and errors must hold on both.
 
 Covered:
 - an instant query returns one series per GPU of a 2-GPU pod, in the ServiceMonitor label style
@@ -39,8 +40,8 @@ METRIC = "DCGM_FI_DEV_GPU_UTIL"
 
 
 @pytest.fixture
-def prom(sandbox) -> Iterator[PrometheusSource]:
-    with PrometheusSource(PrometheusConfig(url=sandbox.prometheus_url, label_map=SERVICE_MONITOR,
+def prom(sandbox_prometheus: str) -> Iterator[PrometheusSource]:
+    with PrometheusSource(PrometheusConfig(url=sandbox_prometheus, label_map=SERVICE_MONITOR,
                                            connect_timeout=2, read_timeout=10)) as source:
         yield source
 
@@ -112,7 +113,7 @@ def test_instant_and_range_queries_return_per_gpu_series(
         assert start.timestamp() - 1 <= times[0] and times[-1] <= end.timestamp() + 1
 
 
-def test_empty_result_is_not_an_error(prom: PrometheusSource, sandbox) -> None:
+def test_empty_result_is_not_an_error(prom: PrometheusSource, sandbox_prometheus: str) -> None:
     odd = prom.config.label_map.matchers(pod='no"such\\pod', namespace="nowhere")
     result = prom.instant(prom.selector(METRIC, *odd), now())
     assert result.series == () and result.result_type == "vector" and not result.partial
@@ -120,7 +121,7 @@ def test_empty_result_is_not_an_error(prom: PrometheusSource, sandbox) -> None:
     # The same series the sandbox has, restricted to a cluster it is not: nothing, and no error.
     every = prom.instant(f'count({METRIC}{{exported_pod!=""}})', now())
     assert every.series, "the sandbox's GPU series should exist"
-    mn2 = PrometheusSource(PrometheusConfig(url=sandbox.prometheus_url, extra_matchers=(Matcher("cluster", "mn2"),)))
+    mn2 = PrometheusSource(PrometheusConfig(url=sandbox_prometheus, extra_matchers=(Matcher("cluster", "mn2"),)))
     with mn2:
         query = mn2.selector(METRIC, Matcher("exported_pod", "", "!="))
         assert query == f'{METRIC}{{exported_pod!="",cluster="mn2"}}'

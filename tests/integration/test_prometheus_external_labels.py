@@ -7,7 +7,8 @@ where a pod of the same namespace and name is busy). Covered:
 - with `cluster="lab-a"` the janitor's GPU evidence query sees only lab-a's series: the pod is idle;
 - with `cluster="lab-b"` it sees only lab-b's: the same pod is busy;
 - with no matcher it mixes both clusters (the hazard the flag exists for);
-- the matcher is in the query text the janitor sends.
+- the matcher is in the query text the janitor sends;
+on Prometheus 2.x and 3.x (ids `prom2`, `prom3`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from devenv.exporters.server import ExporterServer, ValuesControl
 from devenv.exporters.values import Values
 from devenv.podviews import CachedPods, node_view
 from devenv.prometheus import PrometheusServer, scrape_config
+from devenv.prometheus_release import Release
 from janitor.decide.evidence import PodKey
 from janitor.observe.evidence import gpu_evidence
 from janitor.observe.prometheus import SERVICE_MONITOR, Matcher, PrometheusConfig, PrometheusSource
@@ -45,14 +47,15 @@ def labelled(config: dict[str, Any], cluster: str, suffix: str) -> list[dict[str
 
 
 @pytest.fixture
-def two_clusters(sandbox, core: client.CoreV1Api, tmp_path: Path) -> Iterator[tuple[str, Values]]:  # noqa: ANN001
+def two_clusters(sandbox, core: client.CoreV1Api, tmp_path: Path,  # noqa: ANN001
+                 prometheus_release: Release) -> Iterator[tuple[str, Values]]:
     nodes = [node_view(n) for n in core.list_node().items]
     other = Values()
     with ExporterServer(CachedPods(core), lambda: nodes, other) as lab_b:
         a = scrape_config(sandbox.exporters_url, nodes, dcgm_style="servicemonitor", interval="1s")
         b = scrape_config(lab_b.url, nodes, dcgm_style="servicemonitor", interval="1s")
         config = {**a, "scrape_configs": labelled(a, "lab-a", "") + labelled(b, "lab-b", "-lab-b")}
-        server = PrometheusServer(tmp_path / "thanos-like", config).start()
+        server = PrometheusServer(tmp_path / "thanos-like", config, release=prometheus_release).start()
         try:
             server.wait_ready()
             server.wait_for_targets_up(timeout=60)

@@ -1,4 +1,5 @@
-"""A real Prometheus (2.42, /usr/bin/prometheus) scraping the synthetic exporters, with backfill.
+"""A real Prometheus scraping the synthetic exporters, with backfill: Debian's 2.x and 3.x built from
+its Go module (ids `prom2`, `prom3`), with the same config, flags and promtool backfill.
 
 Aspects covered:
 - Prometheus starts, becomes ready and scrapes every target (dcgm, kubelet, node-exporter, KSM);
@@ -29,6 +30,7 @@ from devenv.exporters.server import ExporterServer, ValuesControl
 from devenv.exporters.values import Kind, Values
 from devenv.procs import wait_until
 from devenv.prometheus import PrometheusServer, backfill, scrape_config
+from devenv.prometheus_release import Release
 
 pytestmark = pytest.mark.sandbox
 
@@ -64,10 +66,11 @@ def run(tmp_path: Path) -> Iterator[dict]:
         state["exporters"].stop()
 
 
-def start(run: dict, tmp_path: Path, pods: list[PodView], values: Values, style: str) -> PrometheusConnect:
+def start(run: dict, tmp_path: Path, pods: list[PodView], values: Values, style: str,
+          release: Release) -> PrometheusConnect:
     run["exporters"] = ExporterServer(lambda: pods, lambda: NODES, values).start()
     config = scrape_config(run["exporters"].url, NODES, dcgm_style=style, interval=f"{INTERVAL}s")  # type: ignore[arg-type]
-    prom = run["prometheus"] = PrometheusServer(tmp_path / "data", config)
+    prom = run["prometheus"] = PrometheusServer(tmp_path / "data", config, release=release)
     began = time.monotonic()
     prom.start()
     run["ready_s"] = prom.wait_ready(timeout=60)
@@ -83,10 +86,11 @@ def one(prom: PrometheusConnect, query: str) -> float:
 
 
 @pytest.mark.parametrize("style", ["direct", "servicemonitor"])
-def test_instant_query_sees_gpu_util_with_real_labels(run: dict, tmp_path: Path, style: str) -> None:
+def test_instant_query_sees_gpu_util_with_real_labels(run: dict, tmp_path: Path, style: str,
+                                                       prometheus_release: Release) -> None:
     pods = make_pods(time.time())
     values = Values()
-    prom = start(run, tmp_path, pods, values, style)
+    prom = start(run, tmp_path, pods, values, style, prometheus_release)
     ValuesControl(run["exporters"].url).set_gpu_util("ml", "train-0", 97, gpu=0)
     pod_l, ns_l, ctr_l = labels_for(style)
     query = f'DCGM_FI_DEV_GPU_UTIL{{{pod_l}="train-0"}}'
@@ -115,16 +119,18 @@ def test_instant_query_sees_gpu_util_with_real_labels(run: dict, tmp_path: Path,
 
 
 @pytest.mark.parametrize("style", ["direct", "servicemonitor"])
-def test_backfilled_idle_history_joins_live_scrapes(run: dict, tmp_path: Path, style: str) -> None:
+def test_backfilled_idle_history_joins_live_scrapes(run: dict, tmp_path: Path, style: str,
+                                                     prometheus_release: Release) -> None:
     now = time.time()
     pods = make_pods(now)
     values = Values()
     start_t = now - 7200
     values.add_history(Kind.GPU_UTIL, ("ml", "train-0", 0), [(start_t, start_t + 3600, 97)])
     values.add_history(Kind.CPU, ("ml", "train-0", "trainer"), [(start_t, start_t + 3600, 4.0)])
-    report = backfill(values, pods, NODES, start_t, now, INTERVAL, tmp_path / "data", dcgm_style=style)
+    report = backfill(values, pods, NODES, start_t, now, INTERVAL, tmp_path / "data", dcgm_style=style,
+                      release=prometheus_release)
     assert report.timestamps == 1440 and report.blocks
-    prom = start(run, tmp_path, pods, values, style)
+    prom = start(run, tmp_path, pods, values, style, prometheus_release)
     started = time.time() - run["targets_up_s"]
     pod_l, _, _ = labels_for(style)
     idle = f'DCGM_FI_DEV_GPU_UTIL{{{pod_l}="idle-nb"}}'
