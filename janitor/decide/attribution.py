@@ -8,6 +8,9 @@ under the old name, and the window still holds the old one's samples. So:
   another pod, whose samples say nothing of this one, neither idle nor busy;
 * series without a UID are matched by name, as before; a pod is judged only once it has run for
   the whole window, which keeps a predecessor's samples out of it;
+* another UID beside the pod's own, in a window the pod ran for the whole of, is no predecessor
+  (its samples would end before the pod started): a UID label that is not the pod's, whose
+  samples may be the pod's, so nothing of that signal is judged idle;
 * both kinds under one name (the exporter was restarted with the flag turned on or off within
   the window, or some of the pod's GPUs are mapped without a UID) cannot be told apart: which
   unlabelled samples are this pod's is not known, so nothing of that signal is judged idle.
@@ -42,6 +45,12 @@ def attribute(pod_uid: str, series: Sequence[GpuSeries], signal: str) -> Attribu
         return Attributed(own, why(Code.UID_MIXED, signal=signal, labelled=len(series) - bare, bare=bare))
     if not own:
         return Attributed(own, why(Code.UID_OTHER, signal=signal, others=len(series)))
+    if len(own) < len(series):
+        # A pod is judged only once it ran for the whole window, so a predecessor of its name has no
+        # samples in it: another UID beside its own is a label that is not the pod's (a relabelling
+        # that adds the exporter's UID, the flag turned off behind a ServiceMonitor), whose samples
+        # may be this pod's.
+        return Attributed(own, why(Code.UID_BESIDE, signal=signal, others=len(series) - len(own)))
     return Attributed(own)
 
 

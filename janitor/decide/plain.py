@@ -380,6 +380,8 @@ _RENDER: Mapping[Code, Callable[[Reason], str]] = {
     Code.UID_MIXED: lambda r: ("its GPU samples cannot be told apart from those of an earlier pod of the same name "
                                "(the GPU exporter's settings changed meanwhile), so it is not judged on them"),
     Code.UID_OTHER: lambda r: "the GPU samples under its name are an earlier pod's of the same name, none its own",
+    Code.UID_BESIDE: lambda r: ("some GPU samples under its name carry another pod's UID while it was running, so "
+                                "whose they are cannot be told and it is not judged on them"),
     Code.CPU_BUSY: _cpu,
     Code.IN_USE: _in_use,
     Code.PODS_IN_USE: _pods_in_use,

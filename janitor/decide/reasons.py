@@ -55,6 +55,7 @@ class Code(StrEnum):
     SERIES_COUNT = "series-count"
     UID_MIXED = "uid-mixed"
     UID_OTHER = "uid-other"
+    UID_BESIDE = "uid-beside"
     GPU_LOW_COVERAGE = "gpu-low-coverage"
     NON_FINITE = "non-finite"
     MIG_SIGNAL = "mig-signal"
@@ -261,6 +262,9 @@ _T: Mapping[Code, str] = {
                     "exporter's pod UID labels changed within the window): which samples are its own cannot be told",
     Code.UID_OTHER: "its name's {others} {signal} series carry another pod's UID (one of the same name before it), "
                     "none its own",
+    Code.UID_BESIDE: "{others} {signal} series under its name carry a UID that is not its own, inside a window it "
+                     "ran for the whole of (no earlier pod's samples fall there): whose samples they are cannot "
+                     "be told",
     Code.GPU_LOW_COVERAGE: "GPU {gpu}: samples cover {coverage:.0%} of the {window} window (at least "
                            "{needed:.0%} needed)",
     Code.NON_FINITE: "GPU {gpu}: no finite value in the window",

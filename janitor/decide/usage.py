@@ -27,7 +27,6 @@ import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from janitor.decide.attribution import candidates
 from janitor.decide.evidence import PodKey
 from janitor.decide.model import Finding, Observation, TriggerKind
 from janitor.decide.selection import Workload
@@ -129,12 +128,12 @@ def _reads_work(finding: Finding, policies: Mapping[str, Policy]) -> bool:
 def _with_mapped_gpus(workload: Workload, observation: Observation, check: Policy) -> Workload:
     """The workload with each running pod that requests no nvidia.com/gpu but has GPU series (a DRA
     claim, a shared-GPU resource, NVIDIA_VISIBLE_DEVICES) holding the GPUs dcgm-exporter maps to it:
-    its GPU is read like any other, so one at 97 % vetoes. A series of another pod of its name (by
-    UID) maps no GPU to it."""
+    its GPU is read like any other, so one at 97 % vetoes. Every series under its name counts, a
+    UID that is not its own too: the judge then finds them doubtful, never a pod without a GPU."""
     trigger = check.trigger(IdleGpu)
     evidence = observation.evidence.gpu.get((str(trigger.signal), trigger.window)) if trigger else None
     if evidence is None or evidence.failed:
         return workload
-    pods = tuple(replace(p, gpus=len(series)) if p.gpus == 0 and (series := candidates(p.ref.uid, evidence.pods.get(
-        PodKey(p.ref.namespace or "", p.ref.name), ()))) else p for p in workload.pods)
+    pods = tuple(replace(p, gpus=len({s.gpu for s in series})) if p.gpus == 0 and (series := evidence.pods.get(
+        PodKey(p.ref.namespace or "", p.ref.name), ())) else p for p in workload.pods)
     return workload if pods == workload.pods else replace(workload, pods=pods)

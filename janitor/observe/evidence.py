@@ -241,7 +241,11 @@ class Groups(Generic[_K]):
         if stat == "job":
             self.jobs.setdefault(k, set()).add(labels.get("job", ""))
         elif stat in _STATS:
-            self.stats.setdefault(k, {})[stat] = value
+            stats = self.stats.setdefault(k, {})
+            # Two groups of the answer under one key (a label the key leaves out told them apart: an
+            # exporter restarted behind a relabelling that adds its own pod UID) merge towards use
+            # and doubt, never towards idle: the higher peak and staleness, the fewer samples.
+            stats[stat] = value if stat not in stats else _MERGE[stat](stats[stat], value)
 
     def of(self, result: QueryResult) -> Groups[_K]:
         """These groups with the rows of a result already decoded into series added."""
@@ -252,6 +256,8 @@ class Groups(Generic[_K]):
 
 
 _STATS = ("peak", "count", "nonfinite", "stale", "points")
+_MERGE: dict[str, Callable[[float, float], float]] = {"peak": max, "count": min, "nonfinite": max, "stale": max,
+                                                      "points": min}
 
 
 def _interval(jobs: set[str], intervals: Intervals | None, fallback: timedelta | None) -> timedelta | None:

@@ -10,8 +10,9 @@ keep the old samples out here: only the UIDs do.
 Covered:
 - the evidence holds, under each name, the old pod's series (two hours, by the old UID) and the
   new pod's (minutes, by its UID), on the same GPU;
-- the new `nb-0` is not idle on its predecessor's two idle hours: judged on its own minutes, it is
-  unknown (the rest of the window is a gap), and the new `nb-1` is not busy on its predecessor's peak;
+- the new `nb-0` is not idle on its predecessor's two idle hours: another UID's samples inside a
+  window it ran for the whole of leave it unknown, and the new `nb-1` is not busy on its
+  predecessor's peak (its own peak is 0);
 - read by name alone (no UID labels in the query) the same samples make one series per GPU: the
   new `nb-0` would be idle and `nb-1` busy, which is what the UID labels prevent.
 """
@@ -136,12 +137,13 @@ def test_a_recreated_pod_is_never_judged_on_its_predecessors_samples(sandbox, ku
         pod0, pod1 = _view(new["nb-0"]), _view(new["nb-1"])
         assert (at - pod0.started) > WINDOW  # old enough by its start time: only the UIDs tell the samples apart
         judged = judge_gpu(pod0, by_uid, TRIGGER, at)
-        # Its own samples: minutes of the window, the rest a gap. Never the old pod's two idle hours.
-        assert judged.state is m.State.UNKNOWN and judged.why.code is Code.GAP, judged.why
+        # The old pod's two idle hours fall inside a window the new pod (backdated) ran for the whole
+        # of: samples of another UID there are no predecessor's to leave out, so nothing is idle.
+        assert judged.state is m.State.UNKNOWN and judged.why.code is Code.UID_BESIDE, judged.why
         assert judge_gpu(pod0, by_name, TRIGGER, at).state is m.State.FIRES
         busy_before = judge_gpu(pod1, by_uid, TRIGGER, at)
         gpu = by_uid.pods[PodKey(namespace, "nb-1")][0].gpu  # old and new pod alike
-        assert busy_before.state is m.State.UNKNOWN and busy_before.why.code is Code.GAP
+        assert busy_before.state is m.State.UNKNOWN and busy_before.why.code is Code.UID_BESIDE
         assert busy_before.peaks == {gpu: 0.0}  # its own peak; the old pod's 80 is not its
         assert judge_gpu(pod1, by_name, TRIGGER, at).state is m.State.CLEAR
     finally:

@@ -171,7 +171,7 @@ SITUATIONS = {
     "a copy's stale janitor/expires removed": 1,
     "an opted-out workload's older mark moved out of kube-janitor's reach": 1,
     "an object re-created by a sync, not deleted again": 1,
-    "idle beside a predecessor's series of its name, on its own": 1,
+    "another UID's series beside a pod's own, never idle": 1,
 }
 PROPERTIES: set[str] = set()  # the property tests of this module
 HELD: set[str] = set()  # ... that ran all their examples and held
@@ -640,12 +640,18 @@ def test_busy_beats_idle(case: Case, data: st.DataObject) -> None:
 def test_doubtful_evidence_is_never_idle(case: Case) -> None:
     """An idle finding (in any mode) rests only on samples without a long gap, without NaN, with a
     known scrape interval and, for MIG slices, on a signal that measures them; and only on the pod's
-    own: never on a predecessor's of the same name (another UID), never where the name's series mix
-    those with a UID and those without."""
+    own: never on a predecessor's of the same name (another UID), never beside another UID's series
+    (a pod judged ran for the whole window, so those are no predecessor's), never where the name's
+    series mix those with a UID and those without."""
     for observation, planned, _ in cycles(case):
         policies = {p.name: p for p in case.policies} | {c.name: c for p in case.policies
                                                           if (c := in_use_check(p)) is not None}
         for finding in planned.findings:
+            if finding.trigger is TriggerKind.IDLE_GPU and finding.state is not State.FIRES:
+                REACHED["another UID's series beside a pod's own, never idle"] += sum(
+                    any(s.uid == j.pod.uid for s in ss) and any(s.uid not in ("", j.pod.uid) for s in ss)
+                    for j in finding.pods for read in observation.evidence.gpu.values()
+                    for ss in [read.pods.get(PodKey(j.pod.namespace or "", j.pod.name), ())])
             if finding.state is not State.FIRES or finding.trigger not in (TriggerKind.IDLE_GPU, TriggerKind.IDLE_CPU):
                 continue
             policy = policies[finding.policy]
@@ -663,9 +669,11 @@ def test_doubtful_evidence_is_never_idle(case: Case) -> None:
                             continue  # a slice is judged on what measures it
                         own = own_series(pod, read)
                         assert own is not None, f"{finding.subject} idle on series partly without a UID: {finding.why}"
+                        # A pod judged ran for the whole window: no predecessor's samples fall in it,
+                        # so another UID beside its own is a label that is not its own.
+                        assert not own or len(own) == len(named), \
+                            f"{finding.subject} idle beside another UID's series of its name: {finding.why}"
                         judged_on += [(signal, s) for s in own]
-                        REACHED["idle beside a predecessor's series of its name, on its own"] += any(
-                            s.uid and s.uid != pod.ref.uid for s in named)
                     assert judged_on, f"{finding.subject} idle on no signal: {finding.why}"
                     for _, s in judged_on:
                         assert not doubtful(s.quality, g), f"{finding.subject} idle on {s}: {finding.why}"

@@ -3,7 +3,10 @@
 Aspects covered:
 - a re-created pod of the same name is never judged idle on its predecessor's idle series (another
   UID), whether or not series of its own are there, and never busy on its predecessor's busy ones;
-- its own series are judged as before, beside a predecessor's;
+- another UID beside the pod's own inside a window it ran for the whole of is no predecessor's:
+  never idle (unknown), while its own busy samples still count (busy beats unknown);
+- two groups of the answer under one key (an exporter restart behind a relabelling that adds its
+  own UID) merge towards use, whichever comes first;
 - some series of a name with a UID and some without (the exporter's flag changed within the
   window) is unknown, never idle, with its own reason code, even when everything reads 0;
 - no UID label anywhere is today's matching by name and start time, verdict for verdict;
@@ -66,7 +69,9 @@ def judged(*series: GpuSeries, pod: PodView | None = None):
 @pytest.mark.parametrize("series, own, code", [
     ((gpu(0), gpu(3, index="1")), (gpu(0), gpu(3, index="1")), None),  # no UID labels: every series, by name
     ((gpu(0, NEW),), (gpu(0, NEW),), None),
-    ((gpu(0, OLD), gpu(40, NEW)), (gpu(40, NEW),), None),  # a predecessor's series left out
+    # Another UID beside its own in a window it ran for the whole of: no predecessor (its samples
+    # end before the pod started) but a label that is not the pod's, whose samples may be its own.
+    ((gpu(0, OLD), gpu(40, NEW)), (gpu(40, NEW),), Code.UID_BESIDE),
     ((gpu(0, OLD),), (), Code.UID_OTHER),
     ((gpu(0, NEW), gpu(0)), (gpu(0, NEW),), Code.UID_MIXED),
     ((gpu(0, OLD), gpu(0)), (), Code.UID_MIXED),  # the unlabelled ones may be the predecessor's too
@@ -87,15 +92,17 @@ def test_a_recreated_pod_is_not_idle_on_its_predecessors_idle_series() -> None:
     alone = judged(gpu(0, OLD))
     assert alone.state is State.UNKNOWN and alone.why.code is Code.UID_OTHER
     assert "another pod's UID" in str(alone.why) and "earlier pod" in plain(alone.why)
-    # With a few minutes of its own beside them: judged on those alone, too little to be idle.
+    # With a few minutes of its own beside them: whose the others are cannot be told (a pod judged
+    # ran for the whole window, so they are no predecessor's), never idle.
     beside = judged(gpu(0, OLD), gpu(0, NEW, samples=20))
-    assert beside.state is State.UNKNOWN and beside.why.code is Code.GPU_LOW_COVERAGE
+    assert beside.state is State.UNKNOWN and beside.why.code is Code.UID_BESIDE
     # By name (no UID labels) the same samples make it idle: what the UID labels prevent.
     assert judged(gpu(0)).state is State.FIRES
 
 
 def test_a_predecessors_busy_series_do_not_make_the_pod_busy() -> None:
-    assert judged(gpu(97, OLD), gpu(0, NEW)).state is State.FIRES
+    beside = judged(gpu(97, OLD), gpu(0, NEW))  # in its window: not a predecessor's, nor idle
+    assert beside.state is State.UNKNOWN and beside.why.code is Code.UID_BESIDE
     assert judged(gpu(97, OLD)).state is State.UNKNOWN
     assert judged(gpu(0, OLD), gpu(97, NEW)).state is State.CLEAR
 
@@ -103,9 +110,12 @@ def test_a_predecessors_busy_series_do_not_make_the_pod_busy() -> None:
 def test_own_series_are_judged_as_before() -> None:
     two = nb0(gpus=2)
     assert judged(gpu(0, NEW), gpu(0, NEW, index="1"), pod=two).state is State.FIRES
-    partial = judged(gpu(0, NEW), gpu(60, NEW, index="1"), gpu(0, OLD), gpu(0, OLD, index="1"), pod=two)
+    partial = judged(gpu(0, NEW), gpu(60, NEW, index="1"), pod=two)
     assert partial.state is State.PARTIAL and partial.idle_gpus == ("0",)
-    count = judged(gpu(0, NEW), gpu(0, OLD, index="1"), pod=two)
+    # Beside another UID's series its own busy GPU still counts; its idle one is not judged idle.
+    beside = judged(gpu(0, NEW), gpu(60, NEW, index="1"), gpu(0, OLD), gpu(0, OLD, index="1"), pod=two)
+    assert beside.state is State.CLEAR and beside.idle_gpus == ()
+    count = judged(gpu(0, NEW), pod=two)
     assert count.state is State.UNKNOWN and count.why.code is Code.SERIES_COUNT
 
 
@@ -155,9 +165,10 @@ def test_several_signals_never_idle_on_a_predecessor() -> None:
     assert mixed.state is State.UNKNOWN and mixed.why.code is Code.UID_MIXED
     busy = SignalsJudge(several(GPU_UTIL=(gpu(90, NEW),), SM_ACTIVE=(gpu(0.0, OLD),)), trigger, NOW)(nb0())
     assert busy.state is State.CLEAR  # its own use on another signal counts
-    own = SignalsJudge(several(GPU_UTIL=(gpu(0, NEW), gpu(90, OLD)), SM_ACTIVE=(gpu(0.0, NEW), gpu(0.9, OLD))),
-                       trigger, NOW)(nb0())
-    assert own.state is State.FIRES
+    # Another UID's busy series beside its own idle ones: not its own use, nor its idleness.
+    beside = SignalsJudge(several(GPU_UTIL=(gpu(0, NEW), gpu(90, OLD)), SM_ACTIVE=(gpu(0.0, NEW), gpu(0.9, OLD))),
+                          trigger, NOW)(nb0())
+    assert beside.state is State.UNKNOWN and beside.why.code is Code.UID_BESIDE
 
 
 # -- the answer's labels ------------------------------------------------------------------------------
@@ -190,6 +201,32 @@ def test_fold_behind_a_service_monitor_prefers_exported_pod_uid() -> None:
     assert sorted((s.uid, s.peak) for s in found.pods[KEY]) == [(OLD, 0.0), (NEW, 7.0)]
     assert fold_gpu(answer(row("peak", 0, **pod), row("count", 480, **pod)), WINDOW,
                     SERVICE_MONITOR).pods[KEY][0].uid == ""
+
+
+def test_another_uid_beside_its_own_is_never_idle() -> None:
+    """Behind a ServiceMonitor whose relabelling adds the exporter pod's UID as `pod_uid`, turning
+    the exporter's UID flag off makes the pod's later (busy) samples carry the exporter's UID: they
+    are not a predecessor's, so the pod's own idle part alone never makes it idle, whatever maxGap."""
+    own = replace(gpu(0, NEW, samples=432), quality=replace(SCRAPED, gap=12 * datetime.timedelta(minutes=1)))
+    exporter = replace(gpu(97, "exporter-pod-uid", samples=48), quality=replace(SCRAPED, gap=108 * datetime.timedelta(
+        minutes=1)))
+    for trigger in (IdleGpu(), IdleGpu(max_gap=datetime.timedelta(minutes=15))):
+        verdict = judge_gpu(nb0(), read(own, exporter), trigger, NOW)
+        assert verdict.state is State.UNKNOWN and verdict.why.code is Code.UID_BESIDE, verdict.why
+    assert "not its own" in str(verdict.why) and "cannot be told" in plain(verdict.why)
+
+
+@pytest.mark.parametrize("busy_first", [True, False])
+def test_two_groups_under_one_key_merge_towards_use(busy_first: bool) -> None:
+    """The exporter restarted 90 s ago behind that relabelling: one GPU of one pod in two groups
+    (old and new exporter UID under `pod_uid`, the pod's own under `exported_pod_uid`). Whichever
+    comes first in the answer, the GPU keeps the busy half's peak and the fewer samples."""
+    pod = {"exported_namespace": "ml", "exported_pod": "nb-0", "exported_pod_uid": NEW}
+    idle = [row(stat, v, **pod, pod_uid="exporter-old") for stat, v in (("peak", 0), ("count", 474), ("points", 474))]
+    busy = [row(stat, v, **pod, pod_uid="exporter-new") for stat, v in (("peak", 97), ("count", 6), ("points", 6))]
+    found = fold_gpu(answer(*(busy + idle if busy_first else idle + busy)), WINDOW, SERVICE_MONITOR)
+    assert [(s.uid, s.peak, s.samples) for s in found.pods[KEY]] == [(NEW, 97.0, 6)]
+    assert judge_gpu(nb0(), found, IdleGpu(), NOW).state is State.CLEAR
 
 
 # -- around the judges --------------------------------------------------------------------------------

@@ -71,6 +71,7 @@ def cpu_policy(name: str = "idle-cpu", **lifecycle: object) -> Policy:
 class Usage:
     gpu_peak: float | None = None  # percent, per GPU of each pod
     cpu_peak_cores: float | None = None
+    gpu_uid: str = ""  # the pod UID label on the GPU series ("": none; "own": each pod's own)
 
 
 @dataclass(frozen=True)
@@ -102,8 +103,8 @@ def decide(objects: Sequence[ObjectView], pods: Sequence[PodView], policies: Seq
     for window in windows:
         for signal in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"):
             peak = usage.gpu_peak if usage.gpu_peak is None or signal.endswith("UTIL") else usage.gpu_peak / 100
-            series = {PodKey(NS, pod.ref.name): tuple(GpuSeries(str(i), peak, 480, quality=SCRAPED)
-                                                      for i in range(max(pod.gpus, 1)))
+            series = {PodKey(NS, pod.ref.name): tuple(GpuSeries(str(i), peak, 480, quality=SCRAPED, uid=(
+                pod.ref.uid if usage.gpu_uid == "own" else usage.gpu_uid)) for i in range(max(pod.gpus, 1)))
                       for pod in pods} if peak is not None else {}  # dcgm-exporter maps a GPU to its pod
             gpu[(signal, window)] = GpuEvidence(EvidenceWindow(signal, window, step, now), series)
         usages = {PodKey(NS, pod.ref.name): CpuUsage(usage.cpu_peak_cores, 120, quality=SCRAPED)
@@ -345,3 +346,18 @@ def test_a_gpu_pod_that_requests_no_nvidia_gpu_is_still_read() -> None:
     decided = decide([sts], [gpu_pod("trainer-0", sts, gpus=0)], [cpu_policy()], Usage(gpu_peak=97.0,
                                                                                       cpu_peak_cores=0.01))
     assert decided.marked == frozenset() and decided.acted == {}
+
+
+@pytest.mark.parametrize("uid", ["", "own", "exporter-pod-uid", "OWN-UPPER"])
+def test_a_gpu_pod_that_requests_no_nvidia_gpu_is_still_read_whatever_uid_its_series_carry(uid: str) -> None:
+    """The same where the series carry a pod UID label: its own, or one that is not its own (a
+    ServiceMonitor relabelling that adds the exporter pod's UID, a UID in another case). A GPU at
+    97 % under the pod's name is use, or at least doubt, never a pod without a GPU."""
+    sts = view("trainer", "StatefulSet")
+    pod = gpu_pod("trainer-0", sts, gpus=0)
+    label = pod.ref.uid.upper() if uid == "OWN-UPPER" else uid
+    decided = decide([sts], [pod], [cpu_policy()], Usage(gpu_peak=97.0, cpu_peak_cores=0.01, gpu_uid=label))
+    assert decided.marked == frozenset() and decided.acted == {}
+    due = with_notes(sts, mark(sts, policy="idle-cpu", marked_at=ago(hours=30), deadline=ago(hours=6),
+                               warned_at=ago(hours=30)))
+    assert decide([due], [pod], [cpu_policy()], Usage(gpu_peak=97.0, cpu_peak_cores=0.01, gpu_uid=label)).acted == {}
