@@ -19,7 +19,10 @@ Covered:
 - asked to send only the peak of what is busy above the policies' highest threshold, the answer is
   smaller, busy GPUs and pods carry their peak alone, the rest is unchanged, and every verdict is
   the one the whole answer gives;
-- an unreachable Prometheus gives failed evidence (logged once), not empty success.
+- an unreachable Prometheus gives failed evidence (logged once), not empty success;
+- a pod computing on SM activity for 30 min while GPU_UTIL reads 0 throughout (a PROF-only load,
+  or GPU_UTIL's sampling missing short kernels): idle on GPU_UTIL alone, in use on a policy that
+  reads GPU_UTIL and SM activity.
 """
 
 from __future__ import annotations
@@ -45,12 +48,14 @@ from devenv.prometheus_release import Release
 from janitor.decide import model as m
 from janitor.decide.evidence import PodKey
 from janitor.decide.triggers.idle import judge_cpu, judge_gpu
+from janitor.decide.triggers.signals import SignalsJudge
 from janitor.observe.evidence import cpu_evidence, gpu_evidence
 from janitor.observe.prometheus import HONOR_LABELS, SERVICE_MONITOR, PrometheusConfig, PrometheusSource
-from janitor.policy.model import IdleCpu, IdleGpu
+from janitor.policy.model import GpuSignal, IdleCpu, IdleGpu
 
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 GR_ENGINE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"
 WINDOW = timedelta(hours=2)
 STEP = timedelta(seconds=15)
 
@@ -100,7 +105,8 @@ def history(sandbox, kube: client.ApiClient, core: client.CoreV1Api, prometheus_
             client.V1Container(name="istio-proxy", image="registry.example/proxy:1",
                                resources=client.V1ResourceRequirements(requests={"cpu": "100m"})),
         ])
-        names = {"idle", "busy-one", "gappy", "mig", "cpu"}
+        _pod(core, namespace, "sm-busy", started, [_gpu_container(count=1)])
+        names = {"idle", "busy-one", "gappy", "mig", "cpu", "sm-busy"}
         wait_until(lambda: {p.metadata.name for p in core.list_namespaced_pod(namespace).items
                             if p.status.phase == "Running"} == names, timeout=60, what="all pods Running")
 
@@ -108,6 +114,8 @@ def history(sandbox, kube: client.ApiClient, core: client.CoreV1Api, prometheus_
         values.add_history(Kind.GPU_UTIL, (namespace, "busy-one", 1), [Segment(now - 5400, now - 3600, 80)])
         values.add_history(Kind.GPU_UTIL, (namespace, "gappy", None), [Segment(now - 3600, now - 1200, ABSENT)])
         values.add_history(Kind.GR_ENGINE_ACTIVE, (namespace, "mig", None), [Segment(now - 5400, now - 3600, 0.6)])
+        values.add_history(Kind.GPU_UTIL, (namespace, "sm-busy", None), [Segment(now - 3 * 3600, now + 3600, 0)])
+        values.add_history(Kind.SM_ACTIVE, (namespace, "sm-busy", None), [Segment(now - 5400, now - 3600, 0.6)])
         values.add_history(Kind.CPU, (namespace, "cpu", "istio-proxy"), [Segment(now - 3 * 3600, now + 3600, 2.0)])
         values.add_history(Kind.CPU, (namespace, "cpu", "app"), [Segment(now - 5400, now - 3600, 0.3)])
 
@@ -250,3 +258,19 @@ def test_busy_groups_carry_only_their_peak_and_every_verdict_stays(history: Hist
                               (IdleCpu(fraction_of_request=level, window=WINDOW, min_pod_age=WINDOW),
                                cpu(fraction=level))):
             assert judge_cpu(pod, slim, trigger, history.at).state == judge_cpu(pod, whole, trigger, history.at).state
+
+
+def test_busy_on_sm_activity_at_zero_gpu_util_is_not_idle(history: History) -> None:
+    util, sm = _gpu(history), _gpu(history, SM_ACTIVE)
+    key = history.key("sm-busy")
+    assert [s.peak for s in util.pods[key]] == [0.0]
+    assert [s.peak for s in sm.pods[key]] == [pytest.approx(0.6)]
+    pod = _pod_view(history, "sm-busy", 1)
+    alone = IdleGpu(threshold=5.0, window=WINDOW, min_pod_age=WINDOW)
+    assert judge_gpu(pod, util, alone, history.at).state is m.State.FIRES  # what one signal would conclude
+    both = IdleGpu(threshold=5.0, window=WINDOW, min_pod_age=WINDOW, also=((GpuSignal.SM_ACTIVE, 0.05),))
+    verdict = SignalsJudge({(GPU_UTIL, WINDOW): util, (SM_ACTIVE, WINDOW): sm}, both, history.at)(pod)
+    assert verdict.state is m.State.CLEAR, verdict.why
+    # The idle pod stays idle on both: no SM activity series make it busy by themselves.
+    assert SignalsJudge({(GPU_UTIL, WINDOW): util, (SM_ACTIVE, WINDOW): sm}, both,
+                        history.at)(_pod_view(history, "idle", 2)).state is m.State.FIRES
