@@ -78,6 +78,7 @@ DEFAULTS: Final[Mapping[Kind, float]] = {
     Kind.GHOST_GPU: 0,
     Kind.POD_UID: 0,
 }
+_FLAGS = frozenset({Kind.POD_UID})  # how the exporter runs, not what it measured
 ALL_NODES: Final = "*"  # the POD_UID key of every node; a node's own setting beats it
 _POD_KINDS = frozenset({Kind.GPU_UTIL, Kind.GR_ENGINE_ACTIVE, Kind.SM_ACTIVE, Kind.POWER, Kind.CPU})
 _GPU_KINDS = frozenset({Kind.GPU_UTIL, Kind.GR_ENGINE_ACTIVE, Kind.SM_ACTIVE, Kind.POWER})
@@ -273,6 +274,11 @@ class Values(ValueSetters):
             self._points = None
 
     def _reset(self, now: float) -> None:
+        # The exporter's flags are forgotten, past included: a later backfill of the same stretch
+        # (another test's pods in the shared sandbox) renders as if they had never been set.
+        for store in (self._live, self._history):
+            for ident in [i for i in store if i[0] in _FLAGS]:
+                del store[ident]
         for changes in self._live.values():
             changes.append((now, None))
         for ident, segs in list(self._history.items()):

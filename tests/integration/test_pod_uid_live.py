@@ -28,7 +28,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from devenv.exporters.server import ValuesControl
-from devenv.exporters.values import ALL_NODES, Kind, Segment
+from devenv.exporters.values import Kind, Segment
 from devenv.history import prometheus_with_history
 from devenv.nodes import STARTED_AT
 from devenv.procs import wait_until
@@ -91,7 +91,7 @@ def test_a_recreated_pod_is_never_judged_on_its_predecessors_samples(sandbox, ku
         wait_until(lambda: set(_running(core, namespace)) == set(NAMES), timeout=60, what="both pods Running")
         old = {name: pod.metadata.uid for name, pod in _running(core, namespace).items()}
 
-        values.add_history(Kind.POD_UID, (ALL_NODES,), [Segment(now - 4 * 3600, now + 3600, 1)])
+        values.add_history(Kind.POD_UID, (NODE,), [Segment(now - 4 * 3600, now + 3600, 1)])
         values.add_history(Kind.GPU_UTIL, (namespace, "nb-0", None), [Segment(now - 3 * 3600, now + 3600, 0)])
         values.add_history(Kind.GPU_UTIL, (namespace, "nb-1", None), [Segment(now - 5400, now - 3600, 80)])
         server, report = prometheus_with_history(kube, sandbox.exporters_url, step=15, work_dir=sandbox.run_dir)

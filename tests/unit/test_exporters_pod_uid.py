@@ -7,7 +7,8 @@ Aspects covered:
   each pod's series carry its UID, after `pod` (the attributes are sorted by name); unassigned
   GPUs carry no pod labels at all;
 - a timeline like every value: a history segment turns it on for a stretch of the past, so a
-  backfill and a live scrape agree, and the render cache re-renders when it changes;
+  backfill and a live scrape agree, and the render cache re-renders when it changes; a reset
+  forgets it, past included (a flag, not a counter);
 - after scraping: behind a ServiceMonitor the label stays `pod_uid` (no target label of that
   name), and becomes `exported_pod_uid` only where a target label `pod_uid` clashes;
 - a re-created pod of the same name gets its new UID.
@@ -67,6 +68,19 @@ def test_a_history_segment_switches_it_for_a_stretch() -> None:
     assert uids(values, at=T0 - 4000)[0] is None and uids(values, at=T0)[0] is None
     restored = Values.from_json(values.to_json())
     assert uids(restored, at=T0 - 1800)[0] == "uid-a"
+
+
+def test_a_reset_forgets_the_switch_past_too() -> None:
+    """The switch is the exporter's flag, not a counter: after a reset (a sandbox test's teardown)
+    the next backfill of the same past renders no `pod_uid`, or every later test in the shared
+    sandbox would find its pods' series half labelled."""
+    values = Values(clock=lambda: T0)
+    values.add_history(Kind.POD_UID, (ALL_NODES,), [Segment(T0 - 4 * 3600, T0 + 3600, 1)])
+    values.set_pod_uid(node=NODE.name)
+    values.add_history(Kind.GPU_UTIL, ("ml", "nb-0", None), [Segment(T0 - 3600, T0 + 3600, 40)])
+    values.reset()
+    assert uids(values, at=T0 - 1800) == [None, None] and uids(values, at=T0 + 60) == [None, None]
+    assert values.resolve(Kind.GPU_UTIL, ("ml", "nb-0", None), T0 - 1800) == 40  # the rest of the past is kept
 
 
 def test_the_render_cache_follows_the_switch() -> None:
