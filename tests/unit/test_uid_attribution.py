@@ -32,7 +32,7 @@ from janitor.decide.plain import plain
 from janitor.decide.plan import silent_gpu_pods
 from janitor.decide.reasons import Code
 from janitor.decide.triggers.idle import judge_gpu
-from janitor.decide.triggers.signals import SignalsJudge
+from janitor.decide.triggers.signals import SignalsJudge, left_of
 from janitor.observe.answers import QueryResult, Series
 from janitor.observe.evidence import fold_gpu
 from janitor.observe.prometheus import HONOR_LABELS, SERVICE_MONITOR
@@ -165,6 +165,18 @@ def test_several_signals_never_idle_on_a_predecessor() -> None:
     assert mixed.state is State.UNKNOWN and mixed.why.code is Code.UID_MIXED
     busy = SignalsJudge(several(GPU_UTIL=(gpu(90, NEW),), SM_ACTIVE=(gpu(0.0, OLD),)), trigger, NOW)(nb0())
     assert busy.state is State.CLEAR  # its own use on another signal counts
+    # Its own busy samples on a signal whose other series carry another UID: use, all the same.
+    own_busy = SignalsJudge(several(GPU_UTIL=(gpu(90, NEW), gpu(0, OLD)), SM_ACTIVE=(gpu(0.0, NEW),)), trigger,
+                            NOW)(nb0())
+    assert own_busy.state is State.CLEAR, own_busy.why
+    # Unknown, it still says which signal its node does not export (the in-use check reads
+    # GPU_UTIL beside a policy that read no work signal on the pod).
+    elsewhere = replace(gpu(0.0, "other-pod"), node="gpu-node-9")
+    unsure = SignalsJudge({**several(GPU_UTIL=(gpu(0, NEW), gpu(0, OLD))),
+                           (str(SM), 2 * H): GpuEvidence(replace(WINDOW, signal=str(SM)), {
+                               PodKey("ml", "other"): (elsewhere,)})}, trigger, NOW)(nb0())
+    assert unsure.state is State.UNKNOWN and unsure.why.code is Code.UID_BESIDE
+    assert [x[0] for x in left_of(unsure)] == [str(SM)]
     # Another UID's busy series beside its own idle ones: not its own use, nor its idleness.
     beside = SignalsJudge(several(GPU_UTIL=(gpu(0, NEW), gpu(90, OLD)), SM_ACTIVE=(gpu(0.0, NEW), gpu(0.9, OLD))),
                           trigger, NOW)(nb0())

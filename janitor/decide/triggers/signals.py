@@ -102,6 +102,8 @@ class SignalsJudge:
                 left.append(Left(signal, ON_MIG))
             elif mine.doubt is not None:  # not left out: its samples are there, whose they are is unknown
                 doubt = doubt or mine.doubt
+                if len(series) == pod.gpus == len({s.gpu for s in series}):
+                    present.append((signal, threshold, judge, series))  # its own busy samples still count
             elif not series and self._not_on(signal, judge, pod):
                 left.append(Left(signal, NOT_EXPORTED))
             elif len(series) != pod.gpus or len({s.gpu for s in series}) != len(series):
@@ -114,7 +116,7 @@ class SignalsJudge:
             else:
                 present.append((signal, threshold, judge, series))
         if not present:
-            return PodJudgement(pod.ref, State.UNKNOWN, doubt or why(
+            return PodJudgement(pod.ref, State.UNKNOWN, _noting(doubt, left) if doubt else why(
                 Code.NO_SIGNAL, signals=self.names, left=left_words(left), limits=self.limits,
                 lost=tuple((str(x.signal), x.code, x.detail) for x in left)))
         gpus = {s.gpu for s in present[0][3]}
@@ -152,7 +154,7 @@ class SignalsJudge:
         first = present[0][3] if present[0][0] is self.trigger.signal else ()
         peaks = {s.gpu: s.peak for s in first}
         if unsure is not None and not busy:
-            return PodJudgement(pod.ref, State.UNKNOWN, unsure, peaks=peaks)
+            return PodJudgement(pod.ref, State.UNKNOWN, _noting(unsure, left), peaks=peaks)
         idle = tuple(g for g in gpus if g not in busy) if unsure is None else ()
         facts: dict[str, Fact] = {
             "limits": self.limits, "window": self.trigger.window, "readings": tuple(readings),
@@ -186,6 +188,14 @@ def _unread(judge: GpuJudge) -> Reason | None:
 def several(trigger: IdleGpu) -> bool:
     """Whether the trigger needs this judge: several signals, or power (judged against idle power)."""
     return bool(trigger.also) or trigger.signal.relative
+
+
+def _noting(reason: Reason, left: Sequence[Left]) -> Reason:
+    """`reason` with the signals left out as a fact: an unknown verdict still says what was not
+    read (the in-use check reads GPU_UTIL beside a policy that read no work signal)."""
+    if not left or reason.fact("left") is not None:
+        return reason
+    return replace(reason, facts=(*reason.facts, ("left", tuple((str(x.signal), x.code, x.detail) for x in left))))
 
 
 def left_of(judgement: PodJudgement) -> tuple[tuple[str, str, str], ...]:
