@@ -105,7 +105,10 @@ API = {"Deployment": "apps/v1", "ReplicaSet": "apps/v1", "StatefulSet": "apps/v1
        "Namespace": "v1"}
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "Job", "CronJob", "Notebook", "Pod", "DaemonSet")
 MARK_STATES = ("none", "warned", "unwarned", "in-flight", "partial", "copy", "user-expires", "malformed")
-SIGNAL_MAX = {str(GpuSignal.GPU_UTIL): 100.0, str(GpuSignal.GR_ENGINE_ACTIVE): 1.0}
+SIGNAL_MAX = {str(s): s.maximum for s in GpuSignal if not s.relative}
+IDLE_WATTS, BUSY_WATTS = 55.0, 400.0  # the generated GPUs' draw, idle and at full load
+IDLE_POWER = (("NVIDIA A100*", IDLE_WATTS),)  # what a policy reading power is told
+MODELS = ("NVIDIA A100-SXM4-80GB", "Tesla T4")  # the second: a model the policies give no idle power for
 GPU_STEP = datetime.timedelta(seconds=15)
 CPU_STEP = datetime.timedelta(minutes=1)
 
@@ -129,6 +132,11 @@ class Use:
     cpu_coverage: float = 1.0
     absent: bool = False  # no series at all (a scrape gap)
     doubt: str = ""  # what is wrong with the samples: DOUBTS (the GPUs are MIG slices with "mig")
+    # Per signal, what it reads where that differs from `gpu` (a hung job: GPU_UTIL full, SM idle).
+    signals: tuple[tuple[str, float], ...] = ()
+    missing: tuple[str, ...] = ()  # signals with no series for this pod while its node exports them
+    unexported: tuple[str, ...] = ()  # signals its node exports for no pod (the PROF fields are off by default)
+    model: str = MODELS[0]
     uids: str = ""  # the exporter's pod UID labels: UIDS
     predecessor: float | None = None  # with UID labels: a pod of the same name before it, its peak per GPU
 
@@ -284,13 +292,16 @@ class Cluster:
         gpu: dict[tuple[str, datetime.timedelta], GpuEvidence] = {}
         cpu: dict[tuple[datetime.timedelta, tuple[str, ...]], CpuEvidence] = {}
         running = [p for p in self.pods.values() if p.phase == "Running" and not p.use.absent]
+        off: dict[str | None, frozenset[str]] = {}  # per node, the signals it exports for no pod
+        for p in running:
+            off[p.node] = off.get(p.node, frozenset()) | set(p.use.unexported)
         for signal, span in sorted(need.gpu, key=str):
             key = f"gpu:{signal}:{span}"
             if key in self.unread:
                 continue
             window = EvidenceWindow(signal, span, GPU_STEP, at)
             gpu[(signal, span)] = GpuEvidence(window, failed="query timed out") if key in self.failing else \
-                GpuEvidence(window, {PodKey(p.namespace, p.name): _series(p, signal, window)
+                GpuEvidence(window, {PodKey(p.namespace, p.name): _series(p, signal, window, off[p.node])
                                      for p in running if p.gpus > 0})
         for span, ignored in sorted(need.cpu, key=str):
             key = f"cpu:{span}:{','.join(ignored)}"
@@ -373,8 +384,13 @@ class Cluster:
                     self.write(t.uid, changed, by_janitor=False)  # kube-controller-manager writes the copy
 
 
-def gpu_key(trigger: IdleGpu) -> str:
-    return f"gpu:{trigger.signal}:{trigger.window}"
+def gpu_key(trigger: IdleGpu, signal: GpuSignal | None = None) -> str:
+    return f"gpu:{signal or trigger.signal}:{trigger.window}"
+
+
+def gpu_keys(trigger: IdleGpu) -> set[str]:
+    """The evidence keys of every signal the trigger reads."""
+    return {gpu_key(trigger, s) for s, _ in trigger.limits}
 
 
 def cpu_key(trigger: IdleCpu) -> str:
@@ -394,26 +410,38 @@ def quality(use: Use) -> Quality:
                    use.doubt == "nan")
 
 
-def _series(pod: Pod, signal: str, window: EvidenceWindow) -> tuple[GpuSeries, ...]:
+def _series(pod: Pod, signal: str, window: EvidenceWindow, unexported: frozenset[str]) -> tuple[GpuSeries, ...]:
     use = pod.use
+    if signal in use.missing or signal in unexported:
+        return ()
     samples = max(0, int(window.expected_at(SCRAPE) * use.gpu_coverage))
-    peaks = [None if f is None else f * SIGNAL_MAX[signal] for f in use.gpu[: pod.gpus]]
-    peaks += [0.0] * (pod.gpus - len(peaks))
+    level = dict(use.signals).get(signal)
+    fractions = use.gpu if level is None else (level,) * pod.gpus
+    peaks = [None if f is None else _reading(signal, f) for f in fractions[: pod.gpus]]
+    peaks += [_reading(signal, 0.0)] * (pod.gpus - len(peaks))
     if use.gpu_gap and peaks:
         peaks = peaks[:-1]
     mig = use.doubt == "mig"
     uid = pod.uid if use.uids else ""
-    own = tuple(GpuSeries(f"{i}/1" if mig else str(i), peak, samples, pod.node or "", quality(use), mig, uid=uid)
-                for i, peak in enumerate(peaks))
+    own = tuple(GpuSeries(f"{i}/1" if mig else str(i), peak, samples, pod.node or "", quality(use), mig, use.model,
+                          uid=uid) for i, peak in enumerate(peaks))
     if use.uids == "mixed" and own:  # the GPU's samples from before the restart, without a UID
-        own += (replace(own[0], peak=0.0, samples=samples // 2, uid=""),)
+        own += (replace(own[0], peak=_reading(signal, 0.0), samples=samples // 2, uid=""),)
     if not use.uids or use.predecessor is None:
         return own
     # A pod of the same name before this one (a StatefulSet's pod re-created): its own UID, a clean
     # series over the whole window on every GPU, idle or busy. It says nothing about this pod.
-    before = use.predecessor * SIGNAL_MAX[signal]
+    before = _reading(signal, use.predecessor)
     return own + tuple(GpuSeries(f"{i}/1" if mig else str(i), before, window.expected_at(SCRAPE), pod.node or "",
-                                 Quality(SCRAPE, SCRAPE), mig, uid=f"{pod.uid}-before") for i in range(pod.gpus))
+                                 Quality(SCRAPE, SCRAPE), mig, use.model, uid=f"{pod.uid}-before")
+                       for i in range(pod.gpus))
+
+
+def _reading(signal: str, fraction: float) -> float:
+    """What the exporter reports for a GPU doing `fraction` of its most on this signal."""
+    if signal == str(GpuSignal.POWER):
+        return IDLE_WATTS + fraction * (BUSY_WATTS - IDLE_WATTS)
+    return fraction * SIGNAL_MAX[signal]
 
 
 def _cpu(pod: Pod, sidecar_ignored: bool, expected: int) -> CpuUsage:
@@ -451,8 +479,19 @@ def idle_gpu(draw: st.DrawFn) -> IdleGpu:
     signal = draw(one_of((GpuSignal.GPU_UTIL, GpuSignal.GR_ENGINE_ACTIVE)))
     top = SIGNAL_MAX[str(signal)]
     window = draw(one_of((H, 2 * H)))
-    return IdleGpu(signal, draw(one_of((0.05 * top, 0.5 * top))), window,
-                   draw(one_of((0.8, 0.5))), draw(one_of((H, 2 * H, 3 * H))))
+    low = draw(one_of((True, False)))
+    coverage, age = draw(one_of((0.8, 0.5))), draw(one_of((H, 2 * H, 3 * H)))
+    # The other signals it reads (as labs that enabled the PROF fields write them): chosen by what
+    # was drawn, not drawn (see `with_signals`).
+    extra = ALSO[(low + 2 * (window == H) + 4 * (coverage == 0.8) + 3 * int(age / H)) % len(ALSO)]
+    also = tuple((s, (1.2 if low else 3.0) if s.relative else (0.05 if low else 0.5) * s.maximum)
+                 for s in extra if s is not signal)
+    return IdleGpu(signal, (0.05 if low else 0.5) * top, window, coverage, age, also=also,
+                   idle_power=IDLE_POWER if any(s.relative for s, _ in also) else ())
+
+
+ALSO: tuple[tuple[GpuSignal, ...], ...] = ((), (), (), (GpuSignal.SM_ACTIVE, GpuSignal.POWER), (GpuSignal.POWER,),
+                                           (GpuSignal.MEM_COPY,), (GpuSignal.GR_ENGINE_ACTIVE, GpuSignal.SM_ACTIVE))
 
 
 @st.composite
@@ -655,6 +694,38 @@ def with_uids(use: Use, serial: int, *, idle: bool) -> Use:
     return replace(use, uids=uids, predecessor=(None, 0.0, 0.97)[serial // 5 % 3] if uids else None)
 
 
+_SM, _GR, _UTIL, _POWER = (str(s) for s in (GpuSignal.SM_ACTIVE, GpuSignal.GR_ENGINE_ACTIVE, GpuSignal.GPU_UTIL,
+                                             GpuSignal.POWER))
+_A100, _T4 = MODELS
+_Story = tuple[tuple[tuple[str, float], ...], tuple[str, ...], tuple[str, ...], str]
+_PLAIN: _Story = ((), (), (), _A100)
+# (signals that read otherwise, signals missing for the pod, signals its node exports for no pod,
+# GPU model): where the signals disagree (a job hung in a collective, SM activity while GPU_UTIL
+# reads 0, power alone above idle, a PROF field stuck at 0 under load), a series lost for one pod,
+# a node without the PROF fields or without SM activity, a GPU model the policies give no idle
+# power for.
+_ODD: tuple[_Story, ...] = (
+    (((_UTIL, 1.0), (_SM, 0.01), (_GR, 0.01), (_POWER, 0.01)), (), (), _A100),
+    (((_UTIL, 0.0), (_SM, 0.6)), (), (), _A100), (((_POWER, 0.6),), (), (), _A100),
+    (((_UTIL, 0.6), (_GR, 0.0), (_SM, 0.0)), (), (), _A100), ((), (_SM,), (), _A100),
+    ((), (), (_SM, _GR), _A100), ((), (), (_SM,), _A100), ((), (), (), _T4),
+    (((_UTIL, 0.0), (_SM, 0.6)), (), (_GR,), _T4))
+# Idle pods stay idle on GPU_UTIL, some on a node that lacks a signal, some in use on SM activity
+# or power alone (what only a policy reading several signals sees).
+_IDLE_STORIES = (_PLAIN,) * 8 + tuple(s for s in _ODD if s[2] and not s[0]) + _ODD[1:3]
+_STORIES = (_PLAIN,) * 3 + _ODD
+
+
+def with_signals(use: Use, serial: int, *, idle: bool) -> Use:
+    """What each GPU signal reads where that differs from GPU_UTIL (see `_ODD`), by the pod's
+    serial like `with_uids` (a draw more would change the clusters the default run is known to
+    reach), on a cycle prime to its."""
+    stories = _IDLE_STORIES if idle else _STORIES
+    # Scrambled: serials step in patterns (a chain's objects, then its pods) a plain modulus follows.
+    signals, missing, unexported, model = stories[(serial * 2654435761) % 2**32 // 7 % len(stories)]
+    return replace(use, signals=signals, missing=missing, unexported=unexported, model=model)
+
+
 POD_STORIES = ("running",) * 5 + ("crash-looping",) * 3 + ("restarted", "pending", "pending", "starting", "gated",
                                                             "never-fits", "stuck-terminating", "stuck-terminating",
                                                             "succeeded")
@@ -706,7 +777,7 @@ def pods(draw: st.DrawFn, cluster: Cluster, namespace: str, name: str, controlle
     if draw(ints(0, 5)) == 0:
         notes[ann.OPT_OUT] = "true"
     uid = cluster.new_uid(f"pod-{name}")
-    use = with_uids(draw(uses(gpus, idle=calm)), cluster.serial, idle=calm)
+    use = with_signals(with_uids(draw(uses(gpus, idle=calm)), cluster.serial, idle=calm), cluster.serial, idle=calm)
     if calm and draw(ints(0, 4)) == 0:  # mixed signals: one GPU busy beside an idle one, or busy on one signal only
         mixed = draw(one_of(("one-gpu", "gpu-not-cpu", "cpu-not-gpu")))
         use = replace(use, gpu=(0.97,) + use.gpu[1:] if mixed != "cpu-not-gpu" else use.gpu,
@@ -871,13 +942,37 @@ def clusters(draw: st.DrawFn, policies: Sequence[Policy], *, profile: str = "any
                           for n in cluster.nodes for agent in [draw(agents(cluster, n.name,
                                                                            stuck=theme in STORIES["stuck"]))])
     if not calm:
-        keys = sorted({gpu_key(g) for p in policies if (g := p.trigger(IdleGpu))} |
+        keys = sorted({k for p in policies if (g := p.trigger(IdleGpu)) for k in gpu_keys(g)} |
                       {cpu_key(c) for p in policies if (c := p.trigger(IdleCpu))})
         if keys:
             cluster.failing = set(draw(st.sets(st.sampled_from(keys), max_size=1)))
             cluster.unread = set(draw(st.sets(st.sampled_from(keys), max_size=1))) if draw(ints(0, 5)) == 0 \
                 else set()
+        if cluster.serial % 3 == 0:  # by the serial, after every draw: the draws stay as they were
+            older_mark_opted_out(cluster, policies)
     return cluster
+
+
+def older_mark_opted_out(cluster: Cluster, policies: Sequence[Policy]) -> None:
+    """A workload that opted out after a policy honouring opt-outs marked it, its deadline still in
+    janitor/expires (an older janitor's mark), beside a pod whose owner is being deleted: the
+    namespace's coverage is unsure, so the mark stays and only its deadline may move out of
+    kube-janitor's reach."""
+    honouring = [p.name for p in policies if p.lifecycle.honour_opt_out]
+    marked = sorted((t for t in cluster.objects.values() if t.kind != "ConfigMap" and ann.DEADLINE in t.annotations
+                     and t.annotations.get(ann.MARKED_UID) == t.uid), key=lambda t: t.uid)
+    if not honouring or not marked:
+        return
+    chosen = marked[cluster.serial % len(marked)]
+    chosen.annotations[ann.EXPIRES] = chosen.annotations.pop(ann.DEADLINE)
+    chosen.annotations[ann.POLICY] = honouring[0]
+    chosen.annotations[ann.OPT_OUT] = "true"
+    going = Thing("ReplicaSet", chosen.namespace, f"{chosen.name}-going", cluster.new_uid("replicaset"), NOW - 3 * DAY,
+                  deleting=True)
+    cluster.objects[going.uid] = going
+    uid = cluster.new_uid("pod")
+    cluster.pods[uid] = Pod(chosen.namespace, f"{going.name}-0", uid, going.owner_ref(), "cpu-1", "Running",
+                            NOW - 3 * DAY, 0, NOW - 3 * DAY)
 
 
 AUTOSCALED = Autoscaling(("cluster-autoscaler's status ConfigMap kube-system/cluster-autoscaler-status",),
@@ -979,7 +1074,10 @@ def cases(draw: st.DrawFn, *profiles: str) -> Case:
     allowed = profile == "volumes-allowed"
     # "due" Deployments, mostly kept by GitOps or KEDA, under a first policy that scales them to zero
     reclaims = profile == "reclaims"
-    profile = "due" if releases or volumes or reclaims else profile
+    # "due", under a first policy reading GPU_UTIL, SM activity and power, with pods in use on SM
+    # activity or power alone beside idle ones: what a policy reading one signal misses
+    several = profile == "signals"
+    profile = "due" if releases or volumes or reclaims or several else profile
     calm = profile != "any"
     policies = draw(policy_sets())
     if calm:  # an idle policy first that matches everything (enforcing, mostly), so that reclaims come due
@@ -994,12 +1092,27 @@ def cases(draw: st.DrawFn, *profiles: str) -> Case:
         if reclaims:
             lifecycle = replace(first.lifecycle, action=PolicyAction.SCALE_TO_ZERO)
             mode = Mode.ENFORCE
+        if several:
+            gpu = next(t for t in triggers if isinstance(t, IdleGpu))
+            triggers = tuple(replace(gpu, signal=GpuSignal.GPU_UTIL, threshold=5.0, idle_power=IDLE_POWER, also=(
+                (GpuSignal.SM_ACTIVE, 0.05), (GpuSignal.POWER, 1.2))) if t is gpu else t for t in triggers)
+            mode = Mode.ENFORCE
         policies = (replace(first, mode=mode, match=Match(), triggers=triggers, lifecycle=lifecycle),) + policies[1:]
     settings = draw(plan_settings())
     if calm:
         settings = replace(settings, rails=replace(settings.rails, dry_run=False, caps=Caps(1000, 1000, 1000, 1000)))
     kinds = ("StatefulSet", "StatefulSet", "Job") if volumes else ("Deployment",) if reclaims else ()
-    return Case(draw(clusters(policies, profile=profile, kinds=kinds, managed=reclaims)), policies, settings)
+    cluster = draw(clusters(policies, profile=profile, kinds=kinds, managed=reclaims))
+    if several:
+        for pod in cluster.pods.values():  # every other GPU pod in use on SM activity or power alone
+            if pod.gpus and not pod.use.signals and serial_of(pod) % 2:
+                pod.use = replace(pod.use, signals=_ODD[1 + serial_of(pod) // 2 % 2][0])
+    return Case(cluster, policies, settings)
+
+
+def serial_of(pod: Pod) -> int:
+    """The pod's serial in its cluster (its UID ends with it)."""
+    return int(pod.uid.rsplit("-", 1)[-1])
 
 
 # -- between cycles -------------------------------------------------------------------------------------
@@ -1124,7 +1237,7 @@ class Simulator:
         """One cycle: read, plan, check, act, write and send; then what happens until the next one."""
         failing = set(self.cluster.failing)
         if step.failing:
-            self.cluster.failing |= {gpu_key(t) for p in self.policies if (t := p.trigger(IdleGpu))}
+            self.cluster.failing |= {k for p in self.policies if (t := p.trigger(IdleGpu)) for k in gpu_keys(t)}
         observation = self.observe()
         planned = self.plan(observation, self.policies, self.ledger, self.now, self.settings)
         check(self, planned, observation)

@@ -147,6 +147,8 @@ CYCLES = 0  # plan() and still_due() calls so far
 REACHED: Counter[str] = Counter()
 SITUATIONS = {
     "busy on a signal only an in-use check reads": 1,
+    "in use on a signal beside GPU_UTIL": 1,
+    "idle beside a signal its node does not export": 1,
     "released by the owner, acted on": 1,
     "a release that answers nothing in force, not acted on": 1,
     "a new owner warned after the old one was": 1,
@@ -387,7 +389,8 @@ def reads_work(policy: Policy, unit: Unit, observation: Observation) -> bool:
     """docs/policies.md, "Several signals": an enforcing idle-GPU policy stands in for the in-use
     check's GPU_UTIL only where it read a signal showing any kernel at work (GPU_UTIL or a PROF
     field) on every GPU pod: not with memory copy or power alone, nor where its node exports none of
-    its work signals, nor on a MIG slice none of them measures."""
+    its work signals, nor on a MIG slice none of them measures. A pod too young for the window is
+    judged by neither."""
     trigger = policy.trigger(IdleGpu)
     if trigger is None:
         return True
@@ -404,7 +407,11 @@ def reads_work(policy: Policy, unit: Unit, observation: Observation) -> bool:
             return False
         return bool(series) or any(s.node == pod.node for ss in evidence.pods.values() for s in ss)
 
-    return bool(work) and all(any(read_on(p, s) for s in work) for p in JUDGED[TriggerKind.IDLE_GPU](unit))
+    def young(pod: PodView) -> bool:  # the in-use check judges it no sooner, over the same window
+        return pod.started is None or observation.at is None or \
+            observation.at - pod.started < max(trigger.window, trigger.min_pod_age)
+
+    return bool(work) and all(young(p) or any(read_on(p, s) for s in work) for p in JUDGED[TriggerKind.IDLE_GPU](unit))
 
 
 def usage_readers(policies: Sequence[Policy], unit: Unit, observation: Observation) -> list[tuple[TriggerKind, Policy]]:
@@ -443,6 +450,7 @@ def in_use(observation: Observation, policies: Sequence[Policy], plan_settings: 
                     assert g is not None
                     on = gpu_in_use(pod, evidence.gpu, g, now)
                     used = on is not None
+                    REACHED["in use on a signal beside GPU_UTIL"] += used and on != str(GpuSignal.GPU_UTIL)
                 else:
                     c = policy.trigger(IdleCpu)
                     assert c is not None
@@ -620,6 +628,18 @@ def test_busy_beats_idle(case: Case, data: st.DataObject) -> None:
     """A workload in use on any signal a governing policy reads, in any mode, is never marked,
     warned, extended or reclaimed, loses its own mark; and the re-check right before acting never
     confirms a reclaim of a workload a fresh read finds in use."""
+    check_busy_beats_idle(case, data)
+
+
+@examples(1.0)
+@given(case=cases("signals"), data=st.data())
+def test_busy_on_any_signal_beats_idle(case: Case, data: st.DataObject) -> None:
+    """The same where the policy reads GPU_UTIL, SM activity and power, and pods are in use on SM
+    activity or power alone while GPU_UTIL reads 0 (docs/policies.md, "Several signals")."""
+    check_busy_beats_idle(case, data)
+
+
+def check_busy_beats_idle(case: Case, data: st.DataObject) -> None:
     for observation, planned, now in cycles(case):
         assert_untouched_while_busy(in_use(observation, case.policies, case.settings, now), planned, observation)
 
@@ -675,6 +695,14 @@ def test_doubtful_evidence_is_never_idle(case: Case) -> None:
                             f"{finding.subject} idle beside another UID's series of its name: {finding.why}"
                         judged_on += [(signal, s) for s in own]
                     assert judged_on, f"{finding.subject} idle on no signal: {finding.why}"
+                    for signal, _ in g.limits:  # a signal not read: its node exports it for no pod
+                        read = observation.evidence.gpu[(str(signal), g.window)].pods
+                        if read.get(key) or judged.state is not State.FIRES:
+                            continue
+                        exported = [k for k, ss in read.items() if any(s.node == pod.node for s in ss)]
+                        assert not exported, f"{finding.subject} idle without {signal}, which its node " \
+                                             f"{pod.node} exports for {exported}: {finding.why}"
+                        REACHED["idle beside a signal its node does not export"] += 1
                     for _, s in judged_on:
                         assert not doubtful(s.quality, g), f"{finding.subject} idle on {s}: {finding.why}"
                 else:
