@@ -134,6 +134,6 @@ def _with_mapped_gpus(workload: Workload, observation: Observation, check: Polic
     evidence = observation.evidence.gpu.get((str(trigger.signal), trigger.window)) if trigger else None
     if evidence is None or evidence.failed:
         return workload
-    pods = tuple(replace(p, gpus=len({s.gpu for s in series})) if p.gpus == 0 and (series := evidence.pods.get(
+    pods = tuple(replace(p, gpus=len(series)) if p.gpus == 0 and (series := evidence.pods.get(
         PodKey(p.ref.namespace or "", p.ref.name), ())) else p for p in workload.pods)
     return workload if pods == workload.pods else replace(workload, pods=pods)

@@ -244,8 +244,17 @@ class Groups(Generic[_K]):
             stats = self.stats.setdefault(k, {})
             # Two groups of the answer under one key (a label the key leaves out told them apart: an
             # exporter restarted behind a relabelling that adds its own pod UID) merge towards use
-            # and doubt, never towards idle: the higher peak and staleness, the fewer samples.
-            stats[stat] = value if stat not in stats else _MERGE[stat](stats[stat], value)
+            # and doubt, never towards idle: the higher usable peak (one that is no number hides no
+            # use, and leaves the other's idleness in doubt), staleness, the fewer samples.
+            if stat not in stats:
+                stats[stat] = value
+            elif stat == "peak":
+                usable = [v for v in (_number(stats[stat]), _number(value)) if v is not None]
+                if len(usable) < 2:
+                    stats["nonfinite"] = 1.0
+                stats[stat] = max(usable) if usable else value
+            else:
+                stats[stat] = _MERGE[stat](stats[stat], value)
 
     def of(self, result: QueryResult) -> Groups[_K]:
         """These groups with the rows of a result already decoded into series added."""
@@ -256,8 +265,7 @@ class Groups(Generic[_K]):
 
 
 _STATS = ("peak", "count", "nonfinite", "stale", "points")
-_MERGE: dict[str, Callable[[float, float], float]] = {"peak": max, "count": min, "nonfinite": max, "stale": max,
-                                                      "points": min}
+_MERGE: dict[str, Callable[[float, float], float]] = {"count": min, "nonfinite": max, "stale": max, "points": min}
 
 
 def _interval(jobs: set[str], intervals: Intervals | None, fallback: timedelta | None) -> timedelta | None:

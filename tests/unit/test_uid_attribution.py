@@ -20,6 +20,7 @@ Aspects covered:
 from __future__ import annotations
 
 import datetime
+import math
 from dataclasses import replace
 
 import pytest
@@ -239,6 +240,23 @@ def test_two_groups_under_one_key_merge_towards_use(busy_first: bool) -> None:
     found = fold_gpu(answer(*(busy + idle if busy_first else idle + busy)), WINDOW, SERVICE_MONITOR)
     assert [(s.uid, s.peak, s.samples) for s in found.pods[KEY]] == [(NEW, 97.0, 6)]
     assert judge_gpu(nb0(), found, IdleGpu(), NOW).state is State.CLEAR
+
+
+@pytest.mark.parametrize("unusable", [math.nan, 9.223372036854775e18])
+@pytest.mark.parametrize("busy_first", [True, False])
+def test_a_merged_peak_beside_an_unusable_one_stays_busy(unusable: float, busy_first: bool) -> None:
+    """One group's peak a NaN or a DCGM sentinel, the other's 97: the GPU is busy (a peak that is no
+    number hides no use); an idle peak beside an unusable one is no idle GPU."""
+    pod = {"exported_namespace": "ml", "exported_pod": "nb-0", "exported_pod_uid": NEW}
+    odd = [row(stat, v, **pod, pod_uid="exporter-old") for stat, v in (("peak", unusable), ("count", 474),
+                                                                      ("points", 474))]
+    for other, expected in ((97, State.CLEAR), (0, State.UNKNOWN)):
+        rest = [row(stat, v, **pod, pod_uid="exporter-new") for stat, v in (("peak", other), ("count", 474),
+                                                                          ("points", 480))]
+        found = fold_gpu(answer(*(rest + odd if busy_first else odd + rest)), WINDOW, SERVICE_MONITOR,
+                         fallback=WINDOW.step)
+        verdict = judge_gpu(nb0(), found, IdleGpu(), NOW)
+        assert verdict.state is expected, (other, found.pods[KEY], verdict.why)
 
 
 # -- around the judges --------------------------------------------------------------------------------

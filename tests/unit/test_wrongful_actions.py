@@ -72,6 +72,7 @@ class Usage:
     gpu_peak: float | None = None  # percent, per GPU of each pod
     cpu_peak_cores: float | None = None
     gpu_uid: str = ""  # the pod UID label on the GPU series ("": none; "own": each pod's own)
+    gpu_split: bool = False  # GPU 0 also has a second, idle series (another host label: an exporter restart)
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,8 @@ def decide(objects: Sequence[ObjectView], pods: Sequence[PodView], policies: Seq
         for signal in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"):
             peak = usage.gpu_peak if usage.gpu_peak is None or signal.endswith("UTIL") else usage.gpu_peak / 100
             series = {PodKey(NS, pod.ref.name): tuple(GpuSeries(str(i), peak, 480, quality=SCRAPED, uid=(
-                pod.ref.uid if usage.gpu_uid == "own" else usage.gpu_uid)) for i in range(max(pod.gpus, 1)))
+                pod.ref.uid if usage.gpu_uid == "own" else usage.gpu_uid)) for i in range(max(pod.gpus, 1))) + (
+                (GpuSeries("0", 0.0, 480, "gpu-node-1b", quality=SCRAPED),) if usage.gpu_split else ())
                       for pod in pods} if peak is not None else {}  # dcgm-exporter maps a GPU to its pod
             gpu[(signal, window)] = GpuEvidence(EvidenceWindow(signal, window, step, now), series)
         usages = {PodKey(NS, pod.ref.name): CpuUsage(usage.cpu_peak_cores, 120, quality=SCRAPED)
@@ -361,3 +363,14 @@ def test_a_gpu_pod_that_requests_no_nvidia_gpu_is_still_read_whatever_uid_its_se
     due = with_notes(sts, mark(sts, policy="idle-cpu", marked_at=ago(hours=30), deadline=ago(hours=6),
                                warned_at=ago(hours=30)))
     assert decide([due], [pod], [cpu_policy()], Usage(gpu_peak=97.0, cpu_peak_cores=0.01, gpu_uid=label)).acted == {}
+
+
+def test_a_gpu_pod_that_requests_no_nvidia_gpu_is_busy_on_a_gpu_split_in_two_series() -> None:
+    """Its one GPU in two series (the exporter's host label changed within the window): the busy
+    half still counts, and a due idle-CPU mark is cancelled, not held for a later reclaim."""
+    sts = view("trainer", "StatefulSet")
+    pod = gpu_pod("trainer-0", sts, gpus=0)
+    due = with_notes(sts, mark(sts, policy="idle-cpu", marked_at=ago(hours=30), deadline=ago(hours=6),
+                               warned_at=ago(hours=30)))
+    decided = decide([due], [pod], [cpu_policy()], Usage(gpu_peak=97.0, cpu_peak_cores=0.01, gpu_split=True))
+    assert decided.acted == {} and decided.unmarked == frozenset({"trainer"})

@@ -120,17 +120,19 @@ class GpuJudge(_Judge):
         if not trigger.signal.covers_mig and (is_mig_pod(pod) or any(s.mig for s in series)):
             gpu = next((f"GPU {s.gpu}" for s in series if s.mig), "a GPU it requested")
             return PodJudgement(pod.ref, State.UNKNOWN, why(Code.MIG_SIGNAL, what=gpu, signal=signal))
-        if mine.doubt is not None:  # a predecessor's samples, or some that cannot be told from one's
-            # Its own samples above the threshold are use whatever the others are: busy beats unknown.
+        counted = None if len(series) == pod.gpus else why(Code.SERIES_COUNT, series=len(series), signal=signal,
+                                                                     gpus=pod.gpus)
+        if mine.doubt is not None or counted is not None:
+            # A predecessor's samples, some that cannot be told from one's, or more or fewer series
+            # than GPUs: its own samples above the threshold are use all the same (busy beats unknown).
             busy_own = sorted((s for s in series if s.peak is not None and s.peak > trigger.threshold), key=_GPU)
             if busy_own:
                 detail = ", ".join(f"GPU {s.gpu} peak {_fmt(s.peak)}" for s in busy_own)
                 return PodJudgement(pod.ref, State.CLEAR, why(Code.GPU_BUSY, **self._facts(detail, busy_own)), (),
                                     {s.gpu: s.peak for s in series})
-            return PodJudgement(pod.ref, State.UNKNOWN, mine.doubt, peaks={s.gpu: s.peak for s in series})
-        if len(series) != pod.gpus:
-            return PodJudgement(pod.ref, State.UNKNOWN,
-                                why(Code.SERIES_COUNT, series=len(series), signal=signal, gpus=pod.gpus))
+            if mine.doubt is not None:
+                return PodJudgement(pod.ref, State.UNKNOWN, mine.doubt, peaks={s.gpu: s.peak for s in series})
+            return PodJudgement(pod.ref, State.UNKNOWN, counted)
         distinct = self._distinct(pod, series)
         if distinct is not None:
             return distinct

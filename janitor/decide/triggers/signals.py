@@ -108,6 +108,8 @@ class SignalsJudge:
                 left.append(Left(signal, NOT_EXPORTED))
             elif len(series) != pod.gpus or len({s.gpu for s in series}) != len(series):
                 doubt = doubt or why(Code.SERIES_COUNT, series=len(series), signal=str(signal), gpus=pod.gpus)
+                if series:
+                    present.append((signal, threshold, judge, series))  # busy beats unknown; doubt leaves none idle
             elif signal.relative and (model := next((s.model for s in series if _value(signal, s, self.trigger)
                                                      is None and s.peak is not None), None)) is not None:
                 # Not left out: power is read where a PROF field reads 0 under load, and an unknown
