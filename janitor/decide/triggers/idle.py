@@ -132,6 +132,7 @@ class GpuJudge(_Judge):
                                     {s.gpu: s.peak for s in series})
             if mine.doubt is not None:
                 return PodJudgement(pod.ref, State.UNKNOWN, mine.doubt, peaks={s.gpu: s.peak for s in series})
+            assert counted is not None
             return PodJudgement(pod.ref, State.UNKNOWN, counted)
         distinct = self._distinct(pod, series)
         if distinct is not None:
