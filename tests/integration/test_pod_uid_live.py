@@ -20,7 +20,6 @@ Covered:
 from __future__ import annotations
 
 import time
-import uuid
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
@@ -74,16 +73,12 @@ def _view(pod: client.V1Pod) -> m.PodView:
                      None, NODE, "Running", pod.status.start_time, 1, (m.ContainerView("notebook", 1.0),))
 
 
-def test_a_recreated_pod_is_never_judged_on_its_predecessors_samples(sandbox, kube: client.ApiClient,
-                                                                     core: client.CoreV1Api) -> None:
-    namespace = f"pod-uid-live-{uuid.uuid4().hex[:6]}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    values = ValuesControl(sandbox.exporters_url)
+def test_a_recreated_pod_is_never_judged_on_its_predecessors_samples(
+        sandbox, kube: client.ApiClient, core: client.CoreV1Api, namespace: str,
+        exporter_values: ValuesControl) -> None:
+    values = exporter_values
     server = None
     try:
-        wait_until(lambda: any(sa.metadata.name == "default"
-                               for sa in core.list_namespaced_service_account(namespace).items),
-                   timeout=30, what="default ServiceAccount")
         now = time.time()
         started = datetime.fromtimestamp(now - 3 * 3600, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         for name in NAMES:
@@ -149,6 +144,4 @@ def test_a_recreated_pod_is_never_judged_on_its_predecessors_samples(sandbox, ku
     finally:
         if server is not None:
             server.stop()
-        values.reset()
-        core.delete_namespace(namespace)
 
