@@ -19,6 +19,7 @@ from janitor.decide.model import Action, Finding, ObjectRef, PodJudgement, Trigg
 from janitor.decide.plan import CyclePlan
 from janitor.decide.rails import Held
 from janitor.decide.reasons import Reason
+from janitor.decide.triggers import registry
 
 API_VERSION = "janitor/v1"
 Document = dict[str, Any]
@@ -70,7 +71,7 @@ def _pod(j: PodJudgement) -> Document:
 
 def finding(f: Finding) -> Document:
     doc: Document = {"trigger": str(f.trigger), "policy": f.policy, "mode": str(f.mode), "source": f.source or None,
-                     "subject": ref(f.subject), "verdict": f.word, "why": reason(f.reason), "known": f.known,
+                     "subject": ref(f.subject), "verdict": registry.word(f), "why": reason(f.reason), "known": f.known,
                      "owner": {"kind": str(f.owner.kind), "value": f.owner.value, "source": f.owner.source}}
     if f.trigger is TriggerKind.EXPIRY:
         doc.update(rule=f.rule, deadline=_time(f.deadline))

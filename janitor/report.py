@@ -13,6 +13,7 @@ from janitor import annotations as ann
 from janitor.decide.lifecycle import Change
 from janitor.decide.model import ActionType, Finding, ObjectRef, State, TriggerKind
 from janitor.decide.plan import CyclePlan
+from janitor.decide.triggers import registry
 from janitor.decide.triggers.idle import reclaim_by
 
 _VERDICT_ORDER = {"idle": 0, "partially-idle": 1, "unknown": 2, "too-young": 3, "busy": 4}
@@ -127,7 +128,7 @@ def explain(plan: CyclePlan, kind: str, namespace: str | None, name: str, target
     lines = [f"{ref} (uid {ref.uid})"]
     for f in (f for f in found if f.trigger is TriggerKind.EXPIRY):
         deadline = f" [deadline {f.deadline:%Y-%m-%dT%H:%M:%SZ}]" if f.deadline else ""
-        lines.append(f"  {f.rule:<8} {f.word.upper():<8} {f.why}{deadline}")
+        lines.append(f"  {f.rule:<8} {registry.word(f).upper():<8} {f.why}{deadline}")
     for action in plan.actions:
         if action.target.uid == ref.uid:
             lines.append(f"  => {action.type.upper()} now: {action.why}")
@@ -147,7 +148,7 @@ def explain_findings(findings: Sequence[Finding], failures: Sequence[str] = ()) 
     """Each policy's verdict on one workload, pod by pod, with the evidence behind it."""
     lines = []
     for f in findings:
-        lines.append(f"  {f.trigger:<8} {f.word.upper():<8} policy {f.policy} ({f.source or 'no source'}, "
+        lines.append(f"  {f.trigger:<8} {registry.word(f).upper():<8} policy {f.policy} ({f.source or 'no source'}, "
                      f"{f.mode}): {f.why}")
         lines.append(f"           owner: {f.owner} [{f.owner.source}]; GPUs held {f.gpus}, "
                      f"would reclaim {f.reclaim_gpu_hours:g} GPU-hours")
@@ -163,12 +164,12 @@ def explain_findings(findings: Sequence[Finding], failures: Sequence[str] = ()) 
 def idle_table(plan: CyclePlan) -> str:
     """Every policy's verdict per workload (shadow mode: reported only), and what enforcing would
     reclaim, in GPU-hours per policy and namespace."""
-    findings = [f for f in plan.findings if f.trigger not in (TriggerKind.EXPIRY, TriggerKind.TERMINATING)]
+    findings = [f for f in plan.findings if registry.marks(f)]
     rows = [
-        [f.policy, str(f.mode), str(f.trigger), str(f.workload) if f.workload else "(unknown workload)", f.word,
-         str(f.gpus), f"{f.reclaim_gpu_hours:g}", str(f.owner),
+        [f.policy, str(f.mode), str(f.trigger), str(f.workload) if f.workload else "(unknown workload)",
+         registry.word(f), str(f.gpus), f"{f.reclaim_gpu_hours:g}", str(f.owner),
          f.why + (f" [managed by {f.managed_by}]" if f.managed_by else "")]
-        for f in sorted(findings, key=lambda f: (_VERDICT_ORDER.get(f.word, 9), f.policy, str(f.workload)))
+        for f in sorted(findings, key=lambda f: (_VERDICT_ORDER.get(registry.word(f), 9), f.policy, str(f.workload)))
     ]
     lines = ["Idle policies (mode shadow: reported only; mode enforce: the lifecycle below):"]
     lines.append(table(rows, ["POLICY", "MODE", "TRIGGER", "WORKLOAD", "VERDICT", "GPUS", "GPU-H", "OWNER", "WHY"])

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from janitor.decide.model import Action, Finding, TriggerKind
 from janitor.decide.plan import CyclePlan
 from janitor.decide.rails import HoldReason
+from janitor.decide.triggers import registry as triggers
 from janitor.decide.triggers.idle import reclaim_by
 from janitor.decide.triggers.signals import coverage
 
@@ -66,15 +67,15 @@ def log_verdicts(findings: Sequence[Finding], before: Mapping[tuple[str, str, st
         if f.trigger is TriggerKind.EXPIRY:
             continue
         key = (f.policy, str(f.trigger), f.subject.uid)
-        verdict = now[key] = f.word
+        verdict = now[key] = triggers.word(f)
         was = before.get(key) if before is not None else None
         same = was == verdict
         if same and not debug:
             continue
         verdict_logger.log(logging.DEBUG if same else logging.INFO, "%s %s %s: %s (%s)", f.mode, f.policy,
-                           f.workload or "(unknown workload)", f.word, f.why,
+                           f.workload or "(unknown workload)", verdict, f.why,
                            extra={"shadow": f.mode == "shadow", "policy": f.policy, "trigger": str(f.trigger),
-                                  "verdict": f.word, "was": was, "object": str(f.workload) if f.workload else None,
+                                  "verdict": verdict, "was": was, "object": str(f.workload) if f.workload else None,
                                   "would_reclaim_gpu_hours": f.reclaim_gpu_hours})
     return now
 
@@ -185,8 +186,9 @@ class Telemetry:
     def observe_idle(self, findings: Sequence[Finding], failures: int, silent_nodes: Sequence[str]) -> None:
         """Gauges describe the current cycle only: cleared first so vanished workloads disappear."""
         self.idle_workloads.clear()
-        judged = [f for f in findings if f.trigger not in (TriggerKind.EXPIRY, TriggerKind.TERMINATING)]
-        for (policy, trigger, verdict), n in Tally((f.policy, str(f.trigger), f.word) for f in judged).items():
+        judged = [f for f in findings if triggers.marks(f)]
+        tally = Tally((f.policy, str(f.trigger), triggers.word(f)) for f in judged)
+        for (policy, trigger, verdict), n in tally.items():
             self.idle_workloads.labels(policy=policy, trigger=trigger, verdict=verdict).set(n)
         self.would_reclaim.clear()
         for (policy, namespace), hours in reclaim_by(findings).items():

@@ -46,11 +46,13 @@ from janitor.decide.deadlines import (
     kept_until,
     warning_deadline,
 )
-from janitor.decide.model import Action, ActionType, Finding, ObjectRef, ObjectView, State, TriggerKind
+from janitor.decide.model import Action, ActionType, Finding, ObjectRef, ObjectView, State
 from janitor.decide.notices import Notice, keep_command, resume_command
 from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import Workload, carries_mark, with_marks
+from janitor.decide.triggers import registry
+from janitor.decide.triggers.spec import Usage
 from janitor.decide.volumes import ClaimTemplates
 from janitor.policy.model import Action as PolicyAction
 from janitor.policy.model import Mode, Policy
@@ -208,7 +210,7 @@ def _notice(kind: NoticeKind, finding: Finding, case: _Case, policy: Policy, now
     return Notice(kind, view.ref, policy.name, finding.owner, str(policy.lifecycle.action), finding.reason, now,
                   deadline, keep_command(view.ref, cap) if warns else "",
                   resume_command(view.ref, policy.lifecycle.action, view.replicas, _also(case, policy)), finding.gpus,
-                  finding.condition,
+                  registry.condition(finding),
                   told, marked_at if warns else None, cap if warns else None,
                   volumes.fate(policy.lifecycle.action, case.claims),
                   volumes.lost_under(policy.lifecycle.action, case.claims) is not None,
@@ -257,9 +259,10 @@ def _copy(case: _Case, views: Mapping[str, ObjectView], now: datetime.datetime) 
 
 def _unsure(case: _Case, governing: Finding) -> Finding | None:
     """A usage finding that does not say idle, when an idle policy governs: it holds the workload."""
-    if not governing.trigger.reads_usage:
+    if registry.spec(governing.trigger).usage is not Usage.READS:
         return None
-    return next((f for f in case.findings if f.trigger.reads_usage and f.state is not State.FIRES), None)
+    return next((f for f in case.findings if registry.spec(f.trigger).usage is Usage.READS
+                 and f.state is not State.FIRES), None)
 
 
 def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetime, pace: _Pace,
@@ -268,7 +271,7 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
     view, mark = case.view, case.mark
     assert mark is not None
     ref, rv = view.ref, view.resource_version
-    condition = finding.condition
+    condition = registry.condition(finding)
     if mark.intent is not None:
         # Sent again if Slack does not have it: a warning names the deadline kept from now, not the mark's.
         named = warning_deadline(mark.deadline or now + policy.lifecycle.warn_before, case.kept,
@@ -391,7 +394,7 @@ def _new_marks(candidates: Sequence[tuple[_Case, Finding, Policy]], now: datetim
     marks = 0
     for case, finding, policy in sorted(candidates, key=lambda c: (-c[1].gpus, str(c[0].view.ref))):
         view = case.view
-        ref, owner, condition = view.ref, str(finding.owner), finding.condition
+        ref, owner, condition = view.ref, str(finding.owner), registry.condition(finding)
         if ann.EXPIRES in view.annotations:
             out.append(Change(Step.WAIT, ref, view.resource_version, policy.name,
                               why(Code.USERS_EXPIRES, condition=condition)))
@@ -471,7 +474,7 @@ def plan_lifecycle(
     order = {p.name: i for i, p in enumerate(policies)}
     per_subject: dict[str, list[Finding]] = defaultdict(list)
     for f in findings:
-        if f.known and f.trigger not in (TriggerKind.EXPIRY, TriggerKind.TERMINATING):
+        if f.known and registry.marks(f):
             per_subject[f.subject.uid].append(f)
     views: dict[str, ObjectView] = {o.ref.uid: o for o in objects}
     zones: dict[str, str | None] = {}
@@ -548,7 +551,7 @@ def _decide(case: _Case, views: Mapping[str, ObjectView], by_policy: Mapping[str
     mark, view = case.mark, case.view
     if mark is None and held.recorded(view):  # last cycle's reclaim: did it hold?
         return _check(case, now, held_after), None
-    in_use = next((f for f in case.findings if f.in_use), None)
+    in_use = next((f for f in case.findings if registry.in_use(f)), None)
     governing = _governing(case)
     if mark is None:
         if in_use is not None or governing is None or governing.state is not State.FIRES:

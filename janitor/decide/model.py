@@ -277,7 +277,8 @@ class SafetyLedger:
 
 
 class TriggerKind(StrEnum):
-    """Every trigger, keyed as policy files name them (`expiry` is the annotations' own path)."""
+    """Every trigger, keyed as policy files name them (`expiry` is the annotations' own path). What
+    each one reads, marks and says is its module's `TRIGGER` (decide.triggers.registry)."""
 
     EXPIRY = "expiry"
     IDLE_GPU = "idleGpu"
@@ -286,14 +287,9 @@ class TriggerKind(StrEnum):
     CRASH_LOOP = "crashLoop"
     TERMINATING = "terminating"
 
-    @property
-    def reads_usage(self) -> bool:
-        """Its finding says whether the workload is in use: busy here vetoes every other policy."""
-        return self in (TriggerKind.IDLE_GPU, TriggerKind.IDLE_CPU)
-
 
 class State(StrEnum):
-    """A trigger's verdict on what it judged (`word` gives the trigger's own word for it)."""
+    """A trigger's verdict on what it judged (`registry.word` gives the trigger's own word for it)."""
 
     FIRES = "fires"  # the condition holds: idle, stuck, crash-looping, stuck Terminating, expired
     PARTIAL = "partial"  # some GPUs idle, some busy: in use
@@ -302,21 +298,6 @@ class State(StrEnum):
     TOO_YOUNG = "too-young"  # not judged yet
     INVALID = "invalid"  # the annotation does not parse
     SKIPPED = "skipped"  # not this trigger's to judge here
-
-
-_WORDS = {
-    State.FIRES: "idle", State.PARTIAL: "partially-idle", State.CLEAR: "busy", State.UNKNOWN: "unknown",
-    State.TOO_YOUNG: "too-young", State.INVALID: "invalid", State.SKIPPED: "skip",
-}
-_EXPIRY_WORDS = {State.FIRES: "delete", State.CLEAR: "keep"}
-
-
-def word(trigger: TriggerKind, state: State) -> str:
-    """The verdict as plans, metrics and logs show it: idle/busy for the pod triggers (stuck or
-    not for pending and crash loops), delete/keep for expiry."""
-    if trigger is TriggerKind.EXPIRY:
-        return _EXPIRY_WORDS.get(state, _WORDS[state])
-    return _WORDS[state]
 
 
 class ActionType(StrEnum):
@@ -416,17 +397,3 @@ class Finding:
     def why(self) -> str:
         return str(self.reason)
 
-    @property
-    def word(self) -> str:
-        return word(self.trigger, self.state)
-
-    @property
-    def in_use(self) -> bool:
-        """Positive evidence of use on a usage signal: no policy marks or acts on this workload."""
-        return self.trigger.reads_usage and self.state in (State.CLEAR, State.PARTIAL)
-
-    @property
-    def condition(self) -> str:
-        """What the owner is told is wrong."""
-        return {TriggerKind.PENDING: "stuck Pending", TriggerKind.CRASH_LOOP: "crash-looping"}.get(
-            self.trigger, "idle")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import datetime
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -46,17 +46,9 @@ from janitor.decide.owners import DEFAULT_OWNER_KEYS, find_owner
 from janitor.decide.rails import Held, Rails, apply_rails, clock_skew, is_tripped
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import CronJobMode, Workload
-from janitor.decide.triggers import Trigger, crashloop, expiry, idle, pending, signals, terminating
+from janitor.decide.triggers import expiry, registry
 from janitor.policy.model import Mode, Policy
 
-# The pod triggers, in the order their findings are considered: (trigger, the pods it judges, findings).
-POD_TRIGGERS: tuple[tuple[TriggerKind, Callable[[Workload], Sequence[PodView]], Trigger], ...] = (
-    (TriggerKind.IDLE_GPU, idle.gpu_pods, signals.gpu_findings),
-    (TriggerKind.IDLE_CPU, idle.running, idle.cpu_findings),
-    (TriggerKind.PENDING, pending.pods, pending.findings),
-    (TriggerKind.CRASH_LOOP, crashloop.pods, crashloop.findings),
-    (TriggerKind.TERMINATING, terminating.pods, terminating.findings),
-)
 EXPIRY = Policy(EXPIRY_POLICY, (), description="janitor/ttl and janitor/expires (kube-janitor's annotations)",
                 mode=Mode.ENFORCE, source="annotations")
 _ENDLESS = datetime.datetime.max.replace(tzinfo=datetime.timezone.utc)
@@ -140,17 +132,18 @@ def _pod_triggers(workloads: Sequence[Workload], observation: Observation, polic
                   now: datetime.datetime) -> list[Finding]:
     found: list[Finding] = []
     governance = selection.Governance(policies)
-    for trigger, judged, findings in POD_TRIGGERS:
+    for trigger in registry.POD_TRIGGERS:
+        assert trigger.pods is not None and trigger.policy is not None
         governed: dict[str, tuple[Policy, list[Workload]]] = {}
         for workload in workloads:
-            if not workload.candidate and trigger is not TriggerKind.TERMINATING:
+            if not workload.candidate and not trigger.daemonsets:
                 continue  # DaemonSet pods: only their stuck Terminating pods are reported
-            pods = judged(workload)
-            policy = governance.governing(trigger, workload, pods) if pods else None
+            pods = trigger.pods(workload)
+            policy = governance.governing(trigger.policy, workload, pods) if pods else None
             if policy is not None:
                 governed.setdefault(policy.name, (policy, []))[1].append(workload)
         for policy, members in governed.values():
-            found.extend(findings(members, observation, policy, now))
+            found.extend(trigger.findings(members, observation, policy, now))
     return found
 
 

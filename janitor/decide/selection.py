@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from janitor import annotations as ann
-from janitor.decide.model import NamespaceView, ObjectRef, ObjectView, Observation, OwnerRef, PodView, TriggerKind
+from janitor.decide.model import NamespaceView, ObjectRef, ObjectView, Observation, OwnerRef, PodView
 from janitor.decide.owners import DEFAULT_OWNER_KEYS, Owner, OwnerKind, find_owner
 from janitor.decide.rails import Rails
 from janitor.decide.reasons import Code, Reason, why
-from janitor.policy.model import CrashLoop, IdleCpu, IdleGpu, Match, Pending, Policy, Terminating, Trigger
+from janitor.policy.model import Match, Policy, Trigger
 
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)  # a pod not started yet
 
@@ -57,10 +57,6 @@ RESTORER_MANAGERS: Mapping[str, str] = {
 RESTORERS: Mapping[str, str] = {"Argo CD": "argocd", "Flux": "flux", "KEDA": "keda"}
 # (kind, controller kind): the controller copies its own annotations onto the object.
 ANNOTATION_COPIES: frozenset[tuple[str, str]] = frozenset({("ReplicaSet", "Deployment")})
-POLICY_TRIGGERS: Mapping[TriggerKind, type[Trigger]] = {
-    TriggerKind.IDLE_GPU: IdleGpu, TriggerKind.IDLE_CPU: IdleCpu, TriggerKind.PENDING: Pending,
-    TriggerKind.CRASH_LOOP: CrashLoop, TriggerKind.TERMINATING: Terminating,
-}
 
 
 class CronJobMode(StrEnum):
@@ -307,11 +303,11 @@ def workloads(observation: Observation, rails: Rails, *, cronjob_mode: CronJobMo
     return tuple(found_workloads)
 
 
-def governing(policies: Sequence[Policy], trigger: TriggerKind, workload: Workload,
+def governing(policies: Sequence[Policy], trigger: type[Trigger], workload: Workload,
               pods: Sequence[PodView]) -> Policy | None:
-    """The policy that decides `trigger` for this workload, judging `pods`: the first in load order
-    that defines it and whose match holds for every one of those pods; None when that policy
-    honours an opt-out the workload carries (later policies are not consulted)."""
+    """The policy that decides `trigger` (a policy key: IdleGpu, Pending) for this workload, judging
+    `pods`: the first in load order that defines it and whose match holds for every one of those
+    pods; None when that policy honours an opt-out the workload carries (later policies are not consulted)."""
     return Governance(policies).governing(trigger, workload, pods)
 
 
@@ -327,8 +323,8 @@ class Governance:
     namespace and kind; only the pod selector (when it has terms) is matched pod by pod."""
 
     def __init__(self, policies: Sequence[Policy]) -> None:
-        self.defining = {trigger: tuple((i, p) for i, p in enumerate(policies) if p.trigger(kind) is not None)
-                         for trigger, kind in POLICY_TRIGGERS.items()}
+        self.policies = tuple(policies)
+        self.defining: dict[type[Trigger], tuple[tuple[int, Policy], ...]] = {}
         self.namespaces: dict[str, NamespaceView] = {}
         self.scope: dict[tuple[int, str, str], bool] = {}
 
@@ -342,11 +338,15 @@ class Governance:
             hit = self.scope[key] = _in_scope(match, namespace, kind)
         return hit
 
-    def governing(self, trigger: TriggerKind, workload: Workload, pods: Sequence[PodView]) -> Policy | None:
+    def governing(self, trigger: type[Trigger], workload: Workload, pods: Sequence[PodView]) -> Policy | None:
         """As `governing`: the first policy defining `trigger` whose match holds for every pod."""
         namespace = workload.namespace
         policy = None
-        for index, candidate in self.defining[trigger]:
+        defining = self.defining.get(trigger)
+        if defining is None:
+            defining = self.defining[trigger] = tuple(
+                (i, p) for i, p in enumerate(self.policies) if p.trigger(trigger) is not None)
+        for index, candidate in defining:
             if pods:  # the match of every pod must hold (none to judge: nothing to hold)
                 match = candidate.match
                 if not self._in_scope(index, match, namespace, workload.kind):

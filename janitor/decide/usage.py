@@ -30,7 +30,8 @@ from dataclasses import replace
 from janitor.decide.evidence import PodKey
 from janitor.decide.model import Finding, Observation, TriggerKind
 from janitor.decide.selection import Workload
-from janitor.decide.triggers import Trigger, idle, signals
+from janitor.decide.triggers import registry, signals
+from janitor.decide.triggers.spec import Usage
 from janitor.policy.model import IdleCpu, IdleGpu, LabelSelector, Mode, Policy
 
 IN_USE_CPU_CORES = 0.5
@@ -80,7 +81,7 @@ def findings(workloads: Sequence[Workload], found: Sequence[Finding], observatio
     read: dict[str, set[TriggerKind]] = {}
     governed: dict[str, str] = {}
     for f in found:
-        if not f.trigger.reads_usage:
+        if registry.spec(f.trigger).usage is not Usage.READS:
             continue
         read.setdefault(f.subject.uid, set())
         if f.mode is Mode.ENFORCE and _reads_work(f, by_name):  # an enforcing policy's numbers are the admin's;
@@ -94,19 +95,17 @@ def findings(workloads: Sequence[Workload], found: Sequence[Finding], observatio
         name = governed.get(workload.ref.uid)
         if name is None:
             continue
-        for trigger in (TriggerKind.IDLE_GPU, TriggerKind.IDLE_CPU):
-            if trigger not in read[workload.ref.uid]:
-                by_check.setdefault((name, trigger), []).append(workload)
+        for trigger in registry.USAGE:
+            if trigger.kind not in read[workload.ref.uid]:
+                by_check.setdefault((name, trigger.kind), []).append(workload)
     out: list[Finding] = []
-    judges: Mapping[TriggerKind, Trigger] = {TriggerKind.IDLE_GPU: signals.gpu_findings,
-                                                  TriggerKind.IDLE_CPU: idle.cpu_findings}
-    for (name, trigger), members in by_check.items():
-        check = checks[name]
-        if trigger is TriggerKind.IDLE_GPU:
+    for (name, kind), members in by_check.items():
+        check, trigger = checks[name], registry.spec(kind)
+        assert trigger.pods is not None
+        if kind is TriggerKind.IDLE_GPU:
             members = [_with_mapped_gpus(w, observation, check) for w in members]
-        judged = [w for w in members if (idle.gpu_pods(w) if trigger is TriggerKind.IDLE_GPU else idle.running(w))]
-        out.extend(replace(f, reclaim_gpu_hours=0.0)
-                   for f in judges[trigger](judged, observation, check, now))
+        judged = [w for w in members if trigger.pods(w)]
+        out.extend(replace(f, reclaim_gpu_hours=0.0) for f in trigger.findings(judged, observation, check, now))
     return out
 
 

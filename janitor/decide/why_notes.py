@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from janitor import annotations as ann
 from janitor.decide.model import Finding, TriggerKind
 from janitor.decide.plain import plain
-from janitor.decide.selection import POLICY_TRIGGERS
+from janitor.decide.triggers.registry import POLICY_TRIGGERS
 from janitor.policy.model import CrashLoop, IdleCpu, IdleGpu, Pending, Policy
 from janitor.why_note import Scalar, WhyNote
 

@@ -40,12 +40,13 @@ from janitor.decide.model import (
     PodView,
     ResourceKind,
     SkippedKind,
-    TriggerKind,
 )
+from janitor.decide.triggers import registry
+from janitor.decide.triggers.spec import NodeScope
 from janitor.observe import autoscalers, cluster, evidence, targets, views
 from janitor.observe.cache import ClusterCache
 from janitor.observe.prometheus import HONOR_LABELS, SERVICE_MONITOR, Matcher, PrometheusConfig, PrometheusSource
-from janitor.policy.model import CrashLoop, IdleCpu, IdleGpu, Pending, Policy, Terminating
+from janitor.policy.model import IdleCpu, IdleGpu, Policy
 from janitor.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -87,24 +88,24 @@ class Needs:
 
 
 def needs(policies: Iterable[Policy]) -> Needs:
-    """What the policies and their in-use checks (decide.usage) read."""
+    """What the policies and their in-use checks (decide.usage) read: the union of what each
+    policy's triggers say they read (decide.triggers.spec.Reads)."""
     policies = tuple(policies)
     policies += usage.companions(policies)
-    # Power is judged against each model's idle power, so no one level in watts says busy for all.
-    gpu = [((str(signal), t.window), None if signal.relative else threshold)
-           for p in policies if (t := p.trigger(IdleGpu)) for signal, threshold in t.limits]
-    cpu = [((c.window, tuple(sorted(c.ignore_containers))), c) for p in policies if (c := p.trigger(IdleCpu))]
+    reads = [registry.of_policy(t).reads(t) for p in policies for t in p.triggers]
+    gpu = [g for r in reads for g in r.gpu]
+    cpu = [c for r in reads for c in r.cpu]
     return Needs(
         pods=any(p.triggers for p in policies),
-        nodes=any(p.trigger(Pending) or p.trigger(Terminating) for p in policies),
-        oom=any(p.trigger(CrashLoop) for p in policies),
-        autoscalers=any(p.trigger(Pending) for p in policies),
-        ghost_gpus=any(p.trigger(Terminating) for p in policies),
+        nodes=any(r.nodes for r in reads),
+        oom=any(r.oom for r in reads),
+        autoscalers=any(r.autoscalers for r in reads),
+        ghost_gpus=any(r.ghost_gpus for r in reads),
         gpu=frozenset(k for k, _ in gpu),
-        cpu=frozenset(k for k, _ in cpu),
+        cpu=frozenset(k for k, *_ in cpu),
         gpu_busy_above=_highest(gpu),
-        cpu_busy_above=_highest([(k, c.cores) for k, c in cpu]),
-        cpu_busy_fraction=_highest([(k, c.fraction_of_request) for k, c in cpu]),
+        cpu_busy_above=_highest([(k, cores) for k, cores, _ in cpu]),
+        cpu_busy_fraction=_highest([(k, fraction) for k, _, fraction in cpu]),
     )
 
 
@@ -348,7 +349,8 @@ def read_scoped(api: ApiClient, settings: Settings, policies: Sequence[Policy], 
     if target.kind == "Pod" and target.api_version == "v1":
         pods.append(views.pod_view(item))
     scoped.climb(view.controller, target.namespace)
-    if action.trigger not in (TriggerKind.EXPIRY, TriggerKind.TERMINATING) and target.kind != "Pod":
+    reads = registry.spec(action.trigger).recheck
+    if reads.pods and target.kind != "Pod":
         pods = _pods_of(scoped, view, item, settings.cluster.page_size)
     namespaces: dict[str, NamespaceView] = {}
     name = target.name if target.kind == "Namespace" else target.namespace
@@ -358,24 +360,22 @@ def read_scoped(api: ApiClient, settings: Settings, policies: Sequence[Policy], 
             namespaces[name] = views.namespace_view(raw)
     nodes: list[NodeInfo] = []
     nodes_known = False
-    if action.trigger is TriggerKind.PENDING:
+    if reads.nodes is NodeScope.ALL:
         for items, _ in cluster.list_items(api, views.NODES, page_size=settings.cluster.page_size):
             nodes.extend(views.node_info(i) for i in items)
         nodes_known = True
-    elif action.trigger is TriggerKind.TERMINATING:
+    elif reads.nodes is NodeScope.OF_PODS:
         for node in {p.node for p in pods if p.node}:
             raw, _ = cluster.read_item(api, views.NODES, None, node)
             nodes.extend([views.node_info(raw)] if raw is not None else [])
         nodes_known = True
     need = needs(policies)
-    oom = _oom(api, [target.namespace or ""], settings.cluster.page_size) if (
-        action.trigger is TriggerKind.CRASH_LOOP and need.oom) else {}
+    oom = _oom(api, [target.namespace or ""], settings.cluster.page_size) if reads.oom and need.oom else {}
     # A scale-up triggered (or a node nominated) since the cycle's read stops the action.
-    scaling, said = _scaling(api, settings, need, [target.namespace or ""]) if (
-        action.trigger is TriggerKind.PENDING) else (Autoscaling(), {})
+    scaling, said = _scaling(api, settings, need, [target.namespace or ""]) if reads.autoscalers else (
+        Autoscaling(), {})
     keys = [PodKey(p.ref.namespace or "", p.ref.name) for p in pods]
-    reclaim = action.trigger not in (TriggerKind.EXPIRY, TriggerKind.TERMINATING)
     # Every usage signal the policies read, not only the acting trigger's: busy on any one vetoes.
-    found = read_evidence(source, settings, need, scoped.date or now, keys) if reclaim and pods else Evidence()
+    found = read_evidence(source, settings, need, scoped.date or now, keys) if reads.usage and pods else Evidence()
     return Observation(scoped.date, tuple(scoped.objects.values()), tuple(pods), namespaces, tuple(nodes),
                        nodes_known, found, oom, autoscaling=scaling, autoscaler=said)

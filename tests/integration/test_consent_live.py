@@ -35,6 +35,7 @@ from test_lifecycle import (  # noqa: F401
 from devenv.procs import wait_until
 from janitor import annotations as a
 from janitor.decide.selection import CronJobMode
+from janitor.decide.triggers import registry
 
 BOB = ("bob@lab.example", "U0BOB0001", "bob")
 
@@ -68,7 +69,7 @@ def test_an_idle_cpu_policy_never_marks_a_busy_gpu_no_policy_reads(
     assert janitor_marks(notes_of(kube, namespace, "busy-gpu")) == []
     assert notes_of(kube, namespace, "idle-gpu").get(a.POLICY) == "idle-cpu"
     busy = [f for f in result.plan.findings if f.subject.name == "busy-gpu" and f.policy == "idle-cpu/in-use"]
-    assert [(str(f.trigger), f.word) for f in busy] == [("idleGpu", "busy")]
+    assert [(str(f.trigger), registry.word(f)) for f in busy] == [("idleGpu", "busy")]
 
 
 def test_a_workload_handed_to_another_owner_is_not_reclaimed_before_they_are_warned(

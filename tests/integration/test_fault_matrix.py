@@ -69,6 +69,8 @@ from janitor import daemon, errors, kubeapi
 from janitor.cycle import CycleResult
 from janitor.decide.lifecycle import LifecycleSettings, MarkCaps
 from janitor.decide.model import State
+from janitor.decide.triggers import registry
+from janitor.decide.triggers.spec import Usage
 from janitor.settings import Settings, parse_kind
 
 KUBE_TIMEOUT = (2.0, 3.0)  # (connect, read) seconds of every apiserver request
@@ -470,7 +472,8 @@ def _counted(runner: Runner, metric: str, **labels: str) -> float:
 def _judged_unknown(seen: Seen, box: Box) -> bool:
     if not isinstance(seen.outcome, CycleResult):
         return False
-    mine = [f for f in seen.outcome.plan.findings if f.subject.uid == box.uid and f.trigger.reads_usage]
+    mine = [f for f in seen.outcome.plan.findings
+            if f.subject.uid == box.uid and registry.spec(f.trigger).usage is Usage.READS]
     return bool(mine) and all(f.state is State.UNKNOWN for f in mine)
 
 

@@ -52,7 +52,7 @@ from janitor.decide.model import (
 )
 from janitor.decide.plan import plan
 from janitor.decide.rails import Rails
-from janitor.decide.triggers import crashloop
+from janitor.decide.triggers import crashloop, registry
 from janitor.node_report import OomReport, OomScope
 from janitor.policy.model import CrashLoop, IdleGpu, Match, Mode, Namespaces, Policy
 
@@ -103,7 +103,7 @@ def test_a_crash_looping_gpu_job_names_restarts_exit_and_memory_limit() -> None:
     looping = pod(job, 7, 2, gpus=2)
     [found] = findings([looping], [job])
     assert found.state is State.FIRES and found.subject == job.ref and found.gpus == 2
-    assert found.trigger is TriggerKind.CRASH_LOOP and found.condition == "crash-looping"
+    assert found.trigger is TriggerKind.CRASH_LOOP and registry.condition(found) == "crash-looping"
     assert found.why.startswith("crash-looping while holding 2 GPUs: ")
     assert (f"{looping.ref.name}: container train: 7 restarts, last exit OOMKilled, exit code 137 at "
             "2026-11-23 11:58Z after a 1m00s run, now waiting (CrashLoopBackOff)" in found.why)

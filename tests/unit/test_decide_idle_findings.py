@@ -44,6 +44,7 @@ from janitor.decide.model import (
 )
 from janitor.decide.plan import CyclePlan, plan
 from janitor.decide.reasons import Code
+from janitor.decide.triggers import registry
 from janitor.decide.triggers.idle import reclaim_by
 from janitor.policy.model import IdleCpu, IdleGpu, LabelSelector, Match, Mode, Namespaces, Policy
 
@@ -128,7 +129,7 @@ def test_idle_deployment_pod_attributed_to_the_deployment_with_reclaim() -> None
     [finding] = decided.findings
     assert finding.trigger is TriggerKind.IDLE_GPU and finding.policy == "idle-gpu"
     assert finding.workload == deploy.ref and finding.subject == deploy.ref and finding.known
-    assert finding.state is State.FIRES and finding.word == "idle" and not finding.in_use
+    assert finding.state is State.FIRES and registry.word(finding) == "idle" and not registry.in_use(finding)
     assert [j.pod for j in finding.pods] == [p.ref] and finding.pods[0].idle_gpus == ("0", "1")
     assert finding.gpus == 2 and finding.reclaim_gpu_hours == 4.0
     assert reclaim_by([finding]) == {("idle-gpu", "ml"): 4.0}
@@ -142,7 +143,7 @@ def test_one_busy_worker_keeps_the_job() -> None:
     series = {f"w{i}": idle() for i in range(4)} | {"w2": (GpuSeries("0", 88.0, 480),)}
     [finding] = idle_findings(cycle(workers, [job], gpu_ev=gpu(series)))
     assert finding.subject == job.ref and len(finding.pods) == 4
-    assert finding.state is State.CLEAR and finding.word == "busy" and finding.in_use
+    assert finding.state is State.CLEAR and registry.word(finding) == "busy" and registry.in_use(finding)
     assert finding.reason.code is Code.PODS_IN_USE and "1 of 4 pods in use (w2" in finding.why
     assert finding.gpus == 4 and finding.reclaim_gpu_hours == 0
 
@@ -150,7 +151,7 @@ def test_one_busy_worker_keeps_the_job() -> None:
 def test_fewer_gpu_series_than_gpus_makes_the_workload_unknown() -> None:
     short = pod("two", gpus=2)
     [unknown] = idle_findings(cycle([short], gpu_ev=gpu({"two": idle(1)})))
-    assert unknown.state is State.UNKNOWN and unknown.word == "unknown"
+    assert unknown.state is State.UNKNOWN and registry.word(unknown) == "unknown"
     assert unknown.reason.code is Code.PODS_UNSURE and Code.SERIES_COUNT in unknown.reason.codes()
     assert "1 DCGM_FI_DEV_GPU_UTIL series for 2" in unknown.why
     assert unknown.reclaim_gpu_hours == 0
@@ -181,7 +182,7 @@ def test_a_starting_pod_makes_the_workload_in_use(signal: str) -> None:
     deploy, rs, pods = rolling(pod("nb-1-b", phase="Pending"))
     [finding] = idle_findings(cycle(pods, [deploy, rs], [policy()], *evidence(["nb-1-a"])))
     assert finding.trigger is trigger and finding.subject == deploy.ref
-    assert finding.state is State.CLEAR and finding.word == "busy" and finding.in_use
+    assert finding.state is State.CLEAR and registry.word(finding) == "busy" and registry.in_use(finding)
     assert finding.reason.code is Code.POD_STARTING and finding.reason.fact("pod") == "nb-1-b"
     assert finding.why == "pod nb-1-b is starting (Pending): in use again, or about to be"
     assert finding.reclaim_gpu_hours == 0

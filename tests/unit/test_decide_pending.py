@@ -50,7 +50,7 @@ from janitor.decide.model import (
 from janitor.decide.plan import plan
 from janitor.decide.rails import Rails
 from janitor.decide.reasons import Code
-from janitor.decide.triggers import pending
+from janitor.decide.triggers import pending, registry
 from janitor.decide.triggers.pending import never_fits
 from janitor.policy.model import Match, Mode, Namespaces, Pending, Policy
 
@@ -117,7 +117,7 @@ def test_a_pending_jobs_verdict_by_time_in_state(state: dict[str, Any], verdict:
     assert found.state is verdict, found.why
     assert words in found.why
     assert found.trigger is TriggerKind.PENDING and found.subject == job.ref and found.workload == job.ref
-    assert found.condition == "stuck Pending" and found.policy == "stuck"
+    assert registry.condition(found) == "stuck Pending" and found.policy == "stuck"
     assert [j.pod.name for j in found.pods] == ["train-a"]
 
 

@@ -30,6 +30,7 @@ from janitor.decide.model import (
 )
 from janitor.decide.plan import PlanSettings, plan
 from janitor.decide.rails import Caps, Rails
+from janitor.decide.triggers import registry
 from janitor.policy.model import IdleGpu, Lifecycle, Mode, Policy
 
 H = datetime.timedelta(hours=1)
@@ -93,7 +94,7 @@ def test_precedence(row: str, namespace: str, notes: dict[str, str], ns_notes: d
     assert bool(findings) is evaluated
     if evaluated:
         assert findings[0].workload == deploy.ref and findings[0].state is State.FIRES
-    plain = {f.word for f in decided.findings if f.trigger is TriggerKind.EXPIRY and f.subject == deploy.ref}
+    plain = {registry.word(f) for f in decided.findings if f.trigger is TriggerKind.EXPIRY and f.subject == deploy.ref}
     assert plain == ({ttl_path} if ttl_path else set())
     expired = [d.target for d in decided.deletions() if d.trigger is TriggerKind.EXPIRY]
     assert expired == ([deploy.ref] if ttl_path == "delete" else [])

@@ -47,15 +47,14 @@ from janitor.decide.model import (
     PodState,
     PodView,
     SafetyLedger,
-    TriggerKind,
 )
 from janitor.decide.owners import DEFAULT_OWNER_KEYS, find_owner
-from janitor.decide.plan import POD_TRIGGERS, decide, plan
+from janitor.decide.plan import decide, plan
 from janitor.decide.rails import Rails
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import CronJobMode, Workload
-from janitor.decide.triggers import idle, pending
-from janitor.policy.model import IdleCpu, IdleGpu, LabelSelector, Match, Operator, Policy, Requirement
+from janitor.decide.triggers import idle, pending, registry
+from janitor.policy.model import IdleCpu, IdleGpu, LabelSelector, Match, Operator, Policy, Requirement, Trigger
 
 PROPERTY = settings(max_examples=60, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
@@ -122,10 +121,9 @@ def plain_workloads(observation: Observation, rails: Rails, cronjob_mode: CronJo
     return tuple(found)
 
 
-def plain_governing(policies: Sequence[Policy], trigger: TriggerKind, workload: Workload,
+def plain_governing(policies: Sequence[Policy], kind: type[Trigger], workload: Workload,
                     pods: Sequence[PodView]) -> Policy | None:
     """The first policy defining the trigger whose whole match holds for every pod."""
-    kind = selection.POLICY_TRIGGERS[trigger]
     namespace = workload.namespace
     policy = next((p for p in policies if p.trigger(kind) is not None and all(
         p.match.matches(namespace=namespace.name, namespace_labels=namespace.labels, kind=workload.kind,
@@ -158,10 +156,11 @@ def test_one_governance_per_cycle_chooses_as_matching_every_pod(case: Case, offs
     observation, _ = observed(case, offset)
     governance = selection.Governance(case.policies)  # one for the whole cycle, as plan uses it
     for workload in selection.workloads(observation, case.settings.rails):
-        for trigger, judged, _ in POD_TRIGGERS:
-            for pods in (judged(workload), workload.pods, ()):
-                assert governance.governing(trigger, workload, pods) == \
-                    plain_governing(case.policies, trigger, workload, pods)
+        for trigger in registry.POD_TRIGGERS:
+            assert trigger.pods is not None and trigger.policy is not None
+            for pods in (trigger.pods(workload), workload.pods, ()):
+                assert governance.governing(trigger.policy, workload, pods) == \
+                    plain_governing(case.policies, trigger.policy, workload, pods)
 
 
 @PROPERTY
@@ -280,9 +279,9 @@ def test_namespaces_of_one_name_with_other_labels_are_matched_apart() -> None:
     pods = (_pod("p", None, labels={"app": "jupyter"}),)
     for labels, expected in (({"tier": "gpu"}, "gpu-tier"), ({"tier": "cpu"}, "jupyter"), ({}, "jupyter")):
         workload = Workload(pods[0].ref, None, pods, NamespaceView("team-a", labels), "Pod")
-        chosen = governance.governing(TriggerKind.IDLE_GPU, workload, pods)
+        chosen = governance.governing(IdleGpu, workload, pods)
         assert chosen is not None and chosen.name == expected
-        assert chosen == plain_governing(policies, TriggerKind.IDLE_GPU, workload, pods)
+        assert chosen == plain_governing(policies, IdleGpu, workload, pods)
 
 
 def test_pods_that_differ_in_any_scheduling_need_are_fitted_apart() -> None:

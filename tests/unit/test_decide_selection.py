@@ -32,11 +32,10 @@ from janitor.decide.model import (
     Observation,
     OwnerRef,
     PodView,
-    TriggerKind,
 )
 from janitor.decide.rails import Rails
 from janitor.decide.selection import CronJobMode, Workload
-from janitor.policy.model import IdleGpu, Lifecycle, Match, Namespaces, Policy
+from janitor.policy.model import IdleGpu, Lifecycle, Match, Namespaces, Pending, Policy
 
 
 def pod(name: str, owner: ObjectView | None, *, ns: str = "team-a", phase: str = "Running",
@@ -139,8 +138,8 @@ def test_opt_out_on_the_workload_or_its_namespace(own: dict[str, str], namespace
         assert opted in str(workload.opted_out)
     honouring = Policy("p", (IdleGpu(),))
     ignoring = Policy("q", (IdleGpu(),), lifecycle=Lifecycle(honour_opt_out=False))
-    assert (selection.governing([honouring], TriggerKind.IDLE_GPU, workload, workload.pods) is None) is bool(opted)
-    assert selection.governing([ignoring], TriggerKind.IDLE_GPU, workload, workload.pods) is ignoring
+    assert (selection.governing([honouring], IdleGpu, workload, workload.pods) is None) is bool(opted)
+    assert selection.governing([ignoring], IdleGpu, workload, workload.pods) is ignoring
 
 
 def test_first_matching_policy_governs_and_must_match_every_pod() -> None:
@@ -152,9 +151,9 @@ def test_first_matching_policy_governs_and_must_match_every_pod() -> None:
     only_a = Policy("only-a", (IdleGpu(),), match=Match(pod_selector=LabelSelector((("team", "a"),))))
     other_ns = Policy("other", (IdleGpu(),), match=Match(namespaces=Namespaces(include=("team-b",))))
     broad, later = Policy("broad", (IdleGpu(),)), Policy("later", (IdleGpu(),))
-    assert selection.governing([only_a, other_ns, broad, later], TriggerKind.IDLE_GPU, workload, pods) is broad
-    assert selection.governing([only_a], TriggerKind.IDLE_GPU, workload, pods[:1]) is only_a
-    assert selection.governing([broad], TriggerKind.PENDING, workload, pods) is None  # defines no pending trigger
+    assert selection.governing([only_a, other_ns, broad, later], IdleGpu, workload, pods) is broad
+    assert selection.governing([only_a], IdleGpu, workload, pods[:1]) is only_a
+    assert selection.governing([broad], Pending, workload, pods) is None  # defines no pending trigger
 
 
 def test_a_replicasets_annotations_are_copies_of_its_deployments() -> None:

@@ -36,6 +36,7 @@ from janitor.decide.model import (
 )
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import Workload
+from janitor.decide.triggers.spec import Reads, Recheck, Role, TriggerSpec, Usage
 from janitor.node_report import OomReport, OomScope
 from janitor.policy.model import CrashLoop, Policy
 
@@ -164,3 +165,8 @@ def findings(workloads: Sequence[Workload], observation: Observation, policy: Po
                              source=policy.source, pods=tuple(judged), gpus=gpus,
                              owner=workload.owner, managed_by=workload.managed_by))
     return found
+
+
+TRIGGER = TriggerSpec(TriggerKind.CRASH_LOOP, Role.MARKS, Usage.VETOED, findings, policy=CrashLoop, pods=pods,
+                      reads=lambda _: Reads(oom=True), recheck=Recheck(pods=True, usage=True, oom=True),
+                      condition="crash-looping")

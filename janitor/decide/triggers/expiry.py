@@ -22,6 +22,7 @@ from janitor.decide.model import Action, ActionType, Deletion, Finding, ObjectVi
 from janitor.decide.rails import deleted_key
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import Workload, copied_from, managed_by
+from janitor.decide.triggers.spec import Role, TriggerSpec, Usage
 from janitor.policy.model import Policy
 
 KEYS = ((ann.TTL, "ttl"), (ann.EXPIRES, "expires"))
@@ -179,3 +180,8 @@ def findings(workloads: Sequence[Workload], observation: Observation, policy: Po
         for key, rule, value in rules(obj):
             found.append(_judge(obj, key, rule, value, by_uid, policy, now, deleted or {}))
     return found
+
+
+# Judges every object by its own annotations (decide.plan hands it the objects), no policy key.
+TRIGGER = TriggerSpec(TriggerKind.EXPIRY, Role.FORCES, Usage.NONE, findings,
+                      words={State.FIRES: "delete", State.CLEAR: "keep"})

@@ -24,7 +24,9 @@ from janitor.decide.evidence import CpuEvidence, EvidenceWindow, GpuEvidence, Gp
 from janitor.decide.model import Finding, Observation, PodJudgement, PodView, State, TriggerKind, is_mig
 from janitor.decide.reasons import Code, Fact, Reason, why
 from janitor.decide.selection import Workload
+from janitor.decide.triggers.spec import Reads, Recheck, Role, TriggerSpec, Usage
 from janitor.policy.model import GAP_INTERVALS, IdleCpu, IdleGpu, Policy
+from janitor.policy.model import Trigger as PolicyTrigger
 
 _GPU = operator.attrgetter("gpu")
 MIN_DEFAULT_GAP = datetime.timedelta(minutes=1)
@@ -320,3 +322,14 @@ def reclaim_by(findings: Iterable[Finding]) -> dict[tuple[str, str], float]:
         if f.known and f.reclaim_gpu_hours:
             totals[(f.policy, f.subject.namespace or "")] += f.reclaim_gpu_hours
     return dict(totals)
+
+
+def _cpu_reads(trigger: PolicyTrigger) -> Reads:
+    if not isinstance(trigger, IdleCpu):
+        return Reads()
+    return Reads(cpu=(((trigger.window, tuple(sorted(trigger.ignore_containers))), trigger.cores,
+                       trigger.fraction_of_request),))
+
+
+CPU_TRIGGER = TriggerSpec(TriggerKind.IDLE_CPU, Role.MARKS, Usage.READS, cpu_findings, policy=IdleCpu, pods=running,
+                          reads=_cpu_reads, recheck=Recheck(pods=True, usage=True))

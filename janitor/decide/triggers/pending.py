@@ -40,6 +40,7 @@ from janitor.decide.model import (
 )
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import Workload
+from janitor.decide.triggers.spec import NodeScope, Reads, Recheck, Role, TriggerSpec, Usage
 from janitor.policy.model import Pending, Policy
 
 # Resources whose shortage on *every* node means "never", not "not now".
@@ -346,3 +347,11 @@ def findings(workloads: Sequence[Workload], observation: Observation, policy: Po
                              source=policy.source, pods=judged, gpus=sum(p.gpus for p in members),
                              owner=workload.owner, managed_by=workload.managed_by))
     return found
+
+
+# Whether any node could hold the pod, and what node autoscalers say: a scale-up triggered since
+# the cycle's read stops the action.
+TRIGGER = TriggerSpec(TriggerKind.PENDING, Role.MARKS, Usage.VETOED, findings, policy=Pending, pods=pods,
+                      reads=lambda _: Reads(nodes=True, autoscalers=True),
+                      recheck=Recheck(pods=True, usage=True, nodes=NodeScope.ALL, autoscalers=True),
+                      condition="stuck Pending")

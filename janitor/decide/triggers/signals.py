@@ -31,7 +31,9 @@ from janitor.decide.model import Finding, Observation, PodJudgement, PodView, St
 from janitor.decide.reasons import Code, Fact, Reason, why
 from janitor.decide.selection import Workload
 from janitor.decide.triggers.idle import GpuJudge, finding, gpu_pods, is_mig_pod, pod_key
+from janitor.decide.triggers.spec import Reads, Recheck, Role, TriggerSpec, Usage
 from janitor.policy.model import GpuSignal, IdleGpu, Policy
+from janitor.policy.model import Trigger as PolicyTrigger
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,3 +235,16 @@ def gpu_findings(workloads: Sequence[Workload], observation: Observation, policy
         GpuJudge(observation.evidence.gpu.get((str(trigger.signal), trigger.window)), trigger, now)
     return [finding(TriggerKind.IDLE_GPU, w, policy, [judge(p) for p in pods], pods, trigger.window)
             for w in workloads for pods in [gpu_pods(w)]]
+
+
+def _reads(trigger: PolicyTrigger) -> Reads:
+    """One query per signal; power has no busy level of its own (it is judged against each model's
+    idle power), so its query keeps every series."""
+    if not isinstance(trigger, IdleGpu):
+        return Reads()
+    return Reads(gpu=tuple(((str(signal), trigger.window), None if signal.relative else threshold)
+                           for signal, threshold in trigger.limits))
+
+
+TRIGGER = TriggerSpec(TriggerKind.IDLE_GPU, Role.MARKS, Usage.READS, gpu_findings, policy=IdleGpu, pods=gpu_pods,
+                      reads=_reads, recheck=Recheck(pods=True, usage=True))

@@ -40,6 +40,7 @@ from janitor.decide.model import (
 )
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import Workload
+from janitor.decide.triggers.spec import NodeScope, Reads, Recheck, Role, TriggerSpec, Usage
 from janitor.node_report import PodTaskState, Sight
 from janitor.policy.model import Policy, Terminating
 
@@ -186,3 +187,9 @@ def findings(workloads: Sequence[Workload], observation: Observation, policy: Po
                                      not_forced=not_forced),
                                  source=policy.source, proposal=force, stuck=stuck))
     return found
+
+
+# Pods of DaemonSets too: only their stuck Terminating pods are reported.
+TRIGGER = TriggerSpec(TriggerKind.TERMINATING, Role.REPORTS, Usage.NONE, findings, policy=Terminating, pods=pods,
+                      reads=lambda _: Reads(nodes=True, ghost_gpus=True), recheck=Recheck(nodes=NodeScope.OF_PODS),
+                      daemonsets=True)

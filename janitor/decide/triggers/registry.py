@@ -1,0 +1,60 @@
+"""Every trigger, in the order their findings are considered: the one list the rest reads.
+
+A trigger is added here by its module's `TRIGGER` value (decide.triggers.spec); plan, selection,
+the in-use checks, observing, the re-check, metrics and reports all take what they need from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from janitor.decide.model import Finding, TriggerKind
+from janitor.decide.triggers import crashloop, expiry, idle, pending, signals, terminating
+from janitor.decide.triggers.spec import Role, TriggerSpec, Usage
+from janitor.policy.model import Trigger as PolicyTrigger
+
+ALL: tuple[TriggerSpec, ...] = (
+    signals.TRIGGER,
+    idle.CPU_TRIGGER,
+    pending.TRIGGER,
+    crashloop.TRIGGER,
+    terminating.TRIGGER,
+    expiry.TRIGGER,
+)
+BY_KIND: Mapping[TriggerKind, TriggerSpec] = {t.kind: t for t in ALL}
+POD_TRIGGERS: tuple[TriggerSpec, ...] = tuple(t for t in ALL if t.pods is not None and t.policy is not None)
+POLICY_TRIGGERS: Mapping[TriggerKind, type[PolicyTrigger]] = {t.kind: t.policy for t in ALL if t.policy is not None}
+USAGE: tuple[TriggerSpec, ...] = tuple(t for t in ALL if t.usage is Usage.READS)  # the in-use checks read these
+
+
+def spec(kind: TriggerKind) -> TriggerSpec:
+    return BY_KIND[kind]
+
+
+def of_policy(trigger: PolicyTrigger) -> TriggerSpec:
+    """The trigger a policy key enables."""
+    return next(t for t in ALL if t.policy is not None and isinstance(trigger, t.policy))
+
+
+def word(finding: Finding) -> str:
+    """The verdict as plans, metrics and logs show it: idle/busy, stuck or not, delete/keep."""
+    return BY_KIND[finding.trigger].word(finding.state)
+
+
+def in_use(finding: Finding) -> bool:
+    """Positive evidence of use on a usage signal: no policy marks or acts on this workload."""
+    return BY_KIND[finding.trigger].in_use(finding.state)
+
+
+def marks(finding: Finding) -> bool:
+    """Whether the finding goes to the lifecycle (a workload's verdict under a policy)."""
+    return BY_KIND[finding.trigger].role is Role.MARKS
+
+
+def condition(finding: Finding) -> str:
+    """What the owner is told is wrong."""
+    return BY_KIND[finding.trigger].condition
+
+
+__all__ = ["ALL", "BY_KIND", "POD_TRIGGERS", "POLICY_TRIGGERS", "USAGE", "condition", "in_use", "marks", "of_policy",
+           "spec", "word"]
