@@ -101,6 +101,11 @@ def trigger(t: model.Trigger) -> str:
     if isinstance(t, model.Terminating):
         return f"terminating: after {_duration(t.after)} past grace" + (", force delete on evidence"
                                                                         if t.force_delete else "")
+    if isinstance(t, model.Hung):
+        quiet = " and ".join(f"{s.value} peak <= {th:g}{' x idle power' if s.relative else ''}" for s, th in t.quiet)
+        return (f"hung: {model.GpuSignal.GPU_UTIL.value} >= {t.utilization:g} at every sample while {quiet}, on "
+                f"every GPU over {_duration(t.window)} (coverage >= {t.min_coverage:g}, {_gap(t.max_gap)}, pod age "
+                f">= {_duration(t.min_pod_age)})")
     return f"{t.key}"
 
 

@@ -44,6 +44,9 @@ class GpuSeries:
     mig: bool = False  # the series is a MIG instance's (it carries GPU_I_ID)
     model: str = ""  # dcgm-exporter's modelName, read where a policy judges power against idle power
     uid: str = ""  # the pod UID the exporter labelled the series with ("": none, it is matched by name)
+    # min over the window, read where a trigger needs the lowest sample (hung: busy at every one); None:
+    # not read, or not a finite number
+    low: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

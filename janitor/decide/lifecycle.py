@@ -377,6 +377,11 @@ def _volumes_lost(policy: Policy, case: _Case) -> str | None:
     return None if policy.lifecycle.delete_volumes else volumes.lost_under(policy.lifecycle.action, case.claims)
 
 
+def _in_use(case: _Case, governing: Finding | None) -> Finding | None:
+    """The first finding whose use stops what `governing` would do (decide.triggers.registry.vetoes)."""
+    return next((f for f in case.findings if registry.vetoes(f, governing)), None)
+
+
 def _governing(case: _Case) -> Finding | None:
     enforcing = [f for f in case.findings if f.mode is Mode.ENFORCE and f.known]
     if case.mark is not None:
@@ -551,8 +556,14 @@ def _decide(case: _Case, views: Mapping[str, ObjectView], by_policy: Mapping[str
     mark, view = case.mark, case.view
     if mark is None and held.recorded(view):  # last cycle's reclaim: did it hold?
         return _check(case, now, held_after), None
-    in_use = next((f for f in case.findings if registry.in_use(f)), None)
     governing = _governing(case)
+    in_use = _in_use(case, governing)
+    if mark is None and in_use is not None:
+        # Use that another finding's trigger is blind to (a stuck job's spinning GPU_UTIL) stops
+        # that one only.
+        governing = next((f for f in case.findings if f.mode is Mode.ENFORCE and f.known and f.state is State.FIRES
+                          and _in_use(case, f) is None), governing)
+        in_use = _in_use(case, governing)
     if mark is None:
         if in_use is not None or governing is None or governing.state is not State.FIRES:
             return None, None

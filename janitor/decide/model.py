@@ -286,6 +286,7 @@ class TriggerKind(StrEnum):
     PENDING = "pending"
     CRASH_LOOP = "crashLoop"
     TERMINATING = "terminating"
+    HUNG = "hung"
 
 
 class State(StrEnum):
@@ -344,6 +345,9 @@ class Action:
         return self.target.uid, self.type, self.policy
 
 
+CPU_SIGNAL = "cpu"  # what `PodJudgement.busy_on` names CPU use by (GPU signals by their DCGM field)
+
+
 @dataclass(frozen=True, slots=True)
 class PodJudgement:
     """One pod's verdict inside a finding."""
@@ -353,6 +357,9 @@ class PodJudgement:
     why: Reason
     idle_gpus: tuple[str, ...] = ()
     peaks: Mapping[str, float | None] = field(default_factory=dict)  # GPU -> peak over the window
+    # The signals that showed use, when busy (a DCGM field, or CPU_SIGNAL): a trigger that a stuck
+    # job's own spinning makes read busy is vetoed only by the others (decide.triggers.hung).
+    busy_on: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

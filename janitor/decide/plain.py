@@ -367,6 +367,18 @@ def _all_looping(reason: Reason) -> str:
     return f"crash-looping while holding {_count(int(_number(reason, 'gpus')), 'GPU')}: {'; '.join(pods)}"
 
 
+# -- stuck: busy on GPU_UTIL, nothing computing --------------------------------------------------------------
+
+
+def _all_hung(reason: Reason) -> str:
+    since = _fact(reason, "since")
+    if not isinstance(since, datetime.datetime):
+        raise _Missing("since")
+    gpus = int(_number(reason, "gpus"))
+    return (f"looks stuck since {since.astimezone(datetime.timezone.utc):%H:%M} UTC on {_count(gpus, 'GPU')}: "
+            f"the GPUs report busy, but {_text(reason, 'quiet')} idle")
+
+
 _RENDER: Mapping[Code, Callable[[Reason], str]] = {
     Code.ALL_IDLE: _all_idle,
     Code.POD: lambda r: _words(_reason(r, "why")),
@@ -403,6 +415,12 @@ _RENDER: Mapping[Code, Callable[[Reason], str]] = {
     Code.SOME_LOOPING: lambda r: (f"{int(_number(r, 'looping'))} of its {int(_number(r, 'total'))} GPU pods "
                                   "crash-looping; the others run"),
     Code.NONE_LOOPING: lambda r: "none of its GPU pods is crash-looping now",
+    Code.ALL_HUNG: _all_hung,
+    Code.GPU_WORKS: lambda r: f"its GPUs compute again ({_text(r, 'detail')})",
+    Code.GPU_UTIL_DIPS: lambda r: "its GPUs no longer report busy all the time",
+    Code.PODS_NOT_HUNG: lambda r: _words(_reason(r, "why")) if int(_number(r, "total")) == 1 else (
+        f"{int(_number(r, 'working'))} of {int(_number(r, 'total'))} pods not stuck ({_text(r, 'pod')}: "
+        f"{_words(_reason(r, 'why'))})"),
 }
 
 

@@ -84,6 +84,13 @@ class Code(StrEnum):
     PODS_UNSURE = "pods-unsure"
     ALL_IDLE = "all-idle"
     WORKLOAD_UNKNOWN = "workload-unknown"
+    # hung: busy on GPU_UTIL, quiet on compute and power
+    GPU_HUNG = "gpu-hung"
+    GPU_WORKS = "gpu-works"
+    GPU_UTIL_DIPS = "gpu-util-dips"
+    HUNG_MIG = "hung-mig"
+    ALL_HUNG = "all-hung"
+    PODS_NOT_HUNG = "pods-not-hung"
     # pending
     POD = "pod"  # "<pod>: <why>"
     GATED = "gated"
@@ -298,6 +305,13 @@ _T: Mapping[Code, str] = {
     Code.PODS_UNSURE: "{unsure} of {total} pods cannot be judged ({pod}: {why})",
     Code.ALL_IDLE: "all {total} pods idle ({shown:; }{more})",
     Code.WORKLOAD_UNKNOWN: "workload unknown: {why}",
+    Code.GPU_HUNG: "stuck: {detail} ({signal} >= {utilization:g} at every sample while {within} over {window})",
+    Code.GPU_WORKS: "not stuck: {detail}",
+    Code.GPU_UTIL_DIPS: "not stuck: {detail} ({signal} below {utilization:g} within the last {window:age})",
+    Code.HUNG_MIG: "{what} is a MIG slice, and {signal} does not measure MIG slices: a stuck job cannot be told there",
+    Code.ALL_HUNG: "stuck since {since:min} on {gpus} GPUs: they report busy ({signal}), but {quiet} idle "
+                   "({shown:; }{more})",
+    Code.PODS_NOT_HUNG: "{working} of {total} pods not stuck ({pod}: {why})",
     Code.POD: "{pod}: {why}",
     Code.GATED: "scheduling gated: queued on purpose",
     Code.UNSCHEDULABLE: "unschedulable: {message}",

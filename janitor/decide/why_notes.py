@@ -16,7 +16,7 @@ from janitor import annotations as ann
 from janitor.decide.model import Finding, TriggerKind
 from janitor.decide.plain import plain
 from janitor.decide.triggers.registry import POLICY_TRIGGERS
-from janitor.policy.model import CrashLoop, IdleCpu, IdleGpu, Pending, Policy
+from janitor.policy.model import CrashLoop, Hung, IdleCpu, IdleGpu, Pending, Policy
 from janitor.why_note import Scalar, WhyNote
 
 
@@ -47,6 +47,9 @@ def trigger_facts(trigger: TriggerKind, policy: Policy, *, gpus: int) -> dict[st
         facts = {"after": _duration(found.after)}
     elif isinstance(found, CrashLoop):
         facts = {"restarts": found.restarts, "window": _duration(found.window)}
+    elif isinstance(found, Hung):
+        facts = {"window": _duration(found.window), "utilization": found.utilization,
+                 "signals": ", ".join(f"{s.short}<={t:g}{'x idle' if s.relative else ''}" for s, t in found.quiet)}
     if gpus:
         facts["gpus"] = gpus
     return facts

@@ -115,7 +115,7 @@ def _busy_first(query: str, peak: str, by: str, level: str | None) -> str:
 
 def gpu_query(
     signal: str, *, window: timedelta, step: timedelta, labels: LabelMap, extra: Iterable[Matcher] = (),
-    hostname_label: str | None = None, busy_above: float | None = None, model: bool = False,
+    hostname_label: str | None = None, busy_above: float | None = None, model: bool = False, low: bool = False,
 ) -> str:
     """Peak, sample count and evidence quality per GPU series of workload pods over `window`, as one query.
 
@@ -127,7 +127,9 @@ def gpu_query(
     i.e. towards *unknown*, never towards idle. The peak is over every raw sample, so a spike
     between two steps of `step` still counts; gaps are measured at `step`. With `busy_above`, a
     GPU whose peak is above it comes with its peak alone (`_busy_first`). With `model`, each GPU
-    keeps its `modelName` (power is judged against the model's idle power).
+    keeps its `modelName` (power is judged against the model's idle power). With `low`, the lowest
+    sample too (`min by`: a GPU split in two series keeps the lower, away from "busy at every
+    sample"); a reader of the low never asks for `busy_above` (its GPUs are busy on the peak).
 
     The pod UID labels are kept too: where the exporter sets them, a re-created pod of the same
     name is another series, not the old one's continued (`janitor.decide.attribution`); where it
@@ -141,6 +143,8 @@ def gpu_query(
     inner = _stats(peak=f"max_over_time({sel}{rng})", count=f"count_over_time({sel}{rng})",
                    **_quality_stats(sel, by, rng, sub, "max"))
     query = f"max by ({by}, {STAT}) ({inner}) or {_jobs(sel, by, rng)}"
+    if low:
+        query += f" or min by ({by}, {STAT}) ({_stats(low=f'min_over_time({sel}{rng})')})"
     level = None if busy_above is None else repr(busy_above)
     return _busy_first(query, f"max by ({by}) (max_over_time({sel}{rng}))", by, level)
 
@@ -248,11 +252,11 @@ class Groups(Generic[_K]):
             # use, and leaves the other's idleness in doubt), staleness, the fewer samples.
             if stat not in stats:
                 stats[stat] = value
-            elif stat == "peak":
+            elif stat in ("peak", "low"):  # the lower low: away from "busy at every sample"
                 usable = [v for v in (_number(stats[stat]), _number(value)) if v is not None]
                 if len(usable) < 2:
                     stats["nonfinite"] = 1.0
-                stats[stat] = max(usable) if usable else value
+                stats[stat] = (max if stat == "peak" else min)(usable) if usable else value
             else:
                 stats[stat] = _MERGE[stat](stats[stat], value)
 
@@ -264,7 +268,7 @@ class Groups(Generic[_K]):
         return self
 
 
-_STATS = ("peak", "count", "nonfinite", "stale", "points")
+_STATS = ("peak", "low", "count", "nonfinite", "stale", "points")
 _MERGE: dict[str, Callable[[float, float], float]] = {"count": min, "nonfinite": max, "stale": max, "points": min}
 
 
@@ -336,7 +340,7 @@ def fold_gpu(
         peak = _number(stats["peak"]) if "peak" in stats else None
         quality = _quality(stats, jobs.get(group, set()), window, intervals, fallback)
         pods.setdefault(key, []).append(GpuSeries(gpu, peak, _count(stats.get("count")), node, quality, mig, model,
-                                                  uid))
+                                                  uid, _number(stats["low"]) if "low" in stats else None))
     return GpuEvidence(window, {k: tuple(sorted(v, key=_order)) for k, v in pods.items()})
 
 
@@ -376,7 +380,7 @@ def gpu_evidence(
     source: PrometheusSource, *, signal: str, window: timedelta, step: timedelta, at: datetime,
     labels: LabelMap, hostname_label: str | None = None, pods: Sequence[PodKey] | None = None,
     intervals: Intervals | None = None, fallback: timedelta | None = None, namespaces: Sequence[str] | None = None,
-    busy_above: float | None = None,
+    busy_above: float | None = None, low: bool = False,
 ) -> GpuEvidence:
     """Per-GPU peak, sample count and quality of `signal` for every workload pod, from one instant query.
 
@@ -388,7 +392,7 @@ def gpu_evidence(
     span = EvidenceWindow(signal, window, step, at)
     query = gpu_query(signal, window=window, step=step, labels=labels,
                       extra=(*source.config.extra_matchers, *scope(labels, pods, namespaces)),
-                      hostname_label=hostname_label, busy_above=busy_above, model=signal == POWER_SIGNAL)
+                      hostname_label=hostname_label, busy_above=busy_above, model=signal == POWER_SIGNAL, low=low)
     groups = gpu_groups(labels, hostname_label)
     try:
         evidence = fold_gpu(source.instant(query, at, groups), span, labels, hostname_label, intervals, fallback,

@@ -78,6 +78,7 @@ class Needs:
     autoscalers: bool = False  # what node autoscalers say (pending policies)
     ghost_gpus: bool = False
     gpu: frozenset[GpuKey] = field(default_factory=frozenset)
+    gpu_low: frozenset[GpuKey] = field(default_factory=frozenset)  # the lowest sample read too
     cpu: frozenset[CpuKey] = field(default_factory=frozenset)
     # Per query, the level above which every policy reading its answer calls a peak busy (the
     # highest threshold among them); a CPU query read both in cores and as a fraction of requests
@@ -93,7 +94,9 @@ def needs(policies: Iterable[Policy]) -> Needs:
     policies = tuple(policies)
     policies += usage.companions(policies)
     reads = [registry.of_policy(t).reads(t) for p in policies for t in p.triggers]
-    gpu = [g for r in reads for g in r.gpu]
+    low = frozenset(k for r in reads for k in r.gpu_low)
+    # A query whose lowest sample someone reads keeps every GPU's rows: its busy GPUs are the point.
+    gpu = [g for r in reads for g in r.gpu] + [(k, None) for k in low]
     cpu = [c for r in reads for c in r.cpu]
     return Needs(
         pods=any(p.triggers for p in policies),
@@ -102,6 +105,7 @@ def needs(policies: Iterable[Policy]) -> Needs:
         autoscalers=any(r.autoscalers for r in reads),
         ghost_gpus=any(r.ghost_gpus for r in reads),
         gpu=frozenset(k for k, _ in gpu),
+        gpu_low=low,
         cpu=frozenset(k for k, *_ in cpu),
         gpu_busy_above=_highest(gpu),
         cpu_busy_above=_highest([(k, cores) for k, cores, _ in cpu]),
@@ -178,7 +182,8 @@ def read_evidence(source: PrometheusSource | None, settings: Settings, need: Nee
         gpu[(signal, window)] = evidence.gpu_evidence(
             source, signal=signal, window=window, step=step, at=at, labels=labels,
             hostname_label=prom.hostname_label, pods=pods, intervals=intervals, fallback=prom.scrape_interval,
-            namespaces=namespaces, busy_above=need.gpu_busy_above.get((signal, window)))
+            namespaces=namespaces, busy_above=need.gpu_busy_above.get((signal, window)),
+            low=(signal, window) in need.gpu_low)
     cpu: dict[CpuKey, CpuEvidence] = {}
     for window, ignore in sorted(need.cpu, key=str):
         cpu[(window, ignore)] = evidence.cpu_evidence(source, window=window, step=CPU_STEP, at=at,

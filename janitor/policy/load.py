@@ -30,6 +30,7 @@ import difflib
 import enum
 import re
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
@@ -381,6 +382,12 @@ def _policy(r: _Reader, node: Node, index: int) -> model.Policy | None:
     match = _match(r, f["match"], "match") if "match" in f else None
     triggers = _triggers(r, f["triggers"], "triggers") if "triggers" in f else ()
     lifecycle = _lifecycle(r, f["lifecycle"], "lifecycle") if "lifecycle" in f else model.Lifecycle()
+    if any(isinstance(t, model.Hung) for t in triggers):
+        if len(triggers) > 1:
+            r.fail(f["triggers"], "triggers", "hung takes a policy of its own: its action is only a report unless "
+                   "the policy says otherwise, which must not quietly apply to other triggers")
+        elif not _has(f.get("lifecycle"), "action"):
+            lifecycle = replace(lifecycle, action=model.Action.REPORT)  # a stuck job is told, not reclaimed
     if len(r.errors) > before or name is None or match is None or mode is None:
         return None
     return model.Policy(name=name, description=description or "", mode=mode, match=match, triggers=triggers,
@@ -472,10 +479,12 @@ def _triggers(r: _Reader, node: Node, path: str) -> tuple[model.Trigger, ...]:
     return tuple(t for key, n in f.items() if (t := _TRIGGER_READERS[key](r, n, f"{path}.{key}")) is not None)
 
 
-def _window_fields(r: _Reader, f: dict[str, Node], path: str) -> dict[str, Any]:
-    """window, minCoverage, minPodAge and maxGap, shared by the idle triggers; minPodAge defaults to
-    window, maxGap to a few scrape intervals of the series' target (known only when Prometheus is read)."""
-    window = r.duration(f["window"], f"{path}.window") if "window" in f else _dt.timedelta(hours=2)
+def _window_fields(r: _Reader, f: dict[str, Node], path: str,
+                   default: _dt.timedelta = _dt.timedelta(hours=2)) -> dict[str, Any]:
+    """window, minCoverage, minPodAge and maxGap, shared by the triggers on Prometheus evidence;
+    minPodAge defaults to window, maxGap to a few scrape intervals of the series' target (known
+    only when Prometheus is read)."""
+    window = r.duration(f["window"], f"{path}.window") if "window" in f else default
     coverage = r.number(f["minCoverage"], f"{path}.minCoverage", 0, 1) if "minCoverage" in f else 0.8
     age = r.duration(f["minPodAge"], f"{path}.minPodAge", allow_zero=True) if "minPodAge" in f else window
     gap = r.duration(f["maxGap"], f"{path}.maxGap") if "maxGap" in f else None
@@ -599,6 +608,50 @@ def _crash_loop(r: _Reader, node: Node, path: str) -> model.CrashLoop | None:
     return model.CrashLoop(restarts=int(restarts), window=window, ignore_containers=tuple(dict.fromkeys(ignore)))
 
 
+def _has(node: Node | None, key: str) -> bool:
+    """Whether a mapping node names `key` (for a default that depends on what was written)."""
+    return isinstance(node, MappingNode) and any(isinstance(k, ScalarNode) and k.value == key for k, _ in node.value)
+
+
+def _hung(r: _Reader, node: Node, path: str) -> model.Hung | None:
+    f = r.fields(node, path, ("utilization", "smActive", "power", "idlePowerWatts", "window", "minCoverage",
+                              "minPodAge", "maxGap"))
+    if f is None:
+        return None
+    default = model.Hung()
+    common = _window_fields(r, f, path, default.window)
+    util = r.number(f["utilization"], f"{path}.utilization", 1, 100, " (percent)") if "utilization" in f \
+        else default.utilization
+    sm = _optional(r, f, "smActive", path, 0, 1, default.sm_active)
+    power_watts = _idle_power(r, f["idlePowerWatts"], f"{path}.idlePowerWatts") if "idlePowerWatts" in f else ()
+    power = _optional(r, f, "power", path, 1, model.GpuSignal.POWER.maximum, _HUNG_POWER if power_watts else None)
+    if util is None or power_watts is None or common["window"] is None:
+        return None
+    if power is not None and not power_watts:
+        r.fail(f["power"], f"{path}.power", "power is judged against each GPU model's idle power: give "
+               "idlePowerWatts (modelName glob: watts)")
+        return None
+    if sm is None and power is None:
+        r.fail(node, path, "read at least one of smActive and power: GPU_UTIL alone cannot tell a stuck job "
+               "from a working one")
+        return None
+    return model.Hung(utilization=util, sm_active=sm, power=power, idle_power=power_watts, **common)
+
+
+_HUNG_POWER = 1.5  # a spinning kernel draws a little over idle; real work two to four times it
+
+
+def _optional(r: _Reader, f: dict[str, Node], key: str, path: str, low: float, high: float,
+              default: float | None) -> float | None:
+    """A number that may be switched off with null."""
+    if key not in f:
+        return default
+    node = f[key]
+    if isinstance(node, ScalarNode) and node.tag == _NULL:
+        return None
+    return r.number(node, f"{path}.{key}", low, high)
+
+
 # The tagged union's readers, by YAML key: a new trigger kind adds one entry here.
 _TRIGGER_READERS: dict[str, Callable[[_Reader, Node, str], model.Trigger | None]] = {
     model.IdleGpu.key: _idle_gpu,
@@ -606,6 +659,7 @@ _TRIGGER_READERS: dict[str, Callable[[_Reader, Node, str], model.Trigger | None]
     model.Pending.key: _pending,
     model.Terminating.key: _terminating,
     model.CrashLoop.key: _crash_loop,
+    model.Hung.key: _hung,
 }
 
 

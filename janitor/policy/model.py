@@ -296,8 +296,37 @@ class CrashLoop:
     ignore_containers: tuple[str, ...] = ()
 
 
-Trigger = IdleGpu | IdleCpu | Pending | Terminating | CrashLoop
-TRIGGER_KINDS: tuple[type[Trigger], ...] = (IdleGpu, IdleCpu, Pending, Terminating, CrashLoop)
+@dataclass(frozen=True, slots=True)
+class Hung:
+    """Stuck, not idle: on every GPU of the workload, `DCGM_FI_DEV_GPU_UTIL` at or above `utilization`
+    at every sample of `window` while SM activity stays at or below `sm_active` and power at or below
+    `power` times the GPU model's idle power (`idle_power`, as for IdleGpu). GPU_UTIL counts a kernel
+    running, so a job deadlocked in a collective reads about 100 % there while its SMs and its power
+    stay near idle. A quiet signal set to None is not read; at least one is. Evidence as for IdleGpu:
+    anything short of the whole window, on every signal, is *unknown*, never hung."""
+
+    key: ClassVar[str] = "hung"
+    window: _dt.timedelta = _dt.timedelta(minutes=30)
+    utilization: float = 90.0
+    sm_active: float | None = 0.2  # a spinning collective holds one SM per channel, a working kernel most
+    power: float | None = None
+    idle_power: tuple[tuple[str, float], ...] = ()
+    min_coverage: float = 0.8
+    min_pod_age: _dt.timedelta = _dt.timedelta(minutes=30)
+    max_gap: _dt.timedelta | None = None
+
+    @property
+    def quiet(self) -> tuple[tuple[GpuSignal, float], ...]:
+        """The signals that must stay near idle, with their limits (power as a multiple of idle)."""
+        return tuple((s, t) for s, t in ((GpuSignal.SM_ACTIVE, self.sm_active), (GpuSignal.POWER, self.power))
+                     if t is not None)
+
+    def idle_watts(self, model: str) -> float | None:
+        return next((w for glob, w in self.idle_power if model and fnmatch.fnmatchcase(model, glob)), None)
+
+
+Trigger = IdleGpu | IdleCpu | Pending | Terminating | CrashLoop | Hung
+TRIGGER_KINDS: tuple[type[Trigger], ...] = (IdleGpu, IdleCpu, Pending, Terminating, CrashLoop, Hung)
 T = TypeVar("T", bound=Trigger)
 
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 
 from janitor.decide.attribution import attribute
 from janitor.decide.evidence import CpuEvidence, EvidenceWindow, GpuEvidence, GpuSeries, PodKey, Quality
-from janitor.decide.model import Finding, Observation, PodJudgement, PodView, State, TriggerKind, is_mig
+from janitor.decide.model import CPU_SIGNAL, Finding, Observation, PodJudgement, PodView, State, TriggerKind, is_mig
 from janitor.decide.reasons import Code, Fact, Reason, why
 from janitor.decide.selection import Workload
 from janitor.decide.triggers.spec import Reads, Recheck, Role, TriggerSpec, Usage
@@ -105,6 +105,7 @@ class GpuJudge(_Judge):
         self.evidence, self.trigger = evidence, trigger
         self.signal = str(trigger.signal)
         self.limit: dict[str, Fact] = {"signal": self.signal, "threshold": trigger.threshold, "window": trigger.window}
+        self.busy_on = frozenset({self.signal})
         self.expected: dict[datetime.timedelta, int] = {}
 
     def __call__(self, pod: PodView) -> PodJudgement:
@@ -131,7 +132,7 @@ class GpuJudge(_Judge):
             if busy_own:
                 detail = ", ".join(f"GPU {s.gpu} peak {_fmt(s.peak)}" for s in busy_own)
                 return PodJudgement(pod.ref, State.CLEAR, why(Code.GPU_BUSY, **self._facts(detail, busy_own)), (),
-                                    {s.gpu: s.peak for s in series})
+                                    {s.gpu: s.peak for s in series}, self.busy_on)
             if mine.doubt is not None:
                 return PodJudgement(pod.ref, State.UNKNOWN, mine.doubt, peaks={s.gpu: s.peak for s in series})
             assert counted is not None
@@ -154,8 +155,8 @@ class GpuJudge(_Judge):
             return PodJudgement(pod.ref, State.FIRES, why(Code.GPU_IDLE, **facts), idle, peaks)
         if idle:
             return PodJudgement(pod.ref, State.PARTIAL, why(Code.GPU_PARTIAL, idle=len(idle), total=len(series),
-                                                            **facts), idle, peaks)
-        return PodJudgement(pod.ref, State.CLEAR, why(Code.GPU_BUSY, **facts), (), peaks)
+                                                            **facts), idle, peaks, self.busy_on)
+        return PodJudgement(pod.ref, State.CLEAR, why(Code.GPU_BUSY, **facts), (), peaks, self.busy_on)
 
     def _facts(self, detail: str, ordered: Sequence[GpuSeries]) -> dict[str, Fact]:
         """The sentence's detail, the trigger's limit, and each GPU's peak as data (plain words read those)."""
@@ -187,8 +188,8 @@ class GpuJudge(_Judge):
             return PodJudgement(pod.ref, State.FIRES, why(Code.GPU_IDLE, **facts), found, peaks)
         if found:
             return PodJudgement(pod.ref, State.PARTIAL, why(Code.GPU_PARTIAL, idle=len(found), total=len(series),
-                                                            **facts), found, peaks)
-        return PodJudgement(pod.ref, State.CLEAR, why(Code.GPU_BUSY, **facts), (), peaks)
+                                                            **facts), found, peaks, self.busy_on)
+        return PodJudgement(pod.ref, State.CLEAR, why(Code.GPU_BUSY, **facts), (), peaks, self.busy_on)
 
     def unsure(self, s: GpuSeries) -> Reason | None:
         """Why this GPU's series cannot show it idle over the window, or None when it can."""
@@ -244,7 +245,7 @@ class CpuJudge(_Judge):
         peak = usage.peak_cores
         if peak > limit:  # use, whatever else is missing: only idleness needs the whole window
             return PodJudgement(pod.ref, State.CLEAR, why(Code.CPU_BUSY, peak=peak, limit=described,
-                                                          window=trigger.window))
+                                                          window=trigger.window), busy_on=frozenset({CPU_SIGNAL}))
         doubt = _doubt("CPU", usage.quality, evidence.window, trigger.max_gap) if self.doubtful(usage.quality) else None
         if doubt is not None:
             return PodJudgement(pod.ref, State.UNKNOWN, doubt)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from janitor.decide.model import Finding, TriggerKind
-from janitor.decide.triggers import crashloop, expiry, idle, pending, signals, terminating
+from janitor.decide.model import Finding, State, TriggerKind
+from janitor.decide.triggers import crashloop, expiry, hung, idle, pending, signals, terminating
 from janitor.decide.triggers.spec import Role, TriggerSpec, Usage
 from janitor.policy.model import Trigger as PolicyTrigger
 
@@ -19,6 +19,7 @@ ALL: tuple[TriggerSpec, ...] = (
     pending.TRIGGER,
     crashloop.TRIGGER,
     terminating.TRIGGER,
+    hung.TRIGGER,
     expiry.TRIGGER,
 )
 BY_KIND: Mapping[TriggerKind, TriggerSpec] = {t.kind: t for t in ALL}
@@ -46,6 +47,18 @@ def in_use(finding: Finding) -> bool:
     return BY_KIND[finding.trigger].in_use(finding.state)
 
 
+def vetoes(finding: Finding, governing: Finding | None) -> bool:
+    """Whether `finding` shows use that stops `governing` (any use, unless the governing trigger is
+    blind to every signal the use was shown on). A busy pod that names no signal vetoes."""
+    if not in_use(finding):
+        return False
+    blind = BY_KIND[governing.trigger].blind_to if governing is not None else frozenset()
+    if not blind:
+        return True
+    busy = [j for j in finding.pods if j.state in (State.CLEAR, State.PARTIAL)]
+    return not busy or any(not j.busy_on or j.busy_on - blind for j in busy)
+
+
 def marks(finding: Finding) -> bool:
     """Whether the finding goes to the lifecycle (a workload's verdict under a policy)."""
     return BY_KIND[finding.trigger].role is Role.MARKS
@@ -57,4 +70,4 @@ def condition(finding: Finding) -> str:
 
 
 __all__ = ["ALL", "BY_KIND", "POD_TRIGGERS", "POLICY_TRIGGERS", "USAGE", "condition", "in_use", "marks", "of_policy",
-           "spec", "word"]
+           "spec", "vetoes", "word"]

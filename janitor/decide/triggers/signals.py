@@ -143,6 +143,7 @@ class SignalsJudge:
         """Busy on any signal read beats everything; `doubt` (a signal not read, or not attributable to
         GPUs) leaves no GPU idle, as does any doubtful series."""
         busy: dict[str, str] = {}  # GPU -> what showed use
+        busy_on: set[str] = set()
         unsure: Reason | None = doubt
         readings: list[tuple[str, str, float | None]] = []
         shown: dict[str, list[str]] = {g: [] for g in gpus}
@@ -153,6 +154,7 @@ class SignalsJudge:
                 shown[s.gpu].append(_shown(signal, value))
                 if value is not None and value > threshold:
                     busy.setdefault(s.gpu, f"{_shown(signal, value)} > {threshold:g}")
+                    busy_on.add(str(signal))
                 elif unsure is None:
                     unsure = judge.unsure(s)
         first = present[0][3] if present[0][0] is self.trigger.signal else ()
@@ -172,8 +174,9 @@ class SignalsJudge:
         detail = "; ".join(f"GPU {g} {busy[g]}" for g in gpus if g in busy)
         if idle:
             return PodJudgement(pod.ref, State.PARTIAL, why(Code.GPU_SIGNALS_PARTIAL, idle=len(idle), total=len(gpus),
-                                                            detail=detail, **facts), idle, peaks)
-        return PodJudgement(pod.ref, State.CLEAR, why(Code.GPU_SIGNALS_BUSY, detail=detail, **facts), (), peaks)
+                                                            detail=detail, **facts), idle, peaks, frozenset(busy_on))
+        return PodJudgement(pod.ref, State.CLEAR, why(Code.GPU_SIGNALS_BUSY, detail=detail, **facts), (), peaks,
+                            frozenset(busy_on))
 
     def _within(self) -> str:
         return ", ".join(f"power <= {t:g}x idle" if s.relative else f"{s.short} <= {t:g}"

@@ -57,6 +57,7 @@ class Reads:
     autoscalers: bool = False  # what node autoscalers say about pods
     ghost_gpus: bool = False  # GPU memory in use with no pod
     gpu: tuple[tuple[GpuKey, float | None], ...] = ()
+    gpu_low: tuple[GpuKey, ...] = ()  # queries whose lowest sample per GPU is read too (no busy level then)
     cpu: tuple[tuple[CpuKey, float | None, float | None], ...] = ()  # (key, busy above: in cores, as a fraction)
 
 
@@ -93,6 +94,9 @@ class TriggerSpec:
     condition: str = "idle"  # what the owner is told is wrong ("stuck Pending")
     words: Mapping[State, str] = field(default_factory=dict)  # its own words for verdicts (expiry: delete/keep)
     daemonsets: bool = False  # judges pods of DaemonSets too (their workloads are no candidates)
+    # Usage signals whose use does not veto it, since what it finds makes them read busy (hung:
+    # GPU_UTIL counts a spinning kernel); use shown on any other signal still does.
+    blind_to: frozenset[str] = frozenset()
 
     def word(self, state: State) -> str:
         return self.words.get(state) or _WORDS[state]
