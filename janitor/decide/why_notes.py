@@ -13,6 +13,7 @@ import datetime
 from collections.abc import Mapping
 
 from janitor import annotations as ann
+from janitor.decide.deadlines import keep_cap
 from janitor.decide.model import Finding, TriggerKind
 from janitor.decide.plain import plain
 from janitor.decide.selection import POLICY_TRIGGERS
@@ -52,19 +53,13 @@ def trigger_facts(trigger: TriggerKind, policy: Policy, *, gpus: int) -> dict[st
     return facts
 
 
-def keep_cap(marked_at: datetime.datetime, policy: Policy) -> datetime.datetime | None:
-    """The latest keep-until the policy honours; None when it honours none (maxExtension 0s)."""
-    extension = policy.lifecycle.max_extension
-    return marked_at + extension if extension else None
-
-
 def for_mark(finding: Finding, policy: Policy, now: datetime.datetime, deadline: datetime.datetime) -> str:
     """The note of a new mark made `now` on `finding`, with the deadline it gets."""
     return WhyNote(
         policy=policy.name, trigger=str(finding.trigger), action=str(policy.lifecycle.action),
         code=str(finding.reason.code), words=plain(finding.reason),
         facts=trigger_facts(finding.trigger, policy, gpus=finding.gpus), marked_at=now, deadline=deadline,
-        keep_cap=keep_cap(now, policy), max_extension=_duration(policy.lifecycle.max_extension),
+        keep_cap=keep_cap(now, policy.lifecycle.max_extension), max_extension=_duration(policy.lifecycle.max_extension),
     ).encode()
 
 
@@ -77,9 +72,9 @@ def in_step(notes: Mapping[str, str | None], *, deadline: datetime.datetime, act
     if note is None:
         return {}
     if policy is not None:
-        note = note.with_changes(keep_cap=keep_cap(note.marked_at, policy),
+        note = note.with_changes(keep_cap=keep_cap(note.marked_at, policy.lifecycle.max_extension),
                                  max_extension=_duration(policy.lifecycle.max_extension))
     return {ann.WHY: note.with_changes(deadline=deadline, action=action).encode()}
 
 
-__all__ = ["for_mark", "in_step", "keep_cap", "trigger_facts"]
+__all__ = ["for_mark", "in_step", "trigger_facts"]
