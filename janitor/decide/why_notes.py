@@ -10,9 +10,10 @@ Pure: the times come from the caller.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from janitor import annotations as ann
+from janitor.annotations import Mark
 from janitor.decide.deadlines import keep_cap
 from janitor.decide.model import Finding, TriggerKind
 from janitor.decide.plain import plain
@@ -53,6 +54,18 @@ def trigger_facts(trigger: TriggerKind, policy: Policy, *, gpus: int) -> dict[st
     return facts
 
 
+def of_mark(mark: Mark, notes: Mapping[str, str], foreign: Collection[str]) -> WhyNote | None:
+    """The note `mark` carries, for a reader without the policies (`janitor keep`, `kubectl janitor`);
+    None when there is none to trust: someone else wrote it last, or it is another mark's (written
+    over, then carried along by the janitor's rewrites), whose cap would be another's."""
+    if ann.WHY not in notes or ann.WHY in foreign:
+        return None
+    note = WhyNote.parse(notes[ann.WHY])
+    if note is not None and mark.marked_at is not None and note.marked_at != mark.marked_at:
+        return None
+    return note
+
+
 def for_mark(finding: Finding, policy: Policy, now: datetime.datetime, deadline: datetime.datetime) -> str:
     """The note of a new mark made `now` on `finding`, with the deadline it gets."""
     return WhyNote(
@@ -77,4 +90,4 @@ def in_step(notes: Mapping[str, str | None], *, deadline: datetime.datetime, act
     return {ann.WHY: note.with_changes(deadline=deadline, action=action).encode()}
 
 
-__all__ = ["for_mark", "in_step", "trigger_facts"]
+__all__ = ["for_mark", "in_step", "of_mark", "trigger_facts"]
