@@ -23,6 +23,7 @@ from janitor.settings import DEFAULTS as D
 
 if TYPE_CHECKING:
     from janitor.cycle import Planned, Ports
+    from janitor.decide.model import ObjectView
     from janitor.kubeapi import TimedApiClient
 
 DESCRIPTION = """\
@@ -191,6 +192,37 @@ def _cmd_unmark(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _keep_refused(view: ObjectView, target: str, until: datetime.datetime) -> str | None:
+    """Why the janitor would not honour keeping `view` until then, or None. Said now, before the
+    write: an admin who keeps a workload past its cap would otherwise learn at the deadline that it
+    was not kept. The cap is the one the mark's janitor/why counts, as `kubectl janitor keep` reads
+    it, so the command needs no policy files; without a note (an older janitor's mark) it writes."""
+    from janitor.decide import why_notes
+    from janitor.decide.deadlines import keep_cap
+
+    notes = view.annotations
+    mark = ann.read_mark(notes, view.foreign_marks)
+    if mark is None or not mark.belongs_to(view.ref.uid) or mark.problems:
+        return None  # not marked (or a mark the janitor removes): capped when it is marked
+    if not mark.cap_trusted:
+        keys = " and ".join(k for k in ann.CAP_KEYS if k in mark.foreign)
+        return (f"{keys} on it was not written by the janitor (someone else wrote it last), so the janitor honours "
+                "no keep-until on this mark; `janitor unmark` starts the mark again")
+    note = why_notes.of_mark(mark, notes, view.foreign_marks)
+    if note is None:
+        return None
+    cap = keep_cap(mark.marked_at, note.extension)
+    if cap is None:
+        return (f"policy {mark.policy} lets no one keep a workload (maxExtension {note.max_extension or '0s'}); "
+                "raise its maxExtension to allow keeping")
+    if until > cap:
+        shown = ann.format_expires(cap)
+        return (f"{ann.format_expires(until)} is past the cap of policy {mark.policy}, {shown} (maxExtension "
+                f"{note.max_extension} after it was first marked); keep it until then at most: janitor keep "
+                f"{target} {shown}")
+    return None
+
+
 def _cmd_keep(args: argparse.Namespace) -> int:
     """Write janitor/keep-until as an absolute UTC time, from a duration or a time."""
     from janitor import errors
@@ -223,6 +255,10 @@ def _cmd_keep(args: argparse.Namespace) -> int:
         if view is None:
             print(f"{args.object} not found", file=sys.stderr)
             return 1
+        refused = _keep_refused(view, args.object, until)
+        if refused is not None:
+            print(f"janitor keep: {args.object}: {refused}", file=sys.stderr)
+            return Exit.PROBLEMS
         kube.annotate(api, view.ref, view.resource_version,
                       {ann.KEEP_UNTIL: ann.format_expires(until)}, kind=kind)
     except (errors.NotFound, errors.Conflict) as e:  # the rest (403, no answer) is one line from main()
@@ -455,8 +491,9 @@ interact with janitor/ttl, janitor/expires and janitor/opt-out: docs/policies.md
         "keep", help="keep an idle workload a while longer (writes janitor/keep-until)",
         description="Write janitor/keep-until on a workload so the janitor does not reclaim it before then. "
                     "UNTIL is a duration from now (3d, 12h) or a UTC time (2026-12-01T18:00:00Z). The policy "
-                    "caps it at maxExtension after the first mark; using the workload again removes the mark "
-                    "altogether.",
+                    "caps it at maxExtension after the first mark: on a marked workload a later time is refused "
+                    "(exit 1, nothing written), saying the cap its janitor/why records. Using the workload again "
+                    "removes the mark altogether.",
         epilog="example:\n  janitor keep Job/team-a/train 2d")
     keep_cmd.add_argument("object", metavar="KIND/NAMESPACE/NAME")
     keep_cmd.add_argument("until", metavar="UNTIL")

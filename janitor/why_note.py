@@ -50,6 +50,12 @@ class WhyNote:
     keep_cap: datetime.datetime | None = None
     max_extension: str | None = None  # the policy's, as a duration (7d); 0s: no keeping
 
+    @property
+    def extension(self) -> datetime.timedelta:
+        """The policy's maxExtension as this note counts its cap (zero: no keeping): to the second,
+        where `max_extension` is words for people."""
+        return self.keep_cap - self.marked_at if self.keep_cap is not None else datetime.timedelta(0)
+
     def with_changes(self, *, deadline: datetime.datetime | None = None, action: str | None = None,
                      keep_cap: datetime.datetime | None | object = ..., max_extension: str | None | object = ...
                      ) -> WhyNote:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from janitor import annotations as ann
+from janitor.decide.deadlines import deadline_in_force, keep_cap
 from janitor.decide.model import ObjectRef, ObjectView
 from janitor.decide.owners import Owner
 from janitor.policy.model import Policy
@@ -147,9 +148,13 @@ def judge(op: Op, days: int, value: ButtonValue, view: ObjectView | None, presse
         return Verdict(op, Outcome.NO_ROOM, f"{keys} on {value} was not written by the janitor (someone else wrote "
                                             "it last), so this mark's cap cannot be counted and nothing can be kept; "
                                             "ask a cluster admin.")
-    cap = mark.marked_at + policy.lifecycle.max_extension
+    honoured = keep_cap(mark.marked_at, policy.lifecycle.max_extension)
+    cap = honoured or mark.marked_at  # a policy that keeps nothing: its cap is the first mark itself, long past
     until = min(now + datetime.timedelta(days=days), cap)
-    if until <= now or (mark.deadline is not None and until <= mark.deadline):
+    # A keep that would not move the deadline in force (an earlier keep already did, say) adds nothing,
+    # and writing it would cut that earlier keep short.
+    in_force = deadline_in_force(mark, view.annotations.get(ann.KEEP_UNTIL), honoured)
+    if until <= now or (in_force is not None and until <= in_force):
         return Verdict(op, Outcome.NO_ROOM, f"Policy {policy.name} keeps {value} at most "
                                             f"{ann.format_duration(policy.lifecycle.max_extension)} after it was "
                                             f"first marked ({ann.format_expires(cap)}): nothing to add.")

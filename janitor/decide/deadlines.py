@@ -1,9 +1,11 @@
 """The deadline in force, and the one a warning names: never earlier than what the owner was told.
 
-Every date the lifecycle gives an owner comes from here: the least notice after a delivery
-(`earliest_after_delivery`, in working time where the policy says so), how long an owner may
-keep a workload (`extension_cap`, `kept_until`), the deadline in force for a warned mark
-(`effective_deadline`) and the one a warning sent now names (`warning_deadline`).
+Every date the janitor gives an owner comes from here, so that the lifecycle, the Slack buttons,
+`janitor keep` and `kubectl janitor` cannot disagree about it: how long an owner may keep a
+workload (`keep_cap`, `kept_until`), the deadline in force for a mark (`deadline_in_force`, and
+`effective_deadline` saying why), the least notice after a delivery (`earliest_after_delivery`, in
+working time where the policy says so) and the deadline a warning sent now names
+(`warning_deadline`).
 
 Pure: no I/O, no clock.
 """
@@ -22,12 +24,16 @@ from janitor.policy.model import Policy
 _ENDLESS = datetime.datetime.max.replace(tzinfo=datetime.timezone.utc)
 
 
-def extension_cap(mark: Mark, policy: Policy) -> datetime.datetime | None:
-    """How long an owner may keep the workload: maxExtension after the first mark; None for no
-    keeping, also when the mark's marked-at or policy was last written by someone else."""
-    if mark.marked_at is None or not policy.lifecycle.max_extension or not mark.cap_trusted:
+def keep_cap(marked_at: datetime.datetime | None, max_extension: datetime.timedelta, *,
+             trusted: bool = True) -> datetime.datetime | None:
+    """The latest `janitor/keep-until` honoured: `max_extension` (the policy's maxExtension) after
+    the first mark, so asking again and again never keeps a workload for ever. None means no
+    keeping: a policy whose maxExtension is 0, a first mark not known, or a mark whose marked-at or
+    policy someone else wrote last (`trusted` False), because a forward-dated marked-at would buy
+    any time at all."""
+    if marked_at is None or not max_extension or not trusted:
         return None
-    return mark.marked_at + policy.lifecycle.max_extension
+    return marked_at + max_extension
 
 
 def earliest_after_delivery(delivered_at: datetime.datetime, policy: Policy,
@@ -38,35 +44,53 @@ def earliest_after_delivery(delivered_at: datetime.datetime, policy: Policy,
     return max(at, add_working_time(delivered_at, hours, time_zone)) if hours else at
 
 
+def deadline_in_force(mark: Mark, keep: str | None, cap: datetime.datetime | None,
+                      least: datetime.datetime | None = None) -> datetime.datetime | None:
+    """The deadline the janitor holds a mark to: never earlier than the mark's, than the one the
+    delivered warning named, or than `least` (delivery + grace, for a reader that has the policy),
+    because an owner must never be acted on sooner than they were told; an owner's keep-until (`keep`,
+    as written), within `cap`, only moves it later. None while nothing names one (someone else wrote
+    the mark's deadline, and no warning was delivered)."""
+    named = [mark.deadline, mark.warned_of.deadline if mark.warned and mark.warned_of is not None else None, least]
+    known = [d for d in named if d is not None]
+    if not known:
+        return None
+    deadline = max(known)
+    kept = kept_until(keep, cap)
+    return max(deadline, kept) if kept is not None else deadline
+
+
 def effective_deadline(mark: Mark, policy: Policy, notes: Mapping[str, str],
                        time_zone: str | None = None) -> tuple[datetime.datetime, Reason]:
-    """The deadline in force for a warned mark: never earlier than the mark's, than the one the
-    warning named, or than delivery + grace; an owner's keep-until (within its cap) only moves it later."""
-    assert mark.deadline is not None and mark.warned_at is not None and mark.warned_of is not None
-    deadline = max(mark.deadline, mark.warned_of.deadline, earliest_after_delivery(mark.warned_at, policy, time_zone))
-    reason = why(Code.DELIVERY_GRACE)
-    cap = extension_cap(mark, policy)
+    """The deadline in force for a warned mark, with the reason the lifecycle gives for it: the
+    owner reads why the date moved (their keep-until, the cap, the grace after delivery) or why
+    their keep-until did not move it."""
+    assert mark.warned and mark.warned_at is not None
+    cap = keep_cap(mark.marked_at, policy.lifecycle.max_extension, trusted=mark.cap_trusted)
     keep = notes.get(ann.KEEP_UNTIL)
+    least = earliest_after_delivery(mark.warned_at, policy, time_zone)
+    deadline = deadline_in_force(mark, keep, cap, least)
+    unkept = deadline_in_force(mark, None, None, least)
+    assert deadline is not None and unkept is not None
+    reason = why(Code.DELIVERY_GRACE)
     if keep is not None and not mark.cap_trusted:
         reason = why(Code.KEEP_UNTRUSTED, keys=tuple(k for k in ann.CAP_KEYS if k in mark.foreign))
     if keep is not None and cap is not None:
         try:
             wanted = ann.parse_expires(keep)
         except ValueError:
-            wanted, reason = cap, why(Code.KEEP_UNPARSEABLE, value=keep[:80])
-        kept = min(wanted, cap)
-        if kept > deadline:
-            deadline = kept
-            if reason.code is not Code.KEEP_UNPARSEABLE:
-                reason = why(Code.KEPT_UNTIL, until=ann.format_deadline(kept),
+            reason = why(Code.KEEP_UNPARSEABLE, value=keep[:80])
+        else:
+            if deadline > unkept:
+                reason = why(Code.KEPT_UNTIL, until=ann.format_deadline(deadline),
                              capped=" (the policy's maxExtension cap)" if wanted > cap else "")
     return deadline, reason
 
 
-def kept_until(notes: Mapping[str, str], cap: datetime.datetime | None) -> datetime.datetime | None:
-    """The owner's keep-until within its cap (an unparseable one keeps it until the cap); None
-    without one, or without a cap (no extensions)."""
-    keep = notes.get(ann.KEEP_UNTIL)
+def kept_until(keep: str | None, cap: datetime.datetime | None) -> datetime.datetime | None:
+    """The owner's keep-until (`keep`, as written) within its cap; an unparseable one keeps the
+    workload until the cap, since its owner plainly asked for time. None without one, or without a
+    cap (no keeping)."""
     if keep is None or cap is None:
         return None
     try:
@@ -81,7 +105,7 @@ def warning_deadline(base: datetime.datetime, notes: Mapping[str, str], cap: dat
     nor before the least notice after a delivery now, nor before the owner's keep-until (within its
     cap), so that a late warning or an owner who asked for time beforehand reads the real date."""
     deadline = max(base, earliest_after_delivery(now, policy, time_zone))
-    kept = kept_until(notes, cap)
+    kept = kept_until(notes.get(ann.KEEP_UNTIL), cap)
     return max(deadline, kept) if kept is not None else deadline
 
 

@@ -41,7 +41,7 @@ from janitor.decide.consent import intent_id, released_by, sent_to, warned_to
 from janitor.decide.deadlines import (
     earliest_after_delivery,
     effective_deadline,
-    extension_cap,
+    keep_cap,
     keep_order,
     kept_until,
     warning_deadline,
@@ -199,10 +199,16 @@ class _Case:
         return {**notes, ann.KEEP_UNTIL: theirs if own is None or keep_order(theirs) > keep_order(own) else own}
 
 
+def _cap(mark: Mark | None, policy: Policy, now: datetime.datetime) -> datetime.datetime | None:
+    """The keep cap of `mark`, or of the mark about to be written now (none yet: its first mark is now)."""
+    if mark is None:
+        return keep_cap(now, policy.lifecycle.max_extension)
+    return keep_cap(mark.marked_at, policy.lifecycle.max_extension, trusted=mark.cap_trusted)
+
+
 def _notice(kind: NoticeKind, finding: Finding, case: _Case, policy: Policy, now: datetime.datetime,
             deadline: datetime.datetime | None) -> Notice:
-    cap = (extension_cap(case.mark, policy) if case.mark is not None else
-           (now + policy.lifecycle.max_extension if policy.lifecycle.max_extension else None))
+    cap = _cap(case.mark, policy, now)
     view = case.view
     warns = kind in (NoticeKind.WARNING, NoticeKind.REMINDER)
     told = warns and case.mark is not None and case.mark.warned_via is not None and case.mark.warned_via.to_admins
@@ -275,7 +281,7 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
     if mark.intent is not None:
         # Sent again if Slack does not have it: a warning names the deadline kept from now, not the mark's.
         named = warning_deadline(mark.deadline or now + policy.lifecycle.warn_before, case.kept,
-                                 extension_cap(mark, policy), policy, now, case.time_zone) \
+                                 _cap(mark, policy, now), policy, now, case.time_zone) \
             if mark.intent.kind is NoticeKind.WARNING else mark.deadline
         notice = _notice(mark.intent.kind, finding, case, policy, now, named)
         return Change(Step.RECOVER, ref, rv, policy.name, why(Code.RECOVER, kind=str(mark.intent.kind),
@@ -302,7 +308,7 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
         pace.sending(owner)
         base = max(mark.deadline or now, now + policy.lifecycle.warn_before) if wrong_action else \
             mark.deadline or now + policy.lifecycle.warn_before  # none: someone else wrote janitor/expires
-        deadline = warning_deadline(base, case.kept, extension_cap(mark, policy), policy, now, case.time_zone)
+        deadline = warning_deadline(base, case.kept, _cap(mark, policy, now), policy, now, case.time_zone)
         intent = _intent(NoticeKind.WARNING, finding.owner, now, policy, deadline, case.claims)
         reason = (why(Code.WARN_AGAIN_VOLUMES, action=action) if volumes_unwarned else
                   why(Code.WARN_AGAIN_ACTION, warned=str(mark.warned_of), action=action) if wrong_action else
@@ -320,7 +326,7 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
         return Change(Step.WAIT, ref, rv, policy.name, why(Code.NOT_SURE, trigger=str(unsure.trigger),
                                                            policy=unsure.policy, why=unsure.reason), deadline=deadline)
     released = released_by(mark, view.annotations, finding.owner, action, now)
-    kept = kept_until(case.kept, extension_cap(mark, policy))
+    kept = kept_until(case.kept.get(ann.KEEP_UNTIL), _cap(mark, policy, now))
     if released is not None and (kept is None or kept <= now) and policy.lifecycle.action is not PolicyAction.REPORT:
         # A keep-until in force (pressed after the release, say) wins over it.
         # The owner pressed "Release now" on the warning in force, for this action: no more notice is owed.
@@ -425,8 +431,8 @@ def _new_marks(candidates: Sequence[tuple[_Case, Finding, Policy]], now: datetim
         marks += 1
         per_owner[owner] += 1
         per_ns[ref.namespace or ""] += 1
-        cap = now + policy.lifecycle.max_extension if policy.lifecycle.max_extension else None
-        deadline = warning_deadline(now + policy.lifecycle.warn_before, case.kept, cap, policy, now, case.time_zone)
+        deadline = warning_deadline(now + policy.lifecycle.warn_before, case.kept, _cap(None, policy, now), policy,
+                                    now, case.time_zone)
         patch: dict[str, str | None] = {
             ann.DEADLINE: ann.format_deadline(deadline),
             ann.POLICY: policy.name,

@@ -10,9 +10,11 @@ Pure: the times come from the caller.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from janitor import annotations as ann
+from janitor.annotations import Mark
+from janitor.decide.deadlines import keep_cap
 from janitor.decide.model import Finding, TriggerKind
 from janitor.decide.plain import plain
 from janitor.decide.triggers.registry import POLICY_TRIGGERS
@@ -55,10 +57,16 @@ def trigger_facts(trigger: TriggerKind, policy: Policy, *, gpus: int) -> dict[st
     return facts
 
 
-def keep_cap(marked_at: datetime.datetime, policy: Policy) -> datetime.datetime | None:
-    """The latest keep-until the policy honours; None when it honours none (maxExtension 0s)."""
-    extension = policy.lifecycle.max_extension
-    return marked_at + extension if extension else None
+def of_mark(mark: Mark, notes: Mapping[str, str], foreign: Collection[str]) -> WhyNote | None:
+    """The note `mark` carries, for a reader without the policies (`janitor keep`, `kubectl janitor`);
+    None when there is none to trust: someone else wrote it last, or it is another mark's (written
+    over, then carried along by the janitor's rewrites), whose cap would be another's."""
+    if ann.WHY not in notes or ann.WHY in foreign:
+        return None
+    note = WhyNote.parse(notes[ann.WHY])
+    if note is not None and mark.marked_at is not None and note.marked_at != mark.marked_at:
+        return None
+    return note
 
 
 def for_mark(finding: Finding, policy: Policy, now: datetime.datetime, deadline: datetime.datetime) -> str:
@@ -67,7 +75,7 @@ def for_mark(finding: Finding, policy: Policy, now: datetime.datetime, deadline:
         policy=policy.name, trigger=str(finding.trigger), action=str(policy.lifecycle.action),
         code=str(finding.reason.code), words=plain(finding.reason),
         facts=trigger_facts(finding.trigger, policy, gpus=finding.gpus), marked_at=now, deadline=deadline,
-        keep_cap=keep_cap(now, policy), max_extension=_duration(policy.lifecycle.max_extension),
+        keep_cap=keep_cap(now, policy.lifecycle.max_extension), max_extension=_duration(policy.lifecycle.max_extension),
     ).encode()
 
 
@@ -80,9 +88,9 @@ def in_step(notes: Mapping[str, str | None], *, deadline: datetime.datetime, act
     if note is None:
         return {}
     if policy is not None:
-        note = note.with_changes(keep_cap=keep_cap(note.marked_at, policy),
+        note = note.with_changes(keep_cap=keep_cap(note.marked_at, policy.lifecycle.max_extension),
                                  max_extension=_duration(policy.lifecycle.max_extension))
     return {ann.WHY: note.with_changes(deadline=deadline, action=action).encode()}
 
 
-__all__ = ["for_mark", "in_step", "keep_cap", "trigger_facts"]
+__all__ = ["for_mark", "in_step", "of_mark", "trigger_facts"]

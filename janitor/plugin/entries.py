@@ -16,10 +16,11 @@ from enum import StrEnum
 from typing import Any
 
 from janitor import annotations as ann
-from janitor.decide import volumes
+from janitor.decide import volumes, why_notes
+from janitor.decide.deadlines import deadline_in_force, keep_cap
 from janitor.decide.model import ObjectRef, ObjectView, ResourceKind
 from janitor.policy.model import Action as PolicyAction
-from janitor.why_note import Scalar, WhyNote
+from janitor.why_note import Scalar
 
 COMPONENT = "kube-idle-janitor"  # the Events' source: the janitor and its node agent
 
@@ -194,10 +195,7 @@ def read(view: ObjectView, kind: Kind, now: datetime.datetime) -> Entry | None:
         return replace(base, standing=Standing.EXPIRES, trigger="expiry",
                         action="delete" if own_deadline is not None else None, deadline=own_deadline,
                         words=own_words, volumes=_volumes("delete", view))
-    foreign = view.foreign_marks.intersection(notes)
-    note = WhyNote.parse(notes.get(ann.WHY, "")) if ann.WHY in notes and ann.WHY not in foreign else None
-    if note is not None and mark.marked_at is not None and note.marked_at != mark.marked_at:
-        note = None  # a note of another mark (written over, then carried along by the janitor's rewrites)
+    note = why_notes.of_mark(mark, notes, view.foreign_marks)
     sentence = mark.reason
     common: dict[str, Any] = dict(policy=mark.policy, sentence=sentence, marked_at=mark.marked_at,
                                   words=note.words if note is not None else sentence,
@@ -206,12 +204,9 @@ def read(view: ObjectView, kind: Kind, now: datetime.datetime) -> Entry | None:
         return replace(base, standing=Standing.COPY, **common)
     if mark.problems:
         return replace(base, standing=Standing.BROKEN, problems=mark.problems, **common)
-    deadline = mark.deadline  # None: someone else wrote janitor/expires, and the warning names the deadline
-    if mark.warned and mark.warned_of is not None:
-        deadline = max(deadline or mark.warned_of.deadline, mark.warned_of.deadline)
-    cap = note.keep_cap if note is not None and mark.cap_trusted else None
-    if cap is not None and keep is not None and deadline is not None:
-        deadline = max(deadline, min(kept_until or cap, cap))  # a keep-until that is no time keeps to the cap
+    # The janitor wrote the grace after delivery into the mark's deadline; the cap is the one its note counts.
+    cap = keep_cap(mark.marked_at, note.extension, trusted=mark.cap_trusted) if note is not None else None
+    deadline = deadline_in_force(mark, keep, cap)
     standing = Standing.MARKED
     if mark.warned and deadline is not None:
         standing = Standing.DUE if deadline <= now else Standing.WARNED

@@ -25,6 +25,7 @@ from janitor import annotations as a
 from janitor.act.slack_buttons import actions
 from janitor.act.slack_messages import MessageContext, render_digest
 from janitor.decide.clicks import ButtonValue, Op, Outcome, Presser, judge
+from janitor.decide.deadlines import keep_cap
 from janitor.decide.lifecycle import Step
 from janitor.decide.model import ActionType, State
 from janitor.decide.notices import Notice, NoticeKind
@@ -95,7 +96,18 @@ def test_a_keep_never_passes_the_cap_nor_moves_the_deadline_earlier(days: int, c
         assert verdict.annotations == ({a.RELEASE: str(released)} if op is Op.RELEASE else {})
         return
     until = a.parse_expires(verdict.annotations[a.KEEP_UNTIL])
-    assert until <= marked_at + pol.lifecycle.max_extension and until > deadline and until <= NOW + days * DAY
+    cap = keep_cap(marked_at, pol.lifecycle.max_extension)
+    assert cap is not None and until <= cap and until > deadline and until <= NOW + days * DAY
+
+
+def test_a_keep_shorter_than_the_keep_in_force_adds_nothing() -> None:
+    """Keep 3 days, then Keep 1 day before the next cycle moved the deadline: the second would cut
+    the first short, so it is refused like any keep that adds nothing."""
+    view = warned_job(**{a.KEEP_UNTIL: t(NOW + 3 * DAY)})
+    verdict = judge(Op.KEEP, 1, value_of(view), view, OWNER, ALICE, policy(max_extension=7 * DAY), NOW)
+    assert verdict.outcome is Outcome.NO_ROOM and verdict.annotations == {}
+    assert verdict.said == (f"Policy idle-gpu keeps Job team-a/train at most 1w after it was first marked "
+                            f"({a.format_expires(MARKED + 7 * DAY)}): nothing to add.")
 
 
 def test_release_acts_at_once_on_the_warned_mark_only() -> None:

@@ -86,6 +86,7 @@ from janitor import annotations as ann
 from janitor.annotations import Delivery
 from janitor.decide import volumes
 from janitor.decide.autoscaling import Said
+from janitor.decide.deadlines import keep_cap, kept_until
 from janitor.decide.evidence import CpuEvidence, GpuEvidence, GpuSeries, PodKey, Quality
 from janitor.decide.lifecycle import Step, delivered, resend
 from janitor.decide.model import (
@@ -566,8 +567,8 @@ def changes_on(planned: CyclePlan, uid: str) -> list:
     return [c for c in planned.changes if c.workload.uid == uid]
 
 
-def own_mark(notes: Mapping[str, str], uid: str) -> ann.Mark | None:
-    mark = ann.read_mark(notes)
+def own_mark(notes: Mapping[str, str], uid: str, foreign: frozenset[str] = frozenset()) -> ann.Mark | None:
+    mark = ann.read_mark(notes, foreign)
     return mark if mark is not None and mark.uid == uid and not mark.problems else None
 
 
@@ -867,16 +868,12 @@ def assert_warned_first(sim: Simulator, planned: CyclePlan, observation: Observa
             assert sim.now - release.at <= H, (
                 f"{action.type} of {action.target} at {stamp(sim.now)}: released at {stamp(release.at)}, long ago")
             policy = policies[action.policy]
-            mark = ann.read_mark(notes)
-            if (ann.KEEP_UNTIL in notes and mark is not None and mark.marked_at is not None
-                    and policy.lifecycle.max_extension and not view.foreign_marks & {ann.MARKED_AT, ann.POLICY}):
-                cap = mark.marked_at + policy.lifecycle.max_extension
-                try:
-                    until = min(ann.parse_expires(notes[ann.KEEP_UNTIL]), cap)
-                except ValueError:
-                    until = cap
-                assert sim.now >= until, (f"{action.type} of {action.target} at {stamp(sim.now)}: released, but kept "
-                                          f"until {stamp(until)} (a keep wins over a release)")
+            mark = ann.read_mark(notes, view.foreign_marks)
+            until = kept_until(notes.get(ann.KEEP_UNTIL), keep_cap(
+                mark.marked_at, policy.lifecycle.max_extension, trusted=mark.cap_trusted)) if mark is not None else None
+            assert until is None or sim.now >= until, (
+                f"{action.type} of {action.target} at {stamp(sim.now)}: released, but kept until {stamp(until)} "
+                "(a keep wins over a release)")
             continue
         policy = policies[action.policy]
         grace = policy.lifecycle.grace
@@ -1362,18 +1359,15 @@ def assert_precedence(case: Case, observation: Observation, planned: CyclePlan, 
         if ann.EXPIRES in notes and not ann.carries_mark(notes):
             assert Step.MARK not in steps and unit.uid not in reclaimed, \
                 f"marked over a user's janitor/expires: {steps}"
-        mark = own_mark(notes, unit.uid)
+        mark = own_mark(notes, unit.uid, unit.view.foreign_marks)
         policy = policies.get(mark.policy or "") if mark is not None else None
-        if mark is None or policy is None or ann.KEEP_UNTIL not in notes or not policy.lifecycle.max_extension:
+        if mark is None or policy is None:
             continue
-        if unit.view.foreign_marks & {ann.MARKED_AT, ann.POLICY}:
-            continue  # a cap counted from keys someone else wrote is no cap: no keep-until is honoured
-        assert mark.marked_at is not None
-        cap = mark.marked_at + policy.lifecycle.max_extension
-        try:
-            until = min(ann.parse_expires(notes[ann.KEEP_UNTIL]), cap)
-        except ValueError:
-            until = cap
+        # No cap (none allowed, or counted from keys someone else wrote): no keep-until is honoured.
+        until = kept_until(notes.get(ann.KEEP_UNTIL),
+                           keep_cap(mark.marked_at, policy.lifecycle.max_extension, trusted=mark.cap_trusted))
+        if until is None:
+            continue
         assert not (unit.uid in reclaimed and now < until), f"reclaimed before keep-until {stamp(until)}"
         for change in changes_on(planned, unit.uid):
             if change.step is Step.EXTEND:
