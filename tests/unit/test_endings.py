@@ -1,0 +1,173 @@
+"""The lifecycle's endings are one table (janitor/policy/endings.py), and what users see follows it.
+
+Aspects covered:
+- every action a policy may name has its entry, and the loader accepts exactly those names (its
+  error lists them, in the table's order);
+- the kinds an action applies to are the entry's: delete and report any kind, the others only theirs;
+- every reclaim's resume command, as the owner gets it, undoes its patch on a sample object: after
+  the patch the next cycle's check says it holds, after the command it says it does not, and the
+  field is back as it was (a CronJob's Jobs suspended with it are resumed with it too);
+- a reclaim that cannot be checked or undone is refused when the table is built.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import json
+import shlex
+import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from janitor import annotations
+from janitor.decide.model import ObjectRef
+from janitor.decide.notices import kubectl_ref, resume_command
+from janitor.policy import load
+from janitor.policy.endings import ENDINGS, Action, Ending, find
+
+NOW = datetime.datetime(2026, 3, 2, 10, 0, tzinfo=datetime.timezone.utc)
+
+
+def test_every_action_has_its_entry() -> None:
+    assert set(ENDINGS) == set(Action)
+    for action, ending in ENDINGS.items():
+        assert ending.action is action and action.ending is ending and find(str(action)) is ending
+    assert find("nuke") is None and find("Suspend") is None
+
+
+def _loaded_action(value: str) -> tuple[Action | None, tuple[str, ...]]:
+    text = textwrap.dedent(f"""\
+        policies:
+          - name: p
+            match: {{namespaces: {{include: [team-a]}}}}
+            triggers: {{idleGpu: {{}}}}
+            lifecycle: {{action: {value}}}
+        """)
+    policies, errors = load.from_text(text, file="p.yaml", parse_duration=annotations.parse_ttl)
+    return (policies[0].lifecycle.action if policies else None), tuple(str(e) for e in errors)
+
+
+def test_the_loader_accepts_exactly_the_tables_actions() -> None:
+    for action in ENDINGS:
+        assert _loaded_action(str(action)) == (action, ())
+    _, errors = _loaded_action("nuke")
+    assert len(errors) == 1 and errors[0].endswith("is not one of " + " | ".join(str(a) for a in ENDINGS))
+
+
+def test_the_kinds_an_action_applies_to_are_its_entrys() -> None:
+    kinds = ("Pod", "Deployment", "StatefulSet", "Job", "JobSet", "CronJob", "Notebook", "RayCluster")
+    for action, ending in ENDINGS.items():
+        fits = {kind for kind in kinds if action.applies_to(kind)}
+        assert fits == (set(kinds) if ending.kinds is None else set(ending.kinds) & set(kinds)), action
+    assert Action.DELETE.ending.kinds is None and Action.REPORT.ending.kinds is None
+    assert [k for k in kinds if Action.SCALE_TO_ZERO.applies_to(k)] == ["Deployment", "StatefulSet"]
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """What a cycle reads of an object (the fields `ObjectView` has)."""
+
+    replicas: int | None = None
+    suspended: bool = False
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+def _seen(obj: dict[str, Any]) -> _Seen:
+    spec = obj.get("spec") or {}
+    return _Seen(spec.get("replicas"), spec.get("suspend") is True, dict(obj["metadata"].get("annotations") or {}))
+
+
+def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
+    """A JSON merge patch (RFC 7386), as the apiserver applies `--type=merge`."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, Mapping):
+            inner = target.get(key)
+            if not isinstance(inner, dict):
+                inner = target[key] = {}
+            _merge(inner, value)
+        else:
+            target[key] = value
+
+
+def _run(command: str, objects: dict[str, dict[str, Any]], namespace: str) -> None:
+    """Carry out the commands the owner is given, on `objects` by `kind/name`: the few forms they use."""
+    for part in command.split(" && "):
+        words = shlex.split(part)
+        assert words[:3] == ["kubectl", "-n", namespace], part
+        verb, ref, *rest = words[3:]
+        obj = objects[ref]
+        if verb == "patch":
+            assert rest[:2] == ["--type=merge", "-p"], part
+            _merge(obj, json.loads(rest[2]))
+        elif verb == "scale":
+            (flag,) = rest
+            obj["spec"]["replicas"] = int(flag.removeprefix("--replicas="))
+        elif verb == "annotate":
+            (key,) = rest
+            assert key.endswith("-"), part
+            obj["metadata"]["annotations"].pop(key[:-1])
+        else:
+            raise AssertionError(f"a command the owner cannot be given: {part}")
+
+
+def _ref(kind: str, api_version: str, name: str) -> ObjectRef:
+    return ObjectRef(kind, api_version, "team-a", name, f"uid-{name}")
+
+
+# One sample object per reclaim, as the user had it, and what it looks like to kubectl.
+SAMPLES = {
+    Action.SUSPEND: (_ref("CronJob", "batch/v1", "nightly"),
+                     {"metadata": {"annotations": {"team": "a"}}, "spec": {"suspend": False, "schedule": "@daily"}}),
+    Action.SCALE_TO_ZERO: (_ref("Deployment", "apps/v1", "serve"),
+                           {"metadata": {"annotations": {}}, "spec": {"replicas": 3}}),
+    Action.STOP: (_ref("Notebook", "kubeflow.org/v1", "nb"),
+                  {"metadata": {"annotations": {"notebooks.kubeflow.org/last-activity": "x"}}, "spec": {}}),
+}
+
+
+@pytest.mark.parametrize("action", [a for a, e in ENDINGS.items() if e.reclaims], ids=str)
+def test_the_resume_command_undoes_the_patch(action: Action) -> None:
+    ending = ENDINGS[action]
+    assert ending.patch is not None and ending.acts
+    ref, before = SAMPLES[action]
+    run = _ref("Job", "batch/v1", "nightly-29000000")  # a Job the CronJob runs, suspended with it
+    also = (run,) if ending.carries_runs else ()
+    original = {kubectl_ref(ref): before, **{kubectl_ref(r): copy.deepcopy(before) for r in also}}
+    objects = copy.deepcopy(original)
+    for obj in objects.values():
+        _merge(obj, ending.patch(NOW))
+        assert ending.held(_seen(obj)) is True
+    replicas = before["spec"].get("replicas")
+    _run(resume_command(ref, action, replicas, also), objects, "team-a")
+    assert objects == original
+    assert all(ending.held(_seen(obj)) is False for obj in objects.values())
+
+
+def test_a_scale_to_zero_with_no_replicas_recorded_resumes_at_one() -> None:
+    ref = _ref("Deployment", "apps/v1", "serve")
+    assert resume_command(ref, Action.SCALE_TO_ZERO, None) == "kubectl -n team-a scale deployment/serve --replicas=1"
+    assert Action.SCALE_TO_ZERO.ending.held(_Seen(replicas=None)) is None  # the object does not say
+
+
+def test_delete_and_report_leave_nothing_to_resume_or_check() -> None:
+    ref = _ref("Deployment", "apps/v1", "serve")
+    for action in (Action.DELETE, Action.REPORT):
+        ending = ENDINGS[action]
+        assert not ending.reclaims and ending.patch is None
+        assert resume_command(ref, action, 3) == "" and ending.held(_Seen(replicas=0, suspended=True)) is None
+    assert Action.DELETE.ending.acts and not Action.REPORT.ending.acts
+
+
+def test_a_reclaim_that_cannot_be_checked_or_undone_is_refused() -> None:
+    with pytest.raises(ValueError, match="a reclaim needs"):
+        Ending(Action.SUSPEND, "suspended", "suspended", reclaims=True, patch=lambda now: {"spec": {"suspend": True}},
+               holds=lambda seen: seen.suspended)
+    with pytest.raises(ValueError, match="a reclaim acts"):
+        Ending(Action.STOP, "stopped", "stopped", acts=False, reclaims=True, patch=lambda now: {},
+               holds=lambda seen: True, resume=lambda ns, ref, replicas, also: "")
