@@ -7,7 +7,10 @@ Aspects covered:
 - every reclaim's resume command, as the owner gets it, undoes its patch on a sample object: after
   the patch the next cycle's check says it holds, after the command it says it does not, and the
   field is back as it was (a CronJob's Jobs suspended with it are resumed with it too);
-- a reclaim that cannot be checked or undone is refused when the table is built.
+- a reclaim that cannot be checked or undone is refused when the table is built;
+- every ending that acts is carried out by the plan's action of the same name, and that action
+  reads its ending back; a report (an Event) and a force delete carry none, and the `report`
+  ending makes no action.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 import pytest
 
 from janitor import annotations
-from janitor.decide.model import ObjectRef
+from janitor.decide.model import ActionType, ObjectRef
 from janitor.decide.notices import kubectl_ref, resume_command
 from janitor.policy import load
 from janitor.policy.endings import ENDINGS, Action, Ending, find
@@ -171,3 +174,16 @@ def test_a_reclaim_that_cannot_be_checked_or_undone_is_refused() -> None:
     with pytest.raises(ValueError, match="a reclaim acts"):
         Ending(Action.STOP, "stopped", "stopped", acts=False, reclaims=True, patch=lambda now: {},
                holds=lambda seen: True, resume=lambda ns, ref, replicas, also: "")
+
+
+def test_every_ending_that_acts_has_its_action_and_no_other_does() -> None:
+    for action, ending in ENDINGS.items():
+        if ending.acts:
+            carried = ActionType.carrying(action)
+            assert str(carried) == str(action) and carried.ending is ending
+        else:
+            with pytest.raises(ValueError):
+                ActionType.carrying(action)
+    assert {t for t in ActionType if t.ending is not None} == {ActionType.carrying(a) for a, e in ENDINGS.items()
+                                                               if e.acts}
+    assert ActionType.REPORT.ending is None and ActionType.FORCE_DELETE.ending is None
