@@ -10,7 +10,9 @@ Aspects covered:
 - a reclaim that cannot be checked or undone is refused when the table is built;
 - every ending that acts is carried out by the plan's action of the same name, and that action
   reads its ending back; a report (an Event) and a force delete carry none, and the `report`
-  ending makes no action.
+  ending makes no action;
+- the acting layer sends each reclaim's patch as the table has it, in one merge patch with the
+  mark's removal, and a CronJob's running Jobs get the same patch, guarded by their uid.
 """
 
 from __future__ import annotations
@@ -18,17 +20,22 @@ from __future__ import annotations
 import copy
 import datetime
 import json
+import re
 import shlex
 import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from janitor import annotations
-from janitor.decide.model import ActionType, ObjectRef
+from janitor import annotations, kubeapi
+from janitor.act import kube
+from janitor.decide.model import Action as PlannedAction
+from janitor.decide.model import ActionType, ObjectRef, ResourceKind, TriggerKind
 from janitor.decide.notices import kubectl_ref, resume_command
+from janitor.decide.reasons import text
 from janitor.policy import load
 from janitor.policy.endings import ENDINGS, Action, Ending, find
 
@@ -187,3 +194,48 @@ def test_every_ending_that_acts_has_its_action_and_no_other_does() -> None:
     assert {t for t in ActionType if t.ending is not None} == {ActionType.carrying(a) for a, e in ENDINGS.items()
                                                                if e.acts}
     assert ActionType.REPORT.ending is None and ActionType.FORCE_DELETE.ending is None
+
+
+KINDS = {"CronJob": ResourceKind("batch", "v1", "CronJob", "cronjobs"),
+         "Deployment": ResourceKind("apps", "v1", "Deployment", "deployments"),
+         "Notebook": ResourceKind("kubeflow.org", "v1", "Notebook", "notebooks")}
+# The patches as the apiserver receives them: a change here changes what users' objects become.
+PATCHES = {Action.SUSPEND: {"spec": {"suspend": True}}, Action.SCALE_TO_ZERO: {"spec": {"replicas": 0}},
+           Action.STOP: {"metadata": {"annotations": {annotations.NOTEBOOK_STOPPED: "<time>"}}}}
+
+
+@pytest.mark.parametrize("action", [a for a, e in ENDINGS.items() if e.reclaims], ids=str)
+def test_the_acting_layer_sends_the_tables_patch(action: Action, monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[tuple[str, Any]] = []
+
+    def request(api: object, method: str, path: str, *, body: Any = None, **_: Any) -> SimpleNamespace:
+        sent.append((path, body))
+        return SimpleNamespace(data=b"{}")
+
+    monkeypatch.setattr(kubeapi, "request", request)
+    ref, _ = SAMPLES[action]
+    runs = (_ref("Job", "batch/v1", "nightly-1"),) if ENDINGS[action].carries_runs else ()
+    planned = PlannedAction(ActionType.carrying(action), ref, "7", "p", TriggerKind.IDLE_GPU, "lifecycle",
+                            "IdleReclaimed", text("due"), also=runs, record={annotations.RECLAIMED: "r"})
+    result = kube.apply(None, planned, kind=KINDS[ref.kind])  # type: ignore[arg-type]
+    assert result.outcome is kube.Outcome.DONE, result.detail
+    patches = [body for path, body in sent if not path.endswith("/events")]
+    [workload, *jobs] = patches[len(patches) // 2:]  # after the dry-run probes, the same requests for real
+    assert patches[:len(patches) // 2] == patches[len(patches) // 2:]
+    body = copy.deepcopy(workload)
+    meta = body["metadata"]
+    assert meta.pop("uid") == ref.uid and meta.pop("resourceVersion") == "7"  # guarded by the read
+    notes = meta["annotations"]
+    assert {key: notes.pop(key) for key in (*annotations.MARK_KEYS, annotations.RECLAIMED)} == \
+        {**{key: None for key in annotations.MARK_KEYS}, annotations.RECLAIMED: "r"}  # the mark goes with it
+    expected = copy.deepcopy(PATCHES[action])
+    if action is Action.STOP:
+        stamp = notes[annotations.NOTEBOOK_STOPPED]
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", stamp)
+        expected["metadata"]["annotations"][annotations.NOTEBOOK_STOPPED] = stamp
+    if not notes:
+        del meta["annotations"]
+    if not meta:
+        del body["metadata"]
+    assert body == expected
+    assert jobs == [{**PATCHES[action], "metadata": {"uid": run.uid}} for run in runs]
