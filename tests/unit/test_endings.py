@@ -12,12 +12,16 @@ Aspects covered:
   reads its ending back; a report (an Event) and a force delete carry none, and the `report`
   ending makes no action;
 - the acting layer sends each reclaim's patch as the table has it, in one merge patch with the
-  mark's removal, and a CronJob's running Jobs get the same patch, guarded by their uid.
+  mark's removal, and a CronJob's running Jobs get the same patch, guarded by their uid;
+- Slack says each ending in its short words (the warning, the "done" note, the Release button's
+  confirmation, which a report-only policy does not have), `kubectl janitor explain` in its longer
+  ones; a name no ending has is shown as it is.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime
 import json
 import re
@@ -29,13 +33,18 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from test_kubectl_plugin import marked_job, read
 
 from janitor import annotations, kubeapi
 from janitor.act import kube
+from janitor.act.slack_buttons import actions
+from janitor.act.slack_messages import notice_text
 from janitor.decide.model import Action as PlannedAction
 from janitor.decide.model import ActionType, ObjectRef, ResourceKind, TriggerKind
-from janitor.decide.notices import kubectl_ref, resume_command
+from janitor.decide.notices import Notice, NoticeKind, kubectl_ref, resume_command
+from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.reasons import text
+from janitor.plugin import render
 from janitor.policy import load
 from janitor.policy.endings import ENDINGS, Action, Ending, find
 
@@ -239,3 +248,39 @@ def test_the_acting_layer_sends_the_tables_patch(action: Action, monkeypatch: py
         del body["metadata"]
     assert body == expected
     assert jobs == [{**PATCHES[action], "metadata": {"uid": run.uid}} for run in runs]
+
+
+def _notice(kind: NoticeKind, action: str) -> Notice:
+    return Notice(kind, _ref("Job", "batch/v1", "train"), "idle-gpu", Owner(OwnerKind.EMAIL, "alice@lab.example"),
+                  action, text("idle"), NOW, deadline=NOW + datetime.timedelta(hours=5),
+                  marked_at=NOW - datetime.timedelta(hours=1), cap=NOW + datetime.timedelta(days=5))
+
+
+def _release_confirmation(notice: Notice) -> str | None:
+    block = actions(notice)
+    assert block is not None
+    return next((e["confirm"]["text"]["text"] for e in block["elements"] if e["action_id"] == "janitor.release"), None)
+
+
+@pytest.mark.parametrize("action", [*ENDINGS, "nuke"], ids=str)
+def test_slack_and_the_plugin_say_each_ending_in_its_words(action: str) -> None:
+    ending = find(action)
+    done = ending.done if ending is not None else action
+    assert f"will be *{done}* (policy `idle-gpu`" in notice_text(_notice(NoticeKind.WARNING, action), NOW)
+    assert f"was *{done}* (policy `idle-gpu`)" in notice_text(_notice(NoticeKind.DONE, action), NOW)
+    released = _release_confirmation(_notice(NoticeKind.WARNING, action))
+    assert released == (f"Job train will be {done} within a minute." if ending is not None and ending.acts else None)
+    entry = dataclasses.replace(read(marked_job()), action=action)
+    shown = render.explain_text("job/train", "team-a", entry, [], NOW)
+    explained = ending.explained if ending is not None else action
+    assert f"what happens    {explained}, at " in shown
+
+
+def test_the_words_users_read_today() -> None:
+    assert {str(a): (e.done, e.explained) for a, e in ENDINGS.items()} == {
+        "delete": ("deleted", "deleted"),
+        "suspend": ("suspended", "suspended (spec.suspend: true; its pods stop, the Job stays)"),
+        "scale-to-zero": ("scaled to zero", "scaled to zero replicas"),
+        "stop": ("stopped", "stopped (the Kubeflow way; its volume stays)"),
+        "report": ("reported (this policy does nothing to it)", "nothing"),
+    }
