@@ -550,7 +550,7 @@ def _decide(case: _Case, views: Mapping[str, ObjectView], by_policy: Mapping[str
             return None, None
         if _unsure(case, governing) is not None:
             return None, None
-        if ann.NOTEBOOK_STOPPED in view.annotations:
+        if PolicyAction.STOP.ending.held(view):  # a Notebook stopped already holds nothing to reclaim
             return Change(Step.WAIT, view.ref, view.resource_version, governing.policy, why(Code.STOPPED)), None
         not_again = held.blocked(view, governing.policy)
         if not_again is not None:

@@ -15,7 +15,8 @@ Aspects covered:
   mark's removal, and a CronJob's running Jobs get the same patch, guarded by their uid;
 - Slack says each ending in its short words (the warning, the "done" note, the Release button's
   confirmation, which a report-only policy does not have), `kubectl janitor explain` in its longer
-  ones; a name no ending has is shown as it is.
+  ones; a name no ending has is shown as it is;
+- a Notebook stopped already (the stop ending holds on it) is not marked: nothing is left to reclaim.
 """
 
 from __future__ import annotations
@@ -33,17 +34,19 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from test_decide_lifecycle import job, one, policy
 from test_kubectl_plugin import marked_job, read
 
 from janitor import annotations, kubeapi
 from janitor.act import kube
 from janitor.act.slack_buttons import actions
 from janitor.act.slack_messages import notice_text
+from janitor.decide.lifecycle import Step
 from janitor.decide.model import Action as PlannedAction
 from janitor.decide.model import ActionType, ObjectRef, ResourceKind, TriggerKind
 from janitor.decide.notices import Notice, NoticeKind, kubectl_ref, resume_command
 from janitor.decide.owners import Owner, OwnerKind
-from janitor.decide.reasons import text
+from janitor.decide.reasons import Code, text
 from janitor.plugin import render
 from janitor.policy import load
 from janitor.policy.endings import ENDINGS, Action, Ending, find
@@ -284,3 +287,10 @@ def test_the_words_users_read_today() -> None:
         "stop": ("stopped", "stopped (the Kubeflow way; its volume stays)"),
         "report": ("reported (this policy does nothing to it)", "nothing"),
     }
+
+
+def test_a_notebook_the_stop_holds_on_is_not_marked() -> None:
+    stopped = job({annotations.NOTEBOOK_STOPPED: "2026-03-01T08:00:00Z"}, kind="Notebook")
+    change = one(stopped, pol=policy(action=Action.STOP))
+    assert change.step is Step.WAIT and change.why.code is Code.STOPPED
+    assert one(job(kind="Notebook"), pol=policy(action=Action.STOP)).step is Step.MARK
