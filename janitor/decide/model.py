@@ -322,8 +322,9 @@ def word(trigger: TriggerKind, state: State) -> str:
 
 
 class ActionType(StrEnum):
-    """What a plan does to one object. The policy endings that act keep their names here, spelled by
-    policy.endings, which says what each one does; `carrying` turns one into its action."""
+    """What a plan does to one object. Not the policy's `Action`: a report here is a Warning Event and
+    a force delete is no policy's ending. The endings that act are spelled from the policy's names, so
+    an action and the ending it carries out (policy.endings: its patch, its words) cannot drift apart."""
 
     DELETE = PolicyAction.DELETE.value
     # A Warning Event on the object plus a note on it, so the same mistake is reported once (not the
