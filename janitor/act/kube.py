@@ -24,7 +24,7 @@ import datetime
 import json
 import logging
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -36,6 +36,7 @@ from janitor import annotations as ann
 from janitor import errors, kubeapi, ledger
 from janitor.decide.model import Action, ActionType, ObjectRef, ResourceKind, SafetyLedger, TriggerKind
 from janitor.decide.reasons import text
+from janitor.policy.endings import PatchTarget
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ def apply(
             detail = _delete(api, action, kind=kind, dry_run=dry_run, component=component)
         elif action.type is ActionType.REPORT:
             detail = _report(api, action, kind=kind, dry_run=dry_run, component=component)
-        elif action.type in _RECLAIM_PATCHES:
+        elif action.type.ending is not None and action.type.ending.reclaims:
             detail = _reclaim(api, action, kind=kind, dry_run=dry_run, component=component)
         else:
             raise ValueError(f"unknown action type {action.type!r}")
@@ -196,16 +197,6 @@ def _delete_options(action: Action, *, dry_run: bool) -> dict[str, Any]:
     return options
 
 
-# How each non-deleting ending reclaims the pods; resumed by the command the messages give.
-_RECLAIM_PATCHES: dict[ActionType, Callable[[], dict[str, Any]]] = {
-    ActionType.SUSPEND: lambda: {"spec": {"suspend": True}},
-    ActionType.SCALE_TO_ZERO: lambda: {"spec": {"replicas": 0}},
-    # Kubeflow's notebook controller scales a Notebook to zero while this annotation is set.
-    ActionType.STOP: lambda: {"metadata": {"annotations": {
-        ann.NOTEBOOK_STOPPED: datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}}},
-}
-
-
 def guarded(patch: dict[str, Any], target: ObjectRef, resource_version: str) -> dict[str, Any]:
     """`patch` with the read's uid and resourceVersion in its metadata: the apiserver answers 409
     when the object changed since, or is another object under the same name."""
@@ -222,17 +213,23 @@ def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: boo
     new run but stops none, so the Jobs it is running (`action.also`) are suspended right after it,
     each guarded by its uid; one that is gone has finished. One that cannot be suspended makes the
     outcome a failure, so the owner is never told "done" while it runs (the CronJob, suspended,
-    is not marked again for it: the Job is judged on its own)."""
-    body = _RECLAIM_PATCHES[action.type]()
-    notes = dict((body.get("metadata") or {}).get("annotations") or {})
+    is not marked again for it: the Job is judged on its own). The patch is the ending's, resumed by
+    the command the messages give (policy.endings)."""
+    ending = action.type.ending
+    if ending is None or ending.patch is None:
+        raise ValueError(f"{action.type} is no reclaim (caller bug)")
+    if ending.target is not PatchTarget.WORKLOAD:
+        raise ValueError(f"{action.type} patches its {ending.target}, which this version does not find")
+    patch = ending.patch(datetime.datetime.now(datetime.timezone.utc))
+    notes = dict((patch.get("metadata") or {}).get("annotations") or {})
     notes |= {key: None for key in ann.MARK_KEYS}
     notes |= action.record  # janitor/reclaimed: the next cycle checks that it held (decide.held)
-    body = guarded(body | {"metadata": {"annotations": notes}}, action.target, action.resource_version)
+    body = guarded(patch | {"metadata": {"annotations": notes}}, action.target, action.resource_version)
     path = kubeapi.path(kind, action.target.namespace, action.target.name)
     _call(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, dry_run=True,
           doing=f"{action.type} {action.target} (dry run)")
     for job in action.also:
-        _suspend_job(api, job, dry_run=True)
+        _patch_run(api, job, patch, str(action.type), dry_run=True)
     if dry_run:
         return f"dry run: the apiserver accepted the {action.type}; nothing was changed and no Event posted"
     event_note = _post_event(api, action, event_type="Normal", component=component)
@@ -240,13 +237,13 @@ def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: boo
     failed = []
     for job in action.also:
         try:
-            _suspend_job(api, job, dry_run=False)
+            _patch_run(api, job, patch, str(action.type), dry_run=False)
         except errors.NotFound:
             continue  # finished and gone since the read
         except errors.KubeError as e:
             failed.append(f"{job}: {e}")
     if failed:
-        raise errors.KubeError(f"{action.target} suspended, but not the Jobs it runs: " + "; ".join(failed),
+        raise errors.KubeError(f"{action.target} {ending.done}, but not the Jobs it runs: " + "; ".join(failed),
                                doing=f"{action.type} {action.target}")
     also = f" with its Job{'s' if len(action.also) > 1 else ''} {', '.join(j.name for j in action.also)}" \
         if action.also else ""
@@ -256,10 +253,11 @@ def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: boo
 _JOBS = ResourceKind("batch", "v1", "Job", "jobs")
 
 
-def _suspend_job(api: ApiClient, job: ObjectRef, *, dry_run: bool) -> None:
-    body = {"spec": {"suspend": True}, "metadata": {"uid": job.uid}}
+def _patch_run(api: ApiClient, job: ObjectRef, patch: Mapping[str, Any], verb: str, *, dry_run: bool) -> None:
+    """A Job a CronJob runs gets its CronJob's patch, guarded by its uid only: it was listed, not read."""
+    body = {**patch, "metadata": {"uid": job.uid}}
     _call(api, "PATCH", kubeapi.path(_JOBS, job.namespace, job.name), body=body, content_type=_MERGE_PATCH,
-          dry_run=dry_run, doing=f"suspend {job}" + (" (dry run)" if dry_run else ""))
+          dry_run=dry_run, doing=f"{verb} {job}" + (" (dry run)" if dry_run else ""))
 
 
 def annotate(

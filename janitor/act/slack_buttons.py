@@ -15,10 +15,10 @@ from typing import Any
 
 from janitor.decide.clicks import ButtonValue
 from janitor.decide.notices import Notice, NoticeKind
+from janitor.policy import endings
 
 BLOCK_PREFIX = "janitor:"  # + the workload's UID: the block a click's answer replaces
 DAY = datetime.timedelta(days=1)
-VERBS = {"delete": "deleted", "suspend": "suspended", "scale-to-zero": "scaled to zero", "stop": "stopped"}
 
 
 def _button(text: str, action_id: str, value: str, **extra: Any) -> dict[str, Any]:
@@ -38,11 +38,12 @@ def actions(notice: Notice) -> dict[str, Any] | None:
         elements.append(_button(label, "janitor.keep.1d", value, style="primary"))
         if cap >= now + 3 * DAY:
             elements.append(_button("Keep 3 days", "janitor.keep.3d", value))
-    if notice.action in VERBS:
+    ending = endings.find(notice.action)
+    if ending is not None and ending.acts:  # a report-only policy has nothing to release it to
         elements.append(_button("Release now", "janitor.release", value, confirm={
             "title": {"type": "plain_text", "text": "Release it now?"},
             "text": {"type": "mrkdwn", "text": f"{notice.workload.kind} {notice.workload.name} will be "
-                                               f"{VERBS[notice.action]} within a minute."},
+                                               f"{ending.done} within a minute."},
             "confirm": {"type": "plain_text", "text": "Release"},
             "deny": {"type": "plain_text", "text": "Cancel"}}))
     elements.append(_button("Why?", "janitor.why", value))

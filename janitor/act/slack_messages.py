@@ -22,6 +22,7 @@ from typing import Any
 from janitor.act.slack_buttons import actions
 from janitor.decide.notices import Notice, NoticeKind
 from janitor.decide.plain import plain
+from janitor.policy import endings
 
 MAX_BLOCKS = 50
 MAX_SECTION = 3000  # characters of a section's text
@@ -41,8 +42,6 @@ TITLE = {NoticeKind.WARNING: ":warning: *Warning:*", NoticeKind.REMINDER: ":alar
 NOUN = {NoticeKind.WARNING: ("warning", "warnings"), NoticeKind.REMINDER: ("reminder", "reminders"),
         NoticeKind.DONE: ("done", "done"), NoticeKind.UNDONE: ("not held", "not held"),
         NoticeKind.CANCELLED: ("cancelled", "cancelled")}
-DONE_TO = {"delete": "deleted", "suspend": "suspended", "scale-to-zero": "scaled to zero", "stop": "stopped",
-           "report": "reported (this policy does nothing to it)"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +114,8 @@ def _count(n: int, singular: str, plural: str | None = None) -> str:
 
 
 def _done_to(action: str) -> str:
-    return DONE_TO.get(action) or escape(cut(action, 40))
+    ending = endings.find(action)
+    return ending.done if ending is not None else escape(cut(action, 40))
 
 
 def _ref(notice: Notice) -> str:

@@ -28,10 +28,10 @@ from janitor.decide.notices import Notice, resume_command
 from janitor.decide.owners import Owner
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import RESTORER_MANAGERS, RESTORERS, copied_from
+from janitor.policy import endings
 from janitor.policy.model import Action as PolicyAction
 from janitor.policy.model import Manager, Policy
 
-_RECLAIMS = (PolicyAction.SUSPEND, PolicyAction.SCALE_TO_ZERO, PolicyAction.STOP)
 # How long a reclaim must hold before "done" is said: Argo CD self-heals in seconds, KEDA polls every
 # 30 s, Flux syncs every 10 minutes by default. An undo found sooner is said at once.
 HELD_AFTER = datetime.timedelta(minutes=15)
@@ -53,7 +53,7 @@ def effective(policy: Policy, manager: str | None) -> Policy:
 
 def record(policy: Policy, view: ObjectView, now: datetime.datetime) -> Mapping[str, str]:
     """What a reclaim writes with it, for the next cycle to check (a delete leaves nothing to check)."""
-    if policy.lifecycle.action not in _RECLAIMS:
+    if not policy.lifecycle.action.ending.reclaims:
         return {}
     return {ann.RECLAIMED: str(Reclaimed(str(policy.lifecycle.action), now, policy.name, view.replicas))}
 
@@ -73,13 +73,10 @@ def undone_on(view: ObjectView) -> Undone | None:
 
 
 def _held(action: str, view: ObjectView) -> bool | None:
-    if action == PolicyAction.SCALE_TO_ZERO:
-        return None if view.replicas is None else view.replicas == 0
-    if action == PolicyAction.SUSPEND:
-        return view.suspended
-    if action == PolicyAction.STOP:
-        return ann.NOTEBOOK_STOPPED in view.annotations
-    return None
+    """Whether the reclaim recorded as `action` still holds on `view`; None when that cannot be told
+    (the object does not say, or the record names no reclaim this version knows)."""
+    ending = endings.find(action)
+    return ending.held(view) if ending is not None else None
 
 
 def check(view: ObjectView, owner: Owner, now: datetime.datetime, held_after: datetime.timedelta = HELD_AFTER

@@ -58,12 +58,6 @@ from janitor.policy.model import Action as PolicyAction
 from janitor.policy.model import Mode, Policy
 
 RULE = "lifecycle"
-ACTION_TYPES: Mapping[PolicyAction, ActionType] = {
-    PolicyAction.DELETE: ActionType.DELETE,
-    PolicyAction.SUSPEND: ActionType.SUSPEND,
-    PolicyAction.SCALE_TO_ZERO: ActionType.SCALE_TO_ZERO,
-    PolicyAction.STOP: ActionType.STOP,
-}
 REASON_MAX = 512  # janitor/reason stays readable in `kubectl describe`
 _ENDLESS = datetime.datetime.max.replace(tzinfo=datetime.timezone.utc)
 
@@ -332,7 +326,7 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
         # The owner pressed "Release now" on the warning in force, for this action: no more notice is owed.
         reason = why(Code.RELEASED, by=released.user, at=released.at, warned=mark.warned_at, action=action,
                      policy=policy.name, why=finding.reason)
-        act = Action(ACTION_TYPES[policy.lifecycle.action], ref, rv, policy.name, finding.trigger, RULE,
+        act = Action(ActionType.carrying(policy.lifecycle.action), ref, rv, policy.name, finding.trigger, RULE,
                      "IdleReleased", reason, {"released-by": released.user, "warned-of": str(mark.warned_of)},
                      also=_also(case, policy), record=held.record(policy, view, now))
         return Change(Step.ACT, ref, rv, policy.name, reason, notice=_notice(NoticeKind.DONE, finding, case, policy,
@@ -351,7 +345,7 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
     if now >= deadline:
         reason = why(Code.RECLAIM, condition=condition, marked=mark.marked_at, warned=mark.warned_at,
                      deadline=shown, action=action, policy=policy.name, why=finding.reason)
-        act = Action(ACTION_TYPES[policy.lifecycle.action], ref, rv, policy.name, finding.trigger, RULE,
+        act = Action(ActionType.carrying(policy.lifecycle.action), ref, rv, policy.name, finding.trigger, RULE,
                      "IdleReclaimed", reason, {"deadline": shown, "warned-of": str(mark.warned_of)},
                      also=_also(case, policy), record=held.record(policy, view, now))
         done = _notice(NoticeKind.DONE, finding, case, policy, now, None)
@@ -374,8 +368,9 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
 
 
 def _also(case: _Case, policy: Policy) -> tuple[ObjectRef, ...]:
-    """What a suspend does besides its target: a CronJob's running Jobs (a delete takes them along)."""
-    return case.also if policy.lifecycle.action is PolicyAction.SUSPEND else ()
+    """What the ending patches besides its target: for a suspend, a CronJob's running Jobs (a delete takes
+    them along)."""
+    return case.also if policy.lifecycle.action.ending.carries_runs else ()
 
 
 def _volumes_lost(policy: Policy, case: _Case) -> str | None:
@@ -575,7 +570,7 @@ def _decide(case: _Case, views: Mapping[str, ObjectView], by_policy: Mapping[str
             return None, None
         if _unsure(case, governing) is not None:
             return None, None
-        if ann.NOTEBOOK_STOPPED in view.annotations:
+        if PolicyAction.STOP.ending.held(view):  # a Notebook stopped already holds nothing to reclaim
             return Change(Step.WAIT, view.ref, view.resource_version, governing.policy, why(Code.STOPPED)), None
         not_again = held.blocked(view, governing.policy)
         if not_again is not None:

@@ -20,6 +20,8 @@ from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.reasons import Reason
 from janitor.decide.volumes import ClaimTemplates
 from janitor.node_report import ConditionMessage, OomReport
+from janitor.policy.endings import Ending
+from janitor.policy.model import Action as PolicyAction
 from janitor.policy.model import Mode
 
 # -- what was read ----------------------------------------------------------------------------------
@@ -302,19 +304,39 @@ class State(StrEnum):
 
 
 class ActionType(StrEnum):
-    DELETE = "delete"
-    # A Warning Event on the object plus a note on it, so the same mistake is reported once.
+    """What a plan does to one object. Not the policy's `Action`: a report here is a Warning Event and
+    a force delete is no policy's ending. The endings that act are spelled from the policy's names, so
+    an action and the ending it carries out (policy.endings: its patch, its words) cannot drift apart."""
+
+    DELETE = PolicyAction.DELETE.value
+    # A Warning Event on the object plus a note on it, so the same mistake is reported once (not the
+    # policy's `report` ending, which never makes an action).
     REPORT = "report"
     # The lifecycle's other endings (policy `action`): they keep the object, reclaim its pods.
-    SUSPEND = "suspend"
-    SCALE_TO_ZERO = "scale-to-zero"
-    STOP = "stop"
+    SUSPEND = PolicyAction.SUSPEND.value
+    SCALE_TO_ZERO = PolicyAction.SCALE_TO_ZERO.value
+    STOP = PolicyAction.STOP.value
     FORCE_DELETE = "force-delete"  # grace 0, for pods stuck Terminating on positive evidence only
 
     @property
     def deletes(self) -> bool:
         """Counted by the deletion caps and the tripwire (everything but a report)."""
         return self is not ActionType.REPORT
+
+    @property
+    def ending(self) -> Ending | None:
+        """The policy ending this action carries out; None for a report (an Event, not the ending of
+        that name) and a force delete, which no policy names."""
+        if self in (ActionType.REPORT, ActionType.FORCE_DELETE):
+            return None
+        return PolicyAction(self.value).ending
+
+    @classmethod
+    def carrying(cls, action: PolicyAction) -> ActionType:
+        """The action that carries out a policy's ending; one that does not act has none."""
+        if not action.ending.acts:
+            raise ValueError(f"the {action} ending makes no action")
+        return cls(action.value)
 
 
 EXPIRY_POLICY = "ttl-expiry"  # the policy name of the annotations' own path (janitor/ttl, janitor/expires)

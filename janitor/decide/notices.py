@@ -65,14 +65,6 @@ def keep_command(ref: ObjectRef, until: datetime.datetime | None) -> str:
 
 def resume_command(ref: ObjectRef, action: PolicyAction, replicas: int | None,
                    also: Sequence[ObjectRef] = ()) -> str:
-    """What undoes the action: for a suspend, of the workload and of each Job suspended with it (a
-    CronJob's runs: resuming the CronJob alone leaves them suspended, and a Forbid schedule blocked)."""
-    target = f"kubectl {_ns(ref)}"
-    if action is PolicyAction.SUSPEND:
-        resume = "--type=merge -p '{\"spec\":{\"suspend\":false}}'"
-        return " && ".join(f"{target}patch {kubectl_ref(r)} {resume}" for r in (ref, *also))
-    if action is PolicyAction.SCALE_TO_ZERO:
-        return target + f"scale {kubectl_ref(ref)} --replicas={replicas if replicas else 1}"
-    if action is PolicyAction.STOP:
-        return target + f"annotate {kubectl_ref(ref)} {ann.NOTEBOOK_STOPPED}-"
-    return ""
+    """What undoes the action, for the objects it changed: the workload and, for a suspend, each
+    Job suspended with it (policy.endings says the command)."""
+    return action.ending.resume_command(_ns(ref), kubectl_ref(ref), replicas, [kubectl_ref(r) for r in also])

@@ -30,16 +30,10 @@ class ClaimTemplates:
     when_deleted: str = RETAIN
 
 
-def _rule(action: Action) -> str | None:
-    """The retention rule an action meets: scaling to zero; deleting (the StatefulSet, or what owns it,
-    which the garbage collector follows down); stopping a Notebook, which scales its StatefulSet to zero."""
-    return {Action.SCALE_TO_ZERO: "whenScaled", Action.STOP: "whenScaled", Action.DELETE: "whenDeleted"}.get(action)
-
-
 def lost_under(action: Action, claims: ClaimTemplates | None) -> str | None:
     """The retention rule under which `action` deletes the workload's claims ("whenScaled: Delete"),
     or None when its volumes stay (no claim templates, Retain, or an action that deletes nothing)."""
-    rule = _rule(action)
+    rule = action.ending.volumes
     if claims is None or not claims.names or rule is None:
         return None
     value = claims.when_scaled if rule == "whenScaled" else claims.when_deleted
@@ -55,5 +49,5 @@ def fate(action: Action, claims: ClaimTemplates | None) -> str:
     rule = lost_under(action, claims)
     if rule is not None:
         return f"its volumes (claims from templates {names}) are deleted with it ({rule})"
-    kept = _rule(action)
+    kept = action.ending.volumes
     return f"its volumes (claims from templates {names}) stay" + (f" ({kept}: {RETAIN})" if kept else "")

@@ -19,10 +19,8 @@ from janitor.decide.notices import kubectl_ref
 from janitor.decide.plain import duration
 from janitor.documents import API_VERSION, Document
 from janitor.plugin.entries import MARKED_STANDINGS, Entry, Event, Standing
+from janitor.policy import endings
 
-ACTED = {"delete": "deleted", "suspend": "suspended (spec.suspend: true; its pods stop, the Job stays)",
-         "scale-to-zero": "scaled to zero replicas",
-         "stop": "stopped (the Kubeflow way; its volume stays)"}
 KEEP_FOR = datetime.timedelta(days=2)  # what the suggested keep asks for, when the cap allows it
 
 
@@ -149,7 +147,8 @@ def explain_text(target: str, namespace: str, e: Entry | None, events: Sequence[
     else:
         rows: list[tuple[str, str]] = [("state", _standing_words(e, now))]
         if e.standing in MARKED_STANDINGS or e.standing is Standing.EXPIRES:
-            what = ACTED.get(e.action or "", "nothing" if e.action == "report" else e.action or "-")
+            ending = endings.find(e.action or "")
+            what = ending.explained if ending is not None else e.action or "-"
             rows.append(("what happens", f"{what}, at {at(e.deadline, now)}" if e.deadline else what))
             if e.volumes:
                 rows.append(("volumes", e.volumes))

@@ -27,6 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, TypeVar
 
+from janitor.policy.endings import Action as Action  # the endings' names live with what they mean
+
 
 class Mode(enum.StrEnum):
     """shadow: evaluate and report what would happen (plan, metrics), never mark, warn or act.
@@ -36,33 +38,12 @@ class Mode(enum.StrEnum):
     ENFORCE = "enforce"
 
 
-class Action(enum.StrEnum):
-    """What the lifecycle finally does to an idle workload."""
-
-    DELETE = "delete"
-    SUSPEND = "suspend"  # Job/JobSet/CronJob `spec.suspend: true`
-    SCALE_TO_ZERO = "scale-to-zero"  # Deployment/StatefulSet `spec.replicas: 0`
-    STOP = "stop"  # Kubeflow Notebook: the `kubeflow-resource-stopped` annotation
-    REPORT = "report"  # mark, warn and remind, and never act: for trying a policy out on real owners
-
-    def applies_to(self, kind: str) -> bool:
-        """Whether this action means anything for a workload of `kind` (delete: always)."""
-        return kind in _ACTION_KINDS.get(self, (kind,))
-
-
 class Manager(enum.StrEnum):
     """A controller that restores what the janitor reclaims (GitOps self-heal, KEDA's minimum)."""
 
     ARGOCD = "argocd"
     FLUX = "flux"
     KEDA = "keda"
-
-
-_ACTION_KINDS: dict[Action, tuple[str, ...]] = {
-    Action.SUSPEND: ("Job", "JobSet", "CronJob"),
-    Action.SCALE_TO_ZERO: ("Deployment", "StatefulSet"),
-    Action.STOP: ("Notebook",),
-}
 
 
 GAP_INTERVALS = 4
