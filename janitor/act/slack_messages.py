@@ -113,6 +113,11 @@ def _count(n: int, singular: str, plural: str | None = None) -> str:
     return f"{n} {singular if n == 1 else plural or singular + 's'}"
 
 
+def _acts(action: str) -> bool:
+    ending = endings.find(action)
+    return ending is None or ending.acts
+
+
 def _done_to(action: str) -> str:
     ending = endings.find(action)
     return ending.done if ending is not None else escape(cut(action, 40))
@@ -157,10 +162,12 @@ def summary(notices: Sequence[Notice], now: datetime.datetime, *, rich: bool = T
         else:
             state = f"{'are' if many else 'is'} " + (conditions.pop() if len(conditions) == 1 else "idle or stuck")
         lead = f"{len(pending)} of your workloads {state}"
-        deadlines = [_utc(n.deadline) for n in pending if n.deadline]
+        acting = [n for n in pending if _acts(n.action)]
+        deadlines = [_utc(n.deadline) for n in acting if n.deadline]
         first = f" The first deadline is {_when(min(deadlines), now, rich=rich)}." if deadlines else ""
-        parts.append(f"{f'*{lead}*' if rich else lead}: {'they' if many else 'it'} will be {_verbs(pending)} "
-                     f"unless used or kept.{first}")
+        then = (f"{'they' if many else 'it'} will be {_verbs(pending)} unless used or kept" if acting else
+                f"the janitor only reports {'them' if many else 'it'}")
+        parts.append(f"{f'*{lead}*' if rich else lead}: {then}.{first}")
     if done:
         gpus = sum(n.gpus for n in done)
         freed = f", freeing {_count(gpus, 'GPU')}" if gpus else ""
@@ -210,8 +217,11 @@ def notice_text(notice: Notice, now: datetime.datetime, *, compact: bool = False
         if notice.resume_command:
             lines.append(f"*To bring it back:*\n{_code(notice.resume_command)}")
     else:
-        lines = [f"{title} will be *{to}* ({policy}, {gpus}) unless it is used or kept.", why]
-        if notice.deadline:
+        acts = _acts(notice.action)  # a report names no action and no deadline: nothing happens then
+        lines = [f"{title} will be *{to}* ({policy}, {gpus}) unless it is used or kept." if acts else
+                 f"{title} is {escape(notice.condition)} ({policy}, {gpus}). This policy only reports it: nothing "
+                 "will be done to it.", why]
+        if notice.deadline and acts:
             lines.append(f"*When:* {_when(notice.deadline, now, rich=True)}")
         if notice.volumes:
             lines.append(f"*Volumes:* {escape(notice.volumes)}")

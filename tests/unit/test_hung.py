@@ -227,3 +227,19 @@ def test_use_on_sm_activity_stops_the_mark_and_a_working_gpu_util_is_no_hang() -
     assert changes(observation, [STUCK], ref) == []
     findings = plan(observation, [STUCK], SafetyLedger(), NOW, settings=PlanSettings(rails=RAILS)).findings
     assert [f.state for f in findings if f.trigger is TriggerKind.HUNG] == [State.CLEAR]
+
+
+def test_the_owner_reads_that_the_job_looks_stuck_and_that_nothing_will_be_done() -> None:
+    from janitor.act.slack_messages import notice_text, summary
+
+    observation, ref = observed()
+    notice = changes(observation, [STUCK], ref)[0].notice
+    assert notice is not None
+    text = notice_text(notice, NOW)
+    assert text.startswith(":warning: *Warning:* *Job ml/train* is stuck (policy `stuck`, 2 GPUs). This policy "
+                           "only reports it: nothing will be done to it.")
+    assert "*Why:* looks stuck since 11:30 UTC on 2 GPUs: the GPUs report busy, but compute and power are idle" \
+        in text
+    assert "will be *" not in text and "*When:*" not in text
+    assert summary([notice], NOW, rich=False).startswith(
+        "1 of your workloads is stuck: the janitor only reports it.")
