@@ -46,7 +46,7 @@ from janitor.decide.triggers.spec import NodeScope
 from janitor.observe import autoscalers, cluster, evidence, targets, views
 from janitor.observe.cache import ClusterCache
 from janitor.observe.prometheus import HONOR_LABELS, SERVICE_MONITOR, Matcher, PrometheusConfig, PrometheusSource
-from janitor.policy.model import IdleCpu, IdleGpu, Policy
+from janitor.policy.model import Policy
 from janitor.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -159,9 +159,11 @@ MAX_SCOPED_NAMESPACES = 300  # beyond this many, a cycle's queries name no names
 
 
 def covered_namespaces(policies: Sequence[Policy], namespaces: Mapping[str, NamespaceView]) -> list[str] | None:
-    """The namespaces an idle policy covers, by name and labels: a cycle's usage queries need no
-    series from any other. None: every namespace (or too many to name)."""
-    idle = [p for p in policies if p.trigger(IdleGpu) or p.trigger(IdleCpu)]
+    """The namespaces a policy that reads usage evidence covers (any trigger whose reads name a GPU or
+    CPU query: idle, hung), by name and labels: a cycle's usage queries need no series from any
+    other. None: every namespace (or too many to name)."""
+    idle = [p for p in policies if any((r := registry.of_policy(t).reads(t)).gpu or r.cpu or r.gpu_low
+                                       for t in p.triggers)]
     names = [n for n, v in namespaces.items()
              if any(p.match.namespaces.matches(n) and p.match.namespace_selector.matches(v.labels) for p in idle)]
     return None if len(names) == len(namespaces) or len(names) > MAX_SCOPED_NAMESPACES else sorted(names)

@@ -43,3 +43,14 @@ def test_only_usage_triggers_say_in_use_and_only_marking_ones_reach_the_lifecycl
     assert registry.spec(TriggerKind.IDLE_GPU).word(State.FIRES) == "idle"
     assert registry.spec(TriggerKind.PENDING).recheck.nodes is NodeScope.ALL
     assert registry.spec(TriggerKind.TERMINATING).daemonsets
+
+
+def test_a_cycles_usage_queries_cover_the_namespaces_of_every_trigger_that_reads_usage() -> None:
+    from janitor.decide.model import NamespaceView
+    from janitor.observe.observation import covered_namespaces
+
+    namespaces = {n: NamespaceView(n, {}, {}) for n in ("ml", "web", "ops")}
+    only = policy.Match(namespaces=policy.Namespaces(include=("ml",)))
+    for trigger in (IdleGpu(), IdleCpu(cores=0.5), policy.Hung()):
+        assert covered_namespaces([Policy("p", (trigger,), match=only)], namespaces) == ["ml"], trigger
+    assert covered_namespaces([Policy("p", (Pending(),), match=only)], namespaces) == []
