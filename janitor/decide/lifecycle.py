@@ -259,6 +259,8 @@ def _copy(case: _Case, views: Mapping[str, ObjectView], now: datetime.datetime) 
 
 def _unsure(case: _Case, governing: Finding) -> Finding | None:
     """A usage finding that does not say idle, when an idle policy governs: it holds the workload."""
+    if registry.spec(governing.trigger).blind_to:
+        return next((f for f in case.findings if registry.holds(f, governing)), None)
     if registry.spec(governing.trigger).usage is not Usage.READS:
         return None
     return next((f for f in case.findings if registry.spec(f.trigger).usage is Usage.READS

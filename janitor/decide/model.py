@@ -382,6 +382,7 @@ class PodJudgement:
     # The signals that showed use, when busy (a DCGM field, or CPU_SIGNAL): a trigger that a stuck
     # job's own spinning makes read busy is vetoed only by the others (decide.triggers.hung).
     busy_on: frozenset[str] = frozenset()
+    doubt_on: frozenset[str] = frozenset()  # the signals it could not judge (unknown on them)
 
 
 @dataclass(frozen=True, slots=True)

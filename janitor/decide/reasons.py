@@ -89,6 +89,7 @@ class Code(StrEnum):
     GPU_WORKS = "gpu-works"
     GPU_UTIL_DIPS = "gpu-util-dips"
     HUNG_MIG = "hung-mig"
+    SM_ZERO_UNDER_LOAD = "sm-zero-under-load"
     ALL_HUNG = "all-hung"
     PODS_NOT_HUNG = "pods-not-hung"
     # pending
@@ -309,6 +310,9 @@ _T: Mapping[Code, str] = {
     Code.GPU_WORKS: "not stuck: {detail}",
     Code.GPU_UTIL_DIPS: "not stuck: {detail} ({signal} below {utilization:g} within the last {window:age})",
     Code.HUNG_MIG: "{what} is a MIG slice, and {signal} does not measure MIG slices: a stuck job cannot be told there",
+    Code.SM_ZERO_UNDER_LOAD: "GPU {gpu}: {signal} reads 0 at every sample while GPU_UTIL reads busy, a known exporter "
+                             "fault (the PROF fields stop under load on some drivers); a spinning kernel keeps an SM "
+                             "busy, so this is not judged",
     Code.ALL_HUNG: "stuck since {since:min} on {gpus} GPUs: they report busy ({signal}), but {quiet} idle "
                    "({shown:; }{more})",
     Code.PODS_NOT_HUNG: "{working} of {total} pods not stuck ({pod}: {why})",

@@ -388,6 +388,8 @@ def _policy(r: _Reader, node: Node, index: int) -> model.Policy | None:
                    "the policy says otherwise, which must not quietly apply to other triggers")
         elif not _has(f.get("lifecycle"), "action"):
             lifecycle = replace(lifecycle, action=model.Action.REPORT)  # a stuck job is told, not reclaimed
+        else:
+            _hung_action(r, f["lifecycle"], triggers[0], lifecycle.action)
     if len(r.errors) > before or name is None or match is None or mode is None:
         return None
     return model.Policy(name=name, description=description or "", mode=mode, match=match, triggers=triggers,
@@ -636,6 +638,19 @@ def _hung(r: _Reader, node: Node, path: str) -> model.Hung | None:
                "from a working one")
         return None
     return model.Hung(utilization=util, sm_active=sm, power=power, idle_power=power_watts, **common)
+
+
+def _hung_action(r: _Reader, node: Node, trigger: model.Trigger, action: model.Action) -> None:
+    """A hung policy that acts reads both quiet signals (SM activity alone reads 0 under load on some
+    drivers) and never deletes: what the stuck job holds may be what its owner needs to find the hang."""
+    assert isinstance(trigger, model.Hung) and isinstance(node, MappingNode)
+    where = next(v for k, v in node.value if isinstance(k, ScalarNode) and k.value == "action")
+    if action is model.Action.DELETE:
+        r.fail(where, "lifecycle.action", "a stuck job is suspended, scaled to zero or stopped, never deleted: what "
+               "it holds may be what its owner needs to find the hang")
+    elif action is not model.Action.REPORT and (trigger.sm_active is None or trigger.power is None):
+        r.fail(where, "lifecycle.action", f"a hung policy that will {action} reads both smActive and power (with "
+               "idlePowerWatts): one quiet signal alone can be an exporter fault; or leave out the action to report")
 
 
 _HUNG_POWER = 1.5  # a spinning kernel draws a little over idle; real work two to four times it

@@ -243,3 +243,75 @@ def test_the_owner_reads_that_the_job_looks_stuck_and_that_nothing_will_be_done(
     assert "will be *" not in text and "*When:*" not in text
     assert summary([notice], NOW, rich=False).startswith(
         "1 of your workloads is stuck: the janitor only reports it.")
+
+
+# -- found in review: each path below reclaimed (or marked) a job a careful admin would keep -------------------
+
+SUSPENDING = replace(STUCK, lifecycle=Lifecycle(action=Action.SUSPEND))
+
+
+def test_sm_activity_reading_zero_under_full_gpu_util_is_an_exporter_fault_not_a_hang() -> None:
+    judged = judge(**hung(SM_ACTIVE=(series("0", 0.0), series("1", 0.03))))
+    assert judged.state is State.UNKNOWN and judged.why.code is Code.SM_ZERO_UNDER_LOAD
+    assert "a known exporter fault" in str(judged.why)
+
+
+def test_a_hung_policy_that_acts_reads_both_quiet_signals_and_never_deletes() -> None:
+    acting = POLICY % "{}" + "    lifecycle: {action: suspend}\n"
+    deleting = POLICY % "{idlePowerWatts: {'NVIDIA A100*': 55}}" + "    lifecycle: {action: delete}\n"
+    errors = loaded(acting).errors + loaded(deleting).errors
+    assert [e.field for e in errors] == ["lifecycle.action", "lifecycle.action"]
+    assert "reads both smActive and power" in errors[0].problem
+    assert "never deleted" in errors[1].problem
+    assert loaded(POLICY % "{}").errors == ()  # reporting on SM activity alone is fine
+
+
+def _workload_with(*pods: PodView, cpu: dict[str, float] | None = None) -> tuple[Observation, ObjectRef]:
+    job = obj("train", kind="Job", namespace="ml", created=ago(days=1))
+    ctrl = OwnerRef("Job", "batch/v1", "train", job.ref.uid)
+    pods = tuple(replace(p, controller=ctrl) for p in pods)
+    gpu: dict = {}
+    for p in pods:
+        if p.gpus:
+            key = PodKey("ml", p.ref.name)
+            for window, samples in ((M30, SAMPLES), (2 * H, 480)):
+                part = evidence(key, window, GPU_UTIL=tuple(series(str(g), 100.0, 97.0, samples=samples)
+                                                             for g in range(p.gpus)),
+                                SM_ACTIVE=quiet_sm(p.gpus), POWER=quiet_power(p.gpus))
+                for k, v in part.items():
+                    merged = dict(gpu[k].pods) | dict(v.pods) if k in gpu else v.pods
+                    gpu[k] = replace(v, pods=merged)
+    span = EvidenceWindow("cpu", 2 * H, datetime.timedelta(minutes=1), NOW)
+    usage = {PodKey("ml", name): CpuUsage(cores, 120, SCRAPED) for name, cores in (cpu or {}).items()}
+    found = Evidence(gpu=gpu, cpu={(2 * H, ()): CpuEvidence(span, usage)})
+    return Observation(NOW, (job,), pods, {"ml": NamespaceView("ml", {}, {})}, evidence=found), job.ref
+
+
+def test_cpu_use_on_a_pod_the_hung_trigger_did_not_judge_stops_it() -> None:
+    observation, ref = _workload_with(pod(), pod(gpus=0, name="prep-0"), cpu={NAME: 0.02, "prep-0": 8.0})
+    assert changes(observation, [Policy("cpu", (IdleCpu(cores=0.5),), mode=Mode.ENFORCE), SUSPENDING], ref) == []
+
+
+def test_a_pod_starting_keeps_a_hung_workload() -> None:
+    starting = replace(pod(name="train-1"), phase="Pending", node="", started=None)
+    observation, ref = _workload_with(pod(), starting)
+    assert changes(observation, [SUSPENDING], ref) == []
+    findings = plan(observation, [SUSPENDING], SafetyLedger(), NOW, settings=PlanSettings(rails=RAILS)).findings
+    assert [f.reason.code for f in findings if f.trigger is TriggerKind.HUNG] == [Code.POD_STARTING]
+
+
+def test_a_signal_in_doubt_that_could_stop_a_hang_holds_it() -> None:
+    observation, ref = observed()
+    mem = GpuSignal.MEM_COPY
+    idle = Policy("idle-gpu", (IdleGpu(also=((mem, 5.0),)),), mode=Mode.ENFORCE, lifecycle=Lifecycle(
+        action=Action.SUSPEND))
+    span = EvidenceWindow(str(mem), 2 * H, datetime.timedelta(seconds=15), NOW)
+    failed = replace(observation, evidence=replace(observation.evidence, gpu={
+        **observation.evidence.gpu, (str(mem), 2 * H): GpuEvidence(span, {}, "query timed out")}))
+    assert changes(failed, [idle, SUSPENDING], ref) == []
+    # the same with memory copy read and idle: marked
+    key = PodKey("ml", observation.pods[0].ref.name)
+    read = replace(observation, evidence=replace(observation.evidence, gpu={
+        **observation.evidence.gpu, (str(mem), 2 * H): GpuEvidence(span, {key: (series("0", 0.0, samples=480),
+                                                                                series("1", 0.0, samples=480))})}))
+    assert [c.step for c in changes(read, [idle, SUSPENDING], ref)] == [Step.MARK]

@@ -30,7 +30,7 @@ from janitor.decide.evidence import GpuEvidence, GpuKey, GpuSeries
 from janitor.decide.model import CPU_SIGNAL, Finding, Observation, PodJudgement, PodView, State, TriggerKind
 from janitor.decide.reasons import Code, Fact, Reason, why
 from janitor.decide.selection import Workload
-from janitor.decide.triggers.idle import GpuJudge, gpu_pods, is_mig_pod, pod_key
+from janitor.decide.triggers.idle import GpuJudge, gpu_pods, is_mig_pod, pod_key, starting
 from janitor.decide.triggers.spec import Reads, Recheck, Role, TriggerSpec, Usage
 from janitor.policy.model import GpuSignal, Hung, IdleGpu, Policy
 from janitor.policy.model import Trigger as PolicyTrigger
@@ -110,7 +110,11 @@ class HungJudge:
                     works.setdefault(s.gpu, f"{_shown(signal, value)} > {limit:g}")
                 elif doubt is None:
                     doubt = (why(Code.NO_IDLE_POWER, model=s.model or "an unnamed model")
-                             if signal.relative and s.peak is not None and value is None else judge.unsure(s))
+                             if signal.relative and s.peak is not None and value is None else
+                             # A spinning collective keeps at least one SM busy: a field at exactly 0 under a
+                             # busy GPU_UTIL is the PROF fields' known fault, not a hang.
+                             why(Code.SM_ZERO_UNDER_LOAD, gpu=s.gpu, signal=str(signal))
+                             if signal is GpuSignal.SM_ACTIVE and s.peak == 0 else judge.unsure(s))
             doubt = doubt or mine.doubt or self._count(pod, mine.series, signal)
         if works:  # work on any GPU: not stuck, whatever else is in doubt
             detail = "; ".join(f"GPU {g} {w}" for g, w in sorted(works.items()))
@@ -146,8 +150,11 @@ class HungJudge:
 
 
 def _workload(judged: Sequence[PodJudgement], pods: Sequence[PodView], trigger: Hung,
-              now: datetime.datetime) -> tuple[State, Reason]:
-    """Hung only if every pod is; a pod that is not keeps the workload; otherwise unknown."""
+              now: datetime.datetime, starting: PodView | None) -> tuple[State, Reason]:
+    """Hung only if every pod is and none is starting (a replacement rank may be on its way); a pod
+    that is not keeps the workload; otherwise unknown."""
+    if starting is not None:
+        return State.CLEAR, why(Code.POD_STARTING, pod=starting.ref.name, phase=starting.phase)
     if not judged:
         return State.UNKNOWN, why(Code.NO_PODS)
     clear = [j for j in judged if j.state is State.CLEAR]
@@ -175,7 +182,7 @@ def findings(workloads: Sequence[Workload], observation: Observation, policy: Po
         pods = gpu_pods(w)
         judged = [judge(p) for p in pods]
         state, reason = (State.UNKNOWN, why(Code.WORKLOAD_UNKNOWN, why=w.unknown)) if w.unknown is not None \
-            else _workload(judged, pods, trigger, now)
+            else _workload(judged, pods, trigger, now, starting(w))
         gpus = sum(p.gpus for p in pods)
         found.append(Finding(TriggerKind.HUNG, policy.name, policy.mode, w.ref, state, reason, source=policy.source,
                              known=w.known, pods=tuple(judged), gpus=gpus,

@@ -18,6 +18,7 @@ import datetime
 import operator
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from janitor.decide.attribution import attribute
 from janitor.decide.evidence import CpuEvidence, EvidenceWindow, GpuEvidence, GpuSeries, PodKey, Quality
@@ -64,6 +65,11 @@ def is_mig_pod(pod: PodView) -> bool:
         if is_mig(resource) and amount > 0:
             return True
     return False
+
+
+def _doubting(judged: PodJudgement, signals: frozenset[str]) -> PodJudgement:
+    """A verdict of one signal that is not sure says on which (the signal it reads)."""
+    return replace(judged, doubt_on=signals) if judged.state in (State.UNKNOWN, State.TOO_YOUNG) else judged
 
 
 class _Judge:
@@ -221,6 +227,9 @@ class CpuJudge(_Judge):
         self.evidence, self.trigger = evidence, trigger
 
     def __call__(self, pod: PodView) -> PodJudgement:
+        return _doubting(self._judge(pod), frozenset({CPU_SIGNAL}))
+
+    def _judge(self, pod: PodView) -> PodJudgement:
         evidence, trigger = self.evidence, self.trigger
         if evidence is None:
             return PodJudgement(pod.ref, State.UNKNOWN, why(Code.NO_EVIDENCE_READ, signal="CPU"))
@@ -288,7 +297,7 @@ def gpu_pods(workload: Workload) -> tuple[PodView, ...]:
     return tuple(p for p in running(workload) if p.gpus > 0)
 
 
-def _starting(workload: Workload) -> PodView | None:
+def starting(workload: Workload) -> PodView | None:
     return next((p for p in workload.pods if p.phase == "Pending" and not p.deleting), None)
 
 
@@ -298,7 +307,7 @@ def finding(trigger: TriggerKind, workload: Workload, policy: Policy, judged: Se
     if workload.unknown is not None:
         state, reason = State.UNKNOWN, why(Code.WORKLOAD_UNKNOWN, why=workload.unknown)
     else:
-        state, reason = judge_workload(judged, _starting(workload))
+        state, reason = judge_workload(judged, starting(workload))
     idle_gpus = gpus if state is State.FIRES and trigger is TriggerKind.IDLE_GPU else 0
     return Finding(trigger, policy.name, policy.mode, workload.ref, state, reason, source=policy.source,
                    known=workload.known, pods=tuple(judged), gpus=gpus,

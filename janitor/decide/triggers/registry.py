@@ -47,16 +47,39 @@ def in_use(finding: Finding) -> bool:
     return BY_KIND[finding.trigger].in_use(finding.state)
 
 
+def _blind(governing: Finding | None) -> tuple[frozenset[str], frozenset[str]]:
+    """What the governing trigger is blind to, and the pods it judged (its blindness covers those only:
+    a stuck GPU pod's spin says nothing of its data-prep pod's CPU)."""
+    if governing is None:
+        return frozenset(), frozenset()
+    return BY_KIND[governing.trigger].blind_to, frozenset(j.pod.uid for j in governing.pods)
+
+
 def vetoes(finding: Finding, governing: Finding | None) -> bool:
-    """Whether `finding` shows use that stops `governing` (any use, unless the governing trigger is
-    blind to every signal the use was shown on). A busy pod that names no signal vetoes."""
+    """Whether `finding` shows use that stops `governing`: any use, unless the governing trigger is
+    blind to every signal it was shown on, on pods it judged itself. A busy pod naming no signal, and
+    a workload in use with no busy pod (one starting), veto."""
     if not in_use(finding):
         return False
-    blind = BY_KIND[governing.trigger].blind_to if governing is not None else frozenset()
+    blind, judged = _blind(governing)
     if not blind:
         return True
     busy = [j for j in finding.pods if j.state in (State.CLEAR, State.PARTIAL)]
-    return not busy or any(not j.busy_on or j.busy_on - blind for j in busy)
+    return not busy or any(j.pod.uid not in judged or not j.busy_on or j.busy_on - blind for j in busy)
+
+
+def holds(finding: Finding, governing: Finding) -> bool:
+    """Whether a usage finding that does not say idle holds what a blind trigger would do: where any
+    of its pods is in doubt on a signal that trigger is not blind to (a failed read that might have
+    shown use), or on a pod it did not judge. Use it is blind to holds nothing."""
+    blind, judged = _blind(governing)
+    if BY_KIND[finding.trigger].usage is not Usage.READS or finding.state is State.FIRES or not blind:
+        return False
+    unsure = [j for j in finding.pods if j.state is not State.FIRES]
+    if not unsure:
+        return True
+    return any(j.pod.uid not in judged or j.doubt_on - blind or (
+        not j.doubt_on and j.state not in (State.CLEAR, State.PARTIAL)) for j in unsure)
 
 
 def marks(finding: Finding) -> bool:
@@ -70,4 +93,4 @@ def condition(finding: Finding) -> str:
 
 
 __all__ = ["ALL", "BY_KIND", "POD_TRIGGERS", "POLICY_TRIGGERS", "USAGE", "condition", "in_use", "marks", "of_policy",
-           "spec", "vetoes", "word"]
+           "holds", "spec", "vetoes", "word"]

@@ -83,7 +83,18 @@ class SignalsJudge:
         self.nodes: dict[GpuSignal, frozenset[str]] = {}
 
     def __call__(self, pod: PodView) -> PodJudgement:
+        """The verdict, with the signals it could not judge (`doubt_on`: all of them when it is unknown
+        and no one signal is to blame)."""
+        self.doubtful: set[str] = set()
+        judged = self._judge(pod)
+        doubt_on = frozenset(self.doubtful)
+        if not doubt_on and judged.state in (State.UNKNOWN, State.TOO_YOUNG):
+            doubt_on = frozenset(str(s) for s, _ in self.trigger.limits)
+        return replace(judged, doubt_on=doubt_on) if doubt_on else judged
+
+    def _judge(self, pod: PodView) -> PodJudgement:
         failures = [r for _, _, judge in self.parts if (r := _unread(judge)) is not None]
+        self.doubtful.update(str(s) for s, _, judge in self.parts if _unread(judge) is not None)
         if len(failures) == len(self.parts):
             return PodJudgement(pod.ref, State.UNKNOWN, failures[0])
         young = self.parts[0][2].young(pod)
@@ -104,12 +115,14 @@ class SignalsJudge:
                 left.append(Left(signal, ON_MIG))
             elif mine.doubt is not None:  # not left out: its samples are there, whose they are is unknown
                 doubt = doubt or mine.doubt
+                self.doubtful.add(str(signal))
                 if len(series) == pod.gpus == len({s.gpu for s in series}):
                     present.append((signal, threshold, judge, series))  # its own busy samples still count
             elif not series and self._not_on(signal, judge, pod):
                 left.append(Left(signal, NOT_EXPORTED))
             elif len(series) != pod.gpus or len({s.gpu for s in series}) != len(series):
                 doubt = doubt or why(Code.SERIES_COUNT, series=len(series), signal=str(signal), gpus=pod.gpus)
+                self.doubtful.add(str(signal))
                 if series:
                     present.append((signal, threshold, judge, series))  # busy beats unknown; doubt leaves none idle
             elif signal.relative and (model := next((s.model for s in series if _value(signal, s, self.trigger)
@@ -117,6 +130,7 @@ class SignalsJudge:
                 # Not left out: power is read where a PROF field reads 0 under load, and an unknown
                 # model's watts cannot say idle. Busy on another signal still counts.
                 doubt = doubt or why(Code.NO_IDLE_POWER, model=model or "an unnamed model")
+                self.doubtful.add(str(signal))
             else:
                 present.append((signal, threshold, judge, series))
         if not present:
@@ -155,8 +169,9 @@ class SignalsJudge:
                 if value is not None and value > threshold:
                     busy.setdefault(s.gpu, f"{_shown(signal, value)} > {threshold:g}")
                     busy_on.add(str(signal))
-                elif unsure is None:
-                    unsure = judge.unsure(s)
+                elif (doubt_here := judge.unsure(s)) is not None:
+                    unsure = unsure or doubt_here
+                    self.doubtful.add(str(signal))
         first = present[0][3] if present[0][0] is self.trigger.signal else ()
         peaks = {s.gpu: s.peak for s in first}
         if unsure is not None and not busy:
