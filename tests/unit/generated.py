@@ -75,6 +75,7 @@ from janitor.policy.model import (
 from janitor.policy.model import (
     CrashLoop,
     GpuSignal,
+    Hung,
     IdleCpu,
     IdleGpu,
     LabelSelector,
@@ -423,8 +424,11 @@ def _series(pod: Pod, signal: str, window: EvidenceWindow, unexported: frozenset
         peaks = peaks[:-1]
     mig = use.doubt == "mig"
     uid = pod.uid if use.uids else ""
+    # The lowest sample: a signal that reads otherwise (`signals`) reads so all along (a hung job's
+    # GPU_UTIL stays full); a peak of `gpu` is the most of a GPU that worked in bursts and rested.
     own = tuple(GpuSeries(f"{i}/1" if mig else str(i), peak, samples, pod.node or "", quality(use), mig, use.model,
-                          uid=uid) for i, peak in enumerate(peaks))
+                          uid=uid, low=peak if level is not None or peak is None else 0.0)
+                for i, peak in enumerate(peaks))
     if use.uids == "mixed" and own:  # the GPU's samples from before the restart, without a UID
         own += (replace(own[0], peak=_reading(signal, 0.0), samples=samples // 2, uid=""),)
     if not use.uids or use.predecessor is None:
@@ -433,7 +437,7 @@ def _series(pod: Pod, signal: str, window: EvidenceWindow, unexported: frozenset
     # series over the whole window on every GPU, idle or busy. It says nothing about this pod.
     before = _reading(signal, use.predecessor)
     return own + tuple(GpuSeries(f"{i}/1" if mig else str(i), before, window.expected_at(SCRAPE), pod.node or "",
-                                 Quality(SCRAPE, SCRAPE), mig, use.model, uid=f"{pod.uid}-before")
+                                 Quality(SCRAPE, SCRAPE), mig, use.model, uid=f"{pod.uid}-before", low=before)
                        for i in range(pod.gpus))
 
 
@@ -710,6 +714,12 @@ _ODD: tuple[_Story, ...] = (
     (((_UTIL, 0.6), (_GR, 0.0), (_SM, 0.0)), (), (), _A100), ((), (_SM,), (), _A100),
     ((), (), (_SM, _GR), _A100), ((), (), (_SM,), _A100), ((), (), (), _T4),
     (((_UTIL, 0.0), (_SM, 0.6)), (), (_GR,), _T4))
+# Workloads at full GPU_UTIL (docs/policies.md, "hung"): stuck (SM activity and power idle), working,
+# dipping below the hung level, SM activity at exactly 0 (the PROF fields' fault), power between an
+# idle policy's limit and the hung one's (stuck, and in use to the idle policy: that use vetoes).
+_FULL: tuple[tuple[tuple[str, float], ...], ...] = (
+    _ODD[0][0], _ODD[0][0], ((_UTIL, 1.0), (_SM, 0.3), (_POWER, 0.3)), ((_UTIL, 0.5), (_SM, 0.01), (_POWER, 0.01)),
+    ((_UTIL, 1.0), (_SM, 0.0), (_POWER, 0.01)), ((_UTIL, 1.0), (_SM, 0.01), (_POWER, 0.05)))
 # Idle pods stay idle on GPU_UTIL, some on a node that lacks a signal, some in use on SM activity
 # or power alone (what only a policy reading several signals sees).
 _IDLE_STORIES = (_PLAIN,) * 8 + tuple(s for s in _ODD if s[2] and not s[0]) + _ODD[1:3]
@@ -1104,10 +1114,38 @@ def cases(draw: st.DrawFn, *profiles: str) -> Case:
     kinds = ("StatefulSet", "StatefulSet", "Job") if volumes else ("Deployment",) if reclaims else ()
     cluster = draw(clusters(policies, profile=profile, kinds=kinds, managed=reclaims))
     if several:
-        for pod in cluster.pods.values():  # every other GPU pod in use on SM activity or power alone
-            if pod.gpus and not pod.use.signals and serial_of(pod) % 2:
+        # Some workloads stuck on every GPU pod (a job hung in a collective: GPU_UTIL full, SM
+        # activity and power idle, on a node exporting both); every other GPU pod of the rest in
+        # use on SM activity or power alone.
+        def owner(pod: Pod) -> str:
+            return pod.controller.uid if pod.controller is not None else pod.uid
+        plain = [p for p in cluster.pods.values() if p.gpus and not p.use.signals]
+        owners = list(dict.fromkeys(owner(p) for p in plain if serial_of(p) % 4 == 0))
+        stuck = {o: _FULL[(i + cluster.serial) % len(_FULL)] for i, o in enumerate(owners)}
+        for pod in plain:
+            if owner(pod) in stuck:
+                pod.use = replace(pod.use, signals=stuck[owner(pod)], missing=(), unexported=(), model=_A100)
+        for uid, story in stuck.items():  # a stuck job no policy marked yet: what a hung policy marks first
+            thing = cluster.objects.get(uid)
+            if thing is not None and story in (_FULL[0], _FULL[-1]):
+                for key in ann.MARK_KEYS:
+                    thing.annotations.pop(key, None)
+                thing.foreign -= set(ann.MARK_KEYS)
+            elif serial_of(pod) % 2:
                 pod.use = replace(pod.use, signals=_ODD[1 + serial_of(pod) // 2 % 2][0])
+    if several or cluster.serial % 4 == 2:  # by the serial, after every draw: the draws stay as they were
+        policies += (stuck_policy(policies[0], cluster.serial),)
     return Case(cluster, policies, settings)
+
+
+def stuck_policy(first: Policy, serial: int) -> Policy:
+    """A hung policy beside the drawn ones (docs/policies.md, "hung"): it reports, or takes the first
+    policy's action where a hung policy may (never delete), mostly enforcing."""
+    action = first.lifecycle.action if first.lifecycle.action in (
+        PolicyAction.SUSPEND, PolicyAction.SCALE_TO_ZERO, PolicyAction.STOP) else PolicyAction.REPORT
+    hung = Hung(window=H, utilization=90.0, sm_active=0.05, power=1.5, idle_power=IDLE_POWER, min_pod_age=H)
+    return Policy("hung", (hung,), match=Match(), mode=Mode.SHADOW if serial % 16 == 6 else Mode.ENFORCE,
+                  lifecycle=replace(first.lifecycle, action=action), source="policies.yaml:hung")
 
 
 def serial_of(pod: Pod) -> int:

@@ -64,7 +64,9 @@ from dataclasses import dataclass, replace
 import pytest
 from factories import NOW
 from generated import (
+    BUSY_WATTS,
     DAY,
+    IDLE_WATTS,
     Between,
     Case,
     Cluster,
@@ -116,6 +118,7 @@ from janitor.policy.model import Action as PolicyAction
 from janitor.policy.model import (
     CrashLoop,
     GpuSignal,
+    Hung,
     IdleCpu,
     IdleGpu,
     Lifecycle,
@@ -175,6 +178,8 @@ SITUATIONS = {
     "an opted-out workload's older mark moved out of kube-janitor's reach": 1,
     "an object re-created by a sync, not deleted again": 1,
     "another UID's series beside a pod's own, never idle": 1,
+    "a stuck job called hung": 1,
+    "a stuck job marked although GPU_UTIL or its CPU reads busy": 1,
 }
 PROPERTIES: set[str] = set()  # the property tests of this module
 HELD: set[str] = set()  # ... that ran all their examples and held
@@ -294,9 +299,10 @@ JUDGED = {
     TriggerKind.CRASH_LOOP: lambda u: tuple(p for p in u.pods if p.gpus > 0 and not p.deleting
                                             and p.phase in ("Running", "Pending")),
     TriggerKind.TERMINATING: lambda u: tuple(p for p in u.pods if p.state.deleting_since is not None),
+    TriggerKind.HUNG: lambda u: tuple(p for p in running(u) if p.gpus > 0),
 }
 TRIGGER_TYPES = {TriggerKind.IDLE_GPU: IdleGpu, TriggerKind.IDLE_CPU: IdleCpu, TriggerKind.PENDING: Pending,
-                 TriggerKind.CRASH_LOOP: CrashLoop, TriggerKind.TERMINATING: Terminating}
+                 TriggerKind.CRASH_LOOP: CrashLoop, TriggerKind.TERMINATING: Terminating, TriggerKind.HUNG: Hung}
 
 
 def governing(policies: Sequence[Policy], trigger: TriggerKind, unit: Unit, observation: Observation) -> Policy | None:
@@ -326,13 +332,14 @@ def own_series(pod: PodView, read: GpuEvidence) -> tuple[GpuSeries, ...] | None:
 
 
 def gpu_in_use(pod: PodView, evidence: Mapping[tuple[str, datetime.timedelta], GpuEvidence], trigger: IdleGpu,
-               now: datetime.datetime) -> str | None:
+               now: datetime.datetime) -> tuple[str, ...]:
     """docs/policies.md, "Several signals": full, finite evidence of some signal the policy reads
     with at least one GPU above that signal's threshold (power: over the model's idle power), read
     for every GPU of the pod (CLEAR or PARTIAL) on its own series, whatever the other signals say or
-    lack. The first such signal, or None."""
+    lack. Every such signal (none: not in use)."""
+    found: list[str] = []
     if pod.started is None or now - pod.started < max(trigger.window, trigger.min_pod_age):
-        return None
+        return ()
     for signal, threshold in trigger.limits:
         read = evidence.get((str(signal), trigger.window))
         if read is None or read.failed:
@@ -344,8 +351,9 @@ def gpu_in_use(pod: PodView, evidence: Mapping[tuple[str, datetime.timedelta], G
             idle = trigger.idle_watts(s.model) if signal.relative else 1.0
             # A finite sample above the threshold is use, gaps, NaN or low coverage elsewhere or not.
             if s.peak is not None and idle is not None and s.peak / idle > threshold:
-                return str(signal)
-    return None
+                found.append(str(signal))
+                break
+    return tuple(found)
 
 
 def doubtful(quality: Quality, trigger: IdleGpu | IdleCpu) -> bool:
@@ -431,11 +439,17 @@ def usage_readers(policies: Sequence[Policy], unit: Unit, observation: Observati
     return found
 
 
+# docs/policies.md, "hung": what a stuck job's own spinning makes read busy, on the GPU pods it judged.
+BLIND = frozenset({str(GpuSignal.GPU_UTIL), str(GpuSignal.GR_ENGINE_ACTIVE), "cpu"})
+
+
 def in_use(observation: Observation, policies: Sequence[Policy], plan_settings: PlanSettings,
-           now: datetime.datetime) -> dict[str, str]:
+           now: datetime.datetime, on: dict[str, set[tuple[str, str]]] | None = None) -> dict[str, str]:
     """Known workloads in use on a usage signal a policy reads on them (any mode; an enforcing idle
-    policy reads every signal), and why."""
+    policy reads every signal), and why; `on` gets, per workload, each (pod uid, signal) the use was
+    shown on ("starting" for a pod starting)."""
     busy: dict[str, str] = {}
+    shown = on if on is not None else {}
     evidence = observation.evidence
     for unit in units(observation, plan_settings):
         if not unit.known or not unit.candidate:
@@ -444,20 +458,22 @@ def in_use(observation: Observation, policies: Sequence[Policy], plan_settings: 
         for trigger, policy in usage_readers(policies, unit, observation):
             if starting is not None:
                 busy[unit.uid] = f"pod {starting.ref.name} is starting ({trigger} of {policy.name})"
+                shown.setdefault(unit.uid, set()).add((starting.ref.uid, "starting"))
                 continue
             for pod in JUDGED[trigger](unit):
                 if trigger is TriggerKind.IDLE_GPU:
                     g = policy.trigger(IdleGpu)
                     assert g is not None
-                    on = gpu_in_use(pod, evidence.gpu, g, now)
-                    used = on is not None
-                    REACHED["in use on a signal beside GPU_UTIL"] += used and on != str(GpuSignal.GPU_UTIL)
+                    signals = gpu_in_use(pod, evidence.gpu, g, now)
+                    REACHED["in use on a signal beside GPU_UTIL"] += bool(set(signals) - {str(GpuSignal.GPU_UTIL)})
                 else:
                     c = policy.trigger(IdleCpu)
                     assert c is not None
-                    used = cpu_in_use(pod, evidence.cpu.get((c.window, tuple(sorted(c.ignore_containers)))), c, now)
-                if used:
+                    signals = ("cpu",) if cpu_in_use(
+                        pod, evidence.cpu.get((c.window, tuple(sorted(c.ignore_containers)))), c, now) else ()
+                if signals:
                     busy[unit.uid] = f"pod {pod.ref.name} is in use on {trigger} (policy {policy.name})"
+                    shown.setdefault(unit.uid, set()).update((pod.ref.uid, signal) for signal in signals)
     return busy
 
 
@@ -476,6 +492,8 @@ def expected_findings(observation: Observation, policies: Sequence[Policy], plan
                 continue
             elif trigger is TriggerKind.PENDING and unit.known:
                 out.add((str(trigger), policy.name, unit.uid, True))
+            elif trigger is TriggerKind.HUNG:  # a verdict on every workload with running GPU pods, known or not
+                out.add((str(trigger), policy.name, unit.uid, unit.known))
             elif trigger is TriggerKind.CRASH_LOOP and unit.known:
                 loop = policy.trigger(CrashLoop)
                 assert loop is not None
@@ -583,20 +601,36 @@ def cycles(case: Case) -> Iterable[tuple[Observation, CyclePlan, datetime.dateti
 # -- 1. busy beats idle -----------------------------------------------------------------------------------
 
 
-def assert_untouched_while_busy(busy: Mapping[str, str], planned: CyclePlan, observation: Observation) -> None:
+def blind_to_use(on: Mapping[str, set[tuple[str, str]]], observation: Observation,
+                 policies: Sequence[Policy]) -> dict[str, frozenset[str]]:
+    """Per workload in use, the hung policies that may still mark it (docs/policies.md, "What vetoes
+    it"): its use was shown only on signals a stuck job makes read busy, on its running GPU pods."""
+    hung = frozenset(p.name for p in policies if p.trigger(Hung) is not None)
+    gpu_pods = {p.ref.uid for p in observation.pods if p.gpus > 0 and p.phase == "Running" and not p.deleting}
+    return {uid: hung for uid, shown in on.items()
+            if shown and all(signal in BLIND and pod in gpu_pods for pod, signal in shown)}
+
+
+def assert_untouched_while_busy(busy: Mapping[str, str], planned: CyclePlan, observation: Observation,
+                                hung: Mapping[str, frozenset[str]] | None = None) -> None:
     for uid, reason in busy.items():
         if "/in-use" in reason:
             REACHED["busy on a signal only an in-use check reads"] += 1
+        allowed = (hung or {}).get(uid, frozenset())
+        if any(c.step is Step.MARK and c.policy in allowed for c in changes_on(planned, uid)):
+            REACHED["a stuck job marked although GPU_UTIL or its CPU reads busy"] += 1
         for change in changes_on(planned, uid):
+            if change.policy in allowed:
+                continue
             assert change.step not in WRITING, f"{change.step} on a workload in use ({reason}): {change.why}"
             written = {k: v for k, v in change.annotations.items() if v is not None and k in ann.MARK_KEYS}
             assert not written, f"mark keys written on a workload in use ({reason}): {written}"
-        acted = [a for a in lifecycle_actions(decided(planned)) if a.target.uid == uid]
+        acted = [a for a in lifecycle_actions(decided(planned)) if a.target.uid == uid and a.policy not in allowed]
         assert not acted, f"reclaimed while in use ({reason}): {acted[0].why}"
         view = view_of(observation, uid)
         assert view is not None
         mark = ann.read_mark(view.annotations)
-        if mark is not None and mark.uid in (None, uid) and not blind(observation):  # blind: left as it is
+        if mark is not None and mark.uid in (None, uid) and not blind(observation) and mark.policy not in allowed:
             steps = [c.step for c in changes_on(planned, uid)]
             assert steps == [Step.UNMARK], f"its own mark is kept while in use ({reason}): {steps}"
 
@@ -642,16 +676,20 @@ def test_busy_on_any_signal_beats_idle(case: Case, data: st.DataObject) -> None:
 
 def check_busy_beats_idle(case: Case, data: st.DataObject) -> None:
     for observation, planned, now in cycles(case):
-        assert_untouched_while_busy(in_use(observation, case.policies, case.settings, now), planned, observation)
+        on: dict[str, set[tuple[str, str]]] = {}
+        busy = in_use(observation, case.policies, case.settings, now, on)
+        assert_untouched_while_busy(busy, planned, observation, blind_to_use(on, observation, case.policies))
 
         for action in lifecycle_actions(decided(planned)):
             unit = next(u for u in units(observation, case.settings) if u.uid == action.target.uid)
             fresh = case.cluster.copy()
             make_busy(fresh, unit, data.draw(BUSY_AGAIN), now)
             again = fresh.observe(case.policies, now)
-            busy = in_use(again, case.policies, case.settings, now)
+            on_again: dict[str, set[tuple[str, str]]] = {}
+            busy = in_use(again, case.policies, case.settings, now, on_again)
             confirmed = run_recheck(action, again, case.policies, now, case.settings)
-            if action.target.uid in busy:
+            if action.target.uid in busy and action.policy not in blind_to_use(
+                    on_again, again, case.policies).get(action.target.uid, frozenset()):
                 assert confirmed is None, f"the re-check confirms {action.type} of {action.target} in use: " \
                                           f"{busy[action.target.uid]}"
 
@@ -711,6 +749,64 @@ def test_doubtful_evidence_is_never_idle(case: Case) -> None:
                     assert c is not None
                     usage = observation.evidence.cpu[(c.window, tuple(sorted(c.ignore_containers)))].pods[key]
                     assert not doubtful(usage.quality, c), f"{finding.subject} idle on {usage}: {finding.why}"
+
+
+def truly_hung(pod: Pod, cluster: Cluster, trigger: Hung, now: datetime.datetime) -> bool:
+    """docs/policies.md, "hung", on what the pod really does: GPU_UTIL at or above the level all the
+    window long, each quiet signal above 0 and at or below its limit on every GPU, every signal there
+    for it with the whole window's evidence, its own series alone, old enough."""
+    use = pod.use
+    if use.absent or use.doubt or use.gpu_gap or use.gpu_coverage < trigger.min_coverage or use.uids == "mixed" \
+            or (use.uids and use.predecessor is not None) or pod.started is None \
+            or now - pod.started < max(trigger.window, trigger.min_pod_age):
+        return False
+    off = {s for p in cluster.pods.values() if p.node == pod.node and p.phase == "Running" and not p.use.absent
+           for s in p.use.unexported}
+    levels = dict(use.signals)
+    if any(str(s) in use.missing or str(s) in off for s in (GpuSignal.GPU_UTIL, *(q for q, _ in trigger.quiet))):
+        return False
+    util = levels.get(str(GpuSignal.GPU_UTIL))  # a GPU that worked in bursts rested between them
+    if util is None or util * 100 < trigger.utilization:
+        return False
+    for signal, limit in trigger.quiet:
+        fractions = (levels[str(signal)],) * pod.gpus if str(signal) in levels else use.gpu[:pod.gpus]
+        if len(fractions) < pod.gpus or any(f is None for f in fractions):
+            return False
+        if signal.relative:
+            idle = trigger.idle_watts(use.model)
+            if idle is None or any((IDLE_WATTS + f * (BUSY_WATTS - IDLE_WATTS)) / idle > limit
+                                   for f in fractions if f is not None):
+                return False
+        elif any(f is not None and (f == 0 or f * signal.maximum > limit) for f in fractions):
+            return False  # exactly 0 under load: the PROF fields' known fault
+    return True
+
+
+@examples(3.0)
+@given(case=cases("signals", "signals", "any"))
+def test_a_hang_is_called_only_on_the_whole_signature(case: Case) -> None:
+    """A hung verdict (in any mode) only where every running GPU pod of the workload really reads
+    busy on GPU_UTIL all the window long while SM activity and power stay idle, on the whole
+    window's evidence of every signal (docs/policies.md, "hung"); never on a pod starting beside.
+    And a stuck workload is marked only where use was shown on what its spinning makes read busy
+    alone (GPU_UTIL, the GR engine, CPU, on its GPU pods), as "busy beats idle" says."""
+    policies = {p.name: p for p in case.policies}
+    for observation, planned, now in cycles(case):
+        on: dict[str, set[tuple[str, str]]] = {}
+        busy = in_use(observation, case.policies, case.settings, now, on)
+        assert_untouched_while_busy(busy, planned, observation, blind_to_use(on, observation, case.policies))
+        for finding in planned.findings:
+            if finding.trigger is not TriggerKind.HUNG or finding.state is not State.FIRES:
+                continue
+            REACHED["a stuck job called hung"] += 1
+            trigger = policies[finding.policy].trigger(Hung)
+            assert trigger is not None and finding.pods
+            unit = next(u for u in units(observation, case.settings) if u.uid == finding.subject.uid)
+            assert not any(p.phase == "Pending" and not p.deleting for p in unit.pods), finding.why
+            for judged in JUDGED[TriggerKind.HUNG](unit):
+                pod = case.cluster.pods[judged.ref.uid]
+                assert truly_hung(pod, case.cluster, trigger, now), f"{finding.subject} hung on {pod.name} " \
+                    f"({pod.use}): {finding.why}"
 
 
 def blind(observation: Observation) -> bool:
