@@ -17,41 +17,19 @@ from janitor.annotations import Mark
 from janitor.decide.deadlines import keep_cap
 from janitor.decide.model import Finding, TriggerKind
 from janitor.decide.plain import plain
-from janitor.decide.triggers.registry import POLICY_TRIGGERS
-from janitor.policy.model import CrashLoop, Hung, IdleCpu, IdleGpu, Pending, Policy
+from janitor.decide.triggers import registry
+from janitor.decide.triggers.spec import duration as _duration
+from janitor.policy.model import Policy
 from janitor.why_note import Scalar, WhyNote
 
 
-def _duration(delta: datetime.timedelta) -> str:
-    try:
-        return ann.format_duration(delta)
-    except ValueError:  # sub-second: not from a policy file, which only has whole units
-        return f"{delta.total_seconds():g}s"
-
-
 def trigger_facts(trigger: TriggerKind, policy: Policy, *, gpus: int) -> dict[str, Scalar]:
-    """The numbers the policy judged by (window, threshold, ...), as the policy file names them,
-    and the GPUs the workload holds: what a researcher needs to tell whether the verdict is fair."""
-    kind = POLICY_TRIGGERS.get(trigger)
-    found = policy.trigger(kind) if kind is not None else None
-    facts: dict[str, Scalar] = {}
-    if isinstance(found, IdleGpu):
-        facts = {"window": _duration(found.window), "threshold": found.threshold, "signal": str(found.signal)}
-        if found.also:  # every signal with its threshold; power as a multiple of idle power
-            facts["signals"] = ", ".join(f"{s.short}<={t:g}{'x idle' if s.relative else ''}" for s, t in found.limits)
-    elif isinstance(found, IdleCpu):
-        facts = {"window": _duration(found.window)}
-        if found.cores is not None:
-            facts["cores"] = found.cores
-        if found.fraction_of_request is not None:
-            facts["fractionOfRequest"] = found.fraction_of_request
-    elif isinstance(found, Pending):
-        facts = {"after": _duration(found.after)}
-    elif isinstance(found, CrashLoop):
-        facts = {"restarts": found.restarts, "window": _duration(found.window)}
-    elif isinstance(found, Hung):
-        facts = {"window": _duration(found.window), "utilization": found.utilization,
-                 "signals": ", ".join(f"{s.short}<={t:g}{'x idle' if s.relative else ''}" for s, t in found.quiet)}
+    """The numbers the policy judged by (window, threshold, ...), as the policy file names them
+    (each trigger's own, `TriggerSpec.facts`), and the GPUs the workload holds: what a researcher
+    needs to tell whether the verdict is fair."""
+    spec = registry.spec(trigger)
+    found = policy.trigger(spec.policy) if spec.policy is not None else None
+    facts = spec.facts(found) if found is not None else {}
     if gpus:
         facts["gpus"] = gpus
     return facts

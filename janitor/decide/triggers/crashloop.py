@@ -36,7 +36,7 @@ from janitor.decide.model import (
 )
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import Workload
-from janitor.decide.triggers.spec import Reads, Recheck, Role, TriggerSpec, Usage
+from janitor.decide.triggers.spec import Reads, Recheck, Role, TriggerSpec, Usage, duration
 from janitor.node_report import OomReport, OomScope
 from janitor.policy.model import CrashLoop, Policy
 
@@ -169,4 +169,6 @@ def findings(workloads: Sequence[Workload], observation: Observation, policy: Po
 
 TRIGGER = TriggerSpec(TriggerKind.CRASH_LOOP, Role.MARKS, Usage.VETOED, findings, policy=CrashLoop, pods=pods,
                       reads=lambda _: Reads(oom=True), recheck=Recheck(pods=True, usage=True, oom=True),
-                      condition="crash-looping")
+                      condition="crash-looping",
+                      facts=lambda t: {"restarts": t.restarts, "window": duration(t.window)}
+                      if isinstance(t, CrashLoop) else {})

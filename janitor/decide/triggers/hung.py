@@ -31,9 +31,10 @@ from janitor.decide.model import CPU_SIGNAL, Finding, Observation, PodJudgement,
 from janitor.decide.reasons import Code, Fact, Reason, why
 from janitor.decide.selection import Workload
 from janitor.decide.triggers.idle import GpuJudge, gpu_pods, is_mig_pod, pod_key, starting
-from janitor.decide.triggers.spec import Reads, Recheck, Role, TriggerSpec, Usage
+from janitor.decide.triggers.spec import Reads, Recheck, Role, TriggerSpec, Usage, duration
 from janitor.policy.model import GpuSignal, Hung, IdleGpu, Policy
 from janitor.policy.model import Trigger as PolicyTrigger
+from janitor.why_note import Scalar
 
 UTIL = GpuSignal.GPU_UTIL
 BLIND = frozenset({str(GpuSignal.GPU_UTIL), str(GpuSignal.GR_ENGINE_ACTIVE), CPU_SIGNAL})
@@ -200,5 +201,12 @@ def _reads(trigger: PolicyTrigger) -> Reads:
     return Reads(gpu=((util, None), *(((str(s), trigger.window), None) for s, _ in trigger.quiet)), gpu_low=(util,))
 
 
+def _facts(trigger: PolicyTrigger) -> dict[str, Scalar]:
+    if not isinstance(trigger, Hung):
+        return {}
+    return {"window": duration(trigger.window), "utilization": trigger.utilization,
+            "signals": ", ".join(f"{s.short}<={t:g}{'x idle' if s.relative else ''}" for s, t in trigger.quiet)}
+
+
 TRIGGER = TriggerSpec(TriggerKind.HUNG, Role.MARKS, Usage.VETOED, findings, policy=Hung, pods=gpu_pods, reads=_reads,
-                      recheck=Recheck(pods=True, usage=True), condition="stuck", blind_to=BLIND)
+                      recheck=Recheck(pods=True, usage=True), condition="stuck", blind_to=BLIND, facts=_facts)

@@ -25,9 +25,10 @@ from janitor.decide.evidence import CpuEvidence, EvidenceWindow, GpuEvidence, Gp
 from janitor.decide.model import CPU_SIGNAL, Finding, Observation, PodJudgement, PodView, State, TriggerKind, is_mig
 from janitor.decide.reasons import Code, Fact, Reason, why
 from janitor.decide.selection import Workload
-from janitor.decide.triggers.spec import Reads, Recheck, Role, TriggerSpec, Usage
+from janitor.decide.triggers.spec import Reads, Recheck, Role, TriggerSpec, Usage, duration
 from janitor.policy.model import GAP_INTERVALS, IdleCpu, IdleGpu, Policy
 from janitor.policy.model import Trigger as PolicyTrigger
+from janitor.why_note import Scalar
 
 _GPU = operator.attrgetter("gpu")
 MIN_DEFAULT_GAP = datetime.timedelta(minutes=1)
@@ -341,5 +342,16 @@ def _cpu_reads(trigger: PolicyTrigger) -> Reads:
                        trigger.fraction_of_request),))
 
 
+def _cpu_facts(trigger: PolicyTrigger) -> dict[str, Scalar]:
+    if not isinstance(trigger, IdleCpu):
+        return {}
+    facts: dict[str, Scalar] = {"window": duration(trigger.window)}
+    if trigger.cores is not None:
+        facts["cores"] = trigger.cores
+    if trigger.fraction_of_request is not None:
+        facts["fractionOfRequest"] = trigger.fraction_of_request
+    return facts
+
+
 CPU_TRIGGER = TriggerSpec(TriggerKind.IDLE_CPU, Role.MARKS, Usage.READS, cpu_findings, policy=IdleCpu, pods=running,
-                          reads=_cpu_reads, recheck=Recheck(pods=True, usage=True))
+                          reads=_cpu_reads, recheck=Recheck(pods=True, usage=True), facts=_cpu_facts)

@@ -40,7 +40,7 @@ from janitor.decide.model import (
 )
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import Workload
-from janitor.decide.triggers.spec import NodeScope, Reads, Recheck, Role, TriggerSpec, Usage
+from janitor.decide.triggers.spec import NodeScope, Reads, Recheck, Role, TriggerSpec, Usage, duration
 from janitor.policy.model import Pending, Policy
 
 # Resources whose shortage on *every* node means "never", not "not now".
@@ -354,4 +354,5 @@ def findings(workloads: Sequence[Workload], observation: Observation, policy: Po
 TRIGGER = TriggerSpec(TriggerKind.PENDING, Role.MARKS, Usage.VETOED, findings, policy=Pending, pods=pods,
                       reads=lambda _: Reads(nodes=True, autoscalers=True),
                       recheck=Recheck(pods=True, usage=True, nodes=NodeScope.ALL, autoscalers=True),
-                      condition="stuck Pending")
+                      condition="stuck Pending",
+                      facts=lambda t: {"after": duration(t.after)} if isinstance(t, Pending) else {})

@@ -31,9 +31,10 @@ from janitor.decide.model import Finding, Observation, PodJudgement, PodView, St
 from janitor.decide.reasons import Code, Fact, Reason, why
 from janitor.decide.selection import Workload
 from janitor.decide.triggers.idle import GpuJudge, finding, gpu_pods, is_mig_pod, pod_key
-from janitor.decide.triggers.spec import Reads, Recheck, Role, TriggerSpec, Usage
+from janitor.decide.triggers.spec import Reads, Recheck, Role, TriggerSpec, Usage, duration
 from janitor.policy.model import GpuSignal, IdleGpu, Policy
 from janitor.policy.model import Trigger as PolicyTrigger
+from janitor.why_note import Scalar
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,5 +265,15 @@ def _reads(trigger: PolicyTrigger) -> Reads:
                            for signal, threshold in trigger.limits))
 
 
+def _facts(trigger: PolicyTrigger) -> dict[str, Scalar]:
+    if not isinstance(trigger, IdleGpu):
+        return {}
+    facts: dict[str, Scalar] = {"window": duration(trigger.window), "threshold": trigger.threshold,
+                                "signal": str(trigger.signal)}
+    if trigger.also:  # every signal with its threshold; power as a multiple of idle power
+        facts["signals"] = ", ".join(f"{s.short}<={t:g}{'x idle' if s.relative else ''}" for s, t in trigger.limits)
+    return facts
+
+
 TRIGGER = TriggerSpec(TriggerKind.IDLE_GPU, Role.MARKS, Usage.READS, gpu_findings, policy=IdleGpu, pods=gpu_pods,
-                      reads=_reads, recheck=Recheck(pods=True, usage=True))
+                      reads=_reads, recheck=Recheck(pods=True, usage=True), facts=_facts)

@@ -10,15 +10,18 @@ trigger needs, the busy veto) are fields here that the type checker asks for.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from janitor import annotations as ann
 from janitor.decide.evidence import CpuKey, GpuKey
 from janitor.decide.model import PodView, State, TriggerKind
 from janitor.decide.selection import Workload
 from janitor.decide.triggers import Trigger
 from janitor.policy.model import Trigger as PolicyTrigger
+from janitor.why_note import Scalar
 
 
 class Role(StrEnum):
@@ -77,6 +80,18 @@ def _none(_: PolicyTrigger) -> Reads:
     return Reads()
 
 
+def _no_facts(_: PolicyTrigger) -> dict[str, Scalar]:
+    return {}
+
+
+def duration(delta: datetime.timedelta) -> str:
+    """A duration as policy files write it (2h, 30m), for a trigger's facts."""
+    try:
+        return ann.format_duration(delta)
+    except ValueError:  # sub-second: not from a policy file, which only has whole units
+        return f"{delta.total_seconds():g}s"
+
+
 @dataclass(frozen=True)
 class TriggerSpec:
     """One trigger, whole: the rest of the janitor asks this value, never the trigger's name."""
@@ -91,6 +106,8 @@ class TriggerSpec:
     pods: Callable[[Workload], Sequence[PodView]] | None = None
     reads: Callable[[PolicyTrigger], Reads] = _none
     recheck: Recheck = Recheck()
+    # The numbers the policy judged by, as the policy file names them (a mark's janitor/why facts).
+    facts: Callable[[PolicyTrigger], dict[str, Scalar]] = _no_facts
     condition: str = "idle"  # what the owner is told is wrong ("stuck Pending")
     words: Mapping[State, str] = field(default_factory=dict)  # its own words for verdicts (expiry: delete/keep)
     daemonsets: bool = False  # judges pods of DaemonSets too (their workloads are no candidates)
