@@ -77,36 +77,11 @@ def _duration(delta: datetime.timedelta) -> str:
     return ann.format_duration(delta)
 
 
-def _gap(configured: datetime.timedelta | None) -> str:
-    return f"gaps <= {_duration(configured)}" if configured else "gaps <= 4 scrape intervals (>= 1m)"
-
-
 def trigger(t: model.Trigger) -> str:
-    """One trigger of a policy, with every number it judges by."""
-    if isinstance(t, model.IdleGpu):
-        read = " and ".join(f"{s.value} peak <= {th:g}{' x idle power' if s.relative else ''}" for s, th in t.limits)
-        return (f"idleGpu: {read} per GPU over {_duration(t.window)} "
-                f"(coverage >= {t.min_coverage:g}, {_gap(t.max_gap)}, pod age >= {_duration(t.min_pod_age)})")
-    if isinstance(t, model.IdleCpu):
-        limit = f"{t.cores:g} cores" if t.cores is not None else f"{t.fraction_of_request:g} of request"
-        ignored = f", ignoring {', '.join(t.ignore_containers)}" if t.ignore_containers else ""
-        return f"idleCpu: peak <= {limit} over {_duration(t.window)} ({_gap(t.max_gap)}){ignored}"
-    if isinstance(t, model.CrashLoop):
-        sidecars = f", ignoring {', '.join(t.ignore_containers)}" if t.ignore_containers else ""
-        return (f"crashLoop: a container with >= {t.restarts} restarts whose last run began and ended within "
-                f"{_duration(t.window)}, holding GPUs{sidecars}")
-    if isinstance(t, model.Pending):
-        gated = " (gated pods too)" if t.include_gated else ""
-        return f"pending: after {_duration(t.after)} in that state{gated}"
-    if isinstance(t, model.Terminating):
-        return f"terminating: after {_duration(t.after)} past grace" + (", force delete on evidence"
-                                                                        if t.force_delete else "")
-    if isinstance(t, model.Hung):
-        quiet = " and ".join(f"{s.value} peak <= {th:g}{' x idle power' if s.relative else ''}" for s, th in t.quiet)
-        return (f"hung: {model.GpuSignal.GPU_UTIL.value} >= {t.utilization:g} at every sample while {quiet}, on "
-                f"every GPU over {_duration(t.window)} (coverage >= {t.min_coverage:g}, {_gap(t.max_gap)}, pod age "
-                f">= {_duration(t.min_pod_age)})")
-    return f"{t.key}"
+    """One trigger of a policy, with every number it judges by (its descriptor's words)."""
+    from janitor.decide.triggers import registry
+
+    return registry.of_policy(t).describe(t)
 
 
 def _selector(label: str, s: model.LabelSelector) -> list[str]:

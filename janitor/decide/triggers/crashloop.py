@@ -39,6 +39,7 @@ from janitor.decide.selection import Workload
 from janitor.decide.triggers.spec import Reads, Recheck, Role, TriggerSpec, Usage, duration
 from janitor.node_report import OomReport, OomScope
 from janitor.policy.model import CrashLoop, Policy
+from janitor.policy.model import Trigger as PolicyTrigger
 
 GIB = 2**30
 RECOVERED_AFTER = datetime.timedelta(minutes=10)
@@ -167,8 +168,15 @@ def findings(workloads: Sequence[Workload], observation: Observation, policy: Po
     return found
 
 
+def _describe(t: PolicyTrigger) -> str:
+    assert isinstance(t, CrashLoop)
+    sidecars = f", ignoring {', '.join(t.ignore_containers)}" if t.ignore_containers else ""
+    return (f"crashLoop: a container with >= {t.restarts} restarts whose last run began and ended within "
+            f"{duration(t.window)}, holding GPUs{sidecars}")
+
+
 TRIGGER = TriggerSpec(TriggerKind.CRASH_LOOP, Role.MARKS, Usage.VETOED, findings, policy=CrashLoop, pods=pods,
                       reads=lambda _: Reads(oom=True), recheck=Recheck(pods=True, usage=True, oom=True),
                       condition="crash-looping",
                       facts=lambda t: {"restarts": t.restarts, "window": duration(t.window)}
-                      if isinstance(t, CrashLoop) else {})
+                      if isinstance(t, CrashLoop) else {}, describe=_describe)

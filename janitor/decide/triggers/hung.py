@@ -31,7 +31,7 @@ from janitor.decide.model import CPU_SIGNAL, Finding, Observation, PodJudgement,
 from janitor.decide.reasons import Code, Fact, Reason, why
 from janitor.decide.selection import Workload
 from janitor.decide.triggers.idle import GpuJudge, gpu_pods, is_mig_pod, pod_key, starting
-from janitor.decide.triggers.spec import Reads, Recheck, Role, TriggerSpec, Usage, duration
+from janitor.decide.triggers.spec import Reads, Recheck, Role, TriggerSpec, Usage, duration, gap_words
 from janitor.policy.model import GpuSignal, Hung, IdleGpu, Policy
 from janitor.policy.model import Trigger as PolicyTrigger
 from janitor.why_note import Scalar
@@ -208,5 +208,14 @@ def _facts(trigger: PolicyTrigger) -> dict[str, Scalar]:
             "signals": ", ".join(f"{s.short}<={t:g}{'x idle' if s.relative else ''}" for s, t in trigger.quiet)}
 
 
+def _describe(t: PolicyTrigger) -> str:
+    assert isinstance(t, Hung)
+    quiet = " and ".join(f"{s.value} peak <= {th:g}{' x idle power' if s.relative else ''}" for s, th in t.quiet)
+    return (f"hung: {UTIL.value} >= {t.utilization:g} at every sample while {quiet}, on every GPU over "
+            f"{duration(t.window)} (coverage >= {t.min_coverage:g}, {gap_words(t.max_gap)}, pod age >= "
+            f"{duration(t.min_pod_age)})")
+
+
 TRIGGER = TriggerSpec(TriggerKind.HUNG, Role.MARKS, Usage.VETOED, findings, policy=Hung, pods=gpu_pods, reads=_reads,
-                      recheck=Recheck(pods=True, usage=True), condition="stuck", blind_to=BLIND, facts=_facts)
+                      recheck=Recheck(pods=True, usage=True), condition="stuck", blind_to=BLIND, facts=_facts,
+                      describe=_describe)

@@ -25,7 +25,7 @@ from janitor.decide.evidence import CpuEvidence, EvidenceWindow, GpuEvidence, Gp
 from janitor.decide.model import CPU_SIGNAL, Finding, Observation, PodJudgement, PodView, State, TriggerKind, is_mig
 from janitor.decide.reasons import Code, Fact, Reason, why
 from janitor.decide.selection import Workload
-from janitor.decide.triggers.spec import Reads, Recheck, Role, TriggerSpec, Usage, duration
+from janitor.decide.triggers.spec import Reads, Recheck, Role, TriggerSpec, Usage, duration, gap_words
 from janitor.policy.model import GAP_INTERVALS, IdleCpu, IdleGpu, Policy
 from janitor.policy.model import Trigger as PolicyTrigger
 from janitor.why_note import Scalar
@@ -353,5 +353,13 @@ def _cpu_facts(trigger: PolicyTrigger) -> dict[str, Scalar]:
     return facts
 
 
+def _cpu_describe(t: PolicyTrigger) -> str:
+    assert isinstance(t, IdleCpu)
+    limit = f"{t.cores:g} cores" if t.cores is not None else f"{t.fraction_of_request:g} of request"
+    ignored = f", ignoring {', '.join(t.ignore_containers)}" if t.ignore_containers else ""
+    return f"idleCpu: peak <= {limit} over {duration(t.window)} ({gap_words(t.max_gap)}){ignored}"
+
+
 CPU_TRIGGER = TriggerSpec(TriggerKind.IDLE_CPU, Role.MARKS, Usage.READS, cpu_findings, policy=IdleCpu, pods=running,
-                          reads=_cpu_reads, recheck=Recheck(pods=True, usage=True), facts=_cpu_facts)
+                          reads=_cpu_reads, recheck=Recheck(pods=True, usage=True), facts=_cpu_facts,
+                          describe=_cpu_describe)

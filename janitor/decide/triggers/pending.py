@@ -355,4 +355,6 @@ TRIGGER = TriggerSpec(TriggerKind.PENDING, Role.MARKS, Usage.VETOED, findings, p
                       reads=lambda _: Reads(nodes=True, autoscalers=True),
                       recheck=Recheck(pods=True, usage=True, nodes=NodeScope.ALL, autoscalers=True),
                       condition="stuck Pending",
-                      facts=lambda t: {"after": duration(t.after)} if isinstance(t, Pending) else {})
+                      facts=lambda t: {"after": duration(t.after)} if isinstance(t, Pending) else {},
+                      describe=lambda t: f"pending: after {duration(t.after)} in that state"
+                      f"{' (gated pods too)' if t.include_gated else ''}" if isinstance(t, Pending) else str(t))

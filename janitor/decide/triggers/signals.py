@@ -31,7 +31,7 @@ from janitor.decide.model import Finding, Observation, PodJudgement, PodView, St
 from janitor.decide.reasons import Code, Fact, Reason, why
 from janitor.decide.selection import Workload
 from janitor.decide.triggers.idle import GpuJudge, finding, gpu_pods, is_mig_pod, pod_key
-from janitor.decide.triggers.spec import Reads, Recheck, Role, TriggerSpec, Usage, duration
+from janitor.decide.triggers.spec import Reads, Recheck, Role, TriggerSpec, Usage, duration, gap_words
 from janitor.policy.model import GpuSignal, IdleGpu, Policy
 from janitor.policy.model import Trigger as PolicyTrigger
 from janitor.why_note import Scalar
@@ -275,5 +275,13 @@ def _facts(trigger: PolicyTrigger) -> dict[str, Scalar]:
     return facts
 
 
+def _describe(t: PolicyTrigger) -> str:
+    assert isinstance(t, IdleGpu)
+    read = " and ".join(f"{s.value} peak <= {th:g}{' x idle power' if s.relative else ''}" for s, th in t.limits)
+    return (f"idleGpu: {read} per GPU over {duration(t.window)} "
+            f"(coverage >= {t.min_coverage:g}, {gap_words(t.max_gap)}, pod age >= {duration(t.min_pod_age)})")
+
+
 TRIGGER = TriggerSpec(TriggerKind.IDLE_GPU, Role.MARKS, Usage.READS, gpu_findings, policy=IdleGpu, pods=gpu_pods,
-                      reads=_reads, recheck=Recheck(pods=True, usage=True), facts=_facts)
+                      reads=_reads, recheck=Recheck(pods=True, usage=True), facts=_facts,
+                      describe=_describe)

@@ -84,6 +84,10 @@ def _no_facts(_: PolicyTrigger) -> dict[str, Scalar]:
     return {}
 
 
+def gap_words(configured: datetime.timedelta | None) -> str:
+    return f"gaps <= {duration(configured)}" if configured else "gaps <= 4 scrape intervals (>= 1m)"
+
+
 def duration(delta: datetime.timedelta) -> str:
     """A duration as policy files write it (2h, 30m), for a trigger's facts."""
     try:
@@ -108,6 +112,8 @@ class TriggerSpec:
     recheck: Recheck = Recheck()
     # The numbers the policy judged by, as the policy file names them (a mark's janitor/why facts).
     facts: Callable[[PolicyTrigger], dict[str, Scalar]] = _no_facts
+    # The trigger with every number it judges by, for `janitor check` ("pending: after 1d in that state").
+    describe: Callable[[PolicyTrigger], str] = str
     condition: str = "idle"  # what the owner is told is wrong ("stuck Pending")
     words: Mapping[State, str] = field(default_factory=dict)  # its own words for verdicts (expiry: delete/keep)
     daemonsets: bool = False  # judges pods of DaemonSets too (their workloads are no candidates)

@@ -40,7 +40,7 @@ from janitor.decide.model import (
 )
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import Workload
-from janitor.decide.triggers.spec import NodeScope, Reads, Recheck, Role, TriggerSpec, Usage
+from janitor.decide.triggers.spec import NodeScope, Reads, Recheck, Role, TriggerSpec, Usage, duration
 from janitor.node_report import PodTaskState, Sight
 from janitor.policy.model import Policy, Terminating
 
@@ -189,7 +189,13 @@ def findings(workloads: Sequence[Workload], observation: Observation, policy: Po
     return found
 
 
+def _describe(t: object) -> str:
+    assert isinstance(t, Terminating)
+    return f"terminating: after {duration(t.after)} past grace" + (
+        ", force delete on evidence" if t.force_delete else "")
+
+
 # Pods of DaemonSets too: only their stuck Terminating pods are reported.
 TRIGGER = TriggerSpec(TriggerKind.TERMINATING, Role.REPORTS, Usage.NONE, findings, policy=Terminating, pods=pods,
                       reads=lambda _: Reads(nodes=True, ghost_gpus=True), recheck=Recheck(nodes=NodeScope.OF_PODS),
-                      daemonsets=True)
+                      daemonsets=True, describe=_describe)
