@@ -56,13 +56,6 @@ def _judge(evidence: Mapping[GpuKey, GpuEvidence], trigger: Hung, signal: GpuSig
     return GpuJudge(evidence.get((str(signal), trigger.window)), as_idle, now)
 
 
-def _unread(judge: GpuJudge) -> Reason | None:
-    if judge.evidence is None:
-        return why(Code.NO_EVIDENCE_READ, signal=judge.signal)
-    if judge.evidence.failed:
-        return why(Code.EVIDENCE_FAILED, signal=judge.signal, error=judge.evidence.failed)
-    return None
-
 
 def _shown(signal: GpuSignal, value: float | None) -> str:
     if value is None:
@@ -88,7 +81,7 @@ class HungJudge:
         return None if idle is None else s.peak / idle
 
     def __call__(self, pod: PodView) -> PodJudgement:
-        unread = next((r for j in (self.util, *(j for *_, j in self.quiet)) if (r := _unread(j)) is not None), None)
+        unread = next((r for j in (self.util, *(j for *_, j in self.quiet)) if (r := j.unread()) is not None), None)
         if unread is not None:
             return PodJudgement(pod.ref, State.UNKNOWN, unread)
         young = self.util.young(pod)

@@ -117,11 +117,9 @@ class GpuJudge(_Judge):
 
     def __call__(self, pod: PodView) -> PodJudgement:
         evidence, trigger, signal = self.evidence, self.trigger, self.signal
-        if evidence is None:
-            return PodJudgement(pod.ref, State.UNKNOWN, why(Code.NO_EVIDENCE_READ, signal=signal))
-        if evidence.failed:
-            return PodJudgement(pod.ref, State.UNKNOWN, why(Code.EVIDENCE_FAILED, signal=signal,
-                                                            error=evidence.failed))
+        unread = self.unread()
+        if unread is not None or evidence is None:
+            return PodJudgement(pod.ref, State.UNKNOWN, unread or why(Code.NO_EVIDENCE_READ, signal=signal))
         young = self.young(pod)
         if young:
             return young
@@ -197,6 +195,14 @@ class GpuJudge(_Judge):
             return PodJudgement(pod.ref, State.PARTIAL, why(Code.GPU_PARTIAL, idle=len(found), total=len(series),
                                                             **facts), found, peaks, self.busy_on)
         return PodJudgement(pod.ref, State.CLEAR, why(Code.GPU_BUSY, **facts), (), peaks, self.busy_on)
+
+    def unread(self) -> Reason | None:
+        """Why this signal's evidence says nothing this cycle (not read, or the query failed), or None."""
+        if self.evidence is None:
+            return why(Code.NO_EVIDENCE_READ, signal=self.signal)
+        if self.evidence.failed:
+            return why(Code.EVIDENCE_FAILED, signal=self.signal, error=self.evidence.failed)
+        return None
 
     def unsure(self, s: GpuSeries) -> Reason | None:
         """Why this GPU's series cannot show it idle over the window, or None when it can."""

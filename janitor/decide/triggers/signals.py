@@ -94,8 +94,8 @@ class SignalsJudge:
         return replace(judged, doubt_on=doubt_on) if doubt_on else judged
 
     def _judge(self, pod: PodView) -> PodJudgement:
-        failures = [r for _, _, judge in self.parts if (r := _unread(judge)) is not None]
-        self.doubtful.update(str(s) for s, _, judge in self.parts if _unread(judge) is not None)
+        failures = [r for _, _, judge in self.parts if (r := judge.unread()) is not None]
+        self.doubtful.update(str(s) for s, _, judge in self.parts if judge.unread() is not None)
         if len(failures) == len(self.parts):
             return PodJudgement(pod.ref, State.UNKNOWN, failures[0])
         young = self.parts[0][2].young(pod)
@@ -110,7 +110,7 @@ class SignalsJudge:
         doubt: Reason | None = failures[0] if failures else None  # no GPU is idle on a signal not read
         for signal, threshold, judge, mine in read:
             series = mine.series
-            if _unread(judge) is not None:
+            if judge.unread() is not None:
                 continue
             if mig and not signal.covers_mig:
                 left.append(Left(signal, ON_MIG))
@@ -198,14 +198,6 @@ class SignalsJudge:
         return ", ".join(f"power <= {t:g}x idle" if s.relative else f"{s.short} <= {t:g}"
                          for s, t in self.trigger.limits)
 
-
-def _unread(judge: GpuJudge) -> Reason | None:
-    """Why a signal's evidence says nothing this cycle (not read, or the query failed), or None."""
-    if judge.evidence is None:
-        return why(Code.NO_EVIDENCE_READ, signal=judge.signal)
-    if judge.evidence.failed:
-        return why(Code.EVIDENCE_FAILED, signal=judge.signal, error=judge.evidence.failed)
-    return None
 
 
 def several(trigger: IdleGpu) -> bool:
