@@ -155,6 +155,9 @@ def judge(op: Op, days: int, value: ButtonValue, view: ObjectView | None, presse
     # and writing it would cut that earlier keep short.
     in_force = deadline_in_force(mark, view.annotations.get(ann.KEEP_UNTIL), honoured)
     if until <= now or (in_force is not None and until <= in_force):
+        if ann.RELEASE in view.annotations:  # no time to add, but the keep still withdraws a release
+            stays = f"; the deadline stays {ann.format_expires(in_force)}" if in_force is not None else ""
+            return Verdict(op, Outcome.DONE, f"Release withdrawn by <@{presser.user}>{stays}", {ann.RELEASE: None})
         return Verdict(op, Outcome.NO_ROOM, f"Policy {policy.name} keeps {value} at most "
                                             f"{ann.format_duration(policy.lifecycle.max_extension)} after it was "
                                             f"first marked ({ann.format_expires(cap)}): nothing to add.")

@@ -181,3 +181,16 @@ def test_why_answers_in_plain_words_then_the_numbers() -> None:
     assert said.endswith("The numbers: idle")  # the mark's janitor/reason
     old = warned_job()  # a mark from before janitor/why: its reason as it is
     assert judge(Op.WHY, 0, value_of(old), old, OWNER, ALICE, policy(), NOW).said == "idle"
+
+
+def test_a_keep_after_a_release_withdraws_it_even_when_it_adds_no_time() -> None:
+    """The owner released, then changed their mind while the deadline was still further off than
+    the keep asked for: the keep adds no time, but it withdraws the release, so nothing is acted on
+    before the deadline the warning named (found in review: the release stood and acted)."""
+    view = job(marked(MARKED, NOW + 2 * DAY, MARKED + HOUR, action="suspend"))
+    pol = policy(action=PolicyAction.SUSPEND, max_extension=7 * DAY)
+    released = applied(view, judge(Op.RELEASE, 0, value_of(view), view, OWNER, ALICE, pol, NOW).annotations)
+    keep = judge(Op.KEEP, 1, value_of(released), released, OWNER, ALICE, pol, NOW + HOUR)
+    assert keep.outcome is Outcome.DONE and keep.annotations == {a.RELEASE: None}
+    assert "release withdrawn" in keep.said.lower()
+    assert one(applied(released, keep.annotations), pol=pol, now=NOW + HOUR).step is not Step.ACT
