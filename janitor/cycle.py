@@ -156,7 +156,7 @@ def load_policies(settings: Settings, memory: Memory) -> tuple[Memory, bool | No
 @contextlib.contextmanager
 def prometheus(settings: Settings, policies: Sequence[Policy]) -> Iterator[PrometheusSource | None]:
     need = observation.needs(policies)
-    if not (need.gpu or need.cpu or need.ghost_gpus):
+    if not need.prometheus:
         yield None
         return
     try:

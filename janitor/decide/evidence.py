@@ -110,6 +110,16 @@ class GhostGpu:
 
 
 @dataclass(frozen=True, slots=True)
+class ActivityEvidence:
+    """One activity rule's answer (`policy.model.ActivityRule`): the pods its samples name, with the
+    pod UIDs they carry ("" where a sample has none), or why it says nothing reliable."""
+
+    pods: Mapping[PodKey, frozenset[str]] = field(default_factory=dict)
+    anonymous: int = 0  # samples that name no pod (no namespace or pod label): whose use is unknown
+    failed: str | None = None  # an error, a timeout or a partial answer: counted as use
+
+
+@dataclass(frozen=True, slots=True)
 class Evidence:
     """All usage evidence one cycle read: one answer per distinct (signal, window) the policies need.
     A key that is missing was not read; a value with `failed` set was read and is unusable."""
@@ -117,6 +127,7 @@ class Evidence:
     gpu: Mapping[GpuKey, GpuEvidence] = field(default_factory=dict)
     cpu: Mapping[CpuKey, CpuEvidence] = field(default_factory=dict)
     ghost_gpus: tuple[GhostGpu, ...] | None = None  # None: not read, or the query failed
+    activity: Mapping[str, ActivityEvidence] = field(default_factory=dict)  # by the rule's expression
 
     @property
     def failures(self) -> tuple[str, ...]:

@@ -78,6 +78,12 @@ class Code(StrEnum):
     CPU_IDLE = "cpu-idle"
     CPU_BUSY = "cpu-busy"
     POD_STARTING = "pod-starting"
+    # the policy's activity rules, per workload
+    ACTIVITY = "activity"
+    ACTIVITY_FAILED = "activity-failed"
+    ACTIVITY_UNATTRIBUTED = "activity-unattributed"
+    ACTIVITY_UNREAD = "activity-unread"
+    ACTIVITY_FLOOR = "activity-floor"
     # idle, per workload
     NO_PODS = "no-pods"
     PODS_IN_USE = "pods-in-use"
@@ -301,6 +307,13 @@ _T: Mapping[Code, str] = {
     Code.CPU_IDLE: "idle: CPU peak {peak:.3g} cores <= {limit} over {window}",
     Code.CPU_BUSY: "busy: CPU peak {peak:.3g} cores > {limit}",
     Code.POD_STARTING: "pod {pod} is starting ({phase}): in use again, or about to be",
+    Code.ACTIVITY: "in use: activity rule {rule} names pod {pod}",
+    Code.ACTIVITY_FAILED: "counted as in use: activity rule {rule} could not be evaluated ({error})",
+    Code.ACTIVITY_UNATTRIBUTED: "counted as in use: activity rule {rule} returned {samples} samples without namespace "
+                                "and pod labels, so whose use they show cannot be told",
+    Code.ACTIVITY_UNREAD: "counted as in use: activity rule {rule} was not evaluated (Prometheus was not asked)",
+    Code.ACTIVITY_FLOOR: "in use: pod {pod} has run {running:age}, less than the policy's minRunningSeconds "
+                         "({floor:age})",
     Code.NO_PODS: "no pods",
     Code.PODS_IN_USE: "{busy} of {total} pods in use ({pod}: {why})",
     Code.PODS_UNSURE: "{unsure} of {total} pods cannot be judged ({pod}: {why})",

@@ -43,7 +43,7 @@ from janitor.decide.model import (
 )
 from janitor.decide.triggers import registry
 from janitor.decide.triggers.spec import NodeScope
-from janitor.observe import autoscalers, cluster, evidence, targets, views
+from janitor.observe import activity, autoscalers, cluster, evidence, targets, views
 from janitor.observe.cache import ClusterCache
 from janitor.observe.prometheus import HONOR_LABELS, SERVICE_MONITOR, Matcher, PrometheusConfig, PrometheusSource
 from janitor.policy.model import Policy
@@ -86,6 +86,12 @@ class Needs:
     gpu_busy_above: Mapping[GpuKey, float] = field(default_factory=dict)
     cpu_busy_above: Mapping[CpuKey, float] = field(default_factory=dict)  # cores
     cpu_busy_fraction: Mapping[CpuKey, float] = field(default_factory=dict)  # of each pod's requests
+    activity: frozenset[str] = field(default_factory=frozenset)  # the activity rules' expressions
+
+    @property
+    def prometheus(self) -> bool:
+        """Whether anything is to be asked of Prometheus."""
+        return bool(self.gpu or self.cpu or self.ghost_gpus or self.activity)
 
 
 def needs(policies: Iterable[Policy]) -> Needs:
@@ -110,6 +116,7 @@ def needs(policies: Iterable[Policy]) -> Needs:
         gpu_busy_above=_highest(gpu),
         cpu_busy_above=_highest([(k, cores) for k, cores, _ in cpu]),
         cpu_busy_fraction=_highest([(k, fraction) for k, _, fraction in cpu]),
+        activity=frozenset(rule.expr for p in policies if p.activity is not None for rule in p.activity.rules),
     )
 
 
@@ -173,7 +180,7 @@ def read_evidence(source: PrometheusSource | None, settings: Settings, need: Nee
                   pods: Sequence[PodKey] | None = None, namespaces: Sequence[str] | None = None) -> Evidence:
     """One query per (signal, window) and per (window, ignored containers); `pods` (a re-check's)
     or else `namespaces` (those the policies cover) scope them."""
-    if source is None or not (need.gpu or need.cpu or need.ghost_gpus):
+    if source is None or not need.prometheus:
         return Evidence()
     prom = settings.prometheus
     labels = source.config.label_map
@@ -195,7 +202,7 @@ def read_evidence(source: PrometheusSource | None, settings: Settings, need: Nee
                                                       busy_fraction=need.cpu_busy_fraction.get((window, ignore)))
     ghosts = (evidence.ghost_gpus(source, at=at, labels=labels, hostname_label=prom.hostname_label)
               if need.ghost_gpus and pods is None else None)
-    return Evidence(gpu, cpu, ghosts)
+    return Evidence(gpu, cpu, ghosts, activity.read(source, need.activity, at))
 
 
 def _oom(api: ApiClient, namespaces: Sequence[str] | None, page_size: int) -> dict[str, tuple[Any, ...]]:

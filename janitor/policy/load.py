@@ -373,7 +373,7 @@ def _policy(r: _Reader, node: Node, index: int) -> model.Policy | None:
         r.fail(node, f"policies[{index}]",
                f"expected a policy (a mapping with name, match, triggers), got {_show(node)}")
         return None
-    f = r.fields(node, "", ("name", "description", "mode", "match", "triggers", "lifecycle"),
+    f = r.fields(node, "", ("name", "description", "mode", "match", "triggers", "lifecycle", "activity"),
                  required=("name", "match", "triggers")) or {}
     name = r.string(f["name"], "name", _NAME_RE, "a lower-case DNS label (a-z, 0-9, '-'; at most 63)") \
         if "name" in f else None
@@ -382,6 +382,10 @@ def _policy(r: _Reader, node: Node, index: int) -> model.Policy | None:
     match = _match(r, f["match"], "match") if "match" in f else None
     triggers = _triggers(r, f["triggers"], "triggers") if "triggers" in f else ()
     lifecycle = _lifecycle(r, f["lifecycle"], "lifecycle") if "lifecycle" in f else model.Lifecycle()
+    activity = _activity(r, f["activity"], "activity") if "activity" in f else None
+    if activity is not None and not any(isinstance(t, (model.IdleGpu, model.IdleCpu)) for t in triggers):
+        r.fail(f["activity"], "activity", "activity rules say when an idle workload is in use after all: give them "
+               "to a policy with idleGpu or idleCpu")
     if any(isinstance(t, model.Hung) for t in triggers):
         if len(triggers) > 1:
             r.fail(f["triggers"], "triggers", "hung takes a policy of its own: its action is only a report unless "
@@ -393,7 +397,7 @@ def _policy(r: _Reader, node: Node, index: int) -> model.Policy | None:
     if len(r.errors) > before or name is None or match is None or mode is None:
         return None
     return model.Policy(name=name, description=description or "", mode=mode, match=match, triggers=triggers,
-                        lifecycle=lifecycle, source=f"{r.file}:{node.start_mark.line + 1}")
+                        lifecycle=lifecycle, source=f"{r.file}:{node.start_mark.line + 1}", activity=activity)
 
 
 def _match(r: _Reader, node: Node, path: str) -> model.Match | None:
@@ -676,6 +680,44 @@ _TRIGGER_READERS: dict[str, Callable[[_Reader, Node, str], model.Trigger | None]
     model.CrashLoop.key: _crash_loop,
     model.Hung.key: _hung,
 }
+
+
+MAX_EXPR = 4000  # characters of PromQL in one activity rule
+
+
+def _activity(r: _Reader, node: Node, path: str) -> model.Activity | None:
+    before = len(r.errors)
+    f = r.fields(node, path, ("rules", "minRunningSeconds"))
+    if f is None:
+        return None
+    if not f and len(r.errors) == before:
+        r.fail(node, path, "give rules, minRunningSeconds or both")
+        return None
+    seconds = r.number(f["minRunningSeconds"], f"{path}.minRunningSeconds", 0, 31 * 86400) \
+        if "minRunningSeconds" in f else 0.0
+    rules = r.items(f["rules"], f"{path}.rules", lambda n, p: _activity_rule(r, n, p)) if "rules" in f else ()
+    names = [rule.name for rule in rules]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            r.fail(f["rules"], f"{path}.rules[{i}].name", f"'{name}' is given twice: each rule has its own name")
+    if seconds is None:
+        return None
+    return model.Activity(rules=rules, min_running=_dt.timedelta(seconds=int(seconds)))
+
+
+def _activity_rule(r: _Reader, node: Node, path: str) -> model.ActivityRule | None:
+    f = r.fields(node, path, ("name", "expr"), required=("name", "expr"))
+    if not f or "name" not in f or "expr" not in f:
+        return None
+    name = r.string(f["name"], f"{path}.name", _NAME_RE, "a lower-case DNS label (a-z, 0-9, '-'; at most 63)")
+    expr = r.string(f["expr"], f"{path}.expr")
+    if expr is not None and not expr.strip():
+        r.fail(f["expr"], f"{path}.expr", "is empty: give a PromQL expression whose samples name the pods in use")
+        return None
+    if expr is not None and len(expr) > MAX_EXPR:
+        r.fail(f["expr"], f"{path}.expr", f"is {len(expr)} characters long: at most {MAX_EXPR}")
+        return None
+    return model.ActivityRule(name, expr.strip()) if name is not None and expr is not None else None
 
 
 _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")

@@ -306,6 +306,28 @@ class Hung:
         return next((w for glob, w in self.idle_power if model and fnmatch.fnmatchcase(model, glob)), None)
 
 
+@dataclass(frozen=True, slots=True)
+class ActivityRule:
+    """An admin's own "is it in use" check: a PromQL expression whose instant answer names the pods
+    in use (by their `namespace` and `pod` labels, and `uid` or `pod_uid` where it has them)."""
+
+    name: str
+    expr: str
+
+
+@dataclass(frozen=True, slots=True)
+class Activity:
+    """What counts as use besides the idle triggers' own signals (`activity:` in YAML).
+
+    A pod is in use when any rule's answer has a sample for it, or while it has run less than
+    `min_running`. A rule that cannot be evaluated (an error, a timeout, a partial answer), or
+    whose samples name no pod, counts as use for every workload the policy covers: the janitor
+    cannot tell whom it spoke of, and an admin's check that fails must never reclaim."""
+
+    rules: tuple[ActivityRule, ...] = ()
+    min_running: _dt.timedelta = _dt.timedelta(0)
+
+
 Trigger = IdleGpu | IdleCpu | Pending | Terminating | CrashLoop | Hung
 TRIGGER_KINDS: tuple[type[Trigger], ...] = (IdleGpu, IdleCpu, Pending, Terminating, CrashLoop, Hung)
 T = TypeVar("T", bound=Trigger)
@@ -367,6 +389,7 @@ class Policy:
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     mode: Mode = Mode.SHADOW
     source: str = ""
+    activity: Activity | None = None  # the admin's own in-use checks, for its idle triggers
 
     def trigger(self, kind: type[T]) -> T | None:
         """This policy's trigger of `kind` (e.g. `policy.trigger(IdleGpu)`), or None."""

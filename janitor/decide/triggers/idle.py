@@ -20,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
+from janitor.decide import activity
 from janitor.decide.attribution import attribute
 from janitor.decide.evidence import CpuEvidence, EvidenceWindow, GpuEvidence, GpuSeries, PodKey, Quality
 from janitor.decide.model import CPU_SIGNAL, Finding, Observation, PodJudgement, PodView, State, TriggerKind, is_mig
@@ -309,10 +310,15 @@ def starting(workload: Workload) -> PodView | None:
 
 
 def finding(trigger: TriggerKind, workload: Workload, policy: Policy, judged: Sequence[PodJudgement],
-             pods: Sequence[PodView], window: datetime.timedelta) -> Finding:
+             pods: Sequence[PodView], window: datetime.timedelta, observation: Observation,
+             now: datetime.datetime) -> Finding:
+    """The workload's verdict: unknown when its owner chain is; in use when the policy's activity
+    rules say so (whatever its GPUs or CPU read); else what its pods' verdicts make it."""
     gpus = sum(p.gpus for p in pods)
     if workload.unknown is not None:
         state, reason = State.UNKNOWN, why(Code.WORKLOAD_UNKNOWN, why=workload.unknown)
+    elif (active := activity.in_use(workload, policy, observation.evidence, now)) is not None:
+        state, reason = State.CLEAR, active
     else:
         state, reason = judge_workload(judged, starting(workload))
     idle_gpus = gpus if state is State.FIRES and trigger is TriggerKind.IDLE_GPU else 0
@@ -328,8 +334,8 @@ def cpu_findings(workloads: Sequence[Workload], observation: Observation, policy
     assert trigger is not None
     judge = CpuJudge(observation.evidence.cpu.get((trigger.window, tuple(sorted(trigger.ignore_containers)))),
                      trigger, now)
-    return [finding(TriggerKind.IDLE_CPU, w, policy, [judge(p) for p in pods], pods, trigger.window)
-            for w in workloads for pods in [running(w)]]
+    return [finding(TriggerKind.IDLE_CPU, w, policy, [judge(p) for p in pods], pods, trigger.window, observation,
+                    now) for w in workloads for pods in [running(w)]]
 
 
 def reclaim_by(findings: Iterable[Finding]) -> dict[tuple[str, str], float]:

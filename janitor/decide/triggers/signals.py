@@ -244,8 +244,8 @@ def gpu_findings(workloads: Sequence[Workload], observation: Observation, policy
     assert trigger is not None
     judge = SignalsJudge(observation.evidence.gpu, trigger, now) if several(trigger) else \
         GpuJudge(observation.evidence.gpu.get((str(trigger.signal), trigger.window)), trigger, now)
-    return [finding(TriggerKind.IDLE_GPU, w, policy, [judge(p) for p in pods], pods, trigger.window)
-            for w in workloads for pods in [gpu_pods(w)]]
+    return [finding(TriggerKind.IDLE_GPU, w, policy, [judge(p) for p in pods], pods, trigger.window, observation,
+                    now) for w in workloads for pods in [gpu_pods(w)]]
 
 
 def _reads(trigger: PolicyTrigger) -> Reads:
