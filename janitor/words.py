@@ -103,4 +103,8 @@ def policy_lines(policies: Sequence[model.Policy]) -> Iterator[str]:
         yield f"     match: {'; '.join(scope)}"
         for t in p.triggers:
             yield f"     {trigger(t)}"
+        if p.activity is not None:
+            floor = [f"pods running < {_duration(p.activity.min_running)}"] if p.activity.min_running else []
+            rules = [f"rule {r.name} names a pod" for r in p.activity.rules]
+            yield f"     in use when: {' or '.join(rules + floor)} (a rule that fails counts as use)"
         yield f"     then: {p.lifecycle.action} after warning {_duration(p.lifecycle.warn_before)} ahead"
