@@ -35,6 +35,7 @@ from janitor.annotations import Delivery, Intent, NoticeKind, WarnedOf
 from janitor.decide.autoscaling import AutoscalerNote, Autoscaling, Said
 from janitor.decide.clicks import ButtonValue, Op, Outcome, Presser, judge
 from janitor.decide.evidence import (
+    ActivityEvidence,
     CpuEvidence,
     CpuUsage,
     Evidence,
@@ -73,6 +74,8 @@ from janitor.policy.model import (
     Action as PolicyAction,
 )
 from janitor.policy.model import (
+    Activity,
+    ActivityRule,
     CrashLoop,
     GpuSignal,
     Hung,
@@ -243,6 +246,10 @@ class Cluster:
     forbidden: str = ""  # a kind the janitor may no longer read ("Pod", "Namespace": an RBAC edit), or ""
     expires_by_janitor: set[str] = field(default_factory=set)  # uids whose janitor/expires the janitor wrote
     swept: list[tuple[str, bool]] = field(default_factory=list)  # deleted by kube-janitor: (uid, the janitor's?)
+    # What the activity rules answer (docs/policies.md, "activity rules"): "named" names some pods
+    # (by name, by their own UID, or by an earlier pod's UID), "failed" errors, "anonymous" names none.
+    activity: str = "named"
+    named: int = 1  # the pods named: those whose serial is this modulo 4 (0: the stuck jobs' in "signals")
 
     def new_uid(self, what: str) -> str:
         self.serial += 1
@@ -312,7 +319,16 @@ class Cluster:
             cpu[(span, ignored)] = CpuEvidence(window, failed="partial response") if key in self.failing else \
                 CpuEvidence(window, {PodKey(p.namespace, p.name): _cpu(p, SIDECAR in ignored, window.expected_samples)
                                      for p in running})
-        return Evidence(gpu, cpu)
+        return Evidence(gpu, cpu, activity={expr: self.activity_answer() for expr in need.activity})
+
+    def activity_answer(self) -> ActivityEvidence:
+        """Every fourth pod (by its serial) named: by name alone, by its own UID, or by another's."""
+        if self.activity == "failed":
+            return ActivityEvidence(failed="query timed out")
+        if self.activity == "anonymous":
+            return ActivityEvidence(anonymous=1)
+        return ActivityEvidence({PodKey(p.namespace, p.name): frozenset({("", p.uid, "an-earlier-pod")[
+            serial_of(p) // 4 % 3]}) for p in self.pods.values() if serial_of(p) % 4 == self.named})
 
     # -- changing -----------------------------------------------------------------------------------
 
@@ -1135,7 +1151,24 @@ def cases(draw: st.DrawFn, *profiles: str) -> Case:
                 pod.use = replace(pod.use, signals=_ODD[1 + serial_of(pod) // 2 % 2][0])
     if several or cluster.serial % 4 == 2:  # by the serial, after every draw: the draws stay as they were
         policies += (stuck_policy(policies[0], cluster.serial),)
+    if cluster.serial % 5 == (1 if several else 3) and not (releases or volumes or reclaims):
+        policies = with_activity(policies, cluster, named_only=several)  # the stories above need their verdicts
     return Case(cluster, policies, settings)
+
+
+ACTIVITY_RULE = ActivityRule("requests", "sum by (namespace, pod) (increase(requests_total[30m])) > 0")
+
+
+def with_activity(policies: tuple[Policy, ...], cluster: Cluster, *, named_only: bool = False) -> tuple[Policy, ...]:
+    """The first idle policy with an activity rule (and, on some serials, a floor of 3h); the rule's
+    answer by the serial: mostly naming pods, sometimes failing or naming none."""
+    at = next((i for i, p in enumerate(policies) if p.trigger(IdleGpu) or p.trigger(IdleCpu)), None)
+    if at is None:
+        return policies
+    cluster.named = 0 if named_only else 1
+    cluster.activity = "named" if named_only else {3: "failed", 23: "anonymous"}.get(cluster.serial % 40, "named")
+    floor = datetime.timedelta(hours=3) if cluster.serial % 3 == 0 else datetime.timedelta(0)
+    return policies[:at] + (replace(policies[at], activity=Activity((ACTIVITY_RULE,), floor)),) + policies[at + 1:]
 
 
 def stuck_policy(first: Policy, serial: int) -> Policy:

@@ -174,3 +174,47 @@ def test_the_policy_file_says_what_is_wrong(trigger: str, activity: str, field: 
     found = loaded(trigger, activity)
     assert not found.policies
     assert [(e.field, problem in e.problem) for e in found.errors] == [(field, True)], found.errors
+
+
+# -- from review: paths that would reclaim what a rule shows in use -----------------------------------
+
+
+@pytest.mark.parametrize("answer", [ActivityEvidence({PodKey("ml", "train-0"): frozenset({""})}),
+                                    ActivityEvidence(failed="query timed out")], ids=["named", "failed"])
+def test_use_shown_by_a_rule_stops_a_hung_policy_too(answer: ActivityEvidence) -> None:
+    """A job at 100 % GPU_UTIL reads busy to the idle policy; its rule's use is no signal a stuck job's
+    spin explains, so a hung policy neither marks nor suspends it."""
+    from dataclasses import replace
+
+    from test_hung import STUCK, SUSPENDING
+    from test_hung import changes as hung_changes
+    from test_hung import observed as spinning
+
+    serving = Policy("serving", (IdleGpu(),), mode=Mode.ENFORCE, lifecycle=Lifecycle(action=Action.SUSPEND),
+                     activity=Activity((REQUESTS,)))
+    for hung in (STUCK, SUSPENDING):
+        observation, ref = spinning()
+        observation = replace(observation, evidence=replace(observation.evidence, activity={REQUESTS.expr: answer}))
+        assert hung_changes(observation, [serving, hung], ref) == []
+
+
+def test_a_sample_naming_the_pod_by_its_exported_labels_is_its_use() -> None:
+    """Behind a ServiceMonitor without honor_labels, `namespace` and `pod` name the exporter and the
+    workload's pod is in `exported_namespace` / `exported_pod`."""
+    from janitor.observe.activity import pods_named
+
+    labels = {"namespace": "gpu-operator", "pod": "nvidia-dcgm-exporter-x7k2p", "exported_namespace": "ml",
+              "exported_pod": "infer-0"}
+    assert pods_named([labels]) == ({PodKey("ml", "infer-0"): frozenset({""})}, 0)
+    assert pods_named([{"namespace": "ml", "pod": "infer-0"}]) == ({PodKey("ml", "infer-0"): frozenset({""})}, 0)
+    assert pods_named([{"job": "requests"}]) == ({}, 1)
+
+
+def test_a_uid_label_that_is_no_pod_uid_does_not_hide_the_sample() -> None:
+    from janitor.observe.activity import pods_named
+
+    own = "0b6f1a9e-8c1d-4a55-9a43-6c1b2f0e7d11"
+    assert pods_named([{"namespace": "ml", "pod": "infer-0", "uid": "1000"}]) == (
+        {PodKey("ml", "infer-0"): frozenset({""})}, 0)
+    assert pods_named([{"namespace": "ml", "pod": "infer-0", "uid": "1000", "pod_uid": own}]) == (
+        {PodKey("ml", "infer-0"): frozenset({own})}, 0)

@@ -89,7 +89,7 @@ from janitor.annotations import Delivery
 from janitor.decide import volumes
 from janitor.decide.autoscaling import Said
 from janitor.decide.deadlines import keep_cap, kept_until
-from janitor.decide.evidence import CpuEvidence, GpuEvidence, GpuSeries, PodKey, Quality
+from janitor.decide.evidence import CpuEvidence, Evidence, GpuEvidence, GpuSeries, PodKey, Quality
 from janitor.decide.lifecycle import Step, delivered, resend
 from janitor.decide.model import (
     Action,
@@ -151,6 +151,10 @@ CYCLES = 0  # plan() and still_due() calls so far
 REACHED: Counter[str] = Counter()
 SITUATIONS = {
     "busy on a signal only an in-use check reads": 1,
+    "a workload kept by an activity rule: a rule names a pod": 1,
+    "a workload kept by an activity rule: a rule that says nothing reliable": 1,
+    "a workload kept by an activity rule: a pod under the floor": 1,
+    "a workload a rule shows in use, under a hung policy too": 1,
     "in use on a signal beside GPU_UTIL": 1,
     "idle beside a signal its node does not export": 1,
     "released by the owner, acted on": 1,
@@ -474,7 +478,35 @@ def in_use(observation: Observation, policies: Sequence[Policy], plan_settings: 
                 if signals:
                     busy[unit.uid] = f"pod {pod.ref.name} is in use on {trigger} (policy {policy.name})"
                     shown.setdefault(unit.uid, set()).update((pod.ref.uid, signal) for signal in signals)
+            active = activity_use(policy, unit, evidence, now)
+            if active and any(p.trigger(Hung) for p in policies) and JUDGED[TriggerKind.HUNG](unit):
+                REACHED["a workload a rule shows in use, under a hung policy too"] += 1
+            if active:
+                busy[unit.uid] = f"{active} (policy {policy.name})"
+                shown.setdefault(unit.uid, set()).add(("", "activity"))
+                REACHED[f"a workload kept by an activity rule: {active.split(':')[0]}"] += 1
     return busy
+
+
+def activity_use(policy: Policy, unit: Unit, evidence: Evidence, now: datetime.datetime) -> str:
+    """docs/policies.md, "activity rules": why the policy's rules call the workload in use, or "". A
+    sample naming one of its pods (by name, or with that pod's own UID), any rule that failed, was not
+    asked or named no pod, and a pod running for less than minRunningSeconds."""
+    if policy.activity is None:
+        return ""
+    live = [p for p in unit.pods if not p.deleting]
+    for rule in policy.activity.rules:
+        answer = evidence.activity.get(rule.expr)
+        if answer is None or answer.failed or answer.anonymous:
+            return "a rule that says nothing reliable"
+        for pod in live:
+            uids = answer.pods.get(PodKey(pod.ref.namespace or "", pod.ref.name), frozenset())
+            if "" in uids or pod.ref.uid in uids:
+                return "a rule names a pod"
+    floor = policy.activity.min_running
+    if any(p.phase == "Running" and p.started is not None and now - p.started < floor for p in live):
+        return "a pod under the floor"
+    return ""
 
 
 def expected_findings(observation: Observation, policies: Sequence[Policy], plan_settings: PlanSettings,

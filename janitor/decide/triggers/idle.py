@@ -32,6 +32,7 @@ from janitor.policy.model import Trigger as PolicyTrigger
 from janitor.why_note import Scalar
 
 _GPU = operator.attrgetter("gpu")
+ACTIVITY_SIGNAL = "activity"  # what a pod judgement names as busy when the policy's activity rules say in use
 MIN_DEFAULT_GAP = datetime.timedelta(minutes=1)
 """The default `maxGap` is GAP_INTERVALS scrape intervals, but never under a minute: a Prometheus
 scraping every few seconds misses a scrape or two under load without losing what a GPU did."""
@@ -318,7 +319,9 @@ def finding(trigger: TriggerKind, workload: Workload, policy: Policy, judged: Se
     if workload.unknown is not None:
         state, reason = State.UNKNOWN, why(Code.WORKLOAD_UNKNOWN, why=workload.unknown)
     elif (active := activity.in_use(workload, policy, observation.evidence, now)) is not None:
+        # Use no trigger is blind to: a stuck job's spin makes its GPU_UTIL read busy, not its requests.
         state, reason = State.CLEAR, active
+        judged = [replace(j, busy_on=j.busy_on | {ACTIVITY_SIGNAL}) for j in judged]
     else:
         state, reason = judge_workload(judged, starting(workload))
     idle_gpus = gpus if state is State.FIRES and trigger is TriggerKind.IDLE_GPU else 0
