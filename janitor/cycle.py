@@ -217,7 +217,8 @@ class _Annotator:
         return cluster.read_object(self.api, ref, self.kinds[ref.kind])
 
 
-def _kinds(settings: Settings) -> dict[str, ResourceKind]:
+def kinds(settings: Settings) -> dict[str, ResourceKind]:
+    """The kinds the janitor reads and writes, by name: those of `--kinds`, pods and namespaces."""
     from janitor.observe import views
 
     return {k.kind: k for k in (views.PODS, views.NAMESPACES, *settings.cluster.kinds)}
@@ -260,7 +261,7 @@ def _executor(ports: Ports, settings: Settings, planned: Planned, notes: NoteBox
               source: PrometheusSource | None) -> Executor:
     """The write order (act.executor) over the real ports: the re-check reads fresh (observe), the
     ledger and the writes go to the apiserver (act.kube)."""
-    kinds, dry_run = _kinds(settings), settings.rails.dry_run
+    by_kind, dry_run = kinds(settings), settings.rails.dry_run
 
     def still_due(action: Action) -> Fresh:
         fresh = observation.read_scoped(ports.api, settings, planned.policies, action, ports.clock(), source=source)
@@ -268,7 +269,7 @@ def _executor(ports: Ports, settings: Settings, planned: Planned, notes: NoteBox
                      gone=fresh is None)
 
     def apply_one(action: Action) -> kube.ActionResult:
-        return kube.apply(ports.api, action, kind=kinds[action.target.kind], dry_run=dry_run)
+        return kube.apply(ports.api, action, kind=by_kind[action.target.kind], dry_run=dry_run)
 
     ledger = LedgerWriter(_StateLedger(ports.api, settings), planned.plan.ledger, planned.ledger_read,
                           clock=ports.clock, fence=ports.fence, dry_run=dry_run)
@@ -341,7 +342,7 @@ def _lifecycle(ports: Ports, settings: Settings, planned: Planned, result: Cycle
             for c in [result.rechecked.get(r.action.key) or decided.change_for(r.action)] if c is not None]
     seen = {o.ref.uid: o.annotations for o in planned.observation.objects}
     seen |= {p.ref.uid: p.annotations for p in planned.observation.pods}
-    run = LifecycleRun(_Annotator(ports.api, _kinds(settings)), ports.slack, {p.name: p for p in planned.policies},
+    run = LifecycleRun(_Annotator(ports.api, kinds(settings)), ports.slack, {p.name: p for p in planned.policies},
                        decided.now, seen, ports.fence, settings.slack.send_budget, settings.slack.notice_retry,
                        notes=notes, context=_context(settings))
     outcome = run.run(fresh_look.changes(ports, settings, planned, source), done)
@@ -402,40 +403,5 @@ def run_cycle(ports: Ports, settings: Settings, memory: Memory) -> CycleResult:
     return result
 
 
-@dataclass(frozen=True)
-class Unmarked:
-    ref: str
-    policy: str
-    result: str  # "removed", "would remove" or why not
-
-
-def unmark(api: ApiClient, settings: Settings, *, policy: str | None = None, dry_run: bool = False) -> list[Unmarked]:
-    """Remove the janitor's own marks (all, or one policy's): for uninstalling, and for mistakes.
-
-    Only marks are touched (any janitor mark key present); a user's own `janitor/expires` and their
-    `janitor/keep-until` stay. Each write is guarded by the resourceVersion it was read at."""
-    seen = observation.read(api, settings, (), utc_now())
-    kinds = _kinds(settings)
-    done: list[Unmarked] = []
-    for obj in seen.objects:
-        if not ann.carries_mark(obj.annotations):
-            continue
-        marked_by = obj.annotations.get(ann.POLICY, "")
-        if policy is not None and marked_by != policy:
-            continue
-        notes: dict[str, str | None] = dict.fromkeys(ann.mark_keys_on(obj.annotations))
-        if dry_run:
-            done.append(Unmarked(str(obj.ref), marked_by, "would remove"))
-            continue
-        try:
-            kube.annotate(api, obj.ref, obj.resource_version, notes, kind=kinds[obj.ref.kind],
-                          event=("IdleUnmarked", f"mark of policy {marked_by} removed by `janitor unmark`"))
-        except errors.KubeError as e:
-            done.append(Unmarked(str(obj.ref), marked_by, f"not removed: {e}"))
-            continue
-        done.append(Unmarked(str(obj.ref), marked_by, "removed"))
-    return done
-
-
 __all__ = ["Change", "Clock", "CycleResult", "Memory", "Phases", "Planned", "Ports", "apply", "load_policies",
-           "observe_and_plan", "plan_once", "run_cycle", "unmark", "utc_now"]
+           "observe_and_plan", "plan_once", "run_cycle", "utc_now"]
