@@ -80,8 +80,8 @@ class Executor:
     ledger: LedgerWriter
     notes: Notes | None  # None: no lifecycle this cycle (dry run, or policies never read)
     clock: Callable[[], datetime.datetime]
-    fence: Callable[[], bool] = lambda: True  # False once another replica may be leader
-    dry_run: bool = False
+    fence: Callable[[], bool]  # False once another replica may be leader: asked before each action
+    dry_run: bool
     rechecked: dict[tuple[str, ActionType, str], Change] = field(default_factory=dict)  # as the re-check decided
 
     def run(self, actions: Iterable[Action], done: Callable[[ActionResult], None]) -> None:

@@ -45,10 +45,10 @@ class LedgerWriter:
     """This cycle's ledger: `record` before each deletion, `store` once at the end."""
 
     def __init__(self, store: LedgerStore, ledger: SafetyLedger, read: SafetyLedger | None, *,
-                 clock: Callable[[], datetime.datetime], fence: Callable[[], bool] = lambda: True,
-                 dry_run: bool = False) -> None:
+                 clock: Callable[[], datetime.datetime], fence: Callable[[], bool], dry_run: bool) -> None:
         """`ledger`: as plan() left it (the tripwire's count and state); `read`: what this cycle read
-        from the store (None: not read), the only ledger it writes over."""
+        from the store (None: not read), the only ledger it writes over; `fence`: False once another
+        replica may be leader (then nothing is stored at the end)."""
         self._store, self._clock, self._fence, self._dry_run = store, clock, fence, dry_run
         self.ledger = ledger
         self.stored = read  # what this janitor knows the store holds
