@@ -6,9 +6,9 @@ For each action but a report, in this order:
    longer due, or gone, means no write at all;
 2. the ledger: a deletion is recorded before it happens (`LedgerWriter.record`); a record that
    cannot be written means no deletion, and none after it this cycle;
-3. the note: a lifecycle action's "done" note to its owner is kept before the change (`Notes.
-   expect`); a note that cannot be kept means no change (the janitor does not do what it cannot
-   announce);
+3. the note: a lifecycle action's "done" note to its owner is kept before the change
+   (`Notes.expect`); a note that cannot be kept means no change (the janitor does not do what it
+   cannot announce);
 4. the write (`Applier`); a note whose change did not happen is forgotten (`Notes.forget`); a
    CONFLICT (the object changed since the read) is decided again once, on a new fresh read, and
    not recorded twice.
