@@ -180,7 +180,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 
 def _cmd_unmark(args: argparse.Namespace) -> int:
-    from janitor.cycle import unmark
+    from janitor.unmark import unmark
 
     settings = from_args(args)
     done = unmark(_api(args), settings, policy=args.policy, dry_run=args.dry_run)

@@ -26,13 +26,14 @@ from kubernetes.client import ApiClient
 from janitor import annotations as ann
 from janitor import errors, fresh_look
 from janitor.act import kube
+from janitor.act.executor import Executor, Fresh
+from janitor.act.ledger_writer import LedgerWriter
 from janitor.act.lifecycle import LifecycleOutcome, LifecycleRun
 from janitor.act.notes import DATA_KEY as NOTES_KEY
 from janitor.act.notes import NoteBox
 from janitor.act.slack import Digest, Slack
 from janitor.act.slack_messages import MessageContext, render_admin_report
 from janitor.decide import recheck
-from janitor.decide.consent import intent_id
 from janitor.decide.lifecycle import Change, Step
 from janitor.decide.model import (
     Action,
@@ -45,9 +46,6 @@ from janitor.decide.model import (
 )
 from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.plan import CyclePlan, plan
-from janitor.decide.rails import record_deletions
-from janitor.ledger import merge as merge_ledgers
-from janitor.ledger import same as same_ledger
 from janitor.observe import cluster, observation
 from janitor.observe.cache import ClusterCache
 from janitor.observe.prometheus import PrometheusSource, QueryStat
@@ -219,77 +217,24 @@ class _Annotator:
         return cluster.read_object(self.api, ref, self.kinds[ref.kind])
 
 
-def _kinds(settings: Settings) -> dict[str, ResourceKind]:
+def kinds(settings: Settings) -> dict[str, ResourceKind]:
+    """The kinds the janitor reads and writes, by name: those of `--kinds`, pods and namespaces."""
     from janitor.observe import views
 
     return {k.kind: k for k in (views.PODS, views.NAMESPACES, *settings.cluster.kinds)}
 
 
-class _Ledger:
-    """The rails' ledger as this cycle changes it: each deletion is recorded in the cluster before
-    it happens, so the caps and the tripwire count it even if the janitor dies right after. A
-    record that cannot be written means no deletion, in this cycle and (the ledger being the
-    same) the next."""
+class _StateLedger:
+    """The ledger in the state ConfigMap, for `LedgerWriter`: read with its version, written over it only."""
 
-    def __init__(self, ports: Ports, settings: Settings, planned: Planned) -> None:
-        self.ports, self.settings = ports, settings
-        self.ledger = planned.plan.ledger
-        self.stored = planned.ledger_read  # what this janitor knows the ConfigMap holds
-        self.broken = ""
-        self.contended = False  # another janitor wrote the ledger in this cycle
+    def __init__(self, api: ApiClient, settings: Settings) -> None:
+        self.api, self.namespace, self.name = api, settings.cluster.state_namespace, settings.cluster.state_name
 
-    def record(self, action: Action) -> str:
-        """'' once the deletion is recorded; else why it must not happen."""
-        if self.broken:
-            return f"not tried: the ledger could not be written ({self.broken})"
-        if self.settings.rails.dry_run or not action.type.deletes:
-            return ""
-        after = record_deletions(self.ledger, [action], self.ports.clock())
-        refused = self._write(after)
-        if refused:
-            self.broken = refused
-            logger.error("the ledger could not be written; no deletion until it can: %s", refused)
-            return f"not done: the ledger could not record it first ({refused})"
-        self.ledger = after
-        return ""
+    def read(self) -> tuple[SafetyLedger, str | None]:
+        return cluster.read_ledger_versioned(self.api, self.namespace, self.name)
 
-    def store(self) -> None:
-        """The cycle's ledger as plan() left it (the tripwire's count and state), deletions included.
-        Never over what an admin must look at, nor over what a new leader wrote."""
-        if self.settings.rails.dry_run or self.ledger.unreadable or self.broken or not self.ports.fence():
-            return
-        refused = self._write(self.ledger)
-        if refused and not self.contended:
-            logger.error("the ledger could not be written; no deletion until it can: %s", refused)
-        elif refused:
-            logger.error("%s", refused)
-
-    def _write(self, after: SafetyLedger) -> str:
-        """Store `after` over the ledger this janitor read, and only over it: '' when stored. Another
-        writer's ledger (a second janitor, or a second install on the same state ConfigMap) is merged
-        with this one's, so that neither loses a deletion, and this cycle deletes nothing more."""
-        c, api = self.settings.cluster, self.ports.api
-        try:
-            for _ in range(2):  # once more when the ConfigMap changed between the read and the write
-                stored, version = cluster.read_ledger_versioned(api, c.state_namespace, c.state_name)
-                if self.stored is not None and not same_ledger(stored, self.stored):
-                    if stored.unreadable:
-                        return "the stored ledger became unreadable"
-                    merged = merge_ledgers(self.stored, stored, self.ledger)  # what is done, not what was to be
-                    kube.write_ledger(api, c.state_namespace, c.state_name, merged, version, exclusive=True)
-                    self.stored, self.ledger, self.contended = merged, merged, True
-                    return ("another janitor wrote the ledger since this one read it (two replicas without leader "
-                            "election, or two installs on one state ConfigMap): merged, and nothing more is "
-                            "deleted in this cycle")
-                try:
-                    kube.write_ledger(api, c.state_namespace, c.state_name, after, version, exclusive=True)
-                except errors.Conflict:
-                    continue  # the notes waiting to be sent share the ConfigMap: read it again
-                self.stored = after
-                return ""
-        except errors.KubeError as e:
-            return str(e)
-        return "the state ConfigMap kept changing between a read and a write"
+    def write(self, ledger: SafetyLedger, version: str | None) -> None:
+        kube.write_ledger(self.api, self.namespace, self.name, ledger, version, exclusive=True)
 
 
 def _notes(ports: Ports, settings: Settings) -> NoteBox:
@@ -312,55 +257,24 @@ def _context(settings: Settings) -> MessageContext:
                           buttons=bool(s.app_token or (s.http_port and s.signing_secret_file)))
 
 
-def _announced(planned: Planned, action: Action, notes: NoteBox | None, now: datetime.datetime,
-               change: Change | None) -> tuple[str, str]:
-    """Keep the "done" note of a lifecycle action (`change`, as the re-check decided it) before it
-    happens: (its intent, '' or why not)."""
-    if notes is None or change is None or change.notice is None:
-        return "", ""
-    seen = planned.objects_by_uid.get(action.target.uid)
-    marks = seen.annotations if seen is not None else {}
-    intent = intent_id(change.notice.owner, planned.plan.now)
-    return intent, notes.expect(change.notice, intent, marks.get(ann.MARKED_AT, ""), now)
+def _executor(ports: Ports, settings: Settings, planned: Planned, notes: NoteBox | None,
+              source: PrometheusSource | None) -> Executor:
+    """The write order (act.executor) over the real ports: the re-check reads fresh (observe), the
+    ledger and the writes go to the apiserver (act.kube)."""
+    by_kind, dry_run = kinds(settings), settings.rails.dry_run
 
+    def still_due(action: Action) -> Fresh:
+        fresh = observation.read_scoped(ports.api, settings, planned.policies, action, ports.clock(), source=source)
+        return Fresh(recheck.still_due(action, fresh, planned.policies, ports.clock(), settings.plan()),
+                     gone=fresh is None)
 
-def _apply_one(ports: Ports, settings: Settings, planned: Planned, action: Action,
-               source: PrometheusSource | None, ledger: _Ledger, notes: NoteBox | None = None,
-               rechecked: dict[tuple[str, ActionType, str], Change] | None = None) -> kube.ActionResult:
-    """One action: a report as planned; anything else decided again on a fresh, scoped read first,
-    recorded in the ledger and its "done" note kept before it happens."""
-    kind = _kinds(settings)[action.target.kind]
-    dry_run = settings.rails.dry_run
-    if action.type is ActionType.REPORT:
-        return kube.apply(ports.api, action, kind=kind, dry_run=dry_run)
-    if ledger.broken:
-        return kube.ActionResult(action, kube.Outcome.FAILED, ledger.record(action))
-    result = kube.ActionResult(action, kube.Outcome.SKIPPED, "not tried")
-    for _ in range(2):  # the cycle's read, then once more after a conflict
-        try:
-            fresh = observation.read_scoped(ports.api, settings, planned.policies, action, ports.clock(), source=source)
-        except errors.KubeError as e:
-            logger.warning("could not re-read %s before acting on it: %s", action.target, e)
-            return kube.ActionResult(action, kube.Outcome.FAILED, f"re-read failed: {e}")
-        again = recheck.still_due(action, fresh, planned.policies, ports.clock(), settings.plan())
-        if again.action is None:
-            logger.info("not acting on %s: %s", action.target, again.why, extra={"object": str(action.target)})
-            outcome = kube.Outcome.GONE if fresh is None else kube.Outcome.SKIPPED
-            return kube.ActionResult(action, outcome, str(again.why))
-        refused = ledger.record(again.action) if result.outcome is not kube.Outcome.CONFLICT else ""
-        change = again.change or planned.plan.change_for(action)
-        if rechecked is not None and change is not None:
-            rechecked[action.key] = change
-        intent, unkept = _announced(planned, action, notes, ports.clock(), change) \
-            if not (refused or dry_run) else ("", "")
-        if refused or unkept:
-            return kube.ActionResult(action, kube.Outcome.FAILED, refused or unkept)
-        result = kube.apply(ports.api, again.action, kind=kind, dry_run=dry_run)
-        if notes is not None and intent and result.outcome is not kube.Outcome.DONE:
-            notes.forget(action.target, intent)
-        if result.outcome is not kube.Outcome.CONFLICT:
-            return result
-    return result
+    def apply_one(action: Action) -> kube.ActionResult:
+        return kube.apply(ports.api, action, kind=by_kind[action.target.kind], dry_run=dry_run)
+
+    ledger = LedgerWriter(_StateLedger(ports.api, settings), planned.plan.ledger, planned.ledger_read,
+                          clock=ports.clock, fence=ports.fence, dry_run=dry_run)
+    return Executor(planned.plan, planned.objects_by_uid, still_due, apply_one, ledger, notes, ports.clock,
+                    ports.fence, dry_run)
 
 
 def apply(ports: Ports, settings: Settings, planned: Planned, *, source: PrometheusSource | None = None) -> CycleResult:
@@ -375,25 +289,21 @@ def apply(ports: Ports, settings: Settings, planned: Planned, *, source: Prometh
 def _apply(ports: Ports, settings: Settings, planned: Planned, source: PrometheusSource | None) -> CycleResult:
     decided, dry_run = planned.plan, settings.rails.dry_run
     result = CycleResult(planned, memory=planned.memory)
-    ledger = _Ledger(ports, settings, planned)
-    notes = None if dry_run or planned.memory.policies is None else _notes(ports, settings)
     if planned.memory.policies is None:
         logger.error("the policies were never read successfully: acting on nothing, marking, unmarking and "
                      "telling nothing until they are: %s", "; ".join(planned.memory.policy_errors))
         result.memory = replace(result.memory, notices=frozenset(decided.notices))
         return result
-    try:
-        for action in decided.actions:
-            if not ports.fence():
-                logger.warning("no longer the leader: stopping before %s; the new leader decides again",
-                               action.target)
-                break
-            outcome = _apply_one(ports, settings, planned, action, source, ledger, notes, result.rechecked)
-            result.results.append(outcome)
-            audit(outcome.action, outcome=str(outcome.outcome), dry_run=dry_run, detail=outcome.detail)
-    finally:
-        ledger.store()
-        result.ledger_contended = ledger.contended
+    notes = None if dry_run else _notes(ports, settings)
+
+    def done(outcome: kube.ActionResult) -> None:
+        result.results.append(outcome)
+        audit(outcome.action, outcome=str(outcome.outcome), dry_run=dry_run, detail=outcome.detail)
+
+    executor = _executor(ports, settings, planned, notes, source)
+    result.rechecked = executor.rechecked
+    executor.run(decided.actions, done)  # the ledger stored at the end, whatever happened
+    result.ledger_contended = executor.ledger.contended
     _log_plan(ports, settings, decided, result)
     if notes is not None and ports.fence():
         result.lifecycle = _lifecycle(ports, settings, planned, result, notes, source)
@@ -432,7 +342,7 @@ def _lifecycle(ports: Ports, settings: Settings, planned: Planned, result: Cycle
             for c in [result.rechecked.get(r.action.key) or decided.change_for(r.action)] if c is not None]
     seen = {o.ref.uid: o.annotations for o in planned.observation.objects}
     seen |= {p.ref.uid: p.annotations for p in planned.observation.pods}
-    run = LifecycleRun(_Annotator(ports.api, _kinds(settings)), ports.slack, {p.name: p for p in planned.policies},
+    run = LifecycleRun(_Annotator(ports.api, kinds(settings)), ports.slack, {p.name: p for p in planned.policies},
                        decided.now, seen, ports.fence, settings.slack.send_budget, settings.slack.notice_retry,
                        notes=notes, context=_context(settings))
     outcome = run.run(fresh_look.changes(ports, settings, planned, source), done)
@@ -493,40 +403,5 @@ def run_cycle(ports: Ports, settings: Settings, memory: Memory) -> CycleResult:
     return result
 
 
-@dataclass(frozen=True)
-class Unmarked:
-    ref: str
-    policy: str
-    result: str  # "removed", "would remove" or why not
-
-
-def unmark(api: ApiClient, settings: Settings, *, policy: str | None = None, dry_run: bool = False) -> list[Unmarked]:
-    """Remove the janitor's own marks (all, or one policy's): for uninstalling, and for mistakes.
-
-    Only marks are touched (any janitor mark key present); a user's own `janitor/expires` and their
-    `janitor/keep-until` stay. Each write is guarded by the resourceVersion it was read at."""
-    seen = observation.read(api, settings, (), utc_now())
-    kinds = _kinds(settings)
-    done: list[Unmarked] = []
-    for obj in seen.objects:
-        if not ann.carries_mark(obj.annotations):
-            continue
-        marked_by = obj.annotations.get(ann.POLICY, "")
-        if policy is not None and marked_by != policy:
-            continue
-        notes: dict[str, str | None] = dict.fromkeys(ann.mark_keys_on(obj.annotations))
-        if dry_run:
-            done.append(Unmarked(str(obj.ref), marked_by, "would remove"))
-            continue
-        try:
-            kube.annotate(api, obj.ref, obj.resource_version, notes, kind=kinds[obj.ref.kind],
-                          event=("IdleUnmarked", f"mark of policy {marked_by} removed by `janitor unmark`"))
-        except errors.KubeError as e:
-            done.append(Unmarked(str(obj.ref), marked_by, f"not removed: {e}"))
-            continue
-        done.append(Unmarked(str(obj.ref), marked_by, "removed"))
-    return done
-
-
 __all__ = ["Change", "Clock", "CycleResult", "Memory", "Phases", "Planned", "Ports", "apply", "load_policies",
-           "observe_and_plan", "plan_once", "run_cycle", "unmark", "utc_now"]
+           "observe_and_plan", "plan_once", "run_cycle", "utc_now"]

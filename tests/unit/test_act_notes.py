@@ -67,7 +67,7 @@ def cycle(cluster: Cluster, slack: Slack, store: Store, *, now: datetime.datetim
 
 
 def acted_on(cluster: Cluster, store: Store, name: str, *, slack: Slack) -> None:
-    """The deadline cycle: the "done" note kept (as cycle._apply_one does), the Job deleted, the
+    """The deadline cycle: the "done" note kept (as act.executor does), the Job deleted, the
     note sent through the lifecycle."""
     box = store.box()
     decided = decide(cluster)
