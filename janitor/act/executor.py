@@ -13,7 +13,8 @@ For each action but a report, in this order:
    CONFLICT (the object changed since the read) is decided again once, on a new fresh read, and
    not recorded twice.
 
-Before each action the fence is asked: a replica no longer sure it leads stops, and stores no
+Before each action, and again between its re-check and its record (a re-read may outlast what is
+left of the lease), the fence is asked: a replica no longer sure it leads stops, and stores no
 ledger. The ledger is stored once at the end (`LedgerWriter.store`), whatever happened.
 
 It talks to the cluster only through these small interfaces, so the order is unit-tested with
@@ -114,6 +115,9 @@ class Executor:
             if again.action is None:
                 logger.info("not acting on %s: %s", action.target, again.why, extra={"object": str(action.target)})
                 return ActionResult(action, Outcome.GONE if fresh.gone else Outcome.SKIPPED, str(again.why))
+            if not self.fence():  # the re-read may have taken longer than the lease has left
+                logger.warning("no longer the leader after re-reading %s: not acting on it", action.target)
+                return ActionResult(action, Outcome.SKIPPED, "not done: no longer the leader; the new leader decides")
             # Recorded once: a deletion retried after a conflict is already in the ledger.
             refused = self.ledger.record(again.action) if result.outcome is not Outcome.CONFLICT else ""
             change = again.change or self.plan.change_for(action)

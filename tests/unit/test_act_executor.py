@@ -275,8 +275,16 @@ def test_dry_run_records_keeps_and_stores_nothing() -> None:
     assert world.store.writes == 0 and world.notes.kept == []
 
 
+def test_a_fence_that_closes_during_the_recheck_records_and_changes_nothing() -> None:
+    """The re-read may outlast the lease: the fence is asked again before the record."""
+    world = World(action("first"), fence=iter([True]))
+    assert world.run() == [("first", Outcome.SKIPPED)]
+    assert world.timeline == [("recheck", "first")]
+    assert world.store.writes == 0
+
+
 def test_a_fence_that_closes_stops_before_the_next_action_and_stores_no_ledger() -> None:
-    world = World(action("first"), action("second"), fence=iter([True]))
+    world = World(action("first"), action("second"), fence=iter([True, True]))
     assert world.run() == [("first", Outcome.DONE)]
     assert world.timeline == [("recheck", "first"), ("ledger", "1"), ("apply", "first")]  # no store at the end
     assert world.store.writes == 1
