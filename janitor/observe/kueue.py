@@ -7,10 +7,10 @@ found by listing the Workloads of the namespace, at the version discovery says i
 else v1beta1). Whatever cannot be read becomes a `Queued` with its problem, never an exception: the
 planner then does nothing to that workload (decide.held.through).
 
-Looked up only where it matters, so a steady cycle stays cheap: on a workload of a kind a suspend
-may go through Kueue for, that carries Kueue's queue label and the janitor's mark or reclaim record
-(its warning names the Workload, the next cycle checks the reclaim on it), or, for the re-check
-right before acting (`every=True`), whatever its labels say (Kueue may manage Jobs without one).
+Looked up only where it matters (`wanted`), so a cycle lists a namespace's Workloads only where an
+enforcing suspend policy applies and Kueue's label queues a workload, or the janitor marked or
+reclaimed one; the re-check right before a suspend looks its workload up whatever its labels say
+(Kueue may manage Jobs without one).
 """
 
 from __future__ import annotations
@@ -19,16 +19,17 @@ import dataclasses
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from kubernetes.client import ApiClient
 
 from janitor import annotations as ann
 from janitor import errors, kubeapi
-from janitor.decide.model import ObjectView, ResourceKind
+from janitor.decide.model import NamespaceView, ObjectView, ResourceKind
 from janitor.observe import cluster
 from janitor.policy.endings import KUEUE_GROUP, KUEUE_QUEUE_LABEL, KUEUE_VERSIONS, Action, Queued
+from janitor.policy.model import Mode, Policy
 
 logger = logging.getLogger(__name__)
 
@@ -77,21 +78,32 @@ def owned(items: Iterable[Mapping[str, Any]], uid: str, at: str) -> Queued | Non
                   "" if isinstance(active, bool) else "its Workload's spec.active is not a boolean")
 
 
-def wanted(view: ObjectView, *, every: bool = False) -> bool:
-    """Whether to look up the Workload of `view` (see the module's words)."""
+def suspending(policies: Iterable[Policy], namespaces: Mapping[str, NamespaceView]) -> frozenset[str]:
+    """The namespaces an enforcing policy whose action is suspend covers: where a mark's warning
+    names the Workload its suspend would go through."""
+    acting = [p for p in policies if p.mode is Mode.ENFORCE and p.lifecycle.action is Action.SUSPEND]
+    return frozenset(n for n, v in namespaces.items() if any(
+        p.match.namespaces.matches(n) and p.match.namespace_selector.matches(v.labels) for p in acting))
+
+
+def wanted(view: ObjectView, *, every: bool = False, namespaces: Collection[str] = ()) -> bool:
+    """Whether to look up the Workload of `view` (see the module's words): for the re-check (`every`),
+    each one of a kind Kueue may admit; in a cycle, one with the janitor's reclaim record (checked on
+    the Workload), and one Kueue's label queues that is marked or in `namespaces` (a suspend policy's:
+    its warning names the Workload)."""
     if view.ref.kind not in KINDS or view.deleting:
         return False
-    if every:
-        return True
     notes = view.annotations
-    return KUEUE_QUEUE_LABEL in view.labels and (ann.carries_mark(notes) or ann.RECLAIMED in notes)
+    if every or ann.RECLAIMED in notes:
+        return True
+    return KUEUE_QUEUE_LABEL in view.labels and (ann.carries_mark(notes) or view.ref.namespace in namespaces)
 
 
-def attach(api: ApiClient, objects: Sequence[ObjectView], *, page_size: int = 250, every: bool = False
-           ) -> tuple[ObjectView, ...]:
+def attach(api: ApiClient, objects: Sequence[ObjectView], *, page_size: int = 250, every: bool = False,
+           namespaces: Collection[str] = ()) -> tuple[ObjectView, ...]:
     """`objects`, each one `wanted` with the `Queued` read for it (None where no Workload admits it and
     no label says Kueue does: then nothing is known against acting on it directly)."""
-    looked = [o for o in objects if wanted(o, every=every)]
+    looked = [o for o in objects if wanted(o, every=every, namespaces=namespaces)]
     if not looked:
         return tuple(objects)
     at, problem = served(api)

@@ -265,7 +265,8 @@ def read(api: ApiClient, settings: Settings, policies: Sequence[Policy], now: da
     oom = _oom(api, c.namespaces, c.page_size) if need.oom else {}
     scaling, said = _scaling(api, settings, need, c.namespaces)
     at = first or now
-    return Observation(first, kueue.attach(api, objects, page_size=c.page_size), tuple(pods), namespaces,
+    viewed = kueue.attach(api, objects, page_size=c.page_size, namespaces=kueue.suspending(policies, namespaces))
+    return Observation(first, viewed, tuple(pods), namespaces,
                        tuple(nodes), need.nodes,
                        read_evidence(source, settings, need, at, namespaces=covered_namespaces(policies, namespaces)),
                        oom, tuple(skipped), scaling, said)
@@ -287,7 +288,8 @@ def read_cached(cache: ClusterCache, settings: Settings, policies: Sequence[Poli
     said = snap.autoscaler if scaled else {}
     probed = cache.probe.found() if scaled and mode is NodeAutoscaling.AUTO else Autoscaling()
     scaling = autoscalers.autoscaling(mode, probed, said, snap.autoscaler_unreadable) if scaled else Autoscaling()
-    return Observation(at, kueue.attach(cache.api, snap.objects), snap.pods, snap.namespaces,
+    objects = kueue.attach(cache.api, snap.objects, namespaces=kueue.suspending(policies, snap.namespaces))
+    return Observation(at, objects, snap.pods, snap.namespaces,
                        snap.nodes if need.nodes else (), need.nodes,
                        read_evidence(source, settings, need, at or now,
                                      namespaces=covered_namespaces(policies, snap.namespaces)),

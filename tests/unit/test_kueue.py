@@ -43,6 +43,7 @@ from janitor.decide.owners import Owner
 from janitor.decide.reasons import Code, text
 from janitor.observe import kueue
 from janitor.policy.endings import KUEUE_QUEUE_LABEL, Action, PatchTarget, Queued
+from janitor.policy.model import Mode
 
 QUEUE = {KUEUE_QUEUE_LABEL: "team-a-gpus"}
 FOUND = Queued("v1beta2", "job-train-3f2a1", "uid-wl", active=True)
@@ -238,6 +239,25 @@ def test_only_queued_and_marked_workloads_are_looked_up_in_a_cycle(monkeypatch: 
     found = _attach(monkeypatch, fake, [kjob(due_notes(), queued=None)])
     assert found == {"train": Queued("v1beta2", "job-train", "uid-job-train", active=True)}
     assert [p for _, p, _, _ in fake.sent] == ["/apis/kueue.x-k8s.io", LIST_PATH]
+
+
+def test_in_a_suspend_policys_namespace_a_queued_workload_is_looked_up_before_its_mark(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from janitor.decide.model import NamespaceView
+    namespaces = {"team-a": NamespaceView("team-a"), "team-b": NamespaceView("team-b")}
+    assert kueue.suspending([SUSPEND], namespaces) == {"team-a", "team-b"}  # the helper's policy matches all
+    assert kueue.suspending([policy(action=Action.DELETE), policy(action=Action.SUSPEND, mode=Mode.SHADOW)],
+                            namespaces) == frozenset()
+    fake = FakeApi({"/apis/kueue.x-k8s.io": DISCOVERY, LIST_PATH: {"items": [_workload("job-train", "uid-train")]}})
+    quiet = kjob(queued=None)  # queued, not marked yet: its first warning names the Workload
+    monkeypatch.setattr(kubeapi, "request", fake.request)
+    [seen] = kueue.attach(None, [quiet], namespaces={"team-a"})  # type: ignore[arg-type]
+    assert seen.queued is not None and seen.queued.name == "job-train"
+    assert kueue.attach(None, [quiet], namespaces={"team-b"}) == (quiet,)  # type: ignore[arg-type]
+    record = job({a.RECLAIMED: str(Reclaimed("suspend", NOW, "idle-gpu"))})  # unlabelled, reclaimed: checked
+    assert kueue.wanted(record) and not kueue.wanted(job()) and kueue.wanted(job(), every=True)
+    assert not kueue.wanted(dataclasses.replace(kjob(), deleting=True), every=True)
+    assert not kueue.wanted(job(kind="Deployment"), every=True)
 
 
 def test_before_acting_any_job_is_looked_up(monkeypatch: pytest.MonkeyPatch) -> None:
