@@ -203,9 +203,15 @@ def _resume_active(ns: str, ref: str, replicas: int | None, also: Sequence[str])
 
 
 def _deactivated(seen: Seen) -> bool | None:
-    # Checked on the Workload: the workload's own spec.suspend follows only once Kueue has evicted it.
+    """Checked on the Workload: active again is undone. Deactivated holds once Kueue has stopped the
+    workload too (its spec.suspend); until then, a moment after the patch or with no Kueue controller
+    running, it cannot be told: neither "done" nor "undone" is said."""
     queued = seen.queued
-    return queued.active is False if queued is not None and queued.found else None
+    if queued is None or not queued.found:
+        return None
+    if queued.active:
+        return False
+    return True if seen.suspended else None
 
 
 # Kueue evicts a deactivated Workload (Evicted, reason Deactivated), stops what it admitted (a Job:

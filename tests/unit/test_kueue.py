@@ -9,8 +9,9 @@ Aspects covered:
   closed, with the problem) when Kueue admits it and its Workload was not found or not read;
 - the lifecycle: at the deadline the action names the Workload, and its "done" note the Workload's
   resume command; without the Workload it waits, and never suspends the Job itself;
-- the next cycle's check reads the Workload: deactivated is holding (even before Kueue has
-  suspended the Job), active again is undone, not read is unchecked;
+- the next cycle's check reads the Workload: active again is undone; deactivated holds once Kueue
+  has stopped the Job, and before that (or with no Kueue controller) neither "done" nor "undone" is
+  said; not read is unchecked;
 - observing: the version discovery picks (v1beta2, else v1beta1), the Workload found by its
   controller owner's uid, and what is not served, forbidden or missing becomes a problem on the view,
   never an exception; which views are looked up at all;
@@ -76,7 +77,8 @@ def test_a_suspend_of_a_workload_kueue_admits_goes_through_its_workload() -> Non
 def test_it_holds_on_the_workload_not_on_the_jobs_own_suspend() -> None:
     ending = Action.SUSPEND.ending
     off = dataclasses.replace(FOUND, active=False)
-    assert ending.held(kjob(queued=off)) is True  # Kueue has not suspended the Job yet: still holding
+    assert ending.held(dataclasses.replace(kjob(queued=off), suspended=True)) is True
+    assert ending.held(kjob(queued=off)) is None  # Kueue has not stopped the Job yet: neither held nor undone
     assert ending.held(dataclasses.replace(kjob(queued=FOUND), suspended=True)) is False  # active again
     assert ending.held(kjob(queued=None)) is None  # not read: cannot tell
     assert ending.held(kjob(queued=Queued("v1beta2", problem="forbidden"))) is None
@@ -161,9 +163,12 @@ def _check(view: ObjectView, *, at: Any = NOW + H) -> Any:
 def test_the_next_cycle_checks_the_reclaim_on_the_workload() -> None:
     record = {a.RECLAIMED: str(Reclaimed("suspend", NOW, "idle-gpu"))}
     deactivated = dataclasses.replace(FOUND, active=False)
-    holding = _check(kjob(record, queued=deactivated), at=NOW + 5 * M)  # the Job not suspended yet: Kueue is slower
+    slow = _check(kjob(record, queued=deactivated))  # the Job not suspended yet: Kueue is slower
+    assert slow.step is Step.WAIT and slow.why.code is Code.RECLAIM_UNCHECKED and slow.notice is None
+    stopped = dataclasses.replace(kjob(record, queued=deactivated), suspended=True)
+    holding = _check(stopped, at=NOW + 5 * M)
     assert holding.step is Step.WAIT and holding.why.code is Code.RECLAIM_HOLDING
-    assert _check(kjob(record, queued=deactivated), at=NOW + DAY).step is Step.CHECK
+    assert _check(stopped, at=NOW + DAY).step is Step.CHECK
     undone = _check(kjob(record, queued=FOUND))
     assert undone.step is Step.UNDONE and undone.notice is not None
     assert "workloads.kueue.x-k8s.io/job-train-3f2a1" in undone.notice.resume_command
