@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from janitor.decide.model import ResourceKind
+from janitor.policy.endings import KUEUE_GROUP, Action
 
 # What the TTL/expiry cleanup needs on each kind: read (the daemon's watch cache, the re-read
 # before acting), patch (the note that a mistake was reported) and delete.
@@ -37,6 +38,10 @@ def cluster_role(kinds: Sequence[ResourceKind], *, name: str = "kube-idle-janito
     # re-check before acting reads them too. Read-only unless the kinds list says more.
     grant("", "namespaces", "get", "list", "watch")
     grant("", "pods", "get", "list", "watch")
+    # A suspend of what Kueue admits goes through its Kueue Workload: found by listing, then patched.
+    through = Action.SUSPEND.ending.queued
+    if through is not None and any(kind.kind in (through.kinds or ()) for kind in kinds):
+        grant(KUEUE_GROUP, "workloads", "get", "list", "patch")
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",

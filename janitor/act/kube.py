@@ -214,13 +214,18 @@ def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: boo
     each guarded by its uid; one that is gone has finished. One that cannot be suspended makes the
     outcome a failure, so the owner is never told "done" while it runs (the CronJob, suspended,
     is not marked again for it: the Job is judged on its own). The patch is the ending's, resumed by
-    the command the messages give (policy.endings)."""
+    the command the messages give (policy.endings). A workload Kueue admits is switched through its
+    Kueue Workload (`action.via`, guarded by its uid) first, then its record written (`_through`)."""
     ending = action.type.ending
+    if action.via is not None and ending is not None and not action.also:
+        ending = ending.queued  # its Kueue way: the one patch that goes to another object
     if ending is None or ending.patch is None:
-        raise ValueError(f"{action.type} is no reclaim (caller bug)")
-    if ending.target is not PatchTarget.WORKLOAD:
-        raise ValueError(f"{action.type} patches its {ending.target}, which this version does not find")
+        raise ValueError(f"{action.type} of {action.target} is no reclaim, or none through {action.via} (caller bug)")
+    if (ending.target is PatchTarget.WORKLOAD) != (action.via is None):
+        raise ValueError(f"{action.type} patches its {ending.target}, which the plan did not name (caller bug)")
     patch = ending.patch(datetime.datetime.now(datetime.timezone.utc))
+    if action.via is not None:
+        return _through(api, action, action.via, patch, kind=kind, dry_run=dry_run, component=component)
     notes = dict((patch.get("metadata") or {}).get("annotations") or {})
     notes |= {key: None for key in ann.MARK_KEYS}
     notes |= action.record  # janitor/reclaimed: the next cycle checks that it held (decide.held)
@@ -248,6 +253,37 @@ def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: boo
     also = f" with its Job{'s' if len(action.also) > 1 else ''} {', '.join(j.name for j in action.also)}" \
         if action.also else ""
     return f"{action.type} done{also}" + event_note
+
+
+def _through(api: ApiClient, action: Action, via: ObjectRef, patch: dict[str, Any], *, kind: ResourceKind,
+             dry_run: bool, component: str) -> str:
+    """A reclaim whose switch is another object (`via`, a Kueue Workload): the workload itself is not
+    touched but for its mark's removal and the record, since Kueue would undo a change to it. Both
+    writes are probed first (the workload's guarded by the read it was decided on); the switch goes
+    first, so a record is never left for a reclaim that did not happen; the record follows, guarded by
+    the workload's uid only (Kueue is changing the workload by then: it stops it)."""
+    group, _, version = via.api_version.rpartition("/")
+    switch = kubeapi.path(ResourceKind(group, version, via.kind, f"{via.kind.lower()}s"), via.namespace, via.name)
+    switched = {**patch, "metadata": {"uid": via.uid}}
+    notes = {**{key: None for key in ann.MARK_KEYS}, **action.record}
+    path = kubeapi.path(kind, action.target.namespace, action.target.name)
+    body = guarded({"metadata": {"annotations": notes}}, action.target, action.resource_version)
+    _call(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, dry_run=True,
+          doing=f"{action.type} {action.target} (dry run)")
+    _call(api, "PATCH", switch, body=switched, content_type=_MERGE_PATCH, dry_run=True,
+          doing=f"{action.type} {action.target} through {via} (dry run)")
+    if dry_run:
+        return f"dry run: the apiserver accepted the {action.type} through {via}; nothing was changed, no Event posted"
+    event_note = _post_event(api, action, event_type="Normal", component=component)
+    _call(api, "PATCH", switch, body=switched, content_type=_MERGE_PATCH,
+          doing=f"{action.type} {action.target} through {via}")
+    try:
+        _call(api, "PATCH", path, body={"metadata": {"uid": action.target.uid, "annotations": notes}},
+              content_type=_MERGE_PATCH, doing=f"record the {action.type} on {action.target}")
+    except errors.KubeError as e:
+        raise errors.KubeError(f"{via} switched ({action.type}), but the record on {action.target} was not written: "
+                               f"{e}", doing=f"{action.type} {action.target}") from e
+    return f"{action.type} done through {via}" + event_note
 
 
 _JOBS = ResourceKind("batch", "v1", "Job", "jobs")

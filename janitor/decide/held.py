@@ -23,7 +23,7 @@ from collections.abc import Mapping
 
 from janitor import annotations as ann
 from janitor.annotations import NoticeKind, Reclaimed, Undone
-from janitor.decide.model import Finding, ObjectView
+from janitor.decide.model import Finding, ObjectRef, ObjectView
 from janitor.decide.notices import Notice, resume_command
 from janitor.decide.owners import Owner
 from janitor.decide.reasons import Code, Reason, why
@@ -72,6 +72,21 @@ def undone_on(view: ObjectView) -> Undone | None:
     return Undone.parse(view.annotations[ann.UNDONE])
 
 
+def through(action: PolicyAction, view: ObjectView) -> tuple[ObjectRef | None, Reason | None]:
+    """Where `action`'s patch goes on `view`: (the Kueue Workload, None) for a workload Kueue admits,
+    whose own switch Kueue would undo; (None, None) for the workload itself; (None, why not) when Kueue
+    admits it and its Workload was not found or could not be read: then nothing is done at all."""
+    ending = action.ending.on(view)
+    if ending.target is endings.PatchTarget.WORKLOAD:
+        return None, None
+    queued = view.queued
+    if queued is None or not queued.found:
+        problem = queued.problem if queued is not None and queued.problem else "its Workload was not read"
+        return None, why(Code.KUEUE_UNREACHED, action=str(action), kind=view.ref.kind, problem=problem)
+    return ObjectRef("Workload", f"{endings.KUEUE_GROUP}/{queued.version}", view.ref.namespace, queued.name,
+                     queued.uid), None
+
+
 def _held(action: str, view: ObjectView) -> bool | None:
     """Whether the reclaim recorded as `action` still holds on `view`; None when that cannot be told
     (the object does not say, or the record names no reclaim this version knows)."""
@@ -102,7 +117,7 @@ def check(view: ObjectView, owner: Owner, now: datetime.datetime, held_after: da
     reason = why(Code.RECLAIM_UNDONE, action=done.action, at=done.at, by=_who(by), policy=done.policy,
                  again=_again(undone))
     notice = Notice(NoticeKind.UNDONE, view.ref, done.policy, owner, done.action, reason, now,
-                    resume_command=resume_command(view.ref, PolicyAction(done.action), done.replicas),
+                    resume_command=resume_command(view.ref, PolicyAction(done.action), done.replicas, seen=view),
                     managed_by=RESTORER_MANAGERS.get(by, ""))
     return "undone", reason, {ann.RECLAIMED: None, ann.UNDONE: str(undone)}, notice
 

@@ -209,8 +209,8 @@ def _notice(kind: NoticeKind, finding: Finding, case: _Case, policy: Policy, now
     marked_at = case.mark.marked_at if case.mark is not None else ann.parse_expires(ann.format_deadline(now))
     return Notice(kind, view.ref, policy.name, finding.owner, str(policy.lifecycle.action), finding.reason, now,
                   deadline, keep_command(view.ref, cap) if warns else "",
-                  resume_command(view.ref, policy.lifecycle.action, view.replicas, _also(case, policy)), finding.gpus,
-                  registry.condition(finding),
+                  resume_command(view.ref, policy.lifecycle.action, view.replicas, _also(case, policy), view),
+                  finding.gpus, registry.condition(finding),
                   told, marked_at if warns else None, cap if warns else None,
                   volumes.fate(policy.lifecycle.action, case.claims),
                   volumes.lost_under(policy.lifecycle.action, case.claims) is not None,
@@ -322,15 +322,18 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
         return Change(Step.WAIT, ref, rv, policy.name, why(Code.NOT_SURE, trigger=str(unsure.trigger),
                                                            policy=unsure.policy, why=unsure.reason), deadline=deadline)
     released = released_by(mark, view.annotations, finding.owner, action, now)
+    via, refused = held.through(policy.lifecycle.action, view)  # the Kueue Workload a suspend goes through
     kept = kept_until(case.kept.get(ann.KEEP_UNTIL), _cap(mark, policy, now))
     if released is not None and (kept is None or kept <= now) and policy.lifecycle.action is not PolicyAction.REPORT:
         # A keep-until in force (pressed after the release, say) wins over it.
         # The owner pressed "Release now" on the warning in force, for this action: no more notice is owed.
         reason = why(Code.RELEASED, by=released.user, at=released.at, warned=mark.warned_at, action=action,
                      policy=policy.name, why=finding.reason)
+        if refused is not None:  # Kueue admits it and its Workload is not known: nothing at all
+            return Change(Step.WAIT, ref, rv, policy.name, refused, deadline=mark.deadline)
         act = Action(ActionType.carrying(policy.lifecycle.action), ref, rv, policy.name, finding.trigger, RULE,
                      "IdleReleased", reason, {"released-by": released.user, "warned-of": str(mark.warned_of)},
-                     also=_also(case, policy), record=held.record(policy, view, now))
+                     also=_also(case, policy), record=held.record(policy, view, now), via=via)
         return Change(Step.ACT, ref, rv, policy.name, reason, notice=_notice(NoticeKind.DONE, finding, case, policy,
                                                                              now, None),
                       deadline=now, action=act, gpu_hours=finding.reclaim_gpu_hours)
@@ -347,9 +350,11 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
     if now >= deadline:
         reason = why(Code.RECLAIM, condition=condition, marked=mark.marked_at, warned=mark.warned_at,
                      deadline=shown, action=action, policy=policy.name, why=finding.reason)
+        if refused is not None:
+            return Change(Step.WAIT, ref, rv, policy.name, refused, deadline=deadline)
         act = Action(ActionType.carrying(policy.lifecycle.action), ref, rv, policy.name, finding.trigger, RULE,
                      "IdleReclaimed", reason, {"deadline": shown, "warned-of": str(mark.warned_of)},
-                     also=_also(case, policy), record=held.record(policy, view, now))
+                     also=_also(case, policy), record=held.record(policy, view, now), via=via)
         done = _notice(NoticeKind.DONE, finding, case, policy, now, None)
         return Change(Step.ACT, ref, rv, policy.name, reason, notice=done, deadline=deadline, action=act,
                       gpu_hours=finding.reclaim_gpu_hours)

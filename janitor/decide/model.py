@@ -20,7 +20,7 @@ from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.reasons import Reason
 from janitor.decide.volumes import ClaimTemplates
 from janitor.node_report import ConditionMessage, OomReport
-from janitor.policy.endings import Ending
+from janitor.policy.endings import Ending, Queued
 from janitor.policy.model import Action as PolicyAction
 from janitor.policy.model import Mode
 
@@ -93,6 +93,9 @@ class ObjectView:
     # The field manager other than the janitor's that last wrote spec.replicas or spec.suspend (the
     # apiserver's managedFields): a GitOps or KEDA controller that owns them restores a reclaim.
     restored_by: str | None = None
+    # The Kueue Workload that admits it, where one was looked for (a suspend goes through it); None:
+    # none admits it, as far as was read (the queue label alone still says Kueue does: endings.kueue_managed).
+    queued: Queued | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,6 +363,8 @@ class Action:
     also: tuple[ObjectRef, ...] = ()
     # Annotations written with it, in the same request (a reclaim's record, checked on the next cycle).
     record: Mapping[str, str] = field(default_factory=dict)
+    # The object the patch goes to when it is not the target: a Kueue-admitted workload's Workload.
+    via: ObjectRef | None = None
 
     @property
     def key(self) -> tuple[str, ActionType, str]:

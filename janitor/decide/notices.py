@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from janitor import annotations as ann
 from janitor.annotations import NoticeKind
-from janitor.decide.model import ObjectRef
+from janitor.decide.model import ObjectRef, ObjectView
 from janitor.decide.owners import Owner
 from janitor.decide.reasons import Reason
 from janitor.policy.model import Action as PolicyAction
@@ -64,7 +64,8 @@ def keep_command(ref: ObjectRef, until: datetime.datetime | None) -> str:
 
 
 def resume_command(ref: ObjectRef, action: PolicyAction, replicas: int | None,
-                   also: Sequence[ObjectRef] = ()) -> str:
+                   also: Sequence[ObjectRef] = (), seen: ObjectView | None = None) -> str:
     """What undoes the action, for the objects it changed: the workload and, for a suspend, each
-    Job suspended with it (policy.endings says the command)."""
-    return action.ending.resume_command(_ns(ref), kubectl_ref(ref), replicas, [kubectl_ref(r) for r in also])
+    Job suspended with it, or the Kueue Workload of one Kueue admits, as `seen` was read
+    (policy.endings says the command)."""
+    return action.ending.resume_command(_ns(ref), kubectl_ref(ref), replicas, [kubectl_ref(r) for r in also], seen)

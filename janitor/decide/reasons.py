@@ -208,6 +208,7 @@ class Code(StrEnum):
     DELIVERY_GRACE = "delivery-grace"
     REPORT_ONLY = "report-only"
     MANAGED_REPORT_ONLY = "managed-report-only"
+    KUEUE_UNREACHED = "kueue-unreached"
     RECLAIM_HELD = "reclaim-held"
     RECLAIM_HOLDING = "reclaim-holding"
     RECLAIM_UNDONE = "reclaim-undone"
@@ -464,6 +465,8 @@ _T: Mapping[Code, str] = {
     Code.MANAGED_REPORT_ONLY: ("deadline {deadline} passed; {manager} restores it, so a {action} would not hold: "
                                "reported, nothing is done to it (a policy reclaims from it with "
                                "lifecycle.reclaimManaged)"),
+    Code.KUEUE_UNREACHED: ("Kueue admits it, so its {action} goes through its Kueue Workload (Kueue undoes a {action} "
+                           "of the {kind} itself), and {problem}: not acted on"),
     Code.RECLAIM_HELD: "the {action} of {at} held: its owner is told it is done",
     Code.RECLAIM_HOLDING: "the {action} of {at} holds so far; its owner is told it is done once it held {after:age}",
     Code.RECLAIM_UNDONE: "the {action} of {at} did not hold: {by} undid it; {again}",

@@ -32,6 +32,7 @@ from janitor.decide.autoscaling import AutoscalerNote, Autoscaling, NodeAutoscal
 from janitor.decide.evidence import CpuEvidence, CpuKey, Evidence, GpuEvidence, GpuKey, PodKey
 from janitor.decide.model import (
     Action,
+    ActionType,
     NamespaceView,
     NodeInfo,
     ObjectView,
@@ -43,7 +44,7 @@ from janitor.decide.model import (
 )
 from janitor.decide.triggers import registry
 from janitor.decide.triggers.spec import NodeScope
-from janitor.observe import activity, autoscalers, cluster, evidence, targets, views
+from janitor.observe import activity, autoscalers, cluster, evidence, kueue, targets, views
 from janitor.observe.cache import ClusterCache
 from janitor.observe.prometheus import HONOR_LABELS, SERVICE_MONITOR, Matcher, PrometheusConfig, PrometheusSource
 from janitor.policy.model import Policy
@@ -271,7 +272,9 @@ def read(api: ApiClient, settings: Settings, policies: Sequence[Policy], now: da
     oom = _oom(api, c.namespaces, c.page_size) if need.oom else {}
     scaling, said = _scaling(api, settings, need, c.namespaces)
     at = first or now
-    return Observation(first, tuple(objects), tuple(pods), namespaces, tuple(nodes), need.nodes,
+    viewed = kueue.attach(api, objects, page_size=c.page_size, namespaces=kueue.suspending(policies, namespaces))
+    return Observation(first, viewed, tuple(pods), namespaces,
+                       tuple(nodes), need.nodes,
                        read_evidence(source, settings, need, at, namespaces=covered_namespaces(policies, namespaces)),
                        oom, tuple(skipped), scaling, said)
 
@@ -292,7 +295,9 @@ def read_cached(cache: ClusterCache, settings: Settings, policies: Sequence[Poli
     said = snap.autoscaler if scaled else {}
     probed = cache.probe.found() if scaled and mode is NodeAutoscaling.AUTO else Autoscaling()
     scaling = autoscalers.autoscaling(mode, probed, said, snap.autoscaler_unreadable) if scaled else Autoscaling()
-    return Observation(at, snap.objects, snap.pods, snap.namespaces, snap.nodes if need.nodes else (), need.nodes,
+    objects = kueue.attach(cache.api, snap.objects, namespaces=kueue.suspending(policies, snap.namespaces))
+    return Observation(at, objects, snap.pods, snap.namespaces,
+                       snap.nodes if need.nodes else (), need.nodes,
                        read_evidence(source, settings, need, at or now,
                                      namespaces=covered_namespaces(policies, snap.namespaces)),
                        snap.oom if need.oom else {}, snap.skipped, scaling, said)
@@ -391,5 +396,7 @@ def read_scoped(api: ApiClient, settings: Settings, policies: Sequence[Policy], 
     keys = [PodKey(p.ref.namespace or "", p.ref.name) for p in pods]
     # Every usage signal the policies read, not only the acting trigger's: busy on any one vetoes.
     found = read_evidence(source, settings, need, scoped.date or now, keys) if reads.usage and pods else Evidence()
-    return Observation(scoped.date, tuple(scoped.objects.values()), tuple(pods), namespaces, tuple(nodes),
+    objects = tuple(scoped.objects.values())  # a suspend goes through the Kueue Workload that admits it
+    objects = kueue.attach(api, objects, every=True) if action.type is ActionType.SUSPEND else objects
+    return Observation(scoped.date, objects, tuple(pods), namespaces, tuple(nodes),
                        nodes_known, found, oom, autoscaling=scaling, autoscaler=said)

@@ -22,7 +22,8 @@ from typing import Any, Protocol
 
 from janitor import annotations as ann
 
-__all__ = ["ENDINGS", "Action", "Ending", "PatchTarget", "Seen", "find"]
+__all__ = ["ENDINGS", "KUEUE_GROUP", "KUEUE_QUEUE_LABEL", "KUEUE_VERSIONS", "Action", "Ending", "PatchTarget",
+           "Queued", "Seen", "find"]
 
 
 class Action(enum.StrEnum):
@@ -46,13 +47,41 @@ class Action(enum.StrEnum):
 class PatchTarget(enum.StrEnum):
     """Which object an ending's patch is sent to.
 
-    Today every patch goes to the workload itself. The field exists for endings whose switch lives
-    on another object: a Kueue-managed Job is held by its Kueue Workload (`spec.active: false`),
-    since Kueue owns the Job's own `spec.suspend`. Such an entry names that object here, and the
-    acting layer must find it before patching; until then it refuses any target but the workload.
+    Most patches go to the workload itself. Kueue owns the `spec.suspend` of a workload it admits
+    (it un-suspends a Job whose Workload is admitted), so such a workload is stopped through its
+    Kueue Workload (`spec.active: false`): the acting layer patches the Workload the plan's action
+    names (`decide.model.Action.via`), and refuses an action that names none.
     """
 
     WORKLOAD = "workload"
+    KUEUE_WORKLOAD = "kueue-workload"  # the Kueue Workload whose controller owner is the workload
+
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # set by the user on a workload Kueue is to admit
+KUEUE_VERSIONS = ("v1beta2", "v1beta1")  # the Workload API versions read, preferred first
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """What was read of the Kueue Workload that admits a workload (the Workload whose controller
+    ownerReference is the workload). `name` is "" when none was found or it could not be read, and
+    `problem` says which; nothing is then done through it, nor directly (Kueue would undo that)."""
+
+    version: str = ""  # the Kueue API version it was read at: "v1beta2" or "v1beta1"
+    name: str = ""
+    uid: str = ""
+    active: bool | None = None  # spec.active (absent: true); None when not read
+    problem: str = ""
+
+    @property
+    def found(self) -> bool:
+        return bool(self.name and self.uid and self.version) and self.active is not None
+
+    @property
+    def ref(self) -> str:
+        """How kubectl names it."""
+        return f"workloads.{KUEUE_GROUP}/{self.name}"
 
 
 class Seen(Protocol):
@@ -67,6 +96,18 @@ class Seen(Protocol):
 
     @property
     def annotations(self) -> Mapping[str, str]: ...
+
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+
+    @property
+    def queued(self) -> Queued | None: ...  # None: no Kueue Workload admits it, as far as was read
+
+
+def kueue_managed(seen: Seen) -> bool:
+    """Whether Kueue admits `seen`: its queue label says so, or a Workload owned by it was looked for
+    (and found, or could not be read: then it may be)."""
+    return KUEUE_QUEUE_LABEL in seen.labels or seen.queued is not None
 
 
 Patch = Callable[[_dt.datetime], dict[str, Any]]  # a merge patch, given the time it is applied
@@ -99,23 +140,40 @@ class Ending:
     resume: Resume | None = None
     volumes: str | None = None
     carries_runs: bool = False
+    # The same action on a workload Kueue admits, whose switch is its Kueue Workload; None: no other way.
+    queued: Ending | None = None
 
     def __post_init__(self) -> None:
         if self.reclaims and (self.patch is None or self.holds is None or self.resume is None):
             raise ValueError(f"{self.action}: a reclaim needs a patch, a check that it holds and a resume command")
         if self.reclaims and not self.acts:
             raise ValueError(f"{self.action}: a reclaim acts")
+        if self.queued is not None and (self.queued.action is not self.action
+                                        or self.queued.target is not PatchTarget.KUEUE_WORKLOAD):
+            raise ValueError(f"{self.action}: its Kueue way is the same action, through the Workload")
 
     def applies_to(self, kind: str) -> bool:
         return self.kinds is None or kind in self.kinds
 
+    def on(self, seen: Seen) -> Ending:
+        """This ending as it is carried out on `seen`: through its Kueue Workload where Kueue admits it."""
+        return self.queued if self.queued is not None and kueue_managed(seen) else self
+
     def held(self, seen: Seen) -> bool | None:
         """Whether the reclaim still holds on `seen`; None when it cannot be told (or is no reclaim)."""
-        return self.holds(seen) if self.holds is not None else None
+        ending = self.on(seen)
+        return ending.holds(seen) if ending.holds is not None else None
 
-    def resume_command(self, namespace_flag: str, ref: str, replicas: int | None, also: Sequence[str] = ()) -> str:
-        """The command that undoes it; "" for an ending that leaves nothing to undo."""
-        return self.resume(namespace_flag, ref, replicas, also) if self.resume is not None else ""
+    def resume_command(self, namespace_flag: str, ref: str, replicas: int | None, also: Sequence[str] = (),
+                       seen: Seen | None = None) -> str:
+        """The command that undoes it on `seen` (the workload `ref`); "" for an ending that leaves
+        nothing to undo. Through a Kueue Workload, it names the Workload (a placeholder where none was read)."""
+        ending = self.on(seen) if seen is not None else self
+        if ending.target is PatchTarget.KUEUE_WORKLOAD:
+            queued = seen.queued if seen is not None else None
+            ref = queued.ref if queued is not None and queued.name else \
+                f"workloads.{KUEUE_GROUP}/<the Workload of {ref}>"
+        return ending.resume(namespace_flag, ref, replicas, also) if ending.resume is not None else ""
 
 
 _RESUME_SUSPEND = "--type=merge -p '{\"spec\":{\"suspend\":false}}'"
@@ -140,6 +198,31 @@ def _stop(now: _dt.datetime) -> dict[str, Any]:
     return {"metadata": {"annotations": {ann.NOTEBOOK_STOPPED: now.strftime("%Y-%m-%dT%H:%M:%SZ")}}}
 
 
+def _resume_active(ns: str, ref: str, replicas: int | None, also: Sequence[str]) -> str:
+    return f"kubectl {ns}patch {ref} --type=merge -p '{{\"spec\":{{\"active\":true}}}}'"
+
+
+def _deactivated(seen: Seen) -> bool | None:
+    """Checked on the Workload: active again is undone. Deactivated holds once Kueue has stopped the
+    workload too (its spec.suspend); until then, a moment after the patch or with no Kueue controller
+    running, it cannot be told: neither "done" nor "undone" is said."""
+    queued = seen.queued
+    if queued is None or not queued.found:
+        return None
+    if queued.active:
+        return False
+    return True if seen.suspended else None
+
+
+# Kueue evicts a deactivated Workload (Evicted, reason Deactivated), stops what it admitted (a Job:
+# spec.suspend), releases its quota and does not admit it again until spec.active is true again.
+_THROUGH_KUEUE = Ending(
+    Action.SUSPEND, "suspended", "suspended through its Kueue Workload (spec.active: false; Kueue stops its pods "
+    "and releases its quota; the object stays)", kinds=("Job", "JobSet", "RayCluster"), reclaims=True,
+    patch=lambda now: {"spec": {"active": False}}, target=PatchTarget.KUEUE_WORKLOAD, holds=_deactivated,
+    resume=_resume_active)
+
+
 def _scaled_to_zero(seen: Seen) -> bool | None:
     return None if seen.replicas is None else seen.replicas == 0
 
@@ -150,8 +233,8 @@ ENDINGS: Mapping[Action, Ending] = MappingProxyType({
     Action.DELETE: Ending(Action.DELETE, "deleted", "deleted", volumes="whenDeleted"),
     Action.SUSPEND: Ending(
         Action.SUSPEND, "suspended", "suspended (spec.suspend: true; its pods stop, the Job stays)",
-        kinds=("Job", "JobSet", "CronJob"), reclaims=True, patch=lambda now: {"spec": {"suspend": True}},
-        holds=lambda seen: seen.suspended, resume=_resume_suspended, carries_runs=True),
+        kinds=("Job", "JobSet", "CronJob", "RayCluster"), reclaims=True, patch=lambda now: {"spec": {"suspend": True}},
+        holds=lambda seen: seen.suspended, resume=_resume_suspended, carries_runs=True, queued=_THROUGH_KUEUE),
     Action.SCALE_TO_ZERO: Ending(
         Action.SCALE_TO_ZERO, "scaled to zero", "scaled to zero replicas",
         kinds=("Deployment", "StatefulSet"), reclaims=True, patch=lambda now: {"spec": {"replicas": 0}},

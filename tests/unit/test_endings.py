@@ -49,7 +49,7 @@ from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.reasons import Code, text
 from janitor.plugin import render
 from janitor.policy import load
-from janitor.policy.endings import ENDINGS, Action, Ending, find
+from janitor.policy.endings import ENDINGS, Action, Ending, Queued, find
 
 NOW = datetime.datetime(2026, 3, 2, 10, 0, tzinfo=datetime.timezone.utc)
 
@@ -96,6 +96,8 @@ class _Seen:
     replicas: int | None = None
     suspended: bool = False
     annotations: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    queued: Queued | None = None
 
 
 def _seen(obj: dict[str, Any]) -> _Seen:

@@ -1,0 +1,141 @@
+"""The Kueue Workload that admits a workload, read at the API version the cluster serves.
+
+Kueue owns the `spec.suspend` of what it admits (a Job, a JobSet, a RayCluster): it un-suspends a
+Job whose Workload is admitted, so a suspend goes through the Workload's `spec.active` instead
+(policy.endings). That Workload is the one whose controller ownerReference is the workload; it is
+found by listing the Workloads of the namespace, at the version discovery says is served (v1beta2,
+else v1beta1). Whatever cannot be read becomes a `Queued` with its problem, never an exception: the
+planner then does nothing to that workload (decide.held.through).
+
+Looked up only where it matters (`wanted`), so a cycle lists a namespace's Workloads only where an
+enforcing suspend policy applies and Kueue's label queues a workload, or the janitor marked or
+reclaimed one; the re-check right before a suspend looks its workload up whatever its labels say
+(Kueue may manage Jobs without one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections import defaultdict
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any
+
+from kubernetes.client import ApiClient
+
+from janitor import annotations as ann
+from janitor import errors, kubeapi
+from janitor.decide.model import NamespaceView, ObjectView, ResourceKind
+from janitor.observe import cluster
+from janitor.policy.endings import KUEUE_GROUP, KUEUE_QUEUE_LABEL, KUEUE_VERSIONS, Action, Queued
+from janitor.policy.model import Mode, Policy
+
+logger = logging.getLogger(__name__)
+
+KINDS = frozenset(Action.SUSPEND.ending.queued.kinds or ()) if Action.SUSPEND.ending.queued else frozenset()
+
+
+def workloads(version: str) -> ResourceKind:
+    return ResourceKind(KUEUE_GROUP, version, "Workload", "workloads")
+
+
+def version(group: Mapping[str, Any]) -> str | None:
+    """The Workload API version to read, from the group's discovery document: the first of
+    `KUEUE_VERSIONS` it serves; None when it serves none of them."""
+    served = {str(v.get("version")) for v in group.get("versions") or () if isinstance(v, Mapping)}
+    return next((v for v in KUEUE_VERSIONS if v in served), None)
+
+
+def served(api: ApiClient) -> tuple[str | None, str]:
+    """(the version to read, "") or (None, why not); ("", "") when Kueue's API is not served at all."""
+    try:
+        answer = kubeapi.request(api, "GET", f"/apis/{KUEUE_GROUP}", doing=f"discover {KUEUE_GROUP}")
+        body = json.loads(answer.data)
+    except errors.NotFound:
+        return "", ""
+    except errors.KubeError as e:
+        return None, f"Kueue's API could not be discovered ({e.server_message})"
+    except ValueError:
+        return None, "Kueue's API discovery answer is not JSON"
+    found = version(body) if isinstance(body, Mapping) else None
+    return (found, "") if found else (None, f"Kueue serves none of {', '.join(KUEUE_VERSIONS)}")
+
+
+def owned(items: Iterable[Mapping[str, Any]], uid: str, at: str) -> Queued | None:
+    """The Workload among `items` whose controller owner is `uid` (as `Queued`, read at version `at`);
+    None when there is none."""
+    mine = [i for i in items if any(isinstance(o, Mapping) and o.get("controller") is True and o.get("uid") == uid
+                                    for o in (i.get("metadata") or {}).get("ownerReferences") or ())]
+    if not mine:
+        return None
+    if len(mine) > 1:
+        return Queued(at, problem=f"{len(mine)} Kueue Workloads are owned by it")
+    meta, spec = mine[0].get("metadata") or {}, mine[0].get("spec")
+    active = spec.get("active", True) if isinstance(spec, Mapping) else None
+    return Queued(at, str(meta.get("name") or ""), str(meta.get("uid") or ""),
+                  active if isinstance(active, bool) else None,
+                  "" if isinstance(active, bool) else "its Workload's spec.active is not a boolean")
+
+
+def suspending(policies: Iterable[Policy], namespaces: Mapping[str, NamespaceView]) -> frozenset[str]:
+    """The namespaces an enforcing policy whose action is suspend covers: where a mark's warning
+    names the Workload its suspend would go through."""
+    acting = [p for p in policies if p.mode is Mode.ENFORCE and p.lifecycle.action is Action.SUSPEND]
+    return frozenset(n for n, v in namespaces.items() if any(
+        p.match.namespaces.matches(n) and p.match.namespace_selector.matches(v.labels) for p in acting))
+
+
+def wanted(view: ObjectView, *, every: bool = False, namespaces: Collection[str] = ()) -> bool:
+    """Whether to look up the Workload of `view` (see the module's words): for the re-check (`every`),
+    each one of a kind Kueue may admit; in a cycle, one with the janitor's reclaim record (checked on
+    the Workload), and one Kueue's label queues that is marked or in `namespaces` (a suspend policy's:
+    its warning names the Workload)."""
+    if view.ref.kind not in KINDS or view.deleting:
+        return False
+    notes = view.annotations
+    if every or ann.RECLAIMED in notes:
+        return True
+    return KUEUE_QUEUE_LABEL in view.labels and (ann.carries_mark(notes) or view.ref.namespace in namespaces)
+
+
+def attach(api: ApiClient, objects: Sequence[ObjectView], *, page_size: int = 250, every: bool = False,
+           namespaces: Collection[str] = ()) -> tuple[ObjectView, ...]:
+    """`objects`, each one `wanted` with the `Queued` read for it (None where no Workload admits it and
+    no label says Kueue does: then nothing is known against acting on it directly)."""
+    looked = [o for o in objects if wanted(o, every=every, namespaces=namespaces)]
+    if not looked:
+        return tuple(objects)
+    at, problem = served(api)
+    found: dict[str, Queued | None] = {}
+    if at == "":  # no Kueue here: a queue label alone is no Workload
+        found = {o.ref.uid: Queued(problem="Kueue's API is not served") for o in looked
+                 if KUEUE_QUEUE_LABEL in o.labels}
+    elif at is None:
+        found = {o.ref.uid: Queued(problem=problem) for o in looked}
+    else:
+        by_namespace: dict[str, list[ObjectView]] = defaultdict(list)
+        for o in looked:
+            by_namespace[o.ref.namespace or ""].append(o)
+        for namespace, views in by_namespace.items():
+            found |= _in(api, at, namespace, views, page_size)
+    return tuple(dataclasses.replace(o, queued=found[o.ref.uid]) if o.ref.uid in found else o for o in objects)
+
+
+def _in(api: ApiClient, at: str, namespace: str, views: Sequence[ObjectView], page_size: int
+        ) -> dict[str, Queued | None]:
+    items: list[Mapping[str, Any]] = []
+    try:
+        for page, _ in cluster.list_items(api, workloads(at), page_size=page_size, namespaces=[namespace]):
+            items.extend(page)
+    except errors.KubeError as e:
+        logger.warning("cannot list Kueue Workloads in %s: %s", namespace, e)
+        return {v.ref.uid: Queued(at, problem=f"its namespace's Kueue Workloads could not be listed "
+                                              f"({e.server_message})") for v in views}
+    out: dict[str, Queued | None] = {}
+    for v in views:
+        queued = owned(items, v.ref.uid, at)
+        if queued is None and KUEUE_QUEUE_LABEL in v.labels:  # queued, and no Workload (yet, or any more)
+            queued = Queued(at, problem="no Kueue Workload is owned by it")
+        out[v.ref.uid] = queued  # None: unlabelled and owned by none, so Kueue does not admit it
+    return out

@@ -1,0 +1,134 @@
+"""A Job Kueue admits, stopped through its Workload, on the sandbox's apiserver serving Kueue's own
+Workload CRD (v1beta1 and v1beta2). No Kueue controller runs: a small loop in the test plays its
+part, as its job reconciler does: a Job whose Workload is active is un-suspended, one whose
+Workload is deactivated is suspended (evicted as Deactivated, its quota released).
+
+Aspects covered:
+- suspending the Job itself does not stick (the loop un-suspends it at once), which is why the
+  janitor never does that to a Job Kueue admits;
+- an idle Job Kueue admits is marked and warned under a suspend policy, the warning naming the
+  command that resumes it: the Workload's `spec.active: true`;
+- at the deadline the janitor deactivates the Workload (`spec.active: false`, read back at both API
+  versions) and writes nothing to the Job's spec; Kueue's part stops the Job, and it stays stopped;
+- the next cycle checks the reclaim on the Workload: it held, the owner hears "done" with the same
+  resume command, and never that it was undone.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+from test_lifecycle import (  # noqa: F401 (alice and prometheus are fixtures)
+    ALICE,
+    alice,
+    gpu_template,
+    history,
+    janitor_for,
+    notes_of,
+    prometheus,
+    until_due,
+    write_policy,
+)
+
+from devenv import crds
+from devenv.procs import wait_until
+from janitor import annotations as a
+
+GROUP, PLURAL = "kueue.x-k8s.io", "workloads"
+QUEUE = {"kueue.x-k8s.io/queue-name": "team-gpus"}
+
+
+@pytest.fixture
+def queued_job(kube, namespace: str) -> str:  # noqa: ANN001
+    """Job `train` with Kueue's queue label and its Workload (owned by it, as Kueue makes it); the
+    Workload's name."""
+    crds.install(kube)  # a sandbox started before these CRDs were added gets them here
+    job = client.BatchV1Api(kube).create_namespaced_job(namespace, client.V1Job(
+        metadata=client.V1ObjectMeta(name="train", labels=QUEUE, annotations={"janitor/owner": ALICE[0]}),
+        spec=client.V1JobSpec(template=gpu_template("train"))))
+    name = f"job-train-{job.metadata.uid[:5]}"
+    client.CustomObjectsApi(kube).create_namespaced_custom_object(GROUP, "v1beta2", namespace, PLURAL, {
+        "apiVersion": f"{GROUP}/v1beta2", "kind": "Workload",
+        "metadata": {"name": name, "labels": {"kueue.x-k8s.io/job-uid": job.metadata.uid}, "ownerReferences": [{
+            "apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": job.metadata.uid, "controller": True,
+            "blockOwnerDeletion": True}]},
+        "spec": {"queueName": "team-gpus", "active": True, "podSets": [{"name": "main", "count": 1, "template": {
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "x"}]}}}]},
+    })
+    return name
+
+
+@pytest.fixture
+def kueue_part(kube, namespace: str, queued_job: str) -> Iterator[list[str]]:  # noqa: ANN001
+    """Kueue's job reconciler, played: the Job follows its Workload's spec.active. Yields what it did."""
+    batch, custom, stop, did = client.BatchV1Api(kube), client.CustomObjectsApi(kube), threading.Event(), []
+
+    def loop() -> None:
+        while not stop.wait(0.2):
+            try:
+                workload = custom.get_namespaced_custom_object(GROUP, "v1beta2", namespace, PLURAL, queued_job)
+                job = batch.read_namespaced_job("train", namespace)
+            except client.ApiException:
+                continue
+            active = workload["spec"].get("active", True) is not False
+            if active == bool(job.spec.suspend):  # admitted and suspended, or deactivated and running
+                batch.patch_namespaced_job("train", namespace, {"spec": {"suspend": not active}},
+                                           field_manager="kueue")
+                did.append("unsuspended" if active else "stopped")
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    yield did
+    stop.set()
+    thread.join(5)
+
+
+def texts(slack, channel: str) -> list[str]:  # noqa: ANN001
+    return [m.text + str(m.blocks) for m in slack.messages(channel)]
+
+
+def test_a_job_kueue_admits_is_stopped_through_its_workload_and_stays_stopped(
+        kube, core, namespace, sandbox, tmp_path, exporter_values, slack, alice, prometheus,  # noqa: F811
+        queued_job, kueue_part) -> None:
+    batch, custom = client.BatchV1Api(kube), client.CustomObjectsApi(kube)
+    # Suspending the Job itself does not stick: Kueue un-suspends a Job whose Workload is active.
+    batch.patch_namespaced_job("train", namespace, {"spec": {"suspend": True}})
+    wait_until(lambda: kueue_part == ["unsuspended"], timeout=30, what="Kueue's part un-suspending the Job")
+    history(core, namespace, exporter_values, {"train": 0})
+    policy = write_policy(tmp_path / "p.yaml", namespace, warnBefore="5s", action="suspend")
+    janitor = janitor_for(kube, sandbox, namespace, policy, prometheus())
+    resume = (f"kubectl -n {namespace} patch workloads.kueue.x-k8s.io/{queued_job} --type=merge "
+              "-p \\'{\"spec\":{\"active\":true}}\\'")  # as the message's blocks print it
+
+    janitor.run_cycle()
+    notes = notes_of(kube, namespace, "train")
+    assert notes[a.WARNED_OF].startswith("suspend "), janitor.explain()
+    channel = notes[a.WARNED_VIA].split()[1].split("/")[0]
+    [warning] = texts(slack, channel)
+    assert resume in warning
+    until_due(notes)
+    janitor.run_cycle()  # the Workload deactivated, the reclaim recorded on the Job
+
+    for version in ("v1beta2", "v1beta1"):  # one object, both versions served
+        workload = custom.get_namespaced_custom_object(GROUP, version, namespace, PLURAL, queued_job)
+        assert workload["spec"]["active"] is False, (version, janitor.explain())
+    job = batch.read_namespaced_job("train", namespace)
+    assert a.RECLAIMED in (job.metadata.annotations or {}) and a.POLICY not in (job.metadata.annotations or {})
+    assert not any(f.manager == "kube-idle-janitor" and "f:spec" in (f.fields_v1 or {})
+                   for f in job.metadata.managed_fields or []), "the janitor wrote the Job's spec"
+    wait_until(lambda: bool(batch.read_namespaced_job("train", namespace).spec.suspend), timeout=30,
+               what="Kueue's part stopping the Job")
+    time.sleep(2)  # it stays stopped: nothing un-suspends a Job whose Workload is deactivated
+    assert batch.read_namespaced_job("train", namespace).spec.suspend is True
+    assert kueue_part == ["unsuspended", "stopped"]
+
+    janitor.run_cycle()  # the reclaim held: checked on the Workload, "done" said
+    assert a.RECLAIMED not in notes_of(kube, namespace, "train"), janitor.explain()
+    said = texts(slack, channel)
+    assert len(said) == 2 and "was *suspended*" in said[1] and resume in said[1], said
+    assert not any("Not held" in t for t in said)
+    assert batch.read_namespaced_job("train", namespace).spec.suspend is True and kueue_part[-1] == "stopped"
