@@ -39,7 +39,6 @@ DEFAULT_KINDS: tuple[ResourceKind, ...] = (
     ResourceKind("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims"),
     ResourceKind("", "v1", "Namespace", "namespaces", namespaced=False),
     ResourceKind("kubeflow.org", "v1", "Notebook", "notebooks"),
-    ResourceKind("ray.io", "v1", "RayCluster", "rayclusters"),
 )
 
 

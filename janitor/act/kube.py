@@ -261,7 +261,9 @@ def _through(api: ApiClient, action: Action, via: ObjectRef, patch: dict[str, An
     touched but for its mark's removal and the record, since Kueue would undo a change to it. Both
     writes are probed first (the workload's guarded by the read it was decided on); the switch goes
     first, so a record is never left for a reclaim that did not happen; the record follows, guarded by
-    the workload's uid only (Kueue is changing the workload by then: it stops it)."""
+    the workload's uid only (Kueue is changing the workload by then: it stops it). A record that
+    cannot be written (twice) switches the Workload back: a stopped workload whose mark stays would
+    read next cycle as "no longer idle", and its owner be told the reclaim was called off."""
     group, _, version = via.api_version.rpartition("/")
     switch = kubeapi.path(ResourceKind(group, version, via.kind, f"{via.kind.lower()}s"), via.namespace, via.name)
     switched = {**patch, "metadata": {"uid": via.uid}}
@@ -277,13 +279,23 @@ def _through(api: ApiClient, action: Action, via: ObjectRef, patch: dict[str, An
     event_note = _post_event(api, action, event_type="Normal", component=component)
     _call(api, "PATCH", switch, body=switched, content_type=_MERGE_PATCH,
           doing=f"{action.type} {action.target} through {via}")
+    record = {"metadata": {"uid": action.target.uid, "annotations": notes}}
+    for _ in range(2):  # a record that cannot be written undoes the switch: never one without the other
+        try:
+            _call(api, "PATCH", path, body=record, content_type=_MERGE_PATCH,
+                  doing=f"record the {action.type} on {action.target}")
+            return f"{action.type} done through {via}" + event_note
+        except errors.KubeError as e:
+            failed = e
+    back = {"spec": {"active": True}, "metadata": {"uid": via.uid}}  # a Workload the janitor found active
     try:
-        _call(api, "PATCH", path, body={"metadata": {"uid": action.target.uid, "annotations": notes}},
-              content_type=_MERGE_PATCH, doing=f"record the {action.type} on {action.target}")
+        _call(api, "PATCH", switch, body=back, content_type=_MERGE_PATCH, doing=f"switch {via} back")
     except errors.KubeError as e:
-        raise errors.KubeError(f"{via} switched ({action.type}), but the record on {action.target} was not written: "
-                               f"{e}", doing=f"{action.type} {action.target}") from e
-    return f"{action.type} done through {via}" + event_note
+        raise errors.KubeError(f"{via} switched ({action.type}), but neither the record on {action.target} "
+                               f"({failed}) nor switching it back ({e}) could be written: it stays switched; "
+                               f"resume with spec.active: true", doing=f"{action.type} {action.target}") from e
+    raise errors.KubeError(f"the record on {action.target} could not be written ({failed}), so {via} was switched "
+                           f"back: nothing done", doing=f"{action.type} {action.target}") from failed
 
 
 _JOBS = ResourceKind("batch", "v1", "Job", "jobs")

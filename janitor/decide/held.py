@@ -83,6 +83,8 @@ def through(action: PolicyAction, view: ObjectView) -> tuple[ObjectRef | None, R
     if queued is None or not queued.found:
         problem = queued.problem if queued is not None and queued.problem else "its Workload was not read"
         return None, why(Code.KUEUE_UNREACHED, action=str(action), kind=view.ref.kind, problem=problem)
+    if queued.active is False:
+        return None, why(Code.KUEUE_INACTIVE, workload=queued.name, action=str(action))
     return ObjectRef("Workload", f"{endings.KUEUE_GROUP}/{queued.version}", view.ref.namespace, queued.name,
                      queued.uid), None
 

@@ -54,6 +54,7 @@ from janitor.decide.selection import Workload, carries_mark, with_marks
 from janitor.decide.triggers import registry
 from janitor.decide.triggers.spec import Usage
 from janitor.decide.volumes import ClaimTemplates
+from janitor.policy import endings
 from janitor.policy.model import Action as PolicyAction
 from janitor.policy.model import Mode, Policy
 
@@ -180,6 +181,7 @@ class _Case:
     # it in its pods' chain (a custom resource or Notebook deleted or stopped takes its StatefulSet along).
     claims: ClaimTemplates | None = None
     manager: str | None = None  # the tool that restores it ("Argo CD", "Flux", "KEDA"): decide.held
+    queued_runs: tuple[str, ...] = ()  # those of `also` Kueue admits: suspending them directly would not hold
 
     @property
     def kept(self) -> Mapping[str, str]:
@@ -323,6 +325,8 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
                                                            policy=unsure.policy, why=unsure.reason), deadline=deadline)
     released = released_by(mark, view.annotations, finding.owner, action, now)
     via, refused = held.through(policy.lifecycle.action, view)  # the Kueue Workload a suspend goes through
+    if refused is None and case.queued_runs and _also(case, policy):
+        refused = why(Code.KUEUE_RUNS, job=", ".join(case.queued_runs))
     kept = kept_until(case.kept.get(ann.KEEP_UNTIL), _cap(mark, policy, now))
     if released is not None and (kept is None or kept <= now) and policy.lifecycle.action is not PolicyAction.REPORT:
         # A keep-until in force (pressed after the release, say) wins over it.
@@ -496,6 +500,7 @@ def plan_lifecycle(
     parents: dict[str, ObjectView] = {}
     also: dict[str, tuple[ObjectRef, ...]] = {}
     claims: dict[str, ClaimTemplates] = {}
+    queued_runs: dict[str, tuple[str, ...]] = {}
     for w in workloads:
         if w.unknown is not None:
             untraced.setdefault(w.ref.namespace or "", w.unknown)
@@ -511,6 +516,8 @@ def plan_lifecycle(
                 parents[w.ref.uid] = w.parent
             if w.ref.kind == "CronJob":
                 also[w.ref.uid] = _running_jobs(w, views, now)
+                queued_runs[w.ref.uid] = tuple(r.name for r in also[w.ref.uid]
+                                               if (run := views.get(r.uid)) is not None and endings.kueue_managed(run))
     subjects = [uid for uid in per_subject if uid in views]
     marked = [v.ref.uid for v in with_marks(views.values()) if v.ref.uid not in per_subject]
     checked = [v.ref.uid for v in views.values() if ann.RECLAIMED in v.annotations and v.ref.uid not in per_subject
@@ -524,7 +531,8 @@ def plan_lifecycle(
         owner = found[0].owner if found else known_owners.get(uid, Owner(OwnerKind.UNKNOWN))
         mark = ann.read_mark(view.annotations, view.foreign_marks) if carries_mark(view.annotations) else None
         cases.append(_Case(view, mark, found, zones.get(uid), owner, untraced.get(view.ref.namespace or ""),
-                           parents.get(uid), also.get(uid, ()), claims.get(uid, view.claims), held.manager_of(found)))
+                           parents.get(uid), also.get(uid, ()), claims.get(uid, view.claims), held.manager_of(found),
+                           queued_runs.get(uid, ())))
     pace = _Pace(_last_message_per_owner(cases), settings.pace)
     changes: list[Change] = []
     candidates: list[tuple[_Case, Finding, Policy]] = []

@@ -209,6 +209,8 @@ class Code(StrEnum):
     REPORT_ONLY = "report-only"
     MANAGED_REPORT_ONLY = "managed-report-only"
     KUEUE_UNREACHED = "kueue-unreached"
+    KUEUE_INACTIVE = "kueue-inactive"
+    KUEUE_RUNS = "kueue-runs"
     RECLAIM_HELD = "reclaim-held"
     RECLAIM_HOLDING = "reclaim-holding"
     RECLAIM_UNDONE = "reclaim-undone"
@@ -465,6 +467,10 @@ _T: Mapping[Code, str] = {
     Code.MANAGED_REPORT_ONLY: ("deadline {deadline} passed; {manager} restores it, so a {action} would not hold: "
                                "reported, nothing is done to it (a policy reclaims from it with "
                                "lifecycle.reclaimManaged)"),
+    Code.KUEUE_INACTIVE: "its Kueue Workload {workload} is deactivated already (by Kueue or an admin): the janitor "
+                         "neither does nor claims its {action}",
+    Code.KUEUE_RUNS: "Kueue admits its running Job {job}, which would be suspended with it, and Kueue un-suspends a "
+                     "Job it admits: nothing is done (suspend the Jobs themselves: --cronjob-target job)",
     Code.KUEUE_UNREACHED: ("Kueue admits it, so its {action} goes through its Kueue Workload (Kueue undoes a {action} "
                            "of the {kind} itself), and {problem}: not acted on"),
     Code.RECLAIM_HELD: "the {action} of {at} held: its owner is told it is done",

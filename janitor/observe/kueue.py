@@ -89,14 +89,16 @@ def suspending(policies: Iterable[Policy], namespaces: Mapping[str, NamespaceVie
 def wanted(view: ObjectView, *, every: bool = False, namespaces: Collection[str] = ()) -> bool:
     """Whether to look up the Workload of `view` (see the module's words): for the re-check (`every`),
     each one of a kind Kueue may admit; in a cycle, one with the janitor's reclaim record (checked on
-    the Workload), and one Kueue's label queues that is marked or in `namespaces` (a suspend policy's:
-    its warning names the Workload)."""
+    the Workload), and one that is marked or in `namespaces` (a suspend policy's: its warning names the
+    Workload), whether Kueue's label queues it or not."""
     if view.ref.kind not in KINDS or view.deleting:
         return False
     notes = view.annotations
     if every or ann.RECLAIMED in notes:
         return True
-    return KUEUE_QUEUE_LABEL in view.labels and (ann.carries_mark(notes) or view.ref.namespace in namespaces)
+    # Its queue label is not needed: Kueue may admit Jobs without one (manageJobsWithoutQueueName, a
+    # prebuilt Workload), and the warning must name the Workload the suspend will go through.
+    return ann.carries_mark(notes) or view.ref.namespace in namespaces
 
 
 def attach(api: ApiClient, objects: Sequence[ObjectView], *, page_size: int = 250, every: bool = False,

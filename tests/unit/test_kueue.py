@@ -236,11 +236,16 @@ def _attach(monkeypatch: pytest.MonkeyPatch, fake: FakeApi, views: list[ObjectVi
     return {v.ref.name: v.queued for v in kueue.attach(None, views, every=every)}  # type: ignore[arg-type]
 
 
-def test_only_queued_and_marked_workloads_are_looked_up_in_a_cycle(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_only_marked_workloads_are_looked_up_in_a_cycle(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeApi({"/apis/kueue.x-k8s.io": DISCOVERY, LIST_PATH: {"items": [_workload("job-train", "uid-train")]}})
     quiet = dataclasses.replace(job(name="quiet"), labels=QUEUE)  # queued, no mark: nothing is needed of it yet
-    assert _attach(monkeypatch, fake, [quiet, job(due_notes(), name="plain")]) == {"quiet": None, "plain": None}
+    assert _attach(monkeypatch, fake, [quiet]) == {"quiet": None}
     assert fake.sent == []
+    # A marked Job without Kueue's label is looked up too: Kueue may admit Jobs without one, and its
+    # warning must name the Workload its suspend would go through. None is found for it here.
+    assert _attach(monkeypatch, fake, [job(due_notes(), name="plain")]) == {"plain": None}
+    assert [p for _, p, _, _ in fake.sent] == ["/apis/kueue.x-k8s.io", LIST_PATH]
+    fake.sent.clear()
     found = _attach(monkeypatch, fake, [kjob(due_notes(), queued=None)])
     assert found == {"train": Queued("v1beta2", "job-train", "uid-job-train", active=True)}
     assert [p for _, p, _, _ in fake.sent] == ["/apis/kueue.x-k8s.io", LIST_PATH]
