@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping
+from dataclasses import replace
 
 from janitor import annotations as ann
 from janitor.annotations import Mark
+from janitor.decide.model import Finding
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.workhours import add_working_time
-from janitor.policy.model import Policy
+from janitor.policy.model import IdleGpu, Policy
 
 _ENDLESS = datetime.datetime.max.replace(tzinfo=datetime.timezone.utc)
 
@@ -34,6 +36,23 @@ def keep_cap(marked_at: datetime.datetime | None, max_extension: datetime.timede
     if marked_at is None or not max_extension or not trusted:
         return None
     return marked_at + max_extension
+
+
+def as_found(policy: Policy, finding: Finding) -> Policy:
+    """The policy as it applies to what `finding` found (`shortened` for a workload never used)."""
+    return shortened(policy) if finding.never_used else policy
+
+
+def shortened(policy: Policy) -> Policy:
+    """The policy as it applies to a workload never used since it started: its idle-GPU trigger's
+    never-used notice (`neverUsed.warnBefore`) stands for both warnBefore and minGrace, so its
+    deadline and the least notice after delivery are the shorter ones."""
+    trigger = policy.trigger(IdleGpu)
+    never = trigger.never_used if trigger is not None else None
+    if never is None:
+        return policy
+    return replace(policy, lifecycle=replace(policy.lifecycle, warn_before=never.warn_before,
+                                             min_grace=never.warn_before))
 
 
 def earliest_after_delivery(delivered_at: datetime.datetime, policy: Policy,

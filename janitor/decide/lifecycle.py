@@ -39,11 +39,13 @@ from janitor.annotations import Intent, Mark, NoticeKind, WarnedOf
 from janitor.decide import held, volumes, why_notes
 from janitor.decide.consent import intent_id, released_by, sent_to, warned_to
 from janitor.decide.deadlines import (
+    as_found,
     earliest_after_delivery,
     effective_deadline,
     keep_cap,
     keep_order,
     kept_until,
+    shortened,
     warning_deadline,
 )
 from janitor.decide.model import Action, ActionType, Finding, ObjectRef, ObjectView, State
@@ -110,6 +112,7 @@ class Change:
     intent: Intent | None = None  # RECOVER: the send to look for
     time_zone: str | None = None  # the namespace's own zone for working hours (janitor/time-zone)
     gpu_hours: float = 0.0  # ACT: the idle GPU-hours the finding proved (GPUs x window), for the metric
+    never_used: bool = False  # its finding: never used since it started (the policy's shorter notice applies)
 
 
 def delivered(change: Change, delivery: ann.Delivery, policy: Policy | None,
@@ -128,7 +131,8 @@ def delivered(change: Change, delivery: ann.Delivery, policy: Policy | None,
     if intent.warns_of is not None:
         deadline = intent.warns_of.deadline
         if policy is not None:
-            deadline = max(deadline, earliest_after_delivery(delivery.at, policy, change.time_zone))
+            applied = shortened(policy) if change.never_used else policy
+            deadline = max(deadline, earliest_after_delivery(delivery.at, applied, change.time_zone))
         patch[ann.WARNED_OF] = str(replace(intent.warns_of, deadline=deadline))
         patch[ann.DEADLINE] = ann.format_deadline(deadline)
         patch |= why_notes.in_step({**(notes or {}), **change.annotations}, deadline=deadline,
@@ -284,7 +288,7 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
         notice = _notice(mark.intent.kind, finding, case, policy, now, named)
         return Change(Step.RECOVER, ref, rv, policy.name, why(Code.RECOVER, kind=str(mark.intent.kind),
                                                               at=mark.intent.at),
-                      notice=notice, deadline=mark.deadline, intent=mark.intent)
+                      notice=notice, deadline=mark.deadline, intent=mark.intent, never_used=finding.never_used)
     owner = str(finding.owner)
     counted = mark.warned and mark.warned_via is not None and (
         not mark.warned_via.to_admins or policy.lifecycle.admin_fallback_counts)
@@ -313,7 +317,8 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
                   why(Code.WARN_NEW_OWNER, was=mark.warned_to or "", owner=owner) if new_owner else
                   why(Code.WARN, again=" again (only the admins were reached)" if mark.warned_via else ""))
         return Change(Step.NOTIFY, ref, rv, policy.name, reason, {ann.NOTICE: str(intent)},
-                      _notice(NoticeKind.WARNING, finding, case, policy, now, deadline), deadline)
+                      _notice(NoticeKind.WARNING, finding, case, policy, now, deadline), deadline,
+                      never_used=finding.never_used)
     deadline, extended = effective_deadline(mark, policy, case.kept, case.time_zone)
     shown = ann.format_deadline(deadline)
     if finding.state is not State.FIRES:
@@ -456,7 +461,8 @@ def _new_marks(candidates: Sequence[tuple[_Case, Finding, Policy]], now: datetim
         reason = why(Code.MARKED, condition=condition, action=str(policy.lifecycle.action),
                      deadline=ann.format_deadline(deadline),
                      paced="" if paced else "; the warning waits for the per-owner message pace")
-        out.append(Change(Step.MARK, ref, view.resource_version, policy.name, reason, patch, notice, deadline))
+        out.append(Change(Step.MARK, ref, view.resource_version, policy.name, reason, patch, notice, deadline,
+                          never_used=finding.never_used))
     return out
 
 
@@ -541,7 +547,8 @@ def plan_lifecycle(
         if change is not None:
             changes.append(_in_zone(change, case.time_zone))
         if candidate is not None:
-            candidates.append((case, candidate, held.effective(by_policy[candidate.policy], case.manager)))
+            candidates.append((case, candidate, as_found(held.effective(by_policy[candidate.policy], case.manager),
+                                                         candidate)))
     changes.extend(_in_zone(c, zones.get(c.workload.uid)) for c in _new_marks(candidates, now, settings, pace))
     return tuple(changes)
 
@@ -601,6 +608,8 @@ def _decide(case: _Case, views: Mapping[str, ObjectView], by_policy: Mapping[str
                                  why=in_use.reason), in_use.owner, now), None
     configured = by_policy.get(mark.policy or "")
     policy = held.effective(configured, case.manager) if configured is not None else None
+    if policy is not None and governing is not None and governing.policy == policy.name:
+        policy = as_found(policy, governing)
     if governing is None or policy is None:
         other = next((f for f in case.findings if f.mode is Mode.ENFORCE and f.known and f.state is State.FIRES), None)
         if other is None and policy is not None and case.untraced is not None:

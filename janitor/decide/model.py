@@ -388,6 +388,7 @@ class PodJudgement:
     # job's own spinning makes read busy is vetoed only by the others (decide.triggers.hung).
     busy_on: frozenset[str] = frozenset()
     doubt_on: frozenset[str] = frozenset()  # the signals it could not judge (unknown on them)
+    never_used: bool = False  # idle on its own samples since it started (IdleGpu.never_used)
 
 
 @dataclass(frozen=True, slots=True)
@@ -427,6 +428,11 @@ class Finding:
     @property
     def workload(self) -> ObjectRef | None:
         return self.subject if self.known else None
+
+    @property
+    def never_used(self) -> bool:
+        """Idle on every pod since it started, under the policy's shorter never-used window."""
+        return self.state is State.FIRES and bool(self.pods) and all(j.never_used for j in self.pods)
 
     @property
     def why(self) -> str:

@@ -236,6 +236,8 @@ def _all_idle(reason: Reason) -> str:
     if codes == {Code.GPU_SIGNALS_IDLE}:
         first = next((r for r in shown if isinstance(r.fact("missing"), Reason)), shown[0])  # what was left out shows
         return f"all {total} pods idle, e.g. {_words(first)}"
+    if codes == {Code.NEVER_USED}:
+        return f"none of its {total} pods used since it started, e.g. {_words(shown[0])}"
     if codes == {Code.CPU_IDLE}:
         peaks = ", ".join(_small(_number(r, "peak")) for r in shown)
         return f"all {total} pods idle: CPU peaks {peaks}{more} cores {_over(shown[0])}"
@@ -416,6 +418,8 @@ _RENDER: Mapping[Code, Callable[[Reason], str]] = {
                                   "crash-looping; the others run"),
     Code.NONE_LOOPING: lambda r: "none of its GPU pods is crash-looping now",
     Code.ALL_HUNG: _all_hung,
+    Code.NEVER_USED: lambda r: (f"never used since it started {duration(_delta(r, 'life'))} ago: "
+                                f"{_words(_reason(r, 'why'))}"),
     Code.GPU_WORKS: lambda r: f"its GPUs compute again ({_text(r, 'detail')})",
     Code.GPU_UTIL_DIPS: lambda r: "its GPUs no longer report busy all the time",
     Code.PODS_NOT_HUNG: lambda r: _words(_reason(r, "why")) if int(_number(r, "total")) == 1 else (

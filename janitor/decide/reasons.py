@@ -84,6 +84,7 @@ class Code(StrEnum):
     ACTIVITY_UNATTRIBUTED = "activity-unattributed"
     ACTIVITY_UNREAD = "activity-unread"
     ACTIVITY_FLOOR = "activity-floor"
+    NEVER_USED = "never-used"
     # idle, per workload
     NO_PODS = "no-pods"
     PODS_IN_USE = "pods-in-use"
@@ -315,6 +316,7 @@ _T: Mapping[Code, str] = {
     Code.ACTIVITY_UNATTRIBUTED: "counted as in use: activity rule {rule} returned {samples} samples without namespace "
                                 "and pod labels, so whose use they show cannot be told",
     Code.ACTIVITY_UNREAD: "counted as in use: activity rule {rule} was not evaluated (Prometheus was not asked)",
+    Code.NEVER_USED: "never used since it started {life:age} ago: {why}",
     Code.ACTIVITY_FLOOR: "in use: pod {pod} has run {running:age}, less than the policy's minRunningSeconds "
                          "({floor:age})",
     Code.NO_PODS: "no pods",

@@ -38,7 +38,7 @@ import yaml
 from yaml.events import AliasEvent, Event
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from janitor.annotations import DURATION_BOUND, OutOfRange, parse_time_zone, parse_ttl
+from janitor.annotations import DURATION_BOUND, OutOfRange, format_duration, parse_time_zone, parse_ttl
 from janitor.policy import model
 
 DURATION_FORMS = "(e.g. 30m, 8h, 7d)"
@@ -503,10 +503,13 @@ def _window_fields(r: _Reader, f: dict[str, Node], path: str,
 
 def _idle_gpu(r: _Reader, node: Node, path: str) -> model.IdleGpu | None:
     f = r.fields(node, path, ("signal", "threshold", "signals", "idlePowerWatts", "window", "minCoverage",
-                              "minPodAge", "maxGap"))
+                              "minPodAge", "maxGap", "neverUsed"))
     if f is None:
         return None
     common = _window_fields(r, f, path)
+    never = _never_used(r, f["neverUsed"], f"{path}.neverUsed", common["window"]) if "neverUsed" in f else None
+    if "neverUsed" in f and never is None:
+        return None
     if "signals" in f and ("signal" in f or "threshold" in f):
         r.fail(f["signals"], f"{path}.signals", "give either signals (several, each with its threshold) or "
                "signal and threshold (one), not both")
@@ -520,7 +523,28 @@ def _idle_gpu(r: _Reader, node: Node, path: str) -> model.IdleGpu | None:
                "against each GPU model's idle power: give idlePowerWatts (modelName glob: watts)")
         return None
     (signal, threshold), *also = limits
-    return model.IdleGpu(signal=signal, threshold=threshold, also=tuple(also), idle_power=power, **common)
+    return model.IdleGpu(signal=signal, threshold=threshold, also=tuple(also), idle_power=power, never_used=never,
+                         **common)
+
+
+def _never_used(r: _Reader, node: Node, path: str, window: _dt.timedelta | None) -> model.NeverUsed | None:
+    f = r.fields(node, path, ("after", "warnBefore"), required=("after", "warnBefore"))
+    if not f or "after" not in f or "warnBefore" not in f:
+        return None
+    after = r.duration(f["after"], f"{path}.after")
+    warn = r.duration(f["warnBefore"], f"{path}.warnBefore")
+    if after is None or warn is None or window is None:
+        return None
+    if after + warn >= window:
+        r.fail(node, path, f"after + warnBefore ({_fmt(after + warn)}) must be shorter than the window "
+               f"({_fmt(window)}): a never-used pod is judged on its whole life, which the window must hold "
+               "through its deadline")
+        return None
+    return model.NeverUsed(after, warn)
+
+
+def _fmt(delta: _dt.timedelta) -> str:
+    return format_duration(delta)
 
 
 def _one_signal(r: _Reader, f: dict[str, Node], path: str) -> tuple[tuple[model.GpuSignal, float], ...]:

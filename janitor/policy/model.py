@@ -195,6 +195,21 @@ class Match:
 
 
 @dataclass(frozen=True, slots=True)
+class NeverUsed:
+    """A second, shorter window for a workload never used at all (`neverUsed:` in an idleGpu): a pod
+    at least `after` old whose GPUs have stayed at or below every threshold since it started is
+    marked with `warn_before` as its notice instead of the lifecycle's. A notebook opened and
+    forgotten costs as much as one that worked and went quiet, and is owed less notice.
+
+    Judged on the pod's own samples since it started (series labelled with its UID, so an earlier
+    pod of the same name cannot lend it its history) within the idle window, which `after +
+    warn_before` stays inside: the pod is judged on its whole life through its deadline."""
+
+    after: _dt.timedelta
+    warn_before: _dt.timedelta
+
+
+@dataclass(frozen=True, slots=True)
 class IdleGpu:
     """Idle when, for a GPU of the pod, the peak of `signal` over `window` is at or below
     `threshold`, with samples covering at least `min_coverage` of the window, no stretch without
@@ -214,6 +229,7 @@ class IdleGpu:
     also: tuple[tuple[GpuSignal, float], ...] = ()
     # The idle power in watts per GPU model (fnmatch globs on dcgm-exporter's `modelName`), for POWER.
     idle_power: tuple[tuple[str, float], ...] = ()
+    never_used: NeverUsed | None = None
 
     @property
     def limits(self) -> tuple[tuple[GpuSignal, float], ...]:

@@ -26,6 +26,7 @@ from janitor.decide.evidence import CpuEvidence, EvidenceWindow, GpuEvidence, Gp
 from janitor.decide.model import CPU_SIGNAL, Finding, Observation, PodJudgement, PodView, State, TriggerKind, is_mig
 from janitor.decide.reasons import Code, Fact, Reason, why
 from janitor.decide.selection import Workload
+from janitor.decide.triggers import never_used
 from janitor.decide.triggers.spec import Reads, Recheck, Role, TriggerSpec, Usage, duration, gap_words
 from janitor.policy.model import GAP_INTERVALS, IdleCpu, IdleGpu, Policy
 from janitor.policy.model import Trigger as PolicyTrigger
@@ -124,7 +125,7 @@ class GpuJudge(_Judge):
             return PodJudgement(pod.ref, State.UNKNOWN, unread or why(Code.NO_EVIDENCE_READ, signal=signal))
         young = self.young(pod)
         if young:
-            return young
+            return self.never_used(pod) or young
         mine = attribute(pod.ref.uid, evidence.pods.get(pod_key(pod), ()), signal)
         series = mine.series
         if not trigger.signal.covers_mig and (is_mig_pod(pod) or any(s.mig for s in series)):
@@ -164,6 +165,15 @@ class GpuJudge(_Judge):
             return PodJudgement(pod.ref, State.PARTIAL, why(Code.GPU_PARTIAL, idle=len(idle), total=len(series),
                                                             **facts), idle, peaks, self.busy_on)
         return PodJudgement(pod.ref, State.CLEAR, why(Code.GPU_BUSY, **facts), (), peaks, self.busy_on)
+
+    def never_used(self, pod: PodView) -> PodJudgement | None:
+        """The verdict over the pod's whole life, where the never-used window judges a pod too young
+        for the idle window (`triggers.never_used`); None where it does not."""
+        running = never_used.life(self.trigger, pod, self.now)
+        found = never_used.evidence(self.evidence, pod, running) if running and self.evidence else None
+        if running is None or found is None:
+            return None
+        return never_used.judged(GpuJudge(found, never_used.trigger(self.trigger, running), self.now)(pod), running)
 
     def _facts(self, detail: str, ordered: Sequence[GpuSeries]) -> dict[str, Fact]:
         """The sentence's detail, the trigger's limit, and each GPU's peak as data (plain words read those)."""

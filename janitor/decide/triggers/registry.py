@@ -88,8 +88,8 @@ def marks(finding: Finding) -> bool:
 
 
 def condition(finding: Finding) -> str:
-    """What the owner is told is wrong."""
-    return BY_KIND[finding.trigger].condition
+    """What the owner is told is wrong: "unused" where the policy's never-used window found it."""
+    return "unused" if finding.never_used else BY_KIND[finding.trigger].condition
 
 
 __all__ = ["ALL", "BY_KIND", "POD_TRIGGERS", "POLICY_TRIGGERS", "USAGE", "condition", "in_use", "marks", "of_policy",

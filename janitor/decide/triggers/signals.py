@@ -30,6 +30,7 @@ from janitor.decide.evidence import GpuEvidence, GpuKey, GpuSeries
 from janitor.decide.model import Finding, Observation, PodJudgement, PodView, State, TriggerKind
 from janitor.decide.reasons import Code, Fact, Reason, why
 from janitor.decide.selection import Workload
+from janitor.decide.triggers import never_used
 from janitor.decide.triggers.idle import GpuJudge, finding, gpu_pods, is_mig_pod, pod_key
 from janitor.decide.triggers.spec import Reads, Recheck, Role, TriggerSpec, Usage, duration, gap_words
 from janitor.policy.model import GpuSignal, IdleGpu, Policy
@@ -100,7 +101,7 @@ class SignalsJudge:
             return PodJudgement(pod.ref, State.UNKNOWN, failures[0])
         young = self.parts[0][2].young(pod)
         if young:
-            return young
+            return self._never_used(pod) or young
         key = pod_key(pod)
         read = [(signal, threshold, judge, attribute(pod.ref.uid, judge.evidence.pods.get(key, ()), str(signal))
                  if judge.evidence else Attributed(())) for signal, threshold, judge in self.parts]
@@ -142,6 +143,22 @@ class SignalsJudge:
         if any({s.gpu for s in series} != gpus for *_, series in present):
             doubt = doubt or why(Code.SIGNALS_DISAGREE, signals=self.names)
         return self._combine(pod, present, left, sorted({s.gpu for *_, series in present for s in series}), doubt)
+
+    def _never_used(self, pod: PodView) -> PodJudgement | None:
+        """The verdict on every signal over the pod's whole life (`triggers.never_used`), or None."""
+        now = self.parts[0][2].now
+        running = never_used.life(self.trigger, pod, now)
+        if running is None:
+            return None
+        read: dict[GpuKey, GpuEvidence] = {}
+        for signal, _, judge in self.parts:
+            if judge.evidence is None:
+                continue  # not read: unknown on it over the life too
+            found = never_used.evidence(judge.evidence, pod, running)
+            if found is None:
+                return None
+            read[(str(signal), running)] = found
+        return never_used.judged(SignalsJudge(read, never_used.trigger(self.trigger, running), now)(pod), running)
 
     def _not_on(self, signal: GpuSignal, judge: GpuJudge, pod: PodView) -> bool:
         """Whether the pod's node exports no series of the signal at all (for any pod): then the field

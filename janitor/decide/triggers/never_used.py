@@ -1,0 +1,69 @@
+"""The never-used window of an idle-GPU trigger (`IdleGpu.never_used`): a pod judged on its whole life.
+
+A pod younger than the idle window is not judged on it (samples before its start belong to another
+pod). Where the policy has a never-used window and the pod is at least `after` old, it is judged
+instead on the samples since it started, read by the same query: the series labelled with its own
+UID (an earlier pod of the same name is another series; a series without UIDs cannot be told
+from one, and leaves the pod too young, as before), their coverage and gaps counted over its life
+rather than over the window. The steps of the window before it started are no gap in its
+samples, so they are taken off the longest gap, counted down to whole steps (towards *unknown*).
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import replace
+
+from janitor.decide.evidence import GpuEvidence, PodKey, Quality
+from janitor.decide.model import PodJudgement, PodView, State
+from janitor.decide.reasons import Code, why
+from janitor.policy.model import IdleGpu
+
+
+def life(trigger: IdleGpu, pod: PodView, now: datetime.datetime) -> datetime.timedelta | None:
+    """How long the pod has run, where the never-used window judges it: at least `after`, and less
+    than the idle window (whose query holds its whole life); else None."""
+    never = trigger.never_used
+    if never is None or pod.started is None:
+        return None
+    running = now - pod.started
+    return running if never.after <= running < trigger.window else None
+
+
+def evidence(found: GpuEvidence, pod: PodView, running: datetime.timedelta) -> GpuEvidence | None:
+    """`found` as if read over the pod's life: its own series only, gaps before its start taken off;
+    None when any series under its name carries no UID (whose samples they are cannot be told)."""
+    key = PodKey(pod.ref.namespace or "", pod.ref.name)
+    series = found.pods.get(key, ())
+    if any(not s.uid for s in series):
+        return None
+    window = found.window
+    before = (window.window - running) // window.step * window.step  # whole steps before its start
+    own = tuple(replace(s, quality=_shifted(s.quality, before, window.window, running))
+                for s in series if s.uid == pod.ref.uid)
+    # The other pods' series stay: which signals a node exports at all is read from them.
+    return GpuEvidence(replace(window, window=running), {**found.pods, key: own}, found.failed)
+
+
+def _shifted(quality: Quality, before: datetime.timedelta, window: datetime.timedelta,
+             running: datetime.timedelta) -> Quality:
+    gap = quality.gap
+    if gap is None:
+        return quality
+    if gap >= window:  # no sample over the whole window, or gaps as long: as long as its life
+        return replace(quality, gap=running)
+    return replace(quality, gap=gap - before if gap - before > datetime.timedelta(0) else gap)
+
+
+def trigger(idle: IdleGpu, running: datetime.timedelta) -> IdleGpu:
+    """The trigger over the pod's life: its thresholds and coverage, a window as long as the life."""
+    return replace(idle, window=running, min_pod_age=datetime.timedelta(0), never_used=None)
+
+
+def judged(verdict: PodJudgement, running: datetime.timedelta) -> PodJudgement:
+    """An idle verdict over the pod's life says so; any other stands as it is (busy beats, doubt holds)."""
+    if verdict.state is not State.FIRES:
+        return verdict
+    return replace(verdict, why=why(Code.NEVER_USED, life=running, why=verdict.why), never_used=True)
