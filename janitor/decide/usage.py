@@ -51,9 +51,11 @@ def companion(policy: Policy) -> Policy | None:
     own: IdleGpu | IdleCpu | None = policy.trigger(IdleGpu) or policy.trigger(IdleCpu)
     if own is None:
         return None
+    never = own.never_used if isinstance(own, IdleGpu) else None  # a young pod is then judged on its life
     return Policy(policy.name + SUFFIX,
-                  (IdleGpu(window=own.window, min_pod_age=own.min_pod_age),
-                   IdleCpu(cores=IN_USE_CPU_CORES, window=own.window, min_pod_age=own.min_pod_age)),
+                  (IdleGpu(window=own.window, min_pod_age=own.min_pod_age, never_used=never),
+                   IdleCpu(cores=IN_USE_CPU_CORES, window=own.window, min_pod_age=own.min_pod_age,
+                           life_after=never.after if never is not None else None)),
                   description=f"what {policy.name} does not read itself, read to veto its reclaims when busy",
                   match=replace(policy.match, pod_selector=LabelSelector()), mode=Mode.SHADOW, source=SOURCE)
 

@@ -255,6 +255,9 @@ class IdleCpu:
     min_pod_age: _dt.timedelta = _dt.timedelta(hours=2)
     ignore_containers: tuple[str, ...] = ()
     max_gap: _dt.timedelta | None = None  # as for IdleGpu, on the containers' cAdvisor samples
+    # Not in policy files: the in-use check of an idle-GPU policy with a never-used window judges a
+    # pod at least this old, and younger than the window, on its CPU since it started (decide.usage).
+    life_after: _dt.timedelta | None = None
 
 
 @dataclass(frozen=True, slots=True)

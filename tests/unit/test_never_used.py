@@ -111,12 +111,13 @@ NOTEBOOKS = Policy("notebooks", (TRIGGER,), mode=Mode.ENFORCE,
                    lifecycle=Lifecycle(warn_before=24 * H, action=Action.SCALE_TO_ZERO))
 
 
-def observed(peak: float = 0.0, annotations: dict[str, str] | None = None) -> tuple[Observation, ObjectRef]:
+def observed(peak: float = 0.0, annotations: dict[str, str] | None = None, cpu: CpuUsage | None = None
+             ) -> tuple[Observation, ObjectRef]:
     sts = obj("nb", kind="StatefulSet", namespace="ml", created=ago(days=1), annotations=annotations or {})
     p = replace(pod(), controller=OwnerRef("StatefulSet", "apps/v1", "nb", sts.ref.uid))
-    cpu = EvidenceWindow("cpu", 2 * H, M, NOW)
-    quiet = CpuEvidence(cpu, {PodKey("ml", "nb-0"): CpuUsage(0.01, 45, Quality(STEP, STEP))})
-    found = Evidence(gpu={(str(GpuSignal.GPU_UTIL), 2 * H): gpu(series(peak))}, cpu={(2 * H, ()): quiet})
+    window = EvidenceWindow("cpu", 2 * H, M, NOW)
+    used = CpuEvidence(window, {PodKey("ml", "nb-0"): cpu or CpuUsage(0.01, 45, Quality(STEP, STEP))})
+    found = Evidence(gpu={(str(GpuSignal.GPU_UTIL), 2 * H): gpu(series(peak))}, cpu={(2 * H, ()): used})
     return Observation(NOW, (sts,), (p,), {"ml": NamespaceView("ml", {}, {})}, evidence=found), sts.ref
 
 
@@ -132,8 +133,21 @@ def test_a_never_used_workload_is_marked_with_the_shorter_notice_and_told_so() -
     assert mark.notice is not None and mark.notice.condition == "unused"
     assert plain(mark.notice.why).startswith("never used since it started 45 min ago")
     # Delivered a minute later: the least notice after delivery is the shorter one too, not 24 h.
-    patch = delivered(mark, ann.Delivery(NOW + M, "D0ALICE", "1.0"), NOTEBOOKS)
+    patch = delivered(mark, ann.Delivery("D0ALICE", f"{(NOW + M).timestamp():.6f}"), NOTEBOOKS)
     assert ann.parse_expires(str(patch[ann.DEADLINE])) == NOW + 21 * M
+
+
+@pytest.mark.parametrize("case, cpu", [
+    ("its CPU busy once: in use", CpuUsage(2.0, 45, Quality(STEP, STEP))),
+    ("more CPU points than its life holds: an earlier pod's of its name", CpuUsage(0.01, 60, Quality(STEP, STEP))),
+    ("too few CPU points over its life", CpuUsage(0.01, 20, Quality(STEP, STEP))),
+    ("a 10 min CPU gap in its life", CpuUsage(0.01, 45, Quality(STEP, 10 * M))),
+])
+def test_the_in_use_check_reads_its_cpu_since_it_started_too(case: str, cpu: CpuUsage) -> None:
+    """Busy on any signal beats idle on another, and unknown holds: the in-use check judges the CPU
+    of a pod the never-used window judges over the same life."""
+    observation, ref = observed(cpu=cpu)
+    assert changes(observation, ref) == [], case
 
 
 def test_a_never_used_mark_is_lifted_when_the_pod_is_used() -> None:

@@ -257,7 +257,7 @@ class CpuJudge(_Judge):
                                                             error=evidence.failed))
         young = self.young(pod)
         if young:
-            return young
+            return self._life(pod, evidence) or young
         usage = evidence.pods.get(pod_key(pod))
         if usage is None or usage.peak_cores is None:
             return PodJudgement(pod.ref, State.UNKNOWN, why(Code.CPU_NO_SERIES))
@@ -283,6 +283,27 @@ class CpuJudge(_Judge):
                                                             window=trigger.window))
         return PodJudgement(pod.ref, State.FIRES, why(Code.CPU_IDLE, peak=peak, limit=described,
                                                       window=trigger.window))
+
+
+    def _life(self, pod: PodView, evidence: CpuEvidence) -> PodJudgement | None:
+        """The CPU since the pod started, for the in-use check of a never-used window (`life_after`):
+        busy on it beats everything; more points than its life holds are another pod's of its name
+        (unknown); else judged over its life as over a window. None where it does not apply."""
+        after, trigger = self.trigger.life_after, self.trigger
+        if after is None or pod.started is None or not after <= self.now - pod.started < trigger.window:
+            return None
+        running, window = self.now - pod.started, evidence.window
+        usage = evidence.pods.get(pod_key(pod))
+        if usage is not None:
+            usage = replace(usage, quality=never_used.shifted(
+                usage.quality, never_used.before_start(window.window, window.step, running), window.window, running))
+        found = CpuEvidence(replace(window, window=running), {pod_key(pod): usage} if usage is not None else {})
+        judged = CpuJudge(found, replace(trigger, window=running, min_pod_age=datetime.timedelta(0), life_after=None),
+                          self.now)(pod)
+        if judged.state is not State.CLEAR and usage is not None and usage.samples > running // window.step + 1:
+            return PodJudgement(pod.ref, State.UNKNOWN, why(Code.CPU_BEFORE_START, samples=usage.samples,
+                                                            running=running))
+        return never_used.judged(judged, running)
 
 
 def judge_cpu(pod: PodView, evidence: CpuEvidence | None, trigger: IdleCpu, now: datetime.datetime) -> PodJudgement:

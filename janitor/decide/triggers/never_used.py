@@ -40,21 +40,30 @@ def evidence(found: GpuEvidence, pod: PodView, running: datetime.timedelta) -> G
     if any(not s.uid for s in series):
         return None
     window = found.window
-    before = (window.window - running) // window.step * window.step  # whole steps before its start
-    own = tuple(replace(s, quality=_shifted(s.quality, before, window.window, running))
+    before = before_start(window.window, window.step, running)
+    own = tuple(replace(s, quality=shifted(s.quality, before, window.window, running))
                 for s in series if s.uid == pod.ref.uid)
     # The other pods' series stay: which signals a node exports at all is read from them.
     return GpuEvidence(replace(window, window=running), {**found.pods, key: own}, found.failed)
 
 
-def _shifted(quality: Quality, before: datetime.timedelta, window: datetime.timedelta,
-             running: datetime.timedelta) -> Quality:
+def shifted(quality: Quality, before: datetime.timedelta, window: datetime.timedelta,
+            running: datetime.timedelta) -> Quality:
+    """`quality` over the pod's life: the longest gap less the whole steps before it started. Where
+    another series of its name filled those steps (a CPU series has no UID), the gap cannot go
+    below what its staleness measured, which catches a gap in its life up to Prometheus' lookback."""
     gap = quality.gap
     if gap is None:
         return quality
     if gap >= window:  # no sample over the whole window, or gaps as long: as long as its life
         return replace(quality, gap=running)
     return replace(quality, gap=gap - before if gap - before > datetime.timedelta(0) else gap)
+
+
+def before_start(window: datetime.timedelta, step: datetime.timedelta, running: datetime.timedelta
+                 ) -> datetime.timedelta:
+    """The whole steps of the window before the pod started."""
+    return (window - running) // step * step
 
 
 def trigger(idle: IdleGpu, running: datetime.timedelta) -> IdleGpu:
