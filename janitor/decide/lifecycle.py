@@ -629,8 +629,21 @@ def _decide(case: _Case, views: Mapping[str, ObjectView], by_policy: Mapping[str
     if rule is not None:
         return _unmark(case, why(Code.VOLUMES_NOW_AT_RISK, action=str(policy.lifecycle.action), rule=rule,
                                  policy=policy.name), owner, now), None
+    if _started_since(governing, mark.marked_at, now):
+        # Its warning was of an earlier pod: the window decides this one, once it is old enough for it.
+        return Change(Step.WAIT, view.ref, view.resource_version, policy.name,
+                      why(Code.NEVER_USED_SINCE_MARK, marked=mark.marked_at), deadline=mark.deadline), None
     # A mark that stays has its deadline moved first: kube-janitor deletes on janitor/expires.
     return _moved(case) or _marked(case, governing, policy, now, pace, configured), None
+
+
+def _started_since(finding: Finding, marked_at: datetime.datetime | None, now: datetime.datetime) -> bool:
+    """Whether a pod a never-used finding judged started after the mark: the warning named another pod's
+    idleness, and this one is owed its own notice."""
+    if marked_at is None or not finding.never_used:
+        return False
+    lives = (j.why.fact("life") for j in finding.pods)
+    return any(isinstance(life, datetime.timedelta) and now - life > marked_at for life in lives)
 
 
 def _check(case: _Case, now: datetime.datetime, held_after: datetime.timedelta) -> Change:

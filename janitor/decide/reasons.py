@@ -86,6 +86,7 @@ class Code(StrEnum):
     ACTIVITY_FLOOR = "activity-floor"
     NEVER_USED = "never-used"
     CPU_BEFORE_START = "cpu-before-start"
+    NEVER_USED_SINCE_MARK = "never-used-since-mark"
     # idle, per workload
     NO_PODS = "no-pods"
     PODS_IN_USE = "pods-in-use"
@@ -318,6 +319,8 @@ _T: Mapping[Code, str] = {
                                 "and pod labels, so whose use they show cannot be told",
     Code.ACTIVITY_UNREAD: "counted as in use: activity rule {rule} was not evaluated (Prometheus was not asked)",
     Code.NEVER_USED: "never used since it started {life:age} ago: {why}",
+    Code.NEVER_USED_SINCE_MARK: "never used, but its pods started after the mark ({marked}), whose warning was of "
+                                "another pod: not acted on until the window judges them",
     Code.CPU_BEFORE_START: "{samples} CPU points under its name, more than its {running:age} since it started hold: "
                            "an earlier pod's of the same name are among them",
     Code.ACTIVITY_FLOOR: "in use: pod {pod} has run {running:age}, less than the policy's minRunningSeconds "

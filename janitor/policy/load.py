@@ -507,7 +507,8 @@ def _idle_gpu(r: _Reader, node: Node, path: str) -> model.IdleGpu | None:
     if f is None:
         return None
     common = _window_fields(r, f, path)
-    never = _never_used(r, f["neverUsed"], f"{path}.neverUsed", common["window"]) if "neverUsed" in f else None
+    never = _never_used(r, f["neverUsed"], f"{path}.neverUsed", common["window"], common["min_pod_age"]) \
+        if "neverUsed" in f else None
     if "neverUsed" in f and never is None:
         return None
     if "signals" in f and ("signal" in f or "threshold" in f):
@@ -527,13 +528,18 @@ def _idle_gpu(r: _Reader, node: Node, path: str) -> model.IdleGpu | None:
                          **common)
 
 
-def _never_used(r: _Reader, node: Node, path: str, window: _dt.timedelta | None) -> model.NeverUsed | None:
+def _never_used(r: _Reader, node: Node, path: str, window: _dt.timedelta | None,
+                min_age: _dt.timedelta | None) -> model.NeverUsed | None:
     f = r.fields(node, path, ("after", "warnBefore"), required=("after", "warnBefore"))
     if not f or "after" not in f or "warnBefore" not in f:
         return None
     after = r.duration(f["after"], f"{path}.after")
     warn = r.duration(f["warnBefore"], f"{path}.warnBefore")
     if after is None or warn is None or window is None:
+        return None
+    if min_age is not None and min_age > window:
+        r.fail(node, path, f"minPodAge ({_fmt(min_age)}) is longer than the window: pods younger than it are "
+               "not judged, never used or not; leave out minPodAge or neverUsed")
         return None
     if after + warn >= window:
         r.fail(node, path, f"after + warnBefore ({_fmt(after + warn)}) must be shorter than the window "

@@ -80,7 +80,7 @@ def test_idle_since_it_started_is_never_used() -> None:
     ("too few samples over its life", (series(samples=60),), LIFE, State.UNKNOWN),
     ("a 10 min gap in its life", (series(gap_in_life=10 * M),), LIFE, State.UNKNOWN),
     ("busy once", (series(peak=40.0),), LIFE, State.CLEAR),
-    ("only an earlier pod's series", (series(uid="earlier"),), LIFE, State.UNKNOWN),
+    ("only an earlier pod's series", (series(uid="earlier"),), LIFE, State.TOO_YOUNG),
 ])
 def test_short_of_a_whole_idle_life_it_is_not_never_used(case: str, found: tuple[GpuSeries, ...],
                                                          started: datetime.timedelta, state: State) -> None:
@@ -88,9 +88,25 @@ def test_short_of_a_whole_idle_life_it_is_not_never_used(case: str, found: tuple
     assert judged.state is state and not judged.never_used, case
 
 
-def test_an_earlier_pods_series_under_its_name_count_for_nothing() -> None:
-    judged = GpuJudge(gpu(series(), series(peak=90.0, uid="earlier")), TRIGGER, NOW)(pod())
-    assert judged.state is State.FIRES and judged.never_used
+def test_another_uids_series_under_its_name_leaves_it_too_young() -> None:
+    """Another UID beside its own may be an earlier pod's (busy within the window) or its own under a
+    relabelled UID: "never used" cannot be told, so the window decides, as without a never-used one."""
+    for peak in (90.0, 0.0):
+        judged = GpuJudge(gpu(series(), series(peak=peak, uid="earlier")), TRIGGER, NOW)(pod())
+        assert judged.state is State.TOO_YOUNG and not judged.never_used
+
+
+def test_a_signal_only_an_earlier_pod_had_on_its_node_is_not_left_out() -> None:
+    several = replace(TRIGGER, also=((GpuSignal.SM_ACTIVE, 0.05),))
+    earlier = GpuSeries("0", 0.9, 200, "gpu-node-1", Quality(STEP, LIFE + 150 * datetime.timedelta(seconds=1)),
+                        uid="earlier")
+    evidence = {(str(GpuSignal.GPU_UTIL), 2 * H): gpu(series()),
+                (str(GpuSignal.SM_ACTIVE), 2 * H): gpu(earlier, signal=GpuSignal.SM_ACTIVE)}
+    assert SignalsJudge(evidence, several, NOW)(pod()).state is State.TOO_YOUNG
+
+
+def test_a_min_pod_age_longer_than_the_window_still_holds() -> None:
+    assert GpuJudge(gpu(series()), replace(TRIGGER, min_pod_age=4 * H), NOW)(pod()).state is State.TOO_YOUNG
 
 
 def test_never_used_on_several_signals() -> None:
@@ -150,6 +166,21 @@ def test_the_in_use_check_reads_its_cpu_since_it_started_too(case: str, cpu: Cpu
     assert changes(observation, ref) == [], case
 
 
+def test_a_mark_older_than_its_pod_is_not_acted_on_through_never_used() -> None:
+    """Warned of the workload's earlier pod, its deadline passed while the owner started a new one: the
+    new pod, idle since it started, is owed its own notice, not the old deadline."""
+    at = NOW - 25 * H
+    marks = {ann.DEADLINE: ann.format_deadline(NOW - H), ann.POLICY: "notebooks",
+             ann.MARKED_AT: ann.format_deadline(at), ann.WARNED_AT: ann.format_deadline(at),
+             ann.WARNED_VIA: f"owner D0ALICE/{at.timestamp():.6f}",
+             ann.WARNED_OF: f"scale-to-zero {ann.format_deadline(NOW - H)}"}
+    observation, ref = observed(annotations=marks)
+    sts = observation.objects[0]
+    observation = replace(observation, objects=(replace(sts, annotations={**marks, ann.MARKED_UID: sts.ref.uid}),))
+    steps = [c.step for c in changes(observation, ref)]
+    assert Step.ACT not in steps, steps
+
+
 def test_a_never_used_mark_is_lifted_when_the_pod_is_used() -> None:
     marks = {ann.DEADLINE: ann.format_deadline(NOW + 10 * M), ann.POLICY: "notebooks",
              ann.MARKED_AT: ann.format_deadline(NOW - 10 * M)}
@@ -171,5 +202,8 @@ def test_the_policy_file() -> None:
     _, errors = load.from_text(POLICY % "{after: 1h, warnBefore: 1h}", file="nb.yaml")
     assert [e.field for e in errors] == ["triggers.idleGpu.neverUsed"]
     assert "must be shorter than the window" in errors[0].problem
+    _, errors = load.from_text(POLICY.replace("window: 2h,", "window: 2h, minPodAge: 3h,") % "{after: 30m, "
+                               "warnBefore: 20m}", file="nb.yaml")
+    assert [e.field for e in errors] == ["triggers.idleGpu.neverUsed"] and "minPodAge" in errors[0].problem
     _, errors = load.from_text(POLICY % "{after: 30m}", file="nb.yaml")
     assert [e.field for e in errors] == ["triggers.idleGpu.neverUsed.warnBefore"]

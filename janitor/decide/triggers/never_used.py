@@ -26,23 +26,24 @@ def life(trigger: IdleGpu, pod: PodView, now: datetime.datetime) -> datetime.tim
     """How long the pod has run, where the never-used window judges it: at least `after`, and less
     than the idle window (whose query holds its whole life); else None."""
     never = trigger.never_used
-    if never is None or pod.started is None:
+    if never is None or pod.started is None or trigger.min_pod_age > trigger.window:
         return None
     running = now - pod.started
     return running if never.after <= running < trigger.window else None
 
 
 def evidence(found: GpuEvidence, pod: PodView, running: datetime.timedelta) -> GpuEvidence | None:
-    """`found` as if read over the pod's life: its own series only, gaps before its start taken off;
-    None when any series under its name carries no UID (whose samples they are cannot be told)."""
+    """`found` as if read over the pod's life: its own series, gaps before its start taken off; None
+    when any series under its name is not its own by UID: one without a UID cannot be told from its
+    own, and one with another UID may be an earlier pod's, busy within the window, or its own under a
+    UID relabelled (then the window decides, as without a never-used window)."""
     key = PodKey(pod.ref.namespace or "", pod.ref.name)
     series = found.pods.get(key, ())
-    if any(not s.uid for s in series):
+    if any(s.uid != pod.ref.uid for s in series):
         return None
     window = found.window
     before = before_start(window.window, window.step, running)
-    own = tuple(replace(s, quality=shifted(s.quality, before, window.window, running))
-                for s in series if s.uid == pod.ref.uid)
+    own = tuple(replace(s, quality=shifted(s.quality, before, window.window, running)) for s in series)
     # The other pods' series stay: which signals a node exports at all is read from them.
     return GpuEvidence(replace(window, window=running), {**found.pods, key: own}, found.failed)
 
