@@ -287,8 +287,10 @@ def _facts(trigger: PolicyTrigger) -> dict[str, Scalar]:
 def _describe(t: PolicyTrigger) -> str:
     assert isinstance(t, IdleGpu)
     read = " and ".join(f"{s.value} peak <= {th:g}{' x idle power' if s.relative else ''}" for s, th in t.limits)
+    never = (f"; never used since started, from {duration(t.never_used.after)} old: notice "
+             f"{duration(t.never_used.warn_before)}") if t.never_used is not None else ""
     return (f"idleGpu: {read} per GPU over {duration(t.window)} "
-            f"(coverage >= {t.min_coverage:g}, {gap_words(t.max_gap)}, pod age >= {duration(t.min_pod_age)})")
+            f"(coverage >= {t.min_coverage:g}, {gap_words(t.max_gap)}, pod age >= {duration(t.min_pod_age)}){never}")
 
 
 TRIGGER = TriggerSpec(TriggerKind.IDLE_GPU, Role.MARKS, Usage.READS, gpu_findings, policy=IdleGpu, pods=gpu_pods,
