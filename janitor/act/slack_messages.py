@@ -156,6 +156,8 @@ def summary(notices: Sequence[Notice], now: datetime.datetime, *, rich: bool = T
     if pending:
         many, gpus = len(pending) > 1, sum(n.gpus for n in pending)
         conditions = {n.condition for n in pending}
+        if conditions == {"idle", "unused"}:  # never used is idle too, and each item says which
+            conditions = {"idle"}
         if conditions == {"idle"}:
             verb = ("hold" if many else "holds") if gpus else ("are" if many else "is")
             state = f"{verb} {_count(gpus, 'GPU')} idle" if gpus else f"{verb} idle"
@@ -188,7 +190,7 @@ def summary(notices: Sequence[Notice], now: datetime.datetime, *, rich: bool = T
 def _headline(notices: Sequence[Notice], cluster: str) -> str:
     pending = sum(n.kind in (NoticeKind.WARNING, NoticeKind.REMINDER) for n in notices)
     done = sum(n.kind is NoticeKind.DONE for n in notices)
-    lead = "Idle GPUs" if all(n.condition == "idle" for n in notices) else "GPU janitor"
+    lead = "Idle GPUs" if all(n.condition in ("idle", "unused") for n in notices) else "GPU janitor"
     lead += f" on {cluster}" if cluster else ""
     if pending:
         return f"{lead}: {_count(pending, 'workload')} will be reclaimed"

@@ -75,7 +75,8 @@ def test_a_job_never_used_gets_the_shorter_notice(
     janitor = janitor_for(kube, sandbox, namespace, write(tmp_path / "p.yaml", namespace), prometheus())
 
     first = janitor.run_cycle()
-    shown = [(f.subject.name, f.policy, str(f.state), str(f.reason)[:160]) for f in first.plan.findings]
+    shown = [(f.subject.name, f.policy, str(f.trigger), str(f.state), str(f.reason)[:300]) for f in first.plan.findings] \
+        + [(c.workload.name, str(c.step), str(c.why)[:300]) for c in first.plan.changes]
     fresh, worked = notes_of(kube, namespace, "fresh"), notes_of(kube, namespace, "worked")
     assert fresh.get(a.POLICY) == "idle-gpu" and worked.get(a.POLICY) == "idle-gpu", shown
     marked_at = a.parse_expires(fresh[a.MARKED_AT])
@@ -86,7 +87,7 @@ def test_a_job_never_used_gets_the_shorter_notice(
     assert note is not None and note.words.startswith("never used since it started 4"), note
     channel = fresh[a.WARNED_VIA].split()[1].split("/")[0]
     text = " ".join(m.text + str(m.blocks) for m in slack.messages(channel))
-    assert "unused" in text and "never used since it started" in text
+    assert "never used since it started" in text and "2 of your workloads hold 2 GPUs idle" in text, text
 
     until_due(notes_of(kube, namespace, "fresh"))
     second = janitor.run_cycle()

@@ -87,6 +87,7 @@ from janitor.policy.model import (
     Match,
     Mode,
     Namespaces,
+    NeverUsed,
     Operator,
     Pending,
     Policy,
@@ -317,7 +318,7 @@ class Cluster:
                 continue
             window = EvidenceWindow("cpu", span, CPU_STEP, at)
             cpu[(span, ignored)] = CpuEvidence(window, failed="partial response") if key in self.failing else \
-                CpuEvidence(window, {PodKey(p.namespace, p.name): _cpu(p, SIDECAR in ignored, window.expected_samples)
+                CpuEvidence(window, {PodKey(p.namespace, p.name): _cpu(p, SIDECAR in ignored, window)
                                      for p in running})
         return Evidence(gpu, cpu, activity={expr: self.activity_answer() for expr in need.activity})
 
@@ -421,17 +422,28 @@ DOUBTS = ("", "gap", "nan", "interval", "mig")
 UIDS = ("", "own", "mixed")
 
 
-def quality(use: Use) -> Quality:
-    """What Prometheus would say of the samples behind `use`."""
-    return Quality(None if use.doubt == "interval" else SCRAPE, 30 * M if use.doubt == "gap" else SCRAPE,
-                   use.doubt == "nan")
+def quality(use: Use, window: EvidenceWindow | None = None, life: datetime.timedelta | None = None) -> Quality:
+    """What Prometheus would say of the samples behind `use`; for a pod younger than the window
+    (`life`), its own series began at its start, so the window's time before it is a gap too."""
+    gap = 30 * M if use.doubt == "gap" else SCRAPE
+    if life is not None and window is not None:
+        gap = min(window.window, window.window - life + gap)
+    return Quality(None if use.doubt == "interval" else SCRAPE, gap, use.doubt == "nan")
+
+
+def _life(pod: Pod, window: EvidenceWindow) -> datetime.timedelta | None:
+    """How long the pod has run, where that is less than the window (its series began then)."""
+    if pod.started is None or window.at - pod.started >= window.window:
+        return None
+    return max(window.at - pod.started, datetime.timedelta(0))
 
 
 def _series(pod: Pod, signal: str, window: EvidenceWindow, unexported: frozenset[str]) -> tuple[GpuSeries, ...]:
     use = pod.use
     if signal in use.missing or signal in unexported:
         return ()
-    samples = max(0, int(window.expected_at(SCRAPE) * use.gpu_coverage))
+    life = _life(pod, window)
+    samples = max(0, int((life / SCRAPE if life else window.expected_at(SCRAPE)) * use.gpu_coverage))
     level = dict(use.signals).get(signal)
     fractions = use.gpu if level is None else (level,) * pod.gpus
     peaks = [None if f is None else _reading(signal, f) for f in fractions[: pod.gpus]]
@@ -442,8 +454,8 @@ def _series(pod: Pod, signal: str, window: EvidenceWindow, unexported: frozenset
     uid = pod.uid if use.uids else ""
     # The lowest sample: a signal that reads otherwise (`signals`) reads so all along (a hung job's
     # GPU_UTIL stays full); a peak of `gpu` is the most of a GPU that worked in bursts and rested.
-    own = tuple(GpuSeries(f"{i}/1" if mig else str(i), peak, samples, pod.node or "", quality(use), mig, use.model,
-                          uid=uid, low=peak if level is not None or peak is None else 0.0)
+    own = tuple(GpuSeries(f"{i}/1" if mig else str(i), peak, samples, pod.node or "", quality(use, window, life), mig,
+                          use.model, uid=uid, low=peak if level is not None or peak is None else 0.0)
                 for i, peak in enumerate(peaks))
     if use.uids == "mixed" and own:  # the GPU's samples from before the restart, without a UID
         own += (replace(own[0], peak=_reading(signal, 0.0), samples=samples // 2, uid=""),)
@@ -464,10 +476,12 @@ def _reading(signal: str, fraction: float) -> float:
     return fraction * SIGNAL_MAX[signal]
 
 
-def _cpu(pod: Pod, sidecar_ignored: bool, expected: int) -> CpuUsage:
+def _cpu(pod: Pod, sidecar_ignored: bool, window: EvidenceWindow) -> CpuUsage:
     use = pod.use
     peak = use.cpu if use.cpu is None or sidecar_ignored else use.cpu + use.sidecar
-    return CpuUsage(peak, max(0, int(expected * use.cpu_coverage)), quality(use))
+    life = _life(pod, window)
+    expected = int(life / window.step) if life else window.expected_samples
+    return CpuUsage(peak, max(0, int(expected * use.cpu_coverage)), quality(use, window, life))
 
 
 # -- strategies -------------------------------------------------------------------------------------------
@@ -1151,9 +1165,28 @@ def cases(draw: st.DrawFn, *profiles: str) -> Case:
                 pod.use = replace(pod.use, signals=_ODD[1 + serial_of(pod) // 2 % 2][0])
     if several or cluster.serial % 4 == 2:  # by the serial, after every draw: the draws stay as they were
         policies += (stuck_policy(policies[0], cluster.serial),)
+    if profile == "any" and cluster.serial % 3 == 1:
+        policies = with_never_used(policies)
+        for pod in cluster.pods.values():  # some GPU pods opened 40 minutes ago and never used since (by serial)
+            if pod.started is not None and pod.gpus and pod.phase == "Running" and serial_of(pod) % 3 == 0:
+                pod.started = NOW - 40 * M
+                pod.use = replace(pod.use, gpu=(0.0,) * pod.gpus, gpu_coverage=1.0, gpu_gap=False, cpu=0.0,
+                                  sidecar=0.0, cpu_coverage=1.0, absent=False, doubt="", signals=(), missing=(),
+                                  uids="own" if serial_of(pod) % 4 == 0 else pod.use.uids, predecessor=None)
     if cluster.serial % 5 == (1 if several else 3) and not (releases or volumes or reclaims):
         policies = with_activity(policies, cluster, named_only=several)  # the stories above need their verdicts
     return Case(cluster, policies, settings)
+
+
+NEVER_USED = NeverUsed(after=20 * M, warn_before=10 * M)
+
+
+def with_never_used(policies: tuple[Policy, ...]) -> tuple[Policy, ...]:
+    """Each idle-GPU trigger with a never-used window (docs/policies.md, "Never used"), where its
+    minimum age allows one: the young pods of a cluster (30 minutes old) are judged on their life."""
+    def later(t: Any) -> Any:
+        return replace(t, never_used=NEVER_USED) if isinstance(t, IdleGpu) and t.min_pod_age <= t.window else t
+    return tuple(replace(p, triggers=tuple(later(t) for t in p.triggers)) for p in policies)
 
 
 ACTIVITY_RULE = ActivityRule("requests", "sum by (namespace, pod) (increase(requests_total[30m])) > 0")

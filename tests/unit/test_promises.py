@@ -151,6 +151,8 @@ CYCLES = 0  # plan() and still_due() calls so far
 REACHED: Counter[str] = Counter()
 SITUATIONS = {
     "busy on a signal only an in-use check reads": 1,
+    "a workload judged never used since it started": 1,
+    "a never-used workload marked with the shorter notice": 1,
     "a workload kept by an activity rule: a rule names a pod": 1,
     "a workload kept by an activity rule: a rule that says nothing reliable": 1,
     "a workload kept by an activity rule: a pod under the floor": 1,
@@ -781,6 +783,76 @@ def test_doubtful_evidence_is_never_idle(case: Case) -> None:
                     assert c is not None
                     usage = observation.evidence.cpu[(c.window, tuple(sorted(c.ignore_containers)))].pods[key]
                     assert not doubtful(usage.quality, c), f"{finding.subject} idle on {usage}: {finding.why}"
+
+
+def truly_never_used(pod: Pod, cluster: Cluster, trigger: IdleGpu, now: datetime.datetime) -> bool:
+    """docs/policies.md, "Never used", on what the pod really does: at least `after` old and younger
+    than the window, every GPU at or below every threshold the policy reads since it started (a signal
+    its node exports for no pod left out), on its own UID's series alone, with the coverage asked."""
+    use, never = pod.use, trigger.never_used
+    if never is None or pod.started is None or trigger.min_pod_age > trigger.window:
+        return False
+    if not never.after <= now - pod.started < trigger.window:
+        return False
+    if use.absent or use.doubt or use.gpu_gap or use.missing or use.uids != "own" or use.predecessor is not None \
+            or use.gpu_coverage < trigger.min_coverage:
+        return False
+    off = {s for p in cluster.pods.values() if p.node == pod.node and p.phase == "Running" and not p.use.absent
+           for s in p.use.unexported}
+    levels = dict(use.signals)
+    for signal, threshold in trigger.limits:
+        if str(signal) in off:
+            continue
+        fractions = (levels[str(signal)],) * pod.gpus if str(signal) in levels else use.gpu[:pod.gpus]
+        if len(fractions) < pod.gpus or any(f is None for f in fractions):
+            return False
+        for f in fractions:
+            assert f is not None
+            reading = (IDLE_WATTS + f * (BUSY_WATTS - IDLE_WATTS)) / IDLE_WATTS if signal.relative \
+                else f * signal.maximum
+            if reading > threshold:
+                return False
+    return True
+
+
+@examples(1.0)
+@given(case=cases("any", "any", "idle"))
+def test_never_used_only_on_a_whole_idle_life(case: Case) -> None:
+    """A never-used verdict (any mode) only on pods truly idle since they started, on their own
+    series (docs/policies.md, "Never used"); a workload marked with the never-used notice has every
+    running pod's CPU idle since it started too (the in-use check reads it), and its deadline is that
+    notice from now."""
+    policies = {p.name: p for p in case.policies} | {c.name: c for p in case.policies
+                                                      if (c := in_use_check_of(p)) is not None}
+    for observation, planned, now in cycles(case):
+        for finding in planned.findings:
+            if not finding.never_used:
+                continue
+            REACHED["a workload judged never used since it started"] += 1
+            trigger = policies[finding.policy].trigger(IdleGpu)
+            assert trigger is not None, finding
+            for judged in finding.pods:
+                pod = case.cluster.pods[judged.pod.uid]
+                assert truly_never_used(pod, case.cluster, trigger, now), \
+                    f"{finding.subject} never used on {pod.name} ({pod.use}, started {pod.started}): {finding.why}"
+        for change in planned.changes:
+            if change.step is not Step.MARK or not change.never_used:
+                continue
+            REACHED["a never-used workload marked with the shorter notice"] += 1
+            trigger = policies[change.policy].trigger(IdleGpu)
+            assert trigger is not None and trigger.never_used is not None
+            assert change.deadline is not None and change.deadline >= now + trigger.never_used.warn_before
+            unit = next(u for u in units(observation, case.settings) if u.uid == change.workload.uid)
+            for view in running(unit):
+                pod = case.cluster.pods[view.ref.uid]
+                assert pod.use.cpu is not None and pod.use.cpu + pod.use.sidecar <= 0.5, \
+                    f"{change.workload} marked never used while {pod.name} used {pod.use.cpu} cores"
+
+
+def in_use_check_of(policy: Policy) -> Policy | None:
+    """The in-use check as the janitor builds it (decide.usage), never-used window included."""
+    from janitor.decide.usage import companion
+    return companion(policy)
 
 
 def truly_hung(pod: Pod, cluster: Cluster, trigger: Hung, now: datetime.datetime) -> bool:
