@@ -75,8 +75,9 @@ def test_a_job_never_used_gets_the_shorter_notice(
     janitor = janitor_for(kube, sandbox, namespace, write(tmp_path / "p.yaml", namespace), prometheus())
 
     first = janitor.run_cycle()
-    shown = [(f.subject.name, f.policy, str(f.trigger), str(f.state), str(f.reason)[:300]) for f in first.plan.findings] \
-        + [(c.workload.name, str(c.step), str(c.why)[:300]) for c in first.plan.changes]
+    shown = [(f.subject.name, f.policy, str(f.trigger), str(f.state), str(f.reason)[:300])
+             for f in first.plan.findings]
+    shown += [(c.workload.name, str(c.step), str(c.why)[:300]) for c in first.plan.changes]
     fresh, worked = notes_of(kube, namespace, "fresh"), notes_of(kube, namespace, "worked")
     assert fresh.get(a.POLICY) == "idle-gpu" and worked.get(a.POLICY) == "idle-gpu", shown
     marked_at = a.parse_expires(fresh[a.MARKED_AT])

@@ -1165,14 +1165,15 @@ def cases(draw: st.DrawFn, *profiles: str) -> Case:
                 pod.use = replace(pod.use, signals=_ODD[1 + serial_of(pod) // 2 % 2][0])
     if several or cluster.serial % 4 == 2:  # by the serial, after every draw: the draws stay as they were
         policies += (stuck_policy(policies[0], cluster.serial),)
-    if profile == "any" and cluster.serial % 3 == 1:
+    if profile == "idle" and not (releases or volumes or reclaims or several) and cluster.serial % 3 == 1:
         policies = with_never_used(policies)
         for pod in cluster.pods.values():  # some GPU pods opened 40 minutes ago and never used since (by serial)
-            if pod.started is not None and pod.gpus and pod.phase == "Running" and serial_of(pod) % 3 == 0:
+            if pod.started is not None and pod.gpus and pod.phase == "Running" and serial_of(pod) % 4 != 3:
                 pod.started = NOW - 40 * M
                 pod.use = replace(pod.use, gpu=(0.0,) * pod.gpus, gpu_coverage=1.0, gpu_gap=False, cpu=0.0,
                                   sidecar=0.0, cpu_coverage=1.0, absent=False, doubt="", signals=(), missing=(),
-                                  uids="own" if serial_of(pod) % 4 == 0 else pod.use.uids, predecessor=None)
+                                  uids="own" if serial_of(pod) % 4 in (0, 2) else pod.use.uids,
+                                  predecessor=0.97 if serial_of(pod) % 8 == 2 else None)
     if cluster.serial % 5 == (1 if several else 3) and not (releases or volumes or reclaims):
         policies = with_activity(policies, cluster, named_only=several)  # the stories above need their verdicts
     return Case(cluster, policies, settings)
