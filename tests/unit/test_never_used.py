@@ -127,10 +127,10 @@ NOTEBOOKS = Policy("notebooks", (TRIGGER,), mode=Mode.ENFORCE,
                    lifecycle=Lifecycle(warn_before=24 * H, action=Action.SCALE_TO_ZERO))
 
 
-def observed(peak: float = 0.0, annotations: dict[str, str] | None = None, cpu: CpuUsage | None = None
-             ) -> tuple[Observation, ObjectRef]:
+def observed(peak: float = 0.0, annotations: dict[str, str] | None = None, cpu: CpuUsage | None = None,
+             started: datetime.timedelta = LIFE) -> tuple[Observation, ObjectRef]:
     sts = obj("nb", kind="StatefulSet", namespace="ml", created=ago(days=1), annotations=annotations or {})
-    p = replace(pod(), controller=OwnerRef("StatefulSet", "apps/v1", "nb", sts.ref.uid))
+    p = replace(pod(started), controller=OwnerRef("StatefulSet", "apps/v1", "nb", sts.ref.uid))
     window = EvidenceWindow("cpu", 2 * H, M, NOW)
     used = CpuEvidence(window, {PodKey("ml", "nb-0"): cpu or CpuUsage(0.01, 45, Quality(STEP, STEP))})
     found = Evidence(gpu={(str(GpuSignal.GPU_UTIL), 2 * H): gpu(series(peak))}, cpu={(2 * H, ()): used})
@@ -179,6 +179,18 @@ def test_a_mark_older_than_its_pod_is_not_acted_on_through_never_used() -> None:
     observation = replace(observation, objects=(replace(sts, annotations={**marks, ann.MARKED_UID: sts.ref.uid}),))
     steps = [c.step for c in changes(observation, ref)]
     assert Step.ACT not in steps, steps
+
+
+def test_the_cpu_minute_the_pod_started_in_is_no_gap_in_its_life() -> None:
+    """cAdvisor's samples are measured at minute steps: the step the pod started in saw none of them."""
+    life = LIFE + 30 * datetime.timedelta(seconds=1)  # it started half-way through a minute step
+    # 75 minute steps of the window saw no sample (74 before it, and the one it started in), then 25 s
+    started_in = 75 * M + 25 * datetime.timedelta(seconds=1)
+    observation, ref = observed(cpu=CpuUsage(0.01, 45, Quality(STEP, started_in)), started=life)
+    assert [c.step for c in changes(observation, ref)] == [Step.MARK]
+    # A minute more without samples inside its life is a gap all the same.
+    observation, ref = observed(cpu=CpuUsage(0.01, 45, Quality(STEP, started_in + M)), started=life)
+    assert changes(observation, ref) == []
 
 
 def test_a_never_used_mark_is_lifted_when_the_pod_is_used() -> None:

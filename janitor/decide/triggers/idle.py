@@ -296,7 +296,8 @@ class CpuJudge(_Judge):
         usage = evidence.pods.get(pod_key(pod))
         if usage is not None:
             usage = replace(usage, quality=never_used.shifted(
-                usage.quality, never_used.before_start(window.window, window.step, running), window.window, running))
+                usage.quality, never_used.before_start(window.window, window.step, running, partial=True),
+                window.window, running))
         found = CpuEvidence(replace(window, window=running), {pod_key(pod): usage} if usage is not None else {})
         judged = CpuJudge(found, replace(trigger, window=running, min_pod_age=datetime.timedelta(0), life_after=None),
                           self.now)(pod)

@@ -61,10 +61,13 @@ def shifted(quality: Quality, before: datetime.timedelta, window: datetime.timed
     return replace(quality, gap=gap - before if gap - before > datetime.timedelta(0) else gap)
 
 
-def before_start(window: datetime.timedelta, step: datetime.timedelta, running: datetime.timedelta
-                 ) -> datetime.timedelta:
-    """The whole steps of the window before the pod started."""
-    return (window - running) // step * step
+def before_start(window: datetime.timedelta, step: datetime.timedelta, running: datetime.timedelta, *,
+                 partial: bool = False) -> datetime.timedelta:
+    """The whole steps of the window before the pod started; with `partial`, the step it started in
+    too (the CPU's minute steps: that step saw no sample of it, and a rate over minutes bridges a gap
+    of one, so it hides no use)."""
+    before = window - running
+    return (before // step + (1 if partial and before % step else 0)) * step
 
 
 def trigger(idle: IdleGpu, running: datetime.timedelta) -> IdleGpu:
