@@ -96,7 +96,7 @@ class HttpReceiver:
     """Slack's request URL: verifies signature and age, refuses replays, answers 200 at once."""
 
     def __init__(self, signing_secret: str, handler: Handler, refused: Refused, *, port: int,
-                 host: str = "0.0.0.0", clock: Callable[[], float] = time.time) -> None:
+                 host: str = "0.0.0.0", clock: Callable[[], float] = time.time, read_timeout: float = 10.0) -> None:
         self._verifier = SignatureVerifier(signing_secret)
         self._worker = _Worker(handler)
         self._refused = refused
@@ -106,6 +106,10 @@ class HttpReceiver:
         receiver = self
 
         class Handler_(BaseHTTPRequestHandler):
+            # Each connection holds a thread: one that sends nothing (or half a request) is closed
+            # after this many seconds. Slack sends a click whole in well under a second.
+            timeout = read_timeout
+
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 

@@ -4,11 +4,14 @@ Aspects covered:
 - a request signed with the signing secret, within five minutes, reaches the handler once (200);
 - a wrong secret, a stale timestamp, a missing signature: 401, never handled, counted as forged;
 - the same request sent again: answered 200 (Slack retries) but not handled, counted as replayed;
-- another path is 404; the handler runs off the request thread, so a slow one never delays the answer.
+- another path is 404; the handler runs off the request thread, so a slow one never delays the answer;
+- a connection that sends nothing, or half a request, is closed after the read timeout, so idle
+  connections cannot hold the receiver's threads.
 """
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 
@@ -32,8 +35,8 @@ class Seen:
         self.handled.set()
 
 
-def receiver(seen: Seen) -> HttpReceiver:
-    r = HttpReceiver(SECRET, seen.handle, seen.refused.append, port=0, host="127.0.0.1")
+def receiver(seen: Seen, **kwargs) -> HttpReceiver:
+    r = HttpReceiver(SECRET, seen.handle, seen.refused.append, port=0, host="127.0.0.1", **kwargs)
     r.start()
     return r
 
@@ -77,5 +80,22 @@ def test_slack_is_answered_before_a_slow_click_is_done() -> None:
         assert slack.post(f"http://127.0.0.1:{r.port}{PATH}", slack.sign(PAYLOAD, SECRET))[0] == 200
         assert not seen.handled.is_set()  # still working when the answer came
         assert seen.handled.wait(5)
+    finally:
+        r.stop()
+
+
+def test_idle_and_half_sent_connections_are_closed_after_the_read_timeout() -> None:
+    r = receiver(Seen(), read_timeout=0.5)
+    try:
+        idle = socket.create_connection(("127.0.0.1", r.port), timeout=5)
+        half = socket.create_connection(("127.0.0.1", r.port), timeout=5)
+        half.sendall(b"POST " + PATH.encode() + b" HTTP/1.1\r\nContent-Length: 100\r\n\r\npartial")
+        for conn in (idle, half):
+            started = time.monotonic()
+            assert conn.recv(1024) == b""  # closed by the receiver, not by this test's own timeout
+            assert time.monotonic() - started < 3
+            conn.close()
+        # and the receiver still answers the next click
+        assert slack.post(f"http://127.0.0.1:{r.port}{PATH}", slack.sign(PAYLOAD, SECRET))[0] == 200
     finally:
         r.stop()
