@@ -40,6 +40,8 @@ FOREVER_SAYS = (f"{ann.TTL}: forever only means no age limit (the same as no {an
                 "workload from policy ")
 _TIME = r"^[1-8][0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])(T([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9]Z)?)?$"
 
+LABELS = {"app.kubernetes.io/name": "kube-idle-janitor", "app.kubernetes.io/component": "admission"}
+
 
 def quote(text: str) -> str:
     """A CEL string literal (JSON's escapes are CEL's)."""
@@ -145,7 +147,7 @@ def caps_policy(policies: Sequence[model.Policy], kinds: Sequence[ResourceKind],
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "kube-idle-janitor"}},
+        "metadata": {"name": name, "labels": LABELS},
         "spec": {
             "failurePolicy": "Ignore",
             "matchConstraints": {"resourceRules": [
@@ -213,7 +215,7 @@ def caps_policy(policies: Sequence[model.Policy], kinds: Sequence[ResourceKind],
     binding = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "kube-idle-janitor"}},
+        "metadata": {"name": name, "labels": LABELS},
         "spec": {"policyName": name, "validationActions": ["Deny"]},
     }
     return [policy, binding]
@@ -270,7 +272,7 @@ def marks_policy(kinds: Sequence[ResourceKind], *, janitor: str = JANITOR_USER, 
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "kube-idle-janitor"}},
+        "metadata": {"name": name, "labels": LABELS},
         "spec": {
             "failurePolicy": "Ignore",
             "matchConstraints": {"resourceRules": [
@@ -335,7 +337,7 @@ def marks_policy(kinds: Sequence[ResourceKind], *, janitor: str = JANITOR_USER, 
     binding = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "kube-idle-janitor"}},
+        "metadata": {"name": name, "labels": LABELS},
         "spec": {"policyName": name, "validationActions": ["Deny"]},
     }
     return [policy, binding]

@@ -366,9 +366,15 @@ def _cmd_rbac(args: argparse.Namespace) -> int:
     else:
         kinds = tuple(parse_kind(k.strip()) for k in args.kinds.split(",") if k.strip())
         role = rbac.cluster_role(kinds, name=args.name)
-    binding = rbac.cluster_role_binding(name=args.name, role=args.name, namespace=args.namespace,
-                                        service_account=args.service_account)
-    print(yaml.safe_dump_all([role, binding], sort_keys=False), end="")
+    docs = [role, rbac.cluster_role_binding(name=args.name, role=args.name, namespace=args.namespace,
+                                            service_account=args.service_account,
+                                            component="node-agent" if args.node_agent else "janitor")]
+    if not args.node_agent:  # the state ConfigMap's first create, in the janitor's namespace only
+        state = f"{args.name}-state"
+        docs += [rbac.state_role(namespace=args.namespace, name=state),
+                 rbac.role_binding(name=state, role=state, namespace=args.namespace,
+                                   service_account=args.service_account)]
+    print(yaml.safe_dump_all(docs, sort_keys=False), end="")
     return 0
 
 
@@ -561,9 +567,10 @@ Needs Kubernetes 1.30+ (ValidatingAdmissionPolicy v1).""",
     admission_cmd.set_defaults(func=_cmd_admission)
 
     rbac_cmd = commands.add_parser(
-        "rbac", help="print the ClusterRole (and binding) the janitor needs for --kinds",
+        "rbac", help="print the ClusterRole (and binding) the janitor needs for --kinds, and its state Role",
         description="The janitor's RBAC comes from the same kinds list it cleans up: get, list, patch and "
-                    "delete on each kind, Events, and its state ConfigMap. A kind left out of the role is "
+                    "delete on each kind, Events, and its state ConfigMap (created in --namespace only, by a "
+                    "Role there). A kind left out of the role is "
                     "skipped and counted, never half-handled. Apply with: janitor rbac | kubectl apply -f -",
     )
     rbac_cmd.add_argument("--kinds", default=",".join(k.key for k in DEFAULT_KINDS), help="(default: %(default)s)")

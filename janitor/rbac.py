@@ -19,6 +19,10 @@ from janitor.policy.endings import KUEUE_GROUP, Action
 KIND_VERBS = ("get", "list", "watch", "delete", "patch")
 
 
+def _labels(component: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "kube-idle-janitor", "app.kubernetes.io/component": component}
+
+
 def cluster_role(kinds: Sequence[ResourceKind], *, name: str = "kube-idle-janitor") -> dict[str, Any]:
     verbs: dict[tuple[str, str], list[str]] = defaultdict(list)
 
@@ -30,8 +34,9 @@ def cluster_role(kinds: Sequence[ResourceKind], *, name: str = "kube-idle-janito
     # Events announce every action; the state ConfigMap (ledger, tripwire) is read and written.
     # list: the node agent's OOMKillInPod Events, and node autoscalers' Events on pods.
     grant("", "events", "create", "patch", "list", "watch")
-    # get: also cluster-autoscaler's status ConfigMap, a sign that nodes can be added.
-    grant("", "configmaps", "get", "create", "patch")
+    # get: also cluster-autoscaler's status ConfigMap, a sign that nodes can be added. Its first
+    # `create` is granted in the state namespace only (state_role).
+    grant("", "configmaps", "get", "patch")
     # Pending pods are judged against every node (could it ever fit?), and admin reports name nodes.
     grant("", "nodes", "get", "list", "watch")
     # Every cycle reads namespaces (opt-outs, labels, time zones) and, with policies, pods; the
@@ -45,7 +50,7 @@ def cluster_role(kinds: Sequence[ResourceKind], *, name: str = "kube-idle-janito
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "kube-idle-janitor"}},
+        "metadata": {"name": name, "labels": _labels("janitor")},
         "rules": [
             {"apiGroups": [group], "resources": [resource], "verbs": granted}
             for (group, resource), granted in sorted(verbs.items())
@@ -53,11 +58,33 @@ def cluster_role(kinds: Sequence[ResourceKind], *, name: str = "kube-idle-janito
     }
 
 
-def cluster_role_binding(*, name: str, role: str, namespace: str, service_account: str) -> dict[str, Any]:
+def state_role(*, namespace: str, name: str = "kube-idle-janitor-state") -> dict[str, Any]:
+    """The one object the janitor creates: its state ConfigMap, in its own namespace the first time.
+    `create` cannot be limited to a name, so it is limited to that namespace."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": name, "namespace": namespace, "labels": _labels("janitor")},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}],
+    }
+
+
+def role_binding(*, name: str, role: str, namespace: str, service_account: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": namespace, "labels": _labels("janitor")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
+    }
+
+
+def cluster_role_binding(*, name: str, role: str, namespace: str, service_account: str,
+                         component: str = "janitor") -> dict[str, Any]:
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRoleBinding",
-        "metadata": {"name": name},
+        "metadata": {"name": name, "labels": _labels(component)},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
         "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
     }
@@ -70,7 +97,7 @@ def node_agent_role(*, name: str = "kube-idle-janitor-node-agent") -> dict[str, 
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "kube-idle-janitor"}},
+        "metadata": {"name": name, "labels": _labels("node-agent")},
         "rules": [
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},

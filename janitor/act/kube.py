@@ -148,7 +148,8 @@ def write_state(api: ApiClient, namespace: str, name: str, data: Mapping[str, st
             if exclusive:
                 raise errors.Conflict("the ConfigMap is gone since it was read", status=409, doing=doing) from None
     body = {
-        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace},
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(STATE_LABELS)},
         "data": dict(data),
     }
     try:
@@ -165,6 +166,14 @@ def write_state(api: ApiClient, namespace: str, name: str, data: Mapping[str, st
 
 
 _CONFIG_MAPS = ResourceKind("", "v1", "ConfigMap", "configmaps")
+# The recommended labels on the one object the janitor creates, so `kubectl get -l` and an
+# uninstall by label find it with the manifests' objects.
+STATE_LABELS = {
+    "app.kubernetes.io/name": "kube-idle-janitor",
+    "app.kubernetes.io/component": "state",
+    "app.kubernetes.io/part-of": "kube-idle-janitor",
+    "app.kubernetes.io/managed-by": "kube-idle-janitor",
+}
 _WRITES = frozenset({"PATCH", "POST", "PUT"})  # the methods that take a fieldManager (DELETE has none)
 
 

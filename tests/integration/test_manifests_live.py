@@ -6,8 +6,10 @@ basename, and pytest's default import mode refuses two test modules of one basen
 Aspects covered:
 - every object of manifests/base, rendered in Python (tests/unit/test_manifests.render, checked
   against `kubectl kustomize` there), and the dashboard ConfigMap of manifests/monitoring pass
-  server-side apply with dryRun=All; the Namespace is created for real (dry runs of namespaced
-  objects need it); the monitoring.coreos.com objects only where their CRDs are served;
+  server-side apply with dryRun=All; the two Namespaces are created for real (dry runs of
+  namespaced objects need them); the monitoring.coreos.com objects only where their CRDs are served;
+- Pod Security: a pod of the janitor's Deployment is admitted in its namespace at `restricted`;
+  a pod of the node agent's DaemonSet is refused there and admitted in its own namespace;
 - with the RBAC, ServiceAccounts, leader election Role and the admission policies applied for
   real, the janitor's ServiceAccount token:
   - deletes a Job whose janitor/expires has passed;
@@ -16,7 +18,8 @@ Aspects covered:
   - is denied suspending an unmarked Job, stopping an unmarked Notebook, and any change in a
     protected namespace (a ConfigMap in kube-system, the Namespace kube-public itself);
   - may force-delete a pod already Terminating, and delete its state ConfigMap;
-  - cannot read Secrets (RBAC); may get/create/update its Lease, in its namespace only;
+  - cannot read Secrets (RBAC); may get/create/update its Lease and create ConfigMaps (its
+    state), in its namespace only;
 - the janitor daemon itself, with that token, expires what users annotated, marks and warns about
   a stuck Deployment and scales it to zero once marked, and nothing it does is refused;
 - the node agent's ServiceAccount may list pods, patch nodes/status and create Events, and
@@ -64,6 +67,7 @@ from test_manifests import (
     CLUSTER_SCOPED,
     KNOWN_LOOSER,
     MONITORING,
+    AGENT_NAMESPACE,
     NAMESPACE,
     TIME_VALUES,
     TIME_ZONE_VALUES,
@@ -147,7 +151,8 @@ def _job(name: str, annotations: dict[str, str] | None = None,
 def test_base_and_monitoring_pass_server_side_dry_run(kube: client.ApiClient) -> None:
     dyn = DynamicClient(kube)
     base = render(BASE)
-    _ssa(dyn, find(base, "Namespace"), dry_run=False)  # dry runs of namespaced objects need it
+    for namespace in (o for o in base if o["kind"] == "Namespace"):
+        _ssa(dyn, namespace, dry_run=False)  # dry runs of namespaced objects need it
     accepted = []
     for obj in base:
         _ssa(dyn, obj, dry_run=True)
@@ -160,6 +165,26 @@ def test_base_and_monitoring_pass_server_side_dry_run(kube: client.ApiClient) ->
             skipped.append(obj["kind"])
     assert len(accepted) == len(base)
     assert set(skipped) <= {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+
+
+def test_pod_security_admits_the_janitor_at_restricted_and_the_agent_only_in_its_namespace(
+        kube: client.ApiClient, core: client.CoreV1Api) -> None:
+    dyn = DynamicClient(kube)
+    base = render(BASE)
+    for namespace in (o for o in base if o["kind"] == "Namespace"):
+        _ssa(dyn, namespace, dry_run=False)
+
+    def pod(workload: str, namespace: str) -> dict[str, Any]:
+        template = find(base, workload)["spec"]["template"]
+        spec = {k: v for k, v in template["spec"].items() if k != "priorityClassName"}
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"pss-{workload.lower()}",
+                                                                "namespace": namespace}, "spec": spec}
+
+    pods = client.CoreV1Api(kube)
+    for workload, namespace in (("Deployment", NAMESPACE), ("DaemonSet", AGENT_NAMESPACE)):
+        pods.create_namespaced_pod(namespace, pod(workload, namespace), dry_run="All")
+    refused = _refused(lambda: pods.create_namespaced_pod(NAMESPACE, pod("DaemonSet", NAMESPACE), dry_run="All"))
+    assert refused.status == 403 and 'violates PodSecurity "restricted:latest"' in _message(refused), refused.body
 
 
 @dataclass(frozen=True)
@@ -187,8 +212,10 @@ def installed(kube: client.ApiClient, core: client.CoreV1Api,
     objects = [o for o in base if o["kind"] in wanted]
     namespace = f"manifests-live-{uuid.uuid4().hex[:6]}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    _ssa(dyn, find(base, "Namespace"), dry_run=False)
-    existing = {sa.metadata.name for sa in core.list_namespaced_service_account(NAMESPACE).items}
+    for ns in (o for o in base if o["kind"] == "Namespace"):
+        _ssa(dyn, ns, dry_run=False)
+    existing = {(ns, sa.metadata.name) for ns in (NAMESPACE, AGENT_NAMESPACE)
+                for sa in core.list_namespaced_service_account(ns).items}
     created_namespaced: list[dict[str, Any]] = []
     tmp = tmp_path_factory.mktemp("manifests-live")
     apis: list[client.ApiClient] = []
@@ -199,8 +226,9 @@ def installed(kube: client.ApiClient, core: client.CoreV1Api,
         # Annotated before the policy exists (the namespace is not labelled yet): see the ratchet test.
         core.create_namespaced_config_map(namespace, _config_map("legacy", {"janitor/ttl": "tomorrow"}))
         for obj in objects:
-            if obj["kind"] not in CLUSTER_SCOPED and not (obj["kind"] == "ServiceAccount"
-                                                          and obj["metadata"]["name"] in existing):
+            if obj["kind"] not in CLUSTER_SCOPED and not (
+                    obj["kind"] == "ServiceAccount"
+                    and (obj["metadata"]["namespace"], obj["metadata"]["name"]) in existing):
                 created_namespaced.append(obj)
             if obj["metadata"]["name"] == "kube-idle-janitor-annotations" and obj["kind"].endswith("Binding"):
                 obj = _narrowed(obj, namespace)
@@ -211,7 +239,7 @@ def installed(kube: client.ApiClient, core: client.CoreV1Api,
             metadata=client.V1ObjectMeta(name="researcher-edit"),
             role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name="edit"),
             subjects=[client.RbacV1Subject(kind="ServiceAccount", name="researcher", namespace=namespace)]))
-        for sa_namespace, sa in ((NAMESPACE, JANITOR_SA), (NAMESPACE, AGENT_SA), (namespace, "researcher")):
+        for sa_namespace, sa in ((NAMESPACE, JANITOR_SA), (AGENT_NAMESPACE, AGENT_SA), (namespace, "researcher")):
             config = access.service_account_kubeconfig(kube, sa_namespace, sa, tmp / f"{sa}.kubeconfig")
             apis.append(access.api_client(config))
         janitor, agent, researcher = apis
@@ -365,6 +393,10 @@ def test_janitor_cannot_read_secrets_and_may_use_only_its_lease(installed: Insta
         assert _may(installed.janitor, verb, "leases", name="kube-idle-janitor", **lease)
         assert not _may(installed.janitor, verb, "leases", name="someone-elses", **lease)
     assert _may(installed.janitor, "create", "leases", **lease)
+    # Its state ConfigMap is the one object it creates, and only in its own namespace.
+    assert _may(installed.janitor, "create", "configmaps", namespace=NAMESPACE)
+    assert not _may(installed.janitor, "create", "configmaps", namespace=ns)
+    assert not _may(installed.janitor, "create", "configmaps", namespace="kube-system")
     assert not _may(installed.janitor, "delete", "leases", name="kube-idle-janitor", **lease)
     assert not _may(installed.janitor, "create", "leases", group="coordination.k8s.io", namespace="kube-system")
 

@@ -157,10 +157,14 @@ def test_rbac_prints_role_and_binding_for_the_kinds(capsys: pytest.CaptureFixtur
     import yaml
 
     assert cli.main(["rbac", "--kinds", "ConfigMap,Job,notebooks.kubeflow.org/v1", "--namespace", "ops"]) == 0
-    role, binding = yaml.safe_load_all(capsys.readouterr().out)
+    role, binding, state_role, state_binding = yaml.safe_load_all(capsys.readouterr().out)
     rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): r["verbs"] for r in role["rules"]}
-    # watch: the daemon lists each kind once, then follows it
-    assert rules[(("",), ("configmaps",))] == ["get", "list", "watch", "delete", "patch", "create"]
+    # watch: the daemon lists each kind once, then follows it; no create anywhere but its namespace
+    assert rules[(("",), ("configmaps",))] == ["get", "list", "watch", "delete", "patch"]
+    assert state_role["kind"] == "Role" and state_role["metadata"]["namespace"] == "ops"
+    assert state_role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}]
+    assert state_binding["roleRef"]["name"] == state_role["metadata"]["name"]
+    assert state_binding["subjects"] == [{"kind": "ServiceAccount", "name": "kube-idle-janitor", "namespace": "ops"}]
     assert rules[(("batch",), ("jobs",))] == ["get", "list", "watch", "delete", "patch"]
     assert rules[(("kubeflow.org",), ("notebooks",))] == ["get", "list", "watch", "delete", "patch"]
     assert rules[(("",), ("events",))] == ["create", "patch", "list", "watch"]  # the node agent's OOM Events

@@ -48,6 +48,7 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from devenv import release
 from devenv.testbin import cached_binaries
 from janitor import admission, annotations, rbac
 from janitor.cli import build_parser
@@ -63,7 +64,11 @@ MONITORING = MANIFESTS / "monitoring"
 UPDATE = os.environ.get("JANITOR_UPDATE_MANIFESTS") == "1"
 
 NAMESPACE = "kube-idle-janitor"
+AGENT_NAMESPACE = "kube-idle-janitor-node-agent"  # Pod Security `privileged`, for the node agent only
 PART_OF = {"app.kubernetes.io/name": "kube-idle-janitor"}
+# The recommended labels (kubernetes.io/docs/concepts/overview/working-with-objects/common-labels)
+RECOMMENDED = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
+               "app.kubernetes.io/component", "app.kubernetes.io/part-of", "app.kubernetes.io/managed-by")
 GENERATED = """\
 # GENERATED from {source}; do not edit.
 # Regenerate: JANITOR_UPDATE_MANIFESTS=1 .venv/bin/python -m pytest tests/unit/test_manifests.py
@@ -95,15 +100,16 @@ def render(directory: Path) -> list[dict[str, Any]]:
     for resource in k.get("resources", []):
         objects.extend(doc for doc in yaml.safe_load_all((directory / resource).read_text()) if doc)
     for gen in k.get("configMapGenerator", []):
-        if set(gen) - {"name", "files", "options"} or set(gen.get("options", {})) - {"labels"}:
+        if set(gen) - {"name", "namespace", "files", "options"} or set(gen.get("options", {})) - {"labels"}:
             raise ValueError(f"render() does not support configMapGenerator {gen}")
         data = {}
         for entry in gen["files"]:
             key, _, path = entry.rpartition("=")
             data[key or Path(path).name] = (directory / path).read_text()
-        objects.append({"apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"name": gen["name"], "labels": dict(gen.get("options", {}).get("labels", {}))},
-                        "data": data})
+        meta = {"name": gen["name"], "labels": dict(gen.get("options", {}).get("labels", {}))}
+        if gen.get("namespace"):
+            meta["namespace"] = gen["namespace"]
+        objects.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data})
     for obj in objects:
         meta = obj.setdefault("metadata", {})
         if k.get("namespace") and obj["kind"] not in CLUSTER_SCOPED:
@@ -164,7 +170,10 @@ def monitoring() -> list[dict[str, Any]]:
 def test_janitor_cluster_role_is_the_generated_one() -> None:
     docs = [rbac.cluster_role(DEFAULT_KINDS, name="kube-idle-janitor"),
             rbac.cluster_role_binding(name="kube-idle-janitor", role="kube-idle-janitor", namespace=NAMESPACE,
-                                      service_account="kube-idle-janitor")]
+                                      service_account="kube-idle-janitor"),
+            rbac.state_role(namespace=NAMESPACE, name="kube-idle-janitor-state"),
+            rbac.role_binding(name="kube-idle-janitor-state", role="kube-idle-janitor-state", namespace=NAMESPACE,
+                              service_account="kube-idle-janitor")]
     source = "janitor.rbac.cluster_role(DEFAULT_KINDS), as `janitor rbac` prints it"
     text = GENERATED.format(source=source) + _dump(docs)
     generated_or_check(BASE / "rbac.yaml", text, compare=_yaml_docs)
@@ -173,7 +182,8 @@ def test_janitor_cluster_role_is_the_generated_one() -> None:
 def test_node_agent_cluster_role_is_the_generated_one() -> None:
     name = "kube-idle-janitor-node-agent"
     docs = [rbac.node_agent_role(name=name),
-            rbac.cluster_role_binding(name=name, role=name, namespace=NAMESPACE, service_account=name)]
+            rbac.cluster_role_binding(name=name, role=name, namespace=AGENT_NAMESPACE, service_account=name,
+                                      component="node-agent")]
     text = GENERATED.format(source="janitor.rbac.node_agent_role()") + _dump(docs)
     generated_or_check(BASE / "rbac-node-agent.yaml", text, compare=_yaml_docs)
 
@@ -286,16 +296,27 @@ def test_render_agrees_with_kubectl_kustomize(directory: Path) -> None:
 def test_base_objects_are_labelled_namespaced_and_hold_no_secret(base) -> None:
     kinds = sorted(o["kind"] for o in base)
     assert kinds == sorted([
-        "Namespace", "ServiceAccount", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ClusterRole",
-        "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap", "Deployment", "PodDisruptionBudget", "DaemonSet",
-        "Service", "Service", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+        "Namespace", "Namespace", "ServiceAccount", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+        "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Role", "RoleBinding", "ConfigMap",
+        "Deployment", "PodDisruptionBudget", "DaemonSet", "Service", "Service", "PriorityClass",
+        "NetworkPolicy", "NetworkPolicy",
+        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",  # guard, annotations, marks
     ])
-    assert find(base, "Namespace")["metadata"]["name"] == NAMESPACE
+    namespaces = {n["metadata"]["name"]: n["metadata"]["labels"] for n in base if n["kind"] == "Namespace"}
+    # The janitor's pods meet `restricted`; only the node agent's namespace admits what it needs.
+    assert namespaces[NAMESPACE]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert namespaces[AGENT_NAMESPACE]["pod-security.kubernetes.io/enforce"] == "privileged"
+    agent = {("DaemonSet", "kube-idle-janitor-node-agent"), ("ServiceAccount", "kube-idle-janitor-node-agent"),
+             ("Service", "kube-idle-janitor-node-agent"), ("NetworkPolicy", "kube-idle-janitor-node-agent")}
     for obj in base:
-        assert obj["metadata"]["labels"].items() >= PART_OF.items(), obj["metadata"]["name"]
-        assert obj["metadata"].get("namespace") == (None if obj["kind"] in CLUSTER_SCOPED else NAMESPACE)
+        meta = obj["metadata"]
+        assert all(meta["labels"].get(label) for label in RECOMMENDED), (meta["name"], meta["labels"])
+        assert meta["labels"].items() >= PART_OF.items(), meta["name"]
+        expected = None if obj["kind"] in CLUSTER_SCOPED else (
+            AGENT_NAMESPACE if (obj["kind"], meta["name"]) in agent else NAMESPACE)
+        assert meta.get("namespace") == expected, (obj["kind"], meta["name"])
     # The Slack token is created by the admin (docs/admin-guide.md), never committed.
     for path in MANIFESTS.rglob("*.yaml"):
         assert not any(d.get("kind") == "Secret" for d in _yaml_docs(path.read_text())), path
@@ -410,10 +431,12 @@ def test_daemonset_runs_the_node_agent_as_the_cli_defines_it(base) -> None:
     assert service["spec"]["ports"][0]["targetPort"] == port["name"]
 
 
-def test_images_are_one_image_at_the_package_version(base) -> None:
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+def test_images_are_one_image_at_the_release_the_tree_prepares(base) -> None:
+    version = release.prepared_version()
     images = {container(find(base, kind))["image"] for kind in ("Deployment", "DaemonSet")}
     assert images == {f"kube-idle-janitor:{version}"}
+    assert {o["metadata"]["labels"]["app.kubernetes.io/version"] for o in base} == {version}
+    assert release.problems(version) == []
 
 
 def test_bindings_give_each_workload_its_role(base) -> None:
@@ -423,10 +446,12 @@ def test_bindings_give_each_workload_its_role(base) -> None:
     janitor_sa = find(base, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
     agent_sa = find(base, "DaemonSet")["spec"]["template"]["spec"]["serviceAccountName"]
     assert {o["metadata"]["name"] for o in base if o["kind"] == "ServiceAccount"} == {janitor_sa, agent_sa}
-    for kind, name, sa in (("ClusterRoleBinding", "kube-idle-janitor", janitor_sa),
-                           ("RoleBinding", "kube-idle-janitor-leader-election", janitor_sa),
-                           ("ClusterRoleBinding", "kube-idle-janitor-node-agent", agent_sa)):
-        assert subjects(kind, name) == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
+    for kind, name, sa, namespace in (("ClusterRoleBinding", "kube-idle-janitor", janitor_sa, NAMESPACE),
+                                      ("RoleBinding", "kube-idle-janitor-leader-election", janitor_sa, NAMESPACE),
+                                      ("RoleBinding", "kube-idle-janitor-state", janitor_sa, NAMESPACE),
+                                      ("ClusterRoleBinding", "kube-idle-janitor-node-agent", agent_sa,
+                                       AGENT_NAMESPACE)):
+        assert subjects(kind, name) == [{"kind": "ServiceAccount", "name": sa, "namespace": namespace}]
         role = find(base, kind, name)["roleRef"]["name"]
         find(base, "Role" if kind == "RoleBinding" else "ClusterRole", role)
 
