@@ -63,11 +63,11 @@ from kubernetes.dynamic.exceptions import ResourceNotFoundError
 from runner import Runner
 from runner import settings as build
 from test_manifests import (
+    AGENT_NAMESPACE,
     BASE,
     CLUSTER_SCOPED,
     KNOWN_LOOSER,
     MONITORING,
-    AGENT_NAMESPACE,
     NAMESPACE,
     TIME_VALUES,
     TIME_ZONE_VALUES,
@@ -176,7 +176,8 @@ def test_pod_security_admits_the_janitor_at_restricted_and_the_agent_only_in_its
 
     def pod(workload: str, namespace: str) -> dict[str, Any]:
         template = find(base, workload)["spec"]["template"]
-        spec = {k: v for k, v in template["spec"].items() if k != "priorityClassName"}
+        # Pod Security looks at the pod alone: not at its ServiceAccount or priority class (not created here)
+        spec = {k: v for k, v in template["spec"].items() if k not in ("priorityClassName", "serviceAccountName")}
         return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"pss-{workload.lower()}",
                                                                 "namespace": namespace}, "spec": spec}
 
