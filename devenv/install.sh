@@ -4,7 +4,8 @@
 #   - a virtualenv in .venv with the project and its test extra,
 #   - the control-plane binaries, built from Go modules once and cached in ~/.cache,
 #   - Prometheus 3 (prometheus, promtool), built from its Go module once and cached in ~/.cache:
-#     the evidence tests run on both majors.
+#     the evidence tests run on both majors,
+#   - helm, built from its Go module once and cached in ~/.cache (the chart's tests).
 # Safe to run again: each step checks first and says what it did.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -34,3 +35,6 @@ bash devenv/testbin/ensure.sh >/dev/null
 
 step "Prometheus 3 binaries"
 bash devenv/prometheus3/ensure.sh >/dev/null
+
+step "helm (the chart's tests)"
+bash devenv/helm/ensure.sh >/dev/null
