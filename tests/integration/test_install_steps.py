@@ -22,8 +22,10 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -129,3 +131,112 @@ def test_the_install_steps_give_a_fresh_install_its_token(
         subprocess.run(["kubectl", "delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false"],
                        env=kubectl_env, capture_output=True, timeout=60)
         wait_until(lambda: namespace_gone(core), timeout=180, what=f"namespace {NAMESPACE} to go")
+
+
+# ---------------------------------------------------------------------------------------------
+# The Helm install of docs/admin-guide.md
+
+
+def helm_block(doc: Path) -> list[str]:
+    for block in re.findall(r"```sh\n(.*?)```", doc.read_text(), re.S):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        lines = [line.split(" #")[0].strip() for line in joined.splitlines()]
+        if any(line.startswith("helm install ") for line in lines):
+            return [line for line in lines if line]
+    raise AssertionError(f"{doc} has no helm install block")
+
+
+def _absent(read: Any) -> bool:
+    try:
+        read()
+    except ApiException as e:
+        return e.status == 404
+    return False
+
+
+def test_the_helm_install_steps_run_a_janitor_with_what_the_chart_rendered(
+        core: client.CoreV1Api, kubectl_env: dict[str, str], workdir: Path, sandbox, tmp_path: Path) -> None:  # noqa: ANN001
+    """The guide's values file and commands, verbatim: then the janitor runs one cycle with the
+    installed Deployment's flags, the installed policies ConfigMap, the Prometheus token of the
+    Secret the chart mounts and the Slack Secret its env names, as its ServiceAccount."""
+    from test_chart import guide_values, template
+
+    from devenv import access
+    from devenv.helm import ensure_helm
+
+    env = {**kubectl_env, "PATH": f"{ensure_helm().parent}{os.pathsep}{kubectl_env['PATH']}"}
+    shutil.copytree(ROOT / "charts", workdir / "charts")
+    (workdir / "my-values.yaml").write_text(guide_values())
+    (workdir / "reader.token").write_text("reader-token-from-the-admins-file\n")  # the admin's own file
+    agent_namespace = "kube-idle-janitor-node-agent"
+    for name in (NAMESPACE, agent_namespace):  # a fresh install: another test's leftovers go first
+        if not _absent(lambda n=name: core.read_namespace(n)):
+            core.delete_namespace(name)
+            wait_until(lambda n=name: _absent(lambda: core.read_namespace(n)), timeout=120, what=f"namespace {name}")
+    # Cluster-scoped leftovers of the kustomize installs (same names) are not Helm's to adopt.
+    leftovers = tmp_path / "cluster-scoped.yaml"
+    leftovers.write_text(yaml.safe_dump_all([o for o in template() if "namespace" not in o["metadata"]]))
+    subprocess.run(["kubectl", "delete", "-f", str(leftovers), "--ignore-not-found"], env=env, capture_output=True,
+                   timeout=120, check=True)
+    installed = False
+    try:
+        for line in helm_block(ROOT / "docs/admin-guide.md"):
+            if "| less" in line:
+                continue
+            done = subprocess.run(line, shell=True, cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0, f"`{line}` failed: {done.stderr[-2000:]}"
+            installed = installed or line.startswith("helm install ")
+        assert installed
+        assert core.read_namespace(agent_namespace).metadata.labels["pod-security.kubernetes.io/enforce"] == \
+            "privileged"
+
+        # What the janitor runs with, read back from the apiserver.
+        apps = client.AppsV1Api(core.api_client)
+        spec = apps.read_namespaced_deployment(NAMESPACE, NAMESPACE).spec.template.spec
+        [container] = spec.containers
+        volumes = {v.name: v for v in spec.volumes}
+        mounts = {m.mount_path: m.name for m in container.volume_mounts}
+        local: dict[str, Path] = {}
+        for path, volume in ((p, volumes[n]) for p, n in mounts.items() if n in ("policies", "prometheus-auth")):
+            target = tmp_path / volume.name
+            target.mkdir()
+            if volume.config_map is not None:
+                data = core.read_namespaced_config_map(volume.config_map.name, NAMESPACE).data
+            else:
+                import base64
+
+                secret = core.read_namespaced_secret(volume.secret.secret_name, NAMESPACE).data
+                data = {k: base64.b64decode(v).decode() for k, v in secret.items()}
+            for key, text in data.items():
+                (target / key).write_text(text)
+            local[path] = target
+        args = []
+        for arg in container.args:
+            for path, target in local.items():
+                arg = arg.replace(path, str(target))
+            if arg.startswith("--prometheus-url="):
+                arg = f"--prometheus-url={sandbox.prometheus_url}"
+            args.append(arg)
+        [bot] = [e for e in container.env if e.name == "SLACK_BOT_TOKEN"]
+        ref = bot.value_from.secret_key_ref
+        assert ref.key in core.read_namespaced_secret(ref.name, NAMESPACE).data
+        kubeconfig = access.service_account_kubeconfig(core.api_client, NAMESPACE, spec.service_account_name,
+                                                       tmp_path / "janitor.kubeconfig")
+        janitor = Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin" / "janitor"
+        if not janitor.exists():
+            janitor = ROOT / ".venv" / "bin" / "janitor"
+        run = subprocess.run([str(janitor), *args, "--once", "--kubeconfig", str(kubeconfig)],
+                             env={**env, "SLACK_BOT_TOKEN": sandbox.slack_token,
+                                  "SLACK_API_URL": sandbox.slack_api_url},
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+        assert "no valid policy set" not in run.stderr
+        assert "--dry-run" in args and str(local["/etc/kube-idle-janitor/prometheus"] / "token") in " ".join(args)
+    finally:
+        subprocess.run(["helm", "uninstall", "kube-idle-janitor", "-n", NAMESPACE, "--wait"], env=env,
+                       capture_output=True, timeout=300)
+        for name in (NAMESPACE, agent_namespace):
+            subprocess.run(["kubectl", "delete", "namespace", name, "--ignore-not-found", "--wait=false"], env=env,
+                           capture_output=True, timeout=60)
+        for name in (NAMESPACE, agent_namespace):
+            wait_until(lambda n=name: _absent(lambda: core.read_namespace(n)), timeout=180, what=f"namespace {name}")

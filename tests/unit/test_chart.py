@@ -32,8 +32,8 @@ import yaml
 from test_manifests import BASE, MONITORING, ROOT, UPDATE, _parse, render
 
 from devenv.helm import cached_helm
-from janitor.policy import load
 from janitor import annotations as ann
+from janitor.policy import load
 
 CHART = ROOT / "charts" / "kube-idle-janitor"
 HELM = cached_helm()
@@ -152,7 +152,9 @@ def test_the_admin_guides_values_render_what_the_janitor_runs_with(tmp_path: Pat
     pod = deployment["spec"]["template"]["spec"]
     [container] = pod["containers"]
     args = _parse(container["args"])
-    assert container["image"] == f"registry.example.com/kube-idle-janitor:{yaml.safe_load((CHART / 'Chart.yaml').read_text())['appVersion']}"
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    assert container["image"] == f"registry.example.com/kube-idle-janitor:{app_version}"
     assert args.cluster_name == "gpu-west" and args.prometheus_matcher == ['cluster="gpu-west"']
     assert args.dry_run and args.prometheus_url == "http://prometheus-operated.monitoring.svc:9090"
     mounts = {m["name"]: m for m in container["volumeMounts"]}
@@ -195,4 +197,6 @@ def test_monitoring_renders_the_rules_and_dashboard_of_manifests_monitoring() ->
     assert monitors["kube-idle-janitor-node-agent"]["spec"]["namespaceSelector"] == {
         "matchNames": ["kube-idle-janitor-node-agent"]}
     dashboard = one(objects, "ConfigMap", "kube-idle-janitor-dashboard")
-    assert dashboard["data"]["kube-idle-janitor.json"] == (MONITORING / "dashboards" / "kube-idle-janitor.json").read_text()
+    shipped_dashboard = (MONITORING / "dashboards" / "kube-idle-janitor.json").read_text()
+    shipped_dashboard = (MONITORING / "dashboards" / "kube-idle-janitor.json").read_text()
+    assert dashboard["data"]["kube-idle-janitor.json"] == shipped_dashboard
