@@ -8,6 +8,8 @@ Aspects covered:
   against `kubectl kustomize` there), and the dashboard ConfigMap of manifests/monitoring pass
   server-side apply with dryRun=All; the two Namespaces are created for real (dry runs of
   namespaced objects need them); the monitoring.coreos.com objects only where their CRDs are served;
+- the Helm chart's objects (defaults, and the admin guide's values with monitoring and HTTP clicks
+  on) pass server-side apply with dryRun=All;
 - Pod Security: a pod of the janitor's Deployment is admitted in its namespace at `restricted`;
   a pod of the node agent's DaemonSet is refused there and admitted in its own namespace;
 - with the RBAC, ServiceAccounts, leader election Role and the admission policies applied for
@@ -165,6 +167,31 @@ def test_base_and_monitoring_pass_server_side_dry_run(kube: client.ApiClient) ->
             skipped.append(obj["kind"])
     assert len(accepted) == len(base)
     assert set(skipped) <= {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+
+
+@pytest.mark.parametrize("values", ["defaults", "admin guide, monitoring on, http clicks"])
+def test_the_charts_objects_pass_server_side_dry_run(kube: client.ApiClient, values: str, tmp_path) -> None:
+    """`helm template | kubectl apply --dry-run=server`, object by object; the Prometheus
+    operator's kinds only where their CRDs are served."""
+    from test_chart import HELM, guide_values, template
+
+    if HELM is None:
+        pytest.fail("helm is not built: bash devenv/helm/ensure.sh (devenv/install.sh does)")
+    args: list[str] = []
+    if values != "defaults":
+        (tmp_path / "values.yaml").write_text(guide_values())
+        args = ["-f", str(tmp_path / "values.yaml"), "--set", "slack.clicks=http",
+                *(f"--set=monitoring.{m}.enabled=true" for m in ("serviceMonitor", "prometheusRule", "dashboard"))]
+    dyn = DynamicClient(kube)
+    for namespace in (o for o in render(BASE) if o["kind"] == "Namespace"):
+        _ssa(dyn, namespace, dry_run=False)
+    skipped = []
+    for obj in template(*args):
+        try:
+            _ssa(dyn, obj, dry_run=True)
+        except ResourceNotFoundError:  # no Prometheus operator in the sandbox
+            skipped.append(obj["kind"])
+    assert set(skipped) <= {"ServiceMonitor", "PrometheusRule"}
 
 
 def test_pod_security_admits_the_janitor_at_restricted_and_the_agent_only_in_its_namespace(
