@@ -8,7 +8,9 @@ Aspects covered:
   imports with exactly requirements.lock installed, `janitor --version` runs, and it holds no
   pip, setuptools, nor the dependencies' parts the janitor never imports (dateparser, aiohttp,
   the kubernetes client's asyncio API);
-  its size is printed for the release notes.
+  its size is printed for the release notes;
+- where docker can build (not on every CI machine), the image itself: its OCI labels, `janitor
+  --version` in it, and no pip.
 
 Both build from this tree with pip and the package index, as CI does (about 30 s).
 """
@@ -72,3 +74,27 @@ def test_the_image_runtime_imports_every_module_from_the_lock_without_pip(tmp_pa
     assert not (target / "bin" / "pip").exists()
     assert not (site / "kubernetes" / "aio").exists()  # the asyncio client, which needs aiohttp
     print(f"\nimage runtime /opt/janitor: {_du(target) / 2**20:.1f} MiB")
+
+
+def _docker() -> bool:
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.skipif(not _docker(), reason="no image builder here (docker info fails); the runtime test above "
+                                          "runs what the Dockerfile runs")
+def test_the_image_builds_with_its_labels_and_no_pip() -> None:
+    tag = "kube-idle-janitor:test-packaging"
+    built = subprocess.run(["docker", "build", "--build-arg", "VERSION=0.0.0", "--build-arg", "REVISION=test",
+                            "-t", tag, str(ROOT)], capture_output=True, text=True, timeout=1800)
+    assert built.returncode == 0, built.stderr[-3000:]
+    labels = subprocess.run(["docker", "image", "inspect", tag, "--format", "{{json .Config.Labels}}"],
+                            capture_output=True, text=True, timeout=60)
+    assert '"org.opencontainers.image.version":"0.0.0"' in labels.stdout
+    for probe in (["--version"], ["--help"]):
+        assert subprocess.run(["docker", "run", "--rm", tag, *probe], capture_output=True, timeout=120).returncode == 0
+    pip = subprocess.run(["docker", "run", "--rm", "--entrypoint", "python3", tag, "-m", "pip", "--version"],
+                         capture_output=True, timeout=120)
+    assert pip.returncode != 0, "pip is in the image"
