@@ -11,7 +11,11 @@ Aspects covered:
   name and key the Deployment reads the token from: a fresh install's pods start with the token
   (they read it once, at start);
 - the rollout completes (the pods are scheduled and Ready on the sandbox's nodes);
-- `kubectl delete -k ...` (the uninstall) removes what was applied, namespace included.
+- `kubectl delete -k ...` (the uninstall) removes what was applied, namespace included;
+- no step warns that an object lacks kubectl's last-applied-configuration;
+- the admin guide's Helm steps, verbatim, install the chart with the guide's values file, and a
+  janitor run with the installed Deployment's flags, policies ConfigMap, Prometheus credential
+  file and Slack Secret completes a cycle.
 """
 
 from __future__ import annotations
@@ -117,6 +121,7 @@ def test_the_install_steps_give_a_fresh_install_its_token(
             done = subprocess.run(line, shell=True, cwd=workdir, env=kubectl_env, capture_output=True, text=True,
                                   timeout=180)
             assert done.returncode == 0, f"{doc}: `{line}` failed: {done.stderr[-2000:]}"
+            assert "last-applied-configuration" not in done.stderr, f"{doc}: `{line}` warns: {done.stderr}"
         assert applied, f"{doc}: nothing applied"
         apps = client.AppsV1Api(core.api_client)
         [container] = apps.read_namespaced_deployment(NAMESPACE, NAMESPACE).spec.template.spec.containers

@@ -4,7 +4,8 @@ Aspects covered:
 - the Slack token's Secret exists before the janitor's pods start: the token reaches the pods as
   an environment variable (read once, at start, and `optional`), so a Secret created after
   `kubectl apply` is never read and no warning can ever be sent;
-- the namespace the Secret goes in exists before the Secret.
+- the namespace the Secret goes in exists before the Secret, applied from the base (not created:
+  a created one makes `kubectl apply -k` warn that it lacks last-applied-configuration).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = re.compile(r"kubectl -n kube-idle-janitor create secret generic kube-idle-janitor-slack")
 APPLY = re.compile(r"kubectl apply -k \S*(manifests/base|kube-idle-janitor)\b")
-NAMESPACE = re.compile(r"kubectl create namespace kube-idle-janitor")
+# Applied, not created: `kubectl apply -k` later finds it with its last-applied-configuration.
+NAMESPACE = re.compile(r"kubectl apply -f \S*manifests/base/namespace\.yaml")
 
 
 def shell_blocks(path: Path) -> list[list[str]]:
