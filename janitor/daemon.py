@@ -31,7 +31,7 @@ from janitor.leader import LeaseElector
 from janitor.observe.cache import ClusterCache, NotSynced
 from janitor.policy.model import Policy
 from janitor.settings import Settings
-from janitor.telemetry import Telemetry
+from janitor.telemetry import GPU_HOUR, Telemetry
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,8 @@ def record(telemetry: Telemetry, result: CycleResult) -> None:
         change = decided.change_for(r.action)
         if r.outcome is kube.Outcome.DONE and change is not None and change.notice is not None:
             telemetry.reclaimed_gpus.labels(policy=change.policy, action=str(r.action.type)).inc(change.notice.gpus)
-            telemetry.reclaimed_gpu_hours.labels(policy=change.policy).inc(change.gpu_hours)
+            telemetry.reclaimed_gpu_seconds.labels(policy=change.policy, namespace=change.workload.namespace or "").inc(
+                change.gpu_hours * GPU_HOUR)
     if result.lifecycle is not None:
         marked = selection.marks_per_policy(seen)
         telemetry.observe_lifecycle(decided.changes, result.lifecycle.sent, result.lifecycle.failed, marked)

@@ -15,7 +15,7 @@ from collections import Counter as Tally
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
 from janitor.decide.model import Action, Finding, TriggerKind
 from janitor.decide.plan import CyclePlan
@@ -102,8 +102,14 @@ def audit(action: Action, *, outcome: str, dry_run: bool, detail: str = "") -> N
     )
 
 
+GPU_HOUR = 3600.0  # GPU-seconds per GPU-hour: the metrics are in base units, the decisions in hours
+
+
 class Telemetry:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        # A `_created` series beside every counter and histogram doubles what Prometheus stores and
+        # tells nothing a dashboard shows (the process start time is there already). Process-wide.
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # the library leaves it unannotated
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.cycles = Counter("janitor_cycles", "Cycles run, by result", ["result"], registry=r)
@@ -133,9 +139,9 @@ class Telemetry:
                                   registry=r)
         self.idle_workloads = Gauge("janitor_idle_workloads", "Workloads per idle policy, trigger and verdict",
                                     ["policy", "trigger", "verdict"], registry=r)
-        self.would_reclaim = Gauge("janitor_would_reclaim_gpu_hours",
-                                   "GPU-hours enforcing would reclaim now, per policy and namespace",
-                                   ["policy", "namespace"], registry=r)
+        self.would_reclaim = Gauge("janitor_would_reclaim_gpu_seconds",
+                                   "GPU-seconds enforcing would reclaim now (GPUs x idle window), per policy and "
+                                   "namespace", ["policy", "namespace"], registry=r)
         self.silent_gpu_pods = Gauge("janitor_gpu_pods_without_telemetry", "Running GPU pods with no GPU series",
                                      ["node"], registry=r)
         self.signal_coverage = Gauge("janitor_gpu_signal_coverage_ratio", "Of the GPU pods an idle-GPU policy "
@@ -160,9 +166,9 @@ class Telemetry:
         self.errors = Counter("janitor_errors", "Failed cycles, by the dependency that failed", ["source"], registry=r)
         self.reclaimed_gpus = Counter("janitor_reclaimed_gpus", "GPUs freed by lifecycle actions, by policy and "
                                       "action", ["policy", "action"], registry=r)
-        self.reclaimed_gpu_hours = Counter("janitor_reclaimed_gpu_hours", "Idle GPU-hours proven on workloads the "
-                                           "lifecycle then reclaimed (GPUs x window), by policy", ["policy"],
-                                           registry=r)
+        self.reclaimed_gpu_seconds = Counter("janitor_reclaimed_gpu_seconds", "Idle GPU-seconds proven on "
+                                             "workloads the lifecycle then reclaimed (GPUs x window), by policy and "
+                                             "namespace", ["policy", "namespace"], registry=r)
         self.prometheus_seconds = Histogram("janitor_prometheus_request_duration_seconds", "Time one request to "
                                             "Prometheus took, by API (query, query_range, targets)", ["api"],
                                             registry=r, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
@@ -192,7 +198,7 @@ class Telemetry:
             self.idle_workloads.labels(policy=policy, trigger=trigger, verdict=verdict).set(n)
         self.would_reclaim.clear()
         for (policy, namespace), hours in reclaim_by(findings).items():
-            self.would_reclaim.labels(policy=policy, namespace=namespace).set(hours)
+            self.would_reclaim.labels(policy=policy, namespace=namespace).set(hours * GPU_HOUR)
         self.signal_coverage.clear()
         for (policy, signal), (read, total) in coverage(findings).items():
             self.signal_coverage.labels(policy=policy, signal=signal).set(read / total)

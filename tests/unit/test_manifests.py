@@ -705,7 +705,7 @@ def test_dashboard_panels(monitoring) -> None:
     dashboard = json.loads(cm["data"]["kube-idle-janitor.json"])
     exprs = {p["title"]: " ".join(t["expr"] for t in p["targets"]) for p in dashboard["panels"]}
     for series in ("janitor_cycles_total", "janitor_cycle_duration_seconds_bucket", "janitor_actions_total",
-                   "janitor_marked_workloads", "janitor_would_reclaim_gpu_hours", "janitor_slack_messages_total",
+                   "janitor_marked_workloads", "janitor_would_reclaim_gpu_seconds", "janitor_slack_messages_total",
                    "janitor_tripwire_tripped", "janitor_node_leftover_tasks", "janitor_node_oom_kills_total"):
         assert any(series in e for e in exprs.values()), series
     assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])

@@ -1,0 +1,131 @@
+"""What an admin's Prometheus and Grafana get from manifests/monitoring, checked with promtool.
+
+Aspects covered:
+- the janitor's and the node agent's /metrics, as the daemon exposes them after a cycle, pass
+  `promtool check metrics` (base units, `_total` counters) and carry no `_created` series;
+- promtool is the one the suite runs Prometheus from (`devenv.prometheus_release`), each major in
+  turn; where one is missing the test is skipped, except under CI, where it fails.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import subprocess
+
+import pytest
+from factories import NOW
+from prometheus_client import CollectorRegistry, generate_latest
+from test_decide_lifecycle import ALICE, NS, _idle_gpus, _running_pod, job, marked, policy
+
+from devenv.prometheus_release import NAMES, installed
+from janitor.act import kube
+from janitor.act.lifecycle import LifecycleOutcome
+from janitor.act.slack import Digest, SendResult
+from janitor.act.slack_messages import Message
+from janitor.annotations import Delivery
+from janitor.cycle import CycleResult, Memory, Planned
+from janitor.daemon import CacheCollector, record
+from janitor.decide.model import NamespaceView, Observation, SafetyLedger
+from janitor.decide.plan import plan
+from janitor.node_agent.agent import AgentMetrics
+from janitor.observe.prometheus import QueryStat
+from janitor.observe.watch import KindStatus, State
+from janitor.telemetry import Telemetry
+
+H = datetime.timedelta(hours=1)
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def promtool(request: pytest.FixtureRequest) -> str:
+    """The promtool of each Prometheus major the suite runs; CI has both (devenv/install.sh)."""
+    found = installed(request.param)
+    if found is None:
+        message = f"promtool of {request.param} is not installed (bash devenv/install.sh installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return found.promtool
+
+
+class _Cache:
+    """What the /metrics collector reads of the watch cache."""
+
+    def status(self) -> list[KindStatus]:
+        return [KindStatus("Job", State.WATCHING, True, 3, 2, 1, 4, 0, 17)]
+
+
+def _a_cycle() -> CycleResult:
+    """A cycle that reclaims an idle Job (warned, past its deadline), sends a digest that fails and
+    one that is delivered, and fails one write: every family of the janitor's registry gets a sample."""
+    pol = policy()
+    view = job(marked(NOW - 30 * H, NOW - H, NOW - 26 * H))
+    pod = _running_pod("train-x1", view)
+    observation = Observation(NOW, (view,), (pod,), {NS: NamespaceView(NS)}, evidence=_idle_gpus([pod]))
+    decided = plan(observation, [pol], SafetyLedger(), NOW)
+    [action] = decided.actions
+    planned = Planned(observation, decided, (pol,), Memory(policies=(pol,)))
+    digest = Digest(ALICE, (), "intent-1", (Message("warning", ()),))
+    lifecycle = LifecycleOutcome(failed=["mark Job/team-a/other: 409"],
+                                 sent=[SendResult(digest, None, "channel_not_found"),
+                                       SendResult(digest, Delivery("D0ALICE", "1.0"))])
+    return CycleResult(planned, [kube.ActionResult(action, kube.Outcome.DONE, "")], lifecycle,
+                       queries=(QueryStat("query", 0.2, 1000, True), QueryStat("targets", 0.1, 10, True)))
+
+
+def _after_a_cycle(which: str) -> CollectorRegistry:
+    """The daemon's registry after one recorded cycle, or a node agent's after a scan."""
+    if which == "node-agent":
+        agent = CollectorRegistry()
+        metrics = AgentMetrics(agent, "node-1")
+        for gauge in (metrics.dstate, metrics.leftovers, metrics.heartbeat, metrics.pods_visible):
+            gauge.labels(node="node-1").set(1)
+        metrics.scan_seconds.labels(node="node-1").observe(0.1)
+        metrics.unreadable.labels(node="node-1").inc()
+        return agent
+    telemetry = Telemetry()
+    record(telemetry, _a_cycle())
+    telemetry.clicks.labels(button="keep", outcome="done").inc()
+    telemetry.silent_gpu_pods.labels(node="gpu-node-2").set(1)  # each needs a cluster of its own
+    telemetry.signal_coverage.labels(policy="idle-gpu", signal="DCGM_FI_PROF_GR_ENGINE_ACTIVE").set(0.5)
+    telemetry.cycles.labels(result="abandoned").inc()
+    telemetry.registry.register(CacheCollector(_Cache()))  # type: ignore[arg-type]
+    return telemetry.registry
+
+
+@pytest.fixture(params=["janitor", "node-agent"])
+def registry(request: pytest.FixtureRequest) -> CollectorRegistry:
+    return _after_a_cycle(request.param)
+
+
+def _check_metrics(promtool: str, text: bytes) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, timeout=60)
+
+
+def test_metrics_pass_promtool_check_metrics(promtool: str, registry: CollectorRegistry) -> None:
+    text = generate_latest(registry)
+    empty = sorted(m.name for m in registry.collect() if not m.samples)
+    assert empty == [], "a family without a sample is not checked: give it one in _after_a_cycle"
+    out = _check_metrics(promtool, text)
+    assert out.returncode == 0, (out.stdout + out.stderr).decode()
+
+
+def test_promtool_check_metrics_would_see_a_wrong_unit(promtool: str) -> None:
+    """The check above can fail: promtool refuses a metric in hours."""
+    hours = b"# HELP x_gpu_hours_total h\n# TYPE x_gpu_hours_total counter\nx_gpu_hours_total 1\n"
+    out = _check_metrics(promtool, hours)
+    assert out.returncode != 0 and b"seconds" in out.stdout + out.stderr
+
+
+def test_no_created_series(registry: CollectorRegistry) -> None:
+    """A `_created` series per counter and histogram doubles the series and means nothing on a dashboard."""
+    created = sorted({s.name for m in registry.collect() for s in m.samples if s.name.endswith("_created")})
+    assert created == []
+
+
+def test_gpu_time_is_counted_in_gpu_seconds_by_policy_and_namespace() -> None:
+    """The reclaimed Job had 1 GPU idle over the policy's 2 h window: 7200 GPU-seconds, 2 GPU-hours."""
+    registry = _after_a_cycle("janitor")
+    where = {"policy": "idle-gpu", "namespace": "team-a"}
+    assert registry.get_sample_value("janitor_reclaimed_gpu_seconds_total", where) == 7200
+    assert registry.get_sample_value("janitor_would_reclaim_gpu_seconds", where) == 7200
