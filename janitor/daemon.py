@@ -44,8 +44,9 @@ def record(telemetry: Telemetry, result: CycleResult) -> None:
         telemetry.policy_reloads.labels(result="success" if planned.policies_reloaded else "error").inc()
         telemetry.policies_broken.set(0 if planned.policies_reloaded else 1)
     telemetry.policies_loaded.set(0 if planned.memory.policies is None else 1)
-    telemetry.observe_plan(decided, objects=len(seen.objects), skipped_kinds=len(seen.skipped_kinds),
+    telemetry.observe_plan(decided, objects=len(seen.objects), skipped_kinds=seen.skipped_kinds,
                            tripped=is_tripped(decided.ledger), skew=decided.skew_seconds)
+    telemetry.observe_intervals(seen.evidence)
     if planned.policies:
         telemetry.observe_idle(decided.findings, len(decided.evidence_failures),
                                [p.node or "" for p in decided.silent_gpu_pods])
@@ -105,6 +106,7 @@ class _Cycles:
         self.abandoned: list[threading.Thread] = []
         self.running: threading.Thread | None = None
         self.slack_error = ""
+        self.intervals_notice: str | None = None  # the last cycle's evidence had no scrape intervals: why
 
     def check_slack(self) -> None:
         """At start, and every cycle while it fails: does Slack take the token?"""
@@ -191,6 +193,7 @@ class _Cycles:
             if beside and not self.beside:
                 logger.warning(neighbours.beside_line(beside))
             self.beside = beside
+            self.intervals_notice = result.planned.observation.evidence.intervals_notice
             self.last_success = time.time()
             self.last_error = ""
             self.abandoned_last = False
@@ -220,9 +223,10 @@ class _Cycles:
         if self.memory.policies is None and not standing_by:
             errors_now = "; ".join(self.memory.policy_errors) or "not read yet"
             return False, f"no valid policy set read yet, so acting on nothing: {errors_now}"
-        if self.beside:  # ready all the same: it says so where an admin looks
-            return True, "ready; " + neighbours.beside_line(self.beside)
-        return True, "ready"
+        # Ready all the same: each says so where an admin looks.
+        details = [neighbours.beside_line(self.beside)] if self.beside else []
+        details += [self.intervals_notice] if self.intervals_notice else []
+        return True, "; ".join(["ready", *details])
 
     def stop(self) -> None:
         """Close every fence, then give the request in flight STOP_GRACE to return."""

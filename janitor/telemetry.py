@@ -17,7 +17,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
-from janitor.decide.model import Action, Finding, TriggerKind
+from janitor.decide.evidence import Evidence
+from janitor.decide.model import Action, Finding, SkippedKind, TriggerKind
 from janitor.decide.plan import CyclePlan
 from janitor.decide.rails import HoldReason
 from janitor.decide.triggers import registry as triggers
@@ -102,6 +103,7 @@ def audit(action: Action, *, outcome: str, dry_run: bool, detail: str = "") -> N
     )
 
 
+PAUSES = (HoldReason.CLOCK_SKEW, HoldReason.TRIPWIRE, HoldReason.LEDGER)  # rails that stop every deletion
 GPU_HOUR = 3600.0  # GPU-seconds per GPU-hour: the metrics are in base units, the decisions in hours
 
 
@@ -131,9 +133,13 @@ class Telemetry:
                                 "(it then changes nothing)", registry=r)
         self.kube_janitor = Gauge("janitor_kube_janitor_beside", "kube-janitor Deployments (or pods) seen running "
                                   "beside the janitor in the last cycle", registry=r)
-        self.skipped_kinds = Gauge("janitor_kinds_skipped", "Configured kinds that could not be listed",
-                                   registry=r)
+        self.skipped_kinds = Gauge("janitor_kinds_skipped", "Configured kinds the last cycle could not list, by "
+                                   "kind and reason (forbidden: RBAC, so never cleaned; not-served: no such API "
+                                   "here)", ["kind", "reason"], registry=r)
         self.tripped = Gauge("janitor_tripwire_tripped", "1 while the tripwire stops deletions", registry=r)
+        self.paused = Gauge("janitor_deletions_paused", "1 while every deletion pauses, due or not, by the rail "
+                            "that pauses them (clock-skew: the janitor's clock is off the apiserver's, or the "
+                            "latter unknown; tripwire; ledger-unreadable)", ["reason"], registry=r)
         self.skew = Gauge("janitor_clock_skew_seconds", "Janitor clock minus apiserver clock", registry=r)
         self.last_success = Gauge("janitor_last_success_timestamp_seconds", "When a cycle last succeeded",
                                   registry=r)
@@ -149,6 +155,12 @@ class Telemetry:
                                      "rest were judged on the others)", ["policy", "signal"], registry=r)
         self.evidence_failures = Counter("janitor_evidence_failures", "Evidence queries that failed or were partial",
                                          registry=r)
+        self.targets_failures = Counter("janitor_prometheus_targets_failures", "Cycles in which Prometheus' targets "
+                                        "API failed or answered without scrape intervals (each job's interval then "
+                                        "comes from --scrape-interval, or is unknown)", registry=r)
+        self.intervals_unknown = Gauge("janitor_scrape_intervals_unknown", "1 while the last cycle knew no scrape "
+                                       "interval (the targets API gave none, no --scrape-interval): every pod "
+                                       "judged on Prometheus is unknown, never idle", registry=r)
         self.policy_reloads = Counter("janitor_policy_reloads", "Policy file loads, by result", ["result"], registry=r)
         self.policies_broken = Gauge("janitor_policies_broken", "1 while the policy files have errors and the "
                                      "last good policies are in use", registry=r)
@@ -185,6 +197,8 @@ class Telemetry:
             self.errors.labels(source=source)
         for reason in HoldReason:
             self.held.labels(reason=str(reason))
+        for reason in PAUSES:
+            self.paused.labels(reason=str(reason))
         for result in ("success", "error"):
             self.cycles.labels(result=result)
             self.policy_reloads.labels(result=result)
@@ -208,6 +222,13 @@ class Telemetry:
         self.evidence_failures.inc(failures)
         self.errors.labels(source="prometheus").inc(failures)
 
+    def observe_intervals(self, evidence: Evidence) -> None:
+        """Whether the cycle's evidence could be judged at all: the queries may all answer while no
+        scrape interval is known, and then every verdict is unknown with nothing else moving."""
+        if evidence.targets_error is not None:
+            self.targets_failures.inc()
+        self.intervals_unknown.set(1 if evidence.intervals_unknown else 0)
+
     def observe_lifecycle(self, changes: Sequence[Any], sent: Sequence[Any], failed: Sequence[str],
                           marked: Mapping[str, int]) -> None:
         """`changes` are decide.lifecycle.Change, `sent` act.slack.SendResult; `marked` counts the
@@ -225,12 +246,16 @@ class Telemetry:
         self.lifecycle_write_failures.inc(len(failed))
         self.errors.labels(source="kubernetes").inc(len(failed))
 
-    def observe_plan(self, plan: CyclePlan, *, objects: int, skipped_kinds: int, tripped: bool,
+    def observe_plan(self, plan: CyclePlan, *, objects: int, skipped_kinds: Sequence[SkippedKind], tripped: bool,
                      skew: float | None) -> None:
         for held in plan.held:
             self.held.labels(reason=str(held.reason)).inc()
         self.objects.set(objects)
-        self.skipped_kinds.set(skipped_kinds)
+        self.skipped_kinds.clear()
+        for skipped in skipped_kinds:
+            self.skipped_kinds.labels(kind=skipped.kind, reason=str(skipped.cause)).set(1)
+        for reason in PAUSES:
+            self.paused.labels(reason=str(reason)).set(1 if plan.paused is reason else 0)
         self.sight_lost.set(0 if plan.blind is None else 1)
         self.kube_janitor.set(len(plan.beside))
         self.tripped.set(1 if tripped else 0)

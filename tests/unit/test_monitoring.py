@@ -26,7 +26,7 @@ from janitor.act.slack_messages import Message
 from janitor.annotations import Delivery
 from janitor.cycle import CycleResult, Memory, Planned
 from janitor.daemon import CacheCollector, record
-from janitor.decide.model import NamespaceView, Observation, SafetyLedger
+from janitor.decide.model import NamespaceView, Observation, SafetyLedger, SkipCause, SkippedKind
 from janitor.decide.plan import plan
 from janitor.node_agent.agent import AgentMetrics
 from janitor.observe.prometheus import QueryStat
@@ -57,11 +57,14 @@ class _Cache:
 
 def _a_cycle() -> CycleResult:
     """A cycle that reclaims an idle Job (warned, past its deadline), sends a digest that fails and
-    one that is delivered, and fails one write: every family of the janitor's registry gets a sample."""
+    one that is delivered, fails one write and may not list Deployments: every family of the
+    janitor's registry gets a sample."""
     pol = policy()
     view = job(marked(NOW - 30 * H, NOW - H, NOW - 26 * H))
     pod = _running_pod("train-x1", view)
-    observation = Observation(NOW, (view,), (pod,), {NS: NamespaceView(NS)}, evidence=_idle_gpus([pod]))
+    forbidden = SkippedKind("Deployment", "forbidden: deployments.apps is forbidden", SkipCause.FORBIDDEN)
+    observation = Observation(NOW, (view,), (pod,), {NS: NamespaceView(NS)}, evidence=_idle_gpus([pod]),
+                              skipped_kinds=(forbidden,))
     decided = plan(observation, [pol], SafetyLedger(), NOW)
     [action] = decided.actions
     planned = Planned(observation, decided, (pol,), Memory(policies=(pol,)))
