@@ -1,6 +1,11 @@
 """What an admin's Prometheus and Grafana get from manifests/monitoring, checked with promtool.
 
 Aspects covered:
+- every alert has a summary, a description, a `for:` and a runbook_url (one base, the alert's
+  name as anchor) whose section exists in docs/runbooks.md, which holds no section for an alert
+  that is gone; docs/admin-guide.md lists exactly the alerts, each linked to its runbook;
+- the rules pass `promtool check rules`, and `promtool test rules` with
+  manifests/monitoring/tests/alerts-test.yaml, in which every alert fires;
 - the janitor's and the node agent's /metrics, as the daemon exposes them after a cycle, pass
   `promtool check metrics` (base units, `_total` counters) and carry no `_created` series;
 - promtool is the one the suite runs Prometheus from (`devenv.prometheus_release`), each major in
@@ -11,9 +16,14 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
+import shutil
 import subprocess
+from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from factories import NOW
 from prometheus_client import CollectorRegistry, generate_latest
 from test_decide_lifecycle import ALICE, NS, _idle_gpus, _running_pod, job, marked, policy
@@ -34,6 +44,12 @@ from janitor.observe.watch import KindStatus, State
 from janitor.telemetry import Telemetry
 
 H = datetime.timedelta(hours=1)
+ROOT = Path(__file__).parents[2]
+MONITORING = ROOT / "manifests" / "monitoring"
+RUNBOOKS = ROOT / "docs" / "runbooks.md"
+# Where every alert's runbook_url points: the project's docs as GitHub shows them.
+RUNBOOK_BASE = "https://github.com/kube-idle-janitor/kube-idle-janitor/blob/main/docs/runbooks.md#"
+DURATION = re.compile(r"^([0-9]+[smhdw])+$")
 
 
 @pytest.fixture(scope="module", params=NAMES)
@@ -132,3 +148,69 @@ def test_gpu_time_is_counted_in_gpu_seconds_by_policy_and_namespace() -> None:
     where = {"policy": "idle-gpu", "namespace": "team-a"}
     assert registry.get_sample_value("janitor_reclaimed_gpu_seconds_total", where) == 7200
     assert registry.get_sample_value("janitor_would_reclaim_gpu_seconds", where) == 7200
+
+
+
+# -- alerts and runbooks -------------------------------------------------------------------------------
+
+
+def _spec() -> dict[str, Any]:
+    rule: dict[str, Any] = yaml.safe_load((MONITORING / "prometheusrule.yaml").read_text())
+    return dict(rule["spec"])
+
+
+def _alerts() -> dict[str, dict[str, Any]]:
+    return {r["alert"]: r for g in _spec()["groups"] for r in g["rules"] if "alert" in r}
+
+
+def github_anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives a file's headings: lower case, punctuation dropped, spaces as '-'."""
+    headings = re.findall(r"^#{1,6} +(.+?) *$", markdown, re.M)
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
+
+
+@pytest.mark.parametrize("name", sorted(_alerts()))
+def test_every_alert_says_what_for_how_long_and_where_its_runbook_is(name: str) -> None:
+    rule = _alerts()[name]
+    annotations = rule["annotations"]
+    assert annotations["summary"].strip() and annotations["description"].strip()
+    assert DURATION.match(str(rule.get("for", ""))), f"{name} has no `for:`"
+    assert rule["labels"]["severity"] in ("warning", "critical")
+    assert annotations["runbook_url"] == RUNBOOK_BASE + name.lower()
+    assert name.lower() in github_anchors(RUNBOOKS.read_text()), f"docs/runbooks.md has no section {name}"
+
+
+def test_runbooks_hold_a_section_per_alert_and_no_other() -> None:
+    sections = set(re.findall(r"^## (\S+)$", RUNBOOKS.read_text(), re.M))
+    assert sections == set(_alerts())
+
+
+def test_the_anchor_check_can_fail() -> None:
+    assert "kubeidlejanitornotcycling" in github_anchors("## KubeIdleJanitorNotCycling\n")
+    assert "kubeidlejanitornotcycling" not in github_anchors("KubeIdleJanitorNotCycling\n## Other\n")
+
+
+def test_the_admin_guide_lists_every_alert_with_its_runbook() -> None:
+    guide = (ROOT / "docs" / "admin-guide.md").read_text()
+    listed = re.findall(r"^\| \[`(KubeIdleJanitor\w+)`\]\(runbooks\.md#([\w-]+)\)", guide, re.M)
+    assert sorted(name for name, _ in listed) == sorted(_alerts())
+    assert all(anchor == name.lower() for name, anchor in listed)
+
+
+def test_rules_pass_promtool_check_rules(promtool: str, tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump(_spec()))
+    out = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_every_alert_fires_under_promtool_test_rules(promtool: str, tmp_path: Path) -> None:
+    tests = MONITORING / "tests" / "alerts-test.yaml"
+    cases = yaml.safe_load(tests.read_text())
+    fired = {t["alertname"] for case in cases["tests"] for t in case["alert_rule_test"] if t["exp_alerts"]}
+    assert fired == set(_alerts()), f"never fires in {tests.name}: {sorted(set(_alerts()) - fired)}"
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(_spec()))
+    shutil.copy(tests, tmp_path / tests.name)
+    out = subprocess.run([promtool, "test", "rules", tests.name], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr

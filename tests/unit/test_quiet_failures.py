@@ -21,9 +21,12 @@ from typing import Any
 
 import pytest
 from factories import NOW, obj
-from test_decide_lifecycle import NS, policy
+from test_decide_lifecycle import ALICE, NS, policy
 
 from janitor import cycle, errors
+from janitor.act.slack import Digest, SendResult
+from janitor.act.slack_messages import Message
+from janitor.annotations import Delivery
 from janitor.cycle import CycleResult, Memory, Planned, Ports
 from janitor.daemon import _Cycles, record
 from janitor.decide.evidence import Evidence
@@ -100,6 +103,21 @@ def test_an_unreadable_ledger_pauses_deletions() -> None:
     planned = Planned(seen, plan(seen, (), SafetyLedger(unreadable=True), NOW), (), Memory(policies=()))
     record(telemetry, CycleResult(planned))
     assert telemetry.registry.get_sample_value("janitor_deletions_paused", {"reason": "ledger-unreadable"}) == 1
+
+
+# -- messages and writes -------------------------------------------------------------------------------
+
+
+def test_a_message_slack_refused_and_a_refused_write_are_counted() -> None:
+    digest = Digest(ALICE, (), "intent-1", (Message("warning", ()),))
+    telemetry = Telemetry()
+    telemetry.observe_lifecycle((), [SendResult(digest, None, "channel_not_found"),
+                                     SendResult(digest, Delivery("D0ALICE", "1.0"))],
+                                ["mark Job/team-a/train: HTTP 403: forbidden"], {})
+    get = telemetry.registry.get_sample_value
+    assert get("janitor_slack_messages_total", {"result": "failed", "to": "owner"}) == 1
+    assert get("janitor_slack_messages_total", {"result": "delivered", "to": "owner"}) == 1
+    assert get("janitor_lifecycle_write_failures_total") == 1
 
 
 # -- the targets API ----------------------------------------------------------------------------------
