@@ -15,6 +15,7 @@ Aspects covered:
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import re
 import shutil
@@ -214,3 +215,101 @@ def test_every_alert_fires_under_promtool_test_rules(promtool: str, tmp_path: Pa
     out = subprocess.run([promtool, "test", "rules", tests.name], cwd=tmp_path, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+# -- the dashboard and the recording rules -------------------------------------------------------------
+
+
+def _dashboard() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((MONITORING / "dashboards" / "kube-idle-janitor.json").read_text())
+    return data
+
+
+def _queries() -> dict[str, list[str]]:
+    """Each panel's queries, by title."""
+    return {p["title"]: [t["expr"] for t in p["targets"]] for p in _dashboard()["panels"]}
+
+
+_NOT_METRICS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless",
+                "offset", "inf", "nan"}
+
+
+def metrics_in(expr: str) -> set[str]:
+    """The series names a PromQL expression reads: identifiers that are no function, keyword or label."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    text = re.sub(r"\{[^}]*\}|\[[^\]]*\]|\$\w+", " ", text)
+    text = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text)
+    names = re.findall(r"(?<![\w:.])([a-zA-Z_:][\w:]*)\b(?!\s*\()", text)
+    return {n for n in names if n.lower() not in _NOT_METRICS}
+
+
+def test_metrics_in_finds_series_not_functions_or_labels() -> None:
+    assert metrics_in('sum by (policy) (increase(a_total{x="b c"}[1h])) / on() group_left max(b:c:d) > 0') == {
+        "a_total", "b:c:d"}
+
+
+def _exported() -> set[str]:
+    return {s.name for which in ("janitor", "node-agent") for m in _after_a_cycle(which).collect() for s in m.samples}
+
+
+def _recordings() -> set[str]:
+    return {r["record"] for g in _spec()["groups"] for r in g["rules"] if "record" in r}
+
+
+def test_every_recording_rule_feeds_a_panel_or_an_alert() -> None:
+    read = {m for exprs in _queries().values() for e in exprs for m in metrics_in(e)}
+    read |= {m for rule in _alerts().values() for m in metrics_in(rule["expr"])}
+    assert _recordings() and _recordings() <= read, sorted(_recordings() - read)
+
+
+def test_every_dashboard_query_reads_what_the_janitor_exports_or_a_recording() -> None:
+    known = _exported() | _recordings()
+    for title, exprs in _queries().items():
+        for expr in exprs:
+            assert metrics_in(expr) and metrics_in(expr) <= known, (title, sorted(metrics_in(expr) - known))
+
+
+def test_every_janitor_query_is_scoped_to_the_cluster_variable() -> None:
+    names = [v["name"] for v in _dashboard()["templating"]["list"]]
+    assert {"cluster", "namespace"} <= set(names)
+    for title, exprs in _queries().items():
+        for expr in exprs:
+            selectors = re.findall(r"\b(?:janitor_\w+|exported_pod_gpu:\w+:\w+)(\{[^}]*\})?", expr)
+            assert selectors and all('cluster=~"$cluster"' in s for s in selectors), (title, expr)
+
+
+def test_reclaimed_gpu_hours_stand_beside_would_reclaim_by_namespace_and_policy() -> None:
+    queries = _queries()
+    for metric in ("janitor_reclaimed_gpu_seconds_total", "janitor_would_reclaim_gpu_seconds"):
+        panels = [t for t, exprs in queries.items() if any(metric in e for e in exprs)]
+        assert panels, metric
+        for title in panels:
+            expr = " ".join(queries[title])
+            assert "by (namespace, policy)" in expr and 'namespace=~"$namespace"' in expr and "/ 3600" in expr, title
+
+
+def test_dashboard_queries_parse(promtool: str, tmp_path: Path) -> None:
+    """Each query, its variables given values, as a recording rule: promtool parses it."""
+    values = {"$__range": "1d", "$cluster": ".*", "$namespace": ".*"}
+    rules = []
+    for i, expr in enumerate(e for exprs in _queries().values() for e in exprs):
+        for variable, value in values.items():
+            expr = expr.replace(variable, value)
+        rules.append({"record": f"dashboard:query:{i}", "expr": expr})
+    path = tmp_path / "dashboard.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    out = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+# Labels the Prometheus operator puts on every series of a ServiceMonitor's targets.
+TARGET_LABELS = {"namespace", "pod", "service", "container", "endpoint", "job", "instance"}
+
+
+def test_the_janitors_own_namespace_label_survives_the_scrape() -> None:
+    """A janitor series with a label the operator also sets keeps its own only with honorLabels."""
+    clashing = {k for m in _after_a_cycle("janitor").collect() for s in m.samples for k in s.labels} & TARGET_LABELS
+    assert clashing == {"namespace"}
+    monitors = [d for d in yaml.safe_load_all((MONITORING / "servicemonitors.yaml").read_text()) if d]
+    [janitor] = [m for m in monitors if m["metadata"]["name"] == "kube-idle-janitor"]
+    assert all(e.get("honorLabels") is True for e in janitor["spec"]["endpoints"])
