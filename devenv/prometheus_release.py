@@ -62,3 +62,22 @@ def prometheus3() -> Release:
     done = subprocess.run(["bash", str(ENSURE)], stdout=subprocess.PIPE, stderr=sys.stderr, text=True, check=True)
     out = Path(done.stdout.strip().splitlines()[-1])
     return Release(3, str(out / "prometheus"), str(out / "promtool"))
+
+
+def installed(choice: str) -> Release | None:
+    """The release named by `choice` ("prom2"/"prom3") if both its binaries are already here:
+    Debian's installed, 3.x built into the cache. Never installs or builds, so a quick test can
+    ask without waiting minutes."""
+    name = choice.strip().lower()
+    if name == "prom2":
+        found = DEBIAN
+    elif name == "prom3":
+        done = subprocess.run(["bash", str(ENSURE), "--cached"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              text=True, check=False)
+        if done.returncode != 0 or not done.stdout.strip():
+            return None
+        out = Path(done.stdout.strip().splitlines()[-1])
+        found = Release(3, str(out / "prometheus"), str(out / "promtool"))
+    else:
+        raise ValueError(f"unknown Prometheus release {choice!r}: expected one of {NAMES}")
+    return found if all(os.access(b, os.X_OK) for b in (found.prometheus, found.promtool)) else None

@@ -31,7 +31,7 @@ from janitor.leader import LeaseElector
 from janitor.observe.cache import ClusterCache, NotSynced
 from janitor.policy.model import Policy
 from janitor.settings import Settings
-from janitor.telemetry import Telemetry
+from janitor.telemetry import GPU_HOUR, Telemetry
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +44,9 @@ def record(telemetry: Telemetry, result: CycleResult) -> None:
         telemetry.policy_reloads.labels(result="success" if planned.policies_reloaded else "error").inc()
         telemetry.policies_broken.set(0 if planned.policies_reloaded else 1)
     telemetry.policies_loaded.set(0 if planned.memory.policies is None else 1)
-    telemetry.observe_plan(decided, objects=len(seen.objects), skipped_kinds=len(seen.skipped_kinds),
+    telemetry.observe_plan(decided, objects=len(seen.objects), skipped_kinds=seen.skipped_kinds,
                            tripped=is_tripped(decided.ledger), skew=decided.skew_seconds)
+    telemetry.observe_intervals(seen.evidence)
     if planned.policies:
         telemetry.observe_idle(decided.findings, len(decided.evidence_failures),
                                [p.node or "" for p in decided.silent_gpu_pods])
@@ -56,7 +57,8 @@ def record(telemetry: Telemetry, result: CycleResult) -> None:
         change = decided.change_for(r.action)
         if r.outcome is kube.Outcome.DONE and change is not None and change.notice is not None:
             telemetry.reclaimed_gpus.labels(policy=change.policy, action=str(r.action.type)).inc(change.notice.gpus)
-            telemetry.reclaimed_gpu_hours.labels(policy=change.policy).inc(change.gpu_hours)
+            telemetry.reclaimed_gpu_seconds.labels(policy=change.policy, namespace=change.workload.namespace or "").inc(
+                change.gpu_hours * GPU_HOUR)
     if result.lifecycle is not None:
         marked = selection.marks_per_policy(seen)
         telemetry.observe_lifecycle(decided.changes, result.lifecycle.sent, result.lifecycle.failed, marked)
@@ -104,6 +106,7 @@ class _Cycles:
         self.abandoned: list[threading.Thread] = []
         self.running: threading.Thread | None = None
         self.slack_error = ""
+        self.intervals_notice: str | None = None  # the last cycle's evidence had no scrape intervals: why
 
     def check_slack(self) -> None:
         """At start, and every cycle while it fails: does Slack take the token?"""
@@ -190,6 +193,7 @@ class _Cycles:
             if beside and not self.beside:
                 logger.warning(neighbours.beside_line(beside))
             self.beside = beside
+            self.intervals_notice = result.planned.observation.evidence.intervals_notice
             self.last_success = time.time()
             self.last_error = ""
             self.abandoned_last = False
@@ -219,9 +223,10 @@ class _Cycles:
         if self.memory.policies is None and not standing_by:
             errors_now = "; ".join(self.memory.policy_errors) or "not read yet"
             return False, f"no valid policy set read yet, so acting on nothing: {errors_now}"
-        if self.beside:  # ready all the same: it says so where an admin looks
-            return True, "ready; " + neighbours.beside_line(self.beside)
-        return True, "ready"
+        # Ready all the same: each says so where an admin looks.
+        details = [neighbours.beside_line(self.beside)] if self.beside else []
+        details += [self.intervals_notice] if self.intervals_notice else []
+        return True, "; ".join(["ready", *details])
 
     def stop(self) -> None:
         """Close every fence, then give the request in flight STOP_GRACE to return."""

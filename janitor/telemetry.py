@@ -15,9 +15,10 @@ from collections import Counter as Tally
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
-from janitor.decide.model import Action, Finding, TriggerKind
+from janitor.decide.evidence import Evidence
+from janitor.decide.model import Action, Finding, SkippedKind, TriggerKind
 from janitor.decide.plan import CyclePlan
 from janitor.decide.rails import HoldReason
 from janitor.decide.triggers import registry as triggers
@@ -102,8 +103,15 @@ def audit(action: Action, *, outcome: str, dry_run: bool, detail: str = "") -> N
     )
 
 
+PAUSES = (HoldReason.CLOCK_SKEW, HoldReason.TRIPWIRE, HoldReason.LEDGER)  # rails that stop every deletion
+GPU_HOUR = 3600.0  # GPU-seconds per GPU-hour: the metrics are in base units, the decisions in hours
+
+
 class Telemetry:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        # A `_created` series beside every counter and histogram doubles what Prometheus stores and
+        # tells nothing a dashboard shows (the process start time is there already). Process-wide.
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # the library leaves it unannotated
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.cycles = Counter("janitor_cycles", "Cycles run, by result", ["result"], registry=r)
@@ -125,17 +133,21 @@ class Telemetry:
                                 "(it then changes nothing)", registry=r)
         self.kube_janitor = Gauge("janitor_kube_janitor_beside", "kube-janitor Deployments (or pods) seen running "
                                   "beside the janitor in the last cycle", registry=r)
-        self.skipped_kinds = Gauge("janitor_kinds_skipped", "Configured kinds that could not be listed",
-                                   registry=r)
+        self.skipped_kinds = Gauge("janitor_kinds_skipped", "Configured kinds the last cycle could not list, by "
+                                   "kind and reason (forbidden: RBAC, so never cleaned; not-served: no such API "
+                                   "here)", ["kind", "reason"], registry=r)
         self.tripped = Gauge("janitor_tripwire_tripped", "1 while the tripwire stops deletions", registry=r)
+        self.paused = Gauge("janitor_deletions_paused", "1 while every deletion pauses, due or not, by the rail "
+                            "that pauses them (clock-skew: the janitor's clock is off the apiserver's, or the "
+                            "latter unknown; tripwire; ledger-unreadable)", ["reason"], registry=r)
         self.skew = Gauge("janitor_clock_skew_seconds", "Janitor clock minus apiserver clock", registry=r)
         self.last_success = Gauge("janitor_last_success_timestamp_seconds", "When a cycle last succeeded",
                                   registry=r)
         self.idle_workloads = Gauge("janitor_idle_workloads", "Workloads per idle policy, trigger and verdict",
                                     ["policy", "trigger", "verdict"], registry=r)
-        self.would_reclaim = Gauge("janitor_would_reclaim_gpu_hours",
-                                   "GPU-hours enforcing would reclaim now, per policy and namespace",
-                                   ["policy", "namespace"], registry=r)
+        self.would_reclaim = Gauge("janitor_would_reclaim_gpu_seconds",
+                                   "GPU-seconds enforcing would reclaim now (GPUs x idle window), per policy and "
+                                   "namespace", ["policy", "namespace"], registry=r)
         self.silent_gpu_pods = Gauge("janitor_gpu_pods_without_telemetry", "Running GPU pods with no GPU series",
                                      ["node"], registry=r)
         self.signal_coverage = Gauge("janitor_gpu_signal_coverage_ratio", "Of the GPU pods an idle-GPU policy "
@@ -143,6 +155,12 @@ class Telemetry:
                                      "rest were judged on the others)", ["policy", "signal"], registry=r)
         self.evidence_failures = Counter("janitor_evidence_failures", "Evidence queries that failed or were partial",
                                          registry=r)
+        self.targets_failures = Counter("janitor_prometheus_targets_failures", "Cycles in which Prometheus' targets "
+                                        "API failed or answered without scrape intervals (each job's interval then "
+                                        "comes from --scrape-interval, or is unknown)", registry=r)
+        self.intervals_unknown = Gauge("janitor_scrape_intervals_unknown", "1 while the last cycle knew no scrape "
+                                       "interval (the targets API gave none, no --scrape-interval): every pod "
+                                       "judged on Prometheus is unknown, never idle", registry=r)
         self.policy_reloads = Counter("janitor_policy_reloads", "Policy file loads, by result", ["result"], registry=r)
         self.policies_broken = Gauge("janitor_policies_broken", "1 while the policy files have errors and the "
                                      "last good policies are in use", registry=r)
@@ -160,9 +178,9 @@ class Telemetry:
         self.errors = Counter("janitor_errors", "Failed cycles, by the dependency that failed", ["source"], registry=r)
         self.reclaimed_gpus = Counter("janitor_reclaimed_gpus", "GPUs freed by lifecycle actions, by policy and "
                                       "action", ["policy", "action"], registry=r)
-        self.reclaimed_gpu_hours = Counter("janitor_reclaimed_gpu_hours", "Idle GPU-hours proven on workloads the "
-                                           "lifecycle then reclaimed (GPUs x window), by policy", ["policy"],
-                                           registry=r)
+        self.reclaimed_gpu_seconds = Counter("janitor_reclaimed_gpu_seconds", "Idle GPU-seconds proven on "
+                                             "workloads the lifecycle then reclaimed (GPUs x window), by policy and "
+                                             "namespace", ["policy", "namespace"], registry=r)
         self.prometheus_seconds = Histogram("janitor_prometheus_request_duration_seconds", "Time one request to "
                                             "Prometheus took, by API (query, query_range, targets)", ["api"],
                                             registry=r, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
@@ -179,6 +197,8 @@ class Telemetry:
             self.errors.labels(source=source)
         for reason in HoldReason:
             self.held.labels(reason=str(reason))
+        for reason in PAUSES:
+            self.paused.labels(reason=str(reason))
         for result in ("success", "error"):
             self.cycles.labels(result=result)
             self.policy_reloads.labels(result=result)
@@ -192,7 +212,7 @@ class Telemetry:
             self.idle_workloads.labels(policy=policy, trigger=trigger, verdict=verdict).set(n)
         self.would_reclaim.clear()
         for (policy, namespace), hours in reclaim_by(findings).items():
-            self.would_reclaim.labels(policy=policy, namespace=namespace).set(hours)
+            self.would_reclaim.labels(policy=policy, namespace=namespace).set(hours * GPU_HOUR)
         self.signal_coverage.clear()
         for (policy, signal), (read, total) in coverage(findings).items():
             self.signal_coverage.labels(policy=policy, signal=signal).set(read / total)
@@ -201,6 +221,13 @@ class Telemetry:
             self.silent_gpu_pods.labels(node=node).set(n)
         self.evidence_failures.inc(failures)
         self.errors.labels(source="prometheus").inc(failures)
+
+    def observe_intervals(self, evidence: Evidence) -> None:
+        """Whether the cycle's evidence could be judged at all: the queries may all answer while no
+        scrape interval is known, and then every verdict is unknown with nothing else moving."""
+        if evidence.targets_error is not None:
+            self.targets_failures.inc()
+        self.intervals_unknown.set(1 if evidence.intervals_unknown else 0)
 
     def observe_lifecycle(self, changes: Sequence[Any], sent: Sequence[Any], failed: Sequence[str],
                           marked: Mapping[str, int]) -> None:
@@ -219,12 +246,16 @@ class Telemetry:
         self.lifecycle_write_failures.inc(len(failed))
         self.errors.labels(source="kubernetes").inc(len(failed))
 
-    def observe_plan(self, plan: CyclePlan, *, objects: int, skipped_kinds: int, tripped: bool,
+    def observe_plan(self, plan: CyclePlan, *, objects: int, skipped_kinds: Sequence[SkippedKind], tripped: bool,
                      skew: float | None) -> None:
         for held in plan.held:
             self.held.labels(reason=str(held.reason)).inc()
         self.objects.set(objects)
-        self.skipped_kinds.set(skipped_kinds)
+        self.skipped_kinds.clear()
+        for skipped in skipped_kinds:
+            self.skipped_kinds.labels(kind=skipped.kind, reason=str(skipped.cause)).set(1)
+        for reason in PAUSES:
+            self.paused.labels(reason=str(reason)).set(1 if plan.paused is reason else 0)
         self.sight_lost.set(0 if plan.blind is None else 1)
         self.kube_janitor.set(len(plan.beside))
         self.tripped.set(1 if tripped else 0)

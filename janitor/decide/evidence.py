@@ -128,6 +128,23 @@ class Evidence:
     cpu: Mapping[CpuKey, CpuEvidence] = field(default_factory=dict)
     ghost_gpus: tuple[GhostGpu, ...] | None = None  # None: not read, or the query failed
     activity: Mapping[str, ActivityEvidence] = field(default_factory=dict)  # by the rule's expression
+    # Why Prometheus' targets API gave no scrape intervals this cycle (None: it gave them, or was
+    # not asked); and whether no --scrape-interval stood in either, so that every pod judged on
+    # this evidence is unknown, never idle, though each query answered.
+    targets_error: str | None = None
+    intervals_unknown: bool = False
+
+    @property
+    def intervals_notice(self) -> str | None:
+        """What admins must hear while the targets API gives no intervals, as one line: nothing
+        else moves (the queries answer, the verdicts are merely *unknown*)."""
+        if self.targets_error is None:
+            return None
+        said = " ".join(self.targets_error.split())
+        if self.intervals_unknown:
+            return (f"scrape intervals unknown ({said}): every pod judged on Prometheus is unknown, never idle, "
+                    "until the targets API answers or --scrape-interval is set")
+        return f"scrape intervals from --scrape-interval, not from Prometheus ({said})"
 
     @property
     def failures(self) -> tuple[str, ...]:

@@ -98,12 +98,21 @@ class ObjectView:
     queued: Queued | None = None
 
 
+class SkipCause(StrEnum):
+    """Why a kind was not listed: a kind RBAC forbids is never cleaned until an admin grants it; one
+    the apiserver does not serve (Kubeflow's notebooks where Kubeflow is not installed) is normal."""
+
+    FORBIDDEN = "forbidden"
+    NOT_SERVED = "not-served"
+
+
 @dataclass(frozen=True, slots=True)
 class SkippedKind:
     """A configured kind that could not be listed (not served, or RBAC forbids): counted, not fatal."""
 
     kind: str
     reason: str
+    cause: SkipCause = SkipCause.NOT_SERVED
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,7 @@ from janitor.decide.model import (
     TriggerKind,
 )
 from janitor.decide.owners import DEFAULT_OWNER_KEYS, find_owner
-from janitor.decide.rails import Held, Rails, apply_rails, clock_skew, is_tripped
+from janitor.decide.rails import Held, HoldReason, Rails, apply_rails, clock_skew, is_tripped
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import CronJobMode, Workload
 from janitor.decide.triggers import expiry, registry
@@ -97,6 +97,7 @@ class CyclePlan:
     skew_seconds: float | None = None  # the janitor's clock minus the apiserver's, when the latter is known
     blind: Reason | None = None  # why this cycle changes nothing: pods or namespaces could not be read
     beside: tuple[ObjectRef, ...] = ()  # where kube-janitor runs beside the janitor (decide.neighbours)
+    paused: HoldReason | None = None  # the rail that stops every deletion this cycle, due or not
 
     def deletions(self) -> tuple[Action, ...]:
         return tuple(a for a in self.actions if a.type is ActionType.DELETE)
@@ -239,6 +240,8 @@ def plan(observation: Observation, policies: Sequence[Policy], ledger: SafetyLed
     notices = list(railed.notices)
     if observation.skipped_kinds:
         notices.append("not listed: " + ", ".join(f"{s.kind} ({s.reason})" for s in observation.skipped_kinds))
+    if observation.evidence.intervals_notice is not None:
+        notices.append(observation.evidence.intervals_notice)
     silent = silent_gpu_pods(observation)
     tripwire = railed.notices[0] if is_tripped(railed.ledger) and railed.notices else None
     beside = neighbours.kube_janitors(observation.objects, observation.pods)
@@ -251,7 +254,7 @@ def plan(observation: Observation, policies: Sequence[Policy], ledger: SafetyLed
                      decision.findings, ledger if blind else railed.ledger, tuple(notices),
                      railed.tripped_now and not blind, report, silent, observation.evidence.failures,
                      (now - observation.at).total_seconds() if observation.at is not None else None, blind,
-                     beside)
+                     beside, railed.paused)
 
 
 def verdicts(findings: Sequence[Finding]) -> Mapping[str, tuple[Finding, ...]]:

@@ -76,6 +76,9 @@ class RailsOutcome:
     ledger: SafetyLedger
     notices: tuple[str, ...]
     tripped_now: bool = False  # the tripwire tripped in this cycle: admins must be told once
+    # The rail that stops every deletion this cycle, whether or not one was due: a pause shows
+    # before the deletion it holds (a clock off by a minute holds the first one due tomorrow).
+    paused: HoldReason | None = None
 
 
 def clock_skew(local: datetime.datetime, apiserver: datetime.datetime | None) -> datetime.timedelta | None:
@@ -105,7 +108,8 @@ def apply_rails(
     if ledger.unreadable:
         why = ("the rails' ledger (deletions of the last day, tripwire state) is unreadable; deletions stop "
                "until an admin repairs or deletes it (a deleted ledger starts empty)")
-        return RailsOutcome((), _hold_all(candidates, HoldReason.LEDGER, why), ledger, (why,))
+        return RailsOutcome((), _hold_all(candidates, HoldReason.LEDGER, why), ledger, (why,),
+                            paused=HoldReason.LEDGER)
     recent = tuple(d for d in ledger.deletions if now - d.at < DAY)
     ledger = replace(ledger, deletions=recent)
     notices: list[str] = []
@@ -121,7 +125,8 @@ def apply_rails(
             f"deletions are stopped since {ledger.tripped_at:%Y-%m-%d %H:%M:%SZ} by the tripwire; "
             "an admin must acknowledge it"
         )
-        return RailsOutcome((), _hold_all(candidates, HoldReason.TRIPWIRE, why), ledger, (why,))
+        return RailsOutcome((), _hold_all(candidates, HoldReason.TRIPWIRE, why), ledger, (why,),
+                            paused=HoldReason.TRIPWIRE)
     if (
         previous is not None
         and not acknowledged
@@ -134,7 +139,8 @@ def apply_rails(
             "all deletions stop until an admin acknowledges"
         )
         ledger = replace(ledger, tripped_at=now, acknowledged_at=None)
-        return RailsOutcome((), _hold_all(candidates, HoldReason.TRIPWIRE, why), ledger, (why,), tripped_now=True)
+        return RailsOutcome((), _hold_all(candidates, HoldReason.TRIPWIRE, why), ledger, (why,), tripped_now=True,
+                            paused=HoldReason.TRIPWIRE)
     ledger = replace(ledger, previous_candidates=len(candidates))
 
     if skew is None:
@@ -142,14 +148,16 @@ def apply_rails(
         # compared with our own clock, which the skew guard exists to distrust.
         why = "the apiserver's clock is unknown (no Date header); deletions pause until it is known"
         notices.append(why)
-        return RailsOutcome((), _hold_all(candidates, HoldReason.CLOCK_SKEW, why), ledger, tuple(notices))
+        return RailsOutcome((), _hold_all(candidates, HoldReason.CLOCK_SKEW, why), ledger, tuple(notices),
+                            paused=HoldReason.CLOCK_SKEW)
     if skew > rails.max_clock_skew:
         why = (
             f"the janitor's clock is {skew.total_seconds():.0f}s off the apiserver's "
             f"(more than {rails.max_clock_skew.total_seconds():.0f}s); deletions pause until it is fixed"
         )
         notices.append(why)
-        return RailsOutcome((), _hold_all(candidates, HoldReason.CLOCK_SKEW, why), ledger, tuple(notices))
+        return RailsOutcome((), _hold_all(candidates, HoldReason.CLOCK_SKEW, why), ledger, tuple(notices),
+                            paused=HoldReason.CLOCK_SKEW)
 
     if rails.dry_run:
         why = "dry-run: nothing is deleted"

@@ -38,7 +38,7 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
 from janitor import endpoints, node_report
 from janitor.node_agent import cgroups, procfs
@@ -74,6 +74,7 @@ class ScanReport:
 
 class AgentMetrics:
     def __init__(self, registry: CollectorRegistry, node: str) -> None:
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # no `_created` series (process-wide)
         r = registry
         self.node = node
         self.scans = Counter("janitor_node_scans", "Node agent scans, by result", ["node", "result"], registry=r)

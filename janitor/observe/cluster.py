@@ -33,6 +33,7 @@ from janitor.decide.model import (
     OwnerRef,
     ResourceKind,
     SafetyLedger,
+    SkipCause,
     SkippedKind,
 )
 from janitor.decide.volumes import ClaimTemplates
@@ -279,7 +280,7 @@ def _get(api: ApiClient, path: str, *, query: Sequence[tuple[str, str | int]] = 
 def _skip(kind: ResourceKind, error: errors.KubeError) -> SkippedKind:
     if isinstance(error, errors.Forbidden):
         logger.warning("cannot list %s (RBAC): %s; skipping it", kind.key, error.server_message)
-        return SkippedKind(kind.key, f"forbidden: {error.server_message}")
+        return SkippedKind(kind.key, f"forbidden: {error.server_message}", SkipCause.FORBIDDEN)
     logger.info("%s is not served by this apiserver; skipping it", kind.key)
     return SkippedKind(kind.key, f"not served ({kind.api_version} {kind.plural}): {error.server_message}")
 

@@ -185,7 +185,8 @@ def read_evidence(source: PrometheusSource | None, settings: Settings, need: Nee
         return Evidence()
     prom = settings.prometheus
     labels = source.config.label_map
-    intervals = targets.scrape_intervals(source) if need.gpu or need.cpu else None
+    read = targets.scrape_intervals(source) if need.gpu or need.cpu else targets.ScrapeIntervals(None)
+    intervals = read.jobs
     step = gap_step(intervals, prom.scrape_interval)
     gpu: dict[GpuKey, GpuEvidence] = {}
     for signal, window in sorted(need.gpu, key=str):
@@ -203,7 +204,8 @@ def read_evidence(source: PrometheusSource | None, settings: Settings, need: Nee
                                                       busy_fraction=need.cpu_busy_fraction.get((window, ignore)))
     ghosts = (evidence.ghost_gpus(source, at=at, labels=labels, hostname_label=prom.hostname_label)
               if need.ghost_gpus and pods is None else None)
-    return Evidence(gpu, cpu, ghosts, activity.read(source, need.activity, at))
+    return Evidence(gpu, cpu, ghosts, activity.read(source, need.activity, at), read.error,
+                    read.error is not None and prom.scrape_interval is None)
 
 
 def _oom(api: ApiClient, namespaces: Sequence[str] | None, page_size: int) -> dict[str, tuple[Any, ...]]:

@@ -9,7 +9,9 @@ shortest among its active targets, so a mixed job expects more samples, never fe
 
 Stores without a targets API (Mimir) answer with an error: then only an interval the admin set
 with `--scrape-interval` is used, and without one every series' interval is unknown, which
-judges nothing idle.
+judges nothing idle. So is an answer of targets none of which says its job and interval (a
+Prometheus before 2.37, a proxy's own shape): it is no interval, and says why, never `{}`, which
+would look like a Prometheus that scrapes nothing. The caller says it once (a plan notice).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import datetime
 import logging
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from janitor.observe.prometheus import PrometheusError, PrometheusSource
@@ -49,10 +52,24 @@ def by_job(targets: Iterable[Mapping[str, Any]]) -> dict[str, datetime.timedelta
     return jobs
 
 
-def scrape_intervals(source: PrometheusSource) -> dict[str, datetime.timedelta] | None:
-    """Each job's scrape interval, or None when Prometheus cannot say (logged)."""
+@dataclass(frozen=True, slots=True)
+class ScrapeIntervals:
+    """What the targets API said: each job's interval, or (`jobs` None) why it said none."""
+
+    jobs: dict[str, datetime.timedelta] | None
+    error: str | None = None
+
+
+def scrape_intervals(source: PrometheusSource) -> ScrapeIntervals:
+    """Each job's scrape interval, or why Prometheus cannot say."""
     try:
-        return by_job(source.active_targets())
+        targets = source.active_targets()
     except PrometheusError as error:
-        logger.warning("scrape intervals unknown (Prometheus targets API): %s", error)
-        return None
+        logger.debug("scrape intervals unknown (Prometheus targets API): %s", error)
+        return ScrapeIntervals(None, f"Prometheus targets API: {error}")
+    jobs = by_job(targets)
+    if targets and not jobs:
+        first = ", ".join(sorted(str(k) for k in targets[0])[:8])
+        return ScrapeIntervals(None, f"Prometheus targets API answered {len(targets)} active targets, none with a "
+                                     f"job label and a scrapeInterval (the first has: {first or 'nothing'})")
+    return ScrapeIntervals(jobs)

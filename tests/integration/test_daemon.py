@@ -4,7 +4,7 @@ Aspects covered:
 - cycles repeat on the interval: an object that expires while the daemon runs is deleted
   without a restart;
 - /healthz answers 200 and /metrics counts the deletion by outcome, with the held-reason
-  series present at zero;
+  series present at zero; what it serves passes `promtool check metrics`, without `_created` series;
 - SIGTERM stops it cleanly (exit 0);
 - `janitor run --once --dry-run` prints the plan, deletes nothing and exits 0;
 - with an app token the daemon holds a Socket Mode connection for the buttons (metric
@@ -23,6 +23,7 @@ import urllib.request
 from kubernetes import client
 
 from devenv.procs import free_port, wait_until
+from devenv.prometheus_release import release
 from devenv.slack_interactive import APP_TOKEN
 from janitor import annotations as a
 
@@ -68,6 +69,11 @@ def test_daemon_deletes_on_schedule_and_serves_health_and_metrics(sandbox, core:
             counted = re.search(rf'janitor_cycle_phase_seconds_count{{phase="{phase}"}} (\S+)', metrics)
             assert counted is not None and float(counted.group(1)) >= 1, phase
         assert re.search(r"janitor_decide_cpu_seconds_total [0-9.e-]+", metrics)
+        # What Prometheus scrapes passes promtool's lint (base units, _total) and has no _created series.
+        checked = subprocess.run([release().promtool, "check", "metrics"], input=metrics.encode(), capture_output=True,
+                                 timeout=60)
+        assert checked.returncode == 0, (checked.stdout + checked.stderr).decode()
+        assert "_created" not in metrics
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=30)

@@ -199,7 +199,8 @@ def test_idle_job_is_marked_warned_reminded_and_deleted_a_busy_one_never(
     assert "deleted" in (slack.messages(channel)[-1].text + str(slack.messages(channel)[-1].blocks)).lower()
     get = janitor.telemetry.registry.get_sample_value
     assert get("janitor_reclaimed_gpus_total", {"policy": "idle-gpu", "action": "delete"}) == 1
-    assert get("janitor_reclaimed_gpu_hours_total", {"policy": "idle-gpu"}) == 2  # 1 GPU idle over the 2 h window
+    # 1 GPU idle over the 2 h window
+    assert get("janitor_reclaimed_gpu_seconds_total", {"policy": "idle-gpu", "namespace": namespace}) == 2 * 3600
     assert get("janitor_actions_total", {"action": "delete", "rule": "lifecycle", "policy": "idle-gpu",
                                          "outcome": "done"}) == 1
     assert not any(k.startswith("janitor/") and k != "janitor/owner" for k in notes_of(kube, namespace, "busy-job"))

@@ -172,7 +172,7 @@ def test_daemon_cycle_reports_shadow_metrics_and_keeps_last_good_policies(
         janitor.run_cycle()
         get = janitor.telemetry.registry.get_sample_value
         assert get("janitor_idle_workloads", {"policy": "idle-gpu", "trigger": "idleGpu", "verdict": "idle"}) == 1
-        assert get("janitor_would_reclaim_gpu_hours", {"policy": "idle-gpu", "namespace": namespace}) == 2
+        assert get("janitor_would_reclaim_gpu_seconds", {"policy": "idle-gpu", "namespace": namespace}) == 2 * 3600
         assert get("janitor_policies_broken") == 0
 
         policy_file.write_text(policy_file.read_text().replace("threshold: 5", "treshold: 5"))

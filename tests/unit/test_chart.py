@@ -193,9 +193,8 @@ def test_monitoring_renders_the_rules_and_dashboard_of_manifests_monitoring() ->
     shipped = yaml.safe_load((MONITORING / "prometheusrule.yaml").read_text())
     rule = one(objects, "PrometheusRule")
     assert rule["spec"] == shipped["spec"] and rule["metadata"]["labels"]["release"] == "kps"
-    monitors = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ServiceMonitor"}
-    assert monitors["kube-idle-janitor-node-agent"]["spec"]["namespaceSelector"] == {
-        "matchNames": ["kube-idle-janitor-node-agent"]}
+    monitors = {o["metadata"]["name"]: o["spec"] for o in objects if o["kind"] == "ServiceMonitor"}
+    assert monitors == {o["metadata"]["name"]: o["spec"] for o in render(MONITORING) if o["kind"] == "ServiceMonitor"}
     dashboard = one(objects, "ConfigMap", "kube-idle-janitor-dashboard")
     shipped_dashboard = (MONITORING / "dashboards" / "kube-idle-janitor.json").read_text()
     shipped_dashboard = (MONITORING / "dashboards" / "kube-idle-janitor.json").read_text()

@@ -22,7 +22,8 @@ Aspects covered:
 - the Dockerfile: non-root USER, ENTRYPOINT janitor, no tests/devenv/test extra copied or
   installed; requirements.lock pins every runtime dependency of pyproject.toml within its range;
 - monitoring: the alerts and recordings asked for exist, every janitor_* series they and the
-  dashboard use is one the code exports, the rules pass `promtool check rules` (where installed).
+  dashboard use is one the code exports (promtool's checks, runbooks and the dashboard's queries:
+  tests/unit/test_monitoring.py).
 
 `JANITOR_UPDATE_MANIFESTS=1 .venv/bin/python -m pytest tests/unit/test_manifests.py` rewrites
 the generated files (rbac YAML, policy copies, requirements.lock) instead of failing.
@@ -710,19 +711,27 @@ def _rule(monitoring: list[dict[str, Any]], name: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("alert, needles, duration", [
     ("KubeIdleJanitorNotCycling", ["time() - max(janitor_last_success_timestamp_seconds) > 600", "absent("], "5m"),
-    ("KubeIdleJanitorEvidenceUnavailable", ["increase(janitor_evidence_failures_total[15m]) > 0"], None),
+    ("KubeIdleJanitorEvidenceUnavailable", ["sum(increase(janitor_evidence_failures_total[15m])) > 0"], "15m"),
     ("KubeIdleJanitorDeletionSpike",
-     ['sum(increase(janitor_actions_total{action=~"delete|force-delete"}[1h])) > 25'], None),
-    ("KubeIdleJanitorTripwireTripped", ["janitor_tripwire_tripped == 1"], None),
+     ['sum(increase(janitor_actions_total{action=~"delete|force-delete"}[1h])) > 25'], "5m"),
+    ("KubeIdleJanitorTripwireTripped", ["max(janitor_tripwire_tripped) == 1"], "1m"),
     ("KubeIdleJanitorStuckLeftovers", ["janitor_node_leftover_tasks > 0"], "15m"),
     ("KubeIdleJanitorSlackButtonsDisconnected", ["max(janitor_slack_socket_connected) == 0"], "15m"),
     ("KubeIdleJanitorGPUPodsWithoutTelemetry", ["sum(janitor_gpu_pods_without_telemetry) > 0"], "30m"),
-    ("KubeIdleJanitorNodeAgentSilent", ["time() - janitor_node_agent_last_scan_timestamp_seconds > 300"], None),
+    ("KubeIdleJanitorNodeAgentSilent", ["time() - janitor_node_agent_last_scan_timestamp_seconds > 300"], "5m"),
     ("KubeIdleJanitorNodeAgentCannotSee", ["janitor_node_agent_pods_visible == 0"], "15m"),
     ("KubeIdleJanitorSightLost", ["max(janitor_sight_lost) == 1"], "10m"),
-    ("KubeIdleJanitorLedgerContended", ["sum(increase(janitor_ledger_contended_total[1h])) > 0"], None),
+    ("KubeIdleJanitorLedgerContended", ["sum(increase(janitor_ledger_contended_total[1h])) > 0"], "5m"),
     ("KubeIdleJanitorBesideKubeJanitor", ["max(janitor_kube_janitor_beside) > 0"], "1h"),
     ("KubeIdleJanitorGpuSignalMissing", ["min by (policy, signal) (janitor_gpu_signal_coverage_ratio) < 1"], "1h"),
+    ("KubeIdleJanitorKindForbidden", ['max by (kind) (janitor_kinds_skipped{reason="forbidden"}) == 1'], "15m"),
+    ("KubeIdleJanitorClockSkew", ['max(janitor_deletions_paused{reason="clock-skew"}) == 1'], "10m"),
+    ("KubeIdleJanitorLedgerUnreadable", ['max(janitor_deletions_paused{reason="ledger-unreadable"}) == 1'], "10m"),
+    ("KubeIdleJanitorScrapeIntervalsUnknown", ["max(janitor_scrape_intervals_unknown) == 1"], "15m"),
+    ("KubeIdleJanitorLifecycleWritesFailing", ["sum(increase(janitor_lifecycle_write_failures_total[15m])) > 0"],
+     "15m"),
+    ("KubeIdleJanitorMessagesFailing",
+     ['sum by (to) (increase(janitor_slack_messages_total{result="failed"}[15m])) > 0'], "15m"),
 ])
 def test_alerts(monitoring, alert: str, needles: list[str], duration: str | None) -> None:
     rule = _rule(monitoring, alert)
@@ -734,7 +743,6 @@ def test_alerts(monitoring, alert: str, needles: list[str], duration: str | None
 
 @pytest.mark.parametrize("record, function", [
     ("exported_pod_gpu:DCGM_FI_DEV_GPU_UTIL:max_over_time2h", "max_over_time(DCGM_FI_DEV_GPU_UTIL"),
-    ("exported_pod_gpu:DCGM_FI_DEV_GPU_UTIL:count_over_time2h", "count_over_time(DCGM_FI_DEV_GPU_UTIL"),
 ])
 def test_recording_rules_per_pod_and_gpu_over_2h(monitoring, record: str, function: str) -> None:
     expr = _rule(monitoring, record)["expr"]
@@ -755,18 +763,10 @@ def test_dashboard_panels(monitoring) -> None:
     dashboard = json.loads(cm["data"]["kube-idle-janitor.json"])
     exprs = {p["title"]: " ".join(t["expr"] for t in p["targets"]) for p in dashboard["panels"]}
     for series in ("janitor_cycles_total", "janitor_cycle_duration_seconds_bucket", "janitor_actions_total",
-                   "janitor_marked_workloads", "janitor_would_reclaim_gpu_hours", "janitor_slack_messages_total",
+                   "janitor_marked_workloads", "janitor_would_reclaim_gpu_seconds", "janitor_slack_messages_total",
                    "janitor_tripwire_tripped", "janitor_node_leftover_tasks", "janitor_node_oom_kills_total"):
         assert any(series in e for e in exprs.values()), series
     assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
-
-
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
-def test_rules_pass_promtool(monitoring, tmp_path: Path) -> None:
-    rules = tmp_path / "rules.yaml"
-    rules.write_text(yaml.safe_dump(find(monitoring, "PrometheusRule")["spec"]))
-    out = subprocess.run(["promtool", "check", "rules", str(rules)], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_servicemonitors_select_the_metrics_services(base, monitoring) -> None:

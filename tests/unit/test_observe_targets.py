@@ -2,13 +2,12 @@
 
 Covered: Prometheus durations (`15s`, `1m30s`, `500ms`; garbage and zero are no interval); a job's
 interval is the shortest of its active targets; targets without a job or an interval are left out;
-an error from the API is "unknown" (None), logged, never a guess.
+an error from the API is "unknown" (no jobs), with its reason, never a guess.
 """
 
 from __future__ import annotations
 
 import datetime
-import logging
 from typing import Any
 
 import pytest
@@ -44,7 +43,6 @@ class Failing(PrometheusSource):
         raise PrometheusError(ErrorKind.MALFORMED, "no targets answer: HTTP 404", status=404)
 
 
-def test_no_targets_api_means_unknown(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="janitor.observe.targets"):
-        assert scrape_intervals(Failing(PrometheusConfig(url="http://127.0.0.1:9"))) is None
-    assert "scrape intervals unknown" in caplog.text and "404" in caplog.text
+def test_no_targets_api_means_unknown() -> None:
+    read = scrape_intervals(Failing(PrometheusConfig(url="http://127.0.0.1:9")))
+    assert read.jobs is None and read.error is not None and "404" in read.error

@@ -18,7 +18,7 @@ from factories import NOW, ago, obj
 
 from janitor import annotations as a
 from janitor import report
-from janitor.decide.model import Finding, ObjectRef, Observation, SafetyLedger, State, TriggerKind
+from janitor.decide.model import Finding, ObjectRef, Observation, SafetyLedger, SkippedKind, State, TriggerKind
 from janitor.decide.plan import PlanSettings, plan
 from janitor.decide.rails import Caps, Rails
 from janitor.decide.reasons import Code, why
@@ -77,14 +77,16 @@ def test_audit_line_is_one_json_object(caplog) -> None:
 def test_metrics_count_outcomes_with_bounded_labels() -> None:
     t = Telemetry()
     p = sample_plan()
-    t.observe_plan(p, objects=4, skipped_kinds=1, tripped=False, skew=0.4)
+    unserved = SkippedKind("notebooks.kubeflow.org", "not served (kubeflow.org/v1 notebooks)")
+    t.observe_plan(p, objects=4, skipped_kinds=(unserved,), tripped=False, skew=0.4)
     t.count(p.deletions()[0], "done")
     get = t.registry.get_sample_value
     assert get("janitor_actions_total", {"action": "delete", "rule": "expires", "policy": "ttl-expiry",
                                          "outcome": "done"}) == 1
     assert get("janitor_deletions_held_total", {"reason": "cap"}) == 1
     assert get("janitor_deletions_held_total", {"reason": "tripwire"}) == 0
-    assert get("janitor_kinds_skipped") == 1 and get("janitor_clock_skew_seconds") == 0.4
+    assert get("janitor_kinds_skipped", {"kind": "notebooks.kubeflow.org", "reason": "not-served"}) == 1
+    assert get("janitor_clock_skew_seconds") == 0.4
 
 
 def _verdict(uid: str, state: State) -> Finding:
