@@ -79,6 +79,7 @@ class LeaseElector:
         self._thread: threading.Thread | None = None
         self._hold_off_until = 0.0  # monotonic; after stepping down, no attempt before it
         self._term = 0  # bumped on stepping down: a renewal begun before it does not count
+        self._leaving = False  # stopping or stepping down: the lease is let go of on purpose
 
     # -- the fence ---------------------------------------------------------------------------------
     def is_leader(self) -> bool:
@@ -86,8 +87,12 @@ class LeaseElector:
             self.monotonic() - self._renewed_at < self.settings.renew_deadline.total_seconds())
         if held != self._was_leader:
             self._was_leader = held
-            logger.warning("leader election: %s lease %s/%s as %s", "acquired" if held else "lost",
-                           self.settings.namespace, self.settings.name, self.settings.identity)
+            # Taking the lease is news; losing it while running is worth a look; letting it go on
+            # the way out (stop, step_down) is said by the caller.
+            level = logging.INFO if held or self._leaving else logging.WARNING
+            logger.log(level, "leader election: %s lease %s/%s as %s",
+                       "acquired" if held else "let go of" if self._leaving else "lost",
+                       self.settings.namespace, self.settings.name, self.settings.identity)
             if self.on_change:
                 self.on_change(held)
         return held
@@ -173,7 +178,9 @@ class LeaseElector:
         self._hold_off_until = self.monotonic() + self.settings.lease_duration.total_seconds()
         held = self._renewed_at is not None
         self._renewed_at = None
+        self._leaving = True
         self.is_leader()
+        self._leaving = False
         logger.warning("leader election: stepping down from lease %s/%s for %gs", self.settings.namespace,
                        self.settings.name, self.settings.lease_duration.total_seconds())
         if held:
@@ -186,6 +193,7 @@ class LeaseElector:
             self._thread.join(timeout=self.settings.retry_period.total_seconds() + 5)
         held = self.is_leader()
         self._renewed_at = None
+        self._leaving = True
         self.is_leader()
         if release and held:
             self._release()

@@ -280,8 +280,10 @@ class NodeAgent:
         except ApiException as e:
             logger.warning("cannot set condition %s on node %s: %s", ctype, self.settings.node, e)
             return False
-        if changed:
-            logger.warning("%s=%s on node %s: %s", ctype, status, self.settings.node, message)
+        if changed:  # leftovers and blindness need a look; starting and all clear are routine
+            needs_look = reason in (node_report.REASON_LEFTOVERS, node_report.REASON_CANNOT_SEE)
+            logger.log(logging.WARNING if needs_look else logging.INFO, "%s=%s on node %s: %s", ctype, status,
+                       self.settings.node, message)
         return True
 
     def _cannot_see(self, sight: node_report.Sight | None) -> str:
