@@ -41,6 +41,7 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from janitor import endpoints, node_report
+from janitor.durations import in_words
 from janitor.node_agent import cgroups, procfs
 from janitor.node_agent.tracker import DStateTracker, Leftover, OomKill, OomTracker, PodOnNode, PodTaskTracker
 
@@ -198,7 +199,7 @@ class NodeAgent:
                 logger.info("scan: %d leftovers, %d new OOM kill readings", len(report.leftovers),
                             len(report.oom_kills))
             except Exception:
-                logger.exception("node scan failed; next scan in %s", self.settings.interval)
+                logger.exception("node scan failed; next scan in %s", in_words(self.settings.interval))
             deadline = time.monotonic() + self.settings.interval.total_seconds()
             while not stop() and time.monotonic() < deadline:
                 time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
