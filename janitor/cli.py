@@ -18,7 +18,7 @@ from janitor import annotations as ann
 from janitor.admission import JANITOR_USER
 from janitor.exits import HELP as EXIT_HELP
 from janitor.exits import Exit
-from janitor.settings import DEFAULT_KINDS, Settings, from_args, parse_kind
+from janitor.settings import DEFAULT_KINDS, Settings, from_args, logged, parse_kind
 from janitor.settings import DEFAULTS as D
 
 if TYPE_CHECKING:
@@ -319,8 +319,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     settings = from_args(args)
     api = _api(args)
     ports = _ports(args, settings, api)
-    # Every setting once, at start (the Slack token is not in the repr), so a log shows what ran.
-    logging.getLogger("janitor").info("kube-idle-janitor %s starting with %r", __version__, settings)
+    # Every setting once, at start, one per line and no secret, so a log shows what ran.
+    logging.getLogger("janitor").info("kube-idle-janitor %s starting", __version__)
+    for line in logged(settings):
+        key, _, value = line.partition("=")
+        logging.getLogger("janitor.settings").info("%s", line, extra={"setting": key, "value": value})
     metrics = telemetry.Telemetry()
     if args.once:
         slack_error = ports.slack.check_token() if ports.slack is not None else ""
