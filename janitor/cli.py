@@ -90,6 +90,14 @@ def _cmd_annotation(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _json_logs(args: argparse.Namespace) -> bool:
+    """--log-format, else as each command always logged: the daemons JSON (text with --once), the
+    other commands text."""
+    if args.log_format:
+        return bool(args.log_format == "json")
+    return args.command in cli_options.DAEMONS and not getattr(args, "once", False)
+
+
 def _api(args: argparse.Namespace) -> TimedApiClient:
     """The client of --kubeconfig, $KUBECONFIG, ~/.kube/config or the in-cluster ServiceAccount."""
     from janitor import kubeapi
@@ -278,7 +286,7 @@ def _cmd_node_agent(args: argparse.Namespace) -> int:
     from janitor import telemetry
     from janitor.node_agent.agent import AgentSettings, NodeAgent
 
-    telemetry.configure_logging(args.log_level, json_lines=not args.once)
+    telemetry.configure_logging(args.log_level, json_lines=_json_logs(args))
     node = args.node_name or os.environ.get("NODE_NAME")
     if not node:
         print("--node-name (or $NODE_NAME, from the downward API's spec.nodeName) is required", file=sys.stderr)
@@ -315,7 +323,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     from janitor import cycle, daemon, report, telemetry
 
-    telemetry.configure_logging(args.log_level, json_lines=not args.once)
+    telemetry.configure_logging(args.log_level, json_lines=_json_logs(args))
     settings = from_args(args)
     api = _api(args)
     ports = _ports(args, settings, api)
@@ -609,6 +617,8 @@ Needs Kubernetes 1.30+ (ValidatingAdmissionPolicy v1).""",
     cli_options.idle(run)  # with `run`, policies are re-read every cycle; findings go to logs and metrics
     cli_options.lifecycle(run)
     run.set_defaults(func=_cmd_run)
+    for name, command in commands.choices.items():
+        cli_options.log_format(command, name)
     return parser
 
 
@@ -618,11 +628,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return Exit.USAGE
-    if args.command not in ("run", "node-agent"):
+    if args.command not in cli_options.DAEMONS:
         import logging
 
         # What these commands could log (a kind skipped for RBAC) is in their output; only errors here.
-        logging.basicConfig(level=logging.ERROR, format="janitor: %(message)s")
+        if _json_logs(args):
+            from janitor import telemetry
+
+            telemetry.configure_logging("ERROR")
+        else:
+            logging.basicConfig(level=logging.ERROR, format="janitor: %(message)s")
     return exits.run(f"janitor {args.command}", lambda: int(args.func(args)))
 
 
