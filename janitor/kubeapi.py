@@ -24,7 +24,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from janitor import errors
+from janitor import errors, transport
 from janitor.decide.model import ResourceKind
 
 Timeout = tuple[float, float]  # (connect, read) seconds
@@ -184,6 +184,15 @@ def path(kind: ResourceKind, namespace: str | None = None, name: str | None = No
     return result + f"/{quote(name, safe='')}" if name is not None else result
 
 
+def failed(error: ApiException | urllib3.exceptions.HTTPError, doing: str) -> errors.KubeError:
+    """The KubeError for a request that failed: by its HTTP status, or, with none (the client
+    library's status 0 for a TLS failure, or no answer at all), why there was none in words
+    ("127.0.0.1:6443: connection refused"), never the library's text."""
+    if isinstance(error, ApiException) and error.status:
+        return errors.from_status(error.status, error.body or error.reason, doing=doing)
+    return errors.from_status(None, str(transport.no_answer(error, "the apiserver")), doing=doing)
+
+
 def request(
     api: ApiClient,
     method: str,
@@ -209,10 +218,8 @@ def request(
         )
         response = api.call_api(*serialized)
         data: bytes = response.read()  # type: ignore[no-untyped-call]
-    except ApiException as e:
-        raise errors.from_status(e.status, e.body or e.reason, doing=doing) from e
-    except urllib3.exceptions.HTTPError as e:
-        raise errors.from_status(None, str(e), doing=doing) from e
+    except (ApiException, urllib3.exceptions.HTTPError) as e:
+        raise failed(e, doing) from e
     if not 200 <= response.status <= 299:
         raise errors.from_status(response.status, data, doing=doing)
     return Response(response.status, data or b"", dict(response.headers or {}))
@@ -227,10 +234,8 @@ def open_stream(api: ApiClient, url_path: str, *, query: Sequence[tuple[str, Any
         serialized = api.param_serialize("GET", url_path, query_params=list(query), header_params=headers,
                                          auth_settings=["BearerToken"])
         response = api.call_api(*serialized, _request_timeout=timeout)
-    except ApiException as e:
-        raise errors.from_status(e.status, e.body or e.reason, doing=doing) from e
-    except urllib3.exceptions.HTTPError as e:
-        raise errors.from_status(None, str(e), doing=doing) from e
+    except (ApiException, urllib3.exceptions.HTTPError) as e:
+        raise failed(e, doing) from e
     if not 200 <= response.status <= 299:
         try:
             data = response.read()  # type: ignore[no-untyped-call]
