@@ -325,13 +325,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     telemetry.configure_logging(args.log_level, json_lines=_json_logs(args))
     settings = from_args(args)
-    api = _api(args)
-    ports = _ports(args, settings, api)
     # Every setting once, at start, one per line and no secret, so a log shows what ran.
     logging.getLogger("janitor").info("kube-idle-janitor %s starting", __version__)
     for line in logged(settings):
         key, _, value = line.partition("=")
         logging.getLogger("janitor.settings").info("%s", line, extra={"setting": key, "value": value})
+    api = _api(args)
+    ports = _ports(args, settings, api)
     metrics = telemetry.Telemetry()
     if args.once:
         slack_error = ports.slack.check_token() if ports.slack is not None else ""
@@ -347,6 +347,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if failed or result.memory.policies is None:
             return Exit.PROBLEMS
         return Exit.DENIED if slack_error else Exit.OK
+    from janitor.outage import Outage
+
+    api.outage = Outage("the apiserver")  # an apiserver out of reach: one line, not one per request
     if args.watch_cache:
         from janitor.observe.cache import ClusterCache
 

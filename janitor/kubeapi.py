@@ -11,6 +11,7 @@ apiserver never answers would otherwise hold a cycle, and the lease, for good.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,9 @@ from kubernetes.client.exceptions import ApiException
 
 from janitor import errors, transport
 from janitor.decide.model import ResourceKind
+from janitor.outage import Outage
+
+logger = logging.getLogger(__name__)
 
 Timeout = tuple[float, float]  # (connect, read) seconds
 DEFAULT_TIMEOUT: Timeout = (5.0, 30.0)
@@ -37,17 +41,38 @@ ONE_TRY = urllib3.Retry(total=1, connect=1, read=0, status=0, other=0, redirect=
 
 
 class TimedApiClient(ApiClient):
-    """An ApiClient whose requests without an explicit `_request_timeout` get `timeout`."""
+    """An ApiClient whose requests without an explicit `_request_timeout` get `timeout`; with an
+    `outage` (the daemon's), every request that gets no answer, typed or raw, is counted there, and
+    every answer ends an outage."""
 
     def __init__(self, configuration: k8s.Configuration | None = None, timeout: Timeout = DEFAULT_TIMEOUT) -> None:
         super().__init__(configuration)
         self.timeout = timeout
         self.in_cluster = False  # set by `connect`: the ServiceAccount's credentials, not a kubeconfig's
+        self.outage: Outage | None = None
 
     def call_api(self, method: Any, url: Any, header_params: Any = None, body: Any = None, post_params: Any = None,
                  _request_timeout: Any = None) -> Any:
-        return super().call_api(method, url, header_params, body, post_params,
-                                _request_timeout if _request_timeout is not None else self.timeout)
+        try:
+            response = super().call_api(method, url, header_params, body, post_params,
+                                        _request_timeout if _request_timeout is not None else self.timeout)
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
+            if self.outage is not None and no_answer(e):
+                self.outage.failed(e)
+            raise
+        if self.outage is not None:
+            self.outage.answered()
+        return response
+
+
+def no_answer(error: BaseException) -> bool:
+    """Whether a request failed without any HTTP answer (the client library gives status 0 to a TLS
+    failure); the parts of the daemon leave saying those to the client's `Outage`."""
+    if isinstance(error, errors.KubeError):
+        return error.status is None
+    if isinstance(error, ApiException):
+        return not error.status
+    return isinstance(error, urllib3.exceptions.HTTPError | OSError)
 
 
 def connect(kubeconfig: str | None, timeout: Timeout = DEFAULT_TIMEOUT, *, context: str | None = None,
@@ -78,6 +103,12 @@ def connect(kubeconfig: str | None, timeout: Timeout = DEFAULT_TIMEOUT, *, conte
         except (k8s_config.ConfigException, yaml.YAMLError, OSError, KeyError, TypeError, ValueError) as e:
             raise errors.ConfigError(_kubeconfig_problem(files, named, context, e)) from None
     configuration.retries = ONE_TRY
+    if not configuration.verify_ssl:
+        # The kubeconfig asks for it (insecure-skip-tls-verify): said once here, in words, rather
+        # than by urllib3 on every request.
+        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+        logger.warning("%s: insecure-skip-tls-verify: the apiserver's certificate is not checked",
+                       configuration.host)
     client = TimedApiClient(configuration, timeout)
     client.in_cluster = origin is None
     return client
