@@ -122,12 +122,12 @@ def _progress(kind: str, count: int) -> None:
     print(f"\rlisting {kind}: {count} objects ...".ljust(60), end="", file=sys.stderr, flush=True)
 
 
-def _plan(args: argparse.Namespace) -> tuple[Settings, Planned] | None:
+def _plan(args: argparse.Namespace, api: TimedApiClient | None = None) -> tuple[Settings, Planned] | None:
     """Observe and decide once; None (after printing them) when the policy files have errors."""
     from janitor.cycle import plan_once
 
     settings = from_args(args)
-    planned = plan_once(_ports(args, settings), settings, progress=_progress if sys.stderr.isatty() else None)
+    planned = plan_once(_ports(args, settings, api), settings, progress=_progress if sys.stderr.isatty() else None)
     if sys.stderr.isatty():
         print("\r".ljust(60), end="\r", file=sys.stderr)
     for error in planned.memory.policy_errors:
@@ -172,10 +172,15 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         print("name the object as KIND/NAMESPACE/NAME (or KIND/NAME if cluster-scoped)", file=sys.stderr)
         return 2
     kind, namespace, name = (parts[0], None, parts[1]) if len(parts) == 2 else parts
-    done = _plan(args)
+    api = _api(args)
+    done = _plan(args, api)
     if done is None:
         return 1
     _, planned = done
+    missing = _missing(api, planned, kind, namespace, name)
+    if missing:
+        print(f"janitor explain: {args.object}: {missing}", file=sys.stderr)
+        return Exit.PROBLEMS
     if args.output in ("json", "yaml"):
         from janitor import documents
 
@@ -185,6 +190,28 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     explained = report.explain(planned.plan, kind, namespace, name, args.object)
     print(report.fit(explained, report.terminal_width(args.output)))
     return Exit.OK
+
+
+def _missing(api: TimedApiClient, planned: Planned, kind: str, namespace: str | None, name: str) -> str:
+    """Why `explain` has nothing to say of an object no rule applies to, if it is not there at all
+    ('' when it is): "no janitor rule applies" would read as "it is there, and safe"."""
+    from janitor import report
+    from janitor.observe import cluster
+
+    if report.subject(planned.plan, kind, namespace, name)[0] is not None or any(
+            report.matches(o.ref, kind, namespace, name) for o in planned.observation.objects):
+        return ""
+    known = next((k for k in DEFAULT_KINDS if kind.lower() in (k.kind.lower(), k.key.lower(), k.plural)), None)
+    try:
+        resource = known or parse_kind(kind)
+    except ValueError as e:
+        return str(e)
+    if resource.namespaced and not namespace:
+        return f"{resource.kind} is namespaced: name it as {resource.kind}/NAMESPACE/{name}"
+    if cluster.read_by_name(api, resource, namespace if resource.namespaced else None, name) is not None:
+        return ""
+    where = f" in namespace {namespace}" if resource.namespaced else ""
+    return f"there is no {resource.kind} named {name}{where}"
 
 
 def _cmd_unmark(args: argparse.Namespace) -> int:
@@ -482,7 +509,8 @@ interact with janitor/ttl, janitor/expires and janitor/opt-out: docs/policies.md
     plan.set_defaults(func=_cmd_plan)
 
     explain = commands.add_parser("explain", help="every rule's verdict on one object",
-                                  description="Explain what the janitor thinks of one object and why.")
+                                  description="Explain what the janitor thinks of one object and why. An object "
+                                              "that does not exist is said to be missing, and exits 1.")
     explain.add_argument("object", metavar="KIND/NAMESPACE/NAME")
     cli_options.output(explain)
     cli_options.cluster(explain)
