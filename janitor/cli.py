@@ -352,12 +352,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     telemetry.configure_logging(args.log_level, json_lines=_json_logs(args))
     settings = from_args(args)
+    api = _api(args)  # a kubeconfig it cannot use is one line, before anything is logged
     # Every setting once, at start, one per line and no secret, so a log shows what ran.
     logging.getLogger("janitor").info("kube-idle-janitor %s starting", __version__)
     for line in logged(settings):
         key, _, value = line.partition("=")
         logging.getLogger("janitor.settings").info("%s", line, extra={"setting": key, "value": value})
-    api = _api(args)
+    if api.insecure:
+        logging.getLogger("janitor.kubeapi").warning("%s", api.insecure)
     ports = _ports(args, settings, api)
     metrics = telemetry.Telemetry()
     if args.once:

@@ -11,7 +11,6 @@ apiserver never answers would otherwise hold a cycle, and the lease, for good.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,8 +27,6 @@ from kubernetes.client.exceptions import ApiException
 from janitor import errors, transport
 from janitor.decide.model import ResourceKind
 from janitor.outage import Outage
-
-logger = logging.getLogger(__name__)
 
 Timeout = tuple[float, float]  # (connect, read) seconds
 DEFAULT_TIMEOUT: Timeout = (5.0, 30.0)
@@ -50,6 +47,13 @@ class TimedApiClient(ApiClient):
         self.timeout = timeout
         self.in_cluster = False  # set by `connect`: the ServiceAccount's credentials, not a kubeconfig's
         self.outage: Outage | None = None
+
+    @property
+    def insecure(self) -> str:
+        """What to say when the kubeconfig turned TLS verification off, else ''."""
+        if self.configuration.verify_ssl:
+            return ""
+        return f"{self.configuration.host}: insecure-skip-tls-verify: the apiserver's certificate is not checked"
 
     def call_api(self, method: Any, url: Any, header_params: Any = None, body: Any = None, post_params: Any = None,
                  _request_timeout: Any = None) -> Any:
@@ -104,11 +108,9 @@ def connect(kubeconfig: str | None, timeout: Timeout = DEFAULT_TIMEOUT, *, conte
             raise errors.ConfigError(_kubeconfig_problem(files, named, context, e)) from None
     configuration.retries = ONE_TRY
     if not configuration.verify_ssl:
-        # The kubeconfig asks for it (insecure-skip-tls-verify): said once here, in words, rather
-        # than by urllib3 on every request.
+        # The kubeconfig asks for it (insecure-skip-tls-verify): the daemon says so once, in words
+        # (`insecure`), rather than urllib3 on every request.
         urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-        logger.warning("%s: insecure-skip-tls-verify: the apiserver's certificate is not checked",
-                       configuration.host)
     client = TimedApiClient(configuration, timeout)
     client.in_cluster = origin is None
     return client
