@@ -18,7 +18,7 @@ from janitor import annotations as ann
 from janitor.admission import JANITOR_USER
 from janitor.exits import HELP as EXIT_HELP
 from janitor.exits import Exit
-from janitor.settings import DEFAULT_KINDS, Settings, from_args, parse_kind
+from janitor.settings import DEFAULT_KINDS, Settings, from_args, logged, parse_kind
 from janitor.settings import DEFAULTS as D
 
 if TYPE_CHECKING:
@@ -90,6 +90,14 @@ def _cmd_annotation(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _json_logs(args: argparse.Namespace) -> bool:
+    """--log-format, else as each command always logged: the daemons JSON (text with --once), the
+    other commands text."""
+    if args.log_format:
+        return bool(args.log_format == "json")
+    return args.command in cli_options.DAEMONS and not getattr(args, "once", False)
+
+
 def _api(args: argparse.Namespace) -> TimedApiClient:
     """The client of --kubeconfig, $KUBECONFIG, ~/.kube/config or the in-cluster ServiceAccount."""
     from janitor import kubeapi
@@ -114,12 +122,12 @@ def _progress(kind: str, count: int) -> None:
     print(f"\rlisting {kind}: {count} objects ...".ljust(60), end="", file=sys.stderr, flush=True)
 
 
-def _plan(args: argparse.Namespace) -> tuple[Settings, Planned] | None:
+def _plan(args: argparse.Namespace, api: TimedApiClient | None = None) -> tuple[Settings, Planned] | None:
     """Observe and decide once; None (after printing them) when the policy files have errors."""
     from janitor.cycle import plan_once
 
     settings = from_args(args)
-    planned = plan_once(_ports(args, settings), settings, progress=_progress if sys.stderr.isatty() else None)
+    planned = plan_once(_ports(args, settings, api), settings, progress=_progress if sys.stderr.isatty() else None)
     if sys.stderr.isatty():
         print("\r".ljust(60), end="\r", file=sys.stderr)
     for error in planned.memory.policy_errors:
@@ -164,10 +172,15 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         print("name the object as KIND/NAMESPACE/NAME (or KIND/NAME if cluster-scoped)", file=sys.stderr)
         return 2
     kind, namespace, name = (parts[0], None, parts[1]) if len(parts) == 2 else parts
-    done = _plan(args)
+    api = _api(args)
+    done = _plan(args, api)
     if done is None:
         return 1
     _, planned = done
+    missing = _missing(api, planned, kind, namespace, name)
+    if missing:
+        print(f"janitor explain: {args.object}: {missing}", file=sys.stderr)
+        return Exit.PROBLEMS
     if args.output in ("json", "yaml"):
         from janitor import documents
 
@@ -177,6 +190,28 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     explained = report.explain(planned.plan, kind, namespace, name, args.object)
     print(report.fit(explained, report.terminal_width(args.output)))
     return Exit.OK
+
+
+def _missing(api: TimedApiClient, planned: Planned, kind: str, namespace: str | None, name: str) -> str:
+    """Why `explain` has nothing to say of an object no rule applies to, if it is not there at all
+    ('' when it is): "no janitor rule applies" would read as "it is there, and safe"."""
+    from janitor import report
+    from janitor.observe import cluster
+
+    if report.subject(planned.plan, kind, namespace, name)[0] is not None or any(
+            report.matches(o.ref, kind, namespace, name) for o in planned.observation.objects):
+        return ""
+    known = next((k for k in DEFAULT_KINDS if kind.lower() in (k.kind.lower(), k.key.lower(), k.plural)), None)
+    try:
+        resource = known or parse_kind(kind)
+    except ValueError as e:
+        return str(e)
+    if resource.namespaced and not namespace:
+        return f"{resource.kind} is namespaced: name it as {resource.kind}/NAMESPACE/{name}"
+    if cluster.read_by_name(api, resource, namespace if resource.namespaced else None, name) is not None:
+        return ""
+    where = f" in namespace {namespace}" if resource.namespaced else ""
+    return f"there is no {resource.kind} named {name}{where}"
 
 
 def _cmd_unmark(args: argparse.Namespace) -> int:
@@ -278,7 +313,7 @@ def _cmd_node_agent(args: argparse.Namespace) -> int:
     from janitor import telemetry
     from janitor.node_agent.agent import AgentSettings, NodeAgent
 
-    telemetry.configure_logging(args.log_level, json_lines=not args.once)
+    telemetry.configure_logging(args.log_level, json_lines=_json_logs(args))
     node = args.node_name or os.environ.get("NODE_NAME")
     if not node:
         print("--node-name (or $NODE_NAME, from the downward API's spec.nodeName) is required", file=sys.stderr)
@@ -315,12 +350,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     from janitor import cycle, daemon, report, telemetry
 
-    telemetry.configure_logging(args.log_level, json_lines=not args.once)
+    telemetry.configure_logging(args.log_level, json_lines=_json_logs(args))
     settings = from_args(args)
-    api = _api(args)
+    api = _api(args)  # a kubeconfig it cannot use is one line, before anything is logged
+    # Every setting once, at start, one per line and no secret, so a log shows what ran.
+    logging.getLogger("janitor").info("kube-idle-janitor %s starting", __version__)
+    for line in logged(settings):
+        key, _, value = line.partition("=")
+        logging.getLogger("janitor.settings").info("%s", line, extra={"setting": key, "value": value})
+    if api.insecure:
+        logging.getLogger("janitor.kubeapi").warning("%s", api.insecure)
     ports = _ports(args, settings, api)
-    # Every setting once, at start (the Slack token is not in the repr), so a log shows what ran.
-    logging.getLogger("janitor").info("kube-idle-janitor %s starting with %r", __version__, settings)
     metrics = telemetry.Telemetry()
     if args.once:
         slack_error = ports.slack.check_token() if ports.slack is not None else ""
@@ -336,6 +376,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if failed or result.memory.policies is None:
             return Exit.PROBLEMS
         return Exit.DENIED if slack_error else Exit.OK
+    from janitor.outage import Outage
+
+    api.outage = Outage("the apiserver")  # an apiserver out of reach: one line, not one per request
     if args.watch_cache:
         from janitor.observe.cache import ClusterCache
 
@@ -474,7 +517,8 @@ interact with janitor/ttl, janitor/expires and janitor/opt-out: docs/policies.md
     plan.set_defaults(func=_cmd_plan)
 
     explain = commands.add_parser("explain", help="every rule's verdict on one object",
-                                  description="Explain what the janitor thinks of one object and why.")
+                                  description="Explain what the janitor thinks of one object and why. An object "
+                                              "that does not exist is said to be missing, and exits 1.")
     explain.add_argument("object", metavar="KIND/NAMESPACE/NAME")
     cli_options.output(explain)
     cli_options.cluster(explain)
@@ -613,6 +657,8 @@ Needs Kubernetes 1.30+ (ValidatingAdmissionPolicy v1).""",
     cli_options.idle(run)  # with `run`, policies are re-read every cycle; findings go to logs and metrics
     cli_options.lifecycle(run)
     run.set_defaults(func=_cmd_run)
+    for name, command in commands.choices.items():
+        cli_options.log_format(command, name)
     return parser
 
 
@@ -622,11 +668,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return Exit.USAGE
-    if args.command not in ("run", "node-agent"):
+    if args.command not in cli_options.DAEMONS:
         import logging
 
         # What these commands could log (a kind skipped for RBAC) is in their output; only errors here.
-        logging.basicConfig(level=logging.ERROR, format="janitor: %(message)s")
+        if _json_logs(args):
+            from janitor import telemetry
+
+            telemetry.configure_logging("ERROR")
+        else:
+            logging.basicConfig(level=logging.ERROR, format="janitor: %(message)s")
     return exits.run(f"janitor {args.command}", lambda: int(args.func(args)))
 
 

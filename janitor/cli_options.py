@@ -18,6 +18,16 @@ def output(p: argparse.ArgumentParser) -> None:
                         "json, yaml: the whole plan as data, every reason with its code and facts (%(default)s)")
 
 
+DAEMONS = ("run", "node-agent")  # they log as a service does; the other commands print their results
+
+
+def log_format(p: argparse.ArgumentParser, command: str) -> None:
+    default = "json; text with --once" if command in DAEMONS else "text"
+    p.add_argument("--log-format", choices=("json", "text"), default=None,
+                   help="json: one JSON object per line, its fields as keys, for a log collector; text: one line "
+                        f"per record, for a person (default: {default})")
+
+
 def kube(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     p.add_argument("--kubeconfig", metavar="PATH",
                    help="default: $KUBECONFIG, else ~/.kube/config, else the in-cluster ServiceAccount")

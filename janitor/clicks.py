@@ -23,7 +23,7 @@ from janitor import annotations as ann
 from janitor import errors
 from janitor.act import kube
 from janitor.act.slack import Slack
-from janitor.act.slack_messages import slack_date
+from janitor.act.slack_messages import slack_date, with_deadline
 from janitor.decide import clicks
 from janitor.decide.clicks import ButtonValue, Op, Outcome, Presser, Verdict
 from janitor.decide.model import ObjectView
@@ -130,6 +130,8 @@ class Clicks:
                 capped = " (the policy's cap)" if verdict.capped else ""
                 said = f"Kept until {slack_date(verdict.until)}{capped} by <@{user}>"
             blocks = [dict(b) for b in message.get("blocks") or ()]
+            if verdict.deadline is not None:  # what the message says happens when, as it is now
+                blocks = with_deadline(blocks, block_id, verdict.deadline, self._clock())
             done = {"type": "context", "block_id": block_id,
                     "elements": [{"type": "mrkdwn", "text": f":white_check_mark: {said}"}]}
             blocks = [done if b.get("block_id") == block_id and b.get("type") == "actions" else b for b in blocks]

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from janitor import cycle, endpoints, errors
+from janitor import cycle, endpoints, errors, kubeapi
 from janitor.act import kube
 from janitor.act.slack_inbound import HttpReceiver, SocketReceiver
 from janitor.clicks import Clicks
@@ -175,15 +175,22 @@ class _Cycles:
 
     def _finished(self, outcome: dict[str, object]) -> None:
         error = outcome.get("error")
+        # While the apiserver does not answer, its Outage says so (once, then every few minutes);
+        # each cycle that fails or waits for it says so at DEBUG only.
+        outage = getattr(self.ports.api, "outage", None)
+        quiet = outage is not None and outage.ongoing
         if isinstance(error, NotSynced):
             self.telemetry.cycles.labels(result="unsynced").inc()
             self.last_error = str(error)
-            logger.warning("cycle skipped, nothing done: %s", error)
+            logger.log(logging.DEBUG if quiet else logging.WARNING, "cycle skipped, nothing done: %s", error)
         elif isinstance(error, Exception):
             self.telemetry.cycles.labels(result="error").inc()
             self.telemetry.errors.labels(source=error_source(error)).inc()
             self.last_error = f"{type(error).__name__}: {error}"
-            logger.error("cycle failed", exc_info=error)
+            if kubeapi.no_answer(error):
+                logger.log(logging.DEBUG if quiet else logging.ERROR, "cycle failed, nothing done: %s", error)
+            else:
+                logger.error("cycle failed", exc_info=error)
         else:
             result = outcome["result"]
             assert isinstance(result, CycleResult)
@@ -258,6 +265,7 @@ def run_forever(ports: Ports, settings: Settings, telemetry: Telemetry, *, metri
         telemetry.registry.register(CacheCollector(ports.cache))
     if metrics_port is not None:
         serve_health_and_metrics(telemetry.registry, metrics_port, cycles.health, cycles.readiness)
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per run (and per job added) is noise
     scheduler = BlockingScheduler(timezone=datetime.timezone.utc)
     scheduler.add_listener(on_event, EVENT_JOB_ERROR | EVENT_JOB_MISSED)
     scheduler.add_job(cycles.job, "interval", seconds=settings.interval.total_seconds(), next_run_time=cycle.utc_now(),
@@ -273,7 +281,6 @@ def run_forever(ports: Ports, settings: Settings, telemetry: Telemetry, *, metri
     # no further write; the write in flight gets STOP_GRACE to finish (no deletion is cut off
     # between its Event and its DELETE unless its request hangs); then the lease is handed back.
     signal.signal(signal.SIGTERM, stop)
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per run is noise
     try:
         scheduler.start()
     except (KeyboardInterrupt, SystemExit):

@@ -2,9 +2,12 @@
 
 A researcher who runs `janitor keep` on a laptop without a kubeconfig, or with `edit` rights only,
 should read what failed and what to do, not a client library's traceback. So every failure the
-command can expect (no or a broken kubeconfig, an unknown context, refused credentials, 403, an
-apiserver that does not answer, a file that cannot be read) is turned here into an exit code and
-one line. Anything else is a bug in the janitor and keeps its traceback.
+command can expect (no or a broken kubeconfig, an unknown context, a cluster CA that does not
+match, refused credentials, 403, an apiserver that does not answer, a file that cannot be read) is
+turned here into an exit code and one line. Why there was no answer is read from the exception
+chain (janitor.transport), never from a client library's message text: a TLS failure is a
+kubeconfig problem (3), saying what to check, not a network one (5). Anything else is a bug in
+the janitor and keeps its traceback.
 
 The codes are documented in `janitor --help`, so scripts can tell "found problems" (1) from
 "could not look" (3 to 5).
@@ -13,7 +16,6 @@ The codes are documented in `janitor --help`, so scripts can tell "found problem
 from __future__ import annotations
 
 import os
-import re
 import sys
 from collections.abc import Callable
 from enum import IntEnum
@@ -21,14 +23,15 @@ from enum import IntEnum
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from janitor import errors
+from janitor import errors, kubeapi, transport
 
 
 class Exit(IntEnum):
     OK = 0
     PROBLEMS = 1  # the command ran and found problems: invalid values, failed actions, policy errors
     USAGE = 2  # wrong arguments (argparse's own code)
-    CONFIG = 3  # no kubeconfig, a broken one, an unknown context, a file that cannot be read
+    CONFIG = 3  # no kubeconfig, a broken one, an unknown context, a cluster CA that does not match (TLS), a file
+    # that cannot be read
     DENIED = 4  # credentials refused (401), not allowed (403), Slack refused the bot token
     UNREACHABLE = 5  # the apiserver (or Slack) did not answer in time, or not at all
     INTERRUPTED = 130
@@ -37,25 +40,14 @@ class Exit(IntEnum):
 HELP = """\
 exit codes:
   0  done                              3  no kubeconfig, a broken one, an unknown context,
-  1  done, and found problems             or a file that cannot be read
-     (invalid values, failed actions,  4  credentials refused or not allowed (HTTP 401/403)
-     policy errors)                    5  the apiserver did not answer (network, timeout)
-  2  wrong arguments
+  1  done, and found problems             a cluster CA that does not match (TLS), or a
+     (invalid values, failed actions,     file that cannot be read
+     policy errors)                    4  credentials refused or not allowed (HTTP 401/403)
+  2  wrong arguments                   5  the apiserver did not answer (network, timeout)
 Expected failures print one line on stderr saying what failed and what to do; no traceback."""
 
 FORBIDDEN_HINT = ("ask your cluster admins for this right; `janitor plan`, `explain`, `unmark` and `run` read the "
                   "whole cluster (the janitor's ClusterRole: `janitor rbac`)")
-
-
-def _transport(message: str) -> str:
-    """urllib3's "Max retries exceeded ... Caused by NewConnectionError(...)" as "host:port: cause"."""
-    where = re.search(r"host='([^']+)', port=(\d+)", message)
-    cause = re.search(r"\[Errno -?\d+\] ([^'\")]+)|(Read timed out|timed out|Connection reset by peer|"
-                      r"Remote end closed connection without response|CERTIFICATE_VERIFY_FAILED[^'\")]*)", message)
-    if not cause:
-        return message
-    said = (cause.group(1) or cause.group(2)).strip()
-    return f"{where.group(1)}:{where.group(2)}: {said}" if where else said
 
 
 def failure(error: BaseException, *, forbidden_hint: str = FORBIDDEN_HINT) -> tuple[Exit, str] | None:
@@ -66,10 +58,12 @@ def failure(error: BaseException, *, forbidden_hint: str = FORBIDDEN_HINT) -> tu
         return Exit.INTERRUPTED, "interrupted"
     if isinstance(error, errors.ConfigError):
         return Exit.CONFIG, str(error)
-    if isinstance(error, ApiException):
-        error = errors.from_status(error.status, error.body or error.reason, doing="")
-    if isinstance(error, urllib3.exceptions.HTTPError):
-        error = errors.from_status(None, str(error), doing="")
+    if transport.tls_error(error) is not None:  # it answered, with a certificate we do not trust
+        said = transport.no_answer(error, "the apiserver")
+        doing = error.doing if isinstance(error, errors.KubeError) and error.doing else ""
+        return Exit.CONFIG, f"{doing + ': ' if doing else ''}{said} -- {said.advice}"
+    if isinstance(error, ApiException | urllib3.exceptions.HTTPError):
+        error = kubeapi.failed(error, doing="")
     if isinstance(error, errors.Unauthorized):
         return Exit.DENIED, f"{error} -- the apiserver does not accept these credentials: log in again or check " \
                             "the kubeconfig's user"
@@ -78,8 +72,7 @@ def failure(error: BaseException, *, forbidden_hint: str = FORBIDDEN_HINT) -> tu
     if isinstance(error, errors.Forbidden):
         return Exit.DENIED, f"{error} -- {forbidden_hint}"
     if isinstance(error, errors.KubeError) and error.temporary:
-        said = f"{error.doing}: {_transport(error.server_message)}" if error.status is None else str(error)
-        return Exit.UNREACHABLE, f"{said} -- the apiserver did not answer; check the network (VPN?) and the " \
+        return Exit.UNREACHABLE, f"{error} -- the apiserver did not answer; check the network (VPN?) and the " \
                                  "kubeconfig's server, or try again"
     if isinstance(error, errors.KubeError):
         return Exit.PROBLEMS, str(error)

@@ -24,8 +24,9 @@ from kubernetes import config as k8s_config
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from janitor import errors
+from janitor import errors, transport
 from janitor.decide.model import ResourceKind
+from janitor.outage import Outage
 
 Timeout = tuple[float, float]  # (connect, read) seconds
 DEFAULT_TIMEOUT: Timeout = (5.0, 30.0)
@@ -37,17 +38,45 @@ ONE_TRY = urllib3.Retry(total=1, connect=1, read=0, status=0, other=0, redirect=
 
 
 class TimedApiClient(ApiClient):
-    """An ApiClient whose requests without an explicit `_request_timeout` get `timeout`."""
+    """An ApiClient whose requests without an explicit `_request_timeout` get `timeout`; with an
+    `outage` (the daemon's), every request that gets no answer, typed or raw, is counted there, and
+    every answer ends an outage."""
 
     def __init__(self, configuration: k8s.Configuration | None = None, timeout: Timeout = DEFAULT_TIMEOUT) -> None:
         super().__init__(configuration)
         self.timeout = timeout
         self.in_cluster = False  # set by `connect`: the ServiceAccount's credentials, not a kubeconfig's
+        self.outage: Outage | None = None
+
+    @property
+    def insecure(self) -> str:
+        """What to say when the kubeconfig turned TLS verification off, else ''."""
+        if self.configuration.verify_ssl:
+            return ""
+        return f"{self.configuration.host}: insecure-skip-tls-verify: the apiserver's certificate is not checked"
 
     def call_api(self, method: Any, url: Any, header_params: Any = None, body: Any = None, post_params: Any = None,
                  _request_timeout: Any = None) -> Any:
-        return super().call_api(method, url, header_params, body, post_params,
-                                _request_timeout if _request_timeout is not None else self.timeout)
+        try:
+            response = super().call_api(method, url, header_params, body, post_params,
+                                        _request_timeout if _request_timeout is not None else self.timeout)
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
+            if self.outage is not None and no_answer(e):
+                self.outage.failed(e)
+            raise
+        if self.outage is not None:
+            self.outage.answered()
+        return response
+
+
+def no_answer(error: BaseException) -> bool:
+    """Whether a request failed without any HTTP answer (the client library gives status 0 to a TLS
+    failure); the parts of the daemon leave saying those to the client's `Outage`."""
+    if isinstance(error, errors.KubeError):
+        return error.status is None
+    if isinstance(error, ApiException):
+        return not error.status
+    return isinstance(error, urllib3.exceptions.HTTPError | OSError)
 
 
 def connect(kubeconfig: str | None, timeout: Timeout = DEFAULT_TIMEOUT, *, context: str | None = None,
@@ -78,6 +107,10 @@ def connect(kubeconfig: str | None, timeout: Timeout = DEFAULT_TIMEOUT, *, conte
         except (k8s_config.ConfigException, yaml.YAMLError, OSError, KeyError, TypeError, ValueError) as e:
             raise errors.ConfigError(_kubeconfig_problem(files, named, context, e)) from None
     configuration.retries = ONE_TRY
+    if not configuration.verify_ssl:
+        # The kubeconfig asks for it (insecure-skip-tls-verify): the daemon says so once, in words
+        # (`insecure`), rather than urllib3 on every request.
+        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
     client = TimedApiClient(configuration, timeout)
     client.in_cluster = origin is None
     return client
@@ -184,6 +217,15 @@ def path(kind: ResourceKind, namespace: str | None = None, name: str | None = No
     return result + f"/{quote(name, safe='')}" if name is not None else result
 
 
+def failed(error: ApiException | urllib3.exceptions.HTTPError, doing: str) -> errors.KubeError:
+    """The KubeError for a request that failed: by its HTTP status, or, with none (the client
+    library's status 0 for a TLS failure, or no answer at all), why there was none in words
+    ("127.0.0.1:6443: connection refused"), never the library's text."""
+    if isinstance(error, ApiException) and error.status:
+        return errors.from_status(error.status, error.body or error.reason, doing=doing)
+    return errors.from_status(None, str(transport.no_answer(error, "the apiserver")), doing=doing)
+
+
 def request(
     api: ApiClient,
     method: str,
@@ -209,10 +251,8 @@ def request(
         )
         response = api.call_api(*serialized)
         data: bytes = response.read()  # type: ignore[no-untyped-call]
-    except ApiException as e:
-        raise errors.from_status(e.status, e.body or e.reason, doing=doing) from e
-    except urllib3.exceptions.HTTPError as e:
-        raise errors.from_status(None, str(e), doing=doing) from e
+    except (ApiException, urllib3.exceptions.HTTPError) as e:
+        raise failed(e, doing) from e
     if not 200 <= response.status <= 299:
         raise errors.from_status(response.status, data, doing=doing)
     return Response(response.status, data or b"", dict(response.headers or {}))
@@ -227,10 +267,8 @@ def open_stream(api: ApiClient, url_path: str, *, query: Sequence[tuple[str, Any
         serialized = api.param_serialize("GET", url_path, query_params=list(query), header_params=headers,
                                          auth_settings=["BearerToken"])
         response = api.call_api(*serialized, _request_timeout=timeout)
-    except ApiException as e:
-        raise errors.from_status(e.status, e.body or e.reason, doing=doing) from e
-    except urllib3.exceptions.HTTPError as e:
-        raise errors.from_status(None, str(e), doing=doing) from e
+    except (ApiException, urllib3.exceptions.HTTPError) as e:
+        raise failed(e, doing) from e
     if not 200 <= response.status <= 299:
         try:
             data = response.read()  # type: ignore[no-untyped-call]

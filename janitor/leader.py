@@ -31,10 +31,28 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from janitor import transport
+
 # What a request can fail with: an answer (ApiException) or no answer (urllib3, the OS).
 _FAILURES = (ApiException, urllib3.exceptions.HTTPError, OSError)
 
 logger = logging.getLogger(__name__)
+
+
+def _answered(error: BaseException) -> bool:
+    return isinstance(error, ApiException) and bool(error.status)
+
+
+def _level(error: BaseException) -> int:
+    """An answer (a 409 from a race, a 403) is said here; no answer is the client's Outage's to say."""
+    return logging.WARNING if _answered(error) else logging.DEBUG
+
+
+def _said(error: BaseException) -> str:
+    if _answered(error):
+        assert isinstance(error, ApiException)
+        return f"HTTP {error.status} {error.reason}"
+    return str(transport.no_answer(error, "the apiserver"))
 
 
 @dataclass(frozen=True)
@@ -79,6 +97,8 @@ class LeaseElector:
         self._thread: threading.Thread | None = None
         self._hold_off_until = 0.0  # monotonic; after stepping down, no attempt before it
         self._term = 0  # bumped on stepping down: a renewal begun before it does not count
+        self._leaving = False  # stopping or stepping down: the lease is let go of on purpose
+        self._refusal: str | None = None  # the last refusal said, until a write succeeds
 
     # -- the fence ---------------------------------------------------------------------------------
     def is_leader(self) -> bool:
@@ -86,8 +106,12 @@ class LeaseElector:
             self.monotonic() - self._renewed_at < self.settings.renew_deadline.total_seconds())
         if held != self._was_leader:
             self._was_leader = held
-            logger.warning("leader election: %s lease %s/%s as %s", "acquired" if held else "lost",
-                           self.settings.namespace, self.settings.name, self.settings.identity)
+            # Taking the lease is news; losing it while running is worth a look; letting it go on
+            # the way out (stop, step_down) is said by the caller.
+            level = logging.INFO if held or self._leaving else logging.WARNING
+            logger.log(level, "leader election: %s lease %s/%s as %s",
+                       "acquired" if held else "let go of" if self._leaving else "lost",
+                       self.settings.namespace, self.settings.name, self.settings.identity)
             if self.on_change:
                 self.on_change(held)
         return held
@@ -102,11 +126,11 @@ class LeaseElector:
             lease = self.leases.read_namespaced_lease(s.name, s.namespace, _request_timeout=self._timeout)
         except ApiException as e:
             if e.status != 404:
-                logger.warning("leader election: cannot read lease %s/%s: %s", s.namespace, s.name, e.reason)
+                self._failed(f"cannot read lease {s.namespace}/{s.name}", e)
                 return self.is_leader()
             return self._create(started)
-        except (urllib3.exceptions.HTTPError, OSError) as e:
-            logger.warning("leader election: cannot reach the apiserver: %s", e)
+        except (urllib3.exceptions.HTTPError, OSError) as e:  # the client's Outage says it, once
+            logger.debug("leader election: no answer: %s", transport.no_answer(e, "the apiserver"))
             return self.is_leader()
         spec = lease.spec or client.V1LeaseSpec()
         version = lease.metadata.resource_version if lease.metadata is not None else None
@@ -129,15 +153,24 @@ class LeaseElector:
             # The lease read carries its resourceVersion: a race with another candidate is a 409.
             self.leases.replace_namespaced_lease(s.name, s.namespace, lease, _request_timeout=self._timeout)
         except _FAILURES as e:
-            logger.warning("leader election: could not %s lease: %s", "renew" if ours else "take over",
-                           getattr(e, "reason", e))
+            self._failed(f"could not {'renew' if ours else 'take over'} lease", e)
             return self.is_leader()
         self._renewed(started, term)
         return self.is_leader()
 
     def _renewed(self, started: float, term: int) -> None:
+        self._refusal = None
         if term == self._term:
             self._renewed_at = started
+
+    def _failed(self, what: str, error: BaseException) -> None:
+        """An answer that refuses is said once until it changes or a write succeeds (a missing state
+        namespace would otherwise be said every retry period); no answer is the client's Outage's."""
+        said = f"leader election: {what}: {_said(error)}"
+        level = _level(error) if said != self._refusal else logging.DEBUG
+        if level > logging.DEBUG:
+            self._refusal = said
+        logger.log(level, "%s", said)
 
     def _create(self, started: float) -> bool:
         s = self.settings
@@ -150,7 +183,7 @@ class LeaseElector:
         try:
             self.leases.create_namespaced_lease(s.namespace, body, _request_timeout=self._timeout)
         except _FAILURES as e:
-            logger.warning("leader election: could not create lease: %s", getattr(e, "reason", e))
+            self._failed("could not create lease", e)
             return self.is_leader()
         self._renewed(started, term)
         return self.is_leader()
@@ -173,7 +206,9 @@ class LeaseElector:
         self._hold_off_until = self.monotonic() + self.settings.lease_duration.total_seconds()
         held = self._renewed_at is not None
         self._renewed_at = None
+        self._leaving = True
         self.is_leader()
+        self._leaving = False
         logger.warning("leader election: stepping down from lease %s/%s for %gs", self.settings.namespace,
                        self.settings.name, self.settings.lease_duration.total_seconds())
         if held:
@@ -186,6 +221,7 @@ class LeaseElector:
             self._thread.join(timeout=self.settings.retry_period.total_seconds() + 5)
         held = self.is_leader()
         self._renewed_at = None
+        self._leaving = True
         self.is_leader()
         if release and held:
             self._release()
@@ -201,4 +237,4 @@ class LeaseElector:
                 self.leases.replace_namespaced_lease(s.name, s.namespace, lease, _request_timeout=self._timeout)
                 logger.info("leader election: released lease %s/%s", s.namespace, s.name)
         except _FAILURES as e:
-            logger.warning("leader election: could not release the lease: %s", getattr(e, "reason", e))
+            logger.warning("leader election: could not release the lease: %s", _said(e))

@@ -10,7 +10,9 @@ on a sudden jump.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
+import enum
 import os
 import urllib.parse
 from dataclasses import dataclass, field
@@ -23,6 +25,7 @@ from janitor.decide.owners import DEFAULT_OWNER_KEYS
 from janitor.decide.plan import PlanSettings
 from janitor.decide.rails import DEFAULT_PROTECTED_NAMESPACES, Caps, Rails, Tripwire
 from janitor.decide.selection import CronJobMode
+from janitor.durations import in_words
 
 # The kinds the TTL/expiry cleanup looks at. The deployment generates the janitor's ClusterRole
 # from this same list, so a kind it may not list is skipped and counted, not an error.
@@ -300,6 +303,43 @@ def from_args(args: argparse.Namespace) -> Settings:
                     interval=a.seconds("interval", d.interval), cycle_budget=a.seconds("cycle_budget", d.cycle_budget))
 
 
+def logged(settings: Settings) -> list[str]:
+    """Every setting as one short `group.key=value` line, for the log at start: what ran, greppable,
+    durations in words. A secret (a field with repr=False: the Slack tokens, a password from a URL)
+    only shows whether it is set; files that hold secrets show their path, never what is in them."""
+    return list(_lines(settings, ""))
+
+
+def _lines(value: object, prefix: str) -> list[str]:
+    found: list[str] = []
+    for f in dataclasses.fields(value):  # type: ignore[arg-type]
+        item = getattr(value, f.name)
+        key = prefix + f.name
+        if not f.repr:
+            found.append(f"{key}={'(set)' if item else 'none'}")
+        elif dataclasses.is_dataclass(item) and not isinstance(item, ResourceKind):
+            found.extend(_lines(item, key + "."))
+        else:
+            found.append(f"{key}={_shown(item, f.name)}")
+    return found
+
+
+def _shown(value: object, name: str) -> str:
+    if value is None:
+        return "all" if name == "namespaces" else "auto" if name == "elect" else "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime.timedelta):
+        return in_words(value)
+    if isinstance(value, ResourceKind):
+        return value.key
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    if isinstance(value, tuple):
+        return ",".join(":".join(v) if isinstance(v, tuple) else _shown(v, name) for v in value) or "none"
+    return str(value)
+
+
 __all__ = ["DEFAULTS", "DEFAULT_KINDS", "DEFAULT_PROTECTED_NAMESPACES", "Caps", "ClusterSettings", "LeaderSettings",
            "LifecycleSettings", "MarkCaps", "PrometheusSettings", "Rails", "Settings", "SlackSettings", "Tripwire",
-           "from_args", "parse_kind"]
+           "from_args", "logged", "parse_kind"]

@@ -52,6 +52,12 @@ def configure_logging(level: str = "INFO", *, json_lines: bool = True) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # The client libraries' own lines ("Retrying ... after connection broken by ...") say in their
+    # words what the janitor says in its own (janitor.outage); they show at DEBUG only.
+    quiet = logging.DEBUG if root.getEffectiveLevel() <= logging.DEBUG else logging.ERROR
+    for name in ("urllib3", "kubernetes"):
+        logging.getLogger(name).setLevel(quiet)
+    logging.captureWarnings(True)  # a library's warning is a log record too, not a raw line on stderr
 
 
 verdict_logger = logging.getLogger("janitor.cycle")  # where the verdicts were always logged

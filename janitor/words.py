@@ -10,6 +10,7 @@ import datetime
 from collections.abc import Iterator, Sequence
 
 from janitor import annotations as ann
+from janitor.durations import in_words
 from janitor.policy import model
 
 
@@ -19,7 +20,7 @@ def meaning(key: str, value: str) -> str:
         ttl = ann.parse_ttl(value)
         if ttl is None:
             return "never deleted for its age (forever)"
-        return f"deleted once older than {ttl} ({int(ttl.total_seconds())} s after creation)"
+        return f"deleted once older than {in_words(ttl)} ({int(ttl.total_seconds())} s after creation)"
     if key == ann.EXPIRES:
         when = ann.parse_expires(value)
         return f"deleted after {when.isoformat()} ({ann.format_expires(when)})"

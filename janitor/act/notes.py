@@ -30,6 +30,7 @@ from janitor.act.slack_messages import Message, MessageContext, render_digest
 from janitor.decide.model import ObjectRef
 from janitor.decide.notices import Notice
 from janitor.decide.owners import Owner, OwnerKind
+from janitor.durations import in_words
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +158,7 @@ class NoteBox:
         for note in self._notes:
             if note not in fresh:
                 logger.warning("note %s to %s about %s never reached them; dropped after %s", note.kind,
-                               note.owner, note.workload, now - note.at)
+                               note.owner, note.workload, in_words(now - note.at))
         self._changed |= len(fresh) != len(self._notes)
         self._notes = fresh
         if not self._changed or self.broken or not self._fence():

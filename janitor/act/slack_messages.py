@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import datetime
 import json
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,8 @@ WHY_LIMIT, WHY_LIMIT_COMPACT, COMMAND_LIMIT, NAME_LIMIT = 1200, 200, 400, 300  #
 CLUSTER_LIMIT, CHANNEL_LIMIT, GUIDE_LIMIT = 60, 100, 1000  # the header keeps room; the footer stays < 3000
 
 UTC = datetime.timezone.utc
+WHEN = "*When:* "  # a notice's deadline line; a click that moves the deadline edits it (`with_deadline`)
+FIRST = " The first deadline is "  # the summary's earliest deadline, edited likewise
 ORDER = (NoticeKind.WARNING, NoticeKind.REMINDER, NoticeKind.DONE, NoticeKind.UNDONE, NoticeKind.CANCELLED)
 TITLE = {NoticeKind.WARNING: ":warning: *Warning:*", NoticeKind.REMINDER: ":alarm_clock: *Reminder:*",
          NoticeKind.DONE: ":broom: *Done:*", NoticeKind.UNDONE: ":leftwards_arrow_with_hook: *Not held:*",
@@ -166,7 +169,7 @@ def summary(notices: Sequence[Notice], now: datetime.datetime, *, rich: bool = T
         lead = f"{len(pending)} of your workloads {state}"
         acting = [n for n in pending if _acts(n.action)]
         deadlines = [_utc(n.deadline) for n in acting if n.deadline]
-        first = f" The first deadline is {_when(min(deadlines), now, rich=rich)}." if deadlines else ""
+        first = f"{FIRST}{_when(min(deadlines), now, rich=rich)}." if deadlines else ""
         then = (f"{'they' if many else 'it'} will be {_verbs(pending)} unless used or kept" if acting else
                 f"the janitor only reports {'them' if many else 'it'}")
         parts.append(f"{f'*{lead}*' if rich else lead}: {then}.{first}")
@@ -224,7 +227,7 @@ def notice_text(notice: Notice, now: datetime.datetime, *, compact: bool = False
                  f"{title} is {escape(notice.condition)} ({policy}, {gpus}). This policy only reports it: nothing "
                  "will be done to it.", why]
         if notice.deadline and acts:
-            lines.append(f"*When:* {_when(notice.deadline, now, rich=True)}")
+            lines.append(f"{WHEN}{_when(notice.deadline, now, rich=True)}")
         if notice.volumes:
             lines.append(f"*Volumes:* {escape(notice.volumes)}")
         if notice.managed_by:
@@ -236,6 +239,38 @@ def notice_text(notice: Notice, now: datetime.datetime, *, compact: bool = False
         if notice.resume_command and notice.action != "delete" and not compact:
             lines.append(f"*After that, resume with:*\n{_code(notice.resume_command)}")
     return cut("\n".join(lines), MAX_SECTION)  # a guard: the limits above keep it shorter
+
+
+def with_deadline(blocks: Sequence[Mapping[str, Any]], block_id: str, deadline: datetime.datetime,
+                  now: datetime.datetime) -> list[dict[str, Any]]:
+    """A sent message's blocks with the deadline in force of the notice whose buttons are
+    `block_id` (after a click moved it): its *When:* line, and the summary's first deadline, which
+    is the earliest of the *When:* lines now. A message edited after a Keep must not show the old
+    deadline above "Kept until ..."."""
+    edited = [dict(b) for b in blocks]
+    buttons = next((i for i, b in enumerate(edited) if b.get("block_id") == block_id), 0)
+    if buttons == 0 or edited[buttons - 1].get("type") != "section":
+        return edited
+    when = f"{WHEN}{_when(deadline, now, rich=True)}"
+    edited[buttons - 1] = _edit(edited[buttons - 1], lambda text: "\n".join(
+        when if line.startswith(WHEN) else line for line in text.split("\n")))
+    shown = [int(found.group(1)) for b in edited if b.get("type") == "section"
+             for line in b["text"]["text"].split("\n") if line.startswith(WHEN)
+             for found in [_DATE.search(line)] if found]
+    summary = next((i for i, b in enumerate(edited) if b.get("type") == "section" and FIRST in b["text"]["text"]),
+                   None)
+    if summary is not None and shown:
+        first = f"{FIRST}{_when(datetime.datetime.fromtimestamp(min(shown), UTC), now, rich=True)}."
+        edited[summary] = _edit(edited[summary], lambda text: _FIRST_SAID.sub(lambda _: first, text, count=1))
+    return edited
+
+
+_DATE = re.compile(r"<!date\^(\d+)\^")
+_FIRST_SAID = re.compile(re.escape(FIRST) + r"<!date\^\d+\^[^>]*> \([^)]*\)\.")
+
+
+def _edit(section: Mapping[str, Any], change: Callable[[str], str]) -> dict[str, Any]:
+    return {**section, "text": {**section["text"], "text": change(section["text"]["text"])}}
 
 
 def _section(text: str) -> dict[str, Any]:

@@ -102,6 +102,7 @@ class Verdict:
     annotations: dict[str, str | None] = field(default_factory=dict)
     until: datetime.datetime | None = None  # KEEP: the keep-until written
     capped: bool = False  # KEEP: cut to the policy's cap
+    deadline: datetime.datetime | None = None  # KEEP: the deadline in force after it, for the edited message
 
 
 def judge(op: Op, days: int, value: ButtonValue, view: ObjectView | None, presser: Presser, owner: Owner,
@@ -157,7 +158,8 @@ def judge(op: Op, days: int, value: ButtonValue, view: ObjectView | None, presse
     if until <= now or (in_force is not None and until <= in_force):
         if ann.RELEASE in view.annotations:  # no time to add, but the keep still withdraws a release
             stays = f"; the deadline stays {ann.format_expires(in_force)}" if in_force is not None else ""
-            return Verdict(op, Outcome.DONE, f"Release withdrawn by <@{presser.user}>{stays}", {ann.RELEASE: None})
+            return Verdict(op, Outcome.DONE, f"Release withdrawn by <@{presser.user}>{stays}", {ann.RELEASE: None},
+                           deadline=in_force)
         return Verdict(op, Outcome.NO_ROOM, f"Policy {policy.name} keeps {value} at most "
                                             f"{ann.format_duration(policy.lifecycle.max_extension)} after it was "
                                             f"first marked ({ann.format_expires(cap)}): nothing to add.")
@@ -165,4 +167,5 @@ def judge(op: Op, days: int, value: ButtonValue, view: ObjectView | None, presse
     # A keep withdraws a release pressed before it (the owner changed their mind, or an admin stepped in).
     return Verdict(op, Outcome.DONE, f"Kept until {ann.format_expires(until)}{capped} by <@{presser.user}>",
                    {ann.KEEP_UNTIL: ann.format_expires(until)} | ({ann.RELEASE: None} if ann.RELEASE in view.annotations
-                                                                   else {}), until, capped=until == cap)
+                                                                   else {}), until, capped=until == cap,
+                   deadline=deadline_in_force(mark, ann.format_expires(until), honoured))

@@ -14,6 +14,7 @@ import datetime
 from collections.abc import Callable, Mapping, Sequence
 
 from janitor.decide.reasons import Code, Fact, Reason
+from janitor.durations import in_words
 from janitor.policy.model import GpuSignal
 
 GIB = 2**30
@@ -25,18 +26,8 @@ class _Missing(Exception):
 
 
 def duration(delta: datetime.timedelta) -> str:
-    """"4 h", "30 min", "1 h 30 min", "2 d", "3 d 4 h": the two largest units, a zero second one left out."""
-    seconds = max(0, int(delta.total_seconds()))
-    units = ((86400, "d"), (3600, "h"), (60, "min"), (1, "s"))
-    index = next((i for i, (size, _) in enumerate(units) if seconds >= size), len(units) - 1)
-    size, name = units[index]
-    words = f"{seconds // size} {name}"
-    if index + 1 < len(units):
-        smaller, small_name = units[index + 1]
-        rest = seconds % size // smaller
-        if rest:
-            words += f" {rest} {small_name}"
-    return words
+    """"4 h", "30 min", "1 h 30 min", "2 d", "3 d 4 h" (janitor.durations)."""
+    return in_words(delta)
 
 
 def plain(reason: Reason) -> str:

@@ -8,7 +8,8 @@ one template here, so the words for one situation are written once.
 
 Facts are rendered by a small formatter: `None` is empty, a nested `Reason` is its sentence, a
 datetime is UTC (`{at}`: 2026-11-23T09:00:00Z, `{at:min}`: 2026-11-23 09:00Z), a timedelta with
-`{x:age}` is a short age (2d3h, 5h07m, 12m30s), and a tuple with `{xs:, }` is joined by that
+`{x:age}` is a short age (2d3h, 5h07m, 12m30s), any other timedelta is in words (`{x}`: 1 min,
+7 d, 1 h 30 min; janitor.durations), never as Python writes one (0:01:00), and a tuple with `{xs:, }` is joined by that
 separator. Pure: no clock.
 """
 
@@ -20,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Union
+
+from janitor.durations import in_words
 
 Fact = Union[str, int, float, bool, datetime.datetime, datetime.timedelta, "Reason", tuple[Any, ...], None]
 
@@ -544,7 +547,7 @@ class _Formatter(string.Formatter):
             utc = value.astimezone(datetime.timezone.utc)
             return utc.strftime("%Y-%m-%d %H:%MZ" if format_spec == "min" else "%Y-%m-%dT%H:%M:%SZ")
         if isinstance(value, datetime.timedelta):
-            return _age(value) if format_spec == "age" else str(value)
+            return _age(value) if format_spec == "age" else in_words(value)
         if isinstance(value, tuple):
             return (format_spec or ", ").join(self.format_field(v, "") for v in value)
         return str(super().format_field(value, format_spec))

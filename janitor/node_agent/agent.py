@@ -41,6 +41,7 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
 from janitor import endpoints, node_report
+from janitor.durations import in_words
 from janitor.node_agent import cgroups, procfs
 from janitor.node_agent.tracker import DStateTracker, Leftover, OomKill, OomTracker, PodOnNode, PodTaskTracker
 
@@ -199,7 +200,7 @@ class NodeAgent:
                 logger.info("scan: %d leftovers, %d new OOM kill readings", len(report.leftovers),
                             len(report.oom_kills))
             except Exception:
-                logger.exception("node scan failed; next scan in %s", self.settings.interval)
+                logger.exception("node scan failed; next scan in %s", in_words(self.settings.interval))
             deadline = time.monotonic() + self.settings.interval.total_seconds()
             while not stop() and time.monotonic() < deadline:
                 time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
@@ -281,8 +282,10 @@ class NodeAgent:
         except ApiException as e:
             logger.warning("cannot set condition %s on node %s: %s", ctype, self.settings.node, e)
             return False
-        if changed:
-            logger.warning("%s=%s on node %s: %s", ctype, status, self.settings.node, message)
+        if changed:  # leftovers and blindness need a look; starting and all clear are routine
+            needs_look = reason in (node_report.REASON_LEFTOVERS, node_report.REASON_CANNOT_SEE)
+            logger.log(logging.WARNING if needs_look else logging.INFO, "%s=%s on node %s: %s", ctype, status,
+                       self.settings.node, message)
         return True
 
     def _cannot_see(self, sight: node_report.Sight | None) -> str:

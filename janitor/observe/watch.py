@@ -182,8 +182,10 @@ class KindWatch(Generic[V]):
             self._counts["failures"] += 1
             if state is State.SKIPPED and isinstance(error, errors.KubeError):
                 self._skipped = error
-        log = logger.info if state is State.SKIPPED else logger.warning
-        log("%s: %s; the values kept are not used until it is read again", self.key, text)
+        # No answer at all is the client's Outage's to say, once for every kind and request.
+        level = logging.INFO if state is State.SKIPPED else logging.DEBUG if kubeapi.no_answer(error) else \
+            logging.WARNING
+        logger.log(level, "%s: %s; the values kept are not used until it is read again", self.key, text)
 
     def _list(self) -> None:
         with self._lock:

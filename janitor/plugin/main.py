@@ -53,11 +53,11 @@ UNTIL: a duration from now (30m, 12h, 2d, 1w) or a UTC time (2026-12-01T18:00:00
 2026-12-01). A workload used again loses its mark by itself; nothing to do.
 
 exit codes:
-  0  done                                   3  no kubeconfig, a broken one, an unknown context
-  1  done, and refused or not found: a      4  not allowed (HTTP 401/403): status and explain
-     keep past the policy's cap or in the      need view in the namespace, keep needs edit
-     past, no such workload, a conflict     5  the apiserver did not answer (network, timeout)
-  2  wrong arguments
+  0  done                                   3  no kubeconfig, a broken one, an unknown context,
+  1  done, and refused or not found: a         a cluster CA that does not match (TLS)
+     keep past the policy's cap or in the   4  not allowed (HTTP 401/403): status and explain
+     past, no such workload, a conflict        need view in the namespace, keep needs edit
+  2  wrong arguments                        5  the apiserver did not answer (network, timeout)
 Expected failures print one line on stderr saying what failed and what to do; no traceback."""
 
 

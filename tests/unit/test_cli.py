@@ -35,7 +35,7 @@ def test_help_teaches(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(
     ("assignment", "meaning"),
     [
-        ("janitor/ttl=7d", "older than 7 days, 0:00:00 (604800 s after creation)"),
+        ("janitor/ttl=7d", "older than 7 d (604800 s after creation)"),
         ("janitor/ttl=forever", "forever"),
         ("janitor/expires=2026-12-24", "after 2026-12-24T00:00:00+00:00"),
         ("janitor/expires=2026-12-24T18:30", "after 2026-12-24T18:30:00+00:00"),

@@ -121,7 +121,7 @@ def test_an_apiserver_that_does_not_answer_is_one_line_and_exit_5(laptop: Path, 
     path = kubeconfig(tmp_path / "down.yaml", ("down", f"https://127.0.0.1:{port}"))
     out = run("plan", "--kubeconfig", str(path), "--kube-timeout", "3")
     assert out.returncode == 5, out.stderr
-    assert f"127.0.0.1:{port}: Connection refused" in out.stderr
+    assert f"127.0.0.1:{port}: connection refused" in out.stderr
     assert "check the network" in out.stderr
     assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
 

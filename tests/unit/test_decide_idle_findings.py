@@ -310,7 +310,7 @@ def test_a_findings_reason_is_data_and_its_why_the_sentence() -> None:
     assert finding.pods[0].why.code is Code.GPU_IDLE
     assert isinstance(finding.why, str) and finding.why == str(finding.reason)
     assert finding.why == ("all 1 pods idle (nb-x: idle: GPU 0 peak 0, GPU 1 peak 0 "
-                           "(DCGM_FI_DEV_GPU_UTIL <= 5 over 2:00:00))")
+                           "(DCGM_FI_DEV_GPU_UTIL <= 5 over 2 h))")
 
 
 def test_the_sentence_is_what_a_mark_records() -> None:

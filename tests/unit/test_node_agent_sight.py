@@ -8,17 +8,21 @@ Aspects covered:
 - its own pod does not count, whether it finds itself by --pod-uid or in its own cgroup;
 - once it sees another pod's processes it reports as before: False, the pod gone, `sees=1/2`;
 - on a node whose only other pod is the one it saw go, it still says it cannot see (nothing tells
-  "gone" from "out of sight" then), and the janitor does not force delete that pod.
+  "gone" from "out of sight" then), and the janitor does not force delete that pod;
+- its log says a condition that needs a look (leftovers, cannot see) as a WARNING, and one that is
+  routine (starting, all clear) as INFO.
 """
 
 from __future__ import annotations
 
 import datetime
+import logging
 import runpy
 import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from janitor import node_report
@@ -144,6 +148,25 @@ def test_an_agent_that_sees_another_pods_processes_reports_as_before(tmp_path: P
     assert (said.status, said.reason) == ("False", node_report.REASON_CLEAR)
     assert node_report.decode_condition(said.message).sight == Sight(visible=1, listed=2)
     assert agent.registry.get_sample_value("janitor_node_agent_pods_visible", {"node": NODE}) == 1
+
+
+def test_a_routine_condition_is_logged_as_info_one_that_needs_a_look_as_a_warning(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="janitor")
+    proc = tmp_path / "proc"
+    process(proc, 1, "0::/init.scope\n", "systemd")
+    process(proc, 2, of_pod(NEIGHBOUR), "kube-proxy")
+    agent, _ = agent_over(proc, tmp_path, listed())
+    for _ in range(4):
+        agent.scan_once()
+    said = {r.getMessage().split(" on node ")[0]: r.levelname for r in caplog.records if "on node" in r.getMessage()}
+    assert said == {f"{agent.settings.condition_type}=Unknown": "INFO",  # starting
+                    f"{agent.settings.condition_type}=False": "INFO"}
+    blind = tmp_path / "blind"
+    process(blind, 1, "0::/\n", "janitor")
+    caplog.clear()
+    agent_over(blind, tmp_path, listed())[0].scan_once()
+    assert [r.levelname for r in caplog.records if "=Unknown on node" in r.getMessage()] == ["WARNING"]
 
 
 def test_the_agent_finds_its_own_pod_by_uid_and_in_its_own_cgroup(tmp_path: Path) -> None:
