@@ -19,7 +19,8 @@ Aspects covered:
   done, nothing more deleted, nothing stored over the merge;
 - dry run: nothing recorded, kept or stored (the applier, made dry-run, only probes);
 - a fence that closes (another replica may lead) stops before the next action, and the ledger is
-  not stored at the end;
+  not stored at the end; one that closes while the ledger record is written stops that action
+  before its write;
 - a report is applied as planned, with no re-check and no record; the re-check's change is the
   one the lifecycle is handed.
 """
@@ -288,6 +289,17 @@ def test_a_fence_that_closes_stops_before_the_next_action_and_stores_no_ledger()
     assert world.run() == [("first", Outcome.DONE)]
     assert world.timeline == [("recheck", "first"), ("ledger", "1"), ("apply", "first")]  # no store at the end
     assert world.store.writes == 1
+
+
+def test_a_fence_that_closes_while_the_ledger_record_is_written_stops_the_delete() -> None:
+    """The fence is asked before the record, and the record (a read and a write of the state ConfigMap,
+    twice on a conflict, each up to the client's timeout) can outlast the lease: an action without a
+    note (an expiry's) must not be applied after it."""
+    lease = {"held": True}
+    world = World(action("first"), fence=iter(lambda: lease["held"], None))
+    world.store.before_write = lambda: lease.update(held=False)  # the ledger request outlasts the lease
+    world.run()
+    assert ("apply", "first") not in world.timeline, world.timeline
 
 
 def test_a_report_is_applied_as_planned_and_the_recheck_decides_the_lifecycles_change() -> None:
