@@ -6,7 +6,11 @@ act/lifecycle.py). These tests follow a note through the ways an action can end 
 
 Aspects covered:
 - a DELETE or a suspend that reached the apiserver and may have been applied, its answer lost
-  (a timeout, a reset, a 5xx): the note is kept, for the next cycle's evidence to decide;
+  (a timeout, a reset, a 5xx): the note is kept, for the next cycle's evidence to decide; one the
+  apiserver refused (403, 422, 429) certainly did not happen: its note goes;
+- a CronJob suspended and unmarked, one of its Jobs not: the note about the CronJob is kept;
+- a note kept again for the same mark (the write before it did not happen after all) takes the
+  place of the earlier one: the owner hears "done" once;
 - a "done: deleted" note whose DELETE failed, and whose forget was lost (the lease lapsed, the
   store failed, the janitor died), is never sent once the mark goes without the delete: neither
   when the lifecycle unmarks the busy workload nor when an admin runs `janitor unmark`.
@@ -15,23 +19,26 @@ Aspects covered:
 from __future__ import annotations
 
 import datetime
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from factories import NOW, ago
 from test_act_executor import World, reclaim
-from test_act_lifecycle import ALICE, Cluster, Slack, decide, marked
-from test_act_notes import Store, cycle
+from test_act_lifecycle import ALICE, POLICY, Cluster, Slack, decide, marked
+from test_act_notes import Store, cycle, kept_done_note
 
 from janitor import annotations as a
 from janitor import errors
 from janitor.act import kube
 from janitor.act.kube import Outcome
+from janitor.act.lifecycle import LifecycleRun
 from janitor.decide.consent import intent_id
 from janitor.decide.lifecycle import Step
-from janitor.decide.model import ActionType, ResourceKind, State
+from janitor.decide.model import ActionType, ObjectRef, ResourceKind, State
 
 JOBS = ResourceKind("batch", "v1", "Job", "jobs")
+CRONJOBS = ResourceKind("batch", "v1", "CronJob", "cronjobs")
 H = datetime.timedelta(hours=1)
 
 
@@ -59,6 +66,78 @@ def test_a_done_note_is_kept_when_the_write_may_have_happened(monkeypatch: pytes
     assert applied, "the write reached the apiserver"
     assert len(world.store.ledger.deletions) == 1  # the ledger kept its record
     assert [k[0] for k in world.notes.kept] == ["train"], "the 'done' note was forgotten after an ambiguous failure"
+
+
+@pytest.mark.parametrize("refusal", [
+    pytest.param(errors.Forbidden("jobs is forbidden", status=403), id="403"),
+    pytest.param(errors.KubeError("spec.suspend: Invalid value", status=422), id="422"),
+    pytest.param(errors.TooManyRequests("too many requests", status=429), id="429"),
+])
+def test_a_done_note_goes_when_the_apiserver_refused_the_write(monkeypatch: pytest.MonkeyPatch,
+                                                               refusal: errors.KubeError) -> None:
+    """An answer that refuses the write says it did not happen: nothing to announce."""
+    def call(api: Any, method: str, path: str, *, body: Any = None, content_type: str = "",
+             dry_run: bool = False, doing: str = "", field_manager: str = "") -> dict[str, Any]:
+        if method == "PATCH" and not dry_run:
+            raise refusal
+        return {}
+
+    monkeypatch.setattr(kube, "_call", call)
+    act, change = reclaim("train", ActionType.SUSPEND)
+    world = World(act, changes=(change,))
+    world.cluster.apply = lambda x: kube.apply(None, x, kind=JOBS)  # type: ignore[method-assign]
+    [(_, outcome)] = world.run()
+    assert outcome in (Outcome.FAILED, Outcome.FORBIDDEN)
+    assert world.notes.kept == []
+
+
+def test_a_cronjob_suspended_without_one_of_its_jobs_keeps_its_note(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CronJob's write landed (suspended, unmarked, its reclaim recorded); one Job it runs could
+    not be suspended. The outcome is a failure, but the CronJob's change happened: its note stays,
+    for the check of the next cycles to send once the suspension held."""
+    patched: list[str] = []
+
+    def call(api: Any, method: str, path: str, *, body: Any = None, content_type: str = "",
+             dry_run: bool = False, doing: str = "", field_manager: str = "") -> dict[str, Any]:
+        if method == "PATCH" and not dry_run:
+            if path.endswith("/jobs/nightly-2"):
+                raise errors.Forbidden("jobs \"nightly-2\" is forbidden", status=403, doing=doing)
+            patched.append(path.rsplit("/", 2)[-2])
+        return {}
+
+    monkeypatch.setattr(kube, "_call", call)
+    cronjob = ObjectRef("CronJob", "batch/v1", "team-a", "nightly", "uid-nightly")
+    runs = tuple(ObjectRef("Job", "batch/v1", "team-a", f"nightly-{i}", f"uid-nightly-{i}") for i in (1, 2))
+    act, change = reclaim("nightly", ActionType.SUSPEND)
+    act = replace(act, target=cronjob, also=runs)
+    assert change.notice is not None
+    change = replace(change, workload=cronjob, action=act, notice=replace(change.notice, workload=cronjob))
+    world = World(act, changes=(change,))
+    world.cluster.apply = lambda x: kube.apply(None, x, kind=CRONJOBS)  # type: ignore[method-assign]
+    assert world.run() == [("nightly", Outcome.FAILED)]
+    assert patched == ["cronjobs", "jobs"]  # the CronJob, and the one Job that could be
+    assert "but not the Jobs it runs" in world.results[0].detail
+    assert [k[0] for k in world.notes.kept] == ["nightly"]
+
+
+def test_a_note_kept_again_for_the_same_mark_takes_the_place_of_the_first() -> None:
+    """The first deadline cycle kept its note, and its DELETE did not happen (an answer lost, the
+    janitor stopped): the next one acts again and keeps a note of its own. One "done" note."""
+    cluster = Cluster()
+    cluster.add("old", marked("old", ago(hours=30), ago(hours=30)))
+    store = Store(cluster)
+    kept_done_note(cluster, store, "old")
+    box = store.box()
+    decided = decide(cluster, now=NOW + H)
+    act = decided.only(Step.ACT)
+    assert act.notice is not None
+    assert box.expect(act.notice, intent_id(ALICE, NOW + H), cluster.notes("old")[a.MARKED_AT], NOW + H) == ""
+    del cluster.objects["uid-old"]  # deleted this time
+    slack = Slack(cluster)
+    LifecycleRun(cluster, slack, {POLICY.name: POLICY}, NOW + H, decided.seen, notes=box).run(decided.changes, [act])
+    box.store(NOW + H)
+    assert [(n.kind, n.workload.name) for d in slack.sent for n in d.notices] == [("done", "old")]
+    assert len(slack.sent) == 1 and store.kept() == []
 
 
 @pytest.mark.parametrize("unmarked_by", ["lifecycle", "janitor unmark"])
