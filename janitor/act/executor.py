@@ -9,9 +9,11 @@ For each action but a report, in this order:
 3. the note: a lifecycle action's "done" note to its owner is kept before the change
    (`Notes.expect`); a note that cannot be kept means no change (the janitor does not do what it
    cannot announce);
-4. the write (`Applier`); a note whose change did not happen is forgotten (`Notes.forget`); a
-   CONFLICT (the object changed since the read) is decided again once, on a new fresh read, and
-   not recorded twice.
+4. the write (`Applier`); a note whose change certainly did not happen (the apiserver refused it)
+   is forgotten (`Notes.forget`); one whose change may have happened (its answer lost, or part of
+   it landed: `ActionResult.may_have_happened`) stays, and a later cycle sends it only on evidence
+   that the change happened and held (act.notes); a CONFLICT (the object changed since the read)
+   is decided again once, on a new fresh read, and not recorded twice.
 
 Before each action, and again between its re-check and its record (a re-read may outlast what is
 left of the lease), the fence is asked: a replica no longer sure it leads stops, and stores no
@@ -127,7 +129,8 @@ class Executor:
             if refused or unkept:
                 return ActionResult(action, Outcome.FAILED, refused or unkept)
             result = self.apply(again.action)
-            if self.notes is not None and intent and result.outcome is not Outcome.DONE:
+            if self.notes is not None and intent and result.outcome is not Outcome.DONE \
+                    and not result.may_have_happened:
                 self.notes.forget(action.target, intent)
             if result.outcome is not Outcome.CONFLICT:
                 return result

@@ -15,7 +15,10 @@ In dry-run only step 1 runs: the plan is validated by the apiserver, nothing cha
 
 Requests are raw JSON through the client's generic `param_serialize`/`call_api`, so custom
 resources (Notebooks) work like built-ins. Failures become `janitor.errors` types and then one
-`Outcome` each; nothing here retries (the next cycle does).
+`Outcome` each; nothing here retries (the next cycle does). A failure is not always a write that
+did not happen: the real write's answer may be lost after the apiserver applied it (a timeout, a
+reset, a 5xx), or a reclaim may land in part. Such a result says so (`ActionResult.may_have_happened`),
+so its owner's "done" note is kept for the next cycle to weigh, not thrown away.
 """
 
 from __future__ import annotations
@@ -63,6 +66,18 @@ class ActionResult:
     action: Action
     outcome: Outcome
     detail: str
+    # Not DONE, yet the change may have happened: the real write's answer was lost, or part of the
+    # action landed. Only a failure without it certainly changed nothing.
+    may_have_happened: bool = False
+
+
+class Unsettled(errors.KubeError):
+    """A failure that leaves the change in place, or may: the real write was sent and its answer lost
+    (a timeout, a reset, a 5xx: the apiserver may have applied it), or the action landed in part."""
+
+    @classmethod
+    def of(cls, error: errors.KubeError) -> Unsettled:
+        return cls(error.server_message, status=error.status, doing=error.doing)
 
 
 def apply(
@@ -89,7 +104,7 @@ def apply(
         else:
             raise ValueError(f"unknown action type {action.type!r}")
     except errors.KubeError as e:
-        result = ActionResult(action, outcome_of(e), e.server_message or str(e))
+        result = ActionResult(action, outcome_of(e), e.server_message or str(e), isinstance(e, Unsettled))
         _log(result, dry_run=dry_run)
         return result
     result = ActionResult(action, Outcome.DONE, detail)
@@ -186,7 +201,7 @@ def _delete(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool
     if dry_run:
         return "dry run: the apiserver accepted the delete; nothing was deleted and no Event posted"
     event_note = _post_event(api, action, event_type="Normal", component=component)
-    _call(api, "DELETE", path, body=_delete_options(action, dry_run=False), doing=f"delete {target}")
+    _sent(api, "DELETE", path, body=_delete_options(action, dry_run=False), doing=f"delete {target}")
     return "deleted" + event_note
 
 
@@ -221,8 +236,9 @@ def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: boo
     is the user's workload, as they had it, minus its running pods. A suspended CronJob starts no
     new run but stops none, so the Jobs it is running (`action.also`) are suspended right after it,
     each guarded by its uid; one that is gone has finished. One that cannot be suspended makes the
-    outcome a failure, so the owner is never told "done" while it runs (the CronJob, suspended,
-    is not marked again for it: the Job is judged on its own). The patch is the ending's, resumed by
+    outcome a failure that happened in part (`Unsettled`): the CronJob is suspended, unmarked and its
+    reclaim recorded, so its note stays, and is sent once the next cycles see the CronJob's suspension
+    hold (decide.held); the Job, still running, is judged on its own. The patch is the ending's, resumed by
     the command the messages give (policy.endings). A workload Kueue admits is switched through its
     Kueue Workload (`action.via`, guarded by its uid) first, then its record written (`_through`)."""
     ending = action.type.ending
@@ -247,7 +263,7 @@ def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: boo
     if dry_run:
         return f"dry run: the apiserver accepted the {action.type}; nothing was changed and no Event posted"
     event_note = _post_event(api, action, event_type="Normal", component=component)
-    _call(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, doing=f"{action.type} {action.target}")
+    _sent(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, doing=f"{action.type} {action.target}")
     failed = []
     for job in action.also:
         try:
@@ -257,8 +273,8 @@ def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: boo
         except errors.KubeError as e:
             failed.append(f"{job}: {e}")
     if failed:
-        raise errors.KubeError(f"{action.target} {ending.done}, but not the Jobs it runs: " + "; ".join(failed),
-                               doing=f"{action.type} {action.target}")
+        raise Unsettled(f"{action.target} {ending.done}, but not the Jobs it runs: " + "; ".join(failed),
+                        doing=f"{action.type} {action.target}")
     also = f" with its Job{'s' if len(action.also) > 1 else ''} {', '.join(j.name for j in action.also)}" \
         if action.also else ""
     return f"{action.type} done{also}" + event_note
@@ -286,7 +302,7 @@ def _through(api: ApiClient, action: Action, via: ObjectRef, patch: dict[str, An
     if dry_run:
         return f"dry run: the apiserver accepted the {action.type} through {via}; nothing was changed, no Event posted"
     event_note = _post_event(api, action, event_type="Normal", component=component)
-    _call(api, "PATCH", switch, body=switched, content_type=_MERGE_PATCH,
+    _sent(api, "PATCH", switch, body=switched, content_type=_MERGE_PATCH,
           doing=f"{action.type} {action.target} through {via}")
     record = {"metadata": {"uid": action.target.uid, "annotations": notes}}
     for _ in range(2):  # a record that cannot be written undoes the switch: never one without the other
@@ -300,9 +316,9 @@ def _through(api: ApiClient, action: Action, via: ObjectRef, patch: dict[str, An
     try:
         _call(api, "PATCH", switch, body=back, content_type=_MERGE_PATCH, doing=f"switch {via} back")
     except errors.KubeError as e:
-        raise errors.KubeError(f"{via} switched ({action.type}), but neither the record on {action.target} "
-                               f"({failed}) nor switching it back ({e}) could be written: it stays switched; "
-                               f"resume with spec.active: true", doing=f"{action.type} {action.target}") from e
+        raise Unsettled(f"{via} switched ({action.type}), but neither the record on {action.target} "
+                        f"({failed}) nor switching it back ({e}) could be written: it stays switched; "
+                        f"resume with spec.active: true", doing=f"{action.type} {action.target}") from e
     raise errors.KubeError(f"the record on {action.target} could not be written ({failed}), so {via} was switched "
                            f"back: nothing done", doing=f"{action.type} {action.target}") from failed
 
@@ -461,6 +477,17 @@ def _call(
     except ValueError:
         answer = {}
     return answer if isinstance(answer, dict) else {}
+
+
+def _sent(api: ApiClient, method: str, path: str, *, body: Any, content_type: str = "application/json",
+          doing: str) -> dict[str, Any]:
+    """The write an action is made of (not its probe, not its Event). A 5xx or no answer at all
+    (a read timeout, a reset) comes after the request was sent: the apiserver may have applied it,
+    so the failure is `Unsettled`. Any other answer refuses the write: nothing changed."""
+    try:
+        return _call(api, method, path, body=body, content_type=content_type, doing=doing)
+    except errors.ServerError as e:
+        raise Unsettled.of(e) from e
 
 
 def _log(result: ActionResult, *, dry_run: bool) -> None:

@@ -27,6 +27,7 @@ from janitor import annotations as ann
 from janitor import errors
 from janitor.act.slack import Digest
 from janitor.act.slack_messages import Message, MessageContext, render_digest
+from janitor.annotations import NoticeKind
 from janitor.decide.model import ObjectRef
 from janitor.decide.notices import Notice
 from janitor.decide.owners import Owner, OwnerKind
@@ -175,7 +176,13 @@ class NoteBox:
 
     @staticmethod
     def _same(a: PendingNote, b: PendingNote) -> bool:
-        return (a.workload.uid, a.intent) == (b.workload.uid, b.intent)
+        """`b` takes the place of `a`: the same send, or a "done" note about the same mark. The mark goes
+        with a change that happens (deleted with its workload, removed by a reclaim's write), so an
+        action decided again on it means the earlier one did not happen: its note would be a second
+        "done" for one change."""
+        if a.workload.uid != b.workload.uid:
+            return False
+        return a.intent == b.intent or (a.kind == b.kind == str(NoticeKind.DONE) and a.marked_at == b.marked_at)
 
     def _write(self, notes: list[PendingNote]) -> None:
         if not self._fence():
