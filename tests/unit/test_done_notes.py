@@ -13,7 +13,10 @@ Aspects covered:
   place of the earlier one: the owner hears "done" once;
 - a "done: deleted" note whose DELETE failed, and whose forget was lost (the lease lapsed, the
   store failed, the janitor died), is never sent once the mark goes without the delete: neither
-  when the lifecycle unmarks the busy workload nor when an admin runs `janitor unmark`.
+  when the lifecycle unmarks the busy workload nor when an admin runs `janitor unmark`; a delete's
+  evidence is its workload gone (by uid), a reclaim's the check of a later cycle that it held;
+- removing a mark (the lifecycle's unmark, `janitor unmark`) drops the "done" notes about that
+  mark, written at once; a forgotten note is written at once too.
 """
 
 from __future__ import annotations
@@ -26,16 +29,18 @@ import pytest
 from factories import NOW, ago
 from test_act_executor import World, reclaim
 from test_act_lifecycle import ALICE, POLICY, Cluster, Slack, decide, marked
-from test_act_notes import Store, cycle, kept_done_note
+from test_act_notes import Store, cycle, kept_done_note, later, reclaimed
 
 from janitor import annotations as a
-from janitor import errors
+from janitor import errors, unmark
 from janitor.act import kube
 from janitor.act.kube import Outcome
 from janitor.act.lifecycle import LifecycleRun
+from janitor.act.notes import loads
 from janitor.decide.consent import intent_id
 from janitor.decide.lifecycle import Step
-from janitor.decide.model import ActionType, ObjectRef, ResourceKind, State
+from janitor.decide.model import ActionType, ObjectRef, Observation, ResourceKind, State
+from janitor.settings import Settings
 
 JOBS = ResourceKind("batch", "v1", "Job", "jobs")
 CRONJOBS = ResourceKind("batch", "v1", "CronJob", "cronjobs")
@@ -163,3 +168,104 @@ def test_a_done_note_whose_delete_did_not_happen_is_not_sent_after_an_unmark(unm
     assert "uid-train" in cluster.objects  # the Job was never deleted
     said = " ".join(m.text for d in up.sent for m in d.messages)
     assert "deleted" not in said, said
+
+
+def test_a_done_note_whose_suspend_did_not_happen_is_not_sent_once_its_mark_is_removed_by_hand() -> None:
+    """As above, for a reclaim: the suspend failed, its forget was lost, and the owner removed the mark
+    with kubectl. No mark and no record of a reclaim is no evidence that one happened and held."""
+    cluster = Cluster()
+    cluster.add("train", marked("train", ago(hours=30), ago(hours=30)))
+    store = Store(cluster)
+    box = store.box()
+    act = decide(cluster).only(Step.ACT)
+    assert act.notice is not None
+    suspend = replace(act.notice, action="suspend")
+    intent = intent_id(ALICE, NOW)
+    assert box.expect(suspend, intent, cluster.notes("train")[a.MARKED_AT], NOW) == ""
+    box.forget(act.workload, intent)  # in memory only: never written
+    cluster.update("train", dict.fromkeys(a.mark_keys_on(cluster.notes("train"))))
+    slack = Slack(cluster)
+    later(cluster, slack, store)
+    assert slack.sent == [] and store.kept() == []
+
+
+def test_a_reclaims_done_note_held_while_slack_was_down_is_sent_later() -> None:
+    """The check that the reclaim held is the note's evidence, and outlives the cycle that made it."""
+    from janitor.decide.lifecycle import Change
+    from janitor.decide.reasons import Code, why
+
+    cluster = Cluster()
+    cluster.add("old", marked("old", ago(hours=30), ago(hours=30)))
+    store = Store(cluster)
+    reclaimed(cluster, store, "old")
+    view = cluster.view("old")
+    held = Change(Step.CHECK, view.ref, view.resource_version, POLICY.name,
+                  why(Code.RECLAIM_HELD, action="suspend", at=NOW), {a.RECLAIMED: None})
+    down = Slack(cluster, deliver=False)
+    later(cluster, down, store, (held,), {view.ref.uid: dict(view.annotations)})
+    assert len(down.sent) == 1 and store.kept() == [("done", "old")] and a.RECLAIMED not in cluster.notes("old")
+    up = Slack(cluster)
+    later(cluster, up, store)
+    assert [(n.kind, n.workload.name) for d in up.sent for n in d.notices] == [] and len(up.sent) == 1
+    assert store.kept() == []
+
+
+def test_the_lifecycles_unmark_drops_the_done_note_about_its_mark_at_once() -> None:
+    """Written with the "cancelled" note kept before the unmark, not at the end of the cycle (which a
+    lapsed lease skips)."""
+    cluster = Cluster()
+    cluster.add("train", marked("train", ago(hours=30), ago(hours=30)))
+    store = Store(cluster)
+    kept_done_note(cluster, store, "train")  # and the DELETE failed; its forget was never written
+    box = store.box()
+    decided = decide(cluster, {"train": State.CLEAR}, now=NOW + H)
+    assert decided.step("train") is Step.UNMARK
+    LifecycleRun(cluster, Slack(cluster, deliver=False), {POLICY.name: POLICY}, NOW + H, decided.seen,
+                 notes=box).run(decided.changes, ())
+    # no box.store(): the lease lapsed after the lifecycle's writes
+    assert store.kept() == [("cancelled", "train")]
+
+
+def test_a_forgotten_note_is_written_at_once() -> None:
+    cluster = Cluster()
+    cluster.add("old", marked("old", ago(hours=30), ago(hours=30)))
+    store = Store(cluster)
+    box = store.box()
+    act = decide(cluster).only(Step.ACT)
+    assert act.notice is not None
+    assert box.expect(act.notice, intent_id(ALICE, NOW), cluster.notes("old")[a.MARKED_AT], NOW) == ""
+    box.forget(act.workload, intent_id(ALICE, NOW))
+    assert store.kept() == []  # before any store() at the end of the cycle
+
+
+def test_janitor_unmark_drops_the_done_notes_about_the_marks_it_removes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A note about the mark removed goes; one about another workload, or about an older mark, stays."""
+    from janitor.observe import cluster as observed
+
+    cluster = Cluster()
+    cluster.add("train", marked("train", ago(hours=30), ago(hours=30)))
+    cluster.add("other", marked("other", ago(hours=30), ago(hours=30)))
+    store = Store(cluster)
+    box = store.box()
+    acts = {c.workload.name: c.notice for c in decide(cluster).changes if c.step is Step.ACT}
+    older = "2026-11-01T00:00:00Z"
+    for name, marked_at, at in (("train", cluster.notes("train")[a.MARKED_AT], NOW),
+                                ("other", cluster.notes("other")[a.MARKED_AT], NOW), ("train", older, NOW - H)):
+        notice = acts[name]
+        assert notice is not None and box.expect(notice, intent_id(ALICE, at), marked_at, at) == ""
+    assert len(store.kept()) == 3
+    written: list[str] = []
+
+    def annotate(api: Any, ref: ObjectRef, resource_version: str, notes: Any, **kw: Any) -> str:
+        written.append(ref.name)
+        return "101"
+
+    monkeypatch.setattr(unmark.observation, "read",
+                        lambda api, settings, policies, now: Observation(NOW, (cluster.view("train"),), (), {}))
+    monkeypatch.setattr(kube, "annotate", annotate)
+    monkeypatch.setattr(observed, "read_state", lambda api, ns, name, key: store.text)
+    monkeypatch.setattr(kube, "write_state", lambda api, ns, name, data, **kw: store.write(data["notes.json"]))
+    done = unmark.unmark(None, Settings())  # type: ignore[arg-type]
+    assert [u.result for u in done] == ["removed"] and written == ["train"]
+    assert sorted(f"{n.workload.name} {n.marked_at}" for n in loads(store.text or "[]")) == [
+        f"other {cluster.notes('other')[a.MARKED_AT]}", f"train {older}"]
