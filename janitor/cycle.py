@@ -237,16 +237,16 @@ class _StateLedger:
         kube.write_ledger(self.api, self.namespace, self.name, ledger, version, exclusive=True)
 
 
-def _notes(ports: Ports, settings: Settings) -> NoteBox:
+def note_box(api: ApiClient, settings: Settings, *, fence: Callable[[], bool] = lambda: True) -> NoteBox:
+    """The notes waiting in the state ConfigMap (act.notes), read now; `fence` guards every write."""
     c = settings.cluster
     try:
-        stored: str | None | errors.KubeError = cluster.read_state(ports.api, c.state_namespace, c.state_name,
-                                                                   NOTES_KEY)
+        stored: str | None | errors.KubeError = cluster.read_state(api, c.state_namespace, c.state_name, NOTES_KEY)
     except errors.KubeError as e:
         stored = e
     def write(text: str) -> None:
-        kube.write_state(ports.api, c.state_namespace, c.state_name, {NOTES_KEY: text}, what="notes")
-    return NoteBox(stored, write, fence=ports.fence, where=f"ConfigMap {c.state_namespace}/{c.state_name}",
+        kube.write_state(api, c.state_namespace, c.state_name, {NOTES_KEY: text}, what="notes")
+    return NoteBox(stored, write, fence=fence, where=f"ConfigMap {c.state_namespace}/{c.state_name}",
                    context=_context(settings))
 
 
@@ -294,7 +294,7 @@ def _apply(ports: Ports, settings: Settings, planned: Planned, source: Prometheu
                      "telling nothing until they are: %s", "; ".join(planned.memory.policy_errors))
         result.memory = replace(result.memory, notices=frozenset(decided.notices))
         return result
-    notes = None if dry_run else _notes(ports, settings)
+    notes = None if dry_run else note_box(ports.api, settings, fence=ports.fence)
 
     def done(outcome: kube.ActionResult) -> None:
         result.results.append(outcome)
@@ -404,4 +404,4 @@ def run_cycle(ports: Ports, settings: Settings, memory: Memory) -> CycleResult:
 
 
 __all__ = ["Change", "Clock", "CycleResult", "Memory", "Phases", "Planned", "Ports", "apply", "load_policies",
-           "observe_and_plan", "plan_once", "run_cycle", "utc_now"]
+           "note_box", "observe_and_plan", "plan_once", "run_cycle", "utc_now"]

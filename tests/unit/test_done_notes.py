@@ -14,7 +14,8 @@ Aspects covered:
 - a "done: deleted" note whose DELETE failed, and whose forget was lost (the lease lapsed, the
   store failed, the janitor died), is never sent once the mark goes without the delete: neither
   when the lifecycle unmarks the busy workload nor when an admin runs `janitor unmark`; a delete's
-  evidence is its workload gone (by uid), a reclaim's the check of a later cycle that it held;
+  evidence is its workload gone (by uid) or on its way out, a reclaim's the check of a later cycle
+  that it held (recorded on the note, so it outlives that cycle);
 - removing a mark (the lifecycle's unmark, `janitor unmark`) drops the "done" notes about that
   mark, written at once; a forgotten note is written at once too.
 """
@@ -269,3 +270,35 @@ def test_janitor_unmark_drops_the_done_notes_about_the_marks_it_removes(monkeypa
     assert [u.result for u in done] == ["removed"] and written == ["train"]
     assert sorted(f"{n.workload.name} {n.marked_at}" for n in loads(store.text or "[]")) == [
         f"other {cluster.notes('other')[a.MARKED_AT]}", f"train {older}"]
+
+
+MARK = "2026-11-22T06:00:00Z"
+
+
+@pytest.mark.parametrize(("kind", "action", "held", "now", "seen"), [
+    pytest.param("done", "delete", False, None, "happened", id="delete-gone"),
+    pytest.param("done", "delete", False, {a.MARKED_AT: MARK, "deleting": "1"}, "happened",
+                 id="delete-on-its-way-out-with-finalizers"),
+    pytest.param("done", "delete", False, {}, "never", id="delete-mark-gone-workload-there"),
+    pytest.param("done", "delete", False, {a.MARKED_AT: MARK}, "never", id="delete-still-marked"),
+    pytest.param("done", "suspend", False, {a.RECLAIMED: "suspend"}, "not yet", id="reclaim-not-checked-yet"),
+    pytest.param("done", "suspend", True, {}, "happened", id="reclaim-held"),
+    pytest.param("done", "suspend", False, {}, "never", id="reclaim-mark-gone-no-record"),
+    pytest.param("done", "suspend", False, None, "never", id="reclaim-gone-unchecked"),
+    pytest.param("done", "suspend", False, {a.MARKED_AT: MARK}, "never", id="reclaim-still-marked"),
+    pytest.param("done", "", False, None, "happened", id="older-note-gone"),
+    pytest.param("done", "", False, {}, "never", id="older-note-mark-gone-workload-there"),
+    pytest.param("cancelled", "delete", False, {}, "happened", id="cancelled-mark-gone"),
+    pytest.param("cancelled", "delete", False, {a.MARKED_AT: MARK}, "never", id="cancelled-still-marked"),
+])
+def test_a_kept_note_is_weighed_on_the_workload_as_it_is_now(kind: str, action: str, held: bool,
+                                                             now: dict[str, str] | None, seen: str) -> None:
+    from janitor.act.notes import PendingNote, weigh
+    from janitor.decide.model import ObjectView
+
+    ref = ObjectRef("Job", "batch/v1", "team-a", "train", "uid-train")
+    note = PendingNote("i", ALICE, kind, ref, MARK, NOW, (), action=action, held=held)
+    view = None if now is None else ObjectView(ref, "7", NOW, {k: v for k, v in now.items() if k != "deleting"},
+                                               deleting="deleting" in now)
+    verdict, why_not = weigh(note, view)
+    assert str(verdict) == seen and bool(why_not) == (seen == "never")
