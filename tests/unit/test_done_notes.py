@@ -302,3 +302,4 @@ def test_a_kept_note_is_weighed_on_the_workload_as_it_is_now(kind: str, action: 
                                                deleting="deleting" in now)
     verdict, why_not = weigh(note, view)
     assert str(verdict) == seen and bool(why_not) == (seen == "never")
+
