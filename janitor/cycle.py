@@ -269,7 +269,7 @@ def _executor(ports: Ports, settings: Settings, planned: Planned, notes: NoteBox
                      gone=fresh is None)
 
     def apply_one(action: Action) -> kube.ActionResult:
-        return kube.apply(ports.api, action, kind=by_kind[action.target.kind], dry_run=dry_run)
+        return kube.apply(ports.api, action, kind=by_kind[action.target.kind], dry_run=dry_run, fence=ports.fence)
 
     ledger = LedgerWriter(_StateLedger(ports.api, settings), planned.plan.ledger, planned.ledger_read,
                           clock=ports.clock, fence=ports.fence, dry_run=dry_run)

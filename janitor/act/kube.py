@@ -9,6 +9,9 @@ caller re-reads and decides again. Each apply goes "probe, announce, act":
 2. an Event on the object with `Action.why` word for word (what `kubectl describe` shows);
 3. the request for real.
 
+Between 1 and 2 the fence is asked (the probe may take the client's whole timeout, longer than a
+lease may have left): a replica no longer sure it leads posts nothing and writes nothing.
+
 The probe costs one request per action (actions are few and capped) and means an Event is only
 posted for a change that is about to happen, not for one that a stale resourceVersion refuses.
 In dry-run only step 1 runs: the plan is validated by the apiserver, nothing changes, no Event.
@@ -27,7 +30,7 @@ import datetime
 import json
 import logging
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -56,8 +59,9 @@ class Outcome(StrEnum):
     CONFLICT = "conflict"  # changed or recreated since it was read: re-read and decide again
     FORBIDDEN = "forbidden"  # RBAC (403) or credentials (401): an admin must act
     FAILED = "failed"
-    # Never returned by apply(): the caller's verdict when a fresh re-read no longer calls for
-    # the action, so that every planned action still ends with exactly one recorded outcome.
+    # Nothing written: a fresh re-read no longer calls for the action (the caller's verdict), or the
+    # fence closed before the write; so that every planned action still ends with exactly one
+    # recorded outcome.
     SKIPPED = "skipped"
 
 
@@ -80,6 +84,23 @@ class Unsettled(errors.KubeError):
         return cls(error.server_message, status=error.status, doing=error.doing)
 
 
+NOT_LEADING = "not done: no longer the leader; the new leader decides"
+
+
+class _NotLeading(Exception):
+    """The fence closed after the probe: nothing is posted or written."""
+
+
+def _leading() -> bool:
+    return True  # without leader election
+
+
+def _go_on(fence: Callable[[], bool]) -> None:
+    """Asked after the probe, before the first write (the Event)."""
+    if not fence():
+        raise _NotLeading
+
+
 def apply(
     api: ApiClient,
     action: Action,
@@ -87,8 +108,10 @@ def apply(
     kind: ResourceKind,
     dry_run: bool = False,
     component: str = "kube-idle-janitor",
+    fence: Callable[[], bool] = _leading,
 ) -> ActionResult:
-    """Apply one action; the result says what happened, it never raises for an API failure."""
+    """Apply one action; the result says what happened, it never raises for an API failure.
+    `fence`: False once another replica may be leader, asked after the probe."""
     problem = _malformed(action, kind)
     if problem:
         result = ActionResult(action, Outcome.FAILED, problem)
@@ -96,13 +119,17 @@ def apply(
         return result
     try:
         if action.type in (ActionType.DELETE, ActionType.FORCE_DELETE):
-            detail = _delete(api, action, kind=kind, dry_run=dry_run, component=component)
+            detail = _delete(api, action, kind=kind, dry_run=dry_run, component=component, fence=fence)
         elif action.type is ActionType.REPORT:
-            detail = _report(api, action, kind=kind, dry_run=dry_run, component=component)
+            detail = _report(api, action, kind=kind, dry_run=dry_run, component=component, fence=fence)
         elif action.type.ending is not None and action.type.ending.reclaims:
-            detail = _reclaim(api, action, kind=kind, dry_run=dry_run, component=component)
+            detail = _reclaim(api, action, kind=kind, dry_run=dry_run, component=component, fence=fence)
         else:
             raise ValueError(f"unknown action type {action.type!r}")
+    except _NotLeading:
+        result = ActionResult(action, Outcome.SKIPPED, NOT_LEADING)
+        _log(result, dry_run=dry_run)
+        return result
     except errors.KubeError as e:
         result = ActionResult(action, outcome_of(e), e.server_message or str(e), isinstance(e, Unsettled))
         _log(result, dry_run=dry_run)
@@ -192,7 +219,8 @@ STATE_LABELS = {
 _WRITES = frozenset({"PATCH", "POST", "PUT"})  # the methods that take a fieldManager (DELETE has none)
 
 
-def _delete(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool, component: str) -> str:
+def _delete(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool, component: str,
+            fence: Callable[[], bool] = _leading) -> str:
     """Background propagation: a plain DELETE of a batch/v1 Job orphans its pods, and Foreground
     would leave the owner visible (and blocking) until every dependent is gone."""
     target = action.target
@@ -200,6 +228,7 @@ def _delete(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool
     _call(api, "DELETE", path, body=_delete_options(action, dry_run=True), doing=f"delete {target} (dry run)")
     if dry_run:
         return "dry run: the apiserver accepted the delete; nothing was deleted and no Event posted"
+    _go_on(fence)
     event_note = _post_event(api, action, event_type="Normal", component=component)
     _sent(api, "DELETE", path, body=_delete_options(action, dry_run=False), doing=f"delete {target}")
     return "deleted" + event_note
@@ -231,7 +260,8 @@ def guarded(patch: dict[str, Any], target: ObjectRef, resource_version: str) -> 
     return body
 
 
-def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool, component: str) -> str:
+def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool, component: str,
+             fence: Callable[[], bool] = _leading) -> str:
     """Suspend, scale to zero or stop, and drop the janitor's mark in the same write: what is left
     is the user's workload, as they had it, minus its running pods. A suspended CronJob starts no
     new run but stops none, so the Jobs it is running (`action.also`) are suspended right after it,
@@ -250,7 +280,7 @@ def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: boo
         raise ValueError(f"{action.type} patches its {ending.target}, which the plan did not name (caller bug)")
     patch = ending.patch(datetime.datetime.now(datetime.timezone.utc))
     if action.via is not None:
-        return _through(api, action, action.via, patch, kind=kind, dry_run=dry_run, component=component)
+        return _through(api, action, action.via, patch, kind=kind, dry_run=dry_run, component=component, fence=fence)
     notes = dict((patch.get("metadata") or {}).get("annotations") or {})
     notes |= {key: None for key in ann.MARK_KEYS}
     notes |= action.record  # janitor/reclaimed: the next cycle checks that it held (decide.held)
@@ -262,6 +292,7 @@ def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: boo
         _patch_run(api, job, patch, str(action.type), dry_run=True)
     if dry_run:
         return f"dry run: the apiserver accepted the {action.type}; nothing was changed and no Event posted"
+    _go_on(fence)
     event_note = _post_event(api, action, event_type="Normal", component=component)
     _sent(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, doing=f"{action.type} {action.target}")
     failed = []
@@ -281,7 +312,7 @@ def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: boo
 
 
 def _through(api: ApiClient, action: Action, via: ObjectRef, patch: dict[str, Any], *, kind: ResourceKind,
-             dry_run: bool, component: str) -> str:
+             dry_run: bool, component: str, fence: Callable[[], bool] = _leading) -> str:
     """A reclaim whose switch is another object (`via`, a Kueue Workload): the workload itself is not
     touched but for its mark's removal and the record, since Kueue would undo a change to it. Both
     writes are probed first (the workload's guarded by the read it was decided on); the switch goes
@@ -301,6 +332,7 @@ def _through(api: ApiClient, action: Action, via: ObjectRef, patch: dict[str, An
           doing=f"{action.type} {action.target} through {via} (dry run)")
     if dry_run:
         return f"dry run: the apiserver accepted the {action.type} through {via}; nothing was changed, no Event posted"
+    _go_on(fence)
     event_note = _post_event(api, action, event_type="Normal", component=component)
     _sent(api, "PATCH", switch, body=switched, content_type=_MERGE_PATCH,
           doing=f"{action.type} {action.target} through {via}")
@@ -364,7 +396,8 @@ def annotate(
     return str((answer.get("metadata") or {}).get("resourceVersion") or resource_version)
 
 
-def _report(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool, component: str) -> str:
+def _report(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool, component: str,
+            fence: Callable[[], bool] = _leading) -> str:
     """A Warning Event, plus `janitor/reported` on the object so the same mistake is reported once.
 
     A report changes nothing the owner relies on, so a conflict from a write that only moved the
@@ -388,6 +421,7 @@ def _report(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool
                   doing=f"annotate {target} (dry run)")
             if dry_run:
                 return "dry run: the apiserver accepted the annotation; nothing was changed and no Event posted"
+            _go_on(fence)
             if event_note is None:  # one Event, whichever attempt lands
                 event_note = _post_event(api, action, event_type="Warning", component=component)
             _call(api, "PATCH", path, body=patch, content_type=_MERGE_PATCH, doing=f"annotate {target}")
