@@ -17,7 +17,9 @@ Aspects covered:
   evidence is its workload gone (by uid) or on its way out, a reclaim's the check of a later cycle
   that it held (recorded on the note, so it outlives that cycle);
 - removing a mark (the lifecycle's unmark, `janitor unmark`) drops the "done" notes about that
-  mark, written at once; a forgotten note is written at once too.
+  mark, written at once; a forgotten note is written at once too;
+- the note of a bare pod's delete (Pod not among `--kinds`: the pod is a workload, not a listed
+  object) names the pod's mark.
 """
 
 from __future__ import annotations
@@ -303,3 +305,42 @@ def test_a_kept_note_is_weighed_on_the_workload_as_it_is_now(kind: str, action: 
     verdict, why_not = weigh(note, view)
     assert str(verdict) == seen and bool(why_not) == (seen == "never")
 
+
+
+def test_the_note_of_a_bare_pods_delete_names_its_mark() -> None:
+    """With Pod not among `--kinds`, pods are read for the triggers but not listed as objects, and a
+    bare pod is its own workload: the lifecycle marks, warns and deletes it. Its note must name the
+    mark the pod carries, or nothing can tell it from a newer one."""
+    from test_act_executor import Cluster as Acting
+    from test_act_executor import Notes
+    from test_act_executor import Store as Ledger
+    from test_decide_idle_findings import cpu, gpu, idle, pod
+
+    from janitor.act.executor import Executor
+    from janitor.act.ledger_writer import LedgerWriter
+    from janitor.cycle import Memory, Planned
+    from janitor.decide.evidence import CpuUsage, Evidence
+    from janitor.decide.model import NamespaceView, SafetyLedger
+    from janitor.decide.plan import plan
+    from janitor.policy.model import IdleGpu, Lifecycle, Mode, Policy
+
+    policy = Policy("idle-gpu", (IdleGpu(window=2 * H),), mode=Mode.ENFORCE, lifecycle=Lifecycle(warn_before=24 * H))
+    bare = pod("notebook")
+    marked_at, deadline = a.format_deadline(NOW - 30 * H), a.format_deadline(NOW - 6 * H)
+    bare = replace(bare, annotations={
+        a.POLICY: policy.name, a.DEADLINE: deadline, a.MARKED_AT: marked_at, a.REASON: "idle",
+        a.MARKED_UID: bare.ref.uid, a.WARNED_AT: marked_at,
+        a.WARNED_VIA: f"owner D0ALICE/{(NOW - 30 * H).timestamp():.6f}", a.WARNED_OF: f"delete {deadline}",
+        a.OWNER: ALICE.value})
+    observation = Observation(NOW, (), (bare,), {"ml": NamespaceView("ml")},
+                              evidence=Evidence(gpu({"notebook": idle()}), cpu({"notebook": CpuUsage(0.01, 120)})))
+    decided = plan(observation, [policy], SafetyLedger(), NOW)
+    assert [(x.type, x.target) for x in decided.actions] == [(ActionType.DELETE, bare.ref)]  # reachable
+    planned = Planned(observation, decided, (policy,), Memory())
+    timeline: list[tuple[str, ...]] = []
+    acting, notes, ledger = Acting(timeline), Notes(timeline), Ledger(timeline)
+    writer = LedgerWriter(ledger, decided.ledger, ledger.ledger, clock=lambda: NOW, fence=lambda: True,
+                          dry_run=False)
+    Executor(decided, planned.objects_by_uid, acting.still_due, acting.apply, writer, notes, lambda: NOW,
+             lambda: True, False).run(decided.actions, lambda _: None)
+    assert notes.kept == [("notebook", intent_id(ALICE, NOW), marked_at)]
