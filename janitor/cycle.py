@@ -46,6 +46,7 @@ from janitor.decide.model import (
 )
 from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.plan import CyclePlan, plan
+from janitor.decide.selection import carries_mark, pod_as_object
 from janitor.observe import cluster, observation
 from janitor.observe.cache import ClusterCache
 from janitor.observe.prometheus import PrometheusSource, QueryStat
@@ -108,7 +109,12 @@ class Planned:
 
     @functools.cached_property
     def objects_by_uid(self) -> dict[str, ObjectView]:
-        return {o.ref.uid: o for o in self.observation.objects}
+        """The objects the plan was made on, with the marked pods not listed among them: with Pod not
+        in `--kinds`, a bare pod is still a workload the lifecycle marks and deletes, and its "done"
+        note names its mark."""
+        listed = {o.ref.uid: o for o in self.observation.objects}
+        return {**{p.ref.uid: pod_as_object(p) for p in self.observation.pods
+                   if p.ref.uid not in listed and carries_mark(p.annotations)}, **listed}
 
 
 @dataclass
