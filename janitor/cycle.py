@@ -46,6 +46,7 @@ from janitor.decide.model import (
 )
 from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.plan import CyclePlan, plan
+from janitor.decide.selection import carries_mark, pod_as_object
 from janitor.observe import cluster, observation
 from janitor.observe.cache import ClusterCache
 from janitor.observe.prometheus import PrometheusSource, QueryStat
@@ -108,7 +109,12 @@ class Planned:
 
     @functools.cached_property
     def objects_by_uid(self) -> dict[str, ObjectView]:
-        return {o.ref.uid: o for o in self.observation.objects}
+        """The objects the plan was made on, with the marked pods not listed among them: with Pod not
+        in `--kinds`, a bare pod is still a workload the lifecycle marks and deletes, and its "done"
+        note names its mark."""
+        listed = {o.ref.uid: o for o in self.observation.objects}
+        return {**{p.ref.uid: pod_as_object(p) for p in self.observation.pods
+                   if p.ref.uid not in listed and carries_mark(p.annotations)}, **listed}
 
 
 @dataclass
@@ -237,16 +243,16 @@ class _StateLedger:
         kube.write_ledger(self.api, self.namespace, self.name, ledger, version, exclusive=True)
 
 
-def _notes(ports: Ports, settings: Settings) -> NoteBox:
+def note_box(api: ApiClient, settings: Settings, *, fence: Callable[[], bool] = lambda: True) -> NoteBox:
+    """The notes waiting in the state ConfigMap (act.notes), read now; `fence` guards every write."""
     c = settings.cluster
     try:
-        stored: str | None | errors.KubeError = cluster.read_state(ports.api, c.state_namespace, c.state_name,
-                                                                   NOTES_KEY)
+        stored: str | None | errors.KubeError = cluster.read_state(api, c.state_namespace, c.state_name, NOTES_KEY)
     except errors.KubeError as e:
         stored = e
     def write(text: str) -> None:
-        kube.write_state(ports.api, c.state_namespace, c.state_name, {NOTES_KEY: text}, what="notes")
-    return NoteBox(stored, write, fence=ports.fence, where=f"ConfigMap {c.state_namespace}/{c.state_name}",
+        kube.write_state(api, c.state_namespace, c.state_name, {NOTES_KEY: text}, what="notes")
+    return NoteBox(stored, write, fence=fence, where=f"ConfigMap {c.state_namespace}/{c.state_name}",
                    context=_context(settings))
 
 
@@ -269,7 +275,7 @@ def _executor(ports: Ports, settings: Settings, planned: Planned, notes: NoteBox
                      gone=fresh is None)
 
     def apply_one(action: Action) -> kube.ActionResult:
-        return kube.apply(ports.api, action, kind=by_kind[action.target.kind], dry_run=dry_run)
+        return kube.apply(ports.api, action, kind=by_kind[action.target.kind], dry_run=dry_run, fence=ports.fence)
 
     ledger = LedgerWriter(_StateLedger(ports.api, settings), planned.plan.ledger, planned.ledger_read,
                           clock=ports.clock, fence=ports.fence, dry_run=dry_run)
@@ -294,7 +300,7 @@ def _apply(ports: Ports, settings: Settings, planned: Planned, source: Prometheu
                      "telling nothing until they are: %s", "; ".join(planned.memory.policy_errors))
         result.memory = replace(result.memory, notices=frozenset(decided.notices))
         return result
-    notes = None if dry_run else _notes(ports, settings)
+    notes = None if dry_run else note_box(ports.api, settings, fence=ports.fence)
 
     def done(outcome: kube.ActionResult) -> None:
         result.results.append(outcome)
@@ -404,4 +410,4 @@ def run_cycle(ports: Ports, settings: Settings, memory: Memory) -> CycleResult:
 
 
 __all__ = ["Change", "Clock", "CycleResult", "Memory", "Phases", "Planned", "Ports", "apply", "load_policies",
-           "observe_and_plan", "plan_once", "run_cycle", "utc_now"]
+           "note_box", "observe_and_plan", "plan_once", "run_cycle", "utc_now"]

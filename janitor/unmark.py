@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from kubernetes.client import ApiClient
@@ -9,8 +10,11 @@ from kubernetes.client import ApiClient
 from janitor import annotations as ann
 from janitor import cycle, errors
 from janitor.act import kube
+from janitor.decide.model import ObjectRef
 from janitor.observe import observation
 from janitor.settings import Settings
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -24,7 +28,9 @@ def unmark(api: ApiClient, settings: Settings, *, policy: str | None = None, dry
     """Remove the janitor's own marks (all, or one policy's): for uninstalling, and for mistakes.
 
     Only marks are touched (any janitor mark key present); a user's own `janitor/expires` and their
-    `janitor/keep-until` stay. Each write is guarded by the resourceVersion it was read at."""
+    `janitor/keep-until` stay. Each write is guarded by the resourceVersion it was read at. A "done"
+    note kept for a mark removed goes from the state ConfigMap with it: the action it announces
+    never happened (one that happens takes the mark with it), and must not be announced later."""
     seen = observation.read(api, settings, (), cycle.utc_now())
     kinds = cycle.kinds(settings)
     done: list[Unmarked] = []
@@ -44,5 +50,19 @@ def unmark(api: ApiClient, settings: Settings, *, policy: str | None = None, dry
         except errors.KubeError as e:
             done.append(Unmarked(str(obj.ref), marked_by, f"not removed: {e}"))
             continue
+        _drop_done_notes(api, settings, obj.ref, obj.annotations.get(ann.MARKED_AT, ""))
         done.append(Unmarked(str(obj.ref), marked_by, "removed"))
     return done
+
+
+def _drop_done_notes(api: ApiClient, settings: Settings, ref: ObjectRef, marked_at: str) -> None:
+    """The "done" notes about the mark removed, out of the state ConfigMap. Read right before the
+    write: the running janitor writes there too, and a note it kept meanwhile must not be written
+    over. One that cannot be read or written is logged; the janitor drops the note itself once it
+    sees the workload still there (act.notes.weigh)."""
+    waiting = cycle.note_box(api, settings)
+    if waiting.broken:
+        logger.warning("the notes waiting to be sent cannot be read, so those about the mark removed from %s "
+                       "stay until the janitor sees it was not acted on: %s", ref, waiting.broken)
+    elif waiting.unmarked(ref, marked_at):
+        waiting.flush()

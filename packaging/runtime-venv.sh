@@ -8,6 +8,7 @@
 # The janitor's version comes from git (setuptools-scm); a tree without .git (the image build)
 # takes it from SETUPTOOLS_SCM_PRETEND_VERSION. Needs a package index (or PIP_FIND_LINKS).
 set -eu
+unset PYTHONPATH  # the target sees only what is installed in it, not a source tree on the path
 target=$1
 python=${2:-python3}
 src=$(cd "$(dirname "$0")/.." && pwd)

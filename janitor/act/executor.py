@@ -9,13 +9,18 @@ For each action but a report, in this order:
 3. the note: a lifecycle action's "done" note to its owner is kept before the change
    (`Notes.expect`); a note that cannot be kept means no change (the janitor does not do what it
    cannot announce);
-4. the write (`Applier`); a note whose change did not happen is forgotten (`Notes.forget`); a
-   CONFLICT (the object changed since the read) is decided again once, on a new fresh read, and
-   not recorded twice.
+4. the write (`Applier`); a note whose change certainly did not happen (the apiserver refused it)
+   is forgotten (`Notes.forget`); one whose change may have happened (its answer lost, or part of
+   it landed: `ActionResult.may_have_happened`) stays, and a later cycle sends it only on evidence
+   that the change happened and held (act.notes); a CONFLICT (the object changed since the read)
+   is decided again once, on a new fresh read, and not recorded twice.
 
-Before each action, and again between its re-check and its record (a re-read may outlast what is
-left of the lease), the fence is asked: a replica no longer sure it leads stops, and stores no
-ledger. The ledger is stored once at the end (`LedgerWriter.store`), whatever happened.
+Before each action, between its re-check and its record (a re-read may outlast what is left of the
+lease), before each write of the record (`LedgerWriter`), right before the write (the record may
+outlast it too) and, in act.kube, after the write's probe, the fence is asked: a replica no longer
+sure it leads stops, and stores no ledger. Once closed, it stays closed for the cycle: nothing
+more is written even if the lease is renewed late. The ledger is stored once at the end
+(`LedgerWriter.store`), whatever happened.
 
 It talks to the cluster only through these small interfaces, so the order is unit-tested with
 fakes as well as on the sandbox; `cycle.py` wires the real ones in.
@@ -31,7 +36,7 @@ from typing import Protocol
 
 from janitor import annotations as ann
 from janitor import errors
-from janitor.act.kube import ActionResult, Outcome
+from janitor.act.kube import NOT_LEADING, ActionResult, Outcome
 from janitor.act.ledger_writer import LedgerWriter
 from janitor.decide.consent import intent_id
 from janitor.decide.lifecycle import Change
@@ -81,7 +86,7 @@ class Executor:
     ledger: LedgerWriter
     notes: Notes | None  # None: no lifecycle this cycle (dry run, or policies never read)
     clock: Callable[[], datetime.datetime]
-    fence: Callable[[], bool]  # False once another replica may be leader: asked before each action
+    fence: Callable[[], bool]  # False once another replica may be leader: asked before each write
     dry_run: bool
     rechecked: dict[tuple[str, ActionType, str], Change] = field(default_factory=dict)  # as the re-check decided
 
@@ -89,7 +94,7 @@ class Executor:
         """Each action in turn, each result to `done` as it comes; the ledger stored at the end."""
         try:
             for action in actions:
-                if not self.fence():
+                if not self._leading():
                     logger.warning("no longer the leader: stopping before %s; the new leader decides again",
                                    action.target)
                     break
@@ -115,23 +120,38 @@ class Executor:
             if again.action is None:
                 logger.info("not acting on %s: %s", action.target, again.why, extra={"object": str(action.target)})
                 return ActionResult(action, Outcome.GONE if fresh.gone else Outcome.SKIPPED, str(again.why))
-            if not self.fence():  # the re-read may have taken longer than the lease has left
+            if not self._leading():  # the re-read may have taken longer than the lease has left
                 logger.warning("no longer the leader after re-reading %s: not acting on it", action.target)
-                return ActionResult(action, Outcome.SKIPPED, "not done: no longer the leader; the new leader decides")
+                return ActionResult(action, Outcome.SKIPPED, NOT_LEADING)
             # Recorded once: a deletion retried after a conflict is already in the ledger.
             refused = self.ledger.record(again.action) if result.outcome is not Outcome.CONFLICT else ""
+            if refused and self.ledger.fenced:
+                return ActionResult(action, Outcome.SKIPPED, refused)
             change = again.change or self.plan.change_for(action)
             if change is not None:
                 self.rechecked[action.key] = change
             intent, unkept = self._announced(action, change) if not (refused or self.dry_run) else ("", "")
             if refused or unkept:
                 return ActionResult(action, Outcome.FAILED, refused or unkept)
+            if not self._leading():  # the record and the note may have taken longer than the lease has left
+                logger.warning("no longer the leader after recording %s: not acting on it", action.target)
+                if self.notes is not None and intent:
+                    self.notes.forget(action.target, intent)  # (fenced too: the new leader sees it still marked)
+                return ActionResult(action, Outcome.SKIPPED, NOT_LEADING)
             result = self.apply(again.action)
-            if self.notes is not None and intent and result.outcome is not Outcome.DONE:
+            if self.notes is not None and intent and result.outcome is not Outcome.DONE \
+                    and not result.may_have_happened:
                 self.notes.forget(action.target, intent)
             if result.outcome is not Outcome.CONFLICT:
                 return result
         return result
+
+    def _leading(self) -> bool:
+        """The fence, latched with the ledger's: once closed in this cycle (here or while the ledger's
+        record was written), closed, and the ledger not stored at the end."""
+        if not self.ledger.fenced and not self.fence():
+            self.ledger.close()
+        return not self.ledger.fenced
 
     def _announced(self, action: Action, change: Change | None) -> tuple[str, str]:
         """Keep the "done" note of a lifecycle action (`change`, as the re-check decided it) before it

@@ -9,13 +9,19 @@ caller re-reads and decides again. Each apply goes "probe, announce, act":
 2. an Event on the object with `Action.why` word for word (what `kubectl describe` shows);
 3. the request for real.
 
+Between 1 and 2 the fence is asked (the probe may take the client's whole timeout, longer than a
+lease may have left): a replica no longer sure it leads posts nothing and writes nothing.
+
 The probe costs one request per action (actions are few and capped) and means an Event is only
 posted for a change that is about to happen, not for one that a stale resourceVersion refuses.
 In dry-run only step 1 runs: the plan is validated by the apiserver, nothing changes, no Event.
 
 Requests are raw JSON through the client's generic `param_serialize`/`call_api`, so custom
 resources (Notebooks) work like built-ins. Failures become `janitor.errors` types and then one
-`Outcome` each; nothing here retries (the next cycle does).
+`Outcome` each; nothing here retries (the next cycle does). A failure is not always a write that
+did not happen: the real write's answer may be lost after the apiserver applied it (a timeout, a
+reset, a 5xx), or a reclaim may land in part. Such a result says so (`ActionResult.may_have_happened`),
+so its owner's "done" note is kept for the next cycle to weigh, not thrown away.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import datetime
 import json
 import logging
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -53,8 +59,9 @@ class Outcome(StrEnum):
     CONFLICT = "conflict"  # changed or recreated since it was read: re-read and decide again
     FORBIDDEN = "forbidden"  # RBAC (403) or credentials (401): an admin must act
     FAILED = "failed"
-    # Never returned by apply(): the caller's verdict when a fresh re-read no longer calls for
-    # the action, so that every planned action still ends with exactly one recorded outcome.
+    # Nothing written: a fresh re-read no longer calls for the action (the caller's verdict), or the
+    # fence closed before the write; so that every planned action still ends with exactly one
+    # recorded outcome.
     SKIPPED = "skipped"
 
 
@@ -63,6 +70,35 @@ class ActionResult:
     action: Action
     outcome: Outcome
     detail: str
+    # Not DONE, yet the change may have happened: the real write's answer was lost, or part of the
+    # action landed. Only a failure without it certainly changed nothing.
+    may_have_happened: bool = False
+
+
+class Unsettled(errors.KubeError):
+    """A failure that leaves the change in place, or may: the real write was sent and its answer lost
+    (a timeout, a reset, a 5xx: the apiserver may have applied it), or the action landed in part."""
+
+    @classmethod
+    def of(cls, error: errors.KubeError) -> Unsettled:
+        return cls(error.server_message, status=error.status, doing=error.doing)
+
+
+NOT_LEADING = "not done: no longer the leader; the new leader decides"
+
+
+class _NotLeading(Exception):
+    """The fence closed after the probe: nothing is posted or written."""
+
+
+def _leading() -> bool:
+    return True  # without leader election
+
+
+def _go_on(fence: Callable[[], bool]) -> None:
+    """Asked after the probe, before the first write (the Event)."""
+    if not fence():
+        raise _NotLeading
 
 
 def apply(
@@ -72,8 +108,10 @@ def apply(
     kind: ResourceKind,
     dry_run: bool = False,
     component: str = "kube-idle-janitor",
+    fence: Callable[[], bool] = _leading,
 ) -> ActionResult:
-    """Apply one action; the result says what happened, it never raises for an API failure."""
+    """Apply one action; the result says what happened, it never raises for an API failure.
+    `fence`: False once another replica may be leader, asked after the probe."""
     problem = _malformed(action, kind)
     if problem:
         result = ActionResult(action, Outcome.FAILED, problem)
@@ -81,15 +119,19 @@ def apply(
         return result
     try:
         if action.type in (ActionType.DELETE, ActionType.FORCE_DELETE):
-            detail = _delete(api, action, kind=kind, dry_run=dry_run, component=component)
+            detail = _delete(api, action, kind=kind, dry_run=dry_run, component=component, fence=fence)
         elif action.type is ActionType.REPORT:
-            detail = _report(api, action, kind=kind, dry_run=dry_run, component=component)
+            detail = _report(api, action, kind=kind, dry_run=dry_run, component=component, fence=fence)
         elif action.type.ending is not None and action.type.ending.reclaims:
-            detail = _reclaim(api, action, kind=kind, dry_run=dry_run, component=component)
+            detail = _reclaim(api, action, kind=kind, dry_run=dry_run, component=component, fence=fence)
         else:
             raise ValueError(f"unknown action type {action.type!r}")
+    except _NotLeading:
+        result = ActionResult(action, Outcome.SKIPPED, NOT_LEADING)
+        _log(result, dry_run=dry_run)
+        return result
     except errors.KubeError as e:
-        result = ActionResult(action, outcome_of(e), e.server_message or str(e))
+        result = ActionResult(action, outcome_of(e), e.server_message or str(e), isinstance(e, Unsettled))
         _log(result, dry_run=dry_run)
         return result
     result = ActionResult(action, Outcome.DONE, detail)
@@ -177,7 +219,8 @@ STATE_LABELS = {
 _WRITES = frozenset({"PATCH", "POST", "PUT"})  # the methods that take a fieldManager (DELETE has none)
 
 
-def _delete(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool, component: str) -> str:
+def _delete(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool, component: str,
+            fence: Callable[[], bool] = _leading) -> str:
     """Background propagation: a plain DELETE of a batch/v1 Job orphans its pods, and Foreground
     would leave the owner visible (and blocking) until every dependent is gone."""
     target = action.target
@@ -185,8 +228,9 @@ def _delete(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool
     _call(api, "DELETE", path, body=_delete_options(action, dry_run=True), doing=f"delete {target} (dry run)")
     if dry_run:
         return "dry run: the apiserver accepted the delete; nothing was deleted and no Event posted"
+    _go_on(fence)
     event_note = _post_event(api, action, event_type="Normal", component=component)
-    _call(api, "DELETE", path, body=_delete_options(action, dry_run=False), doing=f"delete {target}")
+    _sent(api, "DELETE", path, body=_delete_options(action, dry_run=False), doing=f"delete {target}")
     return "deleted" + event_note
 
 
@@ -216,13 +260,15 @@ def guarded(patch: dict[str, Any], target: ObjectRef, resource_version: str) -> 
     return body
 
 
-def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool, component: str) -> str:
+def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool, component: str,
+             fence: Callable[[], bool] = _leading) -> str:
     """Suspend, scale to zero or stop, and drop the janitor's mark in the same write: what is left
     is the user's workload, as they had it, minus its running pods. A suspended CronJob starts no
     new run but stops none, so the Jobs it is running (`action.also`) are suspended right after it,
     each guarded by its uid; one that is gone has finished. One that cannot be suspended makes the
-    outcome a failure, so the owner is never told "done" while it runs (the CronJob, suspended,
-    is not marked again for it: the Job is judged on its own). The patch is the ending's, resumed by
+    outcome a failure that happened in part (`Unsettled`): the CronJob is suspended, unmarked and its
+    reclaim recorded, so its note stays, and is sent once the next cycles see the CronJob's suspension
+    hold (decide.held); the Job, still running, is judged on its own. The patch is the ending's, resumed by
     the command the messages give (policy.endings). A workload Kueue admits is switched through its
     Kueue Workload (`action.via`, guarded by its uid) first, then its record written (`_through`)."""
     ending = action.type.ending
@@ -234,7 +280,7 @@ def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: boo
         raise ValueError(f"{action.type} patches its {ending.target}, which the plan did not name (caller bug)")
     patch = ending.patch(datetime.datetime.now(datetime.timezone.utc))
     if action.via is not None:
-        return _through(api, action, action.via, patch, kind=kind, dry_run=dry_run, component=component)
+        return _through(api, action, action.via, patch, kind=kind, dry_run=dry_run, component=component, fence=fence)
     notes = dict((patch.get("metadata") or {}).get("annotations") or {})
     notes |= {key: None for key in ann.MARK_KEYS}
     notes |= action.record  # janitor/reclaimed: the next cycle checks that it held (decide.held)
@@ -246,8 +292,9 @@ def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: boo
         _patch_run(api, job, patch, str(action.type), dry_run=True)
     if dry_run:
         return f"dry run: the apiserver accepted the {action.type}; nothing was changed and no Event posted"
+    _go_on(fence)
     event_note = _post_event(api, action, event_type="Normal", component=component)
-    _call(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, doing=f"{action.type} {action.target}")
+    _sent(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, doing=f"{action.type} {action.target}")
     failed = []
     for job in action.also:
         try:
@@ -257,15 +304,15 @@ def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: boo
         except errors.KubeError as e:
             failed.append(f"{job}: {e}")
     if failed:
-        raise errors.KubeError(f"{action.target} {ending.done}, but not the Jobs it runs: " + "; ".join(failed),
-                               doing=f"{action.type} {action.target}")
+        raise Unsettled(f"{action.target} {ending.done}, but not the Jobs it runs: " + "; ".join(failed),
+                        doing=f"{action.type} {action.target}")
     also = f" with its Job{'s' if len(action.also) > 1 else ''} {', '.join(j.name for j in action.also)}" \
         if action.also else ""
     return f"{action.type} done{also}" + event_note
 
 
 def _through(api: ApiClient, action: Action, via: ObjectRef, patch: dict[str, Any], *, kind: ResourceKind,
-             dry_run: bool, component: str) -> str:
+             dry_run: bool, component: str, fence: Callable[[], bool] = _leading) -> str:
     """A reclaim whose switch is another object (`via`, a Kueue Workload): the workload itself is not
     touched but for its mark's removal and the record, since Kueue would undo a change to it. Both
     writes are probed first (the workload's guarded by the read it was decided on); the switch goes
@@ -285,8 +332,9 @@ def _through(api: ApiClient, action: Action, via: ObjectRef, patch: dict[str, An
           doing=f"{action.type} {action.target} through {via} (dry run)")
     if dry_run:
         return f"dry run: the apiserver accepted the {action.type} through {via}; nothing was changed, no Event posted"
+    _go_on(fence)
     event_note = _post_event(api, action, event_type="Normal", component=component)
-    _call(api, "PATCH", switch, body=switched, content_type=_MERGE_PATCH,
+    _sent(api, "PATCH", switch, body=switched, content_type=_MERGE_PATCH,
           doing=f"{action.type} {action.target} through {via}")
     record = {"metadata": {"uid": action.target.uid, "annotations": notes}}
     for _ in range(2):  # a record that cannot be written undoes the switch: never one without the other
@@ -300,9 +348,9 @@ def _through(api: ApiClient, action: Action, via: ObjectRef, patch: dict[str, An
     try:
         _call(api, "PATCH", switch, body=back, content_type=_MERGE_PATCH, doing=f"switch {via} back")
     except errors.KubeError as e:
-        raise errors.KubeError(f"{via} switched ({action.type}), but neither the record on {action.target} "
-                               f"({failed}) nor switching it back ({e}) could be written: it stays switched; "
-                               f"resume with spec.active: true", doing=f"{action.type} {action.target}") from e
+        raise Unsettled(f"{via} switched ({action.type}), but neither the record on {action.target} "
+                        f"({failed}) nor switching it back ({e}) could be written: it stays switched; "
+                        f"resume with spec.active: true", doing=f"{action.type} {action.target}") from e
     raise errors.KubeError(f"the record on {action.target} could not be written ({failed}), so {via} was switched "
                            f"back: nothing done", doing=f"{action.type} {action.target}") from failed
 
@@ -348,7 +396,8 @@ def annotate(
     return str((answer.get("metadata") or {}).get("resourceVersion") or resource_version)
 
 
-def _report(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool, component: str) -> str:
+def _report(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool, component: str,
+            fence: Callable[[], bool] = _leading) -> str:
     """A Warning Event, plus `janitor/reported` on the object so the same mistake is reported once.
 
     A report changes nothing the owner relies on, so a conflict from a write that only moved the
@@ -372,6 +421,7 @@ def _report(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool
                   doing=f"annotate {target} (dry run)")
             if dry_run:
                 return "dry run: the apiserver accepted the annotation; nothing was changed and no Event posted"
+            _go_on(fence)
             if event_note is None:  # one Event, whichever attempt lands
                 event_note = _post_event(api, action, event_type="Warning", component=component)
             _call(api, "PATCH", path, body=patch, content_type=_MERGE_PATCH, doing=f"annotate {target}")
@@ -461,6 +511,17 @@ def _call(
     except ValueError:
         answer = {}
     return answer if isinstance(answer, dict) else {}
+
+
+def _sent(api: ApiClient, method: str, path: str, *, body: Any, content_type: str = "application/json",
+          doing: str) -> dict[str, Any]:
+    """The write an action is made of (not its probe, not its Event). A 5xx or no answer at all
+    (a read timeout, a reset) comes after the request was sent: the apiserver may have applied it,
+    so the failure is `Unsettled`. Any other answer refuses the write: nothing changed."""
+    try:
+        return _call(api, method, path, body=body, content_type=content_type, doing=doing)
+    except errors.ServerError as e:
+        raise Unsettled.of(e) from e
 
 
 def _log(result: ActionResult, *, dry_run: bool) -> None:

@@ -8,6 +8,10 @@ The ledger is only ever written over the one this cycle read. Another writer's (
 without leader election, or a second install on the same state ConfigMap) is merged with this
 one's, so that neither loses a deletion, and this cycle deletes nothing more.
 
+The fence is asked before each write (a record is a read and a write, twice on a conflict, each
+up to the client's timeout: longer than a lease may have left). Once it is closed, nothing more is
+written in this cycle, and the deletion waiting on the record is not done (`fenced`).
+
 It talks to the ConfigMap through one small interface (`LedgerStore`), so that order is
 unit-tested with a fake as well as on the sandbox.
 """
@@ -20,6 +24,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from janitor import errors
+from janitor.act.kube import NOT_LEADING
 from janitor.decide.model import Action, SafetyLedger
 from janitor.decide.rails import record_deletions
 from janitor.ledger import merge as merge_ledgers
@@ -54,6 +59,7 @@ class LedgerWriter:
         self.stored = read  # what this janitor knows the store holds
         self.broken = ""  # why the ledger cannot be written: then nothing is deleted
         self.contended = False  # another janitor wrote the ledger in this cycle
+        self.fenced = False  # the fence closed before a write: nothing more is written in this cycle
 
     def record(self, action: Action) -> str:
         """'' once the deletion is recorded (or needs no record); else why it must not happen."""
@@ -63,6 +69,9 @@ class LedgerWriter:
             return ""
         after = record_deletions(self.ledger, [action], self._clock())
         refused = self._write(after)
+        if self.fenced:
+            logger.warning("no longer the leader while recording the deletion of %s: not deleting it", action.target)
+            return NOT_LEADING
         if refused:
             self.broken = refused
             logger.error("the ledger could not be written; no deletion until it can: %s", refused)
@@ -73,7 +82,7 @@ class LedgerWriter:
     def store(self) -> None:
         """The cycle's ledger as plan() left it (the tripwire's count and state), deletions included.
         Never over what an admin must look at, nor over what a new leader wrote."""
-        if self._dry_run or self.ledger.unreadable or self.broken or not self._fence():
+        if self._dry_run or self.ledger.unreadable or self.broken or not self._leading():
             return
         refused = self._write(self.ledger)
         if refused and not self.contended:
@@ -91,9 +100,13 @@ class LedgerWriter:
                     if stored.unreadable:
                         return "the stored ledger became unreadable"
                     merged = merge_ledgers(self.stored, stored, self.ledger)  # what is done, not what was to be
+                    if not self._leading():
+                        return NOT_LEADING
                     self._store.write(merged, version)
                     self.stored, self.ledger, self.contended = merged, merged, True
                     return CONTENDED
+                if not self._leading():
+                    return NOT_LEADING
                 try:
                     self._store.write(after, version)
                 except errors.Conflict:
@@ -103,3 +116,14 @@ class LedgerWriter:
         except errors.KubeError as e:
             return str(e)
         return "the state ConfigMap kept changing between a read and a write"
+
+    def close(self) -> None:
+        """The fence closed (seen by the caller): nothing more is written in this cycle."""
+        self.fenced = True
+
+    def _leading(self) -> bool:
+        """The fence, asked before each write; once closed it stays closed for this cycle (a lease
+        renewed late opens it again, but what this cycle was doing is the next one's to decide)."""
+        if not self.fenced and not self._fence():
+            self.close()
+        return not self.fenced

@@ -21,14 +21,15 @@ from typing import Literal, Protocol
 
 from janitor import annotations as ann
 from janitor import errors
-from janitor.act.notes import NoteBox, PendingNote
+from janitor.act.notes import NoteBox, PendingNote, Seen, weigh
 from janitor.act.slack import Digest, Outbox, SendResult, SlackUnavailable
 from janitor.act.slack_messages import MessageContext, render_digest
-from janitor.annotations import Delivery, NoticeKind
+from janitor.annotations import Delivery
 from janitor.decide import consent, lifecycle
 from janitor.decide.lifecycle import Change, Step
 from janitor.decide.model import ObjectRef, ObjectView
 from janitor.decide.owners import Owner
+from janitor.decide.reasons import Code
 from janitor.policy.model import Policy
 
 logger = logging.getLogger(__name__)
@@ -105,7 +106,7 @@ class LifecycleRun:
                     continue
                 change = again
             if change.step in WRITES and change.annotations:
-                if not self._keep_note(change):
+                if not self._notes_first(change):
                     continue
                 if not self._write(change, event=EVENTS.get(change.step)):
                     if change.step in KEPT and change.notice is not None and self.notes is not None:
@@ -127,20 +128,31 @@ class LifecycleRun:
             self._send_carried(self.notes.carried)
         return self.out
 
-    def _keep_note(self, change: Change) -> bool:
-        """A "cancelled" note is kept before the unmark it announces (the mark, which would say who
-        to tell, goes with it); False when it cannot be, and the unmark waits."""
-        if change.step not in KEPT or change.notice is None or self.notes is None:
+    def _notes_first(self, change: Change) -> bool:
+        """What notes.json must say before `change` is written; False when it cannot be, and the write
+        waits. An unmark drops the "done" notes about the mark it removes (their action never
+        happened: it would have taken the mark), and keeps its "cancelled" note (the mark, which
+        would say who to tell, goes with it); a reclaim's check that it held records that on its
+        "done" notes (the check's write removes the only other sign of it)."""
+        if self.notes is None:
             return True
+        refused = ""
         marked_at = self.seen.get(change.workload.uid, {}).get(ann.MARKED_AT, "")
-        refused = self.notes.expect(change.notice, consent.intent_id(change.notice.owner, self.now), marked_at,
-                                    self.now)
+        dropped = change.step is Step.UNMARK and self.notes.unmarked(change.workload, marked_at)
+        if change.step is Step.CHECK and change.why.code is Code.RECLAIM_HELD:
+            refused = self.notes.held(change.workload)
+        elif change.step in KEPT and change.notice is not None:
+            refused = self.notes.expect(change.notice, consent.intent_id(change.notice.owner, self.now), marked_at,
+                                        self.now)  # written with the notes dropped above
+        elif dropped:
+            self.notes.flush()
         if refused:
             self.out.failed.append(f"{change.step} {change.workload}: {refused}")
         return not refused
 
     def _send_carried(self, notes: Sequence[PendingNote]) -> None:
-        """Notes of earlier cycles: sent once their change is seen done and Slack does not have them."""
+        """Notes of earlier cycles: sent once their change is seen done (act.notes.weigh) and Slack
+        does not have them."""
         assert self.messenger is not None and self.notes is not None
         outbox = Outbox(self.messenger)
         for note in notes:
@@ -151,11 +163,12 @@ class LifecycleRun:
             except errors.KubeError as e:
                 logger.warning("cannot tell whether %s changed, so its %s note waits: %s", note.workload, note.kind, e)
                 continue
-            if now is not None and now.annotations.get(ann.MARKED_AT) == note.marked_at:
-                self.notes.drop(note, "the workload still carries the mark: the change never happened")
+            seen, why_not = weigh(note, now)
+            if seen is Seen.NEVER:
+                self.notes.drop(note, why_not)
                 continue
-            if now is not None and note.kind == str(NoticeKind.DONE) and ann.RECLAIMED in now.annotations:
-                continue  # whether it held is checked first: "done" only for a change that held
+            if seen is Seen.NOT_YET:
+                continue
             found = self._lookup(note.owner, note.intent, note.at)
             if isinstance(found, SlackUnavailable) or found is False:
                 continue

@@ -5,13 +5,21 @@ A warning waits on its workload (the intent annotation is the queue), but a "don
 in the same write) or unmarked. So the note is written, before the change it announces, into
 the janitor's state ConfigMap (`notes.json`, beside the ledger), and removed once Slack has it.
 
-A note found there in a later cycle (Slack was down, the budget was spent, or the janitor died
-between the change and the send) is sent only on positive evidence, each cycle again:
-- the change happened: the workload is gone (or another object has its name), or no longer
-  carries the mark the note is about; a workload that still carries it was never changed, and
-  the note is dropped;
+A note found there in a later cycle (Slack was down, the budget was spent, the janitor died
+between the change and the send, or the write's answer was lost) is sent only on positive
+evidence, each cycle again (`weigh`):
+- the change happened: a workload that still carries the mark the note is about was never
+  changed, and the note is dropped. Beyond that, a delete's evidence is its workload gone (by
+  uid: another object under its name is not it) or on its way out; a reclaim's is a later
+  cycle's check that it held (decide.held), recorded on the note (`held`) before that check's
+  own record leaves the workload. A mark gone is no evidence of a "done": an admin, the owner or
+  the lifecycle may have removed it without the action, and removing one drops the "done" notes
+  about it (`unmarked`). A "cancelled" note's change is its mark gone;
 - Slack does not already have it: the note's intent is looked up (as for a warning whose
   answer was lost) before it is sent again.
+
+That a note's change did not happen is written at once (`forget`, `unmarked` then `flush`), not
+at the end of the cycle, which a lapsed lease or a crash skips.
 """
 
 from __future__ import annotations
@@ -19,18 +27,21 @@ from __future__ import annotations
 import datetime
 import json
 import logging
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Any
 
 from janitor import annotations as ann
 from janitor import errors
 from janitor.act.slack import Digest
 from janitor.act.slack_messages import Message, MessageContext, render_digest
-from janitor.decide.model import ObjectRef
+from janitor.annotations import NoticeKind
+from janitor.decide.model import ObjectRef, ObjectView
 from janitor.decide.notices import Notice
 from janitor.decide.owners import Owner, OwnerKind
 from janitor.durations import in_words
+from janitor.policy.model import Action as PolicyAction
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +60,8 @@ class PendingNote:
     at: datetime.datetime  # when it was written
     messages: tuple[Message, ...]  # rendered alone, for a send in a later cycle
     admins_told: bool = False
+    action: str = ""  # the policy's action it announces ("delete", "suspend", ...); "" in older notes
+    held: bool = False  # a "done" note of a reclaim: a later cycle's check saw it hold
 
     def digest(self) -> Digest:
         return Digest(self.owner, (), self.intent, self.messages, admin_fallback=not self.admins_told)
@@ -63,6 +76,7 @@ def dumps(notes: Iterable[PendingNote]) -> str:
         "intent": n.intent, "owner": [str(n.owner.kind), n.owner.value, n.owner.source], "kind": n.kind,
         "workload": [n.workload.kind, n.workload.api_version, n.workload.namespace, n.workload.name, n.workload.uid],
         "markedAt": n.marked_at, "at": n.at.isoformat(), "adminsTold": n.admins_told,
+        "action": n.action, "held": n.held,
         "messages": [{"text": m.text, "blocks": [dict(b) for b in m.blocks]} for m in n.messages],
     } for n in notes], separators=(",", ":"))
 
@@ -83,7 +97,8 @@ def _note(item: dict[str, Any]) -> PendingNote:
     return PendingNote(
         str(item["intent"]), Owner(OwnerKind(kind), str(value), str(source)), str(item["kind"]),
         ObjectRef(str(ref_kind), str(api_version), namespace, str(name), str(uid)), str(item["markedAt"]), at,
-        tuple(Message(str(m["text"]), tuple(m["blocks"])) for m in item["messages"]), bool(item["adminsTold"]))
+        tuple(Message(str(m["text"]), tuple(m["blocks"])) for m in item["messages"]), bool(item["adminsTold"]),
+        str(item.get("action") or ""), bool(item.get("held")))
 
 
 class NoteBox:
@@ -99,6 +114,7 @@ class NoteBox:
         self._write_text, self._fence, self._context = write, fence, context
         self.broken = ""  # why notes cannot be kept: then nothing that needs one is done
         self._notes: list[PendingNote] = []
+        self._written: list[PendingNote] = []  # what notes.json holds, as far as this box knows
         if isinstance(stored, errors.KubeError):
             self.broken = f"cannot read {DATA_KEY}: {stored}"
         elif stored:
@@ -108,12 +124,17 @@ class NoteBox:
                 # Unlike the ledger this holds no safety limit: start empty (and say so), the
                 # notes lost are courtesy messages, and stopping every reclaim for them is not.
                 logger.error("the notes waiting in %s cannot be read, and are dropped: %s", where, e)
-        self.carried: tuple[PendingNote, ...] = tuple(self._notes)  # from earlier cycles
-        self._changed = False
+        self._written = list(self._notes)
+        self._carried = {self._key(n) for n in self._notes}
 
     @property
     def pending(self) -> int:
         return len(self._notes)
+
+    @property
+    def carried(self) -> tuple[PendingNote, ...]:
+        """The notes of earlier cycles still held, as they are now (a check may have seen one hold)."""
+        return tuple(n for n in self._notes if self._key(n) in self._carried)
 
     def expect(self, notice: Notice, intent: str, marked_at: str, now: datetime.datetime) -> str:
         """Keep `notice` (written now) before its change is made; '' when kept, else why the change
@@ -121,7 +142,8 @@ class NoteBox:
         if self.broken:
             return f"not done: its note to the owner cannot be kept ({self.broken})"
         note = PendingNote(intent, notice.owner, str(notice.kind), notice.workload, marked_at, now,
-                           tuple(render_digest((notice,), now, context=self._context)), notice.admins_told)
+                           tuple(render_digest((notice,), now, context=self._context)), notice.admins_told,
+                           notice.action)
         kept = [n for n in self._notes if not self._same(n, note)] + [note]
         try:
             self._write(kept)
@@ -133,8 +155,44 @@ class NoteBox:
         return ""
 
     def forget(self, workload: ObjectRef, intent: str) -> None:
-        """The change did not happen: its note goes (written at `store`)."""
+        """The change did not happen: its note goes, written now."""
         self._drop(lambda n: n.workload.uid == workload.uid and n.intent == intent)
+        self.flush()
+
+    def unmarked(self, workload: ObjectRef, marked_at: str) -> bool:
+        """The mark `marked_at` on `workload` is removed: the "done" notes about it go (a change that
+        happens takes the mark with it, so one still to remove never happened). Written by the next
+        write (`flush`, `expect`); True when there was one."""
+        before = len(self._notes)
+        self._drop(lambda n: n.workload.uid == workload.uid and n.kind == str(NoticeKind.DONE)
+                   and n.marked_at == marked_at)
+        return len(self._notes) != before
+
+    def held(self, workload: ObjectRef) -> str:
+        """A later cycle's check saw the reclaim of `workload` hold: its "done" notes may go out. Written
+        now, before that check's record leaves the workload (then nothing else would say so); '' when
+        written (or there was none), else why not, and the check waits."""
+        flagged = [replace(n, held=True) if self._reclaim_of(n, workload) else n for n in self._notes]
+        if flagged == self._notes:
+            return ""
+        if self.broken:
+            return f"its note to the owner cannot be kept ({self.broken})"
+        try:
+            self._write(flagged)
+        except errors.KubeError as e:
+            return f"its note to the owner could not be kept first ({e})"
+        self._notes = flagged
+        return ""
+
+    def flush(self) -> None:
+        """Write what changed since the last write, now (a forget, a note about a removed mark); a
+        failure is logged, and `store` tries again at the end of the cycle."""
+        if self._notes == self._written or self.broken:
+            return
+        try:
+            self._write(self._notes)
+        except errors.KubeError as e:
+            logger.warning("the notes whose change did not happen could not be crossed off yet: %s", e)
 
     def sent(self, intent: str, uids: set[str]) -> None:
         """Slack has the digest `intent` with the notes of these workloads."""
@@ -159,9 +217,8 @@ class NoteBox:
             if note not in fresh:
                 logger.warning("note %s to %s about %s never reached them; dropped after %s", note.kind,
                                note.owner, note.workload, in_words(now - note.at))
-        self._changed |= len(fresh) != len(self._notes)
         self._notes = fresh
-        if not self._changed or self.broken or not self._fence():
+        if self._notes == self._written or self.broken or not self._fence():
             return
         try:
             self._write(self._notes)
@@ -170,21 +227,64 @@ class NoteBox:
                          "before any is sent again): %s", e)
 
     def _drop(self, gone: Callable[[PendingNote], bool]) -> None:
-        kept = [n for n in self._notes if not gone(n)]
-        self._changed |= len(kept) != len(self._notes)
-        self._notes = kept
+        self._notes = [n for n in self._notes if not gone(n)]
+
+    @staticmethod
+    def _key(note: PendingNote) -> tuple[str, str]:
+        return note.workload.uid, note.intent
+
+    @staticmethod
+    def _reclaim_of(note: PendingNote, workload: ObjectRef) -> bool:
+        return (note.workload.uid == workload.uid and note.kind == str(NoticeKind.DONE)
+                and note.action != str(PolicyAction.DELETE) and not note.held)
 
     @staticmethod
     def _same(a: PendingNote, b: PendingNote) -> bool:
-        return (a.workload.uid, a.intent) == (b.workload.uid, b.intent)
+        """`b` takes the place of `a`: the same send, or a "done" note about the same mark. The mark goes
+        with a change that happens (deleted with its workload, removed by a reclaim's write), so an
+        action decided again on it means the earlier one did not happen: its note would be a second
+        "done" for one change."""
+        if a.workload.uid != b.workload.uid:
+            return False
+        return a.intent == b.intent or (a.kind == b.kind == str(NoticeKind.DONE) and a.marked_at == b.marked_at)
 
     def _write(self, notes: list[PendingNote]) -> None:
         if not self._fence():
             raise errors.KubeError("no longer the leader", doing="keep a note")
         self._write_text(dumps(notes))
+        self._written = list(notes)
 
 
-def still_marked(marks: dict[str, str], note: PendingNote) -> bool:
+def still_marked(marks: Mapping[str, str], note: PendingNote) -> bool:
     """The workload carries the mark the note is about: the change it announces never happened."""
     return marks.get(ann.MARKED_AT) == note.marked_at
+
+
+class Seen(StrEnum):
+    """What the workload now says of a kept note's change."""
+
+    HAPPENED = "happened"  # send it, unless Slack has it already
+    NOT_YET = "not yet"  # a later cycle can tell: it waits
+    NEVER = "never"  # it did not happen, or nothing will ever show it did: the note goes
+
+
+def weigh(note: PendingNote, now: ObjectView | None) -> tuple[Seen, str]:
+    """Whether the change `note` announces is seen to have happened, on `now` (the workload read by
+    uid; None when gone or another object has its name), and why not."""
+    done = note.kind == str(NoticeKind.DONE)
+    if done and note.action == str(PolicyAction.DELETE):
+        if now is None or now.deleting:  # one with finalizers keeps its mark while on its way out
+            return Seen.HAPPENED, ""
+        return Seen.NEVER, "the workload is still there: it was never deleted"
+    if now is not None and still_marked(now.annotations, note):
+        return Seen.NEVER, "the workload still carries the mark: the change never happened"
+    if not done:
+        return Seen.HAPPENED, ""  # "cancelled": the mark is gone
+    if note.held:
+        return Seen.HAPPENED, ""
+    if now is not None and ann.RECLAIMED in now.annotations:
+        return Seen.NOT_YET, ""  # whether it held is checked first
+    if now is None and not note.action:
+        return Seen.HAPPENED, ""  # kept before notes named their action: gone, as it was then
+    return Seen.NEVER, f"nothing shows that the {note.action or 'change'} happened and held"
 

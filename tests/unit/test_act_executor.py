@@ -9,8 +9,9 @@ Aspects covered:
   kept before it too (re-check, ledger, note, write);
 - a deletion whose record cannot be written is not done, and nothing more is deleted (nor re-read)
   in that cycle; the ledger is not stored over;
-- a change whose "done" note cannot be kept is not made; a note whose change did not happen (a
-  failure, a refusal) is forgotten, and one whose change happened is not;
+- a change whose "done" note cannot be kept is not made; a note whose change certainly did not
+  happen (a refusal, a failure that changed nothing) is forgotten; one whose change happened, or
+  may have (its answer lost, part of it landed), is not;
 - a re-check that says no longer due gives SKIPPED, one that finds the object gone GONE, one that
   cannot read FAILED: no ledger record, no note, no write;
 - a CONFLICT is decided again once on a new fresh read, recorded in the ledger once; a second
@@ -19,7 +20,10 @@ Aspects covered:
   done, nothing more deleted, nothing stored over the merge;
 - dry run: nothing recorded, kept or stored (the applier, made dry-run, only probes);
 - a fence that closes (another replica may lead) stops before the next action, and the ledger is
-  not stored at the end;
+  not stored at the end; it is asked before each write of the ledger's record and right before
+  the action's write (and, in act.kube, between the probe and the Event): one that closes while the
+  record is read or written stops that action; once closed, nothing more is written in the cycle,
+  even if it opens again;
 - a report is applied as planned, with no re-check and no record; the re-check's change is the
   one the lifecycle is handed.
 """
@@ -29,10 +33,13 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from typing import Any
 
+import pytest
 from factories import NOW
 
 from janitor import errors
+from janitor.act import kube
 from janitor.act.executor import Executor, Fresh
 from janitor.act.kube import ActionResult, Outcome
 from janitor.act.ledger_writer import LedgerWriter
@@ -44,6 +51,7 @@ from janitor.decide.model import (
     Deletion,
     ObjectRef,
     ObjectView,
+    ResourceKind,
     SafetyLedger,
     TriggerKind,
 )
@@ -80,9 +88,13 @@ class Store:
         self.timeline, self.ledger, self.version = timeline, ledger, 1
         self.fail = False
         self.before_write: Callable[[], None] | None = None  # another writer, once, right before a write
+        self.during_read: Callable[[], None] | None = None  # once, while the ledger is read
         self.writes = 0
 
     def read(self) -> tuple[SafetyLedger, str | None]:
+        if self.during_read is not None:
+            meanwhile, self.during_read = self.during_read, None
+            meanwhile()
         return self.ledger, str(self.version)
 
     def write(self, ledger: SafetyLedger, version: str | None) -> None:
@@ -127,6 +139,7 @@ class Cluster:
     gone: set[str] = field(default_factory=set)
     unreadable: set[str] = field(default_factory=set)
     outcomes: dict[str, list[Outcome]] = field(default_factory=dict)  # per name, one per apply; DONE after
+    unsettled: set[str] = field(default_factory=set)  # names whose failures may have happened all the same
     changes: dict[str, Change] = field(default_factory=dict)  # the re-check's change, per name
 
     def still_due(self, act: Action) -> Fresh:
@@ -143,7 +156,7 @@ class Cluster:
     def apply(self, act: Action) -> ActionResult:
         self.timeline.append(("apply", act.target.name))
         left = self.outcomes.get(act.target.name) or [Outcome.DONE]
-        return ActionResult(act, left.pop(0), "")
+        return ActionResult(act, left.pop(0), "", act.target.name in self.unsettled)
 
 
 class World:
@@ -210,15 +223,20 @@ def test_a_change_whose_note_cannot_be_kept_is_not_made() -> None:
     assert ("apply", "train") not in world.timeline
 
 
-def test_a_note_is_forgotten_when_its_change_did_not_happen() -> None:
+def test_a_note_is_forgotten_only_when_its_change_certainly_did_not_happen() -> None:
     a, change_a = reclaim("refused")
     b, change_b = reclaim("failed", ActionType.SCALE_TO_ZERO)
-    world = World(a, b, changes=(change_a, change_b))
-    world.cluster.outcomes = {"refused": [Outcome.FORBIDDEN], "failed": [Outcome.FAILED]}
-    assert world.run() == [("refused", Outcome.FORBIDDEN), ("failed", Outcome.FAILED)]
+    c, change_c = reclaim("answer-lost", ActionType.DELETE)
+    world = World(a, b, c, changes=(change_a, change_b, change_c))
+    world.cluster.outcomes = {"refused": [Outcome.FORBIDDEN], "failed": [Outcome.FAILED],
+                              "answer-lost": [Outcome.FAILED]}
+    world.cluster.unsettled = {"answer-lost"}  # a timeout after the DELETE was sent: it may have happened
+    assert world.run() == [("refused", Outcome.FORBIDDEN), ("failed", Outcome.FAILED),
+                           ("answer-lost", Outcome.FAILED)]
     assert world.timeline[:4] == [("recheck", "refused"), ("ledger", "1"), ("note", "refused"), ("apply", "refused")]
     assert ("forget", "refused") in world.timeline and ("forget", "failed") in world.timeline
-    assert world.notes.kept == []
+    assert ("forget", "answer-lost") not in world.timeline
+    assert [k[0] for k in world.notes.kept] == ["answer-lost"]  # for the next cycle's evidence to decide
 
 
 def test_a_recheck_that_says_not_due_or_gone_or_cannot_read_writes_nothing() -> None:
@@ -284,10 +302,66 @@ def test_a_fence_that_closes_during_the_recheck_records_and_changes_nothing() ->
 
 
 def test_a_fence_that_closes_stops_before_the_next_action_and_stores_no_ledger() -> None:
-    world = World(action("first"), action("second"), fence=iter([True, True]))
+    world = World(action("first"), action("second"))
+    world.fence = iter(lambda: ("apply", "first") not in world.timeline, None)  # closes once "first" is done
     assert world.run() == [("first", Outcome.DONE)]
     assert world.timeline == [("recheck", "first"), ("ledger", "1"), ("apply", "first")]  # no store at the end
     assert world.store.writes == 1
+
+
+def test_a_fence_that_closes_while_the_ledger_record_is_written_stops_the_delete() -> None:
+    """The fence is asked before the record, and the record (a read and a write of the state ConfigMap,
+    twice on a conflict, each up to the client's timeout) can outlast the lease: an action without a
+    note (an expiry's) must not be applied after it."""
+    lease = {"held": True}
+    world = World(action("first"), fence=iter(lambda: lease["held"], None))
+    world.store.before_write = lambda: lease.update(held=False)  # the ledger request outlasts the lease
+    world.run()
+    assert ("apply", "first") not in world.timeline, world.timeline
+
+
+def test_a_fence_that_closes_while_the_ledger_is_read_writes_no_record() -> None:
+    lease = {"held": True}
+    world = World(action("first"), fence=iter(lambda: lease["held"], None))
+    world.store.during_read = lambda: lease.update(held=False)
+    assert world.run() == [("first", Outcome.SKIPPED)]
+    assert "no longer the leader" in world.results[0].detail
+    assert world.timeline == [("recheck", "first")] and world.store.writes == 0
+
+
+def test_a_fence_that_closes_once_stops_the_rest_of_the_cycle() -> None:
+    """A lease renewed late opens the fence again; what this cycle decided is the new term's to redo."""
+    blip = {"now": False}
+
+    def fence() -> bool:
+        closed, blip["now"] = blip["now"], False
+        return not closed
+
+    world = World(action("first"), action("second"), fence=iter(fence, None))
+    world.store.before_write = lambda: blip.update(now=True)  # closed for one ask, right after the record
+    assert world.run() == [("first", Outcome.SKIPPED)]
+    assert [step for step, _ in world.timeline] == ["recheck", "ledger"]  # no apply, nothing stored at the end
+
+
+def test_a_fence_that_closes_during_the_probe_posts_no_event_and_writes_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe (a dry run) can take the client's whole timeout: the fence is asked again after it."""
+    lease = {"held": True}
+    calls: list[str] = []
+
+    def call(api: Any, method: str, path: str, *, body: Any = None, content_type: str = "",
+             dry_run: bool = False, doing: str = "", field_manager: str = "") -> dict[str, Any]:
+        probe = dry_run or "All" in ((body or {}).get("dryRun") or [])
+        calls.append(f"{method}{' (probe)' if probe else ''}")
+        lease["held"] = False  # the answer came after the lease's renew deadline
+        return {}
+
+    monkeypatch.setattr(kube, "_call", call)
+    act, _ = reclaim("train", ActionType.DELETE)
+    result = kube.apply(None, act, kind=ResourceKind("batch", "v1", "Job", "jobs"), fence=lambda: lease["held"])  # type: ignore[arg-type]
+    assert calls == ["DELETE (probe)"]
+    assert result.outcome is Outcome.SKIPPED and "no longer the leader" in result.detail
+    assert not result.may_have_happened
 
 
 def test_a_report_is_applied_as_planned_and_the_recheck_decides_the_lifecycles_change() -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+from dataclasses import replace
 
 import pytest
 from factories import NOW, ago
@@ -127,12 +128,14 @@ def test_an_unmark_waits_while_its_note_cannot_be_kept() -> None:
     assert out.failed and "could not be kept" in out.failed[0]
 
 
-def kept_done_note(cluster: Cluster, store: Store, name: str) -> None:
-    """A cycle that kept the "done" note of `name` and then died (before acting, or after)."""
+def kept_done_note(cluster: Cluster, store: Store, name: str, *, action: str = "") -> None:
+    """A cycle that kept the "done" note of `name` and then died (before acting, or after); `action`:
+    another than the policy's (delete)."""
     box = store.box()
     act = decide(cluster).only(Step.ACT)
     assert act.notice is not None
-    box.expect(act.notice, intent_id(ALICE, NOW), cluster.notes(name)[a.MARKED_AT], NOW)
+    notice = replace(act.notice, action=action) if action else act.notice
+    box.expect(notice, intent_id(ALICE, NOW), cluster.notes(name)[a.MARKED_AT], NOW)
 
 
 def later(cluster: Cluster, slack: Slack, store: Store, changes: tuple = (), seen: dict | None = None) -> None:
@@ -236,7 +239,7 @@ def test_warnings_sent_and_notes_kept_name_the_cluster_and_where_to_ask() -> Non
 
 def reclaimed(cluster: Cluster, store: Store, name: str) -> None:
     """The deadline cycle of a suspend: the note kept, the mark gone and the reclaim recorded in one write."""
-    kept_done_note(cluster, store, name)
+    kept_done_note(cluster, store, name, action="suspend")
     cluster.update(name, {k: None for k in cluster.notes(name)} | {a.RECLAIMED: f"suspend {ts(NOW)} idle-gpu"})
 
 
