@@ -322,7 +322,12 @@ def _cmd_node_agent(args: argparse.Namespace) -> int:
                              interval=datetime.timedelta(seconds=args.interval), sustain=args.sustain,
                              condition_type=args.condition_type, pod_uid=args.pod_uid or os.environ.get("POD_UID"))
     registry = CollectorRegistry()
-    agent = NodeAgent(_api(args), settings, registry)
+    api = _api(args)
+    if not args.once:
+        from janitor.outage import Outage
+
+        api.outage = Outage("the apiserver")  # an apiserver out of reach: one line, not one per request and scan
+    agent = NodeAgent(api, settings, registry)
     if args.once:
         report = agent.scan_once()
         for leftover in report.leftovers:

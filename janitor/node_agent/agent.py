@@ -39,9 +39,11 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from urllib3.exceptions import HTTPError
 
 from janitor import endpoints, node_report
 from janitor.durations import in_words
+from janitor.kubeapi import no_answer
 from janitor.node_agent import cgroups, procfs
 from janitor.node_agent.tracker import DStateTracker, Leftover, OomKill, OomTracker, PodOnNode, PodTaskTracker
 
@@ -199,11 +201,23 @@ class NodeAgent:
                 report = self.scan_once()
                 logger.info("scan: %d leftovers, %d new OOM kill readings", len(report.leftovers),
                             len(report.oom_kills))
-            except Exception:
-                logger.exception("node scan failed; next scan in %s", in_words(self.settings.interval))
+            except Exception as e:
+                if no_answer(e):  # the outage says it
+                    logger.debug("node scan failed, no answer; next scan in %s", in_words(self.settings.interval))
+                else:
+                    logger.exception("node scan failed; next scan in %s", in_words(self.settings.interval))
             deadline = time.monotonic() + self.settings.interval.total_seconds()
             while not stop() and time.monotonic() < deadline:
                 time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+
+    @staticmethod
+    def _failed(error: BaseException, what: str, *args: object) -> None:
+        """A request that got an answer is said; one that got none is the client's outage's to say
+        (once, and how often it goes on), so each scan does not repeat it."""
+        if no_answer(error):
+            logger.debug(what + ": no answer (%s)", *args, type(error).__name__)
+        else:
+            logger.warning(what + ": %s", *args, error)
 
     # -- reading -----------------------------------------------------------------------------------
     def _pods(self) -> dict[str, PodOnNode] | None:
@@ -226,8 +240,8 @@ class NodeAgent:
                 token = page.metadata._continue if page.metadata is not None else None
                 if not token:
                     return pods
-        except (ApiException, OSError) as e:
-            logger.warning("cannot list the pods of node %s: %s", self.settings.node, e)
+        except (ApiException, HTTPError, OSError) as e:
+            self._failed(e, "cannot list the pods of node %s", self.settings.node)
             return None
 
     def _oom_states(self, pods: dict[str, PodOnNode] | None) -> dict[str, cgroups.OomState]:
@@ -248,8 +262,8 @@ class NodeAgent:
         stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
         try:
             node = self.core.read_node(self.settings.node)
-        except ApiException as e:
-            logger.warning("cannot read node %s: %s", self.settings.node, e)
+        except (ApiException, HTTPError, OSError) as e:
+            self._failed(e, "cannot read node %s", self.settings.node)
             return False
         self._node_uid = (node.metadata.uid if node.metadata is not None else None) or ""
         conditions = (node.status.conditions if node.status is not None else None) or []
@@ -279,8 +293,8 @@ class NodeAgent:
             "lastHeartbeatTime": stamp, "lastTransitionTime": transition}]}}
         try:
             self.core.patch_node_status(self.settings.node, body)
-        except ApiException as e:
-            logger.warning("cannot set condition %s on node %s: %s", ctype, self.settings.node, e)
+        except (ApiException, HTTPError, OSError) as e:
+            self._failed(e, "cannot set condition %s on node %s", ctype, self.settings.node)
             return False
         if changed:  # leftovers and blindness need a look; starting and all clear are routine
             needs_look = reason in (node_report.REASON_LEFTOVERS, node_report.REASON_CANNOT_SEE)
@@ -342,8 +356,8 @@ class NodeAgent:
             first_timestamp=now, last_timestamp=now, count=1)
         try:
             self.core.create_namespaced_event(namespace, body)
-        except ApiException as e:
-            logger.warning("cannot post %s Event on %s/%s: %s", reason, involved["kind"], involved["name"], e)
+        except (ApiException, HTTPError, OSError) as e:
+            self._failed(e, "cannot post %s Event on %s/%s", reason, involved["kind"], involved["name"])
             return False
         logger.warning("%s %s/%s: %s", reason, involved["kind"], involved["name"], message)
         return True
