@@ -43,7 +43,6 @@ from urllib3.exceptions import HTTPError
 
 from janitor import endpoints, node_report
 from janitor.durations import in_words
-from janitor.kubeapi import no_answer
 from janitor.node_agent import cgroups, procfs
 from janitor.node_agent.tracker import DStateTracker, Leftover, OomKill, OomTracker, PodOnNode, PodTaskTracker
 
@@ -202,7 +201,7 @@ class NodeAgent:
                 logger.info("scan: %d leftovers, %d new OOM kill readings", len(report.leftovers),
                             len(report.oom_kills))
             except Exception as e:
-                if no_answer(e):  # the outage says it
+                if self._no_answer(e):  # the outage says it
                     logger.debug("node scan failed, no answer; next scan in %s", in_words(self.settings.interval))
                 else:
                     logger.exception("node scan failed; next scan in %s", in_words(self.settings.interval))
@@ -211,10 +210,17 @@ class NodeAgent:
                 time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
 
     @staticmethod
+    def _no_answer(error: BaseException) -> bool:
+        """No HTTP answer at all (the client gives a TLS failure status 0), as janitor.kubeapi judges it."""
+        if isinstance(error, ApiException):
+            return not error.status
+        return isinstance(error, HTTPError | OSError)
+
+    @staticmethod
     def _failed(error: BaseException, what: str, *args: object) -> None:
         """A request that got an answer is said; one that got none is the client's outage's to say
         (once, and how often it goes on), so each scan does not repeat it."""
-        if no_answer(error):
+        if NodeAgent._no_answer(error):
             logger.debug(what + ": no answer (%s)", *args, type(error).__name__)
         else:
             logger.warning(what + ": %s", *args, error)
