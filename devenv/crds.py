@@ -10,6 +10,11 @@ projects release them (schemas, versions, Kueue's v1beta1 and v1beta2 both serve
 come from the projects' Go modules through the module proxy (`go mod download`), once per version,
 and are kept in ${XDG_CACHE_HOME:-~/.cache}/janitor-crds/<module>@<version>/. No Kueue or KubeRay
 controller runs: a test plays their part where it needs one.
+
+node-operation-controller's five CRDs (NodeOperation, NodeOperationTemplate, NodeRemediation,
+NodeRemediationTemplate, NodeDisruptionBudget) come the same way, but only where a test asks for
+them (`install(api, NODE_OPERATIONS)`): the remediation example in manifests/examples/ is
+validated against them.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import json
 import os
 import subprocess
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +39,12 @@ UPSTREAM = {
     "rayclusters.ray.io": ("github.com/ray-project/kuberay/ray-operator", "v1.5.0",
                            "config/crd/bases/ray.io_rayclusters.yaml"),
 }
+NODE_OPERATIONS = {
+    f"{plural}.nodeops.k8s.preferred.jp": ("github.com/pfnet-research/node-operation-controller", "v0.2.2",
+                                           f"config/crd/bases/nodeops.k8s.preferred.jp_{plural}.yaml")
+    for plural in ("nodeoperations", "nodeoperationtemplates", "noderemediations", "noderemediationtemplates",
+                   "nodedisruptionbudgets")
+}
 
 
 def cache_root() -> Path:
@@ -41,7 +53,7 @@ def cache_root() -> Path:
 
 def upstream(name: str) -> dict[str, Any]:
     """The CRD `name` as its project ships it, from the cache or else fetched from its Go module once."""
-    module, version, path = UPSTREAM[name]
+    module, version, path = {**UPSTREAM, **NODE_OPERATIONS}[name]
     cached = cache_root() / f"{module.replace('/', '_')}@{version}" / Path(path).name
     if not cached.exists():
         env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"}
@@ -75,10 +87,12 @@ NOTEBOOK_CRD = {
 }
 
 
-def install(api: client.ApiClient, timeout: float = 60.0) -> None:
-    """Register the CRDs (those registered already are left) and wait until the apiserver serves them."""
+def install(api: client.ApiClient, upstreams: Iterable[str] = UPSTREAM, timeout: float = 60.0) -> None:
+    """Register the Notebook CRD and the `upstreams` ones (those registered already are left) and wait
+    until the apiserver serves them."""
     crds = client.ApiextensionsV1Api(api)
-    for body in (NOTEBOOK_CRD, *(upstream(name) for name in UPSTREAM)):
+    names = list(upstreams)
+    for body in (NOTEBOOK_CRD, *(upstream(name) for name in names)):
         try:
             crds.create_custom_resource_definition(body)
         except client.ApiException as e:
@@ -89,5 +103,5 @@ def install(api: client.ApiClient, timeout: float = 60.0) -> None:
         status = crds.read_custom_resource_definition(name).status
         return any(c.type == "Established" and c.status == "True" for c in (status.conditions or []))
 
-    for name in (NOTEBOOK_CRD["metadata"]["name"], *UPSTREAM):
+    for name in (NOTEBOOK_CRD["metadata"]["name"], *names):
         wait_until(lambda n=name: established(n), timeout=timeout, what=f"the {name} CRD to be established")
