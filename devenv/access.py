@@ -66,7 +66,11 @@ def namespaced_account(admin: client.ApiClient, namespace: str, name: str, role:
 def bound_account(admin: client.ApiClient, namespace: str, account: str, role: dict[str, Any],
                   kubeconfig: Path) -> Iterator[client.ApiClient]:
     """An ApiClient as ServiceAccount `account` of `namespace`, bound to the ClusterRole `role`
-    (created here under its own name, and deleted with its binding afterwards: they outlive namespaces)."""
+    (created here under its own name, and deleted with its binding afterwards: they outlive namespaces),
+    and to the janitor's state Role in `namespace` (its state ConfigMap's first create), as the
+    manifests bind them."""
+    from janitor import rbac
+
     rbac_api = client.RbacAuthorizationV1Api(admin)
     name = role["metadata"]["name"]
     client.CoreV1Api(admin).create_namespaced_service_account(
@@ -76,6 +80,10 @@ def bound_account(admin: client.ApiClient, namespace: str, account: str, role: d
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
         "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]})
+    state = f"{name}-state"
+    rbac_api.create_namespaced_role(namespace, rbac.state_role(namespace=namespace, name=state))
+    rbac_api.create_namespaced_role_binding(namespace, rbac.role_binding(name=state, role=state, namespace=namespace,
+                                                                         service_account=account))
     api = api_client(service_account_kubeconfig(admin, namespace, account, kubeconfig))
     try:
         yield api

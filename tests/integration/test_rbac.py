@@ -1,7 +1,8 @@
 """The janitor runs under the ClusterRole generated from its kinds, and no more.
 
 Aspects covered:
-- with the generated ClusterRole bound to its ServiceAccount, a cycle deletes an expired
+- with the generated ClusterRole (and the state Role in its namespace) bound to its ServiceAccount,
+  a cycle deletes an expired
   ConfigMap and an expired Job (whose pods then go by garbage collection), posts its Events and
   writes its ledger;
 - a configured kind the role does not cover is skipped and counted (metric), not an error;
@@ -55,7 +56,8 @@ def test_cycle_under_generated_role(janitor_api, kube, core: client.CoreV1Api, n
     assert all(str(r.outcome) == "done" for r in result.results)
     [skipped] = [n for n in result.plan.notices if n.startswith("not listed")]
     assert "Service (" in skipped and "notebooks.kubeflow.org" not in skipped  # Notebooks: served and allowed
-    assert janitor.telemetry.registry.get_sample_value("janitor_kinds_skipped") == 1  # Service (403)
+    assert janitor.telemetry.registry.get_sample_value("janitor_kinds_skipped",
+                                                        {"kind": "Service", "reason": "forbidden"}) == 1  # 403
     wait_until(lambda: not core.list_namespaced_pod(namespace, label_selector="job=sweep").items, timeout=60,
                what="job pod garbage-collected")
     assert "ledger.json" in core.read_namespaced_config_map("janitor-state", namespace).data
