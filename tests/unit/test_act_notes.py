@@ -7,8 +7,10 @@ Aspects covered:
 - a "cancelled" note is kept before the unmark it announces; when it cannot be kept the unmark
   waits (the mark, which says who to tell, stays);
 - a kept note is sent only on positive evidence: its workload still carrying the mark means the
-  change never happened (dropped); Slack already holding its intent means it was sent (dropped);
-  Slack unable to say means it waits; an unreadable workload means it waits;
+  change never happened (dropped); Slack already holding a message of its intent about its
+  workload means it was sent (dropped), while one about another of the owner's workloads under
+  the same intent (one intent per owner and cycle) does not; Slack unable to say means it waits;
+  an unreadable workload means it waits;
 - notes older than a week are dropped; notes.json round-trips, and a malformed one is logged and
   starts empty;
 - warnings sent and notes kept are rendered with the cluster's name and where to ask.
@@ -34,6 +36,7 @@ from janitor.annotations import Delivery, NoticeKind
 from janitor.decide.consent import intent_id
 from janitor.decide.lifecycle import Step
 from janitor.decide.model import ObjectRef, ObjectView, State
+from janitor.decide.owners import Owner
 
 H = datetime.timedelta(hours=1)
 
@@ -285,3 +288,43 @@ def test_a_reclaim_undone_drops_its_done_note_and_says_so_instead() -> None:
     assert store.kept() == [] and cluster.notes("old")[a.UNDONE].endswith("argocd-controller")
     text = str(slack.sent[0].messages[0].blocks)
     assert "did not hold" in text and "Argo CD (argocd-controller) undid it" in text
+
+
+def test_a_kept_note_is_sent_when_another_workload_of_the_owner_was_told_in_the_same_cycle() -> None:
+    """Two of alice's Jobs are acted on in one cycle: `a`'s "done" goes out under the cycle's intent
+    (one per owner and cycle); `b`'s note stays in notes.json under the same intent. The next cycle
+    asks Slack for that intent and finds `a`'s digest, which says nothing of `b`: `b`'s note is
+    still to be sent, not crossed off."""
+    cluster = Cluster()
+    for name in ("a", "b"):
+        cluster.add(name, marked(name, ago(hours=30), ago(hours=30)))
+    store = Store(cluster)
+    box = store.box()
+    decided = decide(cluster)
+    acts = {c.workload.name: c for c in decided.changes if c.step is Step.ACT}
+    intent = intent_id(ALICE, NOW)
+    for name, act in acts.items():  # as the executor keeps them
+        assert act.notice is not None
+        assert box.expect(act.notice, intent, cluster.notes(name)[a.MARKED_AT], NOW) == ""
+    del cluster.objects["uid-a"]
+    del cluster.objects["uid-b"]
+
+    class History(Slack):
+        """Slack's history: a message of `intent`, about the workloads its digest told of."""
+
+        def find_sent(self, owner: Owner, intent: str, *, since: datetime.datetime,
+                      uid: str | None = None) -> Delivery | None:
+            self.asked.append((owner, intent, since))
+            told = [d for d in self.sent if d.intent == intent
+                    and (uid is None or uid in {n.workload.uid for n in d.notices})]
+            return Delivery("D0ALICE", "1.0") if told else None
+
+    slack = History(cluster)
+    LifecycleRun(cluster, slack, {POLICY.name: POLICY}, NOW, decided.seen, notes=box).run(decided.changes,
+                                                                                         [acts["a"]])
+    box.store(NOW)
+    assert [(n.kind, n.workload.name) for d in slack.sent for n in d.notices] == [("done", "a")]
+    assert [(n.kind, n.workload.name) for n in box.carried] == [] and store.kept() == [("done", "b")]
+    later(cluster, slack, store)
+    said = " ".join(m.text + str(m.blocks) for d in slack.sent[1:] for m in d.messages)
+    assert "Job team-a/b" in said, f"b's 'done' note was crossed off unsent; kept now: {store.kept()}"

@@ -19,7 +19,11 @@ Aspects covered:
 - removing a mark (the lifecycle's unmark, `janitor unmark`) drops the "done" notes about that
   mark, written at once; a forgotten note is written at once too;
 - the note of a bare pod's delete (Pod not among `--kinds`: the pod is a workload, not a listed
-  object) names the pod's mark.
+  object) names the pod's mark;
+- a DELETE answered with a 5xx that deleted nothing (a webhook timed out): when someone else
+  deletes the workload before the next cycle, the owner is not told the janitor deleted it;
+- a CronJob suspended whose running Job could not be: the owner is never told "done ... freeing N
+  GPUs" while the Job runs.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any
 
 import pytest
 from factories import NOW, ago
+from test_act_executor import Store as LedgerStore
 from test_act_executor import World, reclaim
 from test_act_lifecycle import ALICE, POLICY, Cluster, Slack, decide, marked
 from test_act_notes import Store, cycle, kept_done_note, later, reclaimed
@@ -37,12 +42,17 @@ from test_act_notes import Store, cycle, kept_done_note, later, reclaimed
 from janitor import annotations as a
 from janitor import errors, unmark
 from janitor.act import kube
+from janitor.act.executor import Executor, Fresh
 from janitor.act.kube import Outcome
+from janitor.act.ledger_writer import LedgerWriter
 from janitor.act.lifecycle import LifecycleRun
 from janitor.act.notes import loads
 from janitor.decide.consent import intent_id
-from janitor.decide.lifecycle import Step
-from janitor.decide.model import ActionType, ObjectRef, Observation, ResourceKind, State
+from janitor.decide.lifecycle import Change, Step
+from janitor.decide.model import ActionType, ObjectRef, Observation, ResourceKind, SafetyLedger, State
+from janitor.decide.plan import CyclePlan
+from janitor.decide.reasons import Code, why
+from janitor.decide.recheck import Recheck
 from janitor.settings import Settings
 
 JOBS = ResourceKind("batch", "v1", "Job", "jobs")
@@ -344,3 +354,93 @@ def test_the_note_of_a_bare_pods_delete_names_its_mark() -> None:
     Executor(decided, planned.objects_by_uid, acting.still_due, acting.apply, writer, notes, lambda: NOW,
              lambda: True, False).run(decided.actions, lambda _: None)
     assert notes.kept == [("notebook", intent_id(ALICE, NOW), marked_at)]
+
+
+def _executor(cluster: Any, store: Store, change: Change, apply: Any) -> Executor:
+    """The executor of one deadline cycle over the lifecycle's fake cluster, its note kept in `store`."""
+    act = change.action
+    assert act is not None
+    plan = CyclePlan(NOW, (act,), (), (change,), (), SafetyLedger())
+    ledger = LedgerWriter(LedgerStore([]), SafetyLedger(), SafetyLedger(), clock=lambda: NOW, fence=lambda: True,
+                          dry_run=False)
+    seen = {v.ref.uid: v for v in cluster.objects.values()}
+    return Executor(plan, seen, lambda x: Fresh(Recheck(x, why(Code.STILL_DUE), change)), apply, ledger, store.box(),
+                    lambda: NOW, lambda: True, False)
+
+
+def _as_read(cluster: Any, path: str) -> dict[str, Any]:
+    """A GET of a Job as the apiserver answers it, from the fake cluster."""
+    view = next((v for v in cluster.objects.values() if path.endswith(f"/jobs/{v.ref.name}")), None)
+    if view is None:
+        raise errors.NotFound(f"jobs {path.rsplit('/', 1)[-1]} not found", status=404)
+    return {"metadata": {"name": view.ref.name, "namespace": view.ref.namespace, "uid": view.ref.uid,
+                         "resourceVersion": view.resource_version, "annotations": dict(view.annotations)}}
+
+
+def test_a_delete_refused_with_a_5xx_is_not_announced_once_someone_else_deletes_the_workload(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A validating webhook on DELETE times out: the apiserver answers 500 ("failed calling webhook")
+    and deletes nothing. Before the next cycle the owner (or a pipeline) deletes the Job. "Gone by
+    uid" then is someone else's doing: the owner must not be told the janitor deleted it."""
+    def call(api: Any, method: str, path: str, *, body: Any = None, content_type: str = "",
+             dry_run: bool = False, doing: str = "", field_manager: str = "") -> dict[str, Any]:
+        probe = dry_run or "All" in ((body or {}).get("dryRun") or [])
+        if method == "DELETE" and not probe:
+            raise errors.ServerError('Internal error occurred: failed calling webhook "guard.example": '
+                                     "context deadline exceeded", status=500, doing=doing)
+        return _as_read(cluster, path) if method == "GET" else {}
+
+    monkeypatch.setattr(kube, "_call", call)
+    cluster = Cluster()
+    cluster.add("train", marked("train", ago(hours=30), ago(hours=30)))
+    store = Store(cluster)
+    change = decide(cluster).only(Step.ACT)
+    executor = _executor(cluster, store, change, lambda x: kube.apply(None, x, kind=JOBS))
+    results: list[kube.ActionResult] = []
+    assert change.action is not None
+    executor.run([change.action], results.append)
+    assert [r.outcome for r in results] == [Outcome.FAILED]
+    assert "uid-train" in cluster.objects  # the janitor deleted nothing
+    del cluster.objects["uid-train"]  # the owner deletes it themselves before the next cycle
+    slack = Slack(cluster)
+    later(cluster, slack, store)
+    said = " ".join(m.text + str(m.blocks) for d in slack.sent for m in d.messages)
+    assert "Done" not in said, "the owner is told the janitor deleted a Job it never deleted"
+
+
+def test_a_cronjob_whose_job_was_not_suspended_is_not_announced_as_done(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CronJob is suspended and unmarked; its running Job refuses the suspend (403). The check of a
+    later cycle sees the CronJob's suspension hold (it does not look at the Job): the owner must not
+    hear "suspended, freeing 1 GPU" while the Job runs."""
+    cluster = Cluster()
+    cluster.add("nightly", marked("nightly", ago(hours=30), ago(hours=30)))
+    job = ObjectRef("Job", "batch/v1", "team-a", "nightly-2", "uid-nightly-2")
+
+    def call(api: Any, method: str, path: str, *, body: Any = None, content_type: str = "",
+             dry_run: bool = False, doing: str = "", field_manager: str = "") -> dict[str, Any]:
+        if method == "PATCH" and not dry_run and "dryRun" not in str(body):
+            if path.endswith("/nightly-2"):
+                raise errors.Forbidden('jobs "nightly-2" is forbidden', status=403, doing=doing)
+            cluster.update("nightly", {k: None for k in cluster.notes("nightly")}
+                           | {a.RECLAIMED: f"suspend {a.format_expires(NOW)} idle-gpu"})
+        return _as_read(cluster, path) if method == "GET" else {}
+
+    monkeypatch.setattr(kube, "_call", call)
+    store = Store(cluster)
+    change = decide(cluster).only(Step.ACT)
+    assert change.action is not None and change.notice is not None
+    act = replace(change.action, type=ActionType.SUSPEND, also=(job,),
+                  record={a.RECLAIMED: f"suspend {a.format_expires(NOW)} idle-gpu"})
+    change = replace(change, action=act, notice=replace(change.notice, action="suspend"))
+    executor = _executor(cluster, store, change, lambda x: kube.apply(None, x, kind=JOBS))
+    results: list[kube.ActionResult] = []
+    executor.run([act], results.append)
+    assert results[0].outcome in (Outcome.FORBIDDEN, Outcome.FAILED)
+    # 15 minutes on, the check sees the CronJob still suspended (it cannot see the Job)
+    view = cluster.view("nightly")
+    held = Change(Step.CHECK, view.ref, view.resource_version, POLICY.name,
+                  why(Code.RECLAIM_HELD, action="suspend", at=NOW), {a.RECLAIMED: None})
+    slack = Slack(cluster)
+    later(cluster, slack, store, (held,), {view.ref.uid: dict(view.annotations)})
+    said = " ".join(m.text + str(m.blocks) for d in slack.sent for m in d.messages)
+    assert "Done" not in said, f"told 'done' while Job nightly-2 still runs: {said[:300]}"
