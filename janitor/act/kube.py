@@ -20,8 +20,8 @@ Requests are raw JSON through the client's generic `param_serialize`/`call_api`,
 resources (Notebooks) work like built-ins. Failures become `janitor.errors` types and then one
 `Outcome` each; nothing here retries (the next cycle does). A failure is not always a write that
 did not happen: the real write's answer may be lost after the apiserver applied it (a timeout, a
-reset, a 5xx), or a reclaim may land in part. Such a result says so (`ActionResult.may_have_happened`),
-so its owner's "done" note is kept for the next cycle to weigh, not thrown away.
+reset, a 5xx). Such a result says so (`ActionResult.may_have_happened`), so its owner's "done"
+note is kept for the next cycle to weigh, not thrown away.
 """
 
 from __future__ import annotations
@@ -266,9 +266,10 @@ def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: boo
     is the user's workload, as they had it, minus its running pods. A suspended CronJob starts no
     new run but stops none, so the Jobs it is running (`action.also`) are suspended right after it,
     each guarded by its uid; one that is gone has finished. One that cannot be suspended makes the
-    outcome a failure that happened in part (`Unsettled`): the CronJob is suspended, unmarked and its
-    reclaim recorded, so its note stays, and is sent once the next cycles see the CronJob's suspension
-    hold (decide.held); the Job, still running, is judged on its own. The patch is the ending's, resumed by
+    outcome a failure, so its "done" note goes: the CronJob is suspended, unmarked and its reclaim
+    recorded, but a note about it would say its GPUs were freed while the Job runs, and the check of
+    the next cycles that the suspension held looks at the CronJob only. The Job is judged on its own.
+    The patch is the ending's, resumed by
     the command the messages give (policy.endings). A workload Kueue admits is switched through its
     Kueue Workload (`action.via`, guarded by its uid) first, then its record written (`_through`)."""
     ending = action.type.ending
@@ -304,8 +305,8 @@ def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: boo
         except errors.KubeError as e:
             failed.append(f"{job}: {e}")
     if failed:
-        raise Unsettled(f"{action.target} {ending.done}, but not the Jobs it runs: " + "; ".join(failed),
-                        doing=f"{action.type} {action.target}")
+        raise errors.KubeError(f"{action.target} {ending.done}, but not the Jobs it runs: " + "; ".join(failed),
+                               doing=f"{action.type} {action.target}")
     also = f" with its Job{'s' if len(action.also) > 1 else ''} {', '.join(j.name for j in action.also)}" \
         if action.also else ""
     return f"{action.type} done{also}" + event_note

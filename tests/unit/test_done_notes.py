@@ -8,7 +8,8 @@ Aspects covered:
 - a DELETE or a suspend that reached the apiserver and may have been applied, its answer lost
   (a timeout, a reset, a 5xx): the note is kept, for the next cycle's evidence to decide; one the
   apiserver refused (403, 422, 429) certainly did not happen: its note goes;
-- a CronJob suspended and unmarked, one of its Jobs not: the note about the CronJob is kept;
+- a CronJob suspended and unmarked, one of its Jobs not: the note about the CronJob goes (it would
+  say the GPUs were freed while the Job runs);
 - a note kept again for the same mark (the write before it did not happen after all) takes the
   place of the earlier one: the owner hears "done" once;
 - a "done: deleted" note whose DELETE failed, and whose forget was lost (the lease lapsed, the
@@ -109,10 +110,10 @@ def test_a_done_note_goes_when_the_apiserver_refused_the_write(monkeypatch: pyte
     assert world.notes.kept == []
 
 
-def test_a_cronjob_suspended_without_one_of_its_jobs_keeps_its_note(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cronjob_suspended_without_one_of_its_jobs_forgets_its_note(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CronJob's write landed (suspended, unmarked, its reclaim recorded); one Job it runs could
-    not be suspended. The outcome is a failure, but the CronJob's change happened: its note stays,
-    for the check of the next cycles to send once the suspension held."""
+    not be suspended. The outcome is a failure, and its note goes: "suspended, freeing N GPUs" is not
+    so while the Job runs, and the check of the next cycles looks at the CronJob only."""
     patched: list[str] = []
 
     def call(api: Any, method: str, path: str, *, body: Any = None, content_type: str = "",
@@ -135,7 +136,7 @@ def test_a_cronjob_suspended_without_one_of_its_jobs_keeps_its_note(monkeypatch:
     assert world.run() == [("nightly", Outcome.FAILED)]
     assert patched == ["cronjobs", "jobs"]  # the CronJob, and the one Job that could be
     assert "but not the Jobs it runs" in world.results[0].detail
-    assert [k[0] for k in world.notes.kept] == ["nightly"]
+    assert world.notes.kept == []
 
 
 def test_a_note_kept_again_for_the_same_mark_takes_the_place_of_the_first() -> None:
