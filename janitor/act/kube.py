@@ -20,8 +20,9 @@ Requests are raw JSON through the client's generic `param_serialize`/`call_api`,
 resources (Notebooks) work like built-ins. Failures become `janitor.errors` types and then one
 `Outcome` each; nothing here retries (the next cycle does). A failure is not always a write that
 did not happen: the real write's answer may be lost after the apiserver applied it (a timeout, a
-reset, a 5xx). Such a result says so (`ActionResult.may_have_happened`), so its owner's "done"
-note is kept for the next cycle to weigh, not thrown away.
+reset, a 5xx). So the object is read again at once (`_sent`): what it shows says whether the write
+happened (DONE) or not (FAILED). A result is never "it may have happened": its owner's "done" note
+is kept for a change that happened, and goes for one that did not, or that cannot be told.
 """
 
 from __future__ import annotations
@@ -70,18 +71,6 @@ class ActionResult:
     action: Action
     outcome: Outcome
     detail: str
-    # Not DONE, yet the change may have happened: the real write's answer was lost, or part of the
-    # action landed. Only a failure without it certainly changed nothing.
-    may_have_happened: bool = False
-
-
-class Unsettled(errors.KubeError):
-    """A failure that leaves the change in place, or may: the real write was sent and its answer lost
-    (a timeout, a reset, a 5xx: the apiserver may have applied it), or the action landed in part."""
-
-    @classmethod
-    def of(cls, error: errors.KubeError) -> Unsettled:
-        return cls(error.server_message, status=error.status, doing=error.doing)
 
 
 NOT_LEADING = "not done: no longer the leader; the new leader decides"
@@ -131,7 +120,7 @@ def apply(
         _log(result, dry_run=dry_run)
         return result
     except errors.KubeError as e:
-        result = ActionResult(action, outcome_of(e), e.server_message or str(e), isinstance(e, Unsettled))
+        result = ActionResult(action, outcome_of(e), e.server_message or str(e))
         _log(result, dry_run=dry_run)
         return result
     result = ActionResult(action, Outcome.DONE, detail)
@@ -230,7 +219,8 @@ def _delete(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool
         return "dry run: the apiserver accepted the delete; nothing was deleted and no Event posted"
     _go_on(fence)
     event_note = _post_event(api, action, event_type="Normal", component=component)
-    _sent(api, "DELETE", path, body=_delete_options(action, dry_run=False), doing=f"delete {target}")
+    _sent(api, "DELETE", path, body=_delete_options(action, dry_run=False), doing=f"delete {target}",
+          landed=_deleted(target.uid))
     return "deleted" + event_note
 
 
@@ -295,7 +285,8 @@ def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: boo
         return f"dry run: the apiserver accepted the {action.type}; nothing was changed and no Event posted"
     _go_on(fence)
     event_note = _post_event(api, action, event_type="Normal", component=component)
-    _sent(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, doing=f"{action.type} {action.target}")
+    _sent(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, doing=f"{action.type} {action.target}",
+          landed=_patched(action.target.uid, body))
     failed = []
     for job in action.also:
         try:
@@ -336,7 +327,7 @@ def _through(api: ApiClient, action: Action, via: ObjectRef, patch: dict[str, An
     _go_on(fence)
     event_note = _post_event(api, action, event_type="Normal", component=component)
     _sent(api, "PATCH", switch, body=switched, content_type=_MERGE_PATCH,
-          doing=f"{action.type} {action.target} through {via}")
+          doing=f"{action.type} {action.target} through {via}", landed=_patched(via.uid, switched))
     record = {"metadata": {"uid": action.target.uid, "annotations": notes}}
     for _ in range(2):  # a record that cannot be written undoes the switch: never one without the other
         try:
@@ -349,9 +340,9 @@ def _through(api: ApiClient, action: Action, via: ObjectRef, patch: dict[str, An
     try:
         _call(api, "PATCH", switch, body=back, content_type=_MERGE_PATCH, doing=f"switch {via} back")
     except errors.KubeError as e:
-        raise Unsettled(f"{via} switched ({action.type}), but neither the record on {action.target} "
-                        f"({failed}) nor switching it back ({e}) could be written: it stays switched; "
-                        f"resume with spec.active: true", doing=f"{action.type} {action.target}") from e
+        raise errors.KubeError(f"{via} switched ({action.type}), but neither the record on {action.target} "
+                               f"({failed}) nor switching it back ({e}) could be written: it stays switched; "
+                               f"resume with spec.active: true", doing=f"{action.type} {action.target}") from e
     raise errors.KubeError(f"the record on {action.target} could not be written ({failed}), so {via} was switched "
                            f"back: nothing done", doing=f"{action.type} {action.target}") from failed
 
@@ -514,15 +505,70 @@ def _call(
     return answer if isinstance(answer, dict) else {}
 
 
+Landed = Callable[[Mapping[str, Any] | None], bool]  # on the object read again (None: not found)
+
+
 def _sent(api: ApiClient, method: str, path: str, *, body: Any, content_type: str = "application/json",
-          doing: str) -> dict[str, Any]:
-    """The write an action is made of (not its probe, not its Event). A 5xx or no answer at all
-    (a read timeout, a reset) comes after the request was sent: the apiserver may have applied it,
-    so the failure is `Unsettled`. Any other answer refuses the write: nothing changed."""
+          doing: str, landed: Landed) -> dict[str, Any]:
+    """The write an action is made of (not its probe, not its Event). Any answer but a 5xx says
+    whether it happened. A 5xx or no answer at all (a read timeout, a reset) comes after the request
+    was sent: the apiserver may have applied it, or not (a webhook that timed out answers 500 and
+    changes nothing). So the object is read again, once and at once (a GET, with the client's
+    timeout): `landed` on what it shows says whether the write happened, and then it counts as
+    answered. Otherwise, or when that read fails too, the failure stands: the action's "done" note
+    goes. Silence, rather than a note that someone else's change could later seem to bear out."""
     try:
         return _call(api, method, path, body=body, content_type=content_type, doing=doing)
     except errors.ServerError as e:
-        raise Unsettled.of(e) from e
+        lost = e
+    try:
+        now: dict[str, Any] | None = _call(api, "GET", path, doing=f"read again after: {doing}")
+    except errors.NotFound:
+        now = None
+    except errors.KubeError as e:
+        raise errors.ServerError(f"{lost.server_message}; whether it happened is unknown (read again: "
+                                 f"{e.server_message})", status=lost.status, doing=doing) from e
+    if landed(now):
+        logger.info("%s: %s; read again, it happened", doing, lost.server_message)
+        return now or {}
+    raise errors.ServerError(f"{lost.server_message}; read again, it did not happen", status=lost.status,
+                             doing=doing) from lost
+
+
+def _deleted(uid: str) -> Landed:
+    """A DELETE happened: the object is gone (by uid: another under its name is not it), or on its
+    way out (a finalizer holds it, with its deletionTimestamp set)."""
+    def landed(now: Mapping[str, Any] | None) -> bool:
+        if now is None:
+            return True
+        meta = now.get("metadata") or {}  # an answer without a uid tells nothing
+        return bool(meta.get("uid")) and (meta["uid"] != uid or meta.get("deletionTimestamp") is not None)
+    return landed
+
+
+def _patched(uid: str, body: Mapping[str, Any]) -> Landed:
+    """A merge patch happened: the object (by uid) shows every field as `body` wrote it, a null as
+    absent. Its guard (uid, resourceVersion) is no field it wrote."""
+    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k not in ("uid", "resourceVersion")}
+    wrote = {**body, "metadata": meta}
+
+    def landed(now: Mapping[str, Any] | None) -> bool:
+        return now is not None and ((now.get("metadata") or {}).get("uid") == uid) and _shows(now, wrote)
+    return landed
+
+
+def _shows(now: Mapping[str, Any], wrote: Mapping[str, Any]) -> bool:
+    for key, value in wrote.items():
+        if value is None:
+            if now.get(key) is not None:
+                return False
+        elif isinstance(value, Mapping):
+            inner = now.get(key) or {}
+            if not isinstance(inner, Mapping) or not _shows(inner, value):
+                return False
+        elif now.get(key) != value:
+            return False
+    return True
 
 
 def _log(result: ActionResult, *, dry_run: bool) -> None:

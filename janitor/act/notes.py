@@ -6,8 +6,9 @@ in the same write) or unmarked. So the note is written, before the change it ann
 the janitor's state ConfigMap (`notes.json`, beside the ledger), and removed once Slack has it.
 
 A note found there in a later cycle (Slack was down, the budget was spent, the janitor died
-between the change and the send, or the write's answer was lost) is sent only on positive
-evidence, each cycle again (`weigh`):
+between keeping it and the change or the send, its forget could not be written, or it is a
+reclaim's, waiting for the check that it held) is sent only on positive evidence, each cycle
+again (`weigh`):
 - the change happened: a workload that still carries the mark the note is about was never
   changed, and the note is dropped. Beyond that, a delete's evidence is its workload gone (by
   uid: another object under its name is not it) or on its way out; a reclaim's is a later

@@ -5,9 +5,10 @@ not happen; a note left in notes.json is weighed again by a later cycle (act/not
 act/lifecycle.py). These tests follow a note through the ways an action can end badly.
 
 Aspects covered:
-- a DELETE or a suspend that reached the apiserver and may have been applied, its answer lost
-  (a timeout, a reset, a 5xx): the note is kept, for the next cycle's evidence to decide; one the
-  apiserver refused (403, 422, 429) certainly did not happen: its note goes;
+- a DELETE or a suspend that reached the apiserver, its answer lost (a timeout, a reset, a 5xx):
+  the Job is read again at once; gone (or on its way out), or suspended as the janitor wrote it,
+  is the change done, and its note kept; anything else, or a read that fails too, is no change, and
+  its note goes; one the apiserver refused (403, 422, 429) did not happen: its note goes;
 - a CronJob suspended and unmarked, one of its Jobs not: the note about the CronJob goes (it would
   say the GPUs were freed while the Job runs);
 - a note kept again for the same mark (the write before it did not happen after all) takes the
@@ -61,30 +62,105 @@ CRONJOBS = ResourceKind("batch", "v1", "CronJob", "cronjobs")
 H = datetime.timedelta(hours=1)
 
 
-@pytest.mark.parametrize("kind", [ActionType.DELETE, ActionType.SUSPEND])
-def test_a_done_note_is_kept_when_the_write_may_have_happened(monkeypatch: pytest.MonkeyPatch,
-                                                               kind: ActionType) -> None:
-    """The write reaches the apiserver and is applied; its answer never comes (a read timeout:
-    a ServerError, so the outcome is FAILED). Forgetting the note would leave the owner untold;
-    kept, the next cycle sends it only on evidence."""
-    applied: list[str] = []
+class Apiserver:
+    """One Job, `train`, behind `kube._call`: the real write (not its probe) reaches it and is applied
+    or not (`applies`); its answer is lost (a read timeout); a GET after it answers with the Job as it
+    is then, or fails too (`reads`)."""
 
-    def call(api: Any, method: str, path: str, *, body: Any = None, content_type: str = "",
-             dry_run: bool = False, doing: str = "", field_manager: str = "") -> dict[str, Any]:
+    def __init__(self, *, applies: bool, reads: bool = True, finalizer: bool = False) -> None:
+        self.applies, self.reads, self.finalizer = applies, reads, finalizer
+        self.job: dict[str, Any] | None = {"metadata": {"name": "train", "namespace": "team-a", "uid": "uid-train",
+                                                        "resourceVersion": "100", "annotations": {a.MARKED_AT: MARK}},
+                                           "spec": {"suspend": False}}
+        self.calls: list[str] = []
+
+    def __call__(self, api: Any, method: str, path: str, *, body: Any = None, content_type: str = "",
+                 dry_run: bool = False, doing: str = "", field_manager: str = "") -> dict[str, Any]:
         probe = dry_run or "All" in ((body or {}).get("dryRun") or [])
+        self.calls.append(f"{method}{' (probe)' if probe else ''}")
+        if method == "GET":
+            if not self.reads:
+                raise errors.ServerError("read timed out", status=None, doing=doing)
+            if self.job is None:
+                raise errors.NotFound("jobs \"train\" not found", status=404, doing=doing)
+            return self.job
         if method in ("DELETE", "PATCH") and not probe:
-            applied.append(f"{method} {path}")  # the apiserver did it ...
-            raise errors.ServerError("read timed out", status=None, doing=doing)  # ... the answer never came
+            if self.applies and method == "DELETE" and self.finalizer:
+                self.job = {**self.job, "metadata": {**self.job["metadata"],  # type: ignore[index]
+                                                     "deletionTimestamp": "2026-11-23T12:00:00Z"}}
+            elif self.applies and method == "DELETE":
+                self.job = None
+            elif self.applies:
+                self.job = _merged(self.job or {}, body)
+            raise errors.ServerError("read timed out", status=None, doing=doing)  # the answer never came
         return {}
 
-    monkeypatch.setattr(kube, "_call", call)
+
+def _merged(into: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """An RFC 7386 merge patch applied, the guard aside."""
+    out = dict(into)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict):
+            out[key] = _merged(out.get(key) or {}, {k: v for k, v in value.items()
+                                                    if k not in ("uid", "resourceVersion")})
+        else:
+            out[key] = value
+    return out
+
+
+@pytest.mark.parametrize("kind", [ActionType.DELETE, ActionType.SUSPEND])
+@pytest.mark.parametrize(("applies", "reads", "outcome", "kept"), [
+    pytest.param(True, True, Outcome.DONE, True, id="applied"),
+    pytest.param(False, True, Outcome.FAILED, False, id="not-applied"),
+    pytest.param(True, False, Outcome.FAILED, False, id="applied-but-unreadable"),
+    pytest.param(False, False, Outcome.FAILED, False, id="not-applied-and-unreadable"),
+])
+def test_a_write_whose_answer_was_lost_is_read_again_to_tell_whether_it_happened(
+        monkeypatch: pytest.MonkeyPatch, kind: ActionType, applies: bool, reads: bool, outcome: Outcome,
+        kept: bool) -> None:
+    """The write reaches the apiserver; its answer never comes (a read timeout). The Job is read again
+    at once: gone, or suspended as the janitor wrote it, is the change done (its note kept, sent this
+    cycle); still there, or not suspended, is no change (its note goes). A read that fails too tells
+    nothing: the note goes, so no later change by someone else can pass for the janitor's."""
+    apiserver = Apiserver(applies=applies, reads=reads)
+    monkeypatch.setattr(kube, "_call", apiserver)
     act, change = reclaim("train", kind)
     world = World(act, changes=(change,))
     world.cluster.apply = lambda x: kube.apply(None, x, kind=JOBS)  # type: ignore[method-assign]
-    assert world.run() == [("train", Outcome.FAILED)]
-    assert applied, "the write reached the apiserver"
+    assert world.run() == [("train", outcome)]
+    real = "DELETE" if kind is ActionType.DELETE else "PATCH"
+    assert apiserver.calls == [f"{real} (probe)", "POST", real, "GET"]  # the Event, the write, the read
     assert len(world.store.ledger.deletions) == 1  # the ledger kept its record
-    assert [k[0] for k in world.notes.kept] == ["train"], "the 'done' note was forgotten after an ambiguous failure"
+    assert [k[0] for k in world.notes.kept] == (["train"] if kept else [])
+    if not kept:
+        assert "did not happen" in world.results[0].detail or "unknown" in world.results[0].detail
+
+
+def test_a_delete_whose_answer_was_lost_is_done_when_the_job_is_on_its_way_out(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A finalizer holds the Job: read again it is still there, with its deletionTimestamp."""
+    monkeypatch.setattr(kube, "_call", Apiserver(applies=True, finalizer=True))
+    act, change = reclaim("train", ActionType.DELETE)
+    world = World(act, changes=(change,))
+    world.cluster.apply = lambda x: kube.apply(None, x, kind=JOBS)  # type: ignore[method-assign]
+    assert world.run() == [("train", Outcome.DONE)]
+    assert [k[0] for k in world.notes.kept] == ["train"]
+
+
+def test_a_suspend_read_again_counts_only_as_the_janitor_wrote_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Suspended, but still marked and without the janitor's record: someone else's write, not the
+    janitor's (which unmarks and records in the same write). No "done"."""
+    apiserver = Apiserver(applies=False)
+    assert apiserver.job is not None
+    apiserver.job["spec"]["suspend"] = True
+    monkeypatch.setattr(kube, "_call", apiserver)
+    act, change = reclaim("train", ActionType.SUSPEND)
+    world = World(act, changes=(change,))
+    world.cluster.apply = lambda x: kube.apply(None, x, kind=JOBS)  # type: ignore[method-assign]
+    assert world.run() == [("train", Outcome.FAILED)]
+    assert world.notes.kept == []
 
 
 @pytest.mark.parametrize("refusal", [
