@@ -53,8 +53,10 @@ class Annotator(Protocol):
 class Messenger(Protocol):
     def send(self, digest: Digest) -> SendResult: ...
 
-    def find_sent(self, owner: Owner, intent: str, *, since: datetime.datetime) -> Delivery | None:
-        """The delivery of an earlier send with this intent; raises SlackUnavailable when Slack cannot say."""
+    def find_sent(self, owner: Owner, intent: str, *, since: datetime.datetime,
+                  uid: str | None = None) -> Delivery | None:
+        """The delivery of an earlier send with this intent (telling of the workload `uid`, when
+        given); raises SlackUnavailable when Slack cannot say."""
 
 
 @dataclass
@@ -91,8 +93,9 @@ class LifecycleRun:
     out: LifecycleOutcome = field(default_factory=LifecycleOutcome)
     _rv: dict[str, str] = field(default_factory=dict)
     _expected: dict[str, dict[str, str]] = field(default_factory=dict)
-    # One lookup per message (a digest's workloads share its intent), within the Slack time budget.
-    _lookups: dict[tuple[Owner, str], Delivery | None | SlackUnavailable] = field(default_factory=dict)
+    # One lookup per message (a digest's workloads share its intent; a kept note's is asked about its
+    # workload), within the Slack time budget.
+    _lookups: dict[tuple[Owner, str, str | None], Delivery | None | SlackUnavailable] = field(default_factory=dict)
     _lookup_seconds: float = 0.0
 
     def run(self, changes: Sequence[Change], done: Sequence[Change]) -> LifecycleOutcome:
@@ -152,7 +155,8 @@ class LifecycleRun:
 
     def _send_carried(self, notes: Sequence[PendingNote]) -> None:
         """Notes of earlier cycles: sent once their change is seen done (act.notes.weigh) and Slack
-        does not have them."""
+        has no message of theirs. A note is crossed off only by a message that tells of its workload:
+        its intent is one per owner and cycle, and may be on another workload's digest."""
         assert self.messenger is not None and self.notes is not None
         outbox = Outbox(self.messenger)
         for note in notes:
@@ -169,7 +173,7 @@ class LifecycleRun:
                 continue
             if seen is Seen.NOT_YET:
                 continue
-            found = self._lookup(note.owner, note.intent, note.at)
+            found = self._lookup(note.owner, note.intent, note.at, note.workload.uid)
             if isinstance(found, SlackUnavailable) or found is False:
                 continue
             if found is not None:
@@ -179,21 +183,22 @@ class LifecycleRun:
         for result in outbox.flush(max(0.0, self.send_budget.total_seconds() - self._lookup_seconds)):
             self.out.sent.append(result)
             if result.delivery is not None:
-                intent = result.digest.intent
-                self.notes.sent(intent, {n.workload.uid for n in notes if n.intent == intent})
+                self.notes.sent(result.digest.intent, set(result.digest.uids))
         self.out.unsent += outbox.pending
 
-    def _lookup(self, owner: Owner, intent: str,
-                at: datetime.datetime) -> Delivery | None | SlackUnavailable | Literal[False]:
-        """Whether Slack has the send `intent` (asked once per cycle); False: the budget is spent."""
+    def _lookup(self, owner: Owner, intent: str, at: datetime.datetime,
+                uid: str | None = None) -> Delivery | None | SlackUnavailable | Literal[False]:
+        """Whether Slack has the send `intent` (about the workload `uid`, when given; asked once per
+        cycle); False: the budget is spent."""
         assert self.messenger is not None
-        key = (owner, intent)
+        key = (owner, intent, uid)
         if key not in self._lookups:
             if self._lookup_seconds >= self.send_budget.total_seconds():
                 return False
             began = time.monotonic()
             try:
-                self._lookups[key] = self.messenger.find_sent(owner, intent, since=at - datetime.timedelta(minutes=5))
+                self._lookups[key] = self.messenger.find_sent(owner, intent, since=at - datetime.timedelta(minutes=5),
+                                                              uid=uid)
             except SlackUnavailable as e:
                 self._lookups[key] = e
             self._lookup_seconds += time.monotonic() - began

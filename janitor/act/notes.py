@@ -16,8 +16,9 @@ again (`weigh`):
   own record leaves the workload. A mark gone is no evidence of a "done": an admin, the owner or
   the lifecycle may have removed it without the action, and removing one drops the "done" notes
   about it (`unmarked`). A "cancelled" note's change is its mark gone;
-- Slack does not already have it: the note's intent is looked up (as for a warning whose
-  answer was lost) before it is sent again.
+- Slack does not already have it: a message of the note's intent that tells of its workload is
+  looked up (as for a warning whose answer was lost) before it is sent again. The intent alone is
+  not enough: it is one per owner and cycle, and another workload's message carries it too.
 
 That a note's change did not happen is written at once (`forget`, `unmarked` then `flush`), not
 at the end of the cycle, which a lapsed lease or a crash skips.
@@ -65,7 +66,8 @@ class PendingNote:
     held: bool = False  # a "done" note of a reclaim: a later cycle's check saw it hold
 
     def digest(self) -> Digest:
-        return Digest(self.owner, (), self.intent, self.messages, admin_fallback=not self.admins_told)
+        return Digest(self.owner, (), self.intent, self.messages, admin_fallback=not self.admins_told,
+                      about=(self.workload.uid,))
 
 
 class NotesUnreadable(ValueError):

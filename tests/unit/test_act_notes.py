@@ -20,17 +20,17 @@ from __future__ import annotations
 
 import datetime
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import pytest
 from factories import NOW, ago
-from test_act_lifecycle import ALICE, POLICY, Cluster, Slack, decide, marked, ts
+from test_act_lifecycle import ALICE, POLICY, SENT_AT, Cluster, Slack, decide, marked, ts
 
 from janitor import annotations as a
 from janitor import errors
 from janitor.act.lifecycle import LifecycleRun
 from janitor.act.notes import KEEP_FOR, NoteBox, dumps, loads
-from janitor.act.slack import SlackUnavailable
+from janitor.act.slack import Digest, SendResult, SlackUnavailable
 from janitor.act.slack_messages import Message, MessageContext
 from janitor.annotations import Delivery, NoticeKind
 from janitor.decide.consent import intent_id
@@ -290,6 +290,26 @@ def test_a_reclaim_undone_drops_its_done_note_and_says_so_instead() -> None:
     assert "did not hold" in text and "Argo CD (argocd-controller) undid it" in text
 
 
+@dataclass
+class Told(Slack):
+    """Slack whose history is what it delivered: messages of an intent, each naming the workloads its
+    digest tells of in its metadata (as act.slack posts them)."""
+
+    delivered: list[Digest] = field(default_factory=list)
+
+    def send(self, digest: Digest) -> SendResult:
+        result = super().send(digest)
+        if result.delivery is not None:
+            self.delivered.append(digest)
+        return result
+
+    def find_sent(self, owner: Owner, intent: str, *, since: datetime.datetime,
+                  uid: str | None = None) -> Delivery | None:
+        self.asked.append((owner, intent, since))
+        told = [d for d in self.delivered if d.intent == intent and (uid is None or uid in d.uids)]
+        return Delivery("D0ALICE", ts(SENT_AT)) if told else None
+
+
 def test_a_kept_note_is_sent_when_another_workload_of_the_owner_was_told_in_the_same_cycle() -> None:
     """Two of alice's Jobs are acted on in one cycle: `a`'s "done" goes out under the cycle's intent
     (one per owner and cycle); `b`'s note stays in notes.json under the same intent. The next cycle
@@ -308,18 +328,7 @@ def test_a_kept_note_is_sent_when_another_workload_of_the_owner_was_told_in_the_
         assert box.expect(act.notice, intent, cluster.notes(name)[a.MARKED_AT], NOW) == ""
     del cluster.objects["uid-a"]
     del cluster.objects["uid-b"]
-
-    class History(Slack):
-        """Slack's history: a message of `intent`, about the workloads its digest told of."""
-
-        def find_sent(self, owner: Owner, intent: str, *, since: datetime.datetime,
-                      uid: str | None = None) -> Delivery | None:
-            self.asked.append((owner, intent, since))
-            told = [d for d in self.sent if d.intent == intent
-                    and (uid is None or uid in {n.workload.uid for n in d.notices})]
-            return Delivery("D0ALICE", "1.0") if told else None
-
-    slack = History(cluster)
+    slack = Told(cluster)
     LifecycleRun(cluster, slack, {POLICY.name: POLICY}, NOW, decided.seen, notes=box).run(decided.changes,
                                                                                          [acts["a"]])
     box.store(NOW)
@@ -328,3 +337,29 @@ def test_a_kept_note_is_sent_when_another_workload_of_the_owner_was_told_in_the_
     later(cluster, slack, store)
     said = " ".join(m.text + str(m.blocks) for d in slack.sent[1:] for m in d.messages)
     assert "Job team-a/b" in said, f"b's 'done' note was crossed off unsent; kept now: {store.kept()}"
+
+
+def test_kept_notes_under_one_intent_are_crossed_off_only_as_their_own_message_arrives() -> None:
+    """Each kept note goes out alone, and two of one owner's share the intent of the cycle that kept
+    them: Slack taking the first says nothing of the second, which waits for the next cycle."""
+    cluster = Cluster()
+    for name in ("a", "b"):
+        cluster.add(name, marked(name, ago(hours=30), ago(hours=30)))
+    store = Store(cluster)
+    box = store.box()
+    decided = decide(cluster)
+    for act in (c for c in decided.changes if c.step is Step.ACT):
+        assert act.notice is not None
+        assert box.expect(act.notice, intent_id(ALICE, NOW), cluster.notes(act.workload.name)[a.MARKED_AT], NOW) == ""
+        del cluster.objects[act.workload.uid]  # deleted; the janitor stopped before the send
+
+    class Once(Told):
+        def send(self, digest: Digest) -> SendResult:
+            result = super().send(digest)
+            self.deliver = False  # Slack throttles after the first
+            return result
+
+    slack = Once(cluster)
+    later(cluster, slack, store)
+    assert len(slack.sent) == 2 and store.kept() == [("done", "b")]
+    assert slack.sent[0].uids == ("uid-a",) and slack.sent[1].uids == ("uid-b",)

@@ -25,7 +25,9 @@ Aspects covered:
 - a DELETE answered with a 5xx that deleted nothing (a webhook timed out): when someone else
   deletes the workload before the next cycle, the owner is not told the janitor deleted it;
 - a CronJob suspended whose running Job could not be: the owner is never told "done ... freeing N
-  GPUs" while the Job runs.
+  GPUs" while the Job runs;
+- a delete and a suspend for one owner in one cycle share its intent: the delete's "done" goes out
+  at once, and the suspend's, once its check held, is not taken as already sent.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from factories import NOW, ago
 from test_act_executor import Store as LedgerStore
 from test_act_executor import World, reclaim
 from test_act_lifecycle import ALICE, POLICY, Cluster, Slack, decide, marked
-from test_act_notes import Store, cycle, kept_done_note, later, reclaimed
+from test_act_notes import Store, Told, cycle, kept_done_note, later, reclaimed
 
 from janitor import annotations as a
 from janitor import errors, unmark
@@ -521,3 +523,40 @@ def test_a_cronjob_whose_job_was_not_suspended_is_not_announced_as_done(monkeypa
     later(cluster, slack, store, (held,), {view.ref.uid: dict(view.annotations)})
     said = " ".join(m.text + str(m.blocks) for d in slack.sent for m in d.messages)
     assert "Done" not in said, f"told 'done' while Job nightly-2 still runs: {said[:300]}"
+
+
+def test_a_suspends_done_note_is_sent_after_a_delete_of_the_same_owner_and_cycle() -> None:
+    """One deadline cycle deletes `old` and suspends `train`, both alice's: one intent. `old`'s "done"
+    goes out then; `train`'s waits for the check that the suspend held. Slack has a message of that
+    intent, but it tells of `old` only: `train`'s "done" is sent, not crossed off."""
+    cluster = Cluster()
+    for name in ("old", "train"):
+        cluster.add(name, marked(name, ago(hours=30), ago(hours=30)))
+    store = Store(cluster)
+    box = store.box()
+    decided = decide(cluster)
+    acts = {c.workload.name: c for c in decided.changes if c.step is Step.ACT}
+    record = {a.RECLAIMED: f"suspend {a.format_expires(NOW)} idle-gpu"}
+    train = acts["train"]
+    assert train.action is not None and train.notice is not None
+    train = replace(train, action=replace(train.action, type=ActionType.SUSPEND, record=record),
+                    notice=replace(train.notice, action="suspend"))
+    for change in (acts["old"], train):
+        assert change.notice is not None
+        marked_at = cluster.notes(change.workload.name)[a.MARKED_AT]
+        assert box.expect(change.notice, intent_id(ALICE, NOW), marked_at, NOW) == ""
+    del cluster.objects["uid-old"]  # deleted
+    cluster.update("train", {k: None for k in cluster.notes("train")} | record)  # suspended, unmarked, recorded
+    slack = Told(cluster)
+    LifecycleRun(cluster, slack, {POLICY.name: POLICY}, NOW, decided.seen, notes=box).run(decided.changes,
+                                                                                         [acts["old"], train])
+    box.store(NOW)
+    assert [(n.kind, n.workload.name) for d in slack.sent for n in d.notices] == [("done", "old")]
+    assert store.kept() == [("done", "train")]
+    view = cluster.view("train")
+    held = Change(Step.CHECK, view.ref, view.resource_version, POLICY.name,
+                  why(Code.RECLAIM_HELD, action="suspend", at=NOW), {a.RECLAIMED: None})
+    later(cluster, slack, store, (held,), {view.ref.uid: dict(view.annotations)})
+    [_, second] = slack.sent
+    said = " ".join(m.text + str(m.blocks) for m in second.messages)
+    assert "Job team-a/train" in said and "suspended" in said and store.kept() == []
