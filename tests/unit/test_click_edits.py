@@ -8,7 +8,8 @@ Aspects covered:
   deadline, name the deadline in force (the keep), not the one the warning first gave; the
   "Kept until" line under it agrees; the other workload of the digest keeps its own deadline;
 - a Keep in a later part of a digest sent in parts never moves that part's first deadline (the
-  whole digest's) later than the one in force.
+  whole digest's) later than the one in force; whichever workload of whichever part is kept, and
+  to whatever deadline, no part's summary then shows a first deadline later than the one in force.
 """
 
 from __future__ import annotations
@@ -117,3 +118,21 @@ def test_a_keep_in_a_later_part_of_a_digest_does_not_move_the_first_deadline_lat
     assert first is not None
     assert int(first.group(1)) == int((now + H).timestamp()), \
         "the edited part says the first deadline is later than job-00's, which is in force"
+
+
+@pytest.mark.parametrize("kept_to", [30 * H, 100 * H, H // 2])
+def test_no_edited_part_shows_a_first_deadline_later_than_the_one_in_force(kept_to: datetime.timedelta) -> None:
+    now = datetime.datetime(2026, 11, 23, 12, tzinfo=datetime.timezone.utc)
+    refs = [ObjectRef("Job", "batch/v1", "team-a", f"job-{i:02}", f"uid-{i:02}") for i in range(30)]
+    deadlines = {r.uid: now + (i + 1) * H for i, r in enumerate(refs)}
+    notices = [notice(r, now, now - H, deadlines[r.uid]) for r in refs]
+    parts = render_digest(notices, now, context=MessageContext(buttons=True))
+    assert len(parts) >= 2
+    for part in parts:
+        for clicked in (b["block_id"] for b in part.blocks if b.get("type") == "actions"):
+            in_force = {**deadlines, clicked.removeprefix("janitor:"): now + kept_to}
+            edited = with_deadline(part.blocks, clicked, now + kept_to, now)
+            [summary] = [b["text"]["text"] for b in edited if b.get("type") == "section"
+                         and "The first deadline is" in b["text"]["text"]]
+            [first] = dates(summary)
+            assert first <= int(min(in_force.values()).timestamp()), (clicked, summary)
