@@ -17,10 +17,10 @@ For each action but a report, in this order:
 
 Before each action, between its re-check and its record (a re-read may outlast what is left of the
 lease), before each write of the record (`LedgerWriter`), right before the write (the record may
-outlast it too) and, in act.kube, after the write's probe, the fence is asked: a replica no longer
-sure it leads stops, and stores no ledger. Once closed, it stays closed for the cycle: nothing
-more is written even if the lease is renewed late. The ledger is stored once at the end
-(`LedgerWriter.store`), whatever happened.
+outlast it too) and, in act.kube, after the write's probe and again after its Event, the fence is
+asked: a replica no longer sure it leads stops, and stores no ledger. Once closed, it stays closed
+for the cycle: nothing more is written even if the lease is renewed late. The ledger is stored
+once at the end (`LedgerWriter.store`), whatever happened.
 
 It talks to the cluster only through these small interfaces, so the order is unit-tested with
 fakes as well as on the sandbox; `cycle.py` wires the real ones in.

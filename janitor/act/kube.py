@@ -10,7 +10,9 @@ caller re-reads and decides again. Each apply goes "probe, announce, act":
 3. the request for real.
 
 Between 1 and 2 the fence is asked (the probe may take the client's whole timeout, longer than a
-lease may have left): a replica no longer sure it leads posts nothing and writes nothing.
+lease may have left): a replica no longer sure it leads posts nothing and writes nothing. It is
+asked again between 2 and 3, since the Event may take as long: a replica that lost its lease while
+posting it writes nothing more.
 
 The probe costs one request per action (actions are few and capped) and means an Event is only
 posted for a change that is about to happen, not for one that a stale resourceVersion refuses.
@@ -85,7 +87,8 @@ def _leading() -> bool:
 
 
 def _go_on(fence: Callable[[], bool]) -> None:
-    """Asked after the probe, before the first write (the Event)."""
+    """Asked after the probe, before the first write (the Event), and again right before the real
+    write (after the Event, which may take the client's whole timeout)."""
     if not fence():
         raise _NotLeading
 
@@ -219,6 +222,7 @@ def _delete(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool
         return "dry run: the apiserver accepted the delete; nothing was deleted and no Event posted"
     _go_on(fence)
     event_note = _post_event(api, action, event_type="Normal", component=component)
+    _go_on(fence)
     _sent(api, "DELETE", path, body=_delete_options(action, dry_run=False), doing=f"delete {target}",
           landed=_deleted(target.uid))
     return "deleted" + event_note
@@ -255,11 +259,11 @@ def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: boo
     """Suspend, scale to zero or stop, and drop the janitor's mark in the same write: what is left
     is the user's workload, as they had it, minus its running pods. A suspended CronJob starts no
     new run but stops none, so the Jobs it is running (`action.also`) are suspended right after it,
-    each guarded by its uid; one that is gone has finished. One that cannot be suspended makes the
-    outcome a failure, so its "done" note goes: the CronJob is suspended, unmarked and its reclaim
-    recorded, but a note about it would say its GPUs were freed while the Job runs, and the check of
-    the next cycles that the suspension held looks at the CronJob only. The Job is judged on its own.
-    The patch is the ending's, resumed by
+    each guarded by its uid; one that is gone has finished. One that cannot be suspended (or is not:
+    the fence closed after the CronJob's write) makes the outcome a failure, so its "done" note goes:
+    the CronJob is suspended, unmarked and its reclaim recorded, but a note about it would say its
+    GPUs were freed while the Job runs, and the check of the next cycles that the suspension held
+    looks at the CronJob only. The Job is judged on its own. The patch is the ending's, resumed by
     the command the messages give (policy.endings). A workload Kueue admits is switched through its
     Kueue Workload (`action.via`, guarded by its uid) first, then its record written (`_through`)."""
     ending = action.type.ending
@@ -285,10 +289,14 @@ def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: boo
         return f"dry run: the apiserver accepted the {action.type}; nothing was changed and no Event posted"
     _go_on(fence)
     event_note = _post_event(api, action, event_type="Normal", component=component)
+    _go_on(fence)
     _sent(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, doing=f"{action.type} {action.target}",
           landed=_patched(action.target.uid, body))
     failed = []
     for job in action.also:
+        if not fence():  # the CronJob's write is done: what is left undone is a failure in part
+            failed.append(f"{job}: {NOT_LEADING}")
+            continue
         try:
             _patch_run(api, job, patch, str(action.type), dry_run=False)
         except errors.NotFound:
@@ -326,6 +334,7 @@ def _through(api: ApiClient, action: Action, via: ObjectRef, patch: dict[str, An
         return f"dry run: the apiserver accepted the {action.type} through {via}; nothing was changed, no Event posted"
     _go_on(fence)
     event_note = _post_event(api, action, event_type="Normal", component=component)
+    _go_on(fence)  # not between the switch and its record: one never goes without the other
     _sent(api, "PATCH", switch, body=switched, content_type=_MERGE_PATCH,
           doing=f"{action.type} {action.target} through {via}", landed=_patched(via.uid, switched))
     record = {"metadata": {"uid": action.target.uid, "annotations": notes}}
@@ -416,6 +425,7 @@ def _report(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool
             _go_on(fence)
             if event_note is None:  # one Event, whichever attempt lands
                 event_note = _post_event(api, action, event_type="Warning", component=component)
+            _go_on(fence)
             _call(api, "PATCH", path, body=patch, content_type=_MERGE_PATCH, doing=f"annotate {target}")
             return "reported" + event_note
         except errors.Conflict:
