@@ -161,13 +161,15 @@ def write_ledger(api: ApiClient, namespace: str, name: str, safety_ledger: Safet
 
 
 def write_state(api: ApiClient, namespace: str, name: str, data: Mapping[str, str], *, what: str,
-                resource_version: str | None = None, exclusive: bool = False) -> None:
-    """Store `data` keys in the janitor's state ConfigMap namespace/name, creating it if needed.
+                resource_version: str | None = None, exclusive: bool = False) -> str | None:
+    """Store `data` keys in the janitor's state ConfigMap namespace/name, creating it if needed;
+    its new resourceVersion (None when the answer names none).
 
     Only the given data keys are written (a merge patch), so the ledger, the notes waiting to be
-    sent, the admin's acknowledgement annotation and any labels each stay. The namespace is not
-    created: it belongs to the deployment, and a missing one means the janitor is pointed at the
-    wrong place.
+    sent, the admin's acknowledgement annotation and any labels each stay. `exclusive`: only over
+    `resource_version`, or (None) only where there is none yet; `errors.Conflict` otherwise. The
+    namespace is not created: it belongs to the deployment, and a missing one means the janitor is
+    pointed at the wrong place.
     """
     path = kubeapi.path(_CONFIG_MAPS, namespace, name)
     doing = f"write {what} {namespace}/{name}"
@@ -176,8 +178,7 @@ def write_state(api: ApiClient, namespace: str, name: str, data: Mapping[str, st
         body["metadata"] = {"resourceVersion": resource_version}
     if not (exclusive and resource_version is None):  # exclusive, with none read: only a create
         try:
-            _call(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, doing=doing)
-            return
+            return _version(_call(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, doing=doing))
         except errors.NotFound:
             if exclusive:
                 raise errors.Conflict("the ConfigMap is gone since it was read", status=409, doing=doing) from None
@@ -187,7 +188,7 @@ def write_state(api: ApiClient, namespace: str, name: str, data: Mapping[str, st
         "data": dict(data),
     }
     try:
-        _call(api, "POST", kubeapi.path(_CONFIG_MAPS, namespace), body=body, doing=doing)
+        return _version(_call(api, "POST", kubeapi.path(_CONFIG_MAPS, namespace), body=body, doing=doing))
     except errors.NotFound as e:
         raise errors.NotFound(
             f"namespace {namespace!r} does not exist; create it (the manifests do) or point the "
@@ -196,7 +197,11 @@ def write_state(api: ApiClient, namespace: str, name: str, data: Mapping[str, st
     except errors.Conflict:  # created by someone else in between: write over it, unless exclusive
         if exclusive:
             raise
-        _call(api, "PATCH", path, body={"data": dict(data)}, content_type=_MERGE_PATCH, doing=doing)
+        return _version(_call(api, "PATCH", path, body={"data": dict(data)}, content_type=_MERGE_PATCH, doing=doing))
+
+
+def _version(answer: Mapping[str, Any] | None) -> str | None:
+    return str(((answer or {}).get("metadata") or {}).get("resourceVersion") or "") or None
 
 
 _CONFIG_MAPS = ResourceKind("", "v1", "ConfigMap", "configmaps")

@@ -13,6 +13,10 @@ Aspects covered:
   an unreadable workload means it waits;
 - notes older than a week are dropped; notes.json round-trips, and a malformed one is logged and
   starts empty;
+- notes.json is written over the ConfigMap's resourceVersion read only: a note `janitor unmark`
+  dropped meanwhile stays dropped, a note the daemon kept meanwhile stays kept (read again, merged
+  once); a second conflict refuses that one change, and the next one is kept; the state
+  ConfigMap's PATCH names the version;
 - warnings sent and notes kept are rendered with the cluster's name and where to ask.
 """
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import pytest
@@ -42,19 +47,30 @@ H = datetime.timedelta(hours=1)
 
 
 class Store:
-    """notes.json in the state ConfigMap; writes land on the cluster's timeline."""
+    """notes.json in the state ConfigMap, written over the ConfigMap's version only (as act.kube
+    writes it); writes land on the cluster's timeline."""
 
     def __init__(self, cluster: Cluster, text: str | None = None, fail: bool = False) -> None:
         self.cluster, self.text, self.fail = cluster, text, fail
+        self.version = 1
+        self.before_write: list[Callable[[], None]] = []  # another writer's, each right before one write
 
-    def write(self, text: str) -> None:
+    def read(self) -> tuple[str | None, str | None]:
+        return self.text, str(self.version)
+
+    def write(self, text: str, version: str | None) -> str | None:
+        if self.before_write:
+            self.before_write.pop(0)()
         if self.fail:
             raise errors.Forbidden("configmaps is forbidden", status=403)
+        if version != str(self.version):
+            raise errors.Conflict("the object has been modified", status=409)
         self.cluster.timeline.append(("keep", str(len(loads(text)))))
-        self.text = text
+        self.text, self.version = text, self.version + 1
+        return str(self.version)
 
     def box(self) -> NoteBox:
-        return NoteBox(self.text, self.write)
+        return NoteBox(self)
 
     def kept(self) -> list[tuple[str, str]]:
         return [(n.kind, n.workload.name) for n in loads(self.text or "[]")]
@@ -209,7 +225,7 @@ def test_notes_round_trip_and_a_malformed_file_starts_empty(caplog: pytest.LogCa
     kept_done_note(cluster, store, "old")
     assert store.text is not None and dumps(loads(store.text)) == store.text
     with caplog.at_level(logging.ERROR):
-        box = NoteBox('[{"intent": 1}]', store.write)
+        box = NoteBox(Store(cluster, '[{"intent": 1}]'))
     assert box.pending == 0 and "cannot be read" in caplog.text
 
 
@@ -228,7 +244,7 @@ def test_warnings_sent_and_notes_kept_name_the_cluster_and_where_to_ask() -> Non
     cluster.add("new")
     cluster.add("train", marked("train", ago(hours=2), ago(hours=2)))
     store = Store(cluster)
-    box = NoteBox(store.text, store.write, context=CONTEXT)
+    box = NoteBox(store, context=CONTEXT)
     slack = Slack(cluster, deliver=False)
     decided = decide(cluster, {"new": State.FIRES, "train": State.CLEAR})
     LifecycleRun(cluster, slack, {POLICY.name: POLICY}, NOW, decided.seen, notes=box, context=CONTEXT).run(
@@ -363,3 +379,77 @@ def test_kept_notes_under_one_intent_are_crossed_off_only_as_their_own_message_a
     later(cluster, slack, store)
     assert len(slack.sent) == 2 and store.kept() == [("done", "b")]
     assert slack.sent[0].uids == ("uid-a",) and slack.sent[1].uids == ("uid-b",)
+
+
+def _two_notes(cluster: Cluster, store: Store) -> None:
+    """The "done" notes of `a` and `b` kept (their changes made, not yet told)."""
+    for name in ("a", "b"):
+        cluster.add(name, marked(name, ago(hours=30), ago(hours=30)))
+    box = store.box()
+    for act in (c for c in decide(cluster).changes if c.step is Step.ACT):
+        assert act.notice is not None
+        assert box.expect(act.notice, intent_id(ALICE, NOW), cluster.notes(act.workload.name)[a.MARKED_AT], NOW) == ""
+
+
+def test_a_note_dropped_by_another_writer_stays_dropped_and_one_kept_meanwhile_stays_kept() -> None:
+    cluster = Cluster()
+    store = Store(cluster)
+    _two_notes(cluster, store)
+    daemon, unmark = store.box(), store.box()  # both read the same notes.json
+    assert unmark.unmarked(cluster.view("a").ref, cluster.notes("a")[a.MARKED_AT])
+    unmark.flush()  # `janitor unmark` removed a's mark: its note goes
+    assert store.kept() == [("done", "b")]
+    cluster.add("c", marked("c", ago(hours=30), ago(hours=30)))
+    notice = next(c.notice for c in decide(cluster).changes if c.workload.name == "c" and c.step is Step.ACT)
+    assert notice is not None
+    assert daemon.expect(notice, intent_id(ALICE, NOW + H), cluster.notes("c")[a.MARKED_AT], NOW + H) == ""
+    assert store.kept() == [("done", "b"), ("done", "c")]  # not a's again, written over unmark's
+    again = store.box()
+    assert again.unmarked(cluster.view("b").ref, cluster.notes("b")[a.MARKED_AT])
+    daemon.forget(cluster.view("c").ref, intent_id(ALICE, NOW + H))  # the daemon writes again meanwhile
+    again.flush()
+    assert store.kept() == []
+
+
+def test_a_second_conflict_refuses_that_change_only() -> None:
+    cluster = Cluster()
+    store = Store(cluster)
+    _two_notes(cluster, store)
+    box = store.box()
+    cluster.add("c", marked("c", ago(hours=30), ago(hours=30)))
+    notice = next(c.notice for c in decide(cluster).changes if c.workload.name == "c" and c.step is Step.ACT)
+    assert notice is not None
+    busy = [lambda: setattr(store, "version", store.version + 1)] * 2  # someone writes before each of two writes
+    store.before_write = list(busy)
+    marked_at = cluster.notes("c")[a.MARKED_AT]
+    refused = box.expect(notice, intent_id(ALICE, NOW + H), marked_at, NOW + H)
+    assert "could not be kept" in refused and store.kept() == [("done", "a"), ("done", "b")]
+    assert not box.broken and box.expect(notice, intent_id(ALICE, NOW + H), marked_at, NOW + H) == ""
+    assert store.kept() == [("done", "a"), ("done", "b"), ("done", "c")]
+
+
+def test_the_state_configmap_is_patched_over_the_version_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typing import Any
+
+    from janitor import cycle
+    from janitor.act import kube
+    from janitor.observe import cluster as observed
+    from janitor.settings import Settings
+
+    sent: list[tuple[str, Any]] = []
+
+    def call(api: Any, method: str, path: str, *, body: Any = None, **_: Any) -> dict[str, Any]:
+        sent.append((method, body))
+        return {"metadata": {"resourceVersion": "8"}}
+
+    monkeypatch.setattr(observed, "read_state_versioned", lambda api, ns, name, key: ("[]", "7"))
+    monkeypatch.setattr(kube, "_call", call)
+    fake = Cluster()
+    fake.add("old", marked("old", ago(hours=30), ago(hours=30)))
+    box = cycle.note_box(None, Settings())  # type: ignore[arg-type]
+    act = decide(fake).only(Step.ACT)
+    assert act.notice is not None
+    assert box.expect(act.notice, intent_id(ALICE, NOW), fake.notes("old")[a.MARKED_AT], NOW) == ""
+    box.forget(act.workload, intent_id(ALICE, NOW))
+    assert [(m, b["metadata"]) for m, b in sent] == [("PATCH", {"resourceVersion": "7"}),
+                                                    ("PATCH", {"resourceVersion": "8"})]

@@ -355,8 +355,9 @@ def test_janitor_unmark_drops_the_done_notes_about_the_marks_it_removes(monkeypa
     monkeypatch.setattr(unmark.observation, "read",
                         lambda api, settings, policies, now: Observation(NOW, (cluster.view("train"),), (), {}))
     monkeypatch.setattr(kube, "annotate", annotate)
-    monkeypatch.setattr(observed, "read_state", lambda api, ns, name, key: store.text)
-    monkeypatch.setattr(kube, "write_state", lambda api, ns, name, data, **kw: store.write(data["notes.json"]))
+    monkeypatch.setattr(observed, "read_state_versioned", lambda api, ns, name, key: store.read())
+    monkeypatch.setattr(kube, "write_state", lambda api, ns, name, data, **kw: store.write(data["notes.json"],
+                                                                                             kw["resource_version"]))
     done = unmark.unmark(None, Settings())  # type: ignore[arg-type]
     assert [u.result for u in done] == ["removed"] and written == ["train"]
     assert sorted(f"{n.workload.name} {n.marked_at}" for n in loads(store.text or "[]")) == [
