@@ -28,7 +28,7 @@ from janitor import fresh_look
 from janitor.act import kube
 from janitor.act.executor import Executor, Fresh
 from janitor.act.ledger_writer import LedgerWriter
-from janitor.act.lifecycle import LifecycleOutcome, LifecycleRun
+from janitor.act.lifecycle import LifecycleOutcome, LifecycleRun, UnknownKind
 from janitor.act.notes import DATA_KEY as NOTES_KEY
 from janitor.act.notes import NoteBox
 from janitor.act.slack import Digest, Slack
@@ -220,7 +220,10 @@ class _Annotator:
         return kube.annotate(self.api, ref, resource_version, notes, kind=self.kinds[ref.kind], event=event)
 
     def read(self, ref: ObjectRef) -> ObjectView | None:
-        return cluster.read_object(self.api, ref, self.kinds[ref.kind])
+        kind = self.kinds.get(ref.kind)
+        if kind is None:  # a note kept while its kind was among --kinds
+            raise UnknownKind(ref.kind)
+        return cluster.read_object(self.api, ref, kind)
 
 
 def kinds(settings: Settings) -> dict[str, ResourceKind]:

@@ -40,6 +40,10 @@ KEPT = (Step.UNMARK, Step.UNDONE)  # steps whose note is kept in notes.json befo
 WRITES = (Step.MARK, Step.UNMARK, Step.DROP_COPY, Step.EXTEND, Step.NOTIFY, Step.MOVE, Step.CHECK, Step.UNDONE)
 
 
+class UnknownKind(LookupError):
+    """The janitor reads no objects of this kind (it is not among `--kinds`, or no longer is)."""
+
+
 class Annotator(Protocol):
     def annotate(self, ref: ObjectRef, resource_version: str, notes: Mapping[str, str | None], *,
                  event: tuple[str, str] | None = None) -> str:
@@ -47,7 +51,8 @@ class Annotator(Protocol):
         Raises errors.KubeError (Conflict when the object changed)."""
 
     def read(self, ref: ObjectRef) -> ObjectView | None:
-        """The object now, or None when gone or recreated."""
+        """The object now, or None when gone or recreated. Raises errors.KubeError, or UnknownKind
+        when objects of its kind are not read."""
 
 
 class Messenger(Protocol):
@@ -166,6 +171,10 @@ class LifecycleRun:
                 now = self.annotator.read(note.workload)
             except errors.KubeError as e:
                 logger.warning("cannot tell whether %s changed, so its %s note waits: %s", note.workload, note.kind, e)
+                continue
+            except UnknownKind:  # nothing will ever tell: not a warning each cycle until the note expires
+                self.notes.drop(note, f"{note.workload.kind} is no longer among the kinds the janitor reads "
+                                      "(--kinds), so whether it changed cannot be told")
                 continue
             seen, why_not = weigh(note, now)
             if seen is Seen.NEVER:

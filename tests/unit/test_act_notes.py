@@ -10,7 +10,8 @@ Aspects covered:
   change never happened (dropped); Slack already holding a message of its intent about its
   workload means it was sent (dropped), while one about another of the owner's workloads under
   the same intent (one intent per owner and cycle) does not; Slack unable to say means it waits;
-  an unreadable workload means it waits;
+  an unreadable workload means it waits; a workload of a kind no longer among `--kinds` can never
+  be read: its note is dropped, said once;
 - notes older than a week are dropped; notes.json round-trips, and a malformed one is logged and
   starts empty;
 - notes.json is written over the ConfigMap's resourceVersion read only: a note `janitor unmark`
@@ -453,3 +454,28 @@ def test_the_state_configmap_is_patched_over_the_version_read(monkeypatch: pytes
     box.forget(act.workload, intent_id(ALICE, NOW))
     assert [(m, b["metadata"]) for m, b in sent] == [("PATCH", {"resourceVersion": "7"}),
                                                     ("PATCH", {"resourceVersion": "8"})]
+
+
+def test_a_kept_note_whose_kind_is_no_longer_read_is_dropped_and_said_once(caplog: pytest.LogCaptureFixture) -> None:
+    """Notebooks were among --kinds when the note was kept, and no longer are: nothing can ever tell
+    whether it changed. Dropped, in one line, not a warning each cycle until the note expires."""
+    from janitor.act.lifecycle import UnknownKind
+    from janitor.cycle import _Annotator
+
+    with pytest.raises(UnknownKind):
+        _Annotator(None, {}).read(ObjectRef("Notebook", "kubeflow.org/v1", "team-a", "nb", "uid-nb"))  # type: ignore[arg-type]
+
+    class NoNotebooks(Cluster):
+        def read(self, ref: ObjectRef) -> ObjectView | None:
+            raise UnknownKind(ref.kind)
+
+    cluster = NoNotebooks()
+    cluster.add("old", marked("old", ago(hours=30), ago(hours=30)))
+    store = Store(cluster)
+    kept_done_note(cluster, store, "old")
+    slack = Slack(cluster)
+    with caplog.at_level(logging.INFO):
+        later(cluster, slack, store)
+    assert slack.sent == [] and store.kept() == []
+    assert [r.getMessage() for r in caplog.records if "no longer among the kinds" in r.getMessage()] != []
+    assert len([r for r in caplog.records if "old" in r.getMessage()]) == 1
