@@ -229,7 +229,7 @@ def _delete(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool
     event_note = _post_event(api, action, event_type="Normal", component=component)
     _go_on(fence)
     _sent(api, "DELETE", path, body=_delete_options(action, dry_run=False), doing=f"delete {target}",
-          landed=_deleted(target.uid))
+          landed=_deleted(target.uid, force=action.type is ActionType.FORCE_DELETE))
     return "deleted" + event_note
 
 
@@ -550,14 +550,16 @@ def _sent(api: ApiClient, method: str, path: str, *, body: Any, content_type: st
                              doing=doing) from lost
 
 
-def _deleted(uid: str) -> Landed:
+def _deleted(uid: str, *, force: bool) -> Landed:
     """A DELETE happened: the object is gone (by uid: another under its name is not it), or on its
-    way out (a finalizer holds it, with its deletionTimestamp set)."""
+    way out (a finalizer holds it, with its deletionTimestamp set). A force delete is of a pod on
+    its way out already: only gone counts."""
     def landed(now: Mapping[str, Any] | None) -> bool:
         if now is None:
             return True
         meta = now.get("metadata") or {}  # an answer without a uid tells nothing
-        return bool(meta.get("uid")) and (meta["uid"] != uid or meta.get("deletionTimestamp") is not None)
+        on_its_way_out = not force and meta.get("deletionTimestamp") is not None
+        return bool(meta.get("uid")) and (meta["uid"] != uid or on_its_way_out)
     return landed
 
 

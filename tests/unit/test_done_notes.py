@@ -6,9 +6,10 @@ act/lifecycle.py). These tests follow a note through the ways an action can end 
 
 Aspects covered:
 - a DELETE or a suspend that reached the apiserver, its answer lost (a timeout, a reset, a 5xx):
-  the Job is read again at once; gone (or on its way out), or suspended as the janitor wrote it,
-  is the change done, and its note kept; anything else, or a read that fails too, is no change, and
-  its note goes; one the apiserver refused (403, 422, 429) did not happen: its note goes;
+  the Job is read again at once; gone (or on its way out, but for a force delete of what was on
+  its way out already), or suspended as the janitor wrote it, is the change done, and its note
+  kept; anything else, or a read that fails too, is no change, and its note goes; one the
+  apiserver refused (403, 422, 429) did not happen: its note goes;
 - a CronJob suspended and unmarked, one of its Jobs not: the note about the CronJob goes (it would
   say the GPUs were freed while the Job runs);
 - a note kept again for the same mark (the write before it did not happen after all) takes the
@@ -149,6 +150,20 @@ def test_a_delete_whose_answer_was_lost_is_done_when_the_job_is_on_its_way_out(
     world.cluster.apply = lambda x: kube.apply(None, x, kind=JOBS)  # type: ignore[method-assign]
     assert world.run() == [("train", Outcome.DONE)]
     assert [k[0] for k in world.notes.kept] == ["train"]
+
+
+def test_a_force_delete_whose_answer_was_lost_counts_only_when_the_pod_is_gone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A force delete is of an object on its way out already: its deletionTimestamp says nothing."""
+    apiserver = Apiserver(applies=False)
+    assert apiserver.job is not None
+    apiserver.job["metadata"]["deletionTimestamp"] = "2026-11-23T10:00:00Z"
+    monkeypatch.setattr(kube, "_call", apiserver)
+    act, _ = reclaim("train", ActionType.FORCE_DELETE)
+    result = kube.apply(None, act, kind=JOBS)  # type: ignore[arg-type]
+    assert result.outcome is Outcome.FAILED and "did not happen" in result.detail
+    apiserver.applies = True
+    assert kube.apply(None, act, kind=JOBS).outcome is Outcome.DONE  # type: ignore[arg-type]
 
 
 def test_a_suspend_read_again_counts_only_as_the_janitor_wrote_it(monkeypatch: pytest.MonkeyPatch) -> None:
