@@ -24,11 +24,11 @@ from dataclasses import dataclass, field, replace
 from kubernetes.client import ApiClient
 
 from janitor import annotations as ann
-from janitor import errors, fresh_look
+from janitor import fresh_look
 from janitor.act import kube
 from janitor.act.executor import Executor, Fresh
 from janitor.act.ledger_writer import LedgerWriter
-from janitor.act.lifecycle import LifecycleOutcome, LifecycleRun
+from janitor.act.lifecycle import LifecycleOutcome, LifecycleRun, UnknownKind
 from janitor.act.notes import DATA_KEY as NOTES_KEY
 from janitor.act.notes import NoteBox
 from janitor.act.slack import Digest, Slack
@@ -220,7 +220,10 @@ class _Annotator:
         return kube.annotate(self.api, ref, resource_version, notes, kind=self.kinds[ref.kind], event=event)
 
     def read(self, ref: ObjectRef) -> ObjectView | None:
-        return cluster.read_object(self.api, ref, self.kinds[ref.kind])
+        kind = self.kinds.get(ref.kind)
+        if kind is None:  # a note kept while its kind was among --kinds
+            raise UnknownKind(ref.kind)
+        return cluster.read_object(self.api, ref, kind)
 
 
 def kinds(settings: Settings) -> dict[str, ResourceKind]:
@@ -243,16 +246,24 @@ class _StateLedger:
         kube.write_ledger(self.api, self.namespace, self.name, ledger, version, exclusive=True)
 
 
+class _StateNotes:
+    """notes.json in the state ConfigMap, for `NoteBox`: read with its version, written over it only."""
+
+    def __init__(self, api: ApiClient, settings: Settings) -> None:
+        self.api, self.namespace, self.name = api, settings.cluster.state_namespace, settings.cluster.state_name
+
+    def read(self) -> tuple[str | None, str | None]:
+        return cluster.read_state_versioned(self.api, self.namespace, self.name, NOTES_KEY)
+
+    def write(self, text: str, version: str | None) -> str | None:
+        return kube.write_state(self.api, self.namespace, self.name, {NOTES_KEY: text}, what="notes",
+                                resource_version=version, exclusive=True)
+
+
 def note_box(api: ApiClient, settings: Settings, *, fence: Callable[[], bool] = lambda: True) -> NoteBox:
     """The notes waiting in the state ConfigMap (act.notes), read now; `fence` guards every write."""
     c = settings.cluster
-    try:
-        stored: str | None | errors.KubeError = cluster.read_state(api, c.state_namespace, c.state_name, NOTES_KEY)
-    except errors.KubeError as e:
-        stored = e
-    def write(text: str) -> None:
-        kube.write_state(api, c.state_namespace, c.state_name, {NOTES_KEY: text}, what="notes")
-    return NoteBox(stored, write, fence=fence, where=f"ConfigMap {c.state_namespace}/{c.state_name}",
+    return NoteBox(_StateNotes(api, settings), fence=fence, where=f"ConfigMap {c.state_namespace}/{c.state_name}",
                    context=_context(settings))
 
 

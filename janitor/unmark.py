@@ -57,9 +57,10 @@ def unmark(api: ApiClient, settings: Settings, *, policy: str | None = None, dry
 
 def _drop_done_notes(api: ApiClient, settings: Settings, ref: ObjectRef, marked_at: str) -> None:
     """The "done" notes about the mark removed, out of the state ConfigMap. Read right before the
-    write: the running janitor writes there too, and a note it kept meanwhile must not be written
-    over. One that cannot be read or written is logged; the janitor drops the note itself once it
-    sees the workload still there (act.notes.weigh)."""
+    write, and written over the version read only: the running janitor writes there too, and a
+    note it kept meanwhile is merged in, not written over (act.notes). One that cannot be read or
+    written is logged; the janitor drops the note itself once it sees the workload still there
+    (act.notes.weigh)."""
     waiting = cycle.note_box(api, settings)
     if waiting.broken:
         logger.warning("the notes waiting to be sent cannot be read, so those about the mark removed from %s "

@@ -9,18 +9,18 @@ For each action but a report, in this order:
 3. the note: a lifecycle action's "done" note to its owner is kept before the change
    (`Notes.expect`); a note that cannot be kept means no change (the janitor does not do what it
    cannot announce);
-4. the write (`Applier`); a note whose change certainly did not happen (the apiserver refused it)
-   is forgotten (`Notes.forget`); one whose change may have happened (its answer lost, or part of
-   it landed: `ActionResult.may_have_happened`) stays, and a later cycle sends it only on evidence
-   that the change happened and held (act.notes); a CONFLICT (the object changed since the read)
-   is decided again once, on a new fresh read, and not recorded twice.
+4. the write (`Applier`); a note whose change did not happen, or only in part, is forgotten
+   (`Notes.forget`): the applier's result is DONE only for a change that happened (a write whose
+   answer was lost is read again to tell, act.kube), so no note is kept on "it may have happened";
+   a CONFLICT (the object changed since the read) is decided again once, on a new fresh read, and
+   not recorded twice.
 
 Before each action, between its re-check and its record (a re-read may outlast what is left of the
 lease), before each write of the record (`LedgerWriter`), right before the write (the record may
-outlast it too) and, in act.kube, after the write's probe, the fence is asked: a replica no longer
-sure it leads stops, and stores no ledger. Once closed, it stays closed for the cycle: nothing
-more is written even if the lease is renewed late. The ledger is stored once at the end
-(`LedgerWriter.store`), whatever happened.
+outlast it too) and, in act.kube, after the write's probe and again after its Event, the fence is
+asked: a replica no longer sure it leads stops, and stores no ledger. Once closed, it stays closed
+for the cycle: nothing more is written even if the lease is renewed late. The ledger is stored
+once at the end (`LedgerWriter.store`), whatever happened.
 
 It talks to the cluster only through these small interfaces, so the order is unit-tested with
 fakes as well as on the sandbox; `cycle.py` wires the real ones in.
@@ -139,8 +139,7 @@ class Executor:
                     self.notes.forget(action.target, intent)  # (fenced too: the new leader sees it still marked)
                 return ActionResult(action, Outcome.SKIPPED, NOT_LEADING)
             result = self.apply(again.action)
-            if self.notes is not None and intent and result.outcome is not Outcome.DONE \
-                    and not result.may_have_happened:
+            if self.notes is not None and intent and result.outcome is not Outcome.DONE:
                 self.notes.forget(action.target, intent)
             if result.outcome is not Outcome.CONFLICT:
                 return result

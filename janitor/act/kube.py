@@ -10,7 +10,9 @@ caller re-reads and decides again. Each apply goes "probe, announce, act":
 3. the request for real.
 
 Between 1 and 2 the fence is asked (the probe may take the client's whole timeout, longer than a
-lease may have left): a replica no longer sure it leads posts nothing and writes nothing.
+lease may have left): a replica no longer sure it leads posts nothing and writes nothing. It is
+asked again between 2 and 3, since the Event may take as long: a replica that lost its lease while
+posting it writes nothing more.
 
 The probe costs one request per action (actions are few and capped) and means an Event is only
 posted for a change that is about to happen, not for one that a stale resourceVersion refuses.
@@ -20,8 +22,9 @@ Requests are raw JSON through the client's generic `param_serialize`/`call_api`,
 resources (Notebooks) work like built-ins. Failures become `janitor.errors` types and then one
 `Outcome` each; nothing here retries (the next cycle does). A failure is not always a write that
 did not happen: the real write's answer may be lost after the apiserver applied it (a timeout, a
-reset, a 5xx), or a reclaim may land in part. Such a result says so (`ActionResult.may_have_happened`),
-so its owner's "done" note is kept for the next cycle to weigh, not thrown away.
+reset, a 5xx). So the object is read again at once (`_sent`): what it shows says whether the write
+happened (DONE) or not (FAILED). A result is never "it may have happened": its owner's "done" note
+is kept for a change that happened, and goes for one that did not, or that cannot be told.
 """
 
 from __future__ import annotations
@@ -70,18 +73,6 @@ class ActionResult:
     action: Action
     outcome: Outcome
     detail: str
-    # Not DONE, yet the change may have happened: the real write's answer was lost, or part of the
-    # action landed. Only a failure without it certainly changed nothing.
-    may_have_happened: bool = False
-
-
-class Unsettled(errors.KubeError):
-    """A failure that leaves the change in place, or may: the real write was sent and its answer lost
-    (a timeout, a reset, a 5xx: the apiserver may have applied it), or the action landed in part."""
-
-    @classmethod
-    def of(cls, error: errors.KubeError) -> Unsettled:
-        return cls(error.server_message, status=error.status, doing=error.doing)
 
 
 NOT_LEADING = "not done: no longer the leader; the new leader decides"
@@ -96,7 +87,8 @@ def _leading() -> bool:
 
 
 def _go_on(fence: Callable[[], bool]) -> None:
-    """Asked after the probe, before the first write (the Event)."""
+    """Asked after the probe, before the first write (the Event), and again right before the real
+    write (after the Event, which may take the client's whole timeout)."""
     if not fence():
         raise _NotLeading
 
@@ -131,7 +123,7 @@ def apply(
         _log(result, dry_run=dry_run)
         return result
     except errors.KubeError as e:
-        result = ActionResult(action, outcome_of(e), e.server_message or str(e), isinstance(e, Unsettled))
+        result = ActionResult(action, outcome_of(e), e.server_message or str(e))
         _log(result, dry_run=dry_run)
         return result
     result = ActionResult(action, Outcome.DONE, detail)
@@ -169,13 +161,15 @@ def write_ledger(api: ApiClient, namespace: str, name: str, safety_ledger: Safet
 
 
 def write_state(api: ApiClient, namespace: str, name: str, data: Mapping[str, str], *, what: str,
-                resource_version: str | None = None, exclusive: bool = False) -> None:
-    """Store `data` keys in the janitor's state ConfigMap namespace/name, creating it if needed.
+                resource_version: str | None = None, exclusive: bool = False) -> str | None:
+    """Store `data` keys in the janitor's state ConfigMap namespace/name, creating it if needed;
+    its new resourceVersion (None when the answer names none).
 
     Only the given data keys are written (a merge patch), so the ledger, the notes waiting to be
-    sent, the admin's acknowledgement annotation and any labels each stay. The namespace is not
-    created: it belongs to the deployment, and a missing one means the janitor is pointed at the
-    wrong place.
+    sent, the admin's acknowledgement annotation and any labels each stay. `exclusive`: only over
+    `resource_version`, or (None) only where there is none yet; `errors.Conflict` otherwise. The
+    namespace is not created: it belongs to the deployment, and a missing one means the janitor is
+    pointed at the wrong place.
     """
     path = kubeapi.path(_CONFIG_MAPS, namespace, name)
     doing = f"write {what} {namespace}/{name}"
@@ -184,8 +178,7 @@ def write_state(api: ApiClient, namespace: str, name: str, data: Mapping[str, st
         body["metadata"] = {"resourceVersion": resource_version}
     if not (exclusive and resource_version is None):  # exclusive, with none read: only a create
         try:
-            _call(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, doing=doing)
-            return
+            return _version(_call(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, doing=doing))
         except errors.NotFound:
             if exclusive:
                 raise errors.Conflict("the ConfigMap is gone since it was read", status=409, doing=doing) from None
@@ -195,7 +188,7 @@ def write_state(api: ApiClient, namespace: str, name: str, data: Mapping[str, st
         "data": dict(data),
     }
     try:
-        _call(api, "POST", kubeapi.path(_CONFIG_MAPS, namespace), body=body, doing=doing)
+        return _version(_call(api, "POST", kubeapi.path(_CONFIG_MAPS, namespace), body=body, doing=doing))
     except errors.NotFound as e:
         raise errors.NotFound(
             f"namespace {namespace!r} does not exist; create it (the manifests do) or point the "
@@ -204,7 +197,11 @@ def write_state(api: ApiClient, namespace: str, name: str, data: Mapping[str, st
     except errors.Conflict:  # created by someone else in between: write over it, unless exclusive
         if exclusive:
             raise
-        _call(api, "PATCH", path, body={"data": dict(data)}, content_type=_MERGE_PATCH, doing=doing)
+        return _version(_call(api, "PATCH", path, body={"data": dict(data)}, content_type=_MERGE_PATCH, doing=doing))
+
+
+def _version(answer: Mapping[str, Any] | None) -> str | None:
+    return str(((answer or {}).get("metadata") or {}).get("resourceVersion") or "") or None
 
 
 _CONFIG_MAPS = ResourceKind("", "v1", "ConfigMap", "configmaps")
@@ -230,7 +227,9 @@ def _delete(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool
         return "dry run: the apiserver accepted the delete; nothing was deleted and no Event posted"
     _go_on(fence)
     event_note = _post_event(api, action, event_type="Normal", component=component)
-    _sent(api, "DELETE", path, body=_delete_options(action, dry_run=False), doing=f"delete {target}")
+    _go_on(fence)
+    _sent(api, "DELETE", path, body=_delete_options(action, dry_run=False), doing=f"delete {target}",
+          landed=_deleted(target.uid, force=action.type is ActionType.FORCE_DELETE))
     return "deleted" + event_note
 
 
@@ -265,10 +264,11 @@ def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: boo
     """Suspend, scale to zero or stop, and drop the janitor's mark in the same write: what is left
     is the user's workload, as they had it, minus its running pods. A suspended CronJob starts no
     new run but stops none, so the Jobs it is running (`action.also`) are suspended right after it,
-    each guarded by its uid; one that is gone has finished. One that cannot be suspended makes the
-    outcome a failure that happened in part (`Unsettled`): the CronJob is suspended, unmarked and its
-    reclaim recorded, so its note stays, and is sent once the next cycles see the CronJob's suspension
-    hold (decide.held); the Job, still running, is judged on its own. The patch is the ending's, resumed by
+    each guarded by its uid; one that is gone has finished. One that cannot be suspended (or is not:
+    the fence closed after the CronJob's write) makes the outcome a failure, so its "done" note goes:
+    the CronJob is suspended, unmarked and its reclaim recorded, but a note about it would say its
+    GPUs were freed while the Job runs, and the check of the next cycles that the suspension held
+    looks at the CronJob only. The Job is judged on its own. The patch is the ending's, resumed by
     the command the messages give (policy.endings). A workload Kueue admits is switched through its
     Kueue Workload (`action.via`, guarded by its uid) first, then its record written (`_through`)."""
     ending = action.type.ending
@@ -294,9 +294,14 @@ def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: boo
         return f"dry run: the apiserver accepted the {action.type}; nothing was changed and no Event posted"
     _go_on(fence)
     event_note = _post_event(api, action, event_type="Normal", component=component)
-    _sent(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, doing=f"{action.type} {action.target}")
+    _go_on(fence)
+    _sent(api, "PATCH", path, body=body, content_type=_MERGE_PATCH, doing=f"{action.type} {action.target}",
+          landed=_patched(action.target.uid, body))
     failed = []
     for job in action.also:
+        if not fence():  # the CronJob's write is done: what is left undone is a failure in part
+            failed.append(f"{job}: {NOT_LEADING}")
+            continue
         try:
             _patch_run(api, job, patch, str(action.type), dry_run=False)
         except errors.NotFound:
@@ -304,8 +309,8 @@ def _reclaim(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: boo
         except errors.KubeError as e:
             failed.append(f"{job}: {e}")
     if failed:
-        raise Unsettled(f"{action.target} {ending.done}, but not the Jobs it runs: " + "; ".join(failed),
-                        doing=f"{action.type} {action.target}")
+        raise errors.KubeError(f"{action.target} {ending.done}, but not the Jobs it runs: " + "; ".join(failed),
+                               doing=f"{action.type} {action.target}")
     also = f" with its Job{'s' if len(action.also) > 1 else ''} {', '.join(j.name for j in action.also)}" \
         if action.also else ""
     return f"{action.type} done{also}" + event_note
@@ -334,8 +339,9 @@ def _through(api: ApiClient, action: Action, via: ObjectRef, patch: dict[str, An
         return f"dry run: the apiserver accepted the {action.type} through {via}; nothing was changed, no Event posted"
     _go_on(fence)
     event_note = _post_event(api, action, event_type="Normal", component=component)
+    _go_on(fence)  # not between the switch and its record: one never goes without the other
     _sent(api, "PATCH", switch, body=switched, content_type=_MERGE_PATCH,
-          doing=f"{action.type} {action.target} through {via}")
+          doing=f"{action.type} {action.target} through {via}", landed=_patched(via.uid, switched))
     record = {"metadata": {"uid": action.target.uid, "annotations": notes}}
     for _ in range(2):  # a record that cannot be written undoes the switch: never one without the other
         try:
@@ -348,9 +354,9 @@ def _through(api: ApiClient, action: Action, via: ObjectRef, patch: dict[str, An
     try:
         _call(api, "PATCH", switch, body=back, content_type=_MERGE_PATCH, doing=f"switch {via} back")
     except errors.KubeError as e:
-        raise Unsettled(f"{via} switched ({action.type}), but neither the record on {action.target} "
-                        f"({failed}) nor switching it back ({e}) could be written: it stays switched; "
-                        f"resume with spec.active: true", doing=f"{action.type} {action.target}") from e
+        raise errors.KubeError(f"{via} switched ({action.type}), but neither the record on {action.target} "
+                               f"({failed}) nor switching it back ({e}) could be written: it stays switched; "
+                               f"resume with spec.active: true", doing=f"{action.type} {action.target}") from e
     raise errors.KubeError(f"the record on {action.target} could not be written ({failed}), so {via} was switched "
                            f"back: nothing done", doing=f"{action.type} {action.target}") from failed
 
@@ -424,6 +430,7 @@ def _report(api: ApiClient, action: Action, *, kind: ResourceKind, dry_run: bool
             _go_on(fence)
             if event_note is None:  # one Event, whichever attempt lands
                 event_note = _post_event(api, action, event_type="Warning", component=component)
+            _go_on(fence)
             _call(api, "PATCH", path, body=patch, content_type=_MERGE_PATCH, doing=f"annotate {target}")
             return "reported" + event_note
         except errors.Conflict:
@@ -513,15 +520,72 @@ def _call(
     return answer if isinstance(answer, dict) else {}
 
 
+Landed = Callable[[Mapping[str, Any] | None], bool]  # on the object read again (None: not found)
+
+
 def _sent(api: ApiClient, method: str, path: str, *, body: Any, content_type: str = "application/json",
-          doing: str) -> dict[str, Any]:
-    """The write an action is made of (not its probe, not its Event). A 5xx or no answer at all
-    (a read timeout, a reset) comes after the request was sent: the apiserver may have applied it,
-    so the failure is `Unsettled`. Any other answer refuses the write: nothing changed."""
+          doing: str, landed: Landed) -> dict[str, Any]:
+    """The write an action is made of (not its probe, not its Event). Any answer but a 5xx says
+    whether it happened. A 5xx or no answer at all (a read timeout, a reset) comes after the request
+    was sent: the apiserver may have applied it, or not (a webhook that timed out answers 500 and
+    changes nothing). So the object is read again, once and at once (a GET, with the client's
+    timeout): `landed` on what it shows says whether the write happened, and then it counts as
+    answered. Otherwise, or when that read fails too, the failure stands: the action's "done" note
+    goes. Silence, rather than a note that someone else's change could later seem to bear out."""
     try:
         return _call(api, method, path, body=body, content_type=content_type, doing=doing)
     except errors.ServerError as e:
-        raise Unsettled.of(e) from e
+        lost = e
+    try:
+        now: dict[str, Any] | None = _call(api, "GET", path, doing=f"read again after: {doing}")
+    except errors.NotFound:
+        now = None
+    except errors.KubeError as e:
+        raise errors.ServerError(f"{lost.server_message}; whether it happened is unknown (read again: "
+                                 f"{e.server_message})", status=lost.status, doing=doing) from e
+    if landed(now):
+        logger.info("%s: %s; read again, it happened", doing, lost.server_message)
+        return now or {}
+    raise errors.ServerError(f"{lost.server_message}; read again, it did not happen", status=lost.status,
+                             doing=doing) from lost
+
+
+def _deleted(uid: str, *, force: bool) -> Landed:
+    """A DELETE happened: the object is gone (by uid: another under its name is not it), or on its
+    way out (a finalizer holds it, with its deletionTimestamp set). A force delete is of a pod on
+    its way out already: only gone counts."""
+    def landed(now: Mapping[str, Any] | None) -> bool:
+        if now is None:
+            return True
+        meta = now.get("metadata") or {}  # an answer without a uid tells nothing
+        on_its_way_out = not force and meta.get("deletionTimestamp") is not None
+        return bool(meta.get("uid")) and (meta["uid"] != uid or on_its_way_out)
+    return landed
+
+
+def _patched(uid: str, body: Mapping[str, Any]) -> Landed:
+    """A merge patch happened: the object (by uid) shows every field as `body` wrote it, a null as
+    absent. Its guard (uid, resourceVersion) is no field it wrote."""
+    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k not in ("uid", "resourceVersion")}
+    wrote = {**body, "metadata": meta}
+
+    def landed(now: Mapping[str, Any] | None) -> bool:
+        return now is not None and ((now.get("metadata") or {}).get("uid") == uid) and _shows(now, wrote)
+    return landed
+
+
+def _shows(now: Mapping[str, Any], wrote: Mapping[str, Any]) -> bool:
+    for key, value in wrote.items():
+        if value is None:
+            if now.get(key) is not None:
+                return False
+        elif isinstance(value, Mapping):
+            inner = now.get(key) or {}
+            if not isinstance(inner, Mapping) or not _shows(inner, value):
+                return False
+        elif now.get(key) != value:
+            return False
+    return True
 
 
 def _log(result: ActionResult, *, dry_run: bool) -> None:

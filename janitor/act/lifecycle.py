@@ -40,6 +40,10 @@ KEPT = (Step.UNMARK, Step.UNDONE)  # steps whose note is kept in notes.json befo
 WRITES = (Step.MARK, Step.UNMARK, Step.DROP_COPY, Step.EXTEND, Step.NOTIFY, Step.MOVE, Step.CHECK, Step.UNDONE)
 
 
+class UnknownKind(LookupError):
+    """The janitor reads no objects of this kind (it is not among `--kinds`, or no longer is)."""
+
+
 class Annotator(Protocol):
     def annotate(self, ref: ObjectRef, resource_version: str, notes: Mapping[str, str | None], *,
                  event: tuple[str, str] | None = None) -> str:
@@ -47,14 +51,17 @@ class Annotator(Protocol):
         Raises errors.KubeError (Conflict when the object changed)."""
 
     def read(self, ref: ObjectRef) -> ObjectView | None:
-        """The object now, or None when gone or recreated."""
+        """The object now, or None when gone or recreated. Raises errors.KubeError, or UnknownKind
+        when objects of its kind are not read."""
 
 
 class Messenger(Protocol):
     def send(self, digest: Digest) -> SendResult: ...
 
-    def find_sent(self, owner: Owner, intent: str, *, since: datetime.datetime) -> Delivery | None:
-        """The delivery of an earlier send with this intent; raises SlackUnavailable when Slack cannot say."""
+    def find_sent(self, owner: Owner, intent: str, *, since: datetime.datetime,
+                  uid: str | None = None) -> Delivery | None:
+        """The delivery of an earlier send with this intent (telling of the workload `uid`, when
+        given); raises SlackUnavailable when Slack cannot say."""
 
 
 @dataclass
@@ -91,8 +98,9 @@ class LifecycleRun:
     out: LifecycleOutcome = field(default_factory=LifecycleOutcome)
     _rv: dict[str, str] = field(default_factory=dict)
     _expected: dict[str, dict[str, str]] = field(default_factory=dict)
-    # One lookup per message (a digest's workloads share its intent), within the Slack time budget.
-    _lookups: dict[tuple[Owner, str], Delivery | None | SlackUnavailable] = field(default_factory=dict)
+    # One lookup per message (a digest's workloads share its intent; a kept note's is asked about its
+    # workload), within the Slack time budget.
+    _lookups: dict[tuple[Owner, str, str | None], Delivery | None | SlackUnavailable] = field(default_factory=dict)
     _lookup_seconds: float = 0.0
 
     def run(self, changes: Sequence[Change], done: Sequence[Change]) -> LifecycleOutcome:
@@ -152,7 +160,8 @@ class LifecycleRun:
 
     def _send_carried(self, notes: Sequence[PendingNote]) -> None:
         """Notes of earlier cycles: sent once their change is seen done (act.notes.weigh) and Slack
-        does not have them."""
+        has no message of theirs. A note is crossed off only by a message that tells of its workload:
+        its intent is one per owner and cycle, and may be on another workload's digest."""
         assert self.messenger is not None and self.notes is not None
         outbox = Outbox(self.messenger)
         for note in notes:
@@ -163,13 +172,17 @@ class LifecycleRun:
             except errors.KubeError as e:
                 logger.warning("cannot tell whether %s changed, so its %s note waits: %s", note.workload, note.kind, e)
                 continue
+            except UnknownKind:  # nothing will ever tell: not a warning each cycle until the note expires
+                self.notes.drop(note, f"{note.workload.kind} is no longer among the kinds the janitor reads "
+                                      "(--kinds), so whether it changed cannot be told")
+                continue
             seen, why_not = weigh(note, now)
             if seen is Seen.NEVER:
                 self.notes.drop(note, why_not)
                 continue
             if seen is Seen.NOT_YET:
                 continue
-            found = self._lookup(note.owner, note.intent, note.at)
+            found = self._lookup(note.owner, note.intent, note.at, note.workload.uid)
             if isinstance(found, SlackUnavailable) or found is False:
                 continue
             if found is not None:
@@ -179,21 +192,22 @@ class LifecycleRun:
         for result in outbox.flush(max(0.0, self.send_budget.total_seconds() - self._lookup_seconds)):
             self.out.sent.append(result)
             if result.delivery is not None:
-                intent = result.digest.intent
-                self.notes.sent(intent, {n.workload.uid for n in notes if n.intent == intent})
+                self.notes.sent(result.digest.intent, set(result.digest.uids))
         self.out.unsent += outbox.pending
 
-    def _lookup(self, owner: Owner, intent: str,
-                at: datetime.datetime) -> Delivery | None | SlackUnavailable | Literal[False]:
-        """Whether Slack has the send `intent` (asked once per cycle); False: the budget is spent."""
+    def _lookup(self, owner: Owner, intent: str, at: datetime.datetime,
+                uid: str | None = None) -> Delivery | None | SlackUnavailable | Literal[False]:
+        """Whether Slack has the send `intent` (about the workload `uid`, when given; asked once per
+        cycle); False: the budget is spent."""
         assert self.messenger is not None
-        key = (owner, intent)
+        key = (owner, intent, uid)
         if key not in self._lookups:
             if self._lookup_seconds >= self.send_budget.total_seconds():
                 return False
             began = time.monotonic()
             try:
-                self._lookups[key] = self.messenger.find_sent(owner, intent, since=at - datetime.timedelta(minutes=5))
+                self._lookups[key] = self.messenger.find_sent(owner, intent, since=at - datetime.timedelta(minutes=5),
+                                                              uid=uid)
             except SlackUnavailable as e:
                 self._lookups[key] = e
             self._lookup_seconds += time.monotonic() - began

@@ -6,8 +6,9 @@ in the same write) or unmarked. So the note is written, before the change it ann
 the janitor's state ConfigMap (`notes.json`, beside the ledger), and removed once Slack has it.
 
 A note found there in a later cycle (Slack was down, the budget was spent, the janitor died
-between the change and the send, or the write's answer was lost) is sent only on positive
-evidence, each cycle again (`weigh`):
+between keeping it and the change or the send, its forget could not be written, or it is a
+reclaim's, waiting for the check that it held) is sent only on positive evidence, each cycle
+again (`weigh`):
 - the change happened: a workload that still carries the mark the note is about was never
   changed, and the note is dropped. Beyond that, a delete's evidence is its workload gone (by
   uid: another object under its name is not it) or on its way out; a reclaim's is a later
@@ -15,11 +16,18 @@ evidence, each cycle again (`weigh`):
   own record leaves the workload. A mark gone is no evidence of a "done": an admin, the owner or
   the lifecycle may have removed it without the action, and removing one drops the "done" notes
   about it (`unmarked`). A "cancelled" note's change is its mark gone;
-- Slack does not already have it: the note's intent is looked up (as for a warning whose
-  answer was lost) before it is sent again.
+- Slack does not already have it: a message of the note's intent that tells of its workload is
+  looked up (as for a warning whose answer was lost) before it is sent again. The intent alone is
+  not enough: it is one per owner and cycle, and another workload's message carries it too.
 
 That a note's change did not happen is written at once (`forget`, `unmarked` then `flush`), not
 at the end of the cycle, which a lapsed lease or a crash skips.
+
+notes.json has two writers: the daemon, and `janitor unmark`, which drops the "done" notes about
+the marks it removes. So it is written only over the ConfigMap's resourceVersion last read or
+written (`NoteStore`), never blindly: when the other wrote in between, it is read again and the
+two merged once (`_merged`: what each dropped stays dropped, what each added is kept), then
+written over that version; a second conflict is a failure like any other write's.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from janitor import annotations as ann
 from janitor import errors
@@ -64,11 +72,24 @@ class PendingNote:
     held: bool = False  # a "done" note of a reclaim: a later cycle's check saw it hold
 
     def digest(self) -> Digest:
-        return Digest(self.owner, (), self.intent, self.messages, admin_fallback=not self.admins_told)
+        return Digest(self.owner, (), self.intent, self.messages, admin_fallback=not self.admins_told,
+                      about=(self.workload.uid,))
 
 
 class NotesUnreadable(ValueError):
     """notes.json is not what this module writes."""
+
+
+class NoteStore(Protocol):
+    """notes.json in the state ConfigMap, read and written with the ConfigMap's resourceVersion."""
+
+    def read(self) -> tuple[str | None, str | None]:
+        """notes.json (None: none yet) and the ConfigMap's resourceVersion (None: no ConfigMap yet).
+        Raises `errors.KubeError`."""
+
+    def write(self, text: str, version: str | None) -> str | None:
+        """Store notes.json over `version` of the ConfigMap only (None: only where there is none yet);
+        the new resourceVersion. Raises `errors.Conflict` when it changed since, `errors.KubeError`."""
 
 
 def dumps(notes: Iterable[PendingNote]) -> str:
@@ -105,26 +126,21 @@ class NoteBox:
     """This cycle's view of notes.json. `expect` writes at once (before the change it announces);
     what was sent or dropped is written by `store` at the end of the cycle."""
 
-    def __init__(self, stored: str | None | errors.KubeError, write: Callable[[str], None], *,
-                 fence: Callable[[], bool] = lambda: True, where: str = "the state ConfigMap",
-                 context: MessageContext = MessageContext()) -> None:
-        """`stored`: notes.json as read (None: none yet), or why it could not be read; `write`
-        stores a new notes.json (raises `KubeError`); `context`: the cluster and where to ask, in
-        the messages kept."""
-        self._write_text, self._fence, self._context = write, fence, context
+    def __init__(self, store: NoteStore, *, fence: Callable[[], bool] = lambda: True,
+                 where: str = "the state ConfigMap", context: MessageContext = MessageContext()) -> None:
+        """notes.json is read from `store` now; `context`: the cluster and where to ask, in the
+        messages kept."""
+        self._store, self._fence, self._where, self._context = store, fence, where, context
         self.broken = ""  # why notes cannot be kept: then nothing that needs one is done
         self._notes: list[PendingNote] = []
-        self._written: list[PendingNote] = []  # what notes.json holds, as far as this box knows
-        if isinstance(stored, errors.KubeError):
-            self.broken = f"cannot read {DATA_KEY}: {stored}"
-        elif stored:
-            try:
-                self._notes = list(loads(stored))
-            except NotesUnreadable as e:
-                # Unlike the ledger this holds no safety limit: start empty (and say so), the
-                # notes lost are courtesy messages, and stopping every reclaim for them is not.
-                logger.error("the notes waiting in %s cannot be read, and are dropped: %s", where, e)
-        self._written = list(self._notes)
+        self._version: str | None = None  # the ConfigMap's, as last read or written
+        try:
+            stored, self._version = store.read()
+        except errors.KubeError as e:
+            self.broken = f"cannot read {DATA_KEY}: {e}"
+        else:
+            self._notes = self._loaded(stored)
+        self._written = list(self._notes)  # what notes.json holds, as far as this box knows
         self._carried = {self._key(n) for n in self._notes}
 
     @property
@@ -146,12 +162,14 @@ class NoteBox:
                            notice.action)
         kept = [n for n in self._notes if not self._same(n, note)] + [note]
         try:
-            self._write(kept)
+            self._notes = self._write(kept)
+        except errors.Conflict as e:  # twice: another writer is busy there; the next change tries again
+            logger.warning("a note could not be kept, so its change is not made: %s", e)
+            return f"not done: its note to the owner could not be kept first ({e})"
         except errors.KubeError as e:
             logger.error("a note could not be kept; no change that needs one until it can: %s", e)
             self.broken = str(e)
             return f"not done: its note to the owner could not be kept first ({e})"
-        self._notes = kept
         return ""
 
     def forget(self, workload: ObjectRef, intent: str) -> None:
@@ -178,10 +196,9 @@ class NoteBox:
         if self.broken:
             return f"its note to the owner cannot be kept ({self.broken})"
         try:
-            self._write(flagged)
+            self._notes = self._write(flagged)
         except errors.KubeError as e:
             return f"its note to the owner could not be kept first ({e})"
-        self._notes = flagged
         return ""
 
     def flush(self) -> None:
@@ -190,7 +207,7 @@ class NoteBox:
         if self._notes == self._written or self.broken:
             return
         try:
-            self._write(self._notes)
+            self._notes = self._write(self._notes)
         except errors.KubeError as e:
             logger.warning("the notes whose change did not happen could not be crossed off yet: %s", e)
 
@@ -221,7 +238,7 @@ class NoteBox:
         if self._notes == self._written or self.broken or not self._fence():
             return
         try:
-            self._write(self._notes)
+            self._notes = self._write(self._notes)
         except errors.KubeError as e:
             logger.error("the notes sent this cycle could not be crossed off (they are looked up on Slack "
                          "before any is sent again): %s", e)
@@ -248,11 +265,42 @@ class NoteBox:
             return False
         return a.intent == b.intent or (a.kind == b.kind == str(NoticeKind.DONE) and a.marked_at == b.marked_at)
 
-    def _write(self, notes: list[PendingNote]) -> None:
+    def _write(self, notes: list[PendingNote]) -> list[PendingNote]:
+        """Store `notes` over the version last read or written, and only over it; what was stored.
+        Another writer's notes.json since is read again and merged with `notes` once (`_merged`)."""
         if not self._fence():
             raise errors.KubeError("no longer the leader", doing="keep a note")
-        self._write_text(dumps(notes))
+        try:
+            self._version = self._store.write(dumps(notes), self._version)
+        except errors.Conflict:
+            stored, version = self._store.read()
+            notes = _merged(self._written, self._loaded(stored), notes)
+            if not self._fence():
+                raise errors.KubeError("no longer the leader", doing="keep a note") from None
+            self._version = self._store.write(dumps(notes), version)
         self._written = list(notes)
+        return list(notes)
+
+    def _loaded(self, stored: str | None) -> list[PendingNote]:
+        try:
+            return list(loads(stored)) if stored else []
+        except NotesUnreadable as e:
+            # Unlike the ledger this holds no safety limit: start empty (and say so), the notes
+            # lost are courtesy messages, and stopping every reclaim for them is not.
+            logger.error("the notes waiting in %s cannot be read, and are dropped: %s", self._where, e)
+            return []
+
+
+def _merged(base: list[PendingNote], theirs: list[PendingNote], ours: list[PendingNote]) -> list[PendingNote]:
+    """`ours` and `theirs`, both changed from `base`: what either dropped stays dropped (a note
+    forgotten, crossed off, or about a mark `janitor unmark` removed), what either added is kept,
+    and a note of ours takes the place of theirs for the same send or mark (`NoteBox._same`). A
+    note ours only saw hold (`held`) is still gone when theirs dropped it."""
+    dropped = [n for n in base if n not in ours]
+    added = [n for n in ours if n not in base
+             and not (n.held and replace(n, held=False) in base and replace(n, held=False) not in theirs)]
+    kept = [n for n in theirs if n not in dropped and n not in added and not any(NoteBox._same(n, a) for a in added)]
+    return kept + added
 
 
 def still_marked(marks: Mapping[str, str], note: PendingNote) -> bool:

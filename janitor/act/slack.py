@@ -6,10 +6,14 @@ would otherwise cost one lookup per cycle, forever. Only definitive misses are c
 send a digest to the admin channel; a throttled or unreachable Slack fails the send instead, so a
 Slack outage neither floods the admins nor loses the owner's message for good.
 
-Every message carries Slack message metadata naming the digest's `intent`. A janitor killed after
-Slack accepted a message and before recording it can then ask Slack (`find_sent`) instead of
-sending it twice. Retries of single calls are slack_sdk's retry handlers (`connect`); nothing
-here loops on a failed call, the next cycle does, and `Outbox` bounds how long a cycle waits.
+Every message carries Slack message metadata naming the digest's `intent` and the workloads it
+tells of (their uids). A janitor killed after Slack accepted a message and before recording it can
+then ask Slack (`find_sent`) instead of sending it twice. One intent names all of one owner's
+notices of one cycle, which may go out as more than one digest (a kept note is sent alone), so a
+lookup for one workload's note asks for a message about that workload (`uid`).
+
+Retries of single calls are slack_sdk's retry handlers (`connect`); nothing here loops on a failed
+call, the next cycle does, and `Outbox` bounds how long a cycle waits.
 """
 
 from __future__ import annotations
@@ -69,6 +73,12 @@ class Digest:
     intent: str  # unique id of this send; put in message metadata so a crash can be recognised
     messages: tuple[Message, ...]  # already rendered
     admin_fallback: bool = True  # False: the admins already heard about these; only the owner now
+    about: tuple[str, ...] = ()  # the workloads (uids) of messages rendered earlier, without their notices
+
+    @property
+    def uids(self) -> tuple[str, ...]:
+        """The workloads it tells of, in every message's metadata: what a later lookup matches."""
+        return tuple(dict.fromkeys((*(n.workload.uid for n in self.notices), *self.about)))
 
     def __post_init__(self) -> None:
         if not self.messages:
@@ -249,15 +259,17 @@ class Slack:
     def _post(self, channel: str, message: Message, digest: Digest) -> dict[str, Any]:
         kinds = dict.fromkeys(str(n.kind) for n in digest.notices)
         metadata = {"event_type": EVENT_TYPE, "event_payload": {
-            "intent": digest.intent, "uids": [n.workload.uid for n in digest.notices],
+            "intent": digest.intent, "uids": list(digest.uids),
             "kind": ",".join(kinds)}}
         return self._call("chat_postMessage", channel, channel=channel, text=message.text,
                           blocks=[dict(b) for b in message.blocks], metadata=metadata, client_=self._poster)
 
     # ----- recognising an earlier send ---------------------------------------------------
-    def find_sent(self, owner: Owner, intent: str, *, since: datetime.datetime) -> Delivery | None:
-        """The first message of the send named `intent`, if it reached the owner's destination
-        after `since` (aware); None if it did not. Raises SlackUnavailable when Slack cannot say."""
+    def find_sent(self, owner: Owner, intent: str, *, since: datetime.datetime,
+                  uid: str | None = None) -> Delivery | None:
+        """The first message of the send named `intent` (and telling of the workload `uid`, when
+        given), if it reached the owner's destination after `since` (aware); None if it did not.
+        Raises SlackUnavailable when Slack cannot say."""
         if since.tzinfo is None:
             raise ValueError("since must be an aware datetime")
         where: tuple[str, bool] | None = None
@@ -265,18 +277,19 @@ class Slack:
             where = self._destination(owner)
             channel, to_admins = where
             channel_id = self._channel_id(channel) if channel.startswith("#") else channel
-            found = self._find(channel_id, intent, since)
+            found = self._find(channel_id, intent, since, uid)
         except _Failed as err:
             if where is None and err.code in UNREACHABLE:
                 return None  # nowhere it could have gone: the owner is unreachable, no admins
             if where is None or where[1] or err.code not in UNREACHABLE:
                 raise SlackUnavailable(f"cannot tell whether {intent} reached {owner}: {err}") from err
             self._forget(owner, err.code)  # nothing reached it; the admins may have got it
-            return self.find_sent(owner, intent, since=since)
+            return self.find_sent(owner, intent, since=since, uid=uid)
         return None if found is None else Delivery(channel_id, found, to_admins)
 
-    def _find(self, channel: str, intent: str, since: datetime.datetime) -> str | None:
-        """The oldest ts carrying `intent` (a digest's first message), searching newest first."""
+    def _find(self, channel: str, intent: str, since: datetime.datetime, uid: str | None) -> str | None:
+        """The oldest ts carrying `intent` (a digest's first message), searching newest first; with
+        `uid`, only among the messages that name it (every part of a digest names all its workloads)."""
         found: str | None = None
         pages = self._pages("conversations_history", channel, channel=channel,
                             oldest=f"{since.timestamp():.6f}", include_all_metadata=True,
@@ -284,8 +297,9 @@ class Slack:
         for page in _take(pages, HISTORY_PAGES, f"history of {channel}"):
             for msg in page.get("messages", []):
                 meta = msg.get("metadata") or {}
-                if meta.get("event_type") == EVENT_TYPE and \
-                        (meta.get("event_payload") or {}).get("intent") == intent:
+                payload = meta.get("event_payload") or {}
+                if meta.get("event_type") == EVENT_TYPE and payload.get("intent") == intent and \
+                        (uid is None or uid in (payload.get("uids") or ())):
                     found = msg["ts"]
         return found
 

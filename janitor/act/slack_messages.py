@@ -38,6 +38,7 @@ CLUSTER_LIMIT, CHANNEL_LIMIT, GUIDE_LIMIT = 60, 100, 1000  # the header keeps ro
 UTC = datetime.timezone.utc
 WHEN = "*When:* "  # a notice's deadline line; a click that moves the deadline edits it (`with_deadline`)
 FIRST = " The first deadline is "  # the summary's earliest deadline, edited likewise
+PART = "This part shows "  # in the summary of a digest sent in parts: each part holds only some notices
 ORDER = (NoticeKind.WARNING, NoticeKind.REMINDER, NoticeKind.DONE, NoticeKind.UNDONE, NoticeKind.CANCELLED)
 TITLE = {NoticeKind.WARNING: ":warning: *Warning:*", NoticeKind.REMINDER: ":alarm_clock: *Reminder:*",
          NoticeKind.DONE: ":broom: *Done:*", NoticeKind.UNDONE: ":leftwards_arrow_with_hook: *Not held:*",
@@ -244,9 +245,12 @@ def notice_text(notice: Notice, now: datetime.datetime, *, compact: bool = False
 def with_deadline(blocks: Sequence[Mapping[str, Any]], block_id: str, deadline: datetime.datetime,
                   now: datetime.datetime) -> list[dict[str, Any]]:
     """A sent message's blocks with the deadline in force of the notice whose buttons are
-    `block_id` (after a click moved it): its *When:* line, and the summary's first deadline, which
-    is the earliest of the *When:* lines now. A message edited after a Keep must not show the old
-    deadline above "Kept until ..."."""
+    `block_id` (after a click moved it): its *When:* line, and the summary's first deadline. A
+    message edited after a Keep must not show the old deadline above "Kept until ...", nor a first
+    deadline later than one in force: when the message holds the whole digest, the first deadline
+    is the earliest of its *When:* lines now; a part of a digest sent in parts names the first
+    deadline of the whole digest, most of whose *When:* lines are in other messages, so it keeps the
+    one it shows, or the clicked deadline when that is earlier (earlier than true is the safe side)."""
     edited = [dict(b) for b in blocks]
     buttons = next((i for i, b in enumerate(edited) if b.get("block_id") == block_id), 0)
     if buttons == 0 or edited[buttons - 1].get("type") != "section":
@@ -254,19 +258,24 @@ def with_deadline(blocks: Sequence[Mapping[str, Any]], block_id: str, deadline: 
     when = f"{WHEN}{_when(deadline, now, rich=True)}"
     edited[buttons - 1] = _edit(edited[buttons - 1], lambda text: "\n".join(
         when if line.startswith(WHEN) else line for line in text.split("\n")))
-    shown = [int(found.group(1)) for b in edited if b.get("type") == "section"
-             for line in b["text"]["text"].split("\n") if line.startswith(WHEN)
-             for found in [_DATE.search(line)] if found]
     summary = next((i for i, b in enumerate(edited) if b.get("type") == "section" and FIRST in b["text"]["text"]),
                    None)
-    if summary is not None and shown:
-        first = f"{FIRST}{_when(datetime.datetime.fromtimestamp(min(shown), UTC), now, rich=True)}."
-        edited[summary] = _edit(edited[summary], lambda text: _FIRST_SAID.sub(lambda _: first, text, count=1))
+    said = _FIRST_SAID.search(edited[summary]["text"]["text"]) if summary is not None else None
+    if summary is None or said is None:
+        return edited
+    if PART in edited[summary]["text"]["text"]:
+        earliest = min(int(said.group(1)), int(_utc(deadline).timestamp()))
+    else:
+        earliest = min((int(found.group(1)) for b in edited if b.get("type") == "section"
+                        for line in b["text"]["text"].split("\n") if line.startswith(WHEN)
+                        for found in [_DATE.search(line)] if found), default=int(said.group(1)))
+    first = f"{FIRST}{_when(datetime.datetime.fromtimestamp(earliest, UTC), now, rich=True)}."
+    edited[summary] = _edit(edited[summary], lambda text: _FIRST_SAID.sub(lambda _: first, text, count=1))
     return edited
 
 
 _DATE = re.compile(r"<!date\^(\d+)\^")
-_FIRST_SAID = re.compile(re.escape(FIRST) + r"<!date\^\d+\^[^>]*> \([^)]*\)\.")
+_FIRST_SAID = re.compile(re.escape(FIRST) + r"<!date\^(\d+)\^[^>]*> \([^)]*\)\.")
 
 
 def _edit(section: Mapping[str, Any], change: Callable[[str], str]) -> dict[str, Any]:
@@ -339,7 +348,7 @@ def render_digest(notices: Sequence[Notice], now: datetime.datetime, *,
     for index, part in enumerate(parts, start=1):
         label = f" (part {index} of {len(parts)})" if len(parts) > 1 else ""
         shown = ordered[first:first + len(part)]
-        span = f"\nThis part shows {first + 1}–{first + len(part)} of {len(ordered)}." if label else ""
+        span = f"\n{PART}{first + 1}–{first + len(part)} of {len(ordered)}." if label else ""
         blocks = ({"type": "header", "text": {"type": "plain_text", "emoji": True,
                                               "text": cut(headline, MAX_HEADER - len(label)) + label}},
                   _section(rich + span), {"type": "divider"}, *(b for g in part for b in g),

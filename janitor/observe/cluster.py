@@ -129,15 +129,16 @@ def read_by_name(api: ApiClient, kind: ResourceKind, namespace: str | None, name
         return None
 
 
-def read_state(api: ApiClient, namespace: str, name: str, key: str) -> str | None:
-    """One data key of the janitor's state ConfigMap; None when it (or the ConfigMap) is missing.
-    Raises `KubeError` when it cannot be read."""
+def read_state_versioned(api: ApiClient, namespace: str, name: str, key: str) -> tuple[str | None, str | None]:
+    """One data key of the state ConfigMap and the ConfigMap's resourceVersion (None, None: no
+    ConfigMap yet), for a write that must not go over another writer's. Raises `KubeError`."""
     try:
         page = _get(api, kubeapi.path(_CONFIG_MAPS, namespace, name), doing=f"read {key} in {namespace}/{name}")
     except errors.NotFound:
-        return None
+        return None, None
     value = (page.body.get("data") or {}).get(key)
-    return value if isinstance(value, str) else None
+    version = (page.body.get("metadata") or {}).get("resourceVersion")
+    return (value if isinstance(value, str) else None), (str(version) if version else None)
 
 
 def server_date(api: ApiClient) -> datetime.datetime | None:

@@ -161,7 +161,8 @@ class Slack:
             return SendResult(digest, None, "ratelimited")
         return SendResult(digest, Delivery("D0ALICE", ts(SENT_AT)))
 
-    def find_sent(self, owner: Owner, intent: str, *, since: datetime.datetime) -> Delivery | None:
+    def find_sent(self, owner: Owner, intent: str, *, since: datetime.datetime,
+                  uid: str | None = None) -> Delivery | None:
         self.asked.append((owner, intent, since))
         if isinstance(self.history, SlackUnavailable):
             raise self.history

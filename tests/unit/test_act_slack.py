@@ -13,7 +13,9 @@ Aspects covered:
 - find_sent: after a reply that never came (the stand-in's "slow" fault against a short client
   timeout), a fresh Slack finds the message by intent; another intent is not found; a channel
   named "#team" is searched by its id; an unreachable owner's digest is looked for with the
-  admins, or not at all without them; Slack failing to answer raises SlackUnavailable;
+  admins, or not at all without them; Slack failing to answer raises SlackUnavailable; asked
+  about one workload, only a message naming it in its metadata counts (another digest under the
+  same intent does not), and a kept note's message names its workload;
 - Outbox: FIFO order; a slow Slack spends the budget and the rest waits for the next flush.
 """
 
@@ -206,6 +208,19 @@ def test_find_sent_looks_where_an_unreachable_owner_s_digest_went(
     assert sent.delivery is not None and sent.delivery.to_admins
     no_admins = Slack(WebClient(token=DEFAULT_TOKEN, base_url=standin.base_url))
     assert no_admins.find_sent(UNKNOWN, "cycle-3/nobody", since=since) is None  # nowhere to go
+
+
+def test_find_sent_about_one_workload_needs_a_message_naming_it(standin: SlackStandIn, slack: Slack) -> None:
+    """One intent per owner and cycle: another workload's digest under it says nothing of this one."""
+    since = datetime.datetime.now(UTC) - datetime.timedelta(minutes=1)
+    sent = slack.send(digest(ALICE_BY_EMAIL, names=("train-0", "train-1")))
+    assert slack.find_sent(ALICE_BY_EMAIL, "cycle-1/alice", since=since, uid="uid-train-1") == sent.delivery
+    assert slack.find_sent(ALICE_BY_EMAIL, "cycle-1/alice", since=since, uid="uid-other") is None
+    kept = Digest(ALICE_BY_EMAIL, (), "cycle-1/alice", (Message("done", ()),), about=("uid-other",))
+    again = slack.send(kept)  # a kept note, sent alone: no notices, its workload named all the same
+    assert again.delivery is not None
+    assert standin.messages(again.delivery.channel)[-1].metadata["event_payload"]["uids"] == ["uid-other"]
+    assert slack.find_sent(ALICE_BY_EMAIL, "cycle-1/alice", since=since, uid="uid-other") == again.delivery
 
 
 def test_find_sent_raises_when_slack_cannot_say(standin: SlackStandIn, slack: Slack) -> None:

@@ -6,7 +6,10 @@ that serves one marked Job (tests/unit/test_cli_keep.py's).
 Aspects covered:
 - after Keep, the edited message's *When:* line of that workload, and the summary's first
   deadline, name the deadline in force (the keep), not the one the warning first gave; the
-  "Kept until" line under it agrees; the other workload of the digest keeps its own deadline.
+  "Kept until" line under it agrees; the other workload of the digest keeps its own deadline;
+- a Keep in a later part of a digest sent in parts never moves that part's first deadline (the
+  whole digest's) later than the one in force; whichever workload of whichever part is kept, and
+  to whatever deadline, no part's summary then shows a first deadline later than the one in force.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from devenv.slack_standin import SlackStandIn, SlackUser
 from janitor import annotations as a
 from janitor import kubeapi
 from janitor.act.slack import Slack
-from janitor.act.slack_messages import MessageContext, render_digest
+from janitor.act.slack_messages import MessageContext, render_digest, with_deadline
 from janitor.clicks import Clicks
 from janitor.decide.model import ObjectRef
 from janitor.decide.notices import Notice, NoticeKind
@@ -95,3 +98,41 @@ def test_after_keep_the_message_shows_the_deadline_in_force(apiserver: Apiserver
     assert dates(other_when) == [int(later.timestamp())]  # the other workload's is its own still
     assert "The first deadline is" in summary and dates(summary) == [int(kept.timestamp())]
     assert int(deadline.timestamp()) not in dates(" ".join(texts))
+
+
+def test_a_keep_in_a_later_part_of_a_digest_does_not_move_the_first_deadline_later() -> None:
+    """A digest of 30 warnings is sent in parts; each part's summary names the first deadline of the
+    whole digest (job-00's, in part 1). A Keep in the last part must not rewrite its summary to the
+    earliest *When:* of that part alone, later than the first deadline in force."""
+    now = datetime.datetime(2026, 11, 23, 12, tzinfo=datetime.timezone.utc)
+    refs = [ObjectRef("Job", "batch/v1", "team-a", f"job-{i:02}", f"uid-{i:02}") for i in range(30)]
+    notices = [notice(r, now, now - H, now + (i + 1) * H) for i, r in enumerate(refs)]
+    parts = render_digest(notices, now, context=MessageContext(buttons=True))
+    assert len(parts) >= 2
+    last = parts[-1]
+    clicked = next(b["block_id"] for b in last.blocks if b.get("type") == "actions")
+    edited = with_deadline(last.blocks, clicked, now + 100 * H, now)
+    [summary] = [b["text"]["text"] for b in edited if b.get("type") == "section"
+                 and "The first deadline is" in b["text"]["text"]]
+    first = re.search(r"The first deadline is <!date\^(\d+)\^", summary)
+    assert first is not None
+    assert int(first.group(1)) == int((now + H).timestamp()), \
+        "the edited part says the first deadline is later than job-00's, which is in force"
+
+
+@pytest.mark.parametrize("kept_to", [30 * H, 100 * H, H // 2])
+def test_no_edited_part_shows_a_first_deadline_later_than_the_one_in_force(kept_to: datetime.timedelta) -> None:
+    now = datetime.datetime(2026, 11, 23, 12, tzinfo=datetime.timezone.utc)
+    refs = [ObjectRef("Job", "batch/v1", "team-a", f"job-{i:02}", f"uid-{i:02}") for i in range(30)]
+    deadlines = {r.uid: now + (i + 1) * H for i, r in enumerate(refs)}
+    notices = [notice(r, now, now - H, deadlines[r.uid]) for r in refs]
+    parts = render_digest(notices, now, context=MessageContext(buttons=True))
+    assert len(parts) >= 2
+    for part in parts:
+        for clicked in (b["block_id"] for b in part.blocks if b.get("type") == "actions"):
+            in_force = {**deadlines, clicked.removeprefix("janitor:"): now + kept_to}
+            edited = with_deadline(part.blocks, clicked, now + kept_to, now)
+            [summary] = [b["text"]["text"] for b in edited if b.get("type") == "section"
+                         and "The first deadline is" in b["text"]["text"]]
+            [first] = dates(summary)
+            assert first <= int(min(in_force.values()).timestamp()), (clicked, summary)

@@ -16,7 +16,8 @@ Aspects covered:
   controller owner's uid, and what is not served, forbidden or missing becomes a problem on the view,
   never an exception; which views are looked up at all;
 - acting: the Workload is patched (guarded by its uid) before the record goes on the Job, the Job's
-  own spec is never touched, and a refused Workload patch writes no record.
+  own spec is never touched, and a refused Workload patch writes no record; a Workload patch whose
+  answer was lost is read again: deactivated, the record follows; still active, nothing is done.
 """
 
 from __future__ import annotations
@@ -337,6 +338,27 @@ def test_a_refused_workload_patch_writes_no_record(monkeypatch: pytest.MonkeyPat
     result = kube.apply(None, _planned(), kind=JOBS)  # type: ignore[arg-type]
     assert result.outcome is kube.Outcome.FORBIDDEN
     assert [(m, p) for m, p, _, q in fake.sent if ("dryRun", "All") not in q] == []  # nothing for real, no Event
+
+
+@pytest.mark.parametrize(("active", "outcome"), [(False, kube.Outcome.DONE), (True, kube.Outcome.FAILED)])
+def test_a_workload_patch_whose_answer_was_lost_is_read_again(monkeypatch: pytest.MonkeyPatch, active: bool,
+                                                              outcome: kube.Outcome) -> None:
+    wl_path = "/apis/kueue.x-k8s.io/v1beta1/namespaces/team-a/workloads/job-train-3f2a1"
+    fake = FakeApi({wl_path: {"metadata": {"name": WL.name, "uid": "uid-wl"}, "spec": {"active": active}}})
+    answered = fake.request
+
+    def request(api: object, method: str, path: str, *, query: Any = (), body: Any = None, **kw: Any) -> Any:
+        if method == "PATCH" and path == wl_path and ("dryRun", "All") not in list(query):
+            fake.sent.append((method, path, body, list(query)))
+            raise errors.ServerError("read timed out", status=None)
+        return answered(api, method, path, query=query, body=body, **kw)
+
+    monkeypatch.setattr(kubeapi, "request", request)
+    result = kube.apply(None, _planned(), kind=JOBS)  # type: ignore[arg-type]
+    assert result.outcome is outcome, result.detail
+    real = [(m, p) for m, p, _, q in fake.sent if ("dryRun", "All") not in q and "/events" not in p]
+    job_path = "/apis/batch/v1/namespaces/team-a/jobs/train"
+    assert real == [("PATCH", wl_path), ("GET", wl_path)] + ([("PATCH", job_path)] if not active else [])
 
 
 def test_a_dry_run_probes_both_and_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -73,4 +73,4 @@ def test_an_exclusive_write_over_a_version_that_is_gone_is_a_conflict(monkeypatc
     assert calls == ["PATCH"]
     calls = _recording(monkeypatch, {"POST": errors.Conflict("already exists", status=409)})
     kube.write_state(None, "ns", "janitor-state", {"notes.json": "[]"}, what="notes")  # type: ignore[arg-type]
-    assert calls == ["PATCH"]  # the notes are not exclusive: they merge in as before
+    assert calls == ["PATCH"]  # a write not exclusive patches over whatever is there
