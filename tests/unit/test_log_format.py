@@ -9,14 +9,10 @@ Aspects covered:
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
+from test_daemon_logs import dead_kubeconfig, janitor
 
 from janitor import cli
 
@@ -38,26 +34,6 @@ def test_every_command_takes_a_log_format_and_says_its_default(command: str,
     assert "--log-format {json,text}" in shown
     default = "json; text with --once" if command in ("run", "node-agent") else "text"
     assert f"(default: {default})" in shown
-
-
-def dead_kubeconfig(tmp_path: Path) -> Path:
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "down",
-        "clusters": [{"name": "down", "cluster": {"server": f"https://127.0.0.1:{port}",
-                                                  "insecure-skip-tls-verify": True}}],
-        "users": [{"name": "me", "user": {"token": "t0ken"}}],
-        "contexts": [{"name": "down", "context": {"cluster": "down", "user": "me"}}]}))
-    return path
-
-
-def janitor(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "PROMETHEUS_URL")}
-    return subprocess.run([sys.executable, "-m", "janitor.cli", *args], capture_output=True, text=True, timeout=120,
-                          env=env)
 
 
 def test_run_once_logs_text_unless_told_json(tmp_path: Path) -> None:
