@@ -193,6 +193,19 @@ def test_the_cpu_minute_the_pod_started_in_is_no_gap_in_its_life() -> None:
     assert changes(observation, ref) == []
 
 
+def test_a_cpu_minute_that_saw_the_pod_start_early_is_no_gap_either() -> None:
+    """Started 20 s into a minute step, the pod's first samples fall inside that step: the window's
+    stretch with none of them is its 74 whole steps before it plus the scrape interval, less than
+    those steps and the one it started in. That is no gap in its life (seen on the sandbox)."""
+    life = LIFE + 20 * datetime.timedelta(seconds=1)
+    before_it = 74 * M + STEP
+    observation, ref = observed(cpu=CpuUsage(0.01, 45, Quality(STEP, before_it)), started=life)
+    assert [c.step for c in changes(observation, ref)] == [Step.MARK]
+    # Steps before it that held samples are another pod's of its name: the gap measured stands.
+    observation, ref = observed(cpu=CpuUsage(0.01, 45, Quality(STEP, 10 * M)), started=life)
+    assert changes(observation, ref) == []
+
+
 def test_a_never_used_mark_is_lifted_when_the_pod_is_used() -> None:
     marks = {ann.DEADLINE: ann.format_deadline(NOW + 10 * M), ann.POLICY: "notebooks",
              ann.MARKED_AT: ann.format_deadline(NOW - 10 * M)}

@@ -297,7 +297,7 @@ class CpuJudge(_Judge):
         if usage is not None:
             usage = replace(usage, quality=never_used.shifted(
                 usage.quality, never_used.before_start(window.window, window.step, running, partial=True),
-                window.window, running))
+                window.window, running, never_used.before_start(window.window, window.step, running)))
         found = CpuEvidence(replace(window, window=running), {pod_key(pod): usage} if usage is not None else {})
         judged = CpuJudge(found, replace(trigger, window=running, min_pod_age=datetime.timedelta(0), life_after=None),
                           self.now)(pod)

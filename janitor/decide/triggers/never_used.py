@@ -49,16 +49,20 @@ def evidence(found: GpuEvidence, pod: PodView, running: datetime.timedelta) -> G
 
 
 def shifted(quality: Quality, before: datetime.timedelta, window: datetime.timedelta,
-            running: datetime.timedelta) -> Quality:
-    """`quality` over the pod's life: the longest gap less the whole steps before it started. Where
-    another series of its name filled those steps (a CPU series has no UID), the gap cannot go
-    below what its staleness measured, which catches a gap in its life up to Prometheus' lookback."""
+            running: datetime.timedelta, whole: datetime.timedelta | None = None) -> Quality:
+    """`quality` over the pod's life: the longest gap less the steps `before` it started. A gap
+    shorter than the `whole` steps before it (`before` unless told) means another series of its name
+    filled those steps (a CPU series has no UID): the gap cannot go below what its staleness
+    measured, which catches a gap in its life up to Prometheus' lookback. One between the two is
+    the stretch before it, ending inside the step it started in: no gap in its life."""
     gap = quality.gap
     if gap is None:
         return quality
     if gap >= window:  # no sample over the whole window, or gaps as long: as long as its life
         return replace(quality, gap=running)
-    return replace(quality, gap=gap - before if gap - before > datetime.timedelta(0) else gap)
+    if gap <= (before if whole is None else whole):
+        return quality
+    return replace(quality, gap=max(gap - before, datetime.timedelta(0)))
 
 
 def before_start(window: datetime.timedelta, step: datetime.timedelta, running: datetime.timedelta, *,
