@@ -389,6 +389,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         read = getattr(args, "kube_timeout", None) or 30.0
         ports.cache = ClusterCache(ports.api, settings, connect_timeout=min(5.0, read))
+        from janitor.observe.carry import BusyCarry
+
+        # Two missed cycles, or one that ran past its budget, and the next reads everything whole.
+        ports.busy = BusyCarry(max_pause=2 * settings.interval + settings.cycle_budget)
     elector = None
     if settings.leader.elect if settings.leader.elect is not None else api.in_cluster:
         import socket

@@ -49,6 +49,7 @@ from janitor.decide.plan import CyclePlan, plan
 from janitor.decide.selection import carries_mark, pod_as_object
 from janitor.observe import cluster, observation
 from janitor.observe.cache import ClusterCache
+from janitor.observe.carry import BusyCarry
 from janitor.observe.prometheus import PrometheusSource, QueryStat
 from janitor.policy import load
 from janitor.policy.model import Policy
@@ -73,6 +74,7 @@ class Ports:
     fence: Callable[[], bool] = lambda: True  # with leader election: do we still hold the lease?
     clock: Clock = utc_now
     cache: ClusterCache | None = None  # the daemon's watch cache; None: each cycle lists every kind
+    busy: BusyCarry | None = None  # the daemon's busy verdicts carried between cycles; None: every read whole
 
 
 @dataclass(frozen=True)
@@ -197,7 +199,8 @@ def observe_and_plan(ports: Ports, settings: Settings, memory: Memory, *, source
     if ports.cache is not None:
         ledger, at = cluster.read_ledger_at(ports.api, c.state_namespace, c.state_name)
         seen = observation.read_cached(ports.cache, settings, policies, at or cluster.server_date(ports.api), now,
-                                       source=source, first_sync=settings.cycle_budget.total_seconds() / 2)
+                                       source=source, first_sync=settings.cycle_budget.total_seconds() / 2,
+                                       carry=ports.busy)
     else:
         seen = observation.read(ports.api, settings, policies, now, source=source, progress=progress)
         ledger = cluster.read_ledger(ports.api, c.state_namespace, c.state_name)

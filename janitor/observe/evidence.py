@@ -135,11 +135,8 @@ def gpu_query(
     name is another series, not the old one's continued (`janitor.decide.attribution`); where it
     does not, grouping by a label no series has changes nothing.
     """
-    host = hostname_label or labels.hostname
-    sel = selector(signal, (Matcher(labels.pod, "", "!="),), extra)
+    sel, by = _gpu_selection(signal, labels, extra, hostname_label, model)
     rng, sub = f"[{duration(window)}]", f"[{duration(window)}:{duration(step)}]"
-    by = ", ".join((labels.namespace, labels.pod, *labels.pod_uid, "gpu", _GPU_INSTANCE, host,
-                    *([MODEL] if model else [])))
     inner = _stats(peak=f"max_over_time({sel}{rng})", count=f"count_over_time({sel}{rng})",
                    **_quality_stats(sel, by, rng, sub, "max"))
     query = f"max by ({by}, {STAT}) ({inner}) or {_jobs(sel, by, rng)}"
@@ -147,6 +144,25 @@ def gpu_query(
         query += f" or min by ({by}, {STAT}) ({_stats(low=f'min_over_time({sel}{rng})')})"
     level = None if busy_above is None else repr(busy_above)
     return _busy_first(query, f"max by ({by}) (max_over_time({sel}{rng}))", by, level)
+
+
+def _gpu_selection(signal: str, labels: LabelMap, extra: Iterable[Matcher], hostname_label: str | None,
+                   model: bool) -> tuple[str, str]:
+    """The selector of a GPU query and the labels that identify a GPU of a pod (`gpu_query`)."""
+    host = hostname_label or labels.hostname
+    sel = selector(signal, (Matcher(labels.pod, "", "!="),), extra)
+    by = ", ".join((labels.namespace, labels.pod, *labels.pod_uid, "gpu", _GPU_INSTANCE, host,
+                    *([MODEL] if model else [])))
+    return sel, by
+
+
+def gpu_busy_query(signal: str, *, since: timedelta, labels: LabelMap, busy_above: float,
+                   extra: Iterable[Matcher] = (), hostname_label: str | None = None, model: bool = False) -> str:
+    """The GPUs with a sample above `busy_above` in the last `since`, each with its peak alone, as
+    `gpu_query` answers for a busy GPU: what a steady cycle asks (`janitor.observe.carry`)."""
+    sel, by = _gpu_selection(signal, labels, extra, hostname_label, model)
+    busy = f"((max by ({by}) (max_over_time({sel}[{duration(since)}]))) > {busy_above!r}) < {DCGM_SENTINEL!r}"
+    return f'label_replace({busy}, "{STAT}", "peak", "", "")'
 
 
 def exact_names_regex(names: Iterable[str]) -> str:
@@ -178,6 +194,17 @@ def cpu_query(
     whole; where its requests differ from the pod's, the janitor may lack the rows it needs and
     says unknown, never idle.
     """
+    sel, by, cores, level = _cpu_selection(labels, extra, ignore_containers, rate_window, busy_above, busy_fraction)
+    rng, sub = f"[{duration(window)}]", f"[{duration(window)}:{duration(step)}]"
+    peak = f"max_over_time(({cores}){sub})"
+    inner = _stats(peak=peak, count=f"count_over_time(({cores}){sub})", **_quality_stats(sel, by, rng, sub, "min"))
+    return _busy_first(f"{inner} or {_jobs(sel, by, rng)}", peak, by, level)
+
+
+def _cpu_selection(labels: LabelMap, extra: Iterable[Matcher], ignore_containers: Sequence[str],
+                   rate_window: timedelta, busy_above: float | None, busy_fraction: float | None
+                   ) -> tuple[str, str, str, str | None]:
+    """The selector of a CPU query, its pod labels, its cores expression and its busy level (`cpu_query`)."""
     matchers = [Matcher(labels.container, "", "!="), Matcher(labels.container, "POD", "!=")]
     sidecars = exact_names_regex(ignore_containers)
     if sidecars:
@@ -185,14 +212,26 @@ def cpu_query(
     sel = selector(CPU_METRIC, matchers, extra)
     by = f"{labels.namespace}, {labels.pod}"
     cores = f"sum by ({by}) (rate({sel}[{duration(rate_window)}]))"
-    rng, sub = f"[{duration(window)}]", f"[{duration(window)}:{duration(step)}]"
-    peak = f"max_over_time(({cores}){sub})"
-    inner = _stats(peak=peak, count=f"count_over_time(({cores}){sub})", **_quality_stats(sel, by, rng, sub, "min"))
     level = None if busy_above is None else repr(busy_above)
     if level is None and busy_fraction is not None:
         wanted = [Matcher("resource", "cpu"), *([Matcher(labels.container, sidecars, "!~")] if sidecars else [])]
         level = f"on ({by}) ({busy_fraction!r} * sum by ({by}) ({selector(REQUESTS_METRIC, wanted, extra)}))"
-    return _busy_first(f"{inner} or {_jobs(sel, by, rng)}", peak, by, level)
+    return sel, by, cores, level
+
+
+def cpu_busy_query(*, since: timedelta, step: timedelta, labels: LabelMap = HONOR_LABELS,
+                   extra: Iterable[Matcher] = (), ignore_containers: Sequence[str] = (),
+                   rate_window: timedelta = timedelta(minutes=5), busy_above: float | None = None,
+                   busy_fraction: float | None = None) -> str:
+    """The pods whose cores were above the busy level at a point of the last `since`, each with its
+    peak alone, as `cpu_query` answers for a busy pod: what a steady cycle asks. The points are
+    `cpu_query`'s own (Prometheus aligns a subquery's steps to the clock), so a point seen busy here
+    is one the whole window's read holds for as long as it lies in the window."""
+    _, by, cores, level = _cpu_selection(labels, extra, ignore_containers, rate_window, busy_above, busy_fraction)
+    if level is None:
+        raise ValueError("a CPU busy query needs a level")
+    busy = f"((max_over_time(({cores})[{duration(since)}:{duration(step)}])) > {level}) < {DCGM_SENTINEL!r}"
+    return f'label_replace({busy}, "{STAT}", "peak", "", "")'
 
 
 # ----------------------------------------------------------------------------- answers into evidence
@@ -428,6 +467,37 @@ def cpu_evidence(
     if evidence.failed:
         logger.warning("CPU evidence unavailable, nothing is judged on it: %s", evidence.failed)
     return evidence
+
+
+def gpu_busy(source: PrometheusSource, *, signal: str, since: timedelta, step: timedelta, at: datetime,
+             labels: LabelMap, busy_above: float, hostname_label: str | None = None,
+             namespaces: Sequence[str] | None = None) -> GpuEvidence:
+    """The GPUs of `namespaces` busy over the last `since` (`gpu_busy_query`), each with its peak alone."""
+    span = EvidenceWindow(signal, since, step, at)
+    query = gpu_busy_query(signal, since=since, labels=labels, busy_above=busy_above,
+                           extra=(*source.config.extra_matchers, *scope(labels, None, namespaces)),
+                           hostname_label=hostname_label, model=signal == POWER_SIGNAL)
+    groups = gpu_groups(labels, hostname_label)
+    try:
+        return fold_gpu(source.instant(query, at, groups), span, labels, hostname_label, groups=groups)
+    except PrometheusError as error:
+        return GpuEvidence(span, failed=str(error))
+
+
+def cpu_busy(source: PrometheusSource, *, since: timedelta, step: timedelta, at: datetime,
+             labels: LabelMap = HONOR_LABELS, ignore_containers: Sequence[str] = (),
+             namespaces: Sequence[str] | None = None, busy_above: float | None = None,
+             busy_fraction: float | None = None) -> CpuEvidence:
+    """The pods of `namespaces` whose CPU was busy over the last `since` (`cpu_busy_query`)."""
+    span = EvidenceWindow(CPU_METRIC, since, step, at)
+    query = cpu_busy_query(since=since, step=step, labels=labels,
+                           extra=(*source.config.extra_matchers, *scope(labels, None, namespaces)),
+                           ignore_containers=ignore_containers, busy_above=busy_above, busy_fraction=busy_fraction)
+    groups = cpu_groups(labels)
+    try:
+        return fold_cpu(source.instant(query, at, groups), span, labels, groups=groups)
+    except PrometheusError as error:
+        return CpuEvidence(span, failed=str(error))
 
 
 def ghost_gpus(source: PrometheusSource, *, at: datetime, labels: LabelMap,

@@ -18,6 +18,7 @@ source, and in `--node-autoscaling auto` the probe for an autoscaler.
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from kubernetes.client import ApiClient
 from janitor import errors, node_report
 from janitor.decide import usage
 from janitor.decide.autoscaling import AutoscalerNote, Autoscaling, NodeAutoscaling
-from janitor.decide.evidence import CpuEvidence, CpuKey, Evidence, GpuEvidence, GpuKey, PodKey
+from janitor.decide.evidence import CpuEvidence, CpuKey, Evidence, EvidenceWindow, GpuEvidence, GpuKey, PodKey
 from janitor.decide.model import (
     Action,
     ActionType,
@@ -46,7 +47,15 @@ from janitor.decide.triggers import registry
 from janitor.decide.triggers.spec import NodeScope
 from janitor.observe import activity, autoscalers, cluster, evidence, kueue, targets, views
 from janitor.observe.cache import ClusterCache
-from janitor.observe.prometheus import HONOR_LABELS, SERVICE_MONITOR, Matcher, PrometheusConfig, PrometheusSource
+from janitor.observe.carry import BusyCarry, in_scope
+from janitor.observe.prometheus import (
+    HONOR_LABELS,
+    SERVICE_MONITOR,
+    LabelMap,
+    Matcher,
+    PrometheusConfig,
+    PrometheusSource,
+)
 from janitor.policy.model import Policy
 from janitor.settings import Settings
 
@@ -80,6 +89,7 @@ class Needs:
     ghost_gpus: bool = False
     gpu: frozenset[GpuKey] = field(default_factory=frozenset)
     gpu_low: frozenset[GpuKey] = field(default_factory=frozenset)  # the lowest sample read too
+    gpu_whole: frozenset[GpuKey] = field(default_factory=frozenset)  # read whole every cycle (Reads.gpu_whole)
     cpu: frozenset[CpuKey] = field(default_factory=frozenset)
     # Per query, the level above which every policy reading its answer calls a peak busy (the
     # highest threshold among them); a CPU query read both in cores and as a fraction of requests
@@ -113,6 +123,7 @@ def needs(policies: Iterable[Policy]) -> Needs:
         ghost_gpus=any(r.ghost_gpus for r in reads),
         gpu=frozenset(k for k, _ in gpu),
         gpu_low=low,
+        gpu_whole=frozenset(k for r in reads for k in r.gpu_whole),
         cpu=frozenset(k for k, *_ in cpu),
         gpu_busy_above=_highest(gpu),
         cpu_busy_above=_highest([(k, cores) for k, cores, _ in cpu]),
@@ -178,34 +189,97 @@ def covered_namespaces(policies: Sequence[Policy], namespaces: Mapping[str, Name
 
 
 def read_evidence(source: PrometheusSource | None, settings: Settings, need: Needs, at: datetime.datetime,
-                  pods: Sequence[PodKey] | None = None, namespaces: Sequence[str] | None = None) -> Evidence:
+                  pods: Sequence[PodKey] | None = None, namespaces: Sequence[str] | None = None, *,
+                  carry: BusyCarry | None = None, covered: Sequence[PodView] = ()) -> Evidence:
     """One query per (signal, window) and per (window, ignored containers); `pods` (a re-check's)
-    or else `namespaces` (those the policies cover) scope them."""
+    or else `namespaces` (those the policies cover) scope them. With `carry` (the daemon's), the
+    busy verdicts of `covered` pods (those of `namespaces`) are carried between cycles
+    (`janitor.observe.carry`); a re-check never carries."""
     if source is None or not need.prometheus:
         return Evidence()
     prom = settings.prometheus
-    labels = source.config.label_map
     read = targets.scrape_intervals(source) if need.gpu or need.cpu else targets.ScrapeIntervals(None)
-    intervals = read.jobs
-    step = gap_step(intervals, prom.scrape_interval)
+    usage = _Usage(source, settings, need, at, read.jobs, pods, namespaces)
+    carry = carry if pods is None else None
+    since = carry.begin(at, source.started()) if carry is not None else None
     gpu: dict[GpuKey, GpuEvidence] = {}
-    for signal, window in sorted(need.gpu, key=str):
-        gpu[(signal, window)] = evidence.gpu_evidence(
-            source, signal=signal, window=window, step=step, at=at, labels=labels,
-            hostname_label=prom.hostname_label, pods=pods, intervals=intervals, fallback=prom.scrape_interval,
-            namespaces=namespaces, busy_above=need.gpu_busy_above.get((signal, window)),
-            low=(signal, window) in need.gpu_low)
+    for key in sorted(need.gpu, key=str):
+        level = need.gpu_busy_above.get(key)
+        if carry is None or level is None or key in need.gpu_whole or key in need.gpu_low:
+            gpu[key] = usage.gpu(key, None)
+        else:
+            gpu[key] = carry.gpu((key, level), since, at, covered, functools.partial(usage.gpu_busy, key, level),
+                                 functools.partial(usage.gpu, key))
     cpu: dict[CpuKey, CpuEvidence] = {}
-    for window, ignore in sorted(need.cpu, key=str):
-        cpu[(window, ignore)] = evidence.cpu_evidence(source, window=window, step=CPU_STEP, at=at,
-                                                      ignore_containers=ignore, pods=pods, intervals=intervals,
-                                                      fallback=prom.scrape_interval, namespaces=namespaces,
-                                                      busy_above=need.cpu_busy_above.get((window, ignore)),
-                                                      busy_fraction=need.cpu_busy_fraction.get((window, ignore)))
-    ghosts = (evidence.ghost_gpus(source, at=at, labels=labels, hostname_label=prom.hostname_label)
+    for ckey in sorted(need.cpu, key=str):
+        cores, fraction = need.cpu_busy_above.get(ckey), need.cpu_busy_fraction.get(ckey)
+        if carry is None or (cores is None and fraction is None):
+            cpu[ckey] = usage.cpu(ckey, None)
+        else:
+            cpu[ckey] = carry.cpu((ckey, cores, fraction), since, at, covered,
+                                  functools.partial(usage.cpu_busy, ckey), functools.partial(usage.cpu, ckey))
+    if carry is not None:
+        carry.keep_only(need.gpu_busy_above.items(),
+                        [(k, need.cpu_busy_above.get(k), need.cpu_busy_fraction.get(k)) for k in need.cpu])
+    ghosts = (evidence.ghost_gpus(source, at=at, labels=usage.labels, hostname_label=prom.hostname_label)
               if need.ghost_gpus and pods is None else None)
     return Evidence(gpu, cpu, ghosts, activity.read(source, need.activity, at), read.error,
                     read.error is not None and prom.scrape_interval is None)
+
+
+@dataclass(frozen=True)
+class _Usage:
+    """The usage queries of one read: each (signal, window) or CPU query, over the whole window of
+    the pods or namespaces in scope (or of the pods `scoped` names), or over the last `span` only
+    for what was busy then (`janitor.observe.carry`)."""
+
+    source: PrometheusSource
+    settings: Settings
+    need: Needs
+    at: datetime.datetime
+    intervals: Mapping[str, datetime.timedelta] | None
+    pods: Sequence[PodKey] | None
+    namespaces: Sequence[str] | None
+
+    @property
+    def labels(self) -> LabelMap:
+        return self.source.config.label_map
+
+    @functools.cached_property
+    def step(self) -> datetime.timedelta:
+        return gap_step(self.intervals, self.settings.prometheus.scrape_interval)
+
+    def gpu(self, key: GpuKey, scoped: Sequence[PodKey] | None) -> GpuEvidence:
+        signal, window = key
+        if scoped is not None and not scoped:
+            return GpuEvidence(EvidenceWindow(signal, window, self.step, self.at))
+        prom, need = self.settings.prometheus, self.need
+        return evidence.gpu_evidence(
+            self.source, signal=signal, window=window, step=self.step, at=self.at, labels=self.labels,
+            hostname_label=prom.hostname_label, pods=self.pods if scoped is None else scoped,
+            intervals=self.intervals, fallback=prom.scrape_interval, namespaces=self.namespaces,
+            busy_above=need.gpu_busy_above.get(key), low=key in need.gpu_low)
+
+    def gpu_busy(self, key: GpuKey, level: float, span: datetime.timedelta) -> GpuEvidence:
+        return evidence.gpu_busy(self.source, signal=key[0], since=span, step=self.step, at=self.at,
+                                 labels=self.labels, hostname_label=self.settings.prometheus.hostname_label,
+                                 namespaces=self.namespaces, busy_above=level)
+
+    def cpu(self, key: CpuKey, scoped: Sequence[PodKey] | None) -> CpuEvidence:
+        window, ignore = key
+        if scoped is not None and not scoped:
+            return CpuEvidence(EvidenceWindow(evidence.CPU_METRIC, window, CPU_STEP, self.at))
+        prom, need = self.settings.prometheus, self.need
+        return evidence.cpu_evidence(
+            self.source, window=window, step=CPU_STEP, at=self.at, ignore_containers=ignore,
+            pods=self.pods if scoped is None else scoped, intervals=self.intervals, fallback=prom.scrape_interval,
+            namespaces=self.namespaces, busy_above=need.cpu_busy_above.get(key),
+            busy_fraction=need.cpu_busy_fraction.get(key))
+
+    def cpu_busy(self, key: CpuKey, span: datetime.timedelta) -> CpuEvidence:
+        return evidence.cpu_busy(self.source, since=span, step=CPU_STEP, at=self.at, ignore_containers=key[1],
+                                 namespaces=self.namespaces, busy_above=self.need.cpu_busy_above.get(key),
+                                 busy_fraction=self.need.cpu_busy_fraction.get(key))
 
 
 def _oom(api: ApiClient, namespaces: Sequence[str] | None, page_size: int) -> dict[str, tuple[Any, ...]]:
@@ -283,7 +357,7 @@ def read(api: ApiClient, settings: Settings, policies: Sequence[Policy], now: da
 
 def read_cached(cache: ClusterCache, settings: Settings, policies: Sequence[Policy], at: datetime.datetime | None,
                 now: datetime.datetime, *, source: PrometheusSource | None = None,
-                first_sync: float = 0.0) -> Observation:
+                first_sync: float = 0.0, carry: BusyCarry | None = None) -> Observation:
     """The cycle's observation from the watch cache: no list at all once it is synced. `at` is the
     apiserver's Date from a request of this cycle. Raises `NotSynced` when a kind it needs is not
     synced (after waiting up to `first_sync` seconds for kinds just added)."""
@@ -298,10 +372,11 @@ def read_cached(cache: ClusterCache, settings: Settings, policies: Sequence[Poli
     probed = cache.probe.found() if scaled and mode is NodeAutoscaling.AUTO else Autoscaling()
     scaling = autoscalers.autoscaling(mode, probed, said, snap.autoscaler_unreadable) if scaled else Autoscaling()
     objects = kueue.attach(cache.api, snap.objects, namespaces=kueue.suspending(policies, snap.namespaces))
+    covered = covered_namespaces(policies, snap.namespaces)
     return Observation(at, objects, snap.pods, snap.namespaces,
                        snap.nodes if need.nodes else (), need.nodes,
-                       read_evidence(source, settings, need, at or now,
-                                     namespaces=covered_namespaces(policies, snap.namespaces)),
+                       read_evidence(source, settings, need, at or now, namespaces=covered, carry=carry,
+                                     covered=in_scope(snap.pods, covered)),
                        snap.oom if need.oom else {}, snap.skipped, scaling, said)
 
 

@@ -288,6 +288,26 @@ class PrometheusSource:
                                   query=what) from e
         return [t for t in targets if isinstance(t, Mapping)]
 
+    def started(self) -> datetime | None:
+        """When this Prometheus started (`/api/v1/status/runtimeinfo`), or None when it cannot say
+        (a store without the endpoint, an error): a restart is then not seen, so nothing is carried
+        from one cycle to the next (`janitor.observe.carry`)."""
+        what = "runtimeinfo"
+        started = time.monotonic()
+        try:
+            response = self._send("GET", "/api/v1/status/runtimeinfo", what)
+        except PrometheusError as error:
+            logger.debug("Prometheus' start time unknown: %s", error)
+            return None
+        self.stats.append(QueryStat(what, time.monotonic() - started, len(response.content),
+                                    response.status_code == 200))
+        try:
+            envelope = json.loads(response.content)
+            text = envelope["data"]["startTime"] if response.status_code == 200 else None
+            return datetime.fromisoformat(text.replace("Z", "+00:00")) if isinstance(text, str) else None
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+
     def _send(self, method: str, path: str, query: str, *, data: Mapping[str, str] | None = None,
               params: Mapping[str, str] | None = None) -> requests.Response:
         """One HTTP request within the connect and read timeouts; transport trouble as `PrometheusError`."""

@@ -270,8 +270,9 @@ def _reads(trigger: PolicyTrigger) -> Reads:
     idle power), so its query keeps every series."""
     if not isinstance(trigger, IdleGpu):
         return Reads()
-    return Reads(gpu=tuple(((str(signal), trigger.window), None if signal.relative else threshold)
-                           for signal, threshold in trigger.limits))
+    keys = tuple(((str(signal), trigger.window), None if signal.relative else threshold)
+                 for signal, threshold in trigger.limits)
+    return Reads(gpu=keys, gpu_whole=tuple(k for k, _ in keys) if several(trigger) else ())
 
 
 def _facts(trigger: PolicyTrigger) -> dict[str, Scalar]:

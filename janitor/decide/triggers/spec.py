@@ -61,6 +61,9 @@ class Reads:
     ghost_gpus: bool = False  # GPU memory in use with no pod
     gpu: tuple[tuple[GpuKey, float | None], ...] = ()
     gpu_low: tuple[GpuKey, ...] = ()  # queries whose lowest sample per GPU is read too (no busy level then)
+    # queries whose reader looks across pods (which signals each node exports at all): their answer
+    # holds every pod's series every cycle, none carried between cycles (janitor.observe.carry)
+    gpu_whole: tuple[GpuKey, ...] = ()
     cpu: tuple[tuple[CpuKey, float | None, float | None], ...] = ()  # (key, busy above: in cores, as a fraction)
 
 
