@@ -29,6 +29,7 @@ from janitor.decide.model import ObjectRef
 from janitor.decide.rails import is_tripped
 from janitor.leader import LeaseElector
 from janitor.observe.cache import ClusterCache, NotSynced
+from janitor.observe.carry import BusyCarry, Full
 from janitor.policy.model import Policy
 from janitor.settings import Settings
 from janitor.telemetry import GPU_HOUR, Telemetry
@@ -263,6 +264,8 @@ def run_forever(ports: Ports, settings: Settings, telemetry: Telemetry, *, metri
 
     if ports.cache is not None:
         telemetry.registry.register(CacheCollector(ports.cache))
+    if ports.busy is not None:
+        telemetry.registry.register(CarryCollector(ports.busy))
     if metrics_port is not None:
         serve_health_and_metrics(telemetry.registry, metrics_port, cycles.health, cycles.readiness)
     logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per run (and per job added) is noise
@@ -352,6 +355,29 @@ class CacheCollector(Collector):
             reopened.add_metric([s.key], s.reopened)
             failures.add_metric([s.key], s.failures)
         yield from (synced, objects, lists, reopened, failures)
+
+
+class CarryCollector(Collector):
+    """What the carried busy verdicts spared Prometheus (janitor.observe.carry), read at each scrape:
+    the pods the last cycle carried busy and read whole, and the cycles that read everything whole."""
+
+    def __init__(self, carry: BusyCarry) -> None:
+        self.carry = carry
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.carry.stats
+        carried = GaugeMetricFamily("janitor_usage_pods_carried", "Pods (per usage query) the last cycle carried "
+                                    "busy from earlier cycles instead of reading their whole window")
+        whole = GaugeMetricFamily("janitor_usage_pods_read_whole", "Pods (per usage query) whose whole window the "
+                                  "last cycle read")
+        reads = CounterMetricFamily("janitor_usage_whole_reads", "Cycles that read every pod's whole window, carrying "
+                                    "nothing, by why (start, pause, prometheus-restart, prometheus-start-unknown, "
+                                    "unreadable)", labels=["why"])
+        carried.add_metric([], stats.carried)
+        whole.add_metric([], stats.read_whole)
+        for why in Full:
+            reads.add_metric([str(why)], self.carry.full_reads.get(why, 0))
+        yield from (carried, whole, reads)
 
 
 def error_source(error: BaseException) -> str:

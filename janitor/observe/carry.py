@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 
 from janitor.decide.evidence import CpuEvidence, CpuKey, CpuUsage, GpuEvidence, GpuKey, GpuSeries, PodKey, Quality
 from janitor.decide.model import PodView
+from janitor.observe.targets import ScrapeIntervals
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +120,11 @@ class _CpuKept:
         self.busy = {i: kept for i, kept in self.busy.items() if at < kept[0] + window}
 
 
+INTERVALS_FOR = datetime.timedelta(minutes=5)
+"""How long the scrape intervals read from Prometheus' targets are kept: they change only when
+its scrape config does, and the answer is megabytes at thousands of nodes. The re-check before
+acting reads them afresh, so no action rests on kept ones."""
+
 GpuCarryKey = tuple[GpuKey, float]  # the query and its busy level
 CpuCarryKey = tuple[CpuKey, float | None, float | None]  # the query, busy above in cores, as a fraction
 
@@ -153,6 +159,17 @@ class BusyCarry:
         self._cpu: dict[CpuCarryKey, _CpuKept] = {}
         self.stats = CarryStats()
         self.full_reads: dict[Full, int] = {}  # why, how many cycles
+        self._intervals: tuple[datetime.datetime, ScrapeIntervals] | None = None
+
+    def intervals(self, at: datetime.datetime, read: Callable[[], ScrapeIntervals]) -> ScrapeIntervals:
+        """The scrape intervals, read at most every `INTERVALS_FOR`, and on every cycle that reads
+        everything whole (`begin`); an answer that gave none is not kept."""
+        kept = self._intervals
+        if kept is not None and at - kept[0] < INTERVALS_FOR:
+            return kept[1]
+        found = read()
+        self._intervals = (at, found) if found.jobs is not None else None
+        return found
 
     def begin(self, at: datetime.datetime, started: datetime.datetime | None) -> datetime.datetime | None:
         """The time of the last read, when this cycle may read only what happened since; else None,
@@ -170,6 +187,7 @@ class BusyCarry:
         self.full_reads[why] = self.full_reads.get(why, 0) + 1
         self._gpu.clear()
         self._cpu.clear()
+        self._intervals = None
         return None
 
     def unreadable(self) -> None:

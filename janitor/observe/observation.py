@@ -198,10 +198,15 @@ def read_evidence(source: PrometheusSource | None, settings: Settings, need: Nee
     if source is None or not need.prometheus:
         return Evidence()
     prom = settings.prometheus
-    read = targets.scrape_intervals(source) if need.gpu or need.cpu else targets.ScrapeIntervals(None)
-    usage = _Usage(source, settings, need, at, read.jobs, pods, namespaces)
     carry = carry if pods is None else None
     since = carry.begin(at, source.started()) if carry is not None else None
+    if not (need.gpu or need.cpu):
+        read = targets.ScrapeIntervals(None)
+    elif carry is not None:
+        read = carry.intervals(at, functools.partial(targets.scrape_intervals, source))
+    else:
+        read = targets.scrape_intervals(source)
+    usage = _Usage(source, settings, need, at, read.jobs, pods, namespaces)
     gpu: dict[GpuKey, GpuEvidence] = {}
     for key in sorted(need.gpu, key=str):
         level = need.gpu_busy_above.get(key)

@@ -39,6 +39,7 @@ from janitor.decide.evidence import (
 from janitor.decide.model import ObjectRef, OwnerRef, PodView, State
 from janitor.decide.triggers.idle import CpuJudge, GpuJudge
 from janitor.observe.carry import BusyCarry, Full
+from janitor.observe.targets import ScrapeIntervals
 from janitor.policy.model import IdleCpu, IdleGpu
 
 T0 = datetime.datetime(2026, 11, 23, 12, 0, tzinfo=datetime.timezone.utc)
@@ -380,3 +381,24 @@ def test_a_busy_sample_is_carried_from_the_start_of_the_span_it_was_seen_in() ->
             Cycle(880, 0, False, False), Cycle(950, 0, False, False)]
     assert asked(lives, plan)[-1] == [PodKey("ml", "pod-0")]
     run(lives, plan)
+
+
+def test_scrape_intervals_are_read_every_few_minutes_and_on_every_whole_read() -> None:
+    carry, reads = BusyCarry(datetime.timedelta(hours=1)), []
+    answers = iter([ScrapeIntervals({"dcgm": STEP}), ScrapeIntervals(None, "HTTP 503"),
+                    ScrapeIntervals({"dcgm": STEP}), ScrapeIntervals({"dcgm": 2 * STEP}), ScrapeIntervals({})])
+
+    def cycle(at: int, started: int = 0) -> ScrapeIntervals:
+        carry.begin(stamp(at), stamp(started))
+
+        def read() -> ScrapeIntervals:
+            reads.append(at)
+            return next(answers)
+        return carry.intervals(stamp(at), read)
+
+    assert cycle(600).jobs == {"dcgm": STEP}
+    assert cycle(660).jobs == {"dcgm": STEP} and reads == [600]  # kept
+    assert cycle(720 + 180).jobs is None  # past INTERVALS_FOR: read again; an error is not kept
+    assert cycle(960).jobs == {"dcgm": STEP} and reads == [600, 900, 960]
+    assert cycle(1020, started=1000).jobs == {"dcgm": 2 * STEP}  # Prometheus restarted: read again
+    assert reads == [600, 900, 960, 1020]
