@@ -66,6 +66,18 @@ def metadata_only(kind: ResourceKind) -> bool:
     return (kind.group, kind.kind) in _METADATA_ONLY
 
 
+METADATA_PAGES = 4
+"""Metadata-only lists take this many times `--page-size` a page. The apiserver compresses an
+answer only above 128 KiB: 250 ConfigMaps' metadata is about 124 KB, so every such page travelled
+uncompressed (three quarters of a first cycle's bytes at 4,000 pods); a thousand are compressed,
+and their metadata is a small part of what a page of pods holds."""
+
+
+def page_size_of(kind: ResourceKind, page_size: int) -> int:
+    """The page size a list of `kind` asks for (`METADATA_PAGES`)."""
+    return page_size * METADATA_PAGES if metadata_only(kind) else page_size
+
+
 @dataclass(frozen=True, slots=True)
 class _Page:
     body: dict[str, Any]
@@ -251,7 +263,7 @@ def _pages(
     token: str | None = None
     path = kubeapi.path(kind, namespace)
     while True:
-        query: list[tuple[str, str | int]] = [("limit", page_size)]
+        query: list[tuple[str, str | int]] = [("limit", page_size_of(kind, page_size))]
         if label_selector:
             query.append(("labelSelector", label_selector))
         if field_selector:

@@ -69,6 +69,16 @@ def serve(kube, sandbox) -> Iterator[Callable[[], PrometheusServer]]:  # noqa: A
         server.stop()
 
 
+@pytest.fixture
+def runners() -> Iterator[list[Runner]]:
+    """The runners a test made: their watch caches are stopped after it."""
+    made: list[Runner] = []
+    yield made
+    for run in made:
+        if run.ports.cache is not None:
+            run.ports.cache.stop()
+
+
 def runner(sandbox, namespace: str, policy_path: Path, url: str, *, carry: bool) -> Runner:  # noqa: ANN001
     config = build(namespaces=(namespace,), state_namespace=namespace, policy_paths=(str(policy_path),),
                    prometheus_url=url, scrape_interval=datetime.timedelta(seconds=15))
@@ -93,21 +103,23 @@ def metric(run: Runner, line: str) -> float:
     return float(found[0])
 
 
-def scraped_after(url: str, moment: float) -> None:
-    """Wait until Prometheus holds a GPU sample later than `moment` (a cycle's read), so the next
-    cycle's span since it is not empty."""
-    query = urllib.parse.urlencode({"query": "max(timestamp(DCGM_FI_DEV_GPU_UTIL))"})
+def scraped_after(url: str, namespace: str, moment: float) -> None:
+    """Wait until Prometheus holds a sample of the busy pod's GPU later than `moment` (a cycle's
+    read) and at least 2 s old, so the next cycle's span since it holds it: a cycle evaluates at
+    the apiserver's Date, which is cut to the second."""
+    busy = f'DCGM_FI_DEV_GPU_UTIL{{exported_namespace="{namespace}",exported_pod=~"busy-.*"}}'
+    query = urllib.parse.urlencode({"query": f"max(timestamp({busy}))"})
 
     def seen() -> bool:
         with urllib.request.urlopen(f"{url}/api/v1/query?{query}", timeout=10) as answer:
             result = json.load(answer)["data"]["result"]
-        return bool(result) and float(result[0]["value"][1]) > moment + 1
+        return bool(result) and moment + 1 < float(result[0]["value"][1]) < time.time() - 2
     wait_until(seen, timeout=60, what="a GPU sample after the last cycle's read")
 
 
 def test_a_steady_cycle_carries_busy_and_judges_as_a_whole_read_does(
         kube, core: client.CoreV1Api, namespace: str, sandbox, tmp_path: Path,  # noqa: ANN001
-        exporter_values: ValuesControl, serve: Callable[[], PrometheusServer]) -> None:
+        exporter_values: ValuesControl, serve: Callable[[], PrometheusServer], runners: list[Runner]) -> None:
     for name in ("busy", "idle", "was-busy"):
         create_job(kube, namespace, name)
     wait_until(lambda: sum(p.status.phase == "Running" for p in core.list_namespaced_pod(namespace).items) == 3,
@@ -126,13 +138,14 @@ def test_a_steady_cycle_carries_busy_and_judges_as_a_whole_read_does(
     rules = policy(tmp_path / "p.yaml", namespace)
     steady = runner(sandbox, namespace, rules, served.url, carry=True)
     whole = runner(sandbox, namespace, rules, served.url, carry=False)
+    runners += [steady, whole]
     carry = steady.ports.busy
     assert carry is not None
     expected = {"busy": "clear", "idle": "fires", "was-busy": "clear"}
 
     assert verdicts(steady) == expected, steady.explain()
     assert carry.stats.full is Full.START and carry.stats.carried == 0
-    scraped_after(served.url, time.time())
+    scraped_after(served.url, namespace, time.time())
     assert verdicts(steady) == expected == verdicts(whole)
     assert (carry.stats.full, carry.stats.carried, carry.stats.read_whole) == (None, 1, 2)
     assert metric(steady, "janitor_usage_pods_carried") == 1
@@ -144,7 +157,7 @@ def test_a_steady_cycle_carries_busy_and_judges_as_a_whole_read_does(
     assert (carry.stats.full, carry.stats.carried) == (Full.PAUSE, 0)
     assert metric(steady, 'janitor_usage_whole_reads_total{why="pause"}') == 1
     carry.max_pause = datetime.timedelta(minutes=3)
-    scraped_after(served.url, time.time())
+    scraped_after(served.url, namespace, time.time())
     assert verdicts(steady) == expected and carry.stats.carried == 1
 
     # Prometheus restarts (its data kept): everything is read whole again.
