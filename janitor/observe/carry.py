@@ -12,7 +12,8 @@ query and busy level, when each GPU series and pod was last seen busy, and a ste
    its busy sample, so the carry ends no later than the sample leaves the window);
 2. the whole window, as before, only for the pods not carried: pods never read whole since the
    daemon started, pods with any GPU series not seen busy within the window (partly idle pods
-   included), new pods, pods re-created under their name (another UID).
+   included), new pods, pods re-created under their name (another UID), and each pod whose last
+   whole read is a window old (a GPU series that appeared since is then seen).
 
 The carried pods' evidence is their busy series with the peak seen busy, as a whole read gives a
 busy GPU's (its peak alone); every idle verdict, mark and action rests on a whole read, and the
@@ -22,9 +23,14 @@ without one level (power, the lowest sample) or one whose readers look across po
 a node exports at all) is read whole every cycle.
 
 A whole read of everything, and no carry, after: the daemon's start, a cycle more than `max_pause`
-after the last read (the janitor paused, lost its lease, or a cycle failed), a Prometheus that
-restarted or cannot say when it started (`/api/v1/status/runtimeinfo`), and any answer to the busy
-query that is not whole (an error, a timeout, warnings). The one-shot commands never carry.
+after the last read (the janitor paused, lost its lease, or a cycle failed), and a Prometheus that
+restarted or cannot say when it started (`/api/v1/status/runtimeinfo`); a query whose busy answer
+is not whole (an error, a timeout, warnings) reads every pod whole that cycle. Behind Thanos Query
+the start time is Thanos' own, so a restart of a Prometheus behind it goes unseen: what was carried
+stays busy where a whole read might now say unknown (the safe side), until it leaves the window.
+Behind an HA pair without sticky sessions the start time alternates, and most cycles read whole.
+The scrape intervals are kept for `INTERVALS_FOR` while Prometheus' config is unchanged. What is
+kept is forgotten with the pods: it stays the size of the cluster. The one-shot commands never carry.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from dataclasses import dataclass, field, replace
 
 from janitor.decide.evidence import CpuEvidence, CpuKey, CpuUsage, GpuEvidence, GpuKey, GpuSeries, PodKey, Quality
 from janitor.decide.model import PodView
+from janitor.observe.prometheus import Runtime
 from janitor.observe.targets import ScrapeIntervals
 
 logger = logging.getLogger(__name__)
@@ -64,7 +71,7 @@ class _GpuKept:
     pod's own series as its last whole read found them."""
 
     busy: dict[_SeriesId, tuple[datetime.datetime, GpuSeries]] = field(default_factory=dict)
-    pods: dict[_PodId, frozenset[_SeriesId]] = field(default_factory=dict)
+    pods: dict[_PodId, tuple[frozenset[_SeriesId], datetime.datetime]] = field(default_factory=dict)
 
     def seen_busy(self, found: GpuEvidence, since: datetime.datetime) -> None:
         for key, series in found.pods.items():
@@ -73,16 +80,18 @@ class _GpuKept:
                     self.busy[_series_id(key, s)] = (since, GpuSeries(s.gpu, s.peak, 0, s.node, Quality(), s.mig,
                                                                       s.model, s.uid))
 
-    def read_whole(self, found: GpuEvidence, pods: Iterable[PodView]) -> None:
+    def read_whole(self, found: GpuEvidence, pods: Iterable[PodView], at: datetime.datetime) -> None:
         for pod in pods:
             key, uid = pod_id(pod)
-            self.pods[(key, uid)] = frozenset(_series_id(key, s) for s in _own(found.pods.get(key, ()), uid))
+            self.pods[(key, uid)] = (frozenset(_series_id(key, s) for s in _own(found.pods.get(key, ()), uid)), at)
 
     def carried(self, pod: PodView, at: datetime.datetime, window: datetime.timedelta
                 ) -> tuple[GpuSeries, ...] | None:
-        """The pod's series, each busy within the window, or None when any is not (or none is known)."""
-        ids = self.pods.get(pod_id(pod))
-        if not ids:
+        """The pod's series, each busy within the window, or None when any is not, none is known,
+        or its last whole read is a window old: a GPU series that appeared since (one idle beside a
+        busy one) is then seen, and the pod is not carried busy for ever on what it was."""
+        ids, read = self.pods.get(pod_id(pod), (frozenset(), at))
+        if not ids or not at < read + window:
             return None
         found = []
         for i in sorted(ids):
@@ -94,9 +103,10 @@ class _GpuKept:
 
     def forget(self, at: datetime.datetime, window: datetime.timedelta, pods: Iterable[PodView]) -> None:
         """Drop what has left the window and the pods no longer there: the carry stays the cluster's size."""
-        self.busy = {i: kept for i, kept in self.busy.items() if at < kept[0] + window}
         there = {pod_id(p) for p in pods}
-        self.pods = {p: ids for p, ids in self.pods.items() if p in there}
+        names = {key for key, _ in there}
+        self.busy = {i: kept for i, kept in self.busy.items() if i[0] in names and at < kept[0] + window}
+        self.pods = {p: kept for p, kept in self.pods.items() if p in there}
 
 
 @dataclass
@@ -116,8 +126,9 @@ class _CpuKept:
             return None
         return CpuUsage(kept[1], 0, Quality())
 
-    def forget(self, at: datetime.datetime, window: datetime.timedelta) -> None:
-        self.busy = {i: kept for i, kept in self.busy.items() if at < kept[0] + window}
+    def forget(self, at: datetime.datetime, window: datetime.timedelta, pods: Iterable[PodView]) -> None:
+        there = {pod_id(p) for p in pods}
+        self.busy = {i: kept for i, kept in self.busy.items() if i in there and at < kept[0] + window}
 
 
 INTERVALS_FOR = datetime.timedelta(minutes=5)
@@ -154,7 +165,8 @@ class BusyCarry:
     def __init__(self, max_pause: datetime.timedelta) -> None:
         self.max_pause = max_pause
         self._at: datetime.datetime | None = None
-        self._started: datetime.datetime | None = None
+        self._runtime = Runtime()
+        self._used: tuple[set[GpuCarryKey], set[CpuCarryKey]] = (set(), set())
         self._gpu: dict[GpuCarryKey, _GpuKept] = {}
         self._cpu: dict[CpuCarryKey, _CpuKept] = {}
         self.stats = CarryStats()
@@ -162,24 +174,28 @@ class BusyCarry:
         self._intervals: tuple[datetime.datetime, ScrapeIntervals] | None = None
 
     def intervals(self, at: datetime.datetime, read: Callable[[], ScrapeIntervals]) -> ScrapeIntervals:
-        """The scrape intervals, read at most every `INTERVALS_FOR`, and on every cycle that reads
-        everything whole (`begin`); an answer that gave none is not kept."""
+        """The scrape intervals, read at most every `INTERVALS_FOR` while Prometheus says when it
+        last loaded its config and that has not changed (a reload may change a job's interval), and
+        on every cycle that reads everything whole (`begin`); an answer that gave none is not kept."""
         kept = self._intervals
         if kept is not None and at - kept[0] < INTERVALS_FOR:
             return kept[1]
         found = read()
-        self._intervals = (at, found) if found.jobs is not None else None
+        self._intervals = (at, found) if found.jobs is not None and self._runtime.config is not None else None
         return found
 
-    def begin(self, at: datetime.datetime, started: datetime.datetime | None) -> datetime.datetime | None:
+    def begin(self, at: datetime.datetime, runtime: Runtime) -> datetime.datetime | None:
         """The time of the last read, when this cycle may read only what happened since; else None,
         having forgotten everything (this cycle reads every pod's whole window)."""
         last, self._at = self._at, at
-        was, self._started = self._started, started
-        why = (Full.START if last is None else Full.UNKNOWN_START if started is None
-               else Full.RESTART if started != was
+        was, self._runtime = self._runtime, runtime
+        if runtime.config != was.config:
+            self._intervals = None
+        why = (Full.START if last is None else Full.UNKNOWN_START if runtime.start is None
+               else Full.RESTART if runtime.start != was.start
                else Full.PAUSE if not last < at <= last + self.max_pause else None)
         self.stats = CarryStats(full=why)
+        self._used = (set(), set())
         if why is None:
             return last
         if why != Full.START:
@@ -191,10 +207,15 @@ class BusyCarry:
         return None
 
     def unreadable(self) -> None:
-        """An answer to a busy query was not whole: the next cycle reads everything whole."""
-        self._at = None
-        self.stats = replace(self.stats, full=Full.UNREADABLE)
-        self.full_reads[Full.UNREADABLE] = self.full_reads.get(Full.UNREADABLE, 0) + 1
+        """An answer was not whole: its query reads every pod whole this cycle (counted once a cycle)."""
+        if self.stats.full is None:
+            self.full_reads[Full.UNREADABLE] = self.full_reads.get(Full.UNREADABLE, 0) + 1
+            self.stats = replace(self.stats, full=Full.UNREADABLE)
+
+    def kept(self) -> tuple[int, int, int]:
+        """Pods, GPU series and CPU pods kept: what the carry holds (it stays the cluster's size)."""
+        return (sum(len(k.pods) for k in self._gpu.values()), sum(len(k.busy) for k in self._gpu.values()),
+                sum(len(k.busy) for k in self._cpu.values()))
 
     def gpu(self, key: GpuCarryKey, since: datetime.datetime | None, at: datetime.datetime,
             pods: Sequence[PodView], busy: Callable[[datetime.timedelta], GpuEvidence],
@@ -203,6 +224,7 @@ class BusyCarry:
         rest read whole. `busy(span)` asks which GPUs were busy over the last `span`; `whole(pods)`
         reads the whole window of those pods (None: of every pod, as without a carry)."""
         kept = self._gpu.setdefault(key, _GpuKept())
+        self._used[0].add(key)
         window = key[0][1]
         if since is not None:
             recent = busy(at - since)
@@ -223,10 +245,9 @@ class BusyCarry:
         rest = [p for p in pods if pod_id(p)[0] not in carried]
         read = whole(None if since is None else sorted({pod_id(p)[0] for p in rest}, key=_order))
         self._count(len(carried), len(rest))
-        if read.failed:
-            self.unreadable()
+        if read.failed:  # every pod unknown; what is kept stays true, and the next cycle reads them again
             return read
-        kept.read_whole(read, rest)
+        kept.read_whole(read, rest, at)
         kept.forget(at, window, pods)
         return replace(read, pods={**carried, **read.pods})
 
@@ -235,6 +256,7 @@ class BusyCarry:
             whole: Callable[[Sequence[PodKey] | None], CpuEvidence]) -> CpuEvidence:
         """As `gpu`, for a CPU query: a pod carried busy has its peak alone."""
         kept = self._cpu.setdefault(key, _CpuKept())
+        self._used[1].add(key)
         window = key[0][0]
         if since is not None:
             recent = busy(at - since)
@@ -256,16 +278,15 @@ class BusyCarry:
         read = whole(None if since is None else sorted({pod_id(p)[0] for p in rest}, key=_order))
         self._count(len(carried), len(rest))
         if read.failed:
-            self.unreadable()
             return read
-        kept.forget(at, window)
+        kept.forget(at, window, pods)
         return replace(read, pods={**carried, **read.pods})
 
-    def keep_only(self, gpu: Iterable[GpuCarryKey], cpu: Iterable[CpuCarryKey]) -> None:
-        """Forget the queries no policy reads any more (a policy changed its window or threshold)."""
-        wanted_gpu, wanted_cpu = set(gpu), set(cpu)
-        self._gpu = {k: v for k, v in self._gpu.items() if k in wanted_gpu}
-        self._cpu = {k: v for k, v in self._cpu.items() if k in wanted_cpu}
+    def end(self) -> None:
+        """Forget the queries this cycle did not carry (a policy changed its window or threshold,
+        or a query is now read whole every cycle): what is kept is of the last cycle's reads."""
+        self._gpu = {k: v for k, v in self._gpu.items() if k in self._used[0]}
+        self._cpu = {k: v for k, v in self._cpu.items() if k in self._used[1]}
 
     def _count(self, carried: int, whole: int) -> None:
         self.stats = replace(self.stats, carried=self.stats.carried + carried,

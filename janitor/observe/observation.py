@@ -199,7 +199,7 @@ def read_evidence(source: PrometheusSource | None, settings: Settings, need: Nee
         return Evidence()
     prom = settings.prometheus
     carry = carry if pods is None else None
-    since = carry.begin(at, source.started()) if carry is not None else None
+    since = carry.begin(at, source.runtime()) if carry is not None else None
     if not (need.gpu or need.cpu):
         read = targets.ScrapeIntervals(None)
     elif carry is not None:
@@ -224,8 +224,7 @@ def read_evidence(source: PrometheusSource | None, settings: Settings, need: Nee
             cpu[ckey] = carry.cpu((ckey, cores, fraction), since, at, covered,
                                   functools.partial(usage.cpu_busy, ckey), functools.partial(usage.cpu, ckey))
     if carry is not None:
-        carry.keep_only(need.gpu_busy_above.items(),
-                        [(k, need.cpu_busy_above.get(k), need.cpu_busy_fraction.get(k)) for k in need.cpu])
+        carry.end()
     ghosts = (evidence.ghost_gpus(source, at=at, labels=usage.labels, hostname_label=prom.hostname_label)
               if need.ghost_gpus and pods is None else None)
     return Evidence(gpu, cpu, ghosts, activity.read(source, need.activity, at), read.error,

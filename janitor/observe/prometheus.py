@@ -199,6 +199,24 @@ class QueryStat:
     ok: bool
 
 
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """What Prometheus says of itself: when it started and when it last loaded its config (None:
+    it cannot say). A change of either is what the carried verdicts and kept scrape intervals
+    watch for (`janitor.observe.carry`)."""
+
+    start: datetime | None = None
+    config: datetime | None = None
+
+
+def _moment(data: Any, key: str) -> datetime | None:
+    text = data.get(key) if isinstance(data, Mapping) else None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")) if isinstance(text, str) else None
+    except ValueError:
+        return None
+
+
 class PrometheusSource:
     """Instant and range queries with whole-envelope reading, typed errors and explicit timeouts.
 
@@ -288,25 +306,23 @@ class PrometheusSource:
                                   query=what) from e
         return [t for t in targets if isinstance(t, Mapping)]
 
-    def started(self) -> datetime | None:
-        """When this Prometheus started (`/api/v1/status/runtimeinfo`), or None when it cannot say
-        (a store without the endpoint, an error): a restart is then not seen, so nothing is carried
-        from one cycle to the next (`janitor.observe.carry`)."""
+    def runtime(self) -> Runtime:
+        """When this Prometheus started and last loaded its config (`/api/v1/status/runtimeinfo`),
+        each None where it cannot say (a store without the endpoint, an error)."""
         what = "runtimeinfo"
         started = time.monotonic()
         try:
             response = self._send("GET", "/api/v1/status/runtimeinfo", what)
         except PrometheusError as error:
-            logger.debug("Prometheus' start time unknown: %s", error)
-            return None
+            logger.debug("Prometheus' runtime information unknown: %s", error)
+            return Runtime()
         self.stats.append(QueryStat(what, time.monotonic() - started, len(response.content),
                                     response.status_code == 200))
         try:
-            envelope = json.loads(response.content)
-            text = envelope["data"]["startTime"] if response.status_code == 200 else None
-            return datetime.fromisoformat(text.replace("Z", "+00:00")) if isinstance(text, str) else None
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return None
+            data = json.loads(response.content)["data"] if response.status_code == 200 else {}
+        except (ValueError, KeyError, TypeError):
+            return Runtime()
+        return Runtime(_moment(data, "startTime"), _moment(data, "lastConfigTime"))
 
     def _send(self, method: str, path: str, query: str, *, data: Mapping[str, str] | None = None,
               params: Mapping[str, str] | None = None) -> requests.Response:

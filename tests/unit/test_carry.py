@@ -39,6 +39,7 @@ from janitor.decide.evidence import (
 from janitor.decide.model import ObjectRef, OwnerRef, PodView, State
 from janitor.decide.triggers.idle import CpuJudge, GpuJudge
 from janitor.observe.carry import BusyCarry, Full
+from janitor.observe.prometheus import Runtime
 from janitor.observe.targets import ScrapeIntervals
 from janitor.policy.model import IdleCpu, IdleGpu
 
@@ -139,6 +140,11 @@ def cycles(draw: st.DrawFn) -> list[Cycle]:
         said = None if draw(st.integers(0, 29)) == 0 else started
         found.append(Cycle(at, said, draw(st.integers(0, 24)) == 0, draw(st.integers(0, 29)) == 0))
     return found
+
+
+def runtime(started: int | None, config: int | None = 0) -> Runtime:
+    """What Prometheus says of itself: when it started and last loaded its config (None: it cannot say)."""
+    return Runtime(None if started is None else stamp(started), None if config is None else stamp(config))
 
 
 def name_of(life: Life) -> PodKey:
@@ -258,11 +264,12 @@ def run(lives: list[Life], plan: list[Cycle], *, cpu: bool = False) -> None:
     carry = BusyCarry(MAX_PAUSE)
     carried_before: set[str] = set()
     carried_ever: set[str] = set()
+    read_whole_at: dict[str, int] = {}
     for cycle in plan:
         at = stamp(cycle.at)
         pods = running(lives, cycle.at)
         answers = Answers(lives, cycle)
-        since = carry.begin(at, None if cycle.started is None else stamp(cycle.started))
+        since = carry.begin(at, runtime(cycle.started))
         why = carry.stats.full
         if cpu:
             steady = carry.cpu(CPU_KEY, since, at, pods, answers.cpu_busy, answers.cpu_whole)
@@ -274,6 +281,12 @@ def run(lives: list[Life], plan: list[Cycle], *, cpu: bool = False) -> None:
             judged = [(p, GpuJudge(steady, TRIGGER, at)(p), GpuJudge(whole, TRIGGER, at)(p)) for p in pods]
         asked = answers.asked_whole[-1] if answers.asked_whole else None
         carried = set() if asked is None or steady.failed else {p.ref.uid for p in pods if name_of_pod(p) not in asked}
+        for pod in pods:
+            if pod.ref.uid in carried and not cpu:  # its GPUs as its last whole read found them, a window old at most
+                assert cycle.at - read_whole_at[pod.ref.uid] < WINDOW.total_seconds(), (
+                    f"at {cycle.at}s {pod.ref.name} carried, last read whole at {read_whole_at[pod.ref.uid]}s")
+            elif not steady.failed:
+                read_whole_at[pod.ref.uid] = cycle.at
         for pod, mine, theirs in judged:
             assert (mine.state is State.FIRES) == (theirs.state is State.FIRES), (
                 f"at {cycle.at}s {pod.ref.name} ({pod.ref.uid}): carried {mine.state} ({mine.why}), "
@@ -339,12 +352,12 @@ def busy_pod() -> list[Life]:
     return [Life("uid-0-0", 0, 10_000, ((90.0,) * 700,))]
 
 
-def asked(lives: list[Life], plan: list[Cycle]) -> list[Sequence[PodKey] | None]:
+def asked(lives: list[Life], plan: list[Cycle], carry: BusyCarry | None = None) -> list[Sequence[PodKey] | None]:
     """What each cycle read whole: None for every pod, else the pods named."""
-    carry, seen = BusyCarry(MAX_PAUSE), []
+    carry, seen = carry or BusyCarry(MAX_PAUSE), []
     for cycle in plan:
         answers = Answers(lives, cycle)
-        since = carry.begin(stamp(cycle.at), None if cycle.started is None else stamp(cycle.started))
+        since = carry.begin(stamp(cycle.at), runtime(cycle.started))
         carry.gpu(GPU_KEY, since, stamp(cycle.at), running(lives, cycle.at), answers.gpu_busy, answers.gpu_whole)
         seen.append(answers.asked_whole[-1])
     return seen
@@ -386,10 +399,11 @@ def test_a_busy_sample_is_carried_from_the_start_of_the_span_it_was_seen_in() ->
 def test_scrape_intervals_are_read_every_few_minutes_and_on_every_whole_read() -> None:
     carry, reads = BusyCarry(datetime.timedelta(hours=1)), []
     answers = iter([ScrapeIntervals({"dcgm": STEP}), ScrapeIntervals(None, "HTTP 503"),
-                    ScrapeIntervals({"dcgm": STEP}), ScrapeIntervals({"dcgm": 2 * STEP}), ScrapeIntervals({})])
+                    ScrapeIntervals({"dcgm": STEP}), ScrapeIntervals({"dcgm": 2 * STEP}), ScrapeIntervals({}),
+                    ScrapeIntervals({"dcgm": STEP}), ScrapeIntervals({"dcgm": STEP})])
 
-    def cycle(at: int, started: int = 0) -> ScrapeIntervals:
-        carry.begin(stamp(at), stamp(started))
+    def cycle(at: int, started: int = 0, config: int | None = 0) -> ScrapeIntervals:
+        carry.begin(stamp(at), runtime(started, config))
 
         def read() -> ScrapeIntervals:
             reads.append(at)
@@ -402,3 +416,30 @@ def test_scrape_intervals_are_read_every_few_minutes_and_on_every_whole_read() -
     assert cycle(960).jobs == {"dcgm": STEP} and reads == [600, 900, 960]
     assert cycle(1020, started=1000).jobs == {"dcgm": 2 * STEP}  # Prometheus restarted: read again
     assert reads == [600, 900, 960, 1020]
+    # Its config reloaded (a ServiceMonitor changed a job's interval), it did not restart: read again.
+    assert cycle(1080, started=1000, config=1050).jobs == {} and reads[-1] == 1080
+    # A store that does not say when it loaded its config: read every cycle.
+    cycle(1140, started=1000, config=None)
+    cycle(1200, started=1000, config=None)
+    assert reads[-2:] == [1140, 1200]
+
+
+def test_what_is_kept_stays_the_size_of_the_pods_there() -> None:
+    """Pods come and go by the thousand a day: the carry forgets each one's series once it is gone."""
+    carry = BusyCarry(MAX_PAUSE)
+    lives = [Life(f"uid-{n}-0", 0, 700 + 60 * n, ((90.0,) * 200,)) for n in range(3)]
+    for at in (600, 660, 720, 780, 840):
+        answers = Answers(lives, Cycle(at, 0, False, False))
+        carry.begin(stamp(at), runtime(0))
+        carry.gpu(GPU_KEY, None if at == 600 else stamp(at - 60), stamp(at), running(lives, at), answers.gpu_busy,
+                  answers.gpu_whole)
+        carry.cpu(CPU_KEY, None if at == 600 else stamp(at - 60), stamp(at), running(lives, at), answers.cpu_busy,
+                  answers.cpu_whole)
+    assert carry.kept() == (0, 0, 0)  # every pod gone by 840 s: no pod, no GPU series, no CPU kept
+
+
+def test_an_unreadable_busy_answer_reads_that_cycle_whole_and_is_counted_under_its_name() -> None:
+    carry = BusyCarry(MAX_PAUSE)
+    plan = [Cycle(600, 0, False, False), Cycle(660, 0, True, False), Cycle(720, 0, False, False)]
+    assert asked(busy_pod(), plan, carry) == [None, None, []]
+    assert carry.full_reads == {Full.START: 1, Full.UNREADABLE: 1}
