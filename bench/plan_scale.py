@@ -53,6 +53,7 @@ sys.path.insert(0, str(ROOT))
 from janitor import annotations as ann  # noqa: E402
 from janitor.decide import evidence as ev  # noqa: E402
 from janitor.decide import model as m  # noqa: E402
+from janitor.decide import usage  # noqa: E402
 from janitor.decide.lifecycle import Step  # noqa: E402
 from janitor.decide.plan import CyclePlan, PlanSettings, plan  # noqa: E402
 from janitor.decide.rails import Rails  # noqa: E402
@@ -153,7 +154,7 @@ class Builder:
         policy, action = ("idle-gpu", "delete") if gpus else ("idle-cpu", "scale-to-zero")
         marked = warned = NOW - 30 * H
         deadline = marked + 24 * H
-        return {ann.EXPIRES: ann.format_deadline(deadline), ann.POLICY: policy, ann.REASON: "idle",
+        return {ann.DEADLINE: ann.format_deadline(deadline), ann.POLICY: policy, ann.REASON: "idle",
                 ann.MARKED_AT: ann.format_deadline(marked), ann.MARKED_UID: uid,
                 ann.WARNED_AT: ann.format_deadline(warned),
                 ann.WARNED_VIA: str(ann.Delivery("D0OWNER", f"{warned.timestamp():.6f}", False)),
@@ -251,7 +252,7 @@ class Builder:
     def _evidence(self) -> ev.Evidence:
         gpu: dict[tuple[str, datetime.timedelta], ev.GpuEvidence] = {}
         cpu: dict[tuple[datetime.timedelta, tuple[str, ...]], ev.CpuEvidence] = {}
-        for policy in self.policies:
+        for policy in self.policies + usage.companions(self.policies):  # the in-use checks read too
             g = policy.trigger(IdleGpu)
             if g is not None:
                 window = ev.EvidenceWindow(str(g.signal), g.window, SCRAPE, NOW)
