@@ -131,8 +131,8 @@ def carries_mark(notes: Mapping[str, str]) -> bool:
 
 
 def with_marks(views: Iterable[ObjectView]) -> list[ObjectView]:
-    """The objects that carry a mark, in order (`carries_mark`, inline: one pass over every object)."""
-    return [v for v in views if not _MARK_ONLY.isdisjoint(v.annotations) and ann.carries_mark(v.annotations)]
+    """The objects that carry a mark, in order (`carries_mark`, as their views read it when built)."""
+    return [v for v in views if v.readings.marked]
 
 
 def marks_per_policy(observation: Observation) -> Counter[str]:
