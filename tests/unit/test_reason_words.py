@@ -5,7 +5,7 @@ Aspects covered:
   hash, the repr; they are written once, however often shown;
 - judging a pod writes none of its GPU verdict's details; the sentence, `plan -o json` and a
   reason's equality with one built from the text read the same as when they were written while
-  deciding (the hung trigger's three details).
+  deciding (idle GPUs, and the hung trigger's three details).
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from factories import NOW, SCRAPED
 
 from janitor import documents
 from janitor.decide.evidence import EvidenceWindow, GpuEvidence, GpuSeries, PodKey
-from janitor.decide.model import ContainerView, ObjectRef, PodView
+from janitor.decide.model import ContainerView, ObjectRef, PodView, State
 from janitor.decide.reasons import Code, Reason, Words, why
 from janitor.decide.triggers.hung import HungJudge
-from janitor.policy.model import GpuSignal, Hung
+from janitor.decide.triggers.idle import judge_gpu
+from janitor.policy.model import GpuSignal, Hung, IdleGpu
 
 H = datetime.timedelta(hours=1)
 STEP = datetime.timedelta(seconds=15)
@@ -50,6 +51,19 @@ def _pod(gpus: int) -> PodView:
 
 def _series(gpu: str, peak: float | None, samples: int = 120, low: float | None = None) -> GpuSeries:
     return GpuSeries(gpu, peak, samples, "node-1", SCRAPED, False, "NVIDIA A100-SXM4-80GB", "", low)
+
+
+def test_an_idle_gpu_verdict_writes_its_detail_only_when_shown() -> None:
+    evidence = GpuEvidence(EvidenceWindow("DCGM_FI_DEV_GPU_UTIL", 2 * H, STEP, NOW),
+                           {PodKey("ml", "train-0"): (_series("1", 97.5, 480), _series("0", 0.25, 480))})
+    judged = judge_gpu(_pod(2), evidence, IdleGpu(), NOW)
+    detail = judged.why.fact("detail")
+    assert judged.state is State.PARTIAL and isinstance(detail, Words) and not detail.written
+    written = Reason(judged.why.code, tuple((k, str(v) if k == "detail" else v) for k, v in judged.why.facts))
+    assert judged.why == written and str(judged.why) == str(written)
+    assert str(judged.why) == ("1 of 2 GPUs idle: GPU 0 peak 0.25, GPU 1 peak 97.5 "
+                               "(DCGM_FI_DEV_GPU_UTIL <= 5 over 2 h)")
+    assert documents.reason(judged.why)["facts"]["detail"] == "GPU 0 peak 0.25, GPU 1 peak 97.5"
 
 
 def _hung(util: tuple[GpuSeries, ...], sm: tuple[GpuSeries, ...], power: tuple[GpuSeries, ...]) -> Reason:
