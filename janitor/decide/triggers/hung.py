@@ -93,6 +93,9 @@ class HungJudge:
         self.names = ", ".join((UTIL.short, *(s.short for s, _ in trigger.quiet)))
         self.within = ", ".join(f"power <= {t:g}x idle" if s.relative else f"{s.short} <= {t:g}"
                                 for s, t in trigger.quiet)
+        # Why a signal's evidence says nothing this cycle, if one's does not: the same for every pod.
+        self.unread = next((r for j in (self.util, *(j for *_, j in self.quiet)) if (r := j.unread()) is not None),
+                           None)
 
     def _value(self, signal: GpuSignal, s: GpuSeries) -> float | None:
         if s.peak is None or not signal.relative:
@@ -101,9 +104,8 @@ class HungJudge:
         return None if idle is None else s.peak / idle
 
     def __call__(self, pod: PodView) -> PodJudgement:
-        unread = next((r for j in (self.util, *(j for *_, j in self.quiet)) if (r := j.unread()) is not None), None)
-        if unread is not None:
-            return PodJudgement(pod.ref, State.UNKNOWN, unread)
+        if self.unread is not None:
+            return PodJudgement(pod.ref, State.UNKNOWN, self.unread)
         young = self.util.young(pod)
         if young:
             return young
