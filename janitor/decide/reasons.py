@@ -607,7 +607,12 @@ class Reason:
         return str(_FORMATTER.vformat(_T[self.code], (), dict(self.facts)))
 
     def fact(self, name: str) -> Fact:
-        return dict(self.facts).get(name)
+        """The fact of that name (the last, as a dict of the facts keeps it), or None. Asked of
+        every pod's verdict in a cycle: the few facts are looked through, no dict is made of them."""
+        for key, value in reversed(self.facts):
+            if key == name:
+                return value
+        return None
 
     def codes(self) -> frozenset[Code]:
         """This code and those of every reason nested in its facts."""
