@@ -11,7 +11,8 @@ Aspects covered:
   recorded as reported, and one on a new value again;
 - nothing read is kept past its view: a view built at a new resourceVersion (the watch cache's
   MODIFIED event, a fresh read, `dataclasses.replace`) reads its annotations again, while a view
-  the cache keeps between cycles keeps its one reading.
+  the cache keeps between cycles keeps its one reading; a bare pod's workload is its listed view
+  (read once) only at the pod's own resourceVersion.
 """
 
 from __future__ import annotations
@@ -24,14 +25,14 @@ import pytest
 from factories import NOW, ago, obj
 
 from janitor import annotations as a
-from janitor.decide import readings
+from janitor.decide import readings, selection
 from janitor.decide.deadlines import keep_order
-from janitor.decide.model import ActionType, ObjectView, Observation, ResourceKind, SafetyLedger, State
+from janitor.decide.model import ActionType, ObjectView, Observation, PodView, ResourceKind, SafetyLedger, State
 from janitor.decide.plan import PlanSettings, plan
 from janitor.decide.rails import Caps, Rails
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.triggers import expiry
-from janitor.observe import cluster
+from janitor.observe import cluster, views
 from janitor.observe.cache import ClusterCache
 from janitor.observe.watch import KindWatch
 
@@ -254,3 +255,25 @@ def test_a_pod_in_the_watch_cache_reads_its_own_annotations() -> None:
     [entry] = watch.values()
     assert entry.object is not None and entry.pod is not None
     assert [(r.key, r.value, r.says) for r in entry.object.readings.rules] == [(a.TTL, "2h", readings.Says.AT)]
+
+
+def _bare_pod(version: str, annotations: Mapping[str, str]) -> tuple[PodView, ObjectView]:
+    pods = ResourceKind("", "v1", "Pod", "pods")
+    item = _item(version, annotations)
+    item["spec"], item["status"] = {"containers": [{"name": "main"}]}, {"phase": "Running"}
+    return views.pod_view(item), cluster.to_view(pods, item)
+
+
+def test_a_bare_pods_workload_is_its_listed_view_read_once() -> None:
+    """A bare pod is a workload of its own: where pods are listed as objects (by default), its
+    workload's view is the listed one at the pod's version, whose annotations were read once; where
+    they are not, or another version was listed, one is made of the pod and read then."""
+    pod, listed = _bare_pod("9", {a.TTL: "2h"})
+    [workload] = selection.workloads(Observation(NOW, (listed,), (pod,)), OPEN)
+    assert workload.view is listed
+    [alone] = selection.workloads(Observation(NOW, (), (pod,)), OPEN)
+    assert alone.view is not None and alone.view.readings == listed.readings
+    _, older = _bare_pod("8", {a.TTL: "1h"})
+    [behind] = selection.workloads(Observation(NOW, (older,), (pod,)), OPEN)
+    assert behind.view is not None and behind.view is not older and behind.view.resource_version == "9"
+    assert [r.value for r in behind.view.readings.rules] == ["2h"]
