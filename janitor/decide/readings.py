@@ -2,11 +2,12 @@
 
 An object's `janitor/ttl`, `janitor/expires`, `janitor/keep-until` and the janitor's mark say the
 same thing every cycle until the object changes, and a change gives it a new resourceVersion, so
-a new `ObjectView`. Parsing them every cycle cost a plan as much as judging (127,000 objects on a
-TTL-heavy cluster, every TTL parsed and every expiry formatted again). `ObjectView` therefore
-reads them here when it is built (`read`), and the watch cache keeps the view, parse included,
-until the object's next version replaces it: a parse can never outlive the version it was made of,
-since it is computed from the view's own fields and lives on that view alone.
+a new `ObjectView`. Parsed every cycle, they were a large part of a plan where many objects carry
+a TTL (every TTL parsed and every expiry formatted again, on every object, every cycle).
+`ObjectView` therefore reads them here when it is built (`read`), and the watch cache keeps the
+view, parse included, until the object's next version replaces it: a parse can never outlive the
+version it was made of, since it is computed from the view's own fields and lives on that view
+alone.
 
 Only what is a pure function of the object is kept here: a TTL's deadline is its creation time
 plus the TTL, and the words a reason writes for both. Whether a deadline has passed compares it
