@@ -29,7 +29,9 @@ findings of every trigger, lifecycle reclaims and actions, so it measures real w
 
 By default 3 workloads in 4 hold GPUs, asking for some 35 times the GPUs the nodes have: the
 costliest case, since every running GPU pod is judged on both signals. With `--gpu-share 0.02`
-the running pods ask for about the GPUs the nodes have. `--profile N` prints the hottest
+the running pods ask for about the GPUs the nodes have. With `--ttl-share 1` every object and pod
+also carries a `janitor/ttl` a year out (as `devenv populate` writes them: nothing expires), the
+TTL-heavy case, where the expiry trigger judges every object every cycle. `--profile N` prints the hottest
 functions of one plan at N pods (cProfile) instead.
 """
 
@@ -53,6 +55,7 @@ sys.path.insert(0, str(ROOT))
 from janitor import annotations as ann  # noqa: E402
 from janitor.decide import evidence as ev  # noqa: E402
 from janitor.decide import model as m  # noqa: E402
+from janitor.decide import usage  # noqa: E402
 from janitor.decide.lifecycle import Step  # noqa: E402
 from janitor.decide.plan import CyclePlan, PlanSettings, plan  # noqa: E402
 from janitor.decide.rails import Rails  # noqa: E402
@@ -88,8 +91,11 @@ def load_policies() -> tuple[Policy, ...]:
 class Builder:
     """One observation of `pods` pods, drawn from a seeded generator so every run sees the same one."""
 
-    def __init__(self, pods: int, policies: tuple[Policy, ...], seed: int = 7, gpu_share: float = GPU_SHARE) -> None:
+    def __init__(self, pods: int, policies: tuple[Policy, ...], seed: int = 7, gpu_share: float = GPU_SHARE,
+                 ttl_share: float = 0.0) -> None:
         self.rng = random.Random(seed)
+        self.ttl_rng = random.Random(seed + 1)  # its own draws: the shape at --ttl-share 0 stays as it was
+        self.ttl_share = ttl_share
         self.target = pods
         self.gpu_share = gpu_share
         self.policies = policies
@@ -101,6 +107,12 @@ class Builder:
         self.gappy: set[ev.PodKey] = set()
         self.namespaces = self._namespaces()
         self.nodes = self._nodes(max(50, pods // 100))
+
+    def ttl(self, notes: dict[str, str]) -> dict[str, str]:
+        """`notes` with a janitor/ttl a year out, for `--ttl-share` of the objects and pods."""
+        if self.ttl_share and ann.TTL not in notes and self.ttl_rng.random() < self.ttl_share:
+            return notes | {ann.TTL: "52w"}
+        return notes
 
     def uid(self, what: str) -> str:
         self.serial += 1
@@ -142,8 +154,8 @@ class Builder:
         owner = (m.OwnerRef(controller.ref.kind, controller.ref.api_version, controller.ref.name, controller.ref.uid)
                  if controller is not None else None)
         view = m.ObjectView(m.ObjectRef(kind, API[kind], namespace, name, self.uid(kind.lower())), str(self.serial),
-                          created, notes or {}, {"app": name}, controller=owner, template_annotations=template or {},
-                          replicas=replicas)
+                          created, self.ttl(notes or {}), {"app": name}, controller=owner,
+                          template_annotations=template or {}, replicas=replicas)
         self.objects.append(view)
         return view
 
@@ -153,7 +165,7 @@ class Builder:
         policy, action = ("idle-gpu", "delete") if gpus else ("idle-cpu", "scale-to-zero")
         marked = warned = NOW - 30 * H
         deadline = marked + 24 * H
-        return {ann.EXPIRES: ann.format_deadline(deadline), ann.POLICY: policy, ann.REASON: "idle",
+        return {ann.DEADLINE: ann.format_deadline(deadline), ann.POLICY: policy, ann.REASON: "idle",
                 ann.MARKED_AT: ann.format_deadline(marked), ann.MARKED_UID: uid,
                 ann.WARNED_AT: ann.format_deadline(warned),
                 ann.WARNED_VIA: str(ann.Delivery("D0OWNER", f"{warned.timestamp():.6f}", False)),
@@ -195,7 +207,7 @@ class Builder:
         labels = {"app": name.rsplit("-", 1)[0]}
         deleting = state.deleting_since is not None
         pod = m.PodView(ref, str(self.serial), labels, owner, node, phase, started, gpus, containers, deleting,
-                      dict(template), state, (started or NOW) - M)
+                      self.ttl(dict(template)), state, (started or NOW) - M)
         self.pods.append(pod)
         self.objects.append(m.ObjectView(ref, pod.resource_version, pod.created or NOW, pod.annotations, labels,
                                        deleting, owner))
@@ -251,7 +263,7 @@ class Builder:
     def _evidence(self) -> ev.Evidence:
         gpu: dict[tuple[str, datetime.timedelta], ev.GpuEvidence] = {}
         cpu: dict[tuple[datetime.timedelta, tuple[str, ...]], ev.CpuEvidence] = {}
-        for policy in self.policies:
+        for policy in self.policies + usage.companions(self.policies):  # the in-use checks read too
             g = policy.trigger(IdleGpu)
             if g is not None:
                 window = ev.EvidenceWindow(str(g.signal), g.window, SCRAPE, NOW)
@@ -390,6 +402,8 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=30, help="functions shown with --profile")
     parser.add_argument("--gpu-share", type=float, default=GPU_SHARE,
                         help="share of workloads whose pods hold GPUs (0.02: about the GPUs the nodes have)")
+    parser.add_argument("--ttl-share", type=float, default=0.0,
+                        help="share of objects and pods with a janitor/ttl a year out (1: the TTL-heavy case)")
     parser.add_argument("--freeze", action="store_true",
                         help="gc.freeze() the observation before each plan (what a daemon can do after its read)")
     parser.add_argument("--observation", metavar="PATH", help="plan a kept observation of the scale sandbox "
@@ -400,7 +414,8 @@ def main() -> None:
         return
     policies = load_policies()
     if args.profile:
-        profile(Builder(args.profile, policies, gpu_share=args.gpu_share).build(), policies, args.top,
+        profile(Builder(args.profile, policies, gpu_share=args.gpu_share, ttl_share=args.ttl_share).build(), policies,
+                args.top,
                 NOW + datetime.timedelta(seconds=2))
         return
     sizes = sorted(args.sizes)
@@ -409,7 +424,7 @@ def main() -> None:
     print(f"{'pods':>7} {'objects':>8} {'nodes':>6} {'plan s':>8} {'us/pod':>7} {'gc s':>6} {'full':>4} "
           f"{'w/o gc':>7}  plan")
     for pods in sizes:
-        observation = Builder(pods, policies, gpu_share=args.gpu_share).build()
+        observation = Builder(pods, policies, gpu_share=args.gpu_share, ttl_share=args.ttl_share).build()
         seconds, collector, result = best_of(observation, policies, args.runs, args.freeze)
         figures[pods] = seconds
         without[pods] = seconds - collector.seconds

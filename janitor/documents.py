@@ -18,7 +18,7 @@ from janitor.decide.lifecycle import Change
 from janitor.decide.model import Action, Finding, ObjectRef, PodJudgement, TriggerKind
 from janitor.decide.plan import CyclePlan
 from janitor.decide.rails import Held
-from janitor.decide.reasons import Reason
+from janitor.decide.reasons import Reason, Words
 from janitor.decide.triggers import registry
 
 API_VERSION = "janitor/v1"
@@ -35,6 +35,8 @@ def _time(at: datetime.datetime | None) -> str | None:
 def _fact(value: Any) -> Any:
     if isinstance(value, Reason):
         return reason(value)
+    if isinstance(value, Words):  # words a reason writes from its data when shown: their text
+        return str(value)
     if isinstance(value, datetime.datetime):
         return _time(value)
     if isinstance(value, datetime.timedelta):

@@ -113,7 +113,7 @@ def judge(op: Op, days: int, value: ButtonValue, view: ObjectView | None, presse
     now = now.replace(microsecond=0)  # annotations hold whole seconds
     if view is None or view.ref.uid != value.uid:
         return Verdict(op, Outcome.STALE, f"{value} was deleted or re-created since this message; nothing changed.")
-    mark = ann.read_mark(view.annotations, view.foreign_marks)
+    mark = view.readings.mark  # read when the view was built
     if mark is None or not mark.belongs_to(value.uid) or mark.marked_at is None or \
             ann.format_expires(mark.marked_at) != value.marked_at:
         return Verdict(op, Outcome.STALE, f"{value} is no longer marked as this message says (it was unmarked, or "
@@ -154,7 +154,7 @@ def judge(op: Op, days: int, value: ButtonValue, view: ObjectView | None, presse
     until = min(now + datetime.timedelta(days=days), cap)
     # A keep that would not move the deadline in force (an earlier keep already did, say) adds nothing,
     # and writing it would cut that earlier keep short.
-    in_force = deadline_in_force(mark, view.annotations.get(ann.KEEP_UNTIL), honoured)
+    in_force = deadline_in_force(mark, view.readings.keep, honoured)
     if until <= now or (in_force is not None and until <= in_force):
         if ann.RELEASE in view.annotations:  # no time to add, but the keep still withdraws a release
             stays = f"; the deadline stays {ann.format_expires(in_force)}" if in_force is not None else ""

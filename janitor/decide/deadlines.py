@@ -13,12 +13,12 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping
 from dataclasses import replace
 
 from janitor import annotations as ann
 from janitor.annotations import Mark
 from janitor.decide.model import Finding
+from janitor.decide.readings import Keep
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.workhours import add_working_time
 from janitor.policy.model import IdleGpu, Policy
@@ -63,13 +63,13 @@ def earliest_after_delivery(delivered_at: datetime.datetime, policy: Policy,
     return max(at, add_working_time(delivered_at, hours, time_zone)) if hours else at
 
 
-def deadline_in_force(mark: Mark, keep: str | None, cap: datetime.datetime | None,
+def deadline_in_force(mark: Mark, keep: Keep | str | None, cap: datetime.datetime | None,
                       least: datetime.datetime | None = None) -> datetime.datetime | None:
     """The deadline the janitor holds a mark to: never earlier than the mark's, than the one the
     delivered warning named, or than `least` (delivery + grace, for a reader that has the policy),
     because an owner must never be acted on sooner than they were told; an owner's keep-until (`keep`,
-    as written), within `cap`, only moves it later. None while nothing names one (someone else wrote
-    the mark's deadline, and no warning was delivered)."""
+    as written or as its view read it), within `cap`, only moves it later. None while nothing names
+    one (someone else wrote the mark's deadline, and no warning was delivered)."""
     named = [mark.deadline, mark.warned_of.deadline if mark.warned and mark.warned_of is not None else None, least]
     known = [d for d in named if d is not None]
     if not known:
@@ -79,14 +79,14 @@ def deadline_in_force(mark: Mark, keep: str | None, cap: datetime.datetime | Non
     return max(deadline, kept) if kept is not None else deadline
 
 
-def effective_deadline(mark: Mark, policy: Policy, notes: Mapping[str, str],
+def effective_deadline(mark: Mark, policy: Policy, keep: Keep | str | None,
                        time_zone: str | None = None) -> tuple[datetime.datetime, Reason]:
     """The deadline in force for a warned mark, with the reason the lifecycle gives for it: the
     owner reads why the date moved (their keep-until, the cap, the grace after delivery) or why
-    their keep-until did not move it."""
+    their keep-until did not move it. `keep`: the workload's keep-until, as written or as read."""
     assert mark.warned and mark.warned_at is not None
     cap = keep_cap(mark.marked_at, policy.lifecycle.max_extension, trusted=mark.cap_trusted)
-    keep = notes.get(ann.KEEP_UNTIL)
+    keep = _keep(keep)
     least = earliest_after_delivery(mark.warned_at, policy, time_zone)
     deadline = deadline_in_force(mark, keep, cap, least)
     unkept = deadline_in_force(mark, None, None, least)
@@ -95,44 +95,41 @@ def effective_deadline(mark: Mark, policy: Policy, notes: Mapping[str, str],
     if keep is not None and not mark.cap_trusted:
         reason = why(Code.KEEP_UNTRUSTED, keys=tuple(k for k in ann.CAP_KEYS if k in mark.foreign))
     if keep is not None and cap is not None:
-        try:
-            wanted = ann.parse_expires(keep)
-        except ValueError:
-            reason = why(Code.KEEP_UNPARSEABLE, value=keep[:80])
-        else:
-            if deadline > unkept:
-                reason = why(Code.KEPT_UNTIL, until=ann.format_deadline(deadline),
-                             capped=" (the policy's maxExtension cap)" if wanted > cap else "")
+        if keep.until is None:
+            reason = why(Code.KEEP_UNPARSEABLE, value=keep.value[:80])
+        elif deadline > unkept:
+            reason = why(Code.KEPT_UNTIL, until=ann.format_deadline(deadline),
+                         capped=" (the policy's maxExtension cap)" if keep.until > cap else "")
     return deadline, reason
 
 
-def kept_until(keep: str | None, cap: datetime.datetime | None) -> datetime.datetime | None:
-    """The owner's keep-until (`keep`, as written) within its cap; an unparseable one keeps the
-    workload until the cap, since its owner plainly asked for time. None without one, or without a
-    cap (no keeping)."""
+def _keep(keep: Keep | str | None) -> Keep | None:
+    """A keep-until as read: a view's (`ObjectView.readings.keep`, parsed once), or one parsed now."""
+    return Keep.of(keep) if isinstance(keep, str) else keep
+
+
+def kept_until(keep: Keep | str | None, cap: datetime.datetime | None) -> datetime.datetime | None:
+    """The owner's keep-until (`keep`, as written or as read) within its cap; an unparseable one
+    keeps the workload until the cap, since its owner plainly asked for time. None without one, or
+    without a cap (no keeping)."""
+    keep = _keep(keep)
     if keep is None or cap is None:
         return None
-    try:
-        return min(ann.parse_expires(keep), cap)
-    except ValueError:
-        return cap
+    return min(keep.until, cap) if keep.until is not None else cap
 
 
-def warning_deadline(base: datetime.datetime, notes: Mapping[str, str], cap: datetime.datetime | None,
+def warning_deadline(base: datetime.datetime, keep: Keep | str | None, cap: datetime.datetime | None,
                      policy: Policy, now: datetime.datetime, time_zone: str | None = None) -> datetime.datetime:
     """The deadline a warning sent now names: the one the janitor will keep, never before `base`,
-    nor before the least notice after a delivery now, nor before the owner's keep-until (within its
-    cap), so that a late warning or an owner who asked for time beforehand reads the real date."""
+    nor before the least notice after a delivery now, nor before the owner's keep-until (`keep`,
+    within its cap), so that a late warning or an owner who asked for time beforehand reads the
+    real date."""
     deadline = max(base, earliest_after_delivery(now, policy, time_zone))
-    kept = kept_until(notes.get(ann.KEEP_UNTIL), cap)
+    kept = kept_until(keep, cap)
     return max(deadline, kept) if kept is not None else deadline
 
 
-def keep_order(value: str | None) -> tuple[int, datetime.datetime]:
+def keep_order(value: Keep | str | None) -> tuple[int, datetime.datetime]:
     """Which keep-until keeps longer: an unparseable one (kept to the cap) over any time, absence last."""
-    if value is None:
-        return 0, _ENDLESS
-    try:
-        return 1, ann.parse_expires(value)
-    except ValueError:
-        return 2, _ENDLESS
+    keep = _keep(value)
+    return (0, _ENDLESS) if keep is None else keep.order

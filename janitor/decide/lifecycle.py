@@ -51,8 +51,9 @@ from janitor.decide.deadlines import (
 from janitor.decide.model import Action, ActionType, Finding, ObjectRef, ObjectView, State
 from janitor.decide.notices import Notice, keep_command, resume_command
 from janitor.decide.owners import Owner, OwnerKind
+from janitor.decide.readings import Keep
 from janitor.decide.reasons import Code, Reason, why
-from janitor.decide.selection import Workload, carries_mark, with_marks
+from janitor.decide.selection import Workload, with_marks
 from janitor.decide.triggers import registry
 from janitor.decide.triggers.spec import Usage
 from janitor.decide.volumes import ClaimTemplates
@@ -188,15 +189,15 @@ class _Case:
     queued_runs: tuple[str, ...] = ()  # those of `also` Kueue admits: suspending them directly would not hold
 
     @property
-    def kept(self) -> Mapping[str, str]:
-        """The annotations the deadline is read from: the workload's, with its CronJob's keep-until
-        when that keeps it longer (an unparseable one keeps it to the cap, like the workload's own)."""
-        notes = self.view.annotations
-        theirs = self.parent.annotations.get(ann.KEEP_UNTIL) if self.parent is not None else None
-        if theirs is None or theirs == notes.get(ann.KEEP_UNTIL):
-            return notes
-        own = notes.get(ann.KEEP_UNTIL)
-        return {**notes, ann.KEEP_UNTIL: theirs if own is None or keep_order(theirs) > keep_order(own) else own}
+    def kept(self) -> Keep | None:
+        """The keep-until the deadline is read with: the workload's, or its CronJob's when that keeps
+        it longer (an unparseable one keeps it to the cap, like the workload's own); as their views
+        read them (decide.readings)."""
+        own = self.view.readings.keep
+        theirs = self.parent.readings.keep if self.parent is not None else None
+        if theirs is None or (own is not None and theirs.value == own.value):
+            return own
+        return theirs if own is None or keep_order(theirs) > keep_order(own) else own
 
 
 def _cap(mark: Mark | None, policy: Policy, now: datetime.datetime) -> datetime.datetime | None:
@@ -251,7 +252,7 @@ def _copy(case: _Case, views: Mapping[str, ObjectView], now: datetime.datetime) 
     assert mark is not None and mark.uid is not None
     source = views.get(view.controller.uid) if view.controller is not None else None
     if source is not None and source.ref.uid == mark.uid:
-        own = ann.read_mark(source.annotations, source.foreign_marks)
+        own = source.readings.mark
         if own is not None and own.belongs_to(source.ref.uid):
             if ann.EXPIRES in view.annotations and ann.EXPIRES not in source.annotations:
                 # An older mark's deadline, copied before it moved: the controller never removes a key,
@@ -332,7 +333,7 @@ def _marked(case: _Case, finding: Finding, policy: Policy, now: datetime.datetim
     via, refused = held.through(policy.lifecycle.action, view)  # the Kueue Workload a suspend goes through
     if refused is None and case.queued_runs and _also(case, policy):
         refused = why(Code.KUEUE_RUNS, job=", ".join(case.queued_runs))
-    kept = kept_until(case.kept.get(ann.KEEP_UNTIL), _cap(mark, policy, now))
+    kept = kept_until(case.kept, _cap(mark, policy, now))
     if released is not None and (kept is None or kept <= now) and policy.lifecycle.action is not PolicyAction.REPORT:
         # A keep-until in force (pressed after the release, say) wins over it.
         # The owner pressed "Release now" on the warning in force, for this action: no more notice is owed.
@@ -527,7 +528,7 @@ def plan_lifecycle(
     subjects = [uid for uid in per_subject if uid in views]
     marked = [v.ref.uid for v in with_marks(views.values()) if v.ref.uid not in per_subject]
     checked = [v.ref.uid for v in views.values() if ann.RECLAIMED in v.annotations and v.ref.uid not in per_subject
-               and not carries_mark(v.annotations) and held.recorded(v)]
+               and not v.readings.marked and held.recorded(v)]
     cases = []
     for uid in [*subjects, *marked, *checked]:
         view = views[uid]
@@ -535,7 +536,7 @@ def plan_lifecycle(
             continue
         found = tuple(sorted(per_subject.get(uid, ()), key=lambda f: (order.get(f.policy, len(order)), f.trigger)))
         owner = found[0].owner if found else known_owners.get(uid, Owner(OwnerKind.UNKNOWN))
-        mark = ann.read_mark(view.annotations, view.foreign_marks) if carries_mark(view.annotations) else None
+        mark = view.readings.mark  # parsed once per resourceVersion, when its view was built
         cases.append(_Case(view, mark, found, zones.get(uid), owner, untraced.get(view.ref.namespace or ""),
                            parents.get(uid), also.get(uid, ()), claims.get(uid, view.claims), held.manager_of(found),
                            queued_runs.get(uid, ())))
@@ -562,7 +563,7 @@ def _running_jobs(workload: Workload, views: Mapping[str, ObjectView], now: date
     for p in workload.pods:
         job = views.get(p.controller.uid) if p.controller is not None and p.controller.kind == "Job" else None
         if job is None or p.deleting or p.phase not in ("Pending", "Running") or ann.is_true(
-                job.annotations.get(ann.OPT_OUT)) or keep_order(job.annotations.get(ann.KEEP_UNTIL)) > (1, now):
+                job.annotations.get(ann.OPT_OUT)) or keep_order(job.readings.keep) > (1, now):
             continue
         jobs[(job.ref.name, job.ref.uid)] = job.ref
     return tuple(jobs[k] for k in sorted(jobs))

@@ -17,6 +17,7 @@ from enum import StrEnum
 from janitor.decide.autoscaling import AutoscalerNote, Autoscaling
 from janitor.decide.evidence import Evidence
 from janitor.decide.owners import Owner, OwnerKind
+from janitor.decide.readings import Readings, read
 from janitor.decide.reasons import Reason
 from janitor.decide.volumes import ClaimTemplates
 from janitor.node_report import ConditionMessage, OomReport
@@ -96,6 +97,13 @@ class ObjectView:
     # The Kueue Workload that admits it, where one was looked for (a suspend goes through it); None:
     # none admits it, as far as was read (the queue label alone still says Kueue does: endings.kueue_managed).
     queued: Queued | None = None
+    # Its janitor annotations as deciding reads them (TTL, expiry, keep-until, mark), parsed from the
+    # fields above when the view is built: once per resourceVersion, as the watch cache keeps the view,
+    # and never carried to another view (`dataclasses.replace` parses again). See decide.readings.
+    readings: Readings = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "readings", read(self.annotations, self.foreign_marks, self.created))
 
 
 class SkipCause(StrEnum):

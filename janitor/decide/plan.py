@@ -22,7 +22,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
-from janitor import annotations as ann
 from janitor.decide import held, lifecycle, neighbours, selection, sight, usage
 from janitor.decide.admin_report import AdminReport, admin_report
 from janitor.decide.attribution import candidates
@@ -117,16 +116,16 @@ class CyclePlan:
 
 def _expiry(observation: Observation, gate: selection.Gate, by_uid: Mapping[str, ObjectView],
             now: datetime.datetime, deleted: Mapping[str, Deletion]) -> list[Finding]:
-    subjects: list[Workload] = []
+    subjects: list[ObjectView] = []
     found: list[Finding] = []
     for obj in observation.objects:
         skipped = gate(obj)
         if skipped is not None:
             found.append(Finding(TriggerKind.EXPIRY, EXPIRY.name, Mode.ENFORCE, obj.ref, State.SKIPPED, skipped,
                                  rule="rails"))
-        elif obj.annotations.get(ann.TTL) or obj.annotations.get(ann.EXPIRES):  # expiry.rules has one
-            subjects.append(Workload(obj.ref, obj, (), observation.namespace(obj.ref.namespace), obj.ref.kind))
-    return found + expiry.findings(subjects, observation, EXPIRY, now, by_uid=by_uid, deleted=deleted)
+        elif obj.readings.rules:  # a janitor/ttl or janitor/expires, parsed when its view was built
+            subjects.append(obj)
+    return found + expiry.judged(subjects, by_uid, EXPIRY, now, deleted)
 
 
 def _pod_triggers(workloads: Sequence[Workload], observation: Observation, policies: Sequence[Policy],

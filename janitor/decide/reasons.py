@@ -11,20 +11,60 @@ datetime is UTC (`{at}`: 2026-11-23T09:00:00Z, `{at:min}`: 2026-11-23 09:00Z), a
 `{x:age}` is a short age (2d3h, 5h07m, 12m30s), any other timedelta is in words (`{x}`: 1 min,
 7 d, 1 h 30 min; janitor.durations), never as Python writes one (0:01:00), and a tuple with `{xs:, }` is joined by that
 separator. Pure: no clock.
+
+Words made of data (a pod's GPUs and their peaks: "GPU 0 peak 3, GPU 1 peak 97") are `Words`: the
+data and the function that writes it, run only where the reason is shown (its sentence, `plan -o
+json`, a message), never while a cycle decides; the sentence reads the same either way.
 """
 
 from __future__ import annotations
 
 import datetime
 import string
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Union
 
 from janitor.durations import in_words
 
-Fact = Union[str, int, float, bool, datetime.datetime, datetime.timedelta, "Reason", tuple[Any, ...], None]
+Fact = Union[str, int, float, bool, datetime.datetime, datetime.timedelta, "Reason", "Words", tuple[Any, ...], None]
+
+
+class Words:
+    """A fact's words, written from its data only when they are shown: `render(*data)`, once.
+
+    A cycle judges tens of thousands of pods and shows few of their reasons, so the words of each
+    (every GPU's peak, say) are not written while deciding. Where they are shown, they are the text
+    `render` writes, and stand for it everywhere: `str()` of them, equal to it (and to other words
+    of the same text), hashed as it; so a reason holding them is the reason holding their text."""
+
+    __slots__ = ("_render", "_data", "_text")
+
+    def __init__(self, render: Callable[..., str], *data: Any) -> None:
+        self._render, self._data = render, data
+        self._text: str | None = None
+
+    def __str__(self) -> str:
+        if self._text is None:
+            self._text = self._render(*self._data)
+        return self._text
+
+    @property
+    def written(self) -> bool:
+        """Whether they were shown (and so written) yet."""
+        return self._text is not None
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Words | str):
+            return str(self) == str(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+    def __repr__(self) -> str:
+        return repr(str(self))
 
 
 class Code(StrEnum):
@@ -541,7 +581,7 @@ class _Formatter(string.Formatter):
     def format_field(self, value: Any, format_spec: str) -> str:
         if value is None:
             return ""
-        if isinstance(value, Reason):
+        if isinstance(value, Reason | Words):
             return str(value)
         if isinstance(value, datetime.datetime):
             utc = value.astimezone(datetime.timezone.utc)
@@ -567,7 +607,12 @@ class Reason:
         return str(_FORMATTER.vformat(_T[self.code], (), dict(self.facts)))
 
     def fact(self, name: str) -> Fact:
-        return dict(self.facts).get(name)
+        """The fact of that name (the last, as a dict of the facts keeps it), or None. Asked of
+        every pod's verdict in a cycle: the few facts are looked through, no dict is made of them."""
+        for key, value in reversed(self.facts):
+            if key == name:
+                return value
+        return None
 
     def codes(self) -> frozenset[Code]:
         """This code and those of every reason nested in its facts."""

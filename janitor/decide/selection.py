@@ -131,8 +131,8 @@ def carries_mark(notes: Mapping[str, str]) -> bool:
 
 
 def with_marks(views: Iterable[ObjectView]) -> list[ObjectView]:
-    """The objects that carry a mark, in order (`carries_mark`, inline: one pass over every object)."""
-    return [v for v in views if not _MARK_ONLY.isdisjoint(v.annotations) and ann.carries_mark(v.annotations)]
+    """The objects that carry a mark, in order (`carries_mark`, as their views read it when built)."""
+    return [v for v in views if v.readings.marked]
 
 
 def marks_per_policy(observation: Observation) -> Counter[str]:
@@ -251,6 +251,15 @@ class _Chains:
         return found if found is not None else self.above.setdefault(
             key, _walk(pod.ref.kind, c, self.by_uid, self.cronjob_mode))
 
+    def listed(self, pod: PodView) -> ObjectView:
+        """A bare pod as an object: as listed among the objects (pods are a kind read, by default), at
+        the pod's resourceVersion, whose annotations its view read once (decide.readings); else made
+        of the pod, read now."""
+        listed = self.by_uid.get(pod.ref.uid)
+        if listed is not None and listed.ref == pod.ref and listed.resource_version == pod.resource_version:
+            return listed
+        return pod_as_object(pod)
+
     def resolve(self, pod: PodView, above: _Above) -> _Group:
         """The top of `pod`'s chain."""
         c = pod.controller
@@ -259,7 +268,7 @@ class _Chains:
         if above.top is None:
             if pod.deleting:
                 return _Group(pod.ref, None, (pod.ref,), None, why(Code.POD_DELETING), "Pod")
-            view = pod_as_object(pod)
+            view = self.listed(pod)
             return _Group(pod.ref, view, (pod.ref,), managed_by(pod), None, view.ref.kind, above.candidate)
         top = above.top
         return _Group(top.ref, top, (pod.ref, *above.refs), strongest(managed_by(pod), above.marker), None,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from janitor import annotations as ann
 from janitor.decide.lifecycle import Change, Step
 from janitor.decide.model import ObjectView, Observation
 from janitor.decide.reasons import Code, Reason, why
@@ -34,7 +33,7 @@ def hold(objects: Sequence[ObjectView], reason: Reason) -> tuple[Change, ...]:
     """Every mark on `objects` (those outside protected namespaces) left as it is, each saying why."""
     held = []
     for view in with_marks(objects):
-        mark = ann.read_mark(view.annotations, view.foreign_marks)
+        mark = view.readings.mark
         if mark is not None:
             held.append(Change(Step.WAIT, view.ref, view.resource_version, mark.policy or "", reason))
     return tuple(held)

@@ -79,14 +79,14 @@ def findings(workloads: Sequence[Workload], found: Sequence[Finding], observatio
     if not checks:
         return []
     order = {p.name: i for i, p in enumerate(policies)}
-    by_name = {p.name: p for p in policies}
+    work = {p.name: _work_signals(p) for p in policies}
     read: dict[str, set[TriggerKind]] = {}
     governed: dict[str, str] = {}
     for f in found:
         if registry.spec(f.trigger).usage is not Usage.READS:
             continue
         read.setdefault(f.subject.uid, set())
-        if f.mode is Mode.ENFORCE and _reads_work(f, by_name):  # an enforcing policy's numbers are the admin's;
+        if f.mode is Mode.ENFORCE and _reads_work(f, work):  # an enforcing policy's numbers are the admin's;
             read[f.subject.uid].add(f.trigger)  # a shadow one's, or memory copy and power alone, replace no veto
         if f.policy in checks and f.known:
             best = governed.get(f.subject.uid)
@@ -111,19 +111,22 @@ def findings(workloads: Sequence[Workload], found: Sequence[Finding], observatio
     return out
 
 
-def _reads_work(finding: Finding, policies: Mapping[str, Policy]) -> bool:
+def _work_signals(policy: Policy) -> frozenset[str]:
+    """The signals of a policy's idle-GPU trigger that show any work on a GPU (GPU_UTIL or a PROF
+    field), worked out once per policy and cycle."""
+    trigger = policy.trigger(IdleGpu)
+    return frozenset(str(s) for s, _ in trigger.limits if s.measures_work) if trigger is not None else frozenset()
+
+
+def _reads_work(finding: Finding, work: Mapping[str, frozenset[str]]) -> bool:
     """Whether the finding read a signal that shows any work on a GPU (GPU_UTIL or a PROF field):
     memory copy and power alone miss a kernel that computes without moving memory or drawing much,
-    so the in-use check's GPU_UTIL is read beside them."""
+    so the in-use check's GPU_UTIL is read beside them. `work`: `_work_signals` by policy name."""
     if finding.trigger is not TriggerKind.IDLE_GPU:
         return True
-    policy = policies.get(finding.policy)
-    trigger = policy.trigger(IdleGpu) if policy is not None else None
-    if trigger is None:
-        return False
-    work = {str(s) for s, _ in trigger.limits if s.measures_work}
+    signals_of = work.get(finding.policy, frozenset())
     # ... on every pod: one whose node lacks the policy's work signal was judged without it.
-    return bool(work) and all(work - {signal for signal, *_ in signals.left_of(j)} for j in finding.pods)
+    return bool(signals_of) and all(signals_of - {signal for signal, *_ in signals.left_of(j)} for j in finding.pods)
 
 
 def _with_mapped_gpus(workload: Workload, observation: Observation, check: Policy) -> Workload:

@@ -368,7 +368,7 @@ def test_keep_until_never_moves_the_deadline_earlier(keep: datetime.datetime, ca
     assert change.deadline == NOW + H
     mark = a.read_mark(notes)
     assert mark is not None
-    assert effective_deadline(mark, pol, notes)[0] == NOW + H
+    assert effective_deadline(mark, pol, notes[a.KEEP_UNTIL])[0] == NOW + H
     assert one(job(notes), pol=pol, now=NOW + H).step is Step.ACT
 
 

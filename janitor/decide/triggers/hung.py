@@ -23,12 +23,13 @@ first two itself). Pure.
 from __future__ import annotations
 
 import datetime
+import operator
 from collections.abc import Mapping, Sequence
 
 from janitor.decide.attribution import attribute
 from janitor.decide.evidence import GpuEvidence, GpuKey, GpuSeries
 from janitor.decide.model import CPU_SIGNAL, Finding, Observation, PodJudgement, PodView, State, TriggerKind
-from janitor.decide.reasons import Code, Fact, Reason, why
+from janitor.decide.reasons import Code, Fact, Reason, Words, why
 from janitor.decide.selection import Workload
 from janitor.decide.triggers.idle import GpuJudge, gpu_pods, is_mig_pod, pod_key, starting
 from janitor.decide.triggers.spec import Reads, Recheck, Role, TriggerSpec, Usage, duration, gap_words
@@ -39,6 +40,7 @@ from janitor.why_note import Scalar
 UTIL = GpuSignal.GPU_UTIL
 BLIND = frozenset({str(GpuSignal.GPU_UTIL), str(GpuSignal.GR_ENGINE_ACTIVE), CPU_SIGNAL})
 _QUIET_WORDS = {GpuSignal.SM_ACTIVE: "compute", GpuSignal.POWER: "power"}
+_first = operator.itemgetter(0)
 
 
 def quiet_words(trigger: Hung) -> str:
@@ -63,6 +65,24 @@ def _shown(signal: GpuSignal, value: float | None) -> str:
     return f"power {value:.2g}x idle" if signal.relative else f"{signal.short} {value:g}"
 
 
+Reading = tuple[GpuSignal, float | None]  # a quiet signal's value on one GPU (power: as a multiple of idle)
+
+
+def _works_words(works: tuple[tuple[str, tuple[GpuSignal, float, float]], ...]) -> str:
+    """"GPU 0 sm 0.71 > 0.2; GPU 1 power 3.1x idle > 1.5": the quiet signals that show work."""
+    return "; ".join(f"GPU {gpu} {_shown(signal, value)} > {limit:g}" for gpu, (signal, value, limit) in works)
+
+
+def _dips_words(dips: tuple[tuple[str, float], ...]) -> str:
+    return ", ".join(f"GPU {gpu} low {low:g}" for gpu, low in dips)
+
+
+def _hung_words(gpus: tuple[tuple[str, float | None, tuple[Reading, ...]], ...]) -> str:
+    """"GPU 0 util low 97, sm 0.01, power 1.1x idle; ...": every GPU's lowest GPU_UTIL and quiet readings."""
+    return "; ".join(f"GPU {gpu} {UTIL.short} low {low:g}, {', '.join(_shown(s, v) for s, v in shown)}"
+                     for gpu, low, shown in gpus)
+
+
 class HungJudge:
     """Judges a pod's GPUs on one policy's hung signature."""
 
@@ -73,6 +93,9 @@ class HungJudge:
         self.names = ", ".join((UTIL.short, *(s.short for s, _ in trigger.quiet)))
         self.within = ", ".join(f"power <= {t:g}x idle" if s.relative else f"{s.short} <= {t:g}"
                                 for s, t in trigger.quiet)
+        # Why a signal's evidence says nothing this cycle, if one's does not: the same for every pod.
+        self.unread = next((r for j in (self.util, *(j for *_, j in self.quiet)) if (r := j.unread()) is not None),
+                           None)
 
     def _value(self, signal: GpuSignal, s: GpuSeries) -> float | None:
         if s.peak is None or not signal.relative:
@@ -81,9 +104,8 @@ class HungJudge:
         return None if idle is None else s.peak / idle
 
     def __call__(self, pod: PodView) -> PodJudgement:
-        unread = next((r for j in (self.util, *(j for *_, j in self.quiet)) if (r := j.unread()) is not None), None)
-        if unread is not None:
-            return PodJudgement(pod.ref, State.UNKNOWN, unread)
+        if self.unread is not None:
+            return PodJudgement(pod.ref, State.UNKNOWN, self.unread)
         young = self.util.young(pod)
         if young:
             return young
@@ -93,15 +115,15 @@ class HungJudge:
         util = attribute(pod.ref.uid, self.util.evidence.pods.get(key, ()) if self.util.evidence else (), str(UTIL))
         if is_mig_pod(pod) or any(s.mig for s in util.series) or any(s.mig for *_, m in read for s in m.series):
             return PodJudgement(pod.ref, State.UNKNOWN, why(Code.HUNG_MIG, what="a GPU it requested", signal=str(UTIL)))
-        works: dict[str, str] = {}
+        works: dict[str, tuple[GpuSignal, float, float]] = {}
         doubt: Reason | None = None
-        readings: dict[str, list[str]] = {}
+        readings: dict[str, list[Reading]] = {}
         for signal, limit, judge, mine in read:
             for s in mine.series:
                 value = self._value(signal, s)
-                readings.setdefault(s.gpu, []).append(_shown(signal, value))
+                readings.setdefault(s.gpu, []).append((signal, value))
                 if value is not None and value > limit:
-                    works.setdefault(s.gpu, f"{_shown(signal, value)} > {limit:g}")
+                    works.setdefault(s.gpu, (signal, value, limit))
                 elif doubt is None:
                     doubt = (why(Code.NO_IDLE_POWER, model=s.model or "an unnamed model")
                              if signal.relative and s.peak is not None and value is None else
@@ -110,13 +132,13 @@ class HungJudge:
                              why(Code.SM_ZERO_UNDER_LOAD, gpu=s.gpu, signal=str(signal))
                              if signal is GpuSignal.SM_ACTIVE and s.peak == 0 else judge.unsure(s))
             doubt = doubt or mine.doubt or self._count(pod, mine.series, signal)
-        if works:  # work on any GPU: not stuck, whatever else is in doubt
-            detail = "; ".join(f"GPU {g} {w}" for g, w in sorted(works.items()))
+        if works:  # work on any GPU: not stuck, whatever else is in doubt (its words written when shown)
+            detail = Words(_works_words, tuple(sorted(works.items(), key=_first)))
             return PodJudgement(pod.ref, State.CLEAR, why(Code.GPU_WORKS, detail=detail))
         dips = sorted((s for s in util.series if s.low is not None and s.low < self.trigger.utilization),
                       key=lambda s: s.gpu)
         if dips:
-            detail = ", ".join(f"GPU {s.gpu} low {s.low:g}" for s in dips)
+            detail = Words(_dips_words, tuple((s.gpu, s.low) for s in dips if s.low is not None))
             return PodJudgement(pod.ref, State.CLEAR, why(Code.GPU_UTIL_DIPS, detail=detail, signal=str(UTIL),
                                                           utilization=self.trigger.utilization,
                                                           window=self.trigger.window))
@@ -129,8 +151,7 @@ class HungJudge:
         if doubt is not None:
             return PodJudgement(pod.ref, State.UNKNOWN, doubt)
         ordered = sorted(util.series, key=lambda s: s.gpu)
-        detail = "; ".join(f"GPU {s.gpu} {UTIL.short} low {s.low:g}, {', '.join(readings.get(s.gpu, []))}"
-                           for s in ordered)
+        detail = Words(_hung_words, tuple((s.gpu, s.low, tuple(readings.get(s.gpu, ()))) for s in ordered))
         facts: dict[str, Fact] = {"detail": detail, "signal": str(UTIL), "utilization": self.trigger.utilization,
                                   "within": self.within, "window": self.trigger.window}
         return PodJudgement(pod.ref, State.FIRES, why(Code.GPU_HUNG, **facts), tuple(s.gpu for s in ordered),

@@ -24,7 +24,7 @@ from janitor.decide import activity
 from janitor.decide.attribution import attribute
 from janitor.decide.evidence import CpuEvidence, EvidenceWindow, GpuEvidence, GpuSeries, PodKey, Quality
 from janitor.decide.model import CPU_SIGNAL, Finding, Observation, PodJudgement, PodView, State, TriggerKind, is_mig
-from janitor.decide.reasons import Code, Fact, Reason, why
+from janitor.decide.reasons import Code, Fact, Reason, Words, why
 from janitor.decide.selection import Workload
 from janitor.decide.triggers import never_used
 from janitor.decide.triggers.spec import Reads, Recheck, Role, TriggerSpec, Usage, duration, gap_words
@@ -45,6 +45,11 @@ def pod_key(pod: PodView) -> PodKey:
 
 def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:g}"
+
+
+def _peak_words(peaks: tuple[tuple[str, float | None], ...]) -> str:
+    """"GPU 0 peak 0.4, GPU 1 peak 97": a GPU verdict's detail, written where it is shown."""
+    return ", ".join(f"GPU {gpu} peak {_fmt(peak)}" for gpu, peak in peaks)
 
 
 def max_gap(configured: datetime.timedelta | None, interval: datetime.timedelta) -> datetime.timedelta:
@@ -138,8 +143,7 @@ class GpuJudge(_Judge):
             # than GPUs: its own samples above the threshold are use all the same (busy beats unknown).
             busy_own = sorted((s for s in series if s.peak is not None and s.peak > trigger.threshold), key=_GPU)
             if busy_own:
-                detail = ", ".join(f"GPU {s.gpu} peak {_fmt(s.peak)}" for s in busy_own)
-                return PodJudgement(pod.ref, State.CLEAR, why(Code.GPU_BUSY, **self._facts(detail, busy_own)), (),
+                return PodJudgement(pod.ref, State.CLEAR, why(Code.GPU_BUSY, **self._facts(busy_own)), (),
                                     {s.gpu: s.peak for s in series}, self.busy_on)
             if mine.doubt is not None:
                 return PodJudgement(pod.ref, State.UNKNOWN, mine.doubt, peaks={s.gpu: s.peak for s in series})
@@ -157,8 +161,7 @@ class GpuJudge(_Judge):
             return PodJudgement(pod.ref, State.UNKNOWN, unsure, peaks=peaks)
         idle = tuple(sorted(s.gpu for s in series if s.gpu not in busy)) if unsure is None else ()
         ordered = sorted(series, key=_GPU)
-        detail = ", ".join(f"GPU {s.gpu} peak {_fmt(s.peak)}" for s in ordered)
-        facts = self._facts(detail, ordered)
+        facts = self._facts(ordered)
         if len(idle) == len(series):
             return PodJudgement(pod.ref, State.FIRES, why(Code.GPU_IDLE, **facts), idle, peaks)
         if idle:
@@ -175,9 +178,11 @@ class GpuJudge(_Judge):
             return None
         return never_used.judged(GpuJudge(found, never_used.trigger(self.trigger, running), self.now)(pod), running)
 
-    def _facts(self, detail: str, ordered: Sequence[GpuSeries]) -> dict[str, Fact]:
-        """The sentence's detail, the trigger's limit, and each GPU's peak as data (plain words read those)."""
-        return {"detail": detail, **self.limit, "peaks": tuple((s.gpu, s.peak) for s in ordered)}
+    def _facts(self, ordered: Sequence[GpuSeries]) -> dict[str, Fact]:
+        """Each GPU's peak as data (plain words read those), the sentence's detail written from them
+        only when shown, and the trigger's limit."""
+        peaks = tuple((s.gpu, s.peak) for s in ordered)
+        return {"detail": Words(_peak_words, peaks), **self.limit, "peaks": peaks}
 
     def _distinct(self, pod: PodView, series: Sequence[GpuSeries]) -> PodJudgement | None:
         """The rule above in one pass over the series, when each names another GPU (as exporters
@@ -198,9 +203,7 @@ class GpuJudge(_Judge):
         if unsure is not None and len(idle) == len(series):
             return PodJudgement(pod.ref, State.UNKNOWN, unsure, peaks=peaks)
         found = tuple(sorted(idle)) if unsure is None else ()
-        ordered = sorted(series, key=_GPU)
-        detail = ", ".join([f"GPU {s.gpu} peak {'n/a' if s.peak is None else format(s.peak, 'g')}" for s in ordered])
-        facts = self._facts(detail, ordered)
+        facts = self._facts(sorted(series, key=_GPU))
         if len(found) == len(series):
             return PodJudgement(pod.ref, State.FIRES, why(Code.GPU_IDLE, **facts), found, peaks)
         if found:
