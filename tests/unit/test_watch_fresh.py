@@ -27,19 +27,40 @@ CONFIG_MAPS = ResourceKind("", "v1", "ConfigMap", "configmaps")
 
 
 class Server:
-    """Answers a list of one ConfigMap; watches bookmark every 0.2 s, or say nothing while `silent`."""
+    """Answers a list of one ConfigMap; watches bookmark every 0.2 s, or say nothing while `silent`.
+    While `list_held` or `head_held` is set a list, or a watch's head, waits (the client's timeout
+    ends it); while `gone`, every watch is answered 410; while `barren`, a watch's head comes and
+    its connection closes."""
 
     def __init__(self) -> None:
         self.silent = threading.Event()
-        self.lists = 0
+        self.list_held, self.head_held, self.gone = threading.Event(), threading.Event(), threading.Event()
+        self.barren = threading.Event()  # watches: the head, then the connection closes
+        self.lists = self.watches = 0
         self.closing = threading.Event()
         server = self
+
+        def held(flag: threading.Event) -> None:
+            while flag.is_set() and not server.closing.is_set():
+                time.sleep(0.05)
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args: object) -> None:
                 pass
 
             def do_GET(self) -> None:  # noqa: N802
+                held(server.list_held if "watch=true" not in self.path else server.head_held)
+                if "watch=true" in self.path:
+                    server.watches += 1
+                if "watch=true" in self.path and server.gone.is_set():
+                    body = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 410,
+                                       "reason": "Expired", "message": "too old resource version"}).encode()
+                    self.send_response(410)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 if "watch=true" not in self.path:
@@ -54,6 +75,9 @@ class Server:
                     return
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
+                if server.barren.is_set():
+                    self.close_connection = True
+                    return
                 while not server.closing.is_set():
                     if not server.silent.is_set():
                         line = json.dumps({"type": "BOOKMARK", "object": {"kind": "ConfigMap", "metadata": {
@@ -85,11 +109,11 @@ def server() -> Iterator[Server]:
     made.stop()
 
 
-def watching(server: Server, fresh: float) -> KindWatch[str]:
+def watching(server: Server, fresh: float, timeout: float = 2.0) -> KindWatch[str]:
     config = client.Configuration(host=server.url)
     api = client.ApiClient(config)
     return KindWatch(api, CONFIG_MAPS, lambda item: item["metadata"]["name"], namespace="ns",
-                     connect_timeout=2.0, fresh_seconds=fresh).start()
+                     timeout=(2.0, timeout), fresh_seconds=fresh).start()
 
 
 def test_a_watch_that_bookmarks_stays_synced_listed_once(server: Server) -> None:
