@@ -143,6 +143,7 @@ class KindWatch(Generic[V]):
         self._dropped = False
         self._trouble: tuple[float, str, bool] | None = None  # since when it fails, what was said, said aloud
         self._expired_in_a_row = 0  # 410s with no event in between
+        self._streams = 0  # counts watch streams opened and ended: which one a pending proof is about
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> KindWatch[V]:
@@ -254,10 +255,19 @@ class KindWatch(Generic[V]):
     def _unanswered(self, request: str) -> str:
         return f"the apiserver did not answer {request} within {self.timeout[1]:g}s"
 
-    def _answered(self) -> None:
-        """A request was answered: a failure that was said is over, and said to be."""
+    def _proven(self, stream: int) -> None:
+        """The watch opened after a failure is still open after the timeout: it answers."""
         with self._lock:
-            trouble, self._trouble, self._asked = self._trouble, None, None
+            open_now = self._streams == stream and self._state is State.WATCHING
+        if open_now:
+            self._answered()
+
+    def _answered(self) -> None:
+        """The kind is read again (a list, a watch's event, a watch open for the timeout): a failure
+        that was said is over, and said to be. A watch's head alone is not enough: one that then
+        brings a 410 or nothing at all would say it again at each try."""
+        with self._lock:
+            trouble, self._trouble = self._trouble, None
         if trouble is not None:
             began, _, aloud = trouble
             lasted = in_words(datetime.timedelta(seconds=time.monotonic() - began))
@@ -318,8 +328,13 @@ class KindWatch(Generic[V]):
                                        timeout=self.timeout, read_timeout=self.fresh_seconds, doing=f"watch {self.key}")
         self._response, self._dropped = response, False
         with self._lock:
-            self._state, self._error = State.WATCHING, ""
-        self._answered()
+            self._state, self._error, self._asked = State.WATCHING, "", None
+            self._streams += 1
+            stream, troubled = self._streams, self._trouble is not None
+        if troubled:  # over once it proves itself: an event, or staying open for the timeout
+            proof = threading.Timer(self.timeout[1], self._proven, args=(stream,))
+            proof.daemon = True
+            proof.start()
         delivered = 0
         try:
             for line in watch_stream.lines(response):
@@ -327,8 +342,9 @@ class KindWatch(Generic[V]):
                     return
                 self._apply(watch_stream.event(line, self.key))
                 delivered += 1
-            with self._lock:
-                self._contact = time.monotonic()  # the server ended it: word, as an event is
+            if delivered or time.monotonic() - opened >= self.timeout[1]:
+                with self._lock:
+                    self._contact = time.monotonic()  # the server ended it in its time: word, as an event is
         except Exception as e:
             if not (self._dropped or isinstance(e, urllib3.exceptions.HTTPError | ApiException | OSError)):
                 raise
@@ -343,6 +359,8 @@ class KindWatch(Generic[V]):
                 # open it is what marks the kind as not synced.
                 logger.debug("%s: watch ended (%s); opening it again from %s", self.key, e, self._version)
         finally:
+            with self._lock:
+                self._streams += 1  # this stream is over: its proof, if pending, proves nothing
             self._close()
         with self._lock:
             self._counts["reopened"] += 1
@@ -357,6 +375,7 @@ class KindWatch(Generic[V]):
         version = (item.get("metadata") or {}).get("resourceVersion")
         with self._lock:
             self._contact, self._expired_in_a_row = time.monotonic(), 0
+            troubled = self._trouble is not None
             if kind in ("ADDED", "MODIFIED"):
                 self._put(self._items, item)
             elif kind == "DELETED":
@@ -365,6 +384,8 @@ class KindWatch(Generic[V]):
                 self._counts["events"] += 1
             if version:
                 self._version = version
+        if troubled:
+            self._answered()
 
     def _close(self) -> None:
         """Drop the open watch, from any thread: the read blocked on it wakes at once (a close would

@@ -8,8 +8,9 @@ against the local list-and-watch server of test_watch_fresh.
   count it (the apiserver answered everything else);
 - a list that never answers: the same for the list, and a cache waits for it no longer than the
   timeout, not the seconds it was given;
-- every watch answered 410 Gone: the kind is listed again at once the first time, then fails,
-  saying so, with pauses between lists, never in a loop;
+- every watch answered 410 Gone (as a status, or as an ERROR event in a 200): the kind is listed
+  again at once the first time, then fails, saying so once, with pauses between lists, never in
+  a loop;
 - a watch that ends at once, having delivered nothing, is opened again after pauses, never in a
   loop, and the kind stays synced meanwhile (what it holds is still its last version).
 """
@@ -83,8 +84,11 @@ def test_a_cache_waits_for_a_list_without_answer_no_longer_than_the_timeout(serv
         cache.stop()
 
 
-def test_a_kind_whose_every_watch_is_answered_410_is_not_listed_in_a_loop(server: Server) -> None:
-    server.gone.set()
+@pytest.mark.parametrize("form", ["status", "event"])
+def test_a_kind_whose_every_watch_is_answered_410_is_not_listed_in_a_loop(
+        server: Server, form: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="janitor.observe.watch")
+    (server.gone if form == "status" else server.gone_in_stream).set()
     kind = watching(server, fresh=30.0)
     try:
         wait_until(lambda: kind.status().failing, timeout=10, what="the kind to fail")
@@ -94,9 +98,13 @@ def test_a_kind_whose_every_watch_is_answered_410_is_not_listed_in_a_loop(server
         time.sleep(2)
         assert server.lists < 6, f"{server.lists} lists: listed again in a loop"
         server.gone.clear()
+        server.gone_in_stream.clear()
         wait_until(lambda: kind.status().synced, timeout=40, what="synced once the watch is answered")
     finally:
         kind.stop()
+    loud = [r.getMessage() for r in caplog.records
+            if r.name == "janitor.observe.watch" and r.levelno >= logging.WARNING]
+    assert len(loud) == 1 and "410 Gone again" in loud[0], loud  # said once, not at each try
 
 
 def test_a_watch_that_ends_at_once_delivering_nothing_is_opened_again_after_pauses(server: Server) -> None:

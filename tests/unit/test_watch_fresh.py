@@ -29,13 +29,14 @@ CONFIG_MAPS = ResourceKind("", "v1", "ConfigMap", "configmaps")
 class Server:
     """Answers a list of one ConfigMap; watches bookmark every 0.2 s, or say nothing while `silent`.
     While `list_held` or `head_held` is set a list, or a watch's head, waits (the client's timeout
-    ends it); while `gone`, every watch is answered 410; while `barren`, a watch's head comes and
-    its connection closes."""
+    ends it); while `gone`, every watch is answered 410 (`gone_in_stream`: in its stream); while
+    `barren`, a watch's head comes and its connection closes."""
 
     def __init__(self) -> None:
         self.silent = threading.Event()
         self.list_held, self.head_held, self.gone = threading.Event(), threading.Event(), threading.Event()
         self.barren = threading.Event()  # watches: the head, then the connection closes
+        self.gone_in_stream = threading.Event()  # watches: a 200 whose one event is an ERROR 410
         self.lists = self.watches = 0
         self.closing = threading.Event()
         server = self
@@ -52,9 +53,18 @@ class Server:
                 held(server.list_held if "watch=true" not in self.path else server.head_held)
                 if "watch=true" in self.path:
                     server.watches += 1
+                gone = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 410,
+                                   "reason": "Expired", "message": "too old resource version"}).encode()
+                if "watch=true" in self.path and server.gone_in_stream.is_set():  # as the apiserver says it
+                    event = b'{"type": "ERROR", "object": %s}\n' % gone
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(event), event))
+                    return
                 if "watch=true" in self.path and server.gone.is_set():
-                    body = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 410,
-                                       "reason": "Expired", "message": "too old resource version"}).encode()
+                    body = gone
                     self.send_response(410)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(body)))
