@@ -101,7 +101,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
                         # answers are there to be measured.
                         prometheus=PrometheusSettings(url=args.prometheus, timeout=datetime.timedelta(seconds=150)),
                         policy_paths=(str(POLICIES),), cycle_budget=datetime.timedelta(minutes=30))
-    ports = cycle.Ports(api, cache=ClusterCache(api, settings, connect_timeout=5.0))
+    ports = cycle.Ports(api, cache=ClusterCache(api, settings))
     memory = cycle.Memory()
     cycles: list[dict[str, Any]] = []
     around_plan: dict[str, float] = {}

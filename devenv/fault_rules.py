@@ -19,9 +19,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal, TypedDict, Unpack, get_args
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-FaultKind = Literal["delay", "reset", "blackhole", "status", "malformed", "pass", "lost"]
+FaultKind = Literal["delay", "reset", "blackhole", "status", "malformed", "pass", "lost",
+                    "silent", "gone", "cut", "no-bookmarks", "slow"]
 MalformedKind = Literal["truncated", "invalid", "short-body"]
+# Faults on the events of a forwarded stream (a watch), not on the request: `fault_wire.relay_events`.
+STREAM_FAULTS = frozenset({"cut", "no-bookmarks", "slow"})
 
+GONE = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Expired",
+        "message": "too old resource version (fault injected)", "code": 410}
 # Kubernetes clients turn this into a readable ApiException; any other client sees JSON.
 _STATUS_REASONS = {409: "Conflict", 429: "TooManyRequests", 500: "InternalError",
                    502: "BadGateway", 503: "ServiceUnavailable", 504: "Timeout"}
@@ -31,12 +36,16 @@ class Where(TypedDict, total=False):
     """Which requests a rule applies to, and for how long.
 
     `path` is a prefix of the path (query excluded); `regex` is searched in the whole request
-    target, query included, so `watch=true` can be singled out. `times` and `for_seconds` limit
-    the rule to its first N matching requests or a span after it was added."""
+    target, query included. `watch` True matches watches only (`watch=true` or `1` in the query),
+    False everything but watches; `resource` is a Kubernetes resource's plural (`pods`,
+    `configmaps`), whichever the group, namespace or name. `times` and `for_seconds` limit the
+    rule to its first N matching requests or a span after it was added."""
 
     method: str
     path: str
     regex: str
+    watch: bool
+    resource: str
     times: int
     for_seconds: float
 
@@ -51,6 +60,7 @@ class Fault:
     body: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     malformed: MalformedKind = "truncated"
+    events: int = 0  # cut: the whole events relayed before the one cut in half
 
     def __post_init__(self) -> None:
         # Checked here so a typo sent over the control endpoint fails the switch, not a request.
@@ -60,6 +70,8 @@ class Fault:
             raise ValueError(f"a lost answer is replaced by a reset or an HTTP status, not {self.code}")
         if self.kind == "status" and not 100 <= self.code <= 599:
             raise ValueError(f"status fault needs an HTTP status, not {self.code}")
+        if self.events < 0 or self.seconds < 0:
+            raise ValueError(f"a fault's events and seconds are not negative ({self.events}, {self.seconds})")
 
     def status_response(self) -> tuple[int, dict[str, str], bytes]:
         """The proxy's own answer for a `status` fault: a Kubernetes Status unless a body is given."""
@@ -97,12 +109,37 @@ class Rule:
             return False
         if not target.split("?", 1)[0].startswith(self.where.get("path", "")):
             return False
+        path, _, query = target.partition("?")
+        watch = self.where.get("watch")
+        if watch is not None and watch != is_watch(query):
+            return False
+        resource = self.where.get("resource")
+        if resource is not None and resource != resource_of(path):
+            return False
         regex = self.where.get("regex")
         return regex is None or re.search(regex, target) is not None
 
     def hold(self) -> None:
         """Wait until the rule is cleared (the proxy clears all when it stops) or its span ends."""
         self.released.wait(None if self.deadline is None else max(0.0, self.deadline - time.monotonic()))
+
+
+def is_watch(query: str) -> bool:
+    return any(k == "watch" and v.lower() in ("true", "1") for k, v in parse_qsl(query))
+
+
+def resource_of(path: str) -> str | None:
+    """The resource a Kubernetes API path names (`/api/v1/namespaces/ns/pods/x` -> `pods`), if any."""
+    parts = [p for p in path.split("/") if p]
+    if parts[:1] == ["api"]:
+        parts = parts[2:]
+    elif parts[:1] == ["apis"]:
+        parts = parts[3:]
+    else:
+        return None
+    if len(parts) >= 3 and parts[0] == "namespaces":
+        return parts[2]
+    return parts[0] if parts else None
 
 
 class RuleBook:
@@ -246,6 +283,34 @@ class Switches(ABC):
         (`code` 0) or the proxy's own `code` instead, as from a gateway that failed after the
         server had done the work. The case no client may blindly retry a non-idempotent call on."""
         return self.add(Fault("lost", code=code), where)
+
+    # -- a watch's own faults (`watch=True` in `where` singles watches out) -----------------------
+
+    def silent(self, **where: Unpack[Where]) -> int:
+        """Not forwarded: a 200 and a chunked head come, then nothing at all (no event, no
+        bookmark, no end) until the rule is cleared, as from a proxy holding a dead watch."""
+        return self.add(Fault("silent"), where)
+
+    def gone(self, *, in_stream: bool = False, **where: Unpack[Where]) -> int:
+        """Not forwarded: 410 Gone, the resourceVersion too old, as an HTTP status or (`in_stream`)
+        as the apiserver says it to a watch: a 200 whose one event is an ERROR holding the Status."""
+        if in_stream:
+            return self.add(Fault("gone"), where)
+        return self.add(Fault("status", code=410, body=json.dumps(GONE)), where)
+
+    def cut(self, events: int = 0, **where: Unpack[Where]) -> int:
+        """Forwarded; after `events` whole events, half of the next is relayed and the connection
+        ends with a RST, as when a node or a proxy dies mid-event."""
+        return self.add(Fault("cut", events=events), where)
+
+    def no_bookmarks(self, **where: Unpack[Where]) -> int:
+        """Forwarded, every BOOKMARK event dropped: a quiet kind's watch then says nothing at all."""
+        return self.add(Fault("no-bookmarks"), where)
+
+    def slow(self, seconds: float, **where: Unpack[Where]) -> int:
+        """Forwarded; each event waits `seconds` before it is relayed, and is read from the upstream
+        only then: a slow consumer, whose buffer on the apiserver fills (cut short when cleared)."""
+        return self.add(Fault("slow", seconds=seconds), where)
 
     def pass_through(self, **where: Unpack[Where]) -> int:
         """Forward unchanged; added before a broader fault, it exempts what it matches."""

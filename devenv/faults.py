@@ -4,7 +4,10 @@ The janitor's promises must hold when its dependencies misbehave: slow answers, 
 connections, requests that are never answered, 429s and 5xx, bodies cut short. Putting this
 proxy between the janitor and a real service makes each of those happen on demand, for chosen
 requests only, while everything else passes through byte for byte (keep-alive, chunked watch
-streams, Upgrade tunnels). Rules and the record of requests live in `devenv/fault_rules.py`.
+streams, Upgrade tunnels). Watches have faults of their own: a head and then silence, a 410 as
+an ERROR event, a stream cut mid-event, BOOKMARKs dropped, events relayed slowly. Rules and the
+record of requests live in `devenv/fault_rules.py`, HTTP framing and watch events in
+`devenv/fault_wire.py`.
 
 For an https upstream the proxy terminates TLS with a certificate from the sandbox CA and opens
 its own TLS connection upstream. Every sandbox kubeconfig authenticates with a bearer token
@@ -14,7 +17,6 @@ so a kubeconfig needs only a new server URL (`repoint_kubeconfig`).
 
 from __future__ import annotations
 
-import http
 import itertools
 import json
 import select
@@ -33,13 +35,24 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from devenv.fault_rules import Fault, FaultControl, Journal, RuleBook, Seen, Switches, Where, control_server
+from devenv import fault_wire as wire
+from devenv.fault_rules import (
+    STREAM_FAULTS,
+    Fault,
+    FaultControl,
+    Journal,
+    Rule,
+    RuleBook,
+    Seen,
+    Switches,
+    Where,
+    control_server,
+)
 from devenv.pki import Pki
 
 __all__ = ["FaultControl", "FaultProxy", "ProxyTls", "Seen", "Switches", "repoint_kubeconfig"]
 
 HOST = "127.0.0.1"
-_PIECE = 65536
 # A JSON document cut off mid-way, and one that was never JSON: what a broken proxy or a
 # half-written response looks like to a client that parses the body.
 _TRUNCATED = b'{"kind": "List", "apiVersion": "v1", "metadata": {}, "items": [{"metadata": {"name": "'
@@ -47,8 +60,6 @@ _INVALID = b'{"kind": "List", items: [}'
 # Sent again on a fresh connection when a reused one turns out closed: safe only if repeating
 # cannot do anything twice (a repeated POST would show up as a second Slack message).
 _IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS"})
-
-Headers = list[tuple[str, str]]
 
 
 @dataclass(frozen=True)
@@ -66,81 +77,6 @@ class ProxyTls:
     @classmethod
     def from_pki(cls, pki: Pki) -> ProxyTls:
         return cls(pki.ca_cert, pki.serving_cert, pki.serving_key)
-
-
-def _tokens(headers: Headers, name: str) -> set[str]:
-    return {t.strip().lower() for k, v in headers if k.lower() == name for t in v.split(",")}
-
-
-def _header(headers: Headers, name: str) -> str | None:
-    found = [v.strip() for k, v in headers if k.lower() == name]
-    return found[-1] if found else None
-
-
-def _read_head(reader: BufferedReader) -> list[bytes] | None:
-    """The lines of one message head, or None on a clean EOF before it starts."""
-    lines: list[bytes] = []
-    while True:
-        line = reader.readline(65537)
-        if not line:
-            if lines:
-                raise ConnectionError("message head cut short")
-            return None
-        if line in (b"\r\n", b"\n"):
-            if lines:
-                return lines
-            continue  # a stray CRLF between keep-alive requests is allowed
-        lines.append(line)
-        if len(lines) > 256 or not line.endswith(b"\n"):
-            raise ValueError("message head too large")
-
-
-def _code(status_line: bytes) -> int:
-    return int(status_line.split(b" ", 2)[1])
-
-
-def _parse(lines: list[bytes]) -> Headers:
-    pairs = (line.decode("latin-1").partition(":") for line in lines)
-    return [(k.strip(), v.strip()) for k, _, v in pairs]
-
-
-def _copy_exact(src: BufferedReader, size: int, send: Callable[[bytes], object]) -> None:
-    while size > 0:
-        data = src.read1(min(size, _PIECE))  # what is there now: a slow body still streams
-        if not data:
-            raise ConnectionError("body cut short")
-        send(data)
-        size -= len(data)
-
-
-def _copy_chunked(src: BufferedReader, send: Callable[[bytes], object]) -> None:
-    """Relay a chunked body chunk by chunk, as it arrives (a watch never ends on its own)."""
-    while True:
-        line = src.readline(4096)
-        if not line.endswith(b"\n"):
-            raise ConnectionError("chunked body cut short")
-        send(line)
-        if int(line.split(b";", 1)[0].strip(), 16) == 0:
-            while (trailer := src.readline(65537)) not in (b"\r\n", b"\n"):
-                if not trailer:
-                    raise ConnectionError("trailers cut short")
-                send(trailer)
-            send(trailer)
-            return
-        _copy_exact(src, int(line.split(b";", 1)[0].strip(), 16) + 2, send)
-
-
-def _response(code: int, headers: dict[str, str], body: bytes, *, length: int | None = None,
-              close: bool = False) -> bytes:
-    try:
-        phrase = http.HTTPStatus(code).phrase
-    except ValueError:
-        phrase = "Fault"
-    fields = {**headers, "Content-Length": str(len(body) if length is None else length)}
-    if close:
-        fields["Connection"] = "close"
-    head = f"HTTP/1.1 {code} {phrase}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields.items())
-    return (head + "\r\n").encode("latin-1") + body
 
 
 class _Conn:
@@ -336,19 +272,19 @@ class FaultProxy(Switches):
     def _one_request(self, conn: _Conn) -> tuple[bool, bool]:
         """Serve one request; returns (keep the connection, end it with a RST)."""
         assert conn.reader is not None
-        lines = _read_head(conn.reader)
+        lines = wire.read_head(conn.reader)
         if lines is None:
             return False, False
         method, target, version = lines[0].decode("latin-1").split(" ", 2)
-        headers = _parse(lines[1:])
-        if "100-continue" in _tokens(headers, "expect"):
+        headers = wire.parse(lines[1:])
+        if "100-continue" in wire.tokens(headers, "expect"):
             conn.sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
         body: list[bytes] = []
-        if "chunked" in _tokens(headers, "transfer-encoding"):
-            _copy_chunked(conn.reader, body.append)
+        if "chunked" in wire.tokens(headers, "transfer-encoding"):
+            wire.copy_chunked(conn.reader, body.append)
         else:
-            _copy_exact(conn.reader, int(_header(headers, "content-length") or 0), body.append)
-        connection = _tokens(headers, "connection")
+            wire.copy_exact(conn.reader, int(wire.header(headers, "content-length") or 0), body.append)
+        connection = wire.tokens(headers, "connection")
         close = "close" in connection or (version.strip() == "HTTP/1.0" and "keep-alive" not in connection)
         rule = self.rules.take(method, target)
         fault = rule.fault if rule is not None else None
@@ -364,21 +300,33 @@ class FaultProxy(Switches):
             if fault.kind == "status":
                 code, extra, data = fault.status_response()
                 self.journal.answered(entry, code)  # before the client can see it and ask
-                conn.sock.sendall(_response(code, extra, data, close=close))
+                conn.sock.sendall(wire.response(code, extra, data, close=close))
+                return not close, False
+            if fault.kind == "silent":  # a watch's head, then nothing: not an event, not a bookmark, no end
+                self.journal.answered(entry, 200)
+                conn.sock.sendall(wire.stream_head())
+                rule.hold()
+                return False, False
+            if fault.kind == "gone":  # as an apiserver answers a watch from a version it no longer has
+                self.journal.answered(entry, 200)
+                conn.sock.sendall(wire.stream_head() + wire.chunk(wire.gone_event()) + wire.END)
                 return not close, False
             if fault.kind == "malformed":
                 data = _INVALID if fault.malformed == "invalid" else _TRUNCATED
                 short = fault.malformed == "short-body"
                 self.journal.answered(entry, 200)
-                conn.sock.sendall(_response(200, {"Content-Type": "application/json"}, data,
+                conn.sock.sendall(wire.response(200, {"Content-Type": "application/json"}, data,
                                             length=len(data) + 100 if short else None, close=close))
                 return not (close or short), False
+        # A fault on the events of a stream reads them as JSON lines: the upstream must not compress.
+        stream = rule if rule is not None and rule.fault.kind in STREAM_FAULTS else None
+        dropped = {"expect", "accept-encoding"} if stream is not None else {"expect"}
         head = f"{method} {target} HTTP/1.1\r\n" + "".join(
             f"{k}: {self._up_host if k.lower() == 'host' else v}\r\n"
-            for k, v in headers if k.lower() != "expect")
+            for k, v in headers if k.lower() not in dropped)
         if fault is not None and fault.kind == "lost":
             return self._deliver_and_lose(conn, head, b"".join(body), entry, fault, close)
-        return self._forward(conn, method, (head + "\r\n").encode("latin-1") + b"".join(body), entry, close)
+        return self._forward(conn, method, (head + "\r\n").encode("latin-1") + b"".join(body), entry, close, stream)
 
     def _deliver_and_lose(self, conn: _Conn, head: str, body: bytes, entry: dict[str, Any], fault: Fault,
                           close: bool) -> tuple[bool, bool]:
@@ -391,7 +339,7 @@ class FaultProxy(Switches):
             if self._up_ctx is not None:
                 up = self._up_ctx.wrap_socket(up, server_hostname=self._up_addr[0])
             up.sendall((head + "Connection: close\r\n\r\n").encode("latin-1") + body)
-            while up.recv(_PIECE):
+            while up.recv(wire.PIECE):
                 pass
         except OSError:
             pass  # the server may or may not have got it; the client is told nothing either way
@@ -401,7 +349,7 @@ class FaultProxy(Switches):
             return False, True
         code, extra, data = Fault("status", code=fault.code).status_response()
         self.journal.answered(entry, code)
-        conn.sock.sendall(_response(code, extra, data, close=close))
+        conn.sock.sendall(wire.response(code, extra, data, close=close))
         return not close, False
 
     def _connect(self, conn: _Conn) -> None:
@@ -413,7 +361,9 @@ class FaultProxy(Switches):
         conn.up, conn.up_reader = sock, sock.makefile("rb")
 
     def _forward(self, conn: _Conn, method: str, request: bytes, entry: dict[str, Any],
-                 close: bool) -> tuple[bool, bool]:
+                 close: bool, stream: Rule | None = None) -> tuple[bool, bool]:
+        """Send the request upstream and relay its answer; `stream`, a rule whose fault acts on the
+        events of a chunked answer (cut, no-bookmarks, slow), relays those event by event."""
         if conn.up is not None and select.select([conn.up], [], [], 0)[0]:
             conn.drop_upstream()  # readable while idle: the upstream closed it (as urllib3 checks)
         lines: list[bytes] | None = None
@@ -424,10 +374,10 @@ class FaultProxy(Switches):
                     self._connect(conn)
                 assert conn.up is not None and conn.up_reader is not None
                 conn.up.sendall(request)
-                lines = _read_head(conn.up_reader)
-                while lines is not None and 100 <= _code(lines[0]) < 200 and _code(lines[0]) != 101:
+                lines = wire.read_head(conn.up_reader)
+                while lines is not None and 100 <= wire.code(lines[0]) < 200 and wire.code(lines[0]) != 101:
                     conn.sock.sendall(b"".join(lines) + b"\r\n")  # an interim answer, then the real one
-                    lines = _read_head(conn.up_reader)
+                    lines = wire.read_head(conn.up_reader)
             except OSError:
                 lines = None
             if lines is not None or fresh or method not in _IDEMPOTENT:
@@ -438,18 +388,18 @@ class FaultProxy(Switches):
             data = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 502,
                                "message": "fault proxy: upstream unreachable"}).encode()
             self.journal.answered(entry, 502)
-            conn.sock.sendall(_response(502, {"Content-Type": "application/json"}, data, close=close))
+            conn.sock.sendall(wire.response(502, {"Content-Type": "application/json"}, data, close=close))
             return not close, False
         assert conn.up_reader is not None
-        code, headers = _code(lines[0]), _parse(lines[1:])
+        code, headers = wire.code(lines[0]), wire.parse(lines[1:])
         self.journal.answered(entry, code)
         conn.sock.sendall(b"".join(lines) + b"\r\n")
         if code == 101:
             self._tunnel(conn)
             return False, False
-        connection = _tokens(headers, "connection")
+        connection = wire.tokens(headers, "connection")
         up_close = "close" in connection or (lines[0].startswith(b"HTTP/1.0") and "keep-alive" not in connection)
-        length = _header(headers, "content-length")
+        length = wire.header(headers, "content-length")
 
         def send(data: bytes) -> None:
             conn.sock.sendall(data)
@@ -457,12 +407,19 @@ class FaultProxy(Switches):
 
         if method == "HEAD" or code in (204, 304):
             pass
-        elif "chunked" in _tokens(headers, "transfer-encoding"):
-            _copy_chunked(conn.up_reader, send)
+        elif "chunked" in wire.tokens(headers, "transfer-encoding") and stream is not None and code == 200:
+            f = stream.fault
+            if not wire.relay_events(conn.up_reader, send, cut_after=f.events if f.kind == "cut" else None,
+                                     bookmarks=f.kind != "no-bookmarks", pause=f.seconds if f.kind == "slow" else 0.0,
+                                     released=stream.released):
+                conn.drop_upstream()
+                return False, True  # cut mid-event: the client's connection ends with a RST
+        elif "chunked" in wire.tokens(headers, "transfer-encoding"):
+            wire.copy_chunked(conn.up_reader, send)
         elif length is not None:
-            _copy_exact(conn.up_reader, int(length), send)
+            wire.copy_exact(conn.up_reader, int(length), send)
         else:  # the body ends when the upstream closes; so must the client's connection
-            while data := conn.up_reader.read1(_PIECE):
+            while data := conn.up_reader.read1(wire.PIECE):
                 send(data)
             up_close = True
         if up_close:
@@ -475,7 +432,7 @@ class FaultProxy(Switches):
 
         def pump(src: BufferedReader, dst: socket.socket) -> None:
             try:
-                while data := src.read1(_PIECE):
+                while data := src.read1(wire.PIECE):
                     dst.sendall(data)
             except OSError:
                 pass

@@ -387,8 +387,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.watch_cache:
         from janitor.observe.cache import ClusterCache
 
-        read = getattr(args, "kube_timeout", None) or 30.0
-        ports.cache = ClusterCache(ports.api, settings, connect_timeout=min(5.0, read))
+        ports.cache = ClusterCache(ports.api, settings)  # every request of it waits --kube-timeout at most
         from janitor.observe.carry import BusyCarry
 
         # Two missed cycles, or one that ran past its budget, and the next reads everything whole.

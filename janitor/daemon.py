@@ -30,6 +30,7 @@ from janitor.decide.rails import is_tripped
 from janitor.leader import LeaseElector
 from janitor.observe.cache import ClusterCache, NotSynced
 from janitor.observe.carry import BusyCarry, Full
+from janitor.observe.watch import KindStatus
 from janitor.policy.model import Policy
 from janitor.settings import Settings
 from janitor.telemetry import GPU_HOUR, Telemetry
@@ -108,6 +109,7 @@ class _Cycles:
         self.running: threading.Thread | None = None
         self.slack_error = ""
         self.intervals_notice: str | None = None  # the last cycle's evidence had no scrape intervals: why
+        self.unsynced_said: frozenset[str] = frozenset()  # the kinds not synced the last skipped cycle named
 
     def check_slack(self) -> None:
         """At start, and every cycle while it fails: does Slack take the token?"""
@@ -183,7 +185,12 @@ class _Cycles:
         if isinstance(error, NotSynced):
             self.telemetry.cycles.labels(result="unsynced").inc()
             self.last_error = str(error)
-            logger.log(logging.DEBUG if quiet else logging.WARNING, "cycle skipped, nothing done: %s", error)
+            # Said when the kinds not synced change; the cycles after it skip for the same, at DEBUG
+            # (each kind says its own trouble once; /healthz, /readyz and the metrics keep showing it).
+            cache = self.ports.cache
+            kinds = frozenset(s.key for s in cache.unsynced()) if cache is not None else frozenset()
+            said, self.unsynced_said = self.unsynced_said == kinds, kinds
+            logger.log(logging.DEBUG if quiet or said else logging.WARNING, "cycle skipped, nothing done: %s", error)
         elif isinstance(error, Exception):
             self.telemetry.cycles.labels(result="error").inc()
             self.telemetry.errors.labels(source=error_source(error)).inc()
@@ -205,6 +212,7 @@ class _Cycles:
             self.last_success = time.time()
             self.last_error = ""
             self.abandoned_last = False
+            self.unsynced_said = frozenset()
         self.ready = True
 
     def health(self) -> tuple[bool, str]:
@@ -212,21 +220,29 @@ class _Cycles:
         interval = self.settings.interval.total_seconds()
         if self.abandoned_last:
             return False, self.last_error
-        if self.last_error and age > 3 * interval:
-            return False, f"last cycle failed: {self.last_error}"
         if self.elector is not None and not self.elector.is_leader():
             return True, "ok, standing by (another replica holds the lease)"
+        # Read live, not from the last cycle: a kind that cannot sync shows within one --kube-timeout,
+        # whether a cycle has ended meanwhile or not.
+        failing = self.ports.cache.failing() if self.ports.cache is not None else []
+        stale = not self.last_success or age > 3 * interval
+        if failing:
+            said = unsynced_words(failing)
+            return (False, said) if stale else (True, f"ok, last success {age:.0f}s ago; {said}")
+        if self.last_error and age > 3 * interval:
+            return False, f"last cycle failed: {self.last_error}"
         return True, f"ok, last success {age:.0f}s ago" if self.last_success else "ok, starting"
 
     def readiness(self) -> tuple[bool, str]:
         if self.slack_error:
             return False, f"Slack does not accept the bot token: {self.slack_error}"
+        cache = self.ports.cache
         if not self.ready:
-            return False, "first cycle not done yet"
-        unsynced = self.ports.cache.unsynced() if self.ports.cache is not None else []
+            failing = cache.failing() if cache is not None else []
+            return False, unsynced_words(failing) if failing else "first cycle not done yet"
+        unsynced = cache.unsynced() if cache is not None else []
         if unsynced:
-            return False, "watch cache not synced, so cycles do nothing: " + ", ".join(
-                f"{s.key} {s.state.value}{' (' + s.error + ')' if s.error else ''}" for s in unsynced)
+            return False, unsynced_words(unsynced)
         standing_by = self.elector is not None and not self.elector.is_leader()
         if self.memory.policies is None and not standing_by:
             errors_now = "; ".join(self.memory.policy_errors) or "not read yet"
@@ -378,6 +394,11 @@ class CarryCollector(Collector):
         for why in Full:
             reads.add_metric([str(why)], self.carry.full_reads.get(why, 0))
         yield from (carried, whole, reads)
+
+
+def unsynced_words(kinds: Sequence[KindStatus]) -> str:
+    """What /healthz and /readyz say of kinds not synced: each with its state and why."""
+    return "watch cache not synced, so cycles do nothing: " + ", ".join(str(s) for s in kinds)
 
 
 def error_source(error: BaseException) -> str:

@@ -12,6 +12,7 @@ apiserver never answers would otherwise hold a cycle, and the lease, for good.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,14 @@ DEFAULT_TIMEOUT: Timeout = (5.0, 30.0)
 # once more (nothing was sent); anything else fails now, and the next cycle asks again.
 ONE_TRY = urllib3.Retry(total=1, connect=1, read=0, status=0, other=0, redirect=0, raise_on_status=False,
                         respect_retry_after_header=False)
+_OWN_WORDS = threading.local()  # threads whose requests say their failures themselves (the watch cache's)
+
+
+def own_words() -> None:
+    """The requests of this thread are not counted in the client's `Outage`: the thread says their
+    failures itself. A watch's kind the apiserver does not answer while it answers everything else
+    is that kind's problem, not an outage; counted there, each retry would start and end one."""
+    _OWN_WORDS.on = True
 
 
 class TimedApiClient(ApiClient):
@@ -61,10 +70,10 @@ class TimedApiClient(ApiClient):
             response = super().call_api(method, url, header_params, body, post_params,
                                         _request_timeout if _request_timeout is not None else self.timeout)
         except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
-            if self.outage is not None and no_answer(e):
+            if self.outage is not None and no_answer(e) and not getattr(_OWN_WORDS, "on", False):
                 self.outage.failed(e)
             raise
-        if self.outage is not None:
+        if self.outage is not None and not getattr(_OWN_WORDS, "on", False):
             self.outage.answered()
         return response
 
@@ -235,9 +244,11 @@ def request(
     body: Any = None,
     content_type: str = "application/json",
     accept: str = "application/json",
+    timeout: Timeout | None = None,
     doing: str,
 ) -> Response:
     """Send one request; any failure (HTTP status or transport) raises a KubeError `from` it.
+    `timeout` overrides the client's own (a plain ApiClient has none: it would wait for ever).
 
     Answers come gzip-compressed when the apiserver compresses (it does for large ones): a list of
     pods shrinks about seventeen times on the wire; urllib3 inflates it."""
@@ -249,7 +260,7 @@ def request(
             method, url_path, query_params=list(query), header_params=headers, body=body,
             auth_settings=["BearerToken"],
         )
-        response = api.call_api(*serialized)
+        response = api.call_api(*serialized, _request_timeout=timeout) if timeout else api.call_api(*serialized)
         data: bytes = response.read()  # type: ignore[no-untyped-call]
     except (ApiException, urllib3.exceptions.HTTPError) as e:
         raise failed(e, doing) from e
@@ -259,9 +270,12 @@ def request(
 
 
 def open_stream(api: ApiClient, url_path: str, *, query: Sequence[tuple[str, Any]], accept: str, timeout: Timeout,
-                doing: str) -> Any:
-    """A GET whose answer is read as it arrives (a watch): the open urllib3 response, whose every
-    read waits at most `timeout[1]`. A failure to open it, or an error status, raises a KubeError."""
+                doing: str, read_timeout: float | None = None) -> Any:
+    """A GET whose answer is read as it arrives (a watch): the open urllib3 response. Its status
+    and headers must come within `timeout` (connect, read); then every read of the stream waits at
+    most `read_timeout` (default: `timeout[1]`), since a healthy watch of a quiet kind says nothing
+    for minutes while an apiserver that does not answer the request at all must show within the
+    client's timeout. A failure to open it, or an error status, raises a KubeError."""
     headers = {"Accept": accept, "Accept-Encoding": "gzip"}
     try:
         serialized = api.param_serialize("GET", url_path, query_params=list(query), header_params=headers,
@@ -275,4 +289,21 @@ def open_stream(api: ApiClient, url_path: str, *, query: Sequence[tuple[str, Any
         except urllib3.exceptions.HTTPError:
             data = b""
         raise errors.from_status(response.status, data, doing=doing)
-    return response.response
+    stream = response.response
+    if read_timeout is not None:
+        sock = _socket_of(stream)
+        if sock is None:  # its reads would time out at timeout[1]: a quiet watch taken for a dead one
+            stream.release_conn()
+            raise errors.from_status(None, "the watch's connection cannot wait longer than the timeout", doing=doing)
+        sock.settimeout(read_timeout)
+    return stream
+
+
+def _socket_of(stream: Any) -> Any:
+    """The socket a urllib3 response reads from: its connection's while kept alive, else the one
+    http.client handed to the response (an answer that closes the connection when it ends)."""
+    sock = getattr(getattr(stream, "connection", None), "sock", None)
+    if sock is None:
+        raw = getattr(getattr(getattr(stream, "_fp", None), "fp", None), "raw", None)
+        sock = getattr(raw, "_sock", None)
+    return sock if callable(getattr(sock, "settimeout", None)) else None

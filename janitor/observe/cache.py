@@ -8,9 +8,12 @@ node agent's OOM Events, and node autoscalers' Events on pods (as their notes) w
 an autoscaler, asked again every few minutes.
 
 A snapshot is refused (`NotSynced`) while any kind it needs has not completed its first list or
-has lost the apiserver: the cycle then does nothing, and says so on /readyz and in the metrics.
-What an action depends on is still read fresh right before it (`observation.read_scoped`), so the
-cache never decides an action alone.
+has lost the apiserver, and when one lost it while the snapshot was taken: the cycle then does
+nothing, and says so on /healthz, /readyz and in the metrics. A cycle waits for kinds on their way
+(a first list answering page by page), never for a request without an answer: every request of
+the cache waits at most the client's timeout (--kube-timeout) for its answer, and a kind whose
+request failed is not waited for. What an action depends on is still read fresh right before it
+(`observation.read_scoped`), so the cache never decides an action alone.
 """
 
 from __future__ import annotations
@@ -24,11 +27,11 @@ from typing import Any
 
 from kubernetes.client import ApiClient
 
-from janitor import errors, node_report
+from janitor import errors, kubeapi, node_report
 from janitor.decide.autoscaling import AutoscalerNote
 from janitor.decide.model import NamespaceView, NodeInfo, ObjectView, PodView, ResourceKind, SkippedKind
 from janitor.observe import autoscalers, cluster, views
-from janitor.observe.watch import KindStatus, KindWatch, State
+from janitor.observe.watch import KindStatus, KindWatch
 from janitor.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -82,9 +85,11 @@ def _slim_event(item: Mapping[str, Any]) -> Entry:
 class ClusterCache:
     """Every kind a cycle reads, each on its own watch; `ensure` adds kinds as policies come to need them."""
 
-    def __init__(self, api: ApiClient, settings: Settings, *, connect_timeout: float = 5.0) -> None:
+    def __init__(self, api: ApiClient, settings: Settings, *, timeout: kubeapi.Timeout | None = None) -> None:
         self.api, self.settings = api, settings
-        self.connect_timeout = connect_timeout
+        # Each request's wait for its answer (connect, read): the client's own (--kube-timeout) by default.
+        own: kubeapi.Timeout | None = getattr(api, "timeout", None)
+        self.timeout: kubeapi.Timeout = timeout or own or kubeapi.DEFAULT_TIMEOUT
         self._watches: dict[str, KindWatch[Entry]] = {}
         self._groups: dict[str, list[str]] = {}  # a kind's key -> its watches (one per namespace in scope)
         self._optional: set[str] = set()  # groups whose refusal (403, 404) is reported, not a reason to stop
@@ -128,7 +133,7 @@ class ClusterCache:
                 w: KindWatch[Entry] = KindWatch(
                     self.api, kind, slim or self._slim(kind, as_object), namespace=namespace,
                     metadata_only=cluster.metadata_only(kind), field_selector=field_selector, keep=keep,
-                    page_size=self.settings.cluster.page_size, connect_timeout=self.connect_timeout,
+                    page_size=cluster.page_size_of(kind, self.settings.cluster.page_size), timeout=self.timeout,
                     name=group and group + (f"@{namespace}" if namespace else ""))
                 self._watches[w.key] = w.start()
                 keys.append(w.key)
@@ -164,11 +169,18 @@ class ClusterCache:
             watches = list(self._watches.values())
         return [s for w in watches if w.skipped is None and not (s := w.status()).synced]
 
+    def failing(self) -> list[KindStatus]:
+        """Kinds not synced for a reason (a failed request, an answer that did not come in time,
+        silence past the bound), not merely on their way: what /healthz says."""
+        return [s for s in self.unsynced() if s.failing]
+
     def wait(self, seconds: float) -> bool:
-        """Wait up to `seconds` for kinds still listing (those of a big cluster take a while); a kind
-        whose request failed is not waited for: the cycle says it is not synced."""
+        """Wait up to `seconds` for kinds on their way (listing, or their watch opening; a big
+        cluster's list takes a while, page by page), each only while its request is younger than
+        the timeout: a kind whose request failed, or got no answer in time, is not waited for (the
+        cycle says it is not synced)."""
         deadline = time.monotonic() + seconds
-        while any(s.state is State.LISTING for s in self.unsynced()):  # listing, or its watch not yet open
+        while any(s.underway for s in self.unsynced()):
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.05)
@@ -183,10 +195,7 @@ class ClusterCache:
     # -- the cycle's read --------------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
         """The values kept now; `NotSynced` when any kind is not known from the apiserver now."""
-        missing = self.unsynced()
-        if missing:
-            said = ", ".join(f"{s.key} ({s.state.value}{': ' + s.error if s.error else ''})" for s in missing)
-            raise NotSynced(f"the watch cache is not synced: {said}", doing="read the watch cache")
+        self._refuse_unsynced()
         objects: list[ObjectView] = []
         pods: list[PodView] = []
         namespaces: dict[str, NamespaceView] = {}
@@ -223,5 +232,12 @@ class ClusterCache:
                         events.append(e.event)
                     if e.note is not None:
                         notes.append(e.note)
+        self._refuse_unsynced()  # a kind lost meanwhile: what was read of it is not used either
         return Snapshot(tuple(objects), tuple(pods), namespaces, tuple(nodes), views.oom_reports(events),
                         tuple(skipped), autoscalers.notes(notes), unreadable)
+
+    def _refuse_unsynced(self) -> None:
+        missing = self.unsynced()
+        if missing:
+            said = ", ".join(f"{s.key} ({s.state.value}{': ' + s.error if s.error else ''})" for s in missing)
+            raise NotSynced(f"the watch cache is not synced: {said}", doing="read the watch cache")

@@ -364,7 +364,8 @@ def read_cached(cache: ClusterCache, settings: Settings, policies: Sequence[Poli
                 first_sync: float = 0.0, carry: BusyCarry | None = None) -> Observation:
     """The cycle's observation from the watch cache: no list at all once it is synced. `at` is the
     apiserver's Date from a request of this cycle. Raises `NotSynced` when a kind it needs is not
-    synced (after waiting up to `first_sync` seconds for kinds just added)."""
+    synced (after waiting up to `first_sync` seconds for kinds on their way, such as those just
+    added; never for a request past its timeout: `ClusterCache.wait`)."""
     need = needs(policies)
     mode = settings.cluster.node_autoscaling
     scaled = need.autoscalers and mode is not NodeAutoscaling.NONE

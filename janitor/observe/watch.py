@@ -7,6 +7,16 @@ again. A watch that goes silent (no event, no bookmark and no end for `FRESH_SEC
 server ends every watch within `WATCH_SECONDS`) is not trusted: the kind is listed again, whole, as
 it is when the apiserver no longer has that version (410 Gone, as an HTTP status or as an ERROR event).
 
+Every request waits for its answer as long as the client's every request does (--kube-timeout):
+a list page, and the head of a watch. Only then may a watch's stream stay quiet for minutes (a
+quiet kind has nothing to say). A request without an answer in that time fails like any other:
+the kind is not synced, says why ("the apiserver did not answer the watch within 10s"), and is
+asked again after a pause that doubles while it keeps failing. So is a watch that delivers
+nothing before it ends, or one the apiserver answers 410 from the version it has just listed:
+never a loop of requests. Its failures are the kind's to say (once, and when it is read again),
+not the apiserver outage's (`kubeapi.own_words`): a kind that gets no answer while the apiserver
+answers all else is no outage.
+
 What is kept is the slim value the caller makes of each object (`slim`), never the object, so a
 cache of 50,000 pods holds what deciding reads and nothing more. Kinds that matter only by their
 metadata are asked for as `PartialObjectMetadata`: the apiserver sends no spec, status or data.
@@ -18,12 +28,13 @@ within `FRESH_SECONDS + STALE_MARGIN`), and the cycle does nothing with a kind t
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
@@ -32,8 +43,10 @@ import urllib3
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from janitor import errors, kubeapi
+from janitor import errors, kubeapi, transport
 from janitor.decide.model import ResourceKind
+from janitor.durations import in_words
+from janitor.observe import watch_stream
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +54,8 @@ V = TypeVar("V")
 
 # The server ends a watch after about this long (jittered by up to a fifth), with a bookmark first:
 # each end costs one request to open it again from that version. A quiet kind gets no other word
-# (an apiserver bookmarks a quiet watch only when its own version moves), so this is what bounds how
-# long a watch can stay silent and still be alive.
+# (an apiserver bookmarks a quiet watch only before it ends it), so this is what bounds how long a
+# watch can stay silent and still be alive.
 WATCH_SECONDS = 240
 # Nothing at all (no event, no bookmark, no end) for FRESH_SECONDS means the watch is dead (a proxy
 # holding a connection open, a half-open TCP connection): the kind is listed again, whole. Past
@@ -51,11 +64,10 @@ FRESH_SECONDS = WATCH_SECONDS + 30.0
 STALE_MARGIN = 30.0
 RETRY_SECONDS = (1.0, 30.0)  # backoff between failed requests, doubling from the first to the second
 SKIPPED_RETRY_SECONDS = 300.0  # a kind the apiserver does not serve, or RBAC forbids, is tried again this often
-_CHUNK = 65536
 
 
 class State(StrEnum):
-    LISTING = "listing"
+    LISTING = "listing"  # its list, or the watch after it, is under way
     WATCHING = "watching"
     RETRYING = "retrying"  # the last request failed; the values are those of before the failure
     SKIPPED = "skipped"  # 403 or 404: shown in the plan as a skipped kind, like a list that failed so
@@ -64,7 +76,7 @@ class State(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class KindStatus:
-    """How one watched kind stands, for /readyz, the metrics and the benchmark."""
+    """How one watched kind stands, for /healthz, /readyz, the metrics and the benchmark."""
 
     key: str
     state: State
@@ -76,6 +88,15 @@ class KindStatus:
     failures: int  # requests that failed
     events: int
     error: str = ""
+    underway: bool = False  # listing, its request younger than the timeout: worth a cycle's wait
+
+    @property
+    def failing(self) -> bool:
+        """Not synced for a reason (a failed request, or stale), not merely on its way."""
+        return not self.synced and bool(self.error)
+
+    def __str__(self) -> str:
+        return f"{self.key} {self.state.value}{' (' + self.error + ')' if self.error else ''}"
 
 
 def metadata_accept(*, as_list: bool) -> str:
@@ -84,25 +105,29 @@ def metadata_accept(*, as_list: bool) -> str:
     return f"application/json;as={kind};g=meta.k8s.io;v=v1,application/json"
 
 
+class _Barren(Exception):
+    """A watch that ended having delivered nothing, soon after it opened: wait before the next."""
+
+
 class KindWatch(Generic[V]):
     """One kind (in one namespace, or all) listed and then watched on a thread of its own.
 
     `slim` turns an object into the value kept (None: not kept); `keep` filters objects first.
     Values are keyed by UID: a recreated object is a new entry, its predecessor's DELETED removes
-    the old one."""
+    the old one. `timeout` (connect, read) bounds every request's wait for its answer."""
 
     def __init__(self, api: ApiClient, kind: ResourceKind, slim: Callable[[Mapping[str, Any]], V | None], *,
                  namespace: str | None = None, metadata_only: bool = False, field_selector: str | None = None,
                  keep: Callable[[Mapping[str, Any]], bool] | None = None, page_size: int = 500,
-                 connect_timeout: float = 5.0, name: str | None = None,
+                 timeout: kubeapi.Timeout = kubeapi.DEFAULT_TIMEOUT, name: str | None = None,
                  fresh_seconds: float = FRESH_SECONDS, watch_seconds: float = WATCH_SECONDS) -> None:
         self.api, self.kind, self.slim = api, kind, slim
         self.namespace = namespace if kind.namespaced else None
         self.metadata_only, self.field_selector, self.keep = metadata_only, field_selector, keep
-        # Lists wait as long as the client's every request does (--kube-timeout); a watch's reads, fresh_seconds.
-        self.page_size, self.connect_timeout, self.fresh_seconds = page_size, connect_timeout, fresh_seconds
+        self.page_size, self.timeout, self.fresh_seconds = page_size, timeout, fresh_seconds
         self.watch_seconds = watch_seconds
-        self._contact = time.monotonic()  # the last word from the apiserver on this watch: a response, an event
+        self._contact = time.monotonic()  # the last word from the apiserver: a list, an event, a watch's end
+        self._asked: tuple[float, str] | None = None  # the request waiting for its answer: when it was sent, which
         self.key = name or kind.key + (f"@{self.namespace}" if self.namespace else "")
         self._items: dict[str, V] = {}
         self._version: str | None = None
@@ -116,6 +141,9 @@ class KindWatch(Generic[V]):
         self._counts = {"lists": 0, "expired": 0, "reopened": 0, "failures": 0, "events": 0}
         self._response: Any = None
         self._dropped = False
+        self._trouble: tuple[float, str, bool] | None = None  # since when it fails, what was said, said aloud
+        self._expired_in_a_row = 0  # 410s with no event in between
+        self._streams = 0  # counts watch streams opened and ended: which one a pending proof is about
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> KindWatch[V]:
@@ -141,16 +169,23 @@ class KindWatch(Generic[V]):
 
     def status(self) -> KindStatus:
         with self._lock:
-            quiet = time.monotonic() - self._contact
+            now = time.monotonic()
+            quiet = now - self._contact
             stale = self._state is State.WATCHING and quiet > self.fresh_seconds + STALE_MARGIN
-            synced = self._listed and self._state is State.WATCHING and not stale
+            # A request past its timeout is as good as failed (it fails at that moment, or soon after).
+            late = self._asked is not None and now - self._asked[0] > self.timeout[1]
+            synced = self._listed and self._state is State.WATCHING and not stale and not late
             error = f"stale: no event or bookmark for {quiet:.0f} s" if stale else self._error
+            if late and not error and self._asked is not None:
+                error = self._unanswered(self._asked[1])
+            underway = self._state is State.LISTING and not error
             return KindStatus(self.key, self._state, synced, len(self._items), self._counts["lists"],
                               self._counts["expired"], self._counts["reopened"], self._counts["failures"],
-                              self._counts["events"], error)
+                              self._counts["events"], error, underway)
 
     # -- the thread --------------------------------------------------------------------------------
     def _run(self) -> None:
+        kubeapi.own_words()  # this thread's failures are said below, per kind, not as the apiserver's outage
         pause = RETRY_SECONDS[0]
         while not self._stop.is_set():
             try:
@@ -158,34 +193,85 @@ class KindWatch(Generic[V]):
                     self._list()
                 self._watch()
                 pause = RETRY_SECONDS[0]
-            except errors.Expired:
-                logger.info("%s: resourceVersion %s is too old (410); listing again", self.key, self._version)
+                continue
+            except errors.Expired as e:
                 with self._lock:
                     self._version = None
                     self._counts["expired"] += 1
-                continue
+                    self._expired_in_a_row += 1
+                if self._expired_in_a_row == 1:  # the version of a watch that worked is gone: list again at once
+                    logger.info("%s: resourceVersion too old (410); listing again", self.key)
+                    continue
+                # 410 again, to a watch from the version just listed, before any event: it cannot be watched now.
+                self._fail(e, State.RETRYING, pause, why="the apiserver answered 410 Gone again, to a watch from the "
+                                                         f"version it had just listed ({e.server_message})")
+            except _Barren:
+                pass  # said at DEBUG where it ended; waits like a failure, without being one
             except (errors.Forbidden, errors.NotFound) as e:
-                self._fail(e, State.SKIPPED)
+                self._fail(e, State.SKIPPED, SKIPPED_RETRY_SECONDS)
                 self._stop.wait(SKIPPED_RETRY_SECONDS)
                 continue
             except Exception as e:  # a request, or an object `slim` cannot read: try again, say so meanwhile
                 if self._stop.is_set():
                     return
-                self._fail(e, State.RETRYING)
-                self._stop.wait(pause * random.uniform(0.8, 1.2))
-                pause = min(pause * 2, RETRY_SECONDS[1])
+                self._fail(e, State.RETRYING, pause)
+            self._stop.wait(pause * random.uniform(0.8, 1.2))
+            pause = min(pause * 2, RETRY_SECONDS[1])
 
-    def _fail(self, error: Exception, state: State) -> None:
-        text = str(error) if isinstance(error, errors.KubeError) else f"{type(error).__name__}: {error}"
+    def _fail(self, error: Exception, state: State, pause: float, *, why: str | None = None) -> None:
+        why = why or self._why(error)
         with self._lock:
-            self._state, self._error = state, errors.cut(text)
+            asked = self._asked[0] if self._asked is not None else time.monotonic()
+            self._state, self._error, self._asked = state, errors.cut(why), None
             self._counts["failures"] += 1
             if state is State.SKIPPED and isinstance(error, errors.KubeError):
                 self._skipped = error
-        # No answer at all is the client's Outage's to say, once for every kind and request.
-        level = logging.INFO if state is State.SKIPPED else logging.DEBUG if kubeapi.no_answer(error) else \
-            logging.WARNING
-        logger.log(level, "%s: %s; the values kept are not used until it is read again", self.key, text)
+            began, said, aloud = self._trouble or (asked, "", False)  # since the first request that failed
+            # Said once while it lasts (again if the reason changes): /readyz and the metrics keep
+            # showing it. Not while the apiserver's outage is said: no answer to anyone is one line.
+            outage = getattr(self.api, "outage", None)
+            loud = why != said and not (outage is not None and outage.ongoing)
+            self._trouble = (began, why if loud else said, aloud or loud)
+        if state is State.SKIPPED:
+            logger.log(logging.INFO if loud else logging.DEBUG, "%s: %s; shown as a skipped kind, asked again "
+                       "every %s", self.key, why, in_words(datetime.timedelta(seconds=pause)))
+        else:
+            logger.log(logging.WARNING if loud else logging.DEBUG, "%s: %s; the watch cache is not synced, so cycles "
+                       "do nothing until it is read again (the janitor keeps asking)", self.key, why)
+
+    def _why(self, error: Exception) -> str:
+        """What went wrong, in words: how long the apiserver was waited for, why there was no answer,
+        or its answer (never a client library's text)."""
+        if not isinstance(error, errors.KubeError):
+            return f"{type(error).__name__}: {error}"
+        if error.status is not None:
+            return str(error)
+        request = "the watch" if error.doing.startswith("watch") else "the list"
+        said = transport.no_answer(error, "the apiserver")
+        if said.cause is transport.Cause.TIMEOUT:
+            return self._unanswered(request)
+        return f"the apiserver did not answer {request} ({said})"
+
+    def _unanswered(self, request: str) -> str:
+        return f"the apiserver did not answer {request} within {self.timeout[1]:g}s"
+
+    def _proven(self, stream: int) -> None:
+        """The watch opened after a failure is still open after the timeout: it answers."""
+        with self._lock:
+            open_now = self._streams == stream and self._state is State.WATCHING
+        if open_now:
+            self._answered()
+
+    def _answered(self) -> None:
+        """The kind is read again (a list, a watch's event, a watch open for the timeout): a failure
+        that was said is over, and said to be. A watch's head alone is not enough: one that then
+        brings a 410 or nothing at all would say it again at each try."""
+        with self._lock:
+            trouble, self._trouble = self._trouble, None
+        if trouble is not None:
+            began, _, aloud = trouble
+            lasted = in_words(datetime.timedelta(seconds=time.monotonic() - began))
+            logger.log(logging.INFO if aloud else logging.DEBUG, "%s: read again, after %s without", self.key, lasted)
 
     def _list(self) -> None:
         with self._lock:
@@ -199,8 +285,10 @@ class KindWatch(Generic[V]):
                 query.append(("fieldSelector", self.field_selector))
             if token:
                 query.append(("continue", token))
+            self._asked = (time.monotonic(), "the list")
             response = kubeapi.request(self.api, "GET", kubeapi.path(self.kind, self.namespace), query=query,
-                                       accept=accept, doing=f"list {self.key}")
+                                       accept=accept, timeout=self.timeout, doing=f"list {self.key}")
+            self._asked = None
             body = json.loads(response.data)
             for item in body.get("items") or []:
                 self._put(found, item)
@@ -212,7 +300,7 @@ class KindWatch(Generic[V]):
             self._items, self._version = found, meta.get("resourceVersion") or None
             self._listed = True
             self._counts["lists"] += 1
-            self._skipped, self._error = None, ""
+            self._skipped, self._error, self._contact = None, "", time.monotonic()
 
     def _put(self, into: dict[str, V], item: Mapping[str, Any]) -> None:
         meta = item.get("metadata") or {}
@@ -226,26 +314,41 @@ class KindWatch(Generic[V]):
             into[uid] = value
 
     def _watch(self) -> None:
+        """Open the watch from the version reached and apply its events until it ends. Raises when it
+        cannot be opened, and `_Barren` when it ended soon, having delivered nothing."""
         query: list[tuple[str, Any]] = [
             ("watch", "true"), ("allowWatchBookmarks", "true"), ("resourceVersion", self._version or ""),
             ("timeoutSeconds", max(1, int(self.watch_seconds * random.uniform(0.8, 1.0))))]
         if self.field_selector:
             query.append(("fieldSelector", self.field_selector))
         accept = metadata_accept(as_list=False) if self.metadata_only else "application/json"
+        opened = time.monotonic()
+        self._asked = (opened, "the watch")
         response = kubeapi.open_stream(self.api, kubeapi.path(self.kind, self.namespace), query=query, accept=accept,
-                                       timeout=(self.connect_timeout, self.fresh_seconds), doing=f"watch {self.key}")
+                                       timeout=self.timeout, read_timeout=self.fresh_seconds, doing=f"watch {self.key}")
         self._response, self._dropped = response, False
         with self._lock:
-            self._state, self._error, self._contact = State.WATCHING, "", time.monotonic()
+            self._state, self._error, self._asked = State.WATCHING, "", None
+            self._streams += 1
+            stream, troubled = self._streams, self._trouble is not None
+        if troubled:  # over once it proves itself: an event, or staying open for the timeout
+            proof = threading.Timer(self.timeout[1], self._proven, args=(stream,))
+            proof.daemon = True
+            proof.start()
+        delivered = 0
         try:
-            for line in _lines(response):
+            for line in watch_stream.lines(response):
                 if self._stop.is_set():
                     return
-                self._apply(json.loads(line))
+                self._apply(watch_stream.event(line, self.key))
+                delivered += 1
+            if delivered or time.monotonic() - opened >= self.timeout[1]:
+                with self._lock:
+                    self._contact = time.monotonic()  # the server ended it in its time: word, as an event is
         except Exception as e:
             if not (self._dropped or isinstance(e, urllib3.exceptions.HTTPError | ApiException | OSError)):
                 raise
-            if _silent(e):
+            if watch_stream.silent(e):
                 # Not even a bookmark for fresh_seconds: whatever this connection held back is not
                 # trusted; the kind is listed again, whole.
                 logger.warning("%s: no event or bookmark for %.0f s; listing again", self.key, self.fresh_seconds)
@@ -256,9 +359,14 @@ class KindWatch(Generic[V]):
                 # open it is what marks the kind as not synced.
                 logger.debug("%s: watch ended (%s); opening it again from %s", self.key, e, self._version)
         finally:
+            with self._lock:
+                self._streams += 1  # this stream is over: its proof, if pending, proves nothing
             self._close()
         with self._lock:
             self._counts["reopened"] += 1
+        if not delivered and time.monotonic() - opened < self.timeout[1] and not self._stop.is_set():
+            logger.debug("%s: the watch ended without an event; waiting before opening it again", self.key)
+            raise _Barren()
 
     def _apply(self, event: Mapping[str, Any]) -> None:
         kind, item = event.get("type"), event.get("object") or {}
@@ -266,7 +374,8 @@ class KindWatch(Generic[V]):
             raise errors.from_status(item.get("code"), json.dumps(item), doing=f"watch {self.key}")
         version = (item.get("metadata") or {}).get("resourceVersion")
         with self._lock:
-            self._contact = time.monotonic()
+            self._contact, self._expired_in_a_row = time.monotonic(), 0
+            troubled = self._trouble is not None
             if kind in ("ADDED", "MODIFIED"):
                 self._put(self._items, item)
             elif kind == "DELETED":
@@ -275,6 +384,8 @@ class KindWatch(Generic[V]):
                 self._counts["events"] += 1
             if version:
                 self._version = version
+        if troubled:
+            self._answered()
 
     def _close(self) -> None:
         """Drop the open watch, from any thread: the read blocked on it wakes at once (a close would
@@ -286,24 +397,3 @@ class KindWatch(Generic[V]):
                 response.shutdown()  # urllib3 >= 2.3: shuts the socket down under the blocked read
             except Exception:  # a connection that is already gone
                 pass
-
-
-def _silent(error: BaseException) -> bool:
-    """The read timed out: nothing came for the whole read timeout (urllib3 says so, wrapped or not)."""
-    seen: BaseException | None = error
-    while seen is not None:
-        if isinstance(seen, urllib3.exceptions.ReadTimeoutError | TimeoutError):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
-def _lines(response: Any) -> Iterator[bytes]:
-    """The newline-separated JSON documents of a watch stream, as they arrive."""
-    rest = b""
-    for chunk in response.stream(_CHUNK, decode_content=True):
-        rest += chunk
-        *whole, rest = rest.split(b"\n")
-        yield from (line for line in whole if line.strip())
-    if rest.strip():
-        yield rest

@@ -1,8 +1,9 @@
 """Running the janitor's cycles on the sandbox, as the daemon runs them.
 
-`Runner` keeps what the daemon keeps between cycles (the cycle memory, the metrics) so a test can
-run several cycles and read the metrics; `settings` builds the grouped `Settings` from the few
-values the sandbox tests vary.
+`Runner` keeps what the daemon keeps between cycles (the cycle memory, the metrics, and with
+`cache` its watch cache, whose state is in the metrics as the daemon exports it) so a test can run
+several cycles and read the metrics; `settings` builds the grouped `Settings` from the few values
+the sandbox tests vary.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from kubernetes.client import ApiClient
 from janitor import cycle, daemon, report
 from janitor.act.slack import Slack
 from janitor.cycle import CycleResult, Memory, Planned, Ports
+from janitor.observe.cache import ClusterCache
 from janitor.settings import ClusterSettings, PrometheusSettings, Settings, SlackSettings
 from janitor.telemetry import Telemetry
 
@@ -49,17 +51,30 @@ def settings(**values: Any) -> Settings:
 
 class Runner:
     def __init__(self, api: ApiClient, settings: Settings,
-                 clock: Callable[[], datetime.datetime] = cycle.utc_now) -> None:
+                 clock: Callable[[], datetime.datetime] = cycle.utc_now, *, cache: ClusterCache | None = None) -> None:
         slack = None
         if settings.slack.token:
             slack = Slack.connect(settings.slack.token, base_url=settings.slack.api_url,
                                   admin_channel=settings.slack.admin_channel,
                                   timeout=settings.slack.timeout.total_seconds())
         self.settings = settings
-        self.ports = Ports(api, slack, clock=clock)
+        self.ports = Ports(api, slack, clock=clock, cache=cache)
         self.memory = Memory()
         self.telemetry = Telemetry()
+        if cache is not None:
+            self.telemetry.registry.register(daemon.CacheCollector(cache))
         self.last: CycleResult | None = None
+
+    def stop(self) -> None:
+        """Stop the watch cache's threads, if there is one."""
+        if self.ports.cache is not None:
+            self.ports.cache.stop()
+
+    def synced(self) -> bool:
+        """Whether the watch cache says every kind is synced (`janitor_watch_cache_synced`)."""
+        found = [s.value for family in self.telemetry.registry.collect() for s in family.samples
+                 if s.name == "janitor_watch_cache_synced"]
+        return bool(found) and all(v == 1 for v in found)
 
     @property
     def api(self) -> ApiClient:

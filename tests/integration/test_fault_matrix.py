@@ -3,8 +3,13 @@
 docs/fault-matrix.md is the table these cases check. Each case has a namespace of its own with one
 idle Job (CPU, 0.002 cores against `idleCpu: {cores: 0.05}`, backfilled), its own Slack user (so
 its DM counts only its own messages) and its own janitor (a `Runner`) that reaches the apiserver,
-Prometheus and Slack through fresh fault proxies (devenv/faults.py). One service is faulted for
-one cycle in one phase of the lifecycle:
+Prometheus and Slack through fresh fault proxies (devenv/faults.py). The janitor runs as the
+daemon does by default: with its watch cache, synced before the fault (it observes and plans once,
+acting on nothing). An apiserver fault meets the watches too: their connections are dropped as the
+fault comes on, so they are opened again into it. A few apiserver faults also run on the path
+without the cache (`-lists`: `janitor run --once`, `--no-watch-cache`), where they meet the
+cycle's lists instead; at the deadline only, the phase with an action at stake. One service is
+faulted for one cycle in one phase of the lifecycle:
 
 - before: the Job is idle and not marked yet;
 - between: marked, its owner warned, the deadline an hour away;
@@ -21,19 +26,22 @@ more cycle. After each cycle:
 3. no duplicate message: at most one warning and one "done" note in the owner's DM;
 4. the cycle survives: `run_cycle` returns a result. When the cluster itself cannot be read
    (an apiserver fault on every request) the cycle fails as the daemon expects a failed cycle
-   to: a `janitor.errors.KubeError`, counted under source "kubernetes", nothing else;
+   to: a `janitor.errors.KubeError`, counted under source "kubernetes", nothing else. A watch
+   that gets no answer, or only 410s, is said by the cache within one --kube-timeout (its
+   `janitor_watch_cache_synced` is 0), and the cycle then does nothing at all (`NotSynced`);
 5. recovery within one cycle: before -> marked and warned once; between -> still marked, nothing
    new sent, not acted on; deadline -> acted on, and exactly one "done" note.
 
 Last, no log record of the whole module (DEBUG included, from every library) carries the
 apiserver's bearer token, the Slack bot token or the Prometheus password.
 
-Faults are switched per request: on every request through the proxy, or on writes only (PATCH,
-DELETE and POST) for the apiserver; Slack's `lost` faults hit chat.postMessage only: the message
-is posted and its answer replaced by a reset or a 503. Delays are longer than the client timeouts
+Faults are switched per request: on every request through the proxy, on writes only (PATCH,
+DELETE and POST), or on watches only for the apiserver; Slack's `lost` faults hit chat.postMessage
+only: the message is posted and its answer replaced by a reset or a 503. Before the next cycle the
+cache is synced again (as the daemon's next cycles would find it). Delays are longer than the client timeouts
 (2-3 s, short so that black holes cost little). Slack is the stand-in of devenv/slack_standin.py,
 one of the module's own (with the sandbox's token), so that the DMs it counts are only its own
-whatever else runs against the sandbox meanwhile. The whole module takes about 2.5 minutes.
+whatever else runs against the sandbox meanwhile.
 """
 
 from __future__ import annotations
@@ -71,11 +79,13 @@ from janitor.decide.lifecycle import LifecycleSettings, MarkCaps
 from janitor.decide.model import State
 from janitor.decide.triggers import registry
 from janitor.decide.triggers.spec import Usage
+from janitor.observe.cache import ClusterCache, NotSynced
 from janitor.settings import Settings, parse_kind
 
 KUBE_TIMEOUT = (2.0, 3.0)  # (connect, read) seconds of every apiserver request
 CLIENT_TIMEOUT = datetime.timedelta(seconds=2)  # one Prometheus query's, one Slack call's answer
 SLOW = 5.0  # a delay longer than every client timeout
+MARGIN = 10.0  # seconds, beyond one --kube-timeout, for the cache to say what it knows on a loaded machine
 JOB = "idle"
 MARK = (a.POLICY, a.DEADLINE, a.MARKED_UID)  # what must never be lost
 WARNED = (*MARK, a.WARNED_AT, a.WARNED_VIA, a.WARNED_OF)
@@ -126,6 +136,13 @@ FAULTS: dict[str, dict[str, Switch]] = {
         "writes-409": _writes(lambda p, **w: p.status(409, **w)),
         "writes-500": _writes(lambda p, **w: p.status(500, **w)),
         "writes-reset": _writes(lambda p, **w: p.reset(**w)),
+        "watch-blackhole": lambda p: p.blackhole(watch=True),
+        "watch-silent": lambda p: p.silent(watch=True),
+        "watch-cut": lambda p: p.cut(watch=True),
+        "watch-410": lambda p: p.gone(watch=True),
+        "watch-410-event": lambda p: p.gone(in_stream=True, watch=True),
+        "watch-no-bookmarks": lambda p: p.no_bookmarks(watch=True),
+        "watch-slow": lambda p: p.slow(SLOW, watch=True),
     },
     "prometheus": {
         "delay": lambda p: p.delay(SLOW),
@@ -148,22 +165,50 @@ FAULTS: dict[str, dict[str, Switch]] = {
 }
 
 
+# Watch faults after which the cache cannot be trusted: no answer, or only 410s (each list is
+# followed by a watch the apiserver refuses). The others leave the watch answering: it stays synced.
+UNANSWERED_WATCHES = frozenset({"watch-blackhole", "watch-410", "watch-410-event"})
+# Of the faults on every request, the one a watch takes as a stream cut short (a 200 whose body is
+# no whole event): opened again after pauses, it stays synced, its values those of its last version
+# (and stale past the silence bound, as any watch that brings nothing).
+CUT_SHORT = frozenset({"malformed"})
+
+
 @dataclass(frozen=True)
 class Case:
     service: str
     fault: str
     phase: str
+    path: str = "cache"  # the daemon's default; "lists": without the watch cache (--once, --no-watch-cache)
 
     def __str__(self) -> str:
-        return f"{self.service}-{self.fault}-{self.phase}"
+        return f"{self.service}-{self.fault}-{self.phase}" + ("-lists" if self.path == "lists" else "")
 
     @property
     def unreadable_cluster(self) -> bool:
         """The apiserver fails every request: the cycle cannot observe anything."""
-        return self.service == "apiserver" and not self.fault.startswith("writes-")
+        return self.service == "apiserver" and not self.fault.startswith(("writes-", "watch-"))
+
+    @property
+    def cached(self) -> bool:
+        return self.path == "cache"
+
+    @property
+    def unsynced(self) -> bool:
+        """The watch cache is not synced while the fault lasts, and says so within one --kube-timeout."""
+        return self.cached and ((self.unreadable_cluster and self.fault not in CUT_SHORT)
+                                or self.fault in UNANSWERED_WATCHES)
+
+    @property
+    def meets_watches(self) -> bool:
+        """Its fault meets the watches: they are dropped as it comes on, and opened again into it."""
+        return self.cached and self.service == "apiserver" and not self.fault.startswith("writes-")
 
 
 CASES = [Case(service, fault, phase) for service, faults in FAULTS.items() for fault in faults for phase in PHASES]
+# Without the cache, a read fault meets the cycle's own lists; at the deadline, where an action is at stake.
+CASES += [Case("apiserver", fault, "deadline", "lists") for fault in FAULTS["apiserver"]
+          if not fault.startswith(("writes-", "watch-"))]
 
 
 @dataclass
@@ -283,7 +328,8 @@ def world(request: pytest.FixtureRequest, sandbox: Any, kube: client.ApiClient, 
     run = uuid.uuid4().hex[:4]
     boxes: dict[Case, Box] = {}
     for n, case in enumerate(cases):
-        name = f"{PHASES[case.phase]}-{case.service[:4]}-{case.fault}-{run}"
+        lists = "-l" if case.path == "lists" else ""
+        name = f"{PHASES[case.phase]}-{case.service[:4]}-{case.fault}{lists}-{run}"
         boxes[case] = Box(case, name, f"{name}@faults.example", f"U0FM{run.upper()}{n:03}")
     state = f"fm-setup-{run}"
     names = [state, *(b.namespace for b in boxes.values())]
@@ -449,11 +495,12 @@ class Checks:
             self.failed.append(what)
 
 
-def _survived(check: Checks, seen: Seen, when: str, *, may_fail_unread: bool) -> None:
+def _survived(check: Checks, seen: Seen, when: str, *, may_fail_unread: bool, may_be_unsynced: bool = False) -> None:
     outcome = seen.outcome
     if not isinstance(outcome, Exception):
         return
     allowed = may_fail_unread and isinstance(outcome, errors.KubeError) and daemon.error_source(outcome) == "kubernetes"
+    allowed = allowed or (may_be_unsynced and isinstance(outcome, NotSynced))
     package = Path(errors.__file__).parent
     frames = [f for f in traceback.extract_tb(outcome.__traceback__) if Path(f.filename).is_relative_to(package)]
     where = ""
@@ -483,30 +530,23 @@ def test_fault(case: Case, world: World, proxies: Proxies, tmp_path: Path) -> No
     box = world.boxes[case]
     check = Checks()
     kubeconfig = repoint_kubeconfig(world.sandbox.kubeconfig, tmp_path / "proxied.kubeconfig", proxies.kube.url)
-    runner = Runner(kubeapi.connect(str(kubeconfig), timeout=KUBE_TIMEOUT), _settings(
-        world, (box.namespace,), box.namespace, prometheus=proxies.prometheus.url,
-        slack=proxies.slack.url + "/api/"))
-    start = _notes(world, box)
-    assert start is not None
-    if case.phase == "deadline":  # due since set-up; waits only if this case runs first
-        time.sleep(max(0.0, a.parse_expires(start[a.DEADLINE]).timestamp() - time.time()) + 1)
-    before_messages = _kinds(world, box)
-
-    FAULTS[case.service][case.fault](proxies.of(case.service))
-    faulty = _cycle(runner, world, box)
-    shown = {name: _counted(runner, name, **labels) for name, labels in (
-        ("janitor_evidence_failures_total", {}), ("janitor_slack_messages_total", {"result": "failed"}),
-        ("janitor_lifecycle_write_failures_total", {}))}
-    for proxy in proxies.all():
-        proxy.clear()
-    if case.fault == "delay":
-        _settle(proxies.of(case.service))
-    healed = _cycle(runner, world, box)
+    api = kubeapi.connect(str(kubeconfig), timeout=KUBE_TIMEOUT)
+    settings = _settings(world, (box.namespace,), box.namespace, prometheus=proxies.prometheus.url,
+                         slack=proxies.slack.url + "/api/")
+    runner = Runner(api, settings, cache=ClusterCache(api, settings) if case.cached else None)
+    try:
+        faulty, healed, shown, start, before_messages = _run_case(case, world, proxies, runner, box)
+    finally:
+        runner.stop()
     print(f"\n{case}: faulty cycle: {faulty.summary()}; {shown}\n{case}: next cycle: {healed.summary()}")
 
-    # 4. the cycle survives: only a cluster that cannot be read fails it, as a KubeError.
-    _survived(check, faulty, "faulty cycle", may_fail_unread=case.unreadable_cluster)
+    # 4. the cycle survives: only a cluster that cannot be read fails it, as a KubeError; a watch
+    # that gets no answer only makes it do nothing.
+    _survived(check, faulty, "faulty cycle", may_fail_unread=case.unreadable_cluster, may_be_unsynced=case.unsynced)
     _survived(check, healed, "next cycle", may_fail_unread=False)
+    if case.unsynced and not case.unreadable_cluster:
+        check(isinstance(faulty.outcome, NotSynced), f"faulty cycle: ran on a cache that is not synced: "
+                                                     f"{faulty.summary()}")
     # 1. no wrongful action.
     if faulty.acted:
         check(case.phase == "deadline", f"faulty cycle: acted on in phase {case.phase}, before the deadline")
@@ -553,6 +593,39 @@ def test_fault(case: Case, world: World, proxies: Proxies, tmp_path: Path) -> No
         check(healed.messages == ["warning", "done"],
               f"next cycle: the DM holds {healed.messages}, not one warning and one done note")
     assert not check.failed, f"{case}:\n  " + "\n  ".join(check.failed)
+
+
+def _run_case(case: Case, world: World, proxies: Proxies, runner: Runner, box: Box
+              ) -> tuple[Seen, Seen, dict[str, float], dict[str, str], list[str]]:
+    """The fault on for one cycle, cleared, and one more cycle: what each left behind."""
+    if case.cached:  # the daemon's cache, synced before the fault; observing and planning acts on nothing
+        runner.plan()
+        assert runner.synced(), f"{case}: the cache did not sync before the fault"
+    start = _notes(world, box)
+    assert start is not None
+    if case.phase == "deadline":  # due since set-up; waits only if this case runs first
+        time.sleep(max(0.0, a.parse_expires(start[a.DEADLINE]).timestamp() - time.time()) + 1)
+    before_messages = _kinds(world, box)
+
+    FAULTS[case.service][case.fault](proxies.of(case.service))
+    if case.meets_watches:
+        proxies.kube.drop_connections()  # as an apiserver restarting: the watches open again, into the fault
+    if case.unsynced:
+        wait_until(lambda: not runner.synced(), timeout=KUBE_TIMEOUT[1] + MARGIN,
+                   what=f"{case}: janitor_watch_cache_synced to say within one --kube-timeout that a kind is not "
+                        "synced")
+    faulty = _cycle(runner, world, box)
+    shown = {name: _counted(runner, name, **labels) for name, labels in (
+        ("janitor_evidence_failures_total", {}), ("janitor_slack_messages_total", {"result": "failed"}),
+        ("janitor_lifecycle_write_failures_total", {}))}
+    for proxy in proxies.all():
+        proxy.clear()
+    if case.fault == "delay":
+        _settle(proxies.of(case.service))
+    if case.cached:  # the daemon's next cycles do nothing until it is; the first that acts is the one judged
+        wait_until(runner.synced, timeout=60, what=f"{case}: the cache to sync again once the fault is gone")
+    healed = _cycle(runner, world, box)
+    return faulty, healed, shown, start, before_messages
 
 
 def test_no_secret_reaches_a_log_line(world: World, log_watch: LogWatch) -> None:

@@ -60,7 +60,7 @@ def caches() -> Iterator[list[ClusterCache]]:
 def cached(api: client.ApiClient, settings, caches: list[ClusterCache]) -> Runner:  # noqa: ANN001
     """A janitor with a watch cache of its own, started now: as after a restart under the role of now."""
     runner = Runner(api, settings)
-    runner.ports.cache = ClusterCache(api, settings, connect_timeout=3.0)
+    runner.ports.cache = ClusterCache(api, settings)
     caches.append(runner.ports.cache)
     runner.ports.cache.ensure(pods=True, nodes=False, oom=False)
     return runner

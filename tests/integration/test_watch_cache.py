@@ -45,7 +45,7 @@ def cached_runner(sandbox, tmp_path: Path, namespace: str) -> tuple[Runner, Faul
     api = kubeapi.connect(str(kubeconfig), (3.0, 10.0))
     config: Settings = settings(namespace, kinds=(CONFIG_MAPS,))
     runner = Runner(api, config)
-    cache = ClusterCache(api, config, connect_timeout=3.0)
+    cache = ClusterCache(api, config)
     runner.ports.cache = cache
     return runner, proxy, cache
 

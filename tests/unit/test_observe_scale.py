@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from janitor import errors
 from janitor.decide.model import NamespaceView, ResourceKind
-from janitor.observe import cluster, evidence, watch
+from janitor.observe import cluster, evidence, watch, watch_stream
 from janitor.observe.cache import ClusterCache, NotSynced
 from janitor.observe.observation import MAX_SCOPED_NAMESPACES, covered_namespaces, needs
 from janitor.observe.prometheus import HONOR_LABELS
@@ -87,7 +88,17 @@ def test_a_watch_stream_is_split_into_whole_events_however_it_is_chunked() -> No
     events = [{"type": "ADDED", "object": {"metadata": {"uid": str(i), "resourceVersion": str(i)}}} for i in range(3)]
     text = b"".join(json.dumps(e).encode() + b"\n" for e in events)
     chunks = [text[i:i + 7] for i in range(0, len(text), 7)]
-    assert [json.loads(line) for line in watch._lines(_Stream(chunks))] == events
+    assert [json.loads(line) for line in watch_stream.lines(_Stream(chunks))] == events
+    # Cut in the middle of the last event: the whole ones only; the watch asks for the rest again.
+    cut = [text[: len(text) - 10]]
+    assert [json.loads(line) for line in watch_stream.lines(_Stream(cut))] == events[:2]
+
+
+def test_a_line_of_a_watch_that_is_not_an_event_is_the_kinds_failure_in_words() -> None:
+    with pytest.raises(errors.ServerError, match="watch Pod: the watch sent a line that is not JSON"):
+        watch_stream.event(b'{"type": "ADDED", "obj', "Pod")
+    with pytest.raises(errors.ServerError, match="not an event"):
+        watch_stream.event(b"[1, 2]", "Pod")
 
 
 def test_kinds_read_by_their_metadata_alone_are_asked_for_as_partial_metadata() -> None:

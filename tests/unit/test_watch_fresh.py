@@ -27,19 +27,50 @@ CONFIG_MAPS = ResourceKind("", "v1", "ConfigMap", "configmaps")
 
 
 class Server:
-    """Answers a list of one ConfigMap; watches bookmark every 0.2 s, or say nothing while `silent`."""
+    """Answers a list of one ConfigMap; watches bookmark every 0.2 s, or say nothing while `silent`.
+    While `list_held` or `head_held` is set a list, or a watch's head, waits (the client's timeout
+    ends it); while `gone`, every watch is answered 410 (`gone_in_stream`: in its stream); while
+    `barren`, a watch's head comes and its connection closes."""
 
     def __init__(self) -> None:
         self.silent = threading.Event()
-        self.lists = 0
+        self.list_held, self.head_held, self.gone = threading.Event(), threading.Event(), threading.Event()
+        self.barren = threading.Event()  # watches: the head, then the connection closes
+        self.gone_in_stream = threading.Event()  # watches: a 200 whose one event is an ERROR 410
+        self.lists = self.watches = 0
         self.closing = threading.Event()
         server = self
+
+        def held(flag: threading.Event) -> None:
+            while flag.is_set() and not server.closing.is_set():
+                time.sleep(0.05)
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args: object) -> None:
                 pass
 
             def do_GET(self) -> None:  # noqa: N802
+                held(server.list_held if "watch=true" not in self.path else server.head_held)
+                if "watch=true" in self.path:
+                    server.watches += 1
+                gone = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 410,
+                                   "reason": "Expired", "message": "too old resource version"}).encode()
+                if "watch=true" in self.path and server.gone_in_stream.is_set():  # as the apiserver says it
+                    event = b'{"type": "ERROR", "object": %s}\n' % gone
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(event), event))
+                    return
+                if "watch=true" in self.path and server.gone.is_set():
+                    body = gone
+                    self.send_response(410)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 if "watch=true" not in self.path:
@@ -54,6 +85,9 @@ class Server:
                     return
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
+                if server.barren.is_set():
+                    self.close_connection = True
+                    return
                 while not server.closing.is_set():
                     if not server.silent.is_set():
                         line = json.dumps({"type": "BOOKMARK", "object": {"kind": "ConfigMap", "metadata": {
@@ -85,11 +119,11 @@ def server() -> Iterator[Server]:
     made.stop()
 
 
-def watching(server: Server, fresh: float) -> KindWatch[str]:
+def watching(server: Server, fresh: float, timeout: float = 2.0) -> KindWatch[str]:
     config = client.Configuration(host=server.url)
     api = client.ApiClient(config)
     return KindWatch(api, CONFIG_MAPS, lambda item: item["metadata"]["name"], namespace="ns",
-                     connect_timeout=2.0, fresh_seconds=fresh).start()
+                     timeout=(2.0, timeout), fresh_seconds=fresh).start()
 
 
 def test_a_watch_that_bookmarks_stays_synced_listed_once(server: Server) -> None:
