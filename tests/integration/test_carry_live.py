@@ -84,7 +84,7 @@ def runner(sandbox, namespace: str, policy_path: Path, url: str, *, carry: bool)
                    prometheus_url=url, scrape_interval=datetime.timedelta(seconds=15))
     api = kubeapi.connect(sandbox.env["KUBECONFIG"], (3.0, 10.0))
     run = Runner(api, config)
-    run.ports.cache = ClusterCache(api, config, connect_timeout=3.0)
+    run.ports.cache = ClusterCache(api, config)
     if carry:
         run.ports.busy = BusyCarry(max_pause=datetime.timedelta(minutes=3))
         run.telemetry.registry.register(CarryCollector(run.ports.busy))
