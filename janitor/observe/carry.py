@@ -40,6 +40,7 @@ import enum
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from janitor.decide.evidence import CpuEvidence, CpuKey, CpuUsage, GpuEvidence, GpuKey, GpuSeries, PodKey, Quality
 from janitor.decide.model import PodView
@@ -136,6 +137,7 @@ INTERVALS_FOR = datetime.timedelta(minutes=5)
 its scrape config does, and the answer is megabytes at thousands of nodes. The re-check before
 acting reads them afresh, so no action rests on kept ones."""
 
+_T = TypeVar("_T")
 GpuCarryKey = tuple[GpuKey, float]  # the query and its busy level
 CpuCarryKey = tuple[CpuKey, float | None, float | None]  # the query, busy above in cores, as a fraction
 
@@ -236,15 +238,8 @@ class BusyCarry:
                 since = None
             else:
                 kept.seen_busy(recent, since)
-        carried: dict[PodKey, tuple[GpuSeries, ...]] = {}
-        if since is not None:
-            for pod in pods:
-                found = kept.carried(pod, at, window)
-                if found is not None:
-                    carried[pod_id(pod)[0]] = found
-        rest = [p for p in pods if pod_id(p)[0] not in carried]
-        read = whole(None if since is None else sorted({pod_id(p)[0] for p in rest}, key=_order))
-        self._count(len(carried), len(rest))
+        carried, rest, scoped = self._split(since, pods, lambda pod: kept.carried(pod, at, window))
+        read = whole(scoped)
         if read.failed:  # every pod unknown; what is kept stays true, and the next cycle reads them again
             return read
         kept.read_whole(read, rest, at)
@@ -268,25 +263,33 @@ class BusyCarry:
                 since = None
             else:
                 kept.seen_busy(recent, since, pods)
-        carried: dict[PodKey, CpuUsage] = {}
-        if since is not None:
-            for pod in pods:
-                found = kept.carried(pod, at, window)
-                if found is not None:
-                    carried[pod_id(pod)[0]] = found
-        rest = [p for p in pods if pod_id(p)[0] not in carried]
-        read = whole(None if since is None else sorted({pod_id(p)[0] for p in rest}, key=_order))
-        self._count(len(carried), len(rest))
+        carried_cpu, _, scoped = self._split(since, pods, lambda pod: kept.carried(pod, at, window))
+        read = whole(scoped)
         if read.failed:
             return read
         kept.forget(at, window, pods)
-        return replace(read, pods={**carried, **read.pods})
+        return replace(read, pods={**carried_cpu, **read.pods})
 
     def end(self) -> None:
         """Forget the queries this cycle did not carry (a policy changed its window or threshold,
         or a query is now read whole every cycle): what is kept is of the last cycle's reads."""
         self._gpu = {k: v for k, v in self._gpu.items() if k in self._used[0]}
         self._cpu = {k: v for k, v in self._cpu.items() if k in self._used[1]}
+
+    def _split(self, since: datetime.datetime | None, pods: Sequence[PodView],
+               carried_of: Callable[[PodView], _T | None]
+               ) -> tuple[dict[PodKey, _T], list[PodView], list[PodKey] | None]:
+        """The pods carried (by name, with what is carried), the rest, and the pods the whole read
+        names (None: every pod, when nothing is carried this cycle); counted for the metrics."""
+        carried: dict[PodKey, _T] = {}
+        if since is not None:
+            for pod in pods:
+                found = carried_of(pod)
+                if found is not None:
+                    carried[pod_id(pod)[0]] = found
+        rest = [p for p in pods if pod_id(p)[0] not in carried]
+        self._count(len(carried), len(rest))
+        return carried, rest, None if since is None else sorted({pod_id(p)[0] for p in rest}, key=_order)
 
     def _count(self, carried: int, whole: int) -> None:
         self.stats = replace(self.stats, carried=self.stats.carried + carried,
