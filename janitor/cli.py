@@ -651,6 +651,11 @@ Needs Kubernetes 1.30+ (ValidatingAdmissionPolicy v1).""",
                      help="list each kind once, then follow it with a watch, so a steady cycle reads what changed, "
                           "not the cluster (what an action depends on is still read fresh first); a cycle while a "
                           "kind is not synced does nothing and says so on /readyz (default: on; not with --once)")
+    run.add_argument("--node-refresh", type=float, default=D.cluster.node_refresh.total_seconds(),
+                     help="with the watch cache, seconds between lists of the nodes, which are listed (compressed) "
+                          "rather than watched: a watch brings every kubelet status report whole, a list costs the "
+                          "same however often kubelets report. Deciding sees nodes at most this old; an action "
+                          "re-reads the nodes it depends on first. 0: watch nodes (%(default)s)")
     run.add_argument("--log-level", default="INFO")
     leader = run.add_argument_group(
         "leader election", "Run two replicas: the one holding a coordination.k8s.io Lease in the state namespace acts, "

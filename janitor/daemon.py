@@ -355,10 +355,12 @@ class CacheCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         statuses = self.cache.status()
         synced = GaugeMetricFamily("janitor_watch_cache_synced", "1 while the kind is listed and its watch "
-                                   "connected; 0: cycles do nothing", labels=["kind"])
+                                   "connected (a polled kind: its last list is fresh); 0: cycles do nothing",
+                                   labels=["kind"])
         objects = GaugeMetricFamily("janitor_watch_cache_objects", "Objects kept, by kind", labels=["kind"])
         lists = CounterMetricFamily("janitor_watch_cache_lists", "Complete lists, by kind and why (first: at "
-                                    "start or when added; expired: the apiserver answered 410)", labels=["kind", "why"])
+                                    "start or when added; expired: the apiserver answered 410; refresh: a polled "
+                                    "kind, nodes, listed again)", labels=["kind", "why"])
         reopened = CounterMetricFamily("janitor_watch_cache_watches_reopened", "Watches opened again from their "
                                        "resourceVersion (server timeout, silence, reset)", labels=["kind"])
         failures = CounterMetricFamily("janitor_watch_cache_failures", "Requests of the watch cache that failed",
@@ -367,7 +369,8 @@ class CacheCollector(Collector):
             synced.add_metric([s.key], 1 if s.synced else 0)
             objects.add_metric([s.key], s.objects)
             lists.add_metric([s.key, "expired"], s.expired)
-            lists.add_metric([s.key, "first"], s.lists - s.expired)
+            lists.add_metric([s.key, "first"], s.lists - s.expired - s.refreshed)
+            lists.add_metric([s.key, "refresh"], s.refreshed)
             reopened.add_metric([s.key], s.reopened)
             failures.add_metric([s.key], s.failures)
         yield from (synced, objects, lists, reopened, failures)

@@ -75,6 +75,11 @@ class ClusterSettings:
     # Whether nodes can be added: `auto` looks for cluster-autoscaler or Karpenter (a pod that fits
     # no existing node then waits for one, unless the autoscaler says none could run it).
     node_autoscaling: NodeAutoscaling = NodeAutoscaling.AUTO
+    # How often the watch cache lists nodes again, instead of watching them: each kubelet's status
+    # report is a whole Node object on a watch (every 10 s on some distributions), while a list of
+    # every node, compressed, costs the same whatever the kubelets do. Deciding reads nodes at most
+    # this old (plus a list's time); an action re-reads the nodes it depends on. Zero: watch them.
+    node_refresh: datetime.timedelta = datetime.timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -244,6 +249,7 @@ def from_args(args: argparse.Namespace) -> Settings:
         cronjob_target=CronJobMode(a.text("cronjob_target", d.cluster.cronjob_target)),
         owner_keys=_owner_keys(list(a.texts("owner_key"))),
         node_autoscaling=NodeAutoscaling(a.text("node_autoscaling", d.cluster.node_autoscaling)),
+        node_refresh=a.seconds("node_refresh", d.cluster.node_refresh),
     )
     protected = a.raw("protected_namespaces")
     caps, trip = d.rails.caps, d.rails.tripwire

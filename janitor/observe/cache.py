@@ -2,7 +2,8 @@
 
 Listing every kind every cycle costs the apiserver the whole cluster every minute; a steady cycle
 should cost what changed. So the daemon lists each kind once and then follows it
-(`observe.watch`), and a cycle takes a snapshot of the slim values kept: configured kinds as
+(`observe.watch`; nodes, whose every kubelet status report would come whole, are listed again
+every --node-refresh instead), and a cycle takes a snapshot of the slim values kept: configured kinds as
 `ObjectView`s (pods and namespaces also as the views the triggers read), nodes as `NodeInfo`, the
 node agent's OOM Events, and node autoscalers' Events on pods (as their notes) with the probe for
 an autoscaler, asked again every few minutes.
@@ -134,12 +135,18 @@ class ClusterCache:
                     self.api, kind, slim or self._slim(kind, as_object), namespace=namespace,
                     metadata_only=cluster.metadata_only(kind), field_selector=field_selector, keep=keep,
                     page_size=cluster.page_size_of(kind, self.settings.cluster.page_size), timeout=self.timeout,
-                    name=group and group + (f"@{namespace}" if namespace else ""))
+                    name=group and group + (f"@{namespace}" if namespace else ""),
+                    relist_seconds=self._relist(kind))
                 self._watches[w.key] = w.start()
                 keys.append(w.key)
             self._groups[key] = keys
             if group is not None:
                 self._optional.add(key)
+
+    def _relist(self, kind: ResourceKind) -> float | None:
+        """Nodes are listed every --node-refresh rather than watched (0: watched, as every other kind)."""
+        refresh = self.settings.cluster.node_refresh.total_seconds()
+        return refresh if _is(kind, "Node") and refresh > 0 else None
 
     @staticmethod
     def _slim(kind: ResourceKind, as_object: bool) -> Any:

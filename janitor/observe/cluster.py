@@ -73,9 +73,16 @@ uncompressed (three quarters of a first cycle's bytes at 4,000 pods); a thousand
 and their metadata is a small part of what a page of pods holds."""
 
 
+NODE_PAGES = 2
+"""Nodes take this many times `--page-size` a page: the watch cache lists them again every
+--node-refresh, and each page is a request (2,500 nodes: 5 requests a refresh, not 10)."""
+
+
 def page_size_of(kind: ResourceKind, page_size: int) -> int:
-    """The page size a list of `kind` asks for (`METADATA_PAGES`)."""
-    return page_size * METADATA_PAGES if metadata_only(kind) else page_size
+    """The page size a list of `kind` asks for (`METADATA_PAGES`, `NODE_PAGES`)."""
+    if metadata_only(kind):
+        return page_size * METADATA_PAGES
+    return page_size * NODE_PAGES if (kind.group, kind.kind) == ("", "Node") else page_size
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,12 @@ What is kept is the slim value the caller makes of each object (`slim`), never t
 cache of 50,000 pods holds what deciding reads and nothing more. Kinds that matter only by their
 metadata are asked for as `PartialObjectMetadata`: the apiserver sends no spec, status or data.
 
+A kind whose every object changes all the time while the janitor reads little of it (nodes: each
+kubelet's status report is a whole Node event) may be listed again every `relist_seconds` instead
+of watched (`State.POLLING`): a list of every object, compressed, costs the same however often
+they change. Its values are those of the last list; the next list replaces them whole, and the
+kind stays synced meanwhile while the last list is younger than `relist_seconds + STALE_MARGIN`.
+
 The watch never decides anything alone: `synced` says whether the values can be trusted now (the
 list completed, the last request to the apiserver for this kind succeeded, and it said something
 within `FRESH_SECONDS + STALE_MARGIN`), and the cycle does nothing with a kind that is not synced.
@@ -69,6 +75,7 @@ SKIPPED_RETRY_SECONDS = 300.0  # a kind the apiserver does not serve, or RBAC fo
 class State(StrEnum):
     LISTING = "listing"  # its list, or the watch after it, is under way
     WATCHING = "watching"
+    POLLING = "polling"  # listed, to be listed again after `relist_seconds` (no watch)
     RETRYING = "retrying"  # the last request failed; the values are those of before the failure
     SKIPPED = "skipped"  # 403 or 404: shown in the plan as a skipped kind, like a list that failed so
     STOPPED = "stopped"
@@ -89,6 +96,7 @@ class KindStatus:
     events: int
     error: str = ""
     underway: bool = False  # listing, its request younger than the timeout: worth a cycle's wait
+    refreshed: int = 0  # lists of a polled kind after its first (`relist_seconds`)
 
     @property
     def failing(self) -> bool:
@@ -120,11 +128,14 @@ class KindWatch(Generic[V]):
                  namespace: str | None = None, metadata_only: bool = False, field_selector: str | None = None,
                  keep: Callable[[Mapping[str, Any]], bool] | None = None, page_size: int = 500,
                  timeout: kubeapi.Timeout = kubeapi.DEFAULT_TIMEOUT, name: str | None = None,
-                 fresh_seconds: float = FRESH_SECONDS, watch_seconds: float = WATCH_SECONDS) -> None:
+                 fresh_seconds: float = FRESH_SECONDS, watch_seconds: float = WATCH_SECONDS,
+                 relist_seconds: float | None = None) -> None:
         self.api, self.kind, self.slim = api, kind, slim
         self.namespace = namespace if kind.namespaced else None
         self.metadata_only, self.field_selector, self.keep = metadata_only, field_selector, keep
-        self.page_size, self.timeout, self.fresh_seconds = page_size, timeout, fresh_seconds
+        self.page_size, self.timeout, self.relist_seconds = page_size, timeout, relist_seconds
+        # Listed every relist_seconds: a list older than that (and the margin) is stale.
+        self.fresh_seconds = fresh_seconds if relist_seconds is None else relist_seconds
         self.watch_seconds = watch_seconds
         self._contact = time.monotonic()  # the last word from the apiserver: a list, an event, a watch's end
         self._asked: tuple[float, str] | None = None  # the request waiting for its answer: when it was sent, which
@@ -138,7 +149,7 @@ class KindWatch(Generic[V]):
         self._listed = False
         self._error = ""
         self._skipped: errors.KubeError | None = None
-        self._counts = {"lists": 0, "expired": 0, "reopened": 0, "failures": 0, "events": 0}
+        self._counts = {"lists": 0, "expired": 0, "reopened": 0, "failures": 0, "events": 0, "refreshed": 0}
         self._response: Any = None
         self._dropped = False
         self._trouble: tuple[float, str, bool] | None = None  # since when it fails, what was said, said aloud
@@ -171,17 +182,18 @@ class KindWatch(Generic[V]):
         with self._lock:
             now = time.monotonic()
             quiet = now - self._contact
-            stale = self._state is State.WATCHING and quiet > self.fresh_seconds + STALE_MARGIN
+            known = self._state in (State.WATCHING, State.POLLING)
+            stale = known and quiet > self.fresh_seconds + STALE_MARGIN
             # A request past its timeout is as good as failed (it fails at that moment, or soon after).
             late = self._asked is not None and now - self._asked[0] > self.timeout[1]
-            synced = self._listed and self._state is State.WATCHING and not stale and not late
+            synced = self._listed and known and not stale and not late
             error = f"stale: no event or bookmark for {quiet:.0f} s" if stale else self._error
             if late and not error and self._asked is not None:
                 error = self._unanswered(self._asked[1])
             underway = self._state is State.LISTING and not error
             return KindStatus(self.key, self._state, synced, len(self._items), self._counts["lists"],
                               self._counts["expired"], self._counts["reopened"], self._counts["failures"],
-                              self._counts["events"], error, underway)
+                              self._counts["events"], error, underway, self._counts["refreshed"])
 
     # -- the thread --------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -189,9 +201,12 @@ class KindWatch(Generic[V]):
         pause = RETRY_SECONDS[0]
         while not self._stop.is_set():
             try:
-                if self._version is None:
+                if self._version is None or self.relist_seconds is not None:
                     self._list()
-                self._watch()
+                if self.relist_seconds is not None:
+                    self._rest(self.relist_seconds)
+                else:
+                    self._watch()
                 pause = RETRY_SECONDS[0]
                 continue
             except errors.Expired as e:
@@ -273,9 +288,18 @@ class KindWatch(Generic[V]):
             lasted = in_words(datetime.timedelta(seconds=time.monotonic() - began))
             logger.log(logging.INFO if aloud else logging.DEBUG, "%s: read again, after %s without", self.key, lasted)
 
+    def _rest(self, seconds: float) -> None:
+        """Polled: the list just made is known until the next one, `seconds` later (jittered, so
+        that replicas and restarts do not list together). A failure it ends is over."""
+        with self._lock:
+            self._state = State.POLLING
+        self._answered()
+        self._stop.wait(seconds * random.uniform(0.9, 1.0))
+
     def _list(self) -> None:
         with self._lock:
-            self._state = State.LISTING
+            if self._state is not State.POLLING:  # a polled kind's last list stays known while the next runs
+                self._state = State.LISTING
         found: dict[str, V] = {}
         token: str | None = None
         accept = metadata_accept(as_list=True) if self.metadata_only else "application/json"
@@ -298,6 +322,7 @@ class KindWatch(Generic[V]):
                 break
         with self._lock:
             self._items, self._version = found, meta.get("resourceVersion") or None
+            self._counts["refreshed"] += self._listed and self.relist_seconds is not None
             self._listed = True
             self._counts["lists"] += 1
             self._skipped, self._error, self._contact = None, "", time.monotonic()

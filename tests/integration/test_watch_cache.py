@@ -249,3 +249,39 @@ def test_an_unchanged_pod_is_the_same_view_in_the_next_cycle(cached, core: clien
     wait_until(lambda: view() is not first, timeout=10, what="the watch to bring the change")
     changed = view()
     assert changed is not None and changed.annotations.get("example.com/note") == "touched"
+
+
+@pytest.mark.parametrize("refresh", [1.0, 0.0], ids=["listed-every-second", "watched"])
+def test_nodes_are_listed_again_every_refresh_not_watched(sandbox, tmp_path: Path, core: client.CoreV1Api,  # noqa: ANN001
+                                                         namespace: str, refresh: float) -> None:
+    """Nodes are listed (compressed) every --node-refresh instead of watched: each kubelet status
+    report would come whole on a watch. A node's change is seen by the next list; 0 watches them."""
+    import dataclasses
+    import datetime
+
+    proxy, kubeconfig = proxied(sandbox, tmp_path)
+    api = kubeapi.connect(str(kubeconfig), (3.0, 10.0))
+    config = settings(namespace, kinds=(CONFIG_MAPS,))
+    config = dataclasses.replace(config, cluster=dataclasses.replace(
+        config.cluster, node_refresh=datetime.timedelta(seconds=refresh)))
+    cache = ClusterCache(api, config)
+    node = core.list_node().items[0].metadata.name
+    try:
+        cache.ensure(pods=False, nodes=True, oom=False)
+        assert cache.wait(30)
+        core.patch_node(node, {"metadata": {"labels": {"janitor-test/mark": namespace}}})
+        wait_until(lambda: any(n.name == node and n.labels.get("janitor-test/mark") == namespace
+                               for n in cache.snapshot().nodes), timeout=15, what="the node's new label seen")
+        asked = [s.query for s in proxy.requests(method="GET", path="/api/v1/nodes") if s.path == "/api/v1/nodes"]
+        watches = [q for q in asked if "watch=true" in q]
+        status = watch_of(cache, "Node").status()
+        if refresh:
+            assert not watches and len(asked) >= 2 and status.refreshed == len(asked) - 1, asked
+            assert f"limit={2 * config.cluster.page_size}" in asked[0]
+        else:
+            assert watches and len(asked) - len(watches) == 1 and status.refreshed == 0, asked
+        assert status.synced
+    finally:
+        cache.stop()
+        proxy.stop()
+        core.patch_node(node, {"metadata": {"labels": {"janitor-test/mark": None}}})

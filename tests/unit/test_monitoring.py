@@ -69,7 +69,8 @@ class _Cache:
     """What the /metrics collector reads of the watch cache."""
 
     def status(self) -> list[KindStatus]:
-        return [KindStatus("Job", State.WATCHING, True, 3, 2, 1, 4, 0, 17)]
+        return [KindStatus("Job", State.WATCHING, True, 3, 2, 1, 4, 0, 17),
+                KindStatus("Node", State.POLLING, True, 5, 7, 0, 0, 0, 0, refreshed=6)]
 
 
 def _a_cycle() -> CycleResult:
@@ -128,6 +129,15 @@ def test_metrics_pass_promtool_check_metrics(promtool: str, registry: CollectorR
     assert empty == [], "a family without a sample is not checked: give it one in _after_a_cycle"
     out = _check_metrics(promtool, text)
     assert out.returncode == 0, (out.stdout + out.stderr).decode()
+
+
+def test_the_watch_cache_counts_a_polled_kinds_lists_again_as_refreshes() -> None:
+    registry = CollectorRegistry()
+    registry.register(CacheCollector(_Cache()))  # type: ignore[arg-type]
+    lists = {(s.labels["kind"], s.labels["why"]): s.value for m in registry.collect()
+             if m.name == "janitor_watch_cache_lists" for s in m.samples if s.name.endswith("_total")}
+    assert lists == {("Job", "first"): 1, ("Job", "expired"): 1, ("Job", "refresh"): 0,
+                     ("Node", "first"): 1, ("Node", "expired"): 0, ("Node", "refresh"): 6}
 
 
 def test_promtool_check_metrics_would_see_a_wrong_unit(promtool: str) -> None:

@@ -4,7 +4,10 @@ against a small local server that speaks the list and watch protocol.
 - a watch that bookmarks keeps the kind synced, listed once;
 - a watch that goes silent (headers sent, then nothing, as through a proxy holding a dead
   connection) is given up after `fresh_seconds`, and the kind is listed again, whole;
-- a kind silent past the bound and its margin reads as not synced (stale), saying so.
+- a kind silent past the bound and its margin reads as not synced (stale), saying so;
+- a polled kind (nodes, `relist_seconds`) is listed again and again and never watched, stays
+  synced while a list is under way, takes each list's objects whole (one gone is gone), and reads
+  not synced when a list gets no answer in time or its last list is too old.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class Server:
         self.barren = threading.Event()  # watches: the head, then the connection closes
         self.gone_in_stream = threading.Event()  # watches: a 200 whose one event is an ERROR 410
         self.lists = self.watches = 0
+        self.names = ["a"]  # what a list holds
         self.closing = threading.Event()
         server = self
 
@@ -77,8 +81,8 @@ class Server:
                     server.lists += 1
                     body = json.dumps({"kind": "ConfigMapList", "apiVersion": "v1", "metadata": {
                         "resourceVersion": "10"}, "items": [{"metadata": {
-                            "name": "a", "namespace": "ns", "uid": "u1", "resourceVersion": "9",
-                            "creationTimestamp": "2026-11-27T00:00:00Z"}}]}).encode()
+                            "name": name, "namespace": "ns", "uid": f"u-{name}", "resourceVersion": "9",
+                            "creationTimestamp": "2026-11-27T00:00:00Z"}} for name in server.names]}).encode()
                     self.send_header("Content-Length", str(len(body)))
                     self.end_headers()
                     self.wfile.write(body)
@@ -119,11 +123,11 @@ def server() -> Iterator[Server]:
     made.stop()
 
 
-def watching(server: Server, fresh: float, timeout: float = 2.0) -> KindWatch[str]:
+def watching(server: Server, fresh: float, timeout: float = 2.0, relist: float | None = None) -> KindWatch[str]:
     config = client.Configuration(host=server.url)
     api = client.ApiClient(config)
     return KindWatch(api, CONFIG_MAPS, lambda item: item["metadata"]["name"], namespace="ns",
-                     timeout=(2.0, timeout), fresh_seconds=fresh).start()
+                     timeout=(2.0, timeout), fresh_seconds=fresh, relist_seconds=relist).start()
 
 
 def test_a_watch_that_bookmarks_stays_synced_listed_once(server: Server) -> None:
@@ -159,5 +163,53 @@ def test_a_kind_silent_past_the_bound_reads_stale(server: Server, monkeypatch: p
         time.sleep(1.2)
         status = kind.status()
         assert not status.synced and status.error.startswith("stale: no event or bookmark for")
+    finally:
+        kind.stop()
+
+
+def test_a_polled_kind_is_listed_again_never_watched_and_stays_synced(server: Server) -> None:
+    kind = watching(server, fresh=30.0, relist=0.3)
+    try:
+        wait_until(lambda: kind.status().synced, timeout=10, what="synced")
+        server.names = ["a", "b"]
+        wait_until(lambda: sorted(kind.values()) == ["a", "b"], timeout=10, what="a new object seen by a list")
+        server.names = ["b"]
+        wait_until(lambda: kind.values() == ["b"], timeout=10, what="a gone object gone with the next list")
+        seen = []
+        for _ in range(20):  # lists keep coming; the kind never reads unsynced between or during them
+            seen.append(kind.status().synced)
+            time.sleep(0.05)
+        status = kind.status()
+        assert all(seen) and status.state is watch.State.POLLING
+        assert server.watches == 0 and status.reopened == 0
+        assert status.lists == server.lists >= 3 and status.refreshed == status.lists - 1
+    finally:
+        kind.stop()
+
+
+def test_a_polled_kind_whose_list_gets_no_answer_reads_unsynced_until_listed(server: Server) -> None:
+    kind = watching(server, fresh=30.0, timeout=0.5, relist=0.2)
+    try:
+        wait_until(lambda: kind.status().synced, timeout=10, what="synced")
+        server.list_held.set()
+        wait_until(lambda: not kind.status().synced, timeout=10, what="unsynced once a list is past its timeout")
+        status = kind.status()
+        assert status.failing and "did not answer the list within 0.5s" in status.error
+        assert kind.values() == ["a"]  # kept, but not to be used while not synced
+        server.list_held.clear()
+        wait_until(lambda: kind.status().synced, timeout=10, what="synced again once a list is answered")
+    finally:
+        kind.stop()
+
+
+def test_a_polled_kind_whose_last_list_is_too_old_reads_stale(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(watch, "STALE_MARGIN", 0.3)
+    kind = watching(server, fresh=30.0, relist=60.0)  # the next list is a minute away
+    try:
+        wait_until(lambda: kind.status().synced, timeout=10, what="synced")
+        kind.fresh_seconds = 0.2  # as if the minute had passed and no list had come
+        time.sleep(0.8)
+        status = kind.status()
+        assert not status.synced and status.error.startswith("stale:")
     finally:
         kind.stop()
