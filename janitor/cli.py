@@ -654,8 +654,9 @@ Needs Kubernetes 1.30+ (ValidatingAdmissionPolicy v1).""",
     run.add_argument("--node-refresh", type=float, default=D.cluster.node_refresh.total_seconds(),
                      help="with the watch cache, seconds between lists of the nodes, which are listed (compressed) "
                           "rather than watched: a watch brings every kubelet status report whole, a list costs the "
-                          "same however often kubelets report. Deciding sees nodes at most this old; an action "
-                          "re-reads the nodes it depends on first. 0: watch nodes (%(default)s)")
+                          "same however often kubelets report. Deciding reads nodes as of their last list (at most "
+                          "this old, plus 30 s and a list's time; a node agent's report is judged as of the list); "
+                          "an action re-reads the nodes it depends on first. 0: watch nodes (%(default)s)")
     run.add_argument("--log-level", default="INFO")
     leader = run.add_argument_group(
         "leader election", "Run two replicas: the one holding a coordination.k8s.io Lease in the state namespace acts, "

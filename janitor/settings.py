@@ -77,8 +77,9 @@ class ClusterSettings:
     node_autoscaling: NodeAutoscaling = NodeAutoscaling.AUTO
     # How often the watch cache lists nodes again, instead of watching them: each kubelet's status
     # report is a whole Node object on a watch (every 10 s on some distributions), while a list of
-    # every node, compressed, costs the same whatever the kubelets do. Deciding reads nodes at most
-    # this old (plus a list's time); an action re-reads the nodes it depends on. Zero: watch them.
+    # every node, compressed, costs the same whatever the kubelets do. Deciding reads nodes as of
+    # their last list (at most this old, plus 30 s and a list's time); an action re-reads the nodes
+    # it depends on. Zero: watch them.
     node_refresh: datetime.timedelta = datetime.timedelta(minutes=5)
 
 

@@ -263,6 +263,9 @@ class Observation:
     # sign of an autoscaler) is what `--node-autoscaling none` reads.
     autoscaling: Autoscaling = field(default_factory=Autoscaling)
     autoscaler: Mapping[str, tuple[AutoscalerNote, ...]] = field(default_factory=dict)
+    # When the nodes were read, where earlier than the rest (the daemon lists them every
+    # --node-refresh): what they say is as of then. None: read with the rest.
+    nodes_at: datetime.datetime | None = None
 
     def namespace(self, name: str | None) -> NamespaceView:
         return self.namespaces.get(name or "", NamespaceView(name or ""))

@@ -204,6 +204,7 @@ class Code(StrEnum):
     UNPROVEN_STATEFULSET = "unproven-statefulset"
     UNPROVEN_D_STATE = "unproven-d-state"
     UNPROVEN_NO_NODE = "unproven-no-node"
+    UNPROVEN_NODES_EARLIER = "unproven-nodes-earlier"
     UNPROVEN_NOT_READY = "unproven-not-ready"
     UNPROVEN_NO_AGENT = "unproven-no-agent"
     UNPROVEN_OLD_AGENT = "unproven-old-agent"
@@ -446,6 +447,8 @@ _T: Mapping[Code, str] = {
     Code.UNPROVEN_STATEFULSET: "a StatefulSet's pod (a second copy could start while this one still runs)",
     Code.UNPROVEN_D_STATE: "the node agent on {node} reports a process of it stuck in D state",
     Code.UNPROVEN_NO_NODE: "nothing was read of its node {node}",
+    Code.UNPROVEN_NODES_EARLIER: "its node {node} is not in the nodes as listed at {at}, before it began "
+                                 "terminating: no evidence that the node is gone",
     Code.UNPROVEN_NOT_READY: "its node {node} is not Ready, so its processes may run with no kubelet to stop them; "
                              "the node agent's word does not count there",
     Code.UNPROVEN_NO_AGENT: "no node agent reports on {node}",
@@ -465,8 +468,8 @@ _T: Mapping[Code, str] = {
                                    "have watched the pod's processes go",
     Code.UNPROVEN_NOT_SCANNED_SINCE: "the node agent on {node} has not scanned since the deletion (its last scan: "
                                      "{at})",
-    Code.UNPROVEN_STALE: "the node agent on {node} last scanned at {at}, {age:age} away from now; a report counts "
-                         "for {limit:age}",
+    Code.UNPROVEN_STALE: "the node agent on {node} last scanned at {at}, {age:age} away from when its node was "
+                         "read; a report counts for {limit:age}",
     Code.UNPROVEN_ALIVE: "the node agent on {node} saw a process of it alive in its scan at {at}",
     Code.UNPROVEN_NOT_REPORTED: "the node agent on {node} did not report it gone in its scan at {at}",
     Code.STUCK_TERMINATING: "Terminating since {since}, {overdue:age} past its grace; held by {holds:, }"

@@ -19,6 +19,7 @@ request failed is not waited for. What an action depends on is still read fresh 
 
 from __future__ import annotations
 
+import datetime
 import logging
 import threading
 import time
@@ -66,6 +67,7 @@ class Snapshot:
     skipped: tuple[SkippedKind, ...]
     autoscaler: dict[str, tuple[AutoscalerNote, ...]] = field(default_factory=dict)
     autoscaler_unreadable: str | None = None  # why the autoscalers' Events could not be read
+    nodes_at: datetime.datetime | None = None  # polled nodes: when their last list began; None: watched
 
 
 def _is(kind: ResourceKind, name: str) -> bool:
@@ -210,6 +212,7 @@ class ClusterCache:
         events: list[Mapping[str, Any]] = []
         notes: list[tuple[str, AutoscalerNote]] = []
         unreadable: str | None = None
+        nodes_at: datetime.datetime | None = None  # when the polled nodes' list began
         skipped: list[SkippedKind] = []
         with self._lock:
             groups = {key: [self._watches[k] for k in keys] for key, keys in self._groups.items()}
@@ -226,7 +229,10 @@ class ClusterCache:
                     continue
                 raise NotSynced(f"{key} cannot be read: {failed}", doing="read the watch cache")
             for w in watches:
-                for e in w.values():
+                values, listed_at = w.values_at()
+                if w.relist_seconds is not None and listed_at is not None:
+                    nodes_at = listed_at if nodes_at is None else min(nodes_at, listed_at)
+                for e in values:
                     if e.object is not None:
                         objects.append(e.object)
                     if e.pod is not None:
@@ -241,7 +247,7 @@ class ClusterCache:
                         notes.append(e.note)
         self._refuse_unsynced()  # a kind lost meanwhile: what was read of it is not used either
         return Snapshot(tuple(objects), tuple(pods), namespaces, tuple(nodes), views.oom_reports(events),
-                        tuple(skipped), autoscalers.notes(notes), unreadable)
+                        tuple(skipped), autoscalers.notes(notes), unreadable, nodes_at)
 
     def _refuse_unsynced(self) -> None:
         missing = self.unsynced()

@@ -382,7 +382,8 @@ def read_cached(cache: ClusterCache, settings: Settings, policies: Sequence[Poli
                        snap.nodes if need.nodes else (), need.nodes,
                        read_evidence(source, settings, need, at or now, namespaces=covered, carry=carry,
                                      covered=in_scope(snap.pods, covered)),
-                       snap.oom if need.oom else {}, snap.skipped, scaling, said)
+                       snap.oom if need.oom else {}, snap.skipped, scaling, said,
+                       snap.nodes_at if need.nodes else None)
 
 
 # -- the re-check's scoped read -----------------------------------------------------------------------

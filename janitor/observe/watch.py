@@ -117,6 +117,15 @@ class _Barren(Exception):
     """A watch that ended having delivered nothing, soon after it opened: wait before the next."""
 
 
+class _ListExpired(Exception):
+    """A list's page answered 410: its continue token outlived the apiserver's compaction. Unlike a
+    watch's 410 it says nothing about the version a watch could start from: list again, at once."""
+
+    def __init__(self, error: errors.Expired) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class KindWatch(Generic[V]):
     """One kind (in one namespace, or all) listed and then watched on a thread of its own.
 
@@ -153,7 +162,9 @@ class KindWatch(Generic[V]):
         self._response: Any = None
         self._dropped = False
         self._trouble: tuple[float, str, bool] | None = None  # since when it fails, what was said, said aloud
-        self._expired_in_a_row = 0  # 410s with no event in between
+        self._expired_in_a_row = 0  # a watch's 410s with no event in between
+        self._list_expired = 0  # lists in a row cut short by a 410 (a continue token gone)
+        self._listed_at: datetime.datetime | None = None  # when the last complete list began (UTC)
         self._streams = 0  # counts watch streams opened and ended: which one a pending proof is about
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -171,8 +182,12 @@ class KindWatch(Generic[V]):
 
     # -- what the cycle reads ----------------------------------------------------------------------
     def values(self) -> list[V]:
+        return self.values_at()[0]
+
+    def values_at(self) -> tuple[list[V], datetime.datetime | None]:
+        """The values, and when the list they come from began (a polled kind's are as of then)."""
         with self._lock:
-            return list(self._items.values())
+            return list(self._items.values()), self._listed_at
 
     @property
     def skipped(self) -> errors.KubeError | None:
@@ -220,6 +235,15 @@ class KindWatch(Generic[V]):
                 # 410 again, to a watch from the version just listed, before any event: it cannot be watched now.
                 self._fail(e, State.RETRYING, pause, why="the apiserver answered 410 Gone again, to a watch from the "
                                                          f"version it had just listed ({e.server_message})")
+            except _ListExpired as e:
+                with self._lock:
+                    self._counts["expired"] += 1
+                    self._list_expired += 1
+                if self._list_expired == 1:
+                    logger.info("%s: a list's next page is gone (410); listing again", self.key)
+                    continue
+                self._fail(e.error, State.RETRYING, pause, why="the apiserver answered 410 Gone to a list's next "
+                                                               f"page twice in a row ({e.error.server_message})")
             except _Barren:
                 pass  # said at DEBUG where it ended; waits like a failure, without being one
             except (errors.Forbidden, errors.NotFound) as e:
@@ -302,6 +326,7 @@ class KindWatch(Generic[V]):
                 self._state = State.LISTING
         found: dict[str, V] = {}
         token: str | None = None
+        began = datetime.datetime.now(datetime.timezone.utc)
         accept = metadata_accept(as_list=True) if self.metadata_only else "application/json"
         while True:
             query: list[tuple[str, Any]] = [("limit", self.page_size)]
@@ -310,8 +335,12 @@ class KindWatch(Generic[V]):
             if token:
                 query.append(("continue", token))
             self._asked = (time.monotonic(), "the list")
-            response = kubeapi.request(self.api, "GET", kubeapi.path(self.kind, self.namespace), query=query,
-                                       accept=accept, timeout=self.timeout, doing=f"list {self.key}")
+            try:
+                response = kubeapi.request(self.api, "GET", kubeapi.path(self.kind, self.namespace), query=query,
+                                           accept=accept, timeout=self.timeout, doing=f"list {self.key}")
+            except errors.Expired as e:
+                self._asked = None
+                raise _ListExpired(e) from e
             self._asked = None
             body = json.loads(response.data)
             for item in body.get("items") or []:
@@ -323,7 +352,7 @@ class KindWatch(Generic[V]):
         with self._lock:
             self._items, self._version = found, meta.get("resourceVersion") or None
             self._counts["refreshed"] += self._listed and self.relist_seconds is not None
-            self._listed = True
+            self._listed, self._list_expired, self._listed_at = True, 0, began
             self._counts["lists"] += 1
             self._skipped, self._error, self._contact = None, "", time.monotonic()
 

@@ -275,11 +275,16 @@ def test_nodes_are_listed_again_every_refresh_not_watched(sandbox, tmp_path: Pat
         asked = [s.query for s in proxy.requests(method="GET", path="/api/v1/nodes") if s.path == "/api/v1/nodes"]
         watches = [q for q in asked if "watch=true" in q]
         status = watch_of(cache, "Node").status()
+        nodes_at = cache.snapshot().nodes_at
         if refresh:
             assert not watches and len(asked) >= 2 and status.refreshed == len(asked) - 1, asked
             assert f"limit={2 * config.cluster.page_size}" in asked[0]
+            # What the nodes say is as of their list: deciding judges the agent's report against it.
+            assert nodes_at is not None
+            assert 0 <= (datetime.datetime.now(datetime.timezone.utc) - nodes_at).total_seconds() < 5
         else:
             assert watches and len(asked) - len(watches) == 1 and status.refreshed == 0, asked
+            assert nodes_at is None  # watched: current
         assert status.synced
     finally:
         cache.stop()

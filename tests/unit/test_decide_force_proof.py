@@ -5,8 +5,10 @@ Aspects covered:
   agent with per-pod data that says it saw another pod's process in its last scan (not one that
   sees none, whatever its condition says, nor one that does not say), started before the
   deletion, past its `sustain` scans; its last complete scan begun after the deletion and within
-  MAX_REPORT_AGE of now (either way); the pod's UID reported gone. Each missing piece, alone,
-  stops the force delete;
+  MAX_REPORT_AGE of when the node was read (either way: now, or the start of the daemon's last
+  node list); the pod's UID reported gone. Each missing piece, alone, stops the force delete;
+- a node missing from a node list begun before the pod's deletion proves nothing (the node may be
+  newer than the list), and is not said to be gone;
 - a process of the pod the agent saw, alive in any state or stuck in D, vetoes;
 - the finding (what `janitor explain` shows) and the admin report's remedy say, in words, which
   piece was missing; the proof is named in the force delete;
@@ -74,14 +76,15 @@ def policy(force: bool = True) -> Policy:
                   match=Match(namespaces=Namespaces(("*",))), mode=Mode.ENFORCE)
 
 
-def observation(n: NodeInfo | None, pod: PodView | None = None, nodes_known: bool = True) -> Observation:
+def observation(n: NodeInfo | None, pod: PodView | None = None, nodes_known: bool = True,
+                nodes_at: datetime.datetime | None = None) -> Observation:
     return Observation(NOW, pods=(pod or the_pod(),), namespaces={"team-a": NamespaceView("team-a")},
-                       nodes=(n,) if n else (), nodes_known=nodes_known)
+                       nodes=(n,) if n else (), nodes_known=nodes_known, nodes_at=nodes_at)
 
 
 def judged(n: NodeInfo | None, pod: PodView | None = None, *, now: datetime.datetime = NOW, force: bool = True,
-           nodes_known: bool = True) -> Finding:
-    seen = observation(n, pod, nodes_known)
+           nodes_known: bool = True, nodes_at: datetime.datetime | None = None) -> Finding:
+    seen = observation(n, pod, nodes_known, nodes_at)
     [found] = terminating.findings(selection.workloads(seen, Rails()), seen, policy(force), now)
     return found
 
@@ -124,9 +127,9 @@ def test_a_fresh_sustained_report_of_the_pod_gone_on_a_ready_node_proves_it() ->
                  "the node agent on n1 has not scanned since the deletion (its last scan: 2026-11-23T11:00:00Z)",
                  id="no-scan-since-the-deletion"),
     pytest.param(node(), None, NOW - M + MAX_REPORT_AGE + datetime.timedelta(seconds=1),
-                 "the node agent on n1 last scanned at 2026-11-23T11:59:00Z, 2m01s away from now; a report counts "
-                 "for 2m00s", id="stale-report"),
-    pytest.param(node(run=replace(RUN, scanned=NOW + 3 * M)), None, NOW, "3m00s away from now",
+                 "the node agent on n1 last scanned at 2026-11-23T11:59:00Z, 2m01s away from when its node was read; "
+                 "a report counts for 2m00s", id="stale-report"),
+    pytest.param(node(run=replace(RUN, scanned=NOW + 3 * M)), None, NOW, "3m00s away from when its node was read",
                  id="report-from-the-future"),
     pytest.param(node(pods={UID: ALIVE}), None, NOW,
                  "the node agent on n1 saw a process of it alive in its scan at 2026-11-23T11:59:00Z",
@@ -218,3 +221,29 @@ def test_a_blind_agent_is_named_with_its_likely_causes_in_explain_and_the_admin_
     assert "so its 'gone' proves nothing" in line and causes in line
     [blind] = dict(cycle.admin_report.sections)["Node agents that cannot see pods' processes"]
     assert blind.startswith("n1: 0 of the 14 other pods listed there") and causes in blind
+
+
+def test_a_node_list_of_minutes_ago_is_judged_as_of_its_own_time() -> None:
+    """The daemon lists nodes every --node-refresh: the agent's report in a list begun 4 minutes
+    before the cycle is as fresh as it was then, and a report stale by then proves nothing."""
+    listed = NOW - 4 * M
+    fresh_then = node(run=replace(RUN, scanned=listed - datetime.timedelta(seconds=30)))
+    found = judged(fresh_then, nodes_at=listed)
+    assert found.proposal is not None, found.why
+    assert judged(fresh_then).proposal is None  # against the cycle's own time it would be 4m30s old
+    stale_then = judged(node(run=replace(RUN, scanned=listed - 3 * M)), nodes_at=listed)
+    assert stale_then.proposal is None
+    assert "3m00s away from when its node was read; a report counts for 2m00s" in str(stale_then.why)
+
+
+def test_a_node_missing_from_a_list_begun_before_the_deletion_is_no_proof_it_is_gone() -> None:
+    before = judged(None, nodes_at=DELETED - M)
+    assert before.proposal is None and before.stuck is not None
+    assert "its node n1 is not in the nodes as listed at 2026-11-23T10:59:00Z, before it began terminating: " \
+           "no evidence that the node is gone" in str(before.why)
+    assert "is gone" not in str(before.stuck.holds[0])
+    after = judged(None, nodes_at=DELETED + M)
+    assert after.proposal is not None and after.stuck is not None
+    proof = after.proposal.why.fact("proof")
+    assert isinstance(proof, Reason) and proof.code is Code.PROOF_NODE_DELETED
+    assert "its node n1 is gone" in str(after.stuck.holds[0])

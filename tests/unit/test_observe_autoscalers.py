@@ -270,8 +270,10 @@ class _Watch:
     def status(self) -> Any:
         return self._status
 
-    def values(self) -> list[Any]:
-        return self.entries
+    relist_seconds = None  # watched, not polled
+
+    def values_at(self) -> tuple[list[Any], None]:
+        return self.entries, None
 
     def stop(self) -> None:
         pass

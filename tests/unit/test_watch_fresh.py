@@ -42,6 +42,7 @@ class Server:
         self.gone_in_stream = threading.Event()  # watches: a 200 whose one event is an ERROR 410
         self.lists = self.watches = 0
         self.names = ["a"]  # what a list holds
+        self.lists_gone = 0  # this many lists are answered 410, as a page whose continue token expired
         self.closing = threading.Event()
         server = self
 
@@ -67,7 +68,10 @@ class Server:
                     self.end_headers()
                     self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(event), event))
                     return
-                if "watch=true" in self.path and server.gone.is_set():
+                list_gone = "watch=true" not in self.path and server.lists_gone > 0
+                if list_gone:
+                    server.lists_gone -= 1
+                if ("watch=true" in self.path and server.gone.is_set()) or list_gone:
                     body = gone
                     self.send_response(410)
                     self.send_header("Content-Type", "application/json")
@@ -183,6 +187,9 @@ def test_a_polled_kind_is_listed_again_never_watched_and_stays_synced(server: Se
         assert all(seen) and status.state is watch.State.POLLING
         assert server.watches == 0 and status.reopened == 0
         assert status.lists == server.lists >= 3 and status.refreshed == status.lists - 1
+        values, listed_at = kind.values_at()  # the values, and when their list began
+        assert values == ["b"] and listed_at is not None
+        wait_until(lambda: (kind.values_at()[1] or listed_at) > listed_at, timeout=10, what="a later list's time")
     finally:
         kind.stop()
 
@@ -211,5 +218,25 @@ def test_a_polled_kind_whose_last_list_is_too_old_reads_stale(server: Server, mo
         time.sleep(0.8)
         status = kind.status()
         assert not status.synced and status.error.startswith("stale:")
+    finally:
+        kind.stop()
+
+
+def test_a_lists_410_lists_again_at_once_each_time_it_happens(server: Server) -> None:
+    """A list's page answered 410 (its continue token outlived a compaction) is listed again at
+    once, however often it happens over a kind's life; only twice in a row is it a failure."""
+    kind = watching(server, fresh=30.0, relist=0.2)
+    try:
+        wait_until(lambda: kind.status().synced, timeout=10, what="synced")
+        for seen in (1, 2, 3):  # compactions far apart
+            server.lists_gone = 1
+            wait_until(lambda n=seen: kind.status().expired >= n, timeout=10, what=f"410 number {seen}")
+            lists = kind.status().lists
+            wait_until(lambda n=lists: kind.status().lists > n, timeout=10, what="listed again")
+            assert kind.status().failures == 0 and kind.status().synced, kind.status()
+        server.lists_gone = 2
+        wait_until(lambda: kind.status().failures == 1, timeout=10, what="twice in a row: a failure")
+        assert "410 Gone to a list's next page twice in a row" in kind.status().error
+        wait_until(lambda: kind.status().synced, timeout=10, what="listed after the pause")
     finally:
         kind.stop()

@@ -14,11 +14,13 @@ pod's processes: no hostPID, a wrong --proc-root, a sandboxed runtime; an agent 
 say proves nothing either); its condition is False (not Unknown: still starting or unable to
 see, not True: leftovers there); the agent started before the deletion (a restarted agent did not
 watch the pod's processes go) and has completed `--sustain` scans; its last complete scan began
-after the deletion and within `MAX_REPORT_AGE` of now (silence or a stale report proves
-nothing); and that scan reported the pod's UID gone. A process of the pod it saw in any state
-vetoes. Never for StatefulSet pods, never with finalizers (grace 0 does not remove them).
-When the policy allows force deletes and none is proved, the finding and the remedy say which
-of these was missing.
+after the deletion and within `MAX_REPORT_AGE` of when the node was read (silence or a stale
+report proves nothing; the daemon lists nodes every --node-refresh, and the re-check before a
+force delete reads the node again and judges its report against that time); and that scan
+reported the pod's UID gone. A process of the pod it saw in any state vetoes. Never for
+StatefulSet pods, never with finalizers (grace 0 does not remove them). When the policy
+allows force deletes and none is proved, the finding and the remedy say which of these was
+missing.
 """
 
 from __future__ import annotations
@@ -66,13 +68,20 @@ def _agent_reports(pod: PodView, node: NodeInfo | None) -> bool:
         agent.status is True and agent.message.names(pod.ref.uid))
 
 
-def _holds(pod: PodView, node: NodeInfo | None, nodes_known: bool) -> tuple[list[Reason], Reason]:
+def _gone(pod: PodView, node: NodeInfo | None, nodes_known: bool, read: datetime.datetime) -> bool:
+    """Whether the pod's node is known to be gone: missing from a node list read after the pod began
+    terminating (a node list older than that may predate the node)."""
+    since = pod.state.deleting_since
+    return bool(pod.node) and node is None and nodes_known and since is not None and read > since
+
+
+def _holds(pod: PodView, node: NodeInfo | None, gone: bool) -> tuple[list[Reason], Reason]:
     holds: list[Reason] = []
     remedy: Reason | None = None
     if pod.state.finalizers:
         holds.append(why(Code.HOLD_FINALIZERS, finalizers=pod.state.finalizers))
         remedy = why(Code.REMEDY_FINALIZERS)
-    if pod.node and node is None and nodes_known:
+    if gone:
         holds.append(why(Code.HOLD_NODE_GONE, node=pod.node))
     elif node is not None and node.ready is False:
         holds.append(why(Code.HOLD_NODE_NOT_READY, node=node.name))
@@ -86,7 +95,7 @@ def _holds(pod: PodView, node: NodeInfo | None, nodes_known: bool) -> tuple[list
     return holds, remedy or why(Code.REMEDY_EVENTS)
 
 
-def _agent_proof(pod: PodView, node: NodeInfo, since: datetime.datetime, now: datetime.datetime) -> Reason:
+def _agent_proof(pod: PodView, node: NodeInfo, since: datetime.datetime, read: datetime.datetime) -> Reason:
     """PROOF_AGENT_CLEAR when the node agent proves that nothing of the pod is left on `node`,
     else the first thing missing (each check in the module docstring, in that order)."""
     name = node.name
@@ -111,8 +120,8 @@ def _agent_proof(pod: PodView, node: NodeInfo, since: datetime.datetime, now: da
         return why(Code.UNPROVEN_AGENT_RESTARTED, node=name, started=run.started)
     if run.scanned <= since:
         return why(Code.UNPROVEN_NOT_SCANNED_SINCE, node=name, at=run.scanned)
-    if abs(now - run.scanned) > MAX_REPORT_AGE:
-        return why(Code.UNPROVEN_STALE, node=name, at=run.scanned, age=abs(now - run.scanned), limit=MAX_REPORT_AGE)
+    if abs(read - run.scanned) > MAX_REPORT_AGE:
+        return why(Code.UNPROVEN_STALE, node=name, at=run.scanned, age=abs(read - run.scanned), limit=MAX_REPORT_AGE)
     state = agent.message.state(pod.ref.uid)
     if state is PodTaskState.GONE:
         return why(Code.PROOF_AGENT_CLEAR, node=name, started=run.started, at=run.scanned)
@@ -132,10 +141,11 @@ _NAMED_BY_HOLDS = frozenset({Code.UNPROVEN_FINALIZERS, Code.UNPROVEN_D_STATE})  
 
 
 def _proof(pod: PodView, node: NodeInfo | None, since: datetime.datetime, nodes_known: bool,
-           now: datetime.datetime) -> Reason:
+           read: datetime.datetime) -> Reason:
     """Why a force delete is safe (a code in PROOFS), or why it is not proved. Only positive
-    evidence counts: a node missing from a node list that was not read is no evidence that it
-    was deleted."""
+    evidence counts: a node missing from a node list that was not read, or was read before the pod
+    began terminating, is no evidence that it was deleted. `read`: when the nodes were read (what
+    the agent's report says is as of then; the re-check before a force delete reads them again)."""
     if pod.state.finalizers:
         return why(Code.UNPROVEN_FINALIZERS)
     if pod.controller is not None and pod.controller.kind == "StatefulSet":
@@ -143,12 +153,14 @@ def _proof(pod: PodView, node: NodeInfo | None, since: datetime.datetime, nodes_
     if _agent_reports(pod, node):
         return why(Code.UNPROVEN_D_STATE, node=pod.node)
     if pod.node and node is None and nodes_known:
+        if not _gone(pod, node, nodes_known, read):  # listed before the deletion (every --node-refresh)
+            return why(Code.UNPROVEN_NODES_EARLIER, node=pod.node, at=read)
         return why(Code.PROOF_NODE_DELETED, node=pod.node)
     if node is None:
         return why(Code.UNPROVEN_NO_NODE, node=pod.node or "(none)")
     if any(key == OUT_OF_SERVICE for key, _, _ in node.taints):
         return why(Code.PROOF_OUT_OF_SERVICE, node=node.name)
-    return _agent_proof(pod, node, since, now)
+    return _agent_proof(pod, node, since, read)
 
 
 def findings(workloads: Sequence[Workload], observation: Observation, policy: Policy,
@@ -168,8 +180,9 @@ def findings(workloads: Sequence[Workload], observation: Observation, policy: Po
             if overdue < trigger.after:
                 continue
             node = by_name.get(pod.node or "")
-            holds, remedy = _holds(pod, node, observation.nodes_known)
-            proof = _proof(pod, node, since, observation.nodes_known, now) if trigger.force_delete else None
+            read = observation.nodes_at or now
+            holds, remedy = _holds(pod, node, _gone(pod, node, observation.nodes_known, read))
+            proof = _proof(pod, node, since, observation.nodes_known, read) if trigger.force_delete else None
             force = not_forced = None
             if proof is not None and proof.code in PROOFS:
                 force = Action(ActionType.FORCE_DELETE, pod.ref, pod.resource_version, policy.name,
