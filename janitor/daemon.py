@@ -30,7 +30,7 @@ from janitor.decide.rails import is_tripped
 from janitor.leader import LeaseElector
 from janitor.observe.cache import ClusterCache, NotSynced
 from janitor.observe.carry import BusyCarry, Full
-from janitor.observe.watch import KindStatus
+from janitor.observe.kind_status import KindStatus
 from janitor.policy.model import Policy
 from janitor.settings import Settings
 from janitor.telemetry import GPU_HOUR, Telemetry

@@ -33,7 +33,8 @@ from janitor import errors, kubeapi, node_report
 from janitor.decide.autoscaling import AutoscalerNote
 from janitor.decide.model import NamespaceView, NodeInfo, ObjectView, PodView, ResourceKind, SkippedKind
 from janitor.observe import autoscalers, cluster, views
-from janitor.observe.watch import KindStatus, KindWatch
+from janitor.observe.kind_status import KindStatus
+from janitor.observe.watch import KindWatch
 from janitor.settings import Settings
 
 logger = logging.getLogger(__name__)

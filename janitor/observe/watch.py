@@ -41,8 +41,6 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
 import urllib3
@@ -53,6 +51,7 @@ from janitor import errors, kubeapi, transport
 from janitor.decide.model import ResourceKind
 from janitor.durations import in_words
 from janitor.observe import watch_stream
+from janitor.observe.kind_status import KindStatus, State
 
 logger = logging.getLogger(__name__)
 
@@ -70,41 +69,6 @@ FRESH_SECONDS = WATCH_SECONDS + 30.0
 STALE_MARGIN = 30.0
 RETRY_SECONDS = (1.0, 30.0)  # backoff between failed requests, doubling from the first to the second
 SKIPPED_RETRY_SECONDS = 300.0  # a kind the apiserver does not serve, or RBAC forbids, is tried again this often
-
-
-class State(StrEnum):
-    LISTING = "listing"  # its list, or the watch after it, is under way
-    WATCHING = "watching"
-    POLLING = "polling"  # listed, to be listed again after `relist_seconds` (no watch)
-    RETRYING = "retrying"  # the last request failed; the values are those of before the failure
-    SKIPPED = "skipped"  # 403 or 404: shown in the plan as a skipped kind, like a list that failed so
-    STOPPED = "stopped"
-
-
-@dataclass(frozen=True, slots=True)
-class KindStatus:
-    """How one watched kind stands, for /healthz, /readyz, the metrics and the benchmark."""
-
-    key: str
-    state: State
-    synced: bool
-    objects: int
-    lists: int  # complete lists: the first, and one after each 410
-    expired: int  # lists that a 410 made necessary
-    reopened: int  # watches opened again from their version (server timeout, silence, reset)
-    failures: int  # requests that failed
-    events: int
-    error: str = ""
-    underway: bool = False  # listing, its request younger than the timeout: worth a cycle's wait
-    refreshed: int = 0  # lists of a polled kind after its first (`relist_seconds`)
-
-    @property
-    def failing(self) -> bool:
-        """Not synced for a reason (a failed request, or stale), not merely on its way."""
-        return not self.synced and bool(self.error)
-
-    def __str__(self) -> str:
-        return f"{self.key} {self.state.value}{' (' + self.error + ')' if self.error else ''}"
 
 
 def metadata_accept(*, as_list: bool) -> str:

@@ -33,7 +33,7 @@ from janitor import annotations as a
 from janitor import kubeapi
 from janitor.decide.model import PodView, ResourceKind
 from janitor.observe.cache import ClusterCache, NotSynced
-from janitor.observe.watch import KindStatus
+from janitor.observe.kind_status import KindStatus
 from janitor.settings import Settings
 
 CONFIG_MAPS = ResourceKind("", "v1", "ConfigMap", "configmaps")

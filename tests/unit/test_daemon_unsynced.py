@@ -21,7 +21,7 @@ import pytest
 from janitor.cycle import Ports
 from janitor.daemon import _Cycles
 from janitor.observe.cache import NotSynced
-from janitor.observe.watch import KindStatus, State
+from janitor.observe.kind_status import KindStatus, State
 from janitor.settings import Settings
 from janitor.telemetry import Telemetry
 

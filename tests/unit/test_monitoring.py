@@ -40,8 +40,8 @@ from janitor.daemon import CacheCollector, record
 from janitor.decide.model import NamespaceView, Observation, SafetyLedger, SkipCause, SkippedKind
 from janitor.decide.plan import plan
 from janitor.node_agent.agent import AgentMetrics
+from janitor.observe.kind_status import KindStatus, State
 from janitor.observe.prometheus import QueryStat
-from janitor.observe.watch import KindStatus, State
 from janitor.telemetry import Telemetry
 
 H = datetime.timedelta(hours=1)

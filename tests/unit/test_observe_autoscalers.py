@@ -260,8 +260,8 @@ class _Watch:
     """A watch as the cache's snapshot reads it: refused (403) or holding entries."""
 
     def __init__(self, key: str, entries: list[Any], refused: errors.KubeError | None = None) -> None:
+        from janitor.observe.kind_status import KindStatus, State
         from janitor.observe.views import EVENTS
-        from janitor.observe.watch import KindStatus, State
 
         self.key, self.kind, self.entries, self.skipped = key, EVENTS, entries, refused
         self._status = KindStatus(key, State.SKIPPED if refused else State.WATCHING, not refused, len(entries),

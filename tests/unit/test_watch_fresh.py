@@ -24,6 +24,7 @@ from kubernetes import client
 from devenv.procs import wait_until
 from janitor.decide.model import ResourceKind
 from janitor.observe import watch
+from janitor.observe.kind_status import State
 from janitor.observe.watch import KindWatch
 
 CONFIG_MAPS = ResourceKind("", "v1", "ConfigMap", "configmaps")
@@ -184,7 +185,7 @@ def test_a_polled_kind_is_listed_again_never_watched_and_stays_synced(server: Se
             seen.append(kind.status().synced)
             time.sleep(0.05)
         status = kind.status()
-        assert all(seen) and status.state is watch.State.POLLING
+        assert all(seen) and status.state is State.POLLING
         assert server.watches == 0 and status.reopened == 0
         assert status.lists == server.lists >= 3 and status.refreshed == status.lists - 1
         values, listed_at = kind.values_at()  # the values, and when their list began
