@@ -10,7 +10,9 @@ It starts its own sandbox (run dir `.devenv-bench`, a 15 s scrape), fills it wit
 both and the ratios, and stops the sandbox. Each measurement runs the janitor as the daemon runs
 it (watch cache, `bench/policies.yaml`: every trigger over the `team-*` namespaces, shadow mode,
 dry run) in a child process, so CPU and peak RSS are the janitor's alone, behind a pass-through
-proxy that counts every request and the bytes each answer took on the wire. Between steady cycles
+proxy that counts every request and the bytes each answer took on the wire. As the daemon with
+`--watch-cache`, it carries busy verdicts between cycles (`janitor.observe.carry`): a steady cycle
+reads the whole window only for the pods not carried (`steady_carried`, `steady_read_whole`). Between steady cycles
 the same churn happens at both sizes (`--churn` ConfigMaps created, as many deleted, as many pods
 annotated), so the steady figures show what a cycle costs per change, not per object.
 
@@ -96,6 +98,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
     from janitor import cycle, kubeapi
     from janitor.decide.rails import Rails
     from janitor.observe.cache import ClusterCache
+    from janitor.observe.carry import BusyCarry
     from janitor.settings import ClusterSettings, PrometheusSettings, Settings
     from janitor.telemetry import configure_logging
 
@@ -120,7 +123,10 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
                         # answers are there to be measured.
                         prometheus=PrometheusSettings(url=args.prometheus, timeout=datetime.timedelta(seconds=150)),
                         policy_paths=(args.policies,), cycle_budget=datetime.timedelta(minutes=30))
-    ports = cycle.Ports(api, cache=ClusterCache(api, settings))
+    # As the daemon runs with --watch-cache (janitor.cli): the cache, and busy verdicts carried between
+    # cycles, so a steady cycle reads the whole window only for the pods not carried.
+    ports = cycle.Ports(api, cache=ClusterCache(api, settings),
+                        busy=BusyCarry(max_pause=2 * settings.interval + settings.cycle_budget))
     memory = cycle.Memory()
     cycles: list[dict[str, Any]] = []
     around_plan: dict[str, float] = {}
@@ -185,6 +191,9 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
             "queries": len(queries), "query_bytes": sum(q.bytes for q in queries),
             "query_seconds": sum(q.seconds for q in queries),
             **_prometheus_cost(queries),
+            "carried": ports.busy.stats.carried if ports.busy else 0,
+            "read_whole": ports.busy.stats.read_whole if ports.busy else 0,
+            "whole_why": str(ports.busy.stats.full or "") if ports.busy else "",
             "log_lines": logged["lines"] - lines_before, "rss_mb": _rss_mb(),
             "rss_before_plan_mb": around_plan.get("before", 0.0), "rss_after_plan_mb": around_plan.get("after", 0.0),
             "peak_rss_so_far_mb": _rss_mb("VmHWM"),
@@ -308,6 +317,10 @@ _PER_CYCLE = ("cpu", "seconds", "observe", "decide", "decide_cpu", "act", "reque
               "queries", "query_bytes", "log_lines", "prom_samples", "prom_peak", "prom_eval")
 
 
+def mean_of(cycles: list[dict[str, Any]], key: str) -> float:
+    return sum(c[key] for c in cycles) / len(cycles)
+
+
 def _summary(found: dict[str, Any], max_samples: int, history: dict[str, float]) -> dict[str, Any]:
     first, steady = found["cycles"][0], found["cycles"][1:]
     mean = {k: sum(c[k] for c in steady) / len(steady) for k in _PER_CYCLE}
@@ -315,6 +328,8 @@ def _summary(found: dict[str, Any], max_samples: int, history: dict[str, float])
     worst = max(steady, key=lambda c: c["prom_peak"])
     mean["prom_peak"] = worst["prom_peak"]
     return {"pods": first["pods"], "objects": first["objects"], "findings": first["findings"],
+            "steady_carried": mean_of(steady, "carried"), "steady_read_whole": mean_of(steady, "read_whole"),
+            "steady_whole_why": ",".join(sorted({c["whole_why"] for c in steady if c["whole_why"]})),
             **{f"first_{k}": first[k] for k in _PER_CYCLE},
             **{f"steady_{k}": v for k, v in mean.items()}, "peak_rss_mb": found["peak_rss_mb"],
             "first_peak_share": first["prom_peak"] / max_samples if max_samples else 0.0,
@@ -329,7 +344,7 @@ def _table(sizes: list[tuple[int, dict[str, Any]]], max_samples: int) -> str:
     shown = ("requests", "bytes", "node_bytes", "cpu", "observe", "decide", "decide_cpu", "act", "queries",
              "query_bytes", "prom_samples", "prom_peak", "prom_eval", "log_lines")
     rows = ["pods", "objects", "findings", *(f"{c}_{k}" for c in ("first", "steady") for k in shown),
-            "first_peak_share", "steady_peak_share", "peak_rss_mb",
+            "first_peak_share", "steady_peak_share", "steady_carried", "steady_read_whole", "peak_rss_mb",
             *(f"evidence_{w}_{k}" for w in ("whole", "lean") for k in ("bytes", "cpu", "samples", "peak"))]
     if "history_seconds" in sizes[0][1]:
         rows += ["history_hours", "history_samples", "history_seconds", "history_disk_mb"]
@@ -363,10 +378,13 @@ def _table(sizes: list[tuple[int, dict[str, Any]]], max_samples: int) -> str:
         lines.append(f"{size} nodes, usage evidence with busy peaks alone / whole: bytes "
                      f"{lean / whole if whole else 0.0:.3f}, CPU {cpu:.3f}")
     for size, s in sizes:
+        unstated = f"; {s['unstated']} queries without statistics" if s["unstated"] else ""
+        whole_why = (f"; steady cycles that read everything whole: {s['steady_whole_why']}"
+                     if s["steady_whole_why"] else "")
         lines.append(f"{size} nodes, largest peak of one query (--query.max-samples {max_samples:,}): first "
-                     f"{s['first_prom_peak']:,} ({s['first_peak_kind']}), steady {s['steady_prom_peak']:,} "
-                     f"({s['steady_peak_kind']})" + (f"; {s['unstated']} queries without statistics"
-                                                     if s["unstated"] else ""))
+                     f"{s['first_prom_peak']:,} ({s['first_peak_kind']}; {s['first_peak_share']:.2%}), steady "
+                     f"{s['steady_prom_peak']:,} ({s['steady_peak_kind']}; {s['steady_peak_share']:.2%})"
+                     f"{unstated}{whole_why}")
     return "\n".join(lines)
 
 
