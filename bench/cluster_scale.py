@@ -12,8 +12,9 @@ it (watch cache, `bench/policies.yaml`: every trigger over the `team-*` namespac
 dry run) in a child process, so CPU and peak RSS are the janitor's alone, behind a pass-through
 proxy that counts every request and the bytes each answer took on the wire. As the daemon with
 `--watch-cache`, it carries busy verdicts between cycles (`janitor.observe.carry`): a steady cycle
-reads the whole window only for the pods not carried (`steady_carried`, `steady_read_whole`). Between steady cycles
-the same churn happens at both sizes (`--churn` ConfigMaps created, as many deleted, as many pods
+reads the whole window only for the pods not carried (`steady_carried`, `steady_read_whole`: per
+query, so a pod counts once for each usage query that covers it). Between steady cycles the same
+churn happens at both sizes (`--churn` ConfigMaps created, as many deleted, as many pods
 annotated), so the steady figures show what a cycle costs per change, not per object.
 
 After each populate, `--busy-share` of the pods are made busy (2 cores a container, and 80 % on
