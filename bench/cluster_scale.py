@@ -15,7 +15,10 @@ proxy that counts every request and the bytes each answer took on the wire. As t
 reads the whole window only for the pods not carried (`steady_carried`, `steady_read_whole`: per
 query, so a pod counts once for each usage query that covers it). Between steady cycles the same
 churn happens at both sizes (`--churn` ConfigMaps created, as many deleted, as many pods
-annotated), so the steady figures show what a cycle costs per change, not per object.
+annotated), so the steady figures show what a cycle costs per change, not per object. Cycles
+start `--interval` apart at least (60 s, the daemon's default): a steady cycle asks which pods were
+busy since the last read, and the CPU query's points are a minute apart, aligned to the clock, so
+cycles a few seconds apart would find no point there and carry no CPU verdict.
 
 After each populate, `--busy-share` of the pods are made busy (2 cores a container, and 80 % on
 each GPU), the same ones at both sizes; the others keep the exporters' idle defaults. The janitor
@@ -145,7 +148,11 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
     time.sleep(args.quiet)  # the controllers finish adopting what populate made: steady means steady
     pods = [p.metadata for p in direct.list_pod_for_all_namespaces(label_selector="devenv.janitor.dev/populated=true",
                                                                     limit=args.churn * (args.steady + 1)).items]
+    last = 0.0
     for number in range(args.steady + 1):
+        if number:  # cycles as far apart as the daemon's (its --interval, start to start)
+            time.sleep(max(0.0, last + args.interval - time.monotonic()))
+        last = time.monotonic()
         churn_cpu = 0.0
         began_cpu, began = time.process_time(), time.monotonic()
         before = [s.bytes for s in proxy.requests()]  # the journal keeps arrival order
@@ -307,7 +314,7 @@ def _child(env: dict[str, str], proxy: Any, proxied: Path, args: argparse.Namesp
     argv = [sys.executable, __file__, "measure", "--control", proxy.control_url, "--kubeconfig", str(proxied),
             "--direct-kubeconfig", env["KUBECONFIG"], "--prometheus", prometheus_url, "--policies", str(policies),
             "--steady", str(args.steady), "--churn", str(args.churn), "--settle", str(args.settle),
-            "--quiet", str(quiet)]
+            "--quiet", str(quiet), "--interval", str(args.interval)]
     if args.keep_observation:
         argv += ["--keep-observation", f"{args.keep_observation}.{nodes}"]
     done = subprocess.run(argv, stdout=subprocess.PIPE, text=True, check=True)
@@ -522,6 +529,9 @@ def main() -> int:
                        "between steady cycles (%(default)s)")
         p.add_argument("--quiet", type=float, default=120.0, help="seconds to let the controllers finish with "
                        "what populate made before the first cycle (%(default)s)")
+        p.add_argument("--interval", type=float, default=60.0, help="seconds from a cycle's start to the next's "
+                       "at least, as the daemon's --interval: a steady cycle asks what was busy since the last "
+                       "read, at the CPU query's 1-minute steps (%(default)s)")
         p.add_argument("--settle", type=float, default=3.0, help="seconds for the watches to bring the churn "
                        "before a steady cycle (%(default)s)")
         p.add_argument("--keep-observation", metavar="PATH", help="pickle the last cycle's observation, policies "
