@@ -3,27 +3,51 @@
 Run on purpose, never from the tests:
 
     .venv/bin/python bench/cluster_scale.py --nodes 500 --factor 4
+    .venv/bin/python bench/cluster_scale.py --nodes 100 --factor 4 --window 4h --history 4
 
 It starts its own sandbox (run dir `.devenv-bench`, a 15 s scrape), fills it with
 `python -m devenv populate` to N nodes, measures, grows it to N x factor, measures again, prints
 both and the ratios, and stops the sandbox. Each measurement runs the janitor as the daemon runs
 it (watch cache, `bench/policies.yaml`: every trigger over the `team-*` namespaces, shadow mode,
 dry run) in a child process, so CPU and peak RSS are the janitor's alone, behind a pass-through
-proxy that counts every request and the bytes each answer took on the wire. Between steady cycles
-the same churn happens at both sizes (`--churn` ConfigMaps created, as many deleted, as many pods
-annotated), so the steady figures show what a cycle costs per change, not per object.
+proxy that counts every request and the bytes each answer took on the wire. As the daemon with
+`--watch-cache`, it carries busy verdicts between cycles (`janitor.observe.carry`): a steady cycle
+reads the whole window only for the pods not carried (`steady_carried`, `steady_read_whole`: per
+query, so a pod counts once for each usage query that covers it). Between steady cycles the same
+churn happens at both sizes (`--churn` ConfigMaps created, as many deleted, as many pods
+annotated), so the steady figures show what a cycle costs per change, not per object. Cycles
+start `--interval` apart at least (60 s, the daemon's default): a steady cycle asks which pods were
+busy since the last read, and the CPU query's points are a minute apart, aligned to the clock, so
+cycles a few seconds apart would find no point there and carry no CPU verdict.
 
 After each populate, `--busy-share` of the pods are made busy (2 cores a container, and 80 % on
 each GPU), the same ones at both sizes; the others keep the exporters' idle defaults. The janitor
 logs as the daemon does (JSON lines at INFO, into `bench-janitor.log` in the run dir), since a
 line per verdict per cycle costs CPU too.
 
+Windows and history: every idle trigger's window is `--window` (4h unless told; written over
+bench/policies.yaml's into `bench-policies.yaml` in the run dir). A sandbox's Prometheus holds only
+what it scraped since `up`, so a 4 h window reads mostly nothing there; `--history HOURS` makes
+each measurement read a second Prometheus instead, backfilled with that many hours of every
+series of the pods there are then (`devenv.history.prometheus_with_history`, promtool blocks of
+the exporters rendered at past times, 15 s apart), then scraping the same exporters live. Its
+cost is printed and in the table (`history_*`: seconds, samples, MB of blocks); it is made anew
+at each size, for the pods populate added.
+
 Figures per cycle: apiserver requests and bytes by resource (the node watch's share apart: the
 kubelets' status reports), Prometheus requests and bytes, CPU seconds, time in observe / decide /
 act as the cycle itself measures them (`janitor_cycle_phase_seconds`), log lines, and the
-child's peak RSS. Ratios: steady / first and 4N / N, from this one run. Last, the usage queries
-are asked twice in a row, whole and with busy peaks sent alone (what the janitor asks), for the
-bytes and CPU each costs.
+child's peak RSS. Prometheus' own cost of the cycle's queries, each asked with `stats=all`
+(`PrometheusSource.query_stats`, which the daemon never sets): samples read
+(`totalQueryableSamples`, summed: `prom_samples`), the largest `peakSamples` of one query
+(`prom_peak`, and under the table which query it was, e.g. `DCGM_FI_DEV_GPU_UTIL [4h:15s]`, and
+as a share of the server's `--query.max-samples`, read from /api/v1/status/flags) and its
+evaluation time summed (`prom_eval`, seconds). Steady figures are the mean over the steady cycles,
+but the steady peak is the largest of them. Ratios: steady / first and 4N / N, from this one run.
+Last, the usage queries are asked twice in a row, whole and with busy peaks sent alone (what the
+janitor asks), for the bytes, CPU and Prometheus samples each costs.
+
+Run it alone on the machine: only one sandbox may run at a time.
 """
 
 from __future__ import annotations
@@ -31,6 +55,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import subprocess
 import sys
 import time
@@ -77,6 +102,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
     from janitor import cycle, kubeapi
     from janitor.decide.rails import Rails
     from janitor.observe.cache import ClusterCache
+    from janitor.observe.carry import BusyCarry
     from janitor.settings import ClusterSettings, PrometheusSettings, Settings
     from janitor.telemetry import configure_logging
 
@@ -100,8 +126,11 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
                         # query at 2,000 nodes and more: a longer timeout than the default 30 s, so the
                         # answers are there to be measured.
                         prometheus=PrometheusSettings(url=args.prometheus, timeout=datetime.timedelta(seconds=150)),
-                        policy_paths=(str(POLICIES),), cycle_budget=datetime.timedelta(minutes=30))
-    ports = cycle.Ports(api, cache=ClusterCache(api, settings))
+                        policy_paths=(args.policies,), cycle_budget=datetime.timedelta(minutes=30))
+    # As the daemon runs with --watch-cache (janitor.cli): the cache, and busy verdicts carried between
+    # cycles, so a steady cycle reads the whole window only for the pods not carried.
+    ports = cycle.Ports(api, cache=ClusterCache(api, settings),
+                        busy=BusyCarry(max_pause=2 * settings.interval + settings.cycle_budget))
     memory = cycle.Memory()
     cycles: list[dict[str, Any]] = []
     around_plan: dict[str, float] = {}
@@ -115,10 +144,15 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
             around_plan["after"] = _rss_mb()
 
     cycle.plan = plan_measured  # type: ignore[assignment]
+    _ask_query_stats()
     time.sleep(args.quiet)  # the controllers finish adopting what populate made: steady means steady
     pods = [p.metadata for p in direct.list_pod_for_all_namespaces(label_selector="devenv.janitor.dev/populated=true",
                                                                     limit=args.churn * (args.steady + 1)).items]
+    last = 0.0
     for number in range(args.steady + 1):
+        if number:  # cycles as far apart as the daemon's (its --interval, start to start)
+            time.sleep(max(0.0, last + args.interval - time.monotonic()))
+        last = time.monotonic()
         churn_cpu = 0.0
         began_cpu, began = time.process_time(), time.monotonic()
         before = [s.bytes for s in proxy.requests()]  # the journal keeps arrival order
@@ -164,6 +198,10 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
             "bytes": sum(by_resource.values()), "bytes_by": dict(by_resource), "node_bytes": by_resource["nodes"],
             "queries": len(queries), "query_bytes": sum(q.bytes for q in queries),
             "query_seconds": sum(q.seconds for q in queries),
+            **_prometheus_cost(queries),
+            "carried": ports.busy.stats.carried if ports.busy else 0,
+            "read_whole": ports.busy.stats.read_whole if ports.busy else 0,
+            "whole_why": str(ports.busy.stats.full or "") if ports.busy else "",
             "log_lines": logged["lines"] - lines_before, "rss_mb": _rss_mb(),
             "rss_before_plan_mb": around_plan.get("before", 0.0), "rss_after_plan_mb": around_plan.get("after", 0.0),
             "peak_rss_so_far_mb": _rss_mb("VmHWM"),
@@ -209,7 +247,54 @@ def _evidence_both_ways(settings: Any, memory: Any) -> dict[str, float]:
             observation.read_evidence(source, settings, asked, datetime.datetime.now(datetime.timezone.utc))
             found[f"{name}_cpu"] = time.process_time() - began
             found[f"{name}_bytes"] = sum(q.bytes for q in source.stats) if source is not None else 0
+            cost = _prometheus_cost(source.stats if source is not None else [])
+            found[f"{name}_samples"], found[f"{name}_peak"] = cost["prom_samples"], cost["prom_peak"]
     return found
+
+
+def _ask_query_stats() -> None:
+    """Every Prometheus source the cycles open asks each query with `stats=all`
+    (`PrometheusSource.query_stats`): the daemon never does, the benchmark wants the cost."""
+    from janitor.observe import observation
+
+    made = observation.prometheus_source
+
+    def with_stats(*a: Any, **k: Any) -> Any:
+        source = made(*a, **k)
+        source.query_stats = True
+        return source
+
+    observation.prometheus_source = with_stats  # type: ignore[assignment]
+
+
+_RANGE = re.compile(r"\[(\d+[smhdwy][0-9smhdwy]*)(?::(\d+[smhdwy][0-9smhdwy]*))?\]")
+_METRIC = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{")
+
+
+def query_kind(query: str) -> str:
+    """A short name for an evidence query: its first metric and its longest subquery (else range),
+    e.g. `DCGM_FI_DEV_GPU_UTIL [4h:15s]` (a whole window) or `... [3m:15s]` (since the last read)."""
+    metric = _METRIC.search(query)
+    ranges = {m.group(0): (m.group(2) is not None, _seconds(m.group(1))) for m in _RANGE.finditer(query)}
+    longest = max(ranges, key=lambda r: (*ranges[r], r), default="")
+    return f"{metric.group(1) if metric else query[:40]} {longest}".strip()
+
+
+def _seconds(duration: str) -> float:
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+    return sum(int(n) * units[u] for n, u in re.findall(r"(\d+)([smhdwy])", duration))
+
+
+def _prometheus_cost(queries: list[Any]) -> dict[str, Any]:
+    """What Prometheus says the cycle's queries cost it (`stats=all`): samples read, the largest
+    peak of any one query (what `--query.max-samples` limits) and which, its evaluation time."""
+    asked = [q for q in queries if q.api in ("query", "query_range")]
+    peak = max(asked, key=lambda q: q.peak_samples or 0, default=None)
+    return {"prom_samples": sum(q.samples or 0 for q in asked),
+            "prom_peak": (peak.peak_samples or 0) if peak else 0,
+            "prom_peak_kind": query_kind(peak.query) if peak else "",
+            "prom_eval": sum(q.eval_seconds or 0.0 for q in asked),
+            "prom_unstated": sum(1 for q in asked if q.samples is None)}
 
 
 # -- the parent: the sandbox, populated, and the table -----------------------------------------------------
@@ -221,14 +306,15 @@ def _env(run_dir: Path) -> dict[str, str]:
     return read_env_file(run_dir / "sandbox.env")
 
 
-def _child(env: dict[str, str], proxy: Any, proxied: Path, args: argparse.Namespace, nodes: int) -> dict[str, Any]:
+def _child(env: dict[str, str], proxy: Any, proxied: Path, args: argparse.Namespace, nodes: int,
+           prometheus_url: str, policies: Path) -> dict[str, Any]:
     # The controllers take longer to settle what populate made on a bigger cluster (seen at 2,500
     # nodes: Deployments' and ReplicaSets' status still written minutes after), so the wait grows.
     quiet = args.quiet + QUIET_PER_NODE * nodes
     argv = [sys.executable, __file__, "measure", "--control", proxy.control_url, "--kubeconfig", str(proxied),
-            "--direct-kubeconfig", env["KUBECONFIG"], "--prometheus", env["PROMETHEUS_URL"],
+            "--direct-kubeconfig", env["KUBECONFIG"], "--prometheus", prometheus_url, "--policies", str(policies),
             "--steady", str(args.steady), "--churn", str(args.churn), "--settle", str(args.settle),
-            "--quiet", str(quiet)]
+            "--quiet", str(quiet), "--interval", str(args.interval)]
     if args.keep_observation:
         argv += ["--keep-observation", f"{args.keep_observation}.{nodes}"]
     done = subprocess.run(argv, stdout=subprocess.PIPE, text=True, check=True)
@@ -236,23 +322,40 @@ def _child(env: dict[str, str], proxy: Any, proxied: Path, args: argparse.Namesp
 
 
 _PER_CYCLE = ("cpu", "seconds", "observe", "decide", "decide_cpu", "act", "requests", "bytes", "node_bytes",
-              "queries", "query_bytes", "log_lines")
+              "queries", "query_bytes", "log_lines", "prom_samples", "prom_peak", "prom_eval")
 
 
-def _summary(found: dict[str, Any]) -> dict[str, float]:
+def mean_of(cycles: list[dict[str, Any]], key: str) -> float:
+    return sum(c[key] for c in cycles) / len(cycles)
+
+
+def _summary(found: dict[str, Any], max_samples: int, history: dict[str, float]) -> dict[str, Any]:
     first, steady = found["cycles"][0], found["cycles"][1:]
     mean = {k: sum(c[k] for c in steady) / len(steady) for k in _PER_CYCLE}
+    # The largest steady peak, not the mean: what comes near --query.max-samples is the worst query.
+    worst = max(steady, key=lambda c: c["prom_peak"])
+    mean["prom_peak"] = worst["prom_peak"]
     return {"pods": first["pods"], "objects": first["objects"], "findings": first["findings"],
+            "steady_carried": mean_of(steady, "carried"), "steady_read_whole": mean_of(steady, "read_whole"),
+            "steady_whole_why": ",".join(sorted({c["whole_why"] for c in steady if c["whole_why"]})),
             **{f"first_{k}": first[k] for k in _PER_CYCLE},
             **{f"steady_{k}": v for k, v in mean.items()}, "peak_rss_mb": found["peak_rss_mb"],
-            **{f"evidence_{k}": v for k, v in found["evidence"].items()}}
+            "first_peak_share": first["prom_peak"] / max_samples if max_samples else 0.0,
+            "steady_peak_share": worst["prom_peak"] / max_samples if max_samples else 0.0,
+            "first_peak_kind": first["prom_peak_kind"], "steady_peak_kind": worst["prom_peak_kind"],
+            "unstated": sum(c["prom_unstated"] for c in found["cycles"]),
+            **{f"evidence_{k}": v for k, v in found["evidence"].items()},
+            **{f"history_{k}": v for k, v in history.items()}}
 
 
-def _table(sizes: list[tuple[int, dict[str, float]]]) -> str:
+def _table(sizes: list[tuple[int, dict[str, Any]]], max_samples: int) -> str:
     shown = ("requests", "bytes", "node_bytes", "cpu", "observe", "decide", "decide_cpu", "act", "queries",
-             "query_bytes", "log_lines")
-    rows = ["pods", "objects", "findings", *(f"{c}_{k}" for c in ("first", "steady") for k in shown), "peak_rss_mb",
-            *(f"evidence_{w}_{k}" for w in ("whole", "lean") for k in ("bytes", "cpu"))]
+             "query_bytes", "prom_samples", "prom_peak", "prom_eval", "log_lines")
+    rows = ["pods", "objects", "findings", *(f"{c}_{k}" for c in ("first", "steady") for k in shown),
+            "first_peak_share", "steady_peak_share", "steady_carried", "steady_read_whole", "peak_rss_mb",
+            *(f"evidence_{w}_{k}" for w in ("whole", "lean") for k in ("bytes", "cpu", "samples", "peak"))]
+    if "history_seconds" in sizes[0][1]:
+        rows += ["history_hours", "history_samples", "history_seconds", "history_disk_mb"]
     head = f"{'':22}" + "".join(f"{f'{n} nodes':>16}" for n, _ in sizes)
     lines = [head]
     for row in rows:
@@ -260,7 +363,7 @@ def _table(sizes: list[tuple[int, dict[str, float]]]) -> str:
                                             else f"{s[row]:>16,.0f}" for _, s in sizes))
     (n, small), (m, big) = sizes[0], sizes[-1]
     lines.append("")
-    def x(row: str, a: dict[str, float], b: dict[str, float]) -> str:
+    def x(row: str, a: dict[str, Any], b: dict[str, Any]) -> str:
         return f"{a[row] / b[row]:.3f}" if b[row] else "n/a"
 
     for size, s in sizes:
@@ -268,18 +371,72 @@ def _table(sizes: list[tuple[int, dict[str, float]]]) -> str:
         lines.append(f"{size} nodes, steady/first: bytes {x('steady_bytes', s, s | {'steady_bytes': s['first_bytes']})}"
                      f" ({others:.3f} without the node watch's status updates;"
                      f" {s['steady_requests']:.1f} requests against {s['first_requests']:.0f}), CPU "
-                     f"{x('steady_cpu', s, s | {'steady_cpu': s['first_cpu']})}")
+                     f"{x('steady_cpu', s, s | {'steady_cpu': s['first_cpu']})}, Prometheus samples read "
+                     f"{x('steady_prom_samples', s, s | {'steady_prom_samples': s['first_prom_samples']})}")
     if len(sizes) > 1:
         lines.append(f"{m}/{n} nodes: pods {x('pods', big, small)}; first cycle: bytes "
-                     f"{x('first_bytes', big, small)}, CPU {x('first_cpu', big, small)}; steady cycle: CPU "
+                     f"{x('first_bytes', big, small)}, CPU {x('first_cpu', big, small)}, Prometheus samples "
+                     f"{x('first_prom_samples', big, small)}; steady cycle: CPU "
                      f"{x('steady_cpu', big, small)}, bytes {x('steady_bytes', big, small)}, decide "
-                     f"{x('steady_decide', big, small)}; peak RSS {x('peak_rss_mb', big, small)}")
+                     f"{x('steady_decide', big, small)}, Prometheus samples {x('steady_prom_samples', big, small)}; "
+                     f"peak RSS {x('peak_rss_mb', big, small)}")
     for size, s in sizes:
         whole, lean = s["evidence_whole_bytes"], s["evidence_lean_bytes"]
         cpu = (s["evidence_lean_cpu"] / s["evidence_whole_cpu"]) if s["evidence_whole_cpu"] else 0.0
         lines.append(f"{size} nodes, usage evidence with busy peaks alone / whole: bytes "
                      f"{lean / whole if whole else 0.0:.3f}, CPU {cpu:.3f}")
+    for size, s in sizes:
+        unstated = f"; {s['unstated']} queries without statistics" if s["unstated"] else ""
+        whole_why = (f"; steady cycles that read everything whole: {s['steady_whole_why']}"
+                     if s["steady_whole_why"] else "")
+        lines.append(f"{size} nodes, largest peak of one query (--query.max-samples {max_samples:,}): first "
+                     f"{s['first_prom_peak']:,} ({s['first_peak_kind']}; {s['first_peak_share']:.2%}), steady "
+                     f"{s['steady_prom_peak']:,} ({s['steady_peak_kind']}; {s['steady_peak_share']:.2%})"
+                     f"{unstated}{whole_why}")
     return "\n".join(lines)
+
+
+def _max_samples(prometheus_url: str) -> int:
+    """Prometheus' `--query.max-samples`, from /api/v1/status/flags (0: it does not say)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{prometheus_url.rstrip('/')}/api/v1/status/flags", timeout=10) as answer:
+            return int(json.loads(answer.read())["data"]["query.max-samples"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+
+
+def _policies(window: str, run_dir: Path) -> Path:
+    """bench/policies.yaml with every idle trigger's window set to `window`, written beside the sandbox."""
+    import yaml
+
+    doc = yaml.safe_load(POLICIES.read_text())
+    for policy in doc["policies"]:
+        for trigger in ("idleGpu", "idleCpu"):
+            if trigger in (policy.get("triggers") or {}):
+                policy["triggers"][trigger]["window"] = window
+    written = run_dir / "bench-policies.yaml"
+    written.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return written
+
+
+def _with_history(env: dict[str, str], hours: float, run_dir: Path) -> tuple[Any, dict[str, float]]:
+    """A second Prometheus over the same exporters, backfilled with `hours` of every series of the
+    pods there are now, then scraping live (`devenv.history`); its cost: time, samples, disk."""
+    from devenv.history import prometheus_with_history
+    from janitor import kubeapi
+
+    began = time.monotonic()
+    server, report = prometheus_with_history(kubeapi.connect(env["KUBECONFIG"], (5.0, 120.0)),
+                                             env["SANDBOX_EXPORTERS_URL"], hours=hours, step=15.0,
+                                             dcgm_style="servicemonitor", aggregate=True, work_dir=run_dir)
+    took = time.monotonic() - began
+    disk = sum(f.stat().st_size for f in server.data_dir.rglob("*") if f.is_file())
+    cost = {"hours": hours, "samples": report.samples, "seconds": took, "disk_mb": disk / 2**20}
+    print(f"history: {hours:g} h backfilled, {report.samples:,} samples in {took:.0f} s, {disk / 2**20:.0f} MB",
+          file=sys.stderr, flush=True)
+    return server, cost
 
 
 def _busy_mix(env: dict[str, str], share: float) -> int:
@@ -320,15 +477,17 @@ def _run(args: argparse.Namespace) -> int:
     python = [sys.executable, "-m", "devenv", "--run-dir", str(run_dir)]
     if not args.keep_sandbox or not (run_dir / "sandbox.env").exists():
         subprocess.run([*python, "up", "--detach", "--scale"], check=True, cwd=ROOT)
+    history_server = None
     try:
         env = _env(run_dir)
+        policies = _policies(args.window, run_dir)
         keys = Path(env["KUBECONFIG"]).parent / "pki"
         pki = Pki(keys / "ca.crt", keys / "ca.key", keys / "apiserver.crt", keys / "apiserver.key",
                   keys / "sa.pub", keys / "sa.key")
         import yaml
 
         server = yaml.safe_load(Path(env["KUBECONFIG"]).read_text())["clusters"][0]["cluster"]["server"]
-        sizes: list[tuple[int, dict[str, float]]] = []
+        sizes: list[tuple[int, dict[str, Any]]] = []
         made = 0
         for nodes in (args.nodes, args.nodes * args.factor):
             began = time.monotonic()
@@ -338,11 +497,21 @@ def _run(args: argparse.Namespace) -> int:
             print(f"populated {nodes} nodes ({time.monotonic() - began:.0f} s), {busy} pods busy",
                   file=sys.stderr, flush=True)
             made = nodes
+            prometheus_url, history = env["PROMETHEUS_URL"], {}
+            if args.history:
+                if history_server is not None:
+                    history_server.stop()
+                history_server, history = _with_history(env, args.history, run_dir)
+                prometheus_url = history_server.url
+            max_samples = _max_samples(prometheus_url)
             with FaultProxy(server, tls=ProxyTls.from_pki(pki)) as proxy:
                 proxied = repoint_kubeconfig(Path(env["KUBECONFIG"]), run_dir / "bench.kubeconfig", proxy.url)
-                sizes.append((nodes, _summary(_child(env, proxy, proxied, args, nodes))))
-            print(_table(sizes), flush=True)
+                found = _child(env, proxy, proxied, args, nodes, prometheus_url, policies)
+                sizes.append((nodes, _summary(found, max_samples, history)))
+            print(_table(sizes, max_samples), flush=True)
     finally:
+        if history_server is not None:
+            history_server.stop()
         if not args.keep_sandbox:
             subprocess.run([*python, "down"], cwd=ROOT)
     return 0
@@ -352,7 +521,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command")
     measure = sub.add_parser("measure", help="(internal) run and measure the janitor's cycles, print JSON")
-    for flag in ("--control", "--kubeconfig", "--direct-kubeconfig", "--prometheus"):
+    for flag in ("--control", "--kubeconfig", "--direct-kubeconfig", "--prometheus", "--policies"):
         measure.add_argument(flag, required=True)
     for p in (parser, measure):
         p.add_argument("--steady", type=int, default=3, help="steady cycles after the first (%(default)s)")
@@ -360,12 +529,20 @@ def main() -> int:
                        "between steady cycles (%(default)s)")
         p.add_argument("--quiet", type=float, default=120.0, help="seconds to let the controllers finish with "
                        "what populate made before the first cycle (%(default)s)")
+        p.add_argument("--interval", type=float, default=60.0, help="seconds from a cycle's start to the next's "
+                       "at least, as the daemon's --interval: a steady cycle asks what was busy since the last "
+                       "read, at the CPU query's 1-minute steps (%(default)s)")
         p.add_argument("--settle", type=float, default=3.0, help="seconds for the watches to bring the churn "
                        "before a steady cycle (%(default)s)")
         p.add_argument("--keep-observation", metavar="PATH", help="pickle the last cycle's observation, policies "
                        "and time (PATH.<nodes>) for `bench/plan_scale.py --observation`")
     parser.add_argument("--nodes", type=int, default=500, help="N (%(default)s)")
     parser.add_argument("--factor", type=int, default=4, help="the second size is N x this (%(default)s)")
+    parser.add_argument("--window", default="4h", help="every idle trigger's window, written over those of "
+                        "bench/policies.yaml for the run (%(default)s)")
+    parser.add_argument("--history", type=float, default=0.0, metavar="HOURS", help="backfill this many hours of "
+                        "every series before each measurement, into a second Prometheus the janitor then reads "
+                        "(0: none, the sandbox's own Prometheus, only as old as the sandbox; %(default)s)")
     parser.add_argument("--busy-share", type=float, default=0.75, help="share of the pods kept busy (%(default)s)")
     parser.add_argument("--run-dir", default=".devenv-bench", help="the sandbox's run dir (%(default)s)")
     parser.add_argument("--keep-sandbox", action="store_true", help="use a running sandbox there, leave it running")

@@ -41,6 +41,7 @@ def prometheus_with_history(
     scrape_interval: str | None = None,
     work_dir: Path | None = None,
     release: Release | str | None = None,
+    aggregate: bool = False,
 ) -> tuple[PrometheusServer, BackfillReport]:
     """Backfill the last `hours` for the pods that exist now, then start Prometheus.
 
@@ -50,6 +51,8 @@ def prometheus_with_history(
     The caller stops the returned server. Pods and nodes are read from the apiserver, so the
     series carry the same names, UIDs and GPU slots the live exporters serve. `release` picks the
     Prometheus major version (`devenv.prometheus_release`; $JANITOR_PROMETHEUS or 2.x by default).
+    `aggregate`: scrape the exporters' aggregate targets, as the scale sandbox's Prometheus does
+    (`scrape_config(aggregate=True)`); the backfilled series carry the same stored labels.
     """
     release = choose_release(release)
     core = client.CoreV1Api(api)
@@ -61,15 +64,15 @@ def prometheus_with_history(
     report = _backfill_until_now(history, pods, nodes, start, step, data_dir, dcgm_style, release)
     server = PrometheusServer(
         data_dir, scrape_config(exporters_url, nodes, dcgm_style=dcgm_style,
-                                interval=scrape_interval or f"{step:g}s"),
+                                interval=scrape_interval or f"{step:g}s", aggregate=aggregate),
         throwaway=True,  # hundreds of tests each start one: their blocks would pile up in the sandbox
         release=release,
     )
     server.start()
     try:
         server.wait_ready(timeout=60)
-        down = sum(history.target_down(t.exporter, t.node, time.time())
-                   for t in scrape_targets(nodes, dcgm_style=dcgm_style))
+        down = 0 if aggregate else sum(history.target_down(t.exporter, t.node, time.time())
+                                       for t in scrape_targets(nodes, dcgm_style=dcgm_style))
         server.wait_for_targets_up(timeout=60, down=down)
     except BaseException:
         server.stop()

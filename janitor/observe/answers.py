@@ -87,6 +87,9 @@ class QueryResult:
     series: tuple[Series, ...]
     warnings: tuple[str, ...] = ()
     infos: tuple[str, ...] = ()
+    stats: Mapping[str, Any] | None = None
+    """Prometheus' own statistics of the query (`data.stats`: `timings`, `samples`), present only
+    when the request asked for them (`PrometheusSource(query_stats=True)`)."""
 
     @property
     def partial(self) -> bool:
@@ -164,10 +167,11 @@ def parse_answer(status: int, body: bytes, query: str, sink: RowSink | None = No
         series = () if streamed else _parse_series(result_type, data["result"])
         warnings = tuple(str(w) for w in envelope.get("warnings") or ())
         infos = tuple(str(i) for i in envelope.get("infos") or ())
+        stats = data.get("stats")
     except (KeyError, TypeError, ValueError, IndexError) as e:
         raise PrometheusError(ErrorKind.MALFORMED, f"unexpected answer shape: {e!r}", status=status,
                               query=query) from e
-    return QueryResult(query, result_type, series, warnings, infos)
+    return QueryResult(query, result_type, series, warnings, infos, stats if isinstance(stats, dict) else None)
 
 
 def _parse_series(result_type: str, result: Any) -> tuple[Series, ...]:

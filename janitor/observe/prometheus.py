@@ -191,12 +191,21 @@ class PrometheusConfig:
 
 @dataclass(frozen=True, slots=True)
 class QueryStat:
-    """One request to Prometheus: which API, how long it took, how many bytes came back."""
+    """One request to Prometheus: which API, how long it took, how many bytes came back.
+
+    With `PrometheusSource(query_stats=True)` a query's stat also holds its text and what
+    Prometheus says the query cost: samples read (`totalQueryableSamples`), the most held in
+    memory at once (`peakSamples`, what `--query.max-samples` limits) and its evaluation time.
+    None where Prometheus did not say (not asked, an error, an older server)."""
 
     api: str  # "query", "query_range", "targets"
     seconds: float
     bytes: int
     ok: bool
+    query: str = ""
+    samples: int | None = None
+    peak_samples: int | None = None
+    eval_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,11 +229,16 @@ def _moment(data: Any, key: str) -> datetime | None:
 class PrometheusSource:
     """Instant and range queries with whole-envelope reading, typed errors and explicit timeouts.
 
-    `stats` records every request made, for the query-time metrics and the scale benchmark."""
+    `stats` records every request made, for the query-time metrics and the scale benchmark.
+    `query_stats` (off unless asked, as the daemon runs) sends every query with `stats=all` and
+    records Prometheus' own figures of its cost in each `QueryStat`: the scale benchmark's
+    measure of what a cycle makes Prometheus read."""
 
-    def __init__(self, config: PrometheusConfig, *, session: requests.Session | None = None) -> None:
+    def __init__(self, config: PrometheusConfig, *, session: requests.Session | None = None,
+                 query_stats: bool = False) -> None:
         self.config = config
         self.stats: list[QueryStat] = []
+        self.query_stats = query_stats
         headers = dict(config.headers)
         if config.bearer_token:
             headers["Authorization"] = f"Bearer {config.bearer_token}"
@@ -272,6 +286,9 @@ class PrometheusSource:
 
     def _request(self, path: str, query: str, params: dict[str, str], sink: RowSink | None = None) -> QueryResult:
         form = {"query": query, "timeout": f"{self._server_timeout:g}s", **params}
+        if self.query_stats:
+            form["stats"] = "all"
+        api = path.rsplit("/", 1)[-1]
         started = time.monotonic()
         size = 0
         try:
@@ -280,10 +297,13 @@ class PrometheusSource:
             result = parse_answer(response.status_code, response.content, query, sink)
         except PrometheusError as error:
             self._log(path, query, started, error)
-            self.stats.append(QueryStat(path.rsplit("/", 1)[-1], time.monotonic() - started, size, False))
+            self.stats.append(QueryStat(api, time.monotonic() - started, size, False,
+                                        query if self.query_stats else ""))
             raise
         self._log(path, query, started, result)
-        self.stats.append(QueryStat(path.rsplit("/", 1)[-1], time.monotonic() - started, size, True))
+        took = time.monotonic() - started
+        self.stats.append(_cost(api, took, size, query, result.stats) if self.query_stats
+                          else QueryStat(api, took, size, True))
         return result
 
     def active_targets(self) -> list[Mapping[str, Any]]:
@@ -351,6 +371,20 @@ class PrometheusSource:
         else:
             logger.debug("prometheus %s %s: %d series, %d warnings in %.3fs; query: %s", path,
                          outcome.result_type, len(outcome.series), len(outcome.warnings), took, query)
+
+
+def _cost(api: str, seconds: float, size: int, query: str, stats: Mapping[str, Any] | None) -> QueryStat:
+    """A successful query's `QueryStat` with what Prometheus' `data.stats` says it cost."""
+    samples = stats.get("samples") if isinstance(stats, Mapping) else None
+    timings = stats.get("timings") if isinstance(stats, Mapping) else None
+
+    def number(within: Any, key: str) -> float | None:
+        value = within.get(key) if isinstance(within, Mapping) else None
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+    read, peak = number(samples, "totalQueryableSamples"), number(samples, "peakSamples")
+    return QueryStat(api, seconds, size, True, query, None if read is None else int(read),
+                     None if peak is None else int(peak), number(timings, "evalTotalTime"))
 
 
 def _unix(moment: datetime, name: str) -> str:

@@ -363,3 +363,53 @@ def test_config_is_validated() -> None:
         PrometheusConfig(url="http://x", connect_timeout=0)
     with pytest.raises(ValueError):
         PrometheusConfig(url="http://x", retries=-1)
+
+
+# --------------------------------------------------------------------------- Prometheus' own query statistics
+
+QUERY_STATS = {
+    "timings": {"evalTotalTime": 0.25, "resultSortTime": 0, "queryPreparationTime": 0.01, "innerEvalTime": 0.2,
+                "execQueueTime": 0.001, "execTotalTime": 0.26},
+    "samples": {"totalQueryableSamplesPerStep": [[1795313821, 48000]], "totalQueryableSamples": 48000,
+                "peakSamples": 9600},
+}
+
+
+def test_query_stats_are_not_asked_by_default(fake: FakePrometheus) -> None:
+    fake.answer(200, success("vector", []))
+    prom = source(fake)
+    prom.instant("up", AT)
+    assert "stats" not in fake.seen[0].form
+    (stat,) = prom.stats
+    assert (stat.query, stat.samples, stat.peak_samples, stat.eval_seconds) == ("", None, None, None)
+
+
+def test_query_stats_asked_and_recorded(fake: FakePrometheus) -> None:
+    rows = [{"metric": {"pod": "p", "gpu": "0"}, "value": [1795313821.091, "93"]}]
+    fake.answer(200, {"status": "success", "data": {"resultType": "vector", "result": rows, "stats": QUERY_STATS}})
+    prom = PrometheusSource(PrometheusConfig(url=fake.url), query_stats=True)
+    seen: list[tuple[dict[str, str], float]] = []
+    result = prom.instant("max_over_time(x[4h:15s])", AT, lambda labels, value: seen.append((dict(labels), value)))
+    prom.range("up", AT - timedelta(minutes=10), AT, 30)
+    assert [s.form["stats"] for s in fake.seen] == ["all", "all"]
+    assert seen == [({"pod": "p", "gpu": "0"}, 93.0)]  # the rows still stream past, beside the statistics
+    assert result.stats == QUERY_STATS
+    instant, ranged = prom.stats
+    assert (instant.api, instant.query, instant.samples, instant.peak_samples, instant.eval_seconds) == (
+        "query", "max_over_time(x[4h:15s])", 48000, 9600, 0.25)
+    assert ranged.api == "query_range" and ranged.samples == 48000 and ranged.ok
+
+
+def test_query_stats_missing_or_odd_are_none(fake: FakePrometheus) -> None:
+    fake.answer(200, success("vector", []))  # a server that says nothing of its cost
+    fake.answer(200, {"status": "success", "data": {"resultType": "vector", "result": [],
+                                                    "stats": {"samples": {"totalQueryableSamples": "many"}}}})
+    fake.answer(422, {"status": "error", "errorType": "execution",
+                      "error": "query processing would load too many samples into memory in query execution"})
+    prom = PrometheusSource(PrometheusConfig(url=fake.url), query_stats=True)
+    prom.instant("a", AT)
+    prom.instant("b", AT)
+    with pytest.raises(PrometheusError):
+        prom.instant("c", AT)
+    assert [(s.query, s.ok, s.samples, s.peak_samples, s.eval_seconds) for s in prom.stats] == [
+        ("a", True, None, None, None), ("b", True, None, None, None), ("c", False, None, None, None)]
