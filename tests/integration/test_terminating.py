@@ -301,10 +301,12 @@ def _janitor(kube, namespace: str, tmp_path: Path, sandbox=None, clock=cycle.utc
 
 
 def _forced(runner: Runner) -> list[str]:
-    """One cycle: the pods it force deleted; the pod "stuck" must have been judged stuck Terminating."""
+    """One cycle: the pods it force deleted (not a force delete the re-check skipped); the pod
+    "stuck" must have been judged stuck Terminating."""
     result = runner.run_cycle()
     assert any(f.stuck is not None and f.subject.name == "stuck" for f in result.plan.findings)
-    return [r.action.target.name for r in result.results if str(r.action.type) == "force-delete"]
+    return [r.action.target.name for r in result.results
+            if str(r.action.type) == "force-delete" and str(r.outcome) == "done"]
 
 
 def _explain(sandbox, namespace: str, tmp_path: Path, name: str = "stuck") -> str:
@@ -404,6 +406,43 @@ def test_a_not_ready_node_never_proves(
     finally:
         if any(p.metadata.name == "stuck" for p in core.list_namespaced_pod(namespace).items):
             core.delete_namespaced_pod("stuck", namespace, grace_period_seconds=0)  # no kubelet will finish it
+
+
+def test_polled_nodes_are_judged_as_of_their_list_and_the_recheck_as_of_now(
+        kube, core: client.CoreV1Api, namespace: str, tmp_path: Path, own_node,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon lists nodes every --node-refresh: a cycle judges the agent's report as of that list
+    (fresh then, it proposes the force delete), and the re-check before it reads the node again and
+    judges the report as of now (stale by then, nothing is done until the agent speaks again)."""
+    from janitor.observe.cache import ClusterCache
+
+    monkeypatch.setattr(terminating, "MAX_REPORT_AGE", datetime.timedelta(seconds=4), raising=False)
+    node, _ = own_node
+    fake = FakeNode(kube, tmp_path, node)
+    fake.scan()
+    uid = _deleted_pod(core, namespace, node)
+    fake.process(4242, uid, "S")
+    fake.scan()
+    fake.gone(4242)
+    fake.scan(2)  # the pod reported gone
+    janitor = _janitor(kube, namespace, tmp_path, node_refresh=datetime.timedelta(minutes=10))
+    cache = janitor.ports.cache = ClusterCache(kube, janitor.settings)
+    try:
+        cache.ensure(pods=True, nodes=True, oom=True)
+        assert cache.wait(30)  # the nodes listed now: the report is fresh in that list
+        time.sleep(6)  # ... and 6 s old by the cycle, past the (shortened) 4 s a report counts for
+        assert _forced(janitor) == []
+        assert janitor.last is not None
+        [finding] = [f for f in janitor.last.plan.findings if f.stuck is not None]
+        assert finding.proposal is not None  # proposed as of the list; the fresh re-check refused it:
+        [skipped] = [r for r in janitor.last.results if str(r.action.type) == "force-delete"]
+        assert str(skipped.outcome) == "skipped" and "no longer due on a fresh read" in skipped.detail
+        assert "away from when its node was read; a report counts for 4s" in skipped.detail
+        fake.scan()  # the agent speaks again; the cache still holds the list of before
+        assert _forced(janitor) == ["stuck"]
+    finally:
+        cache.stop()
+        _release(core, namespace)
 
 
 def test_a_stale_report_never_proves(
