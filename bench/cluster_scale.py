@@ -356,6 +356,8 @@ def _table(sizes: list[tuple[int, dict[str, Any]]], max_samples: int) -> str:
             *(f"evidence_{w}_{k}" for w in ("whole", "lean") for k in ("bytes", "cpu", "samples", "peak"))]
     if "history_seconds" in sizes[0][1]:
         rows += ["history_hours", "history_samples", "history_seconds", "history_disk_mb"]
+    if all("kube_janitor_bytes" in s for _, s in sizes):  # its one cycle: every cycle of it lists everything
+        rows += ["kube_janitor_requests", "kube_janitor_bytes", "kube_janitor_cpu", "kube_janitor_peak_rss_mb"]
     head = f"{'':22}" + "".join(f"{f'{n} nodes':>16}" for n, _ in sizes)
     lines = [head]
     for row in rows:
@@ -507,7 +509,18 @@ def _run(args: argparse.Namespace) -> int:
             with FaultProxy(server, tls=ProxyTls.from_pki(pki)) as proxy:
                 proxied = repoint_kubeconfig(Path(env["KUBECONFIG"]), run_dir / "bench.kubeconfig", proxy.url)
                 found = _child(env, proxy, proxied, args, nodes, prometheus_url, policies)
-                sizes.append((nodes, _summary(found, max_samples, history)))
+                summary = _summary(found, max_samples, history)
+                if args.kube_janitor:
+                    import beside_kube_janitor
+
+                    try:
+                        beside = beside_kube_janitor.one_cycle(Path(args.kube_janitor), proxied, proxy,
+                                                               run_dir / "kube-janitor.log")
+                    except SystemExit as e:  # the janitor's figures stand without it
+                        print(f"kube-janitor beside: {e}", file=sys.stderr, flush=True)
+                    else:
+                        summary |= {f"kube_janitor_{k}": v for k, v in beside.items()}
+                sizes.append((nodes, summary))
             print(_table(sizes, max_samples), flush=True)
     finally:
         if history_server is not None:
@@ -546,6 +559,9 @@ def main() -> int:
     parser.add_argument("--busy-share", type=float, default=0.75, help="share of the pods kept busy (%(default)s)")
     parser.add_argument("--run-dir", default=".devenv-bench", help="the sandbox's run dir (%(default)s)")
     parser.add_argument("--keep-sandbox", action="store_true", help="use a running sandbox there, leave it running")
+    parser.add_argument("--kube-janitor", metavar="PATH", help="a checkout of kube-janitor 20.10.0's source: one "
+                        "--once --dry-run cycle of it after the janitor's at each size, through the same counting "
+                        "proxy (bench/beside_kube_janitor.py)")
     args = parser.parse_args()
     if args.command == "measure":
         print(json.dumps(_measure(args)))
