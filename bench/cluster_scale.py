@@ -34,11 +34,13 @@ the exporters rendered at past times, 15 s apart), then scraping the same export
 cost is printed and in the table (`history_*`: seconds, samples, MB of blocks); it is made anew
 at each size, for the pods populate added.
 
-Figures per cycle: apiserver requests and bytes by resource (the node watch's share apart: the
-kubelets' status reports), Prometheus requests and bytes, CPU seconds, time in observe / decide /
-act as the cycle itself measures them (`janitor_cycle_phase_seconds`), log lines, and the
-child's peak RSS. Prometheus' own cost of the cycle's queries, each asked with `stats=all`
-(`PrometheusSource.query_stats`, which the daemon never sets): samples read
+Figures per cycle: apiserver requests and bytes by resource (the nodes' lists apart, and the
+watch events': what others changed meanwhile, such as the controllers still writing the status
+of what populate made while a first cycle at 2,500 nodes runs), Prometheus requests and bytes,
+CPU seconds, time in observe / decide / act as the cycle itself measures them
+(`janitor_cycle_phase_seconds`), log lines, and the child's peak RSS. Prometheus' own cost of
+the cycle's queries, each asked with `stats=all` (`PrometheusSource.query_stats`, which the
+daemon never sets): samples read
 (`totalQueryableSamples`, summed: `prom_samples`), the largest `peakSamples` of one query
 (`prom_peak`, and under the table which query it was, e.g. `DCGM_FI_DEV_GPU_UTIL [4h:15s]`, and
 as a share of the server's `--query.max-samples`, read from /api/v1/status/flags) and its
@@ -181,10 +183,12 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
         seen = proxy.requests()
         by_resource: Counter[str] = Counter()
         requests: Counter[str] = Counter()
+        watched = 0  # of the bytes, those of watch events: what others changed, not what was asked
         for i, s in enumerate(seen):
             grown = s.bytes - (before[i] if i < len(before) else 0)
             if grown:
                 by_resource[resource_of(s.path)] += grown
+                watched += grown if "watch=true" in s.query else 0
             if i >= len(before):
                 requests[f"{s.method} {resource_of(s.path)}{' watch' if 'watch=true' in s.query else ''}"] += 1
         cycles.append({
@@ -196,6 +200,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
             "findings": len(planned.plan.findings),
             "requests": sum(requests.values()), "requests_by": dict(requests),
             "bytes": sum(by_resource.values()), "bytes_by": dict(by_resource), "node_bytes": by_resource["nodes"],
+            "watch_bytes": watched,
             "queries": len(queries), "query_bytes": sum(q.bytes for q in queries),
             "query_seconds": sum(q.seconds for q in queries),
             **_prometheus_cost(queries),
@@ -322,7 +327,7 @@ def _child(env: dict[str, str], proxy: Any, proxied: Path, args: argparse.Namesp
 
 
 _PER_CYCLE = ("cpu", "seconds", "observe", "decide", "decide_cpu", "act", "requests", "bytes", "node_bytes",
-              "queries", "query_bytes", "log_lines", "prom_samples", "prom_peak", "prom_eval")
+              "watch_bytes", "queries", "query_bytes", "log_lines", "prom_samples", "prom_peak", "prom_eval")
 
 
 def mean_of(cycles: list[dict[str, Any]], key: str) -> float:
@@ -349,8 +354,8 @@ def _summary(found: dict[str, Any], max_samples: int, history: dict[str, float])
 
 
 def _table(sizes: list[tuple[int, dict[str, Any]]], max_samples: int) -> str:
-    shown = ("requests", "bytes", "node_bytes", "cpu", "observe", "decide", "decide_cpu", "act", "queries",
-             "query_bytes", "prom_samples", "prom_peak", "prom_eval", "log_lines")
+    shown = ("requests", "bytes", "node_bytes", "watch_bytes", "cpu", "observe", "decide", "decide_cpu", "act",
+             "queries", "query_bytes", "prom_samples", "prom_peak", "prom_eval", "log_lines")
     rows = ["pods", "objects", "findings", *(f"{c}_{k}" for c in ("first", "steady") for k in shown),
             "first_peak_share", "steady_peak_share", "steady_carried", "steady_read_whole", "peak_rss_mb",
             *(f"evidence_{w}_{k}" for w in ("whole", "lean") for k in ("bytes", "cpu", "samples", "peak"))]
