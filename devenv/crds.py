@@ -47,6 +47,11 @@ NODE_OPERATIONS = {
 }
 
 
+class Unavailable(RuntimeError):
+    """The Go module proxy says it does not serve that module version (not a network failure): a
+    test that needs the CRD cannot run here until it does, or the CRD is in the cache."""
+
+
 def cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "janitor-crds"
 
@@ -62,7 +67,9 @@ def upstream(name: str) -> dict[str, Any]:
                                     capture_output=True, text=True, check=False, timeout=600)
         found = json.loads(answer.stdout or "{}")
         if answer.returncode != 0 or "Dir" not in found:
-            raise RuntimeError(f"cannot fetch {module}@{version}: {found.get('Error') or answer.stderr.strip()}")
+            said = found.get("Error") or answer.stderr.strip()
+            refused = "This module version is not available" in said or "404 Not Found" in said
+            raise (Unavailable if refused else RuntimeError)(f"cannot fetch {module}@{version}: {said}")
         text = (Path(found["Dir"]) / path).read_text()
         cached.parent.mkdir(parents=True, exist_ok=True)
         partial = cached.with_suffix(".partial")
