@@ -477,8 +477,9 @@ def _busy_mix(env: dict[str, str], share: float) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     sys.path.insert(0, str(ROOT / "tests" / "integration"))
-    from devenv.faults import FaultProxy, ProxyTls, repoint_kubeconfig
-    from devenv.pki import Pki
+    import counting_proxy
+
+    from devenv.faults import repoint_kubeconfig
 
     run_dir = ROOT / args.run_dir
     python = [sys.executable, "-m", "devenv", "--run-dir", str(run_dir)]
@@ -488,12 +489,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         env = _env(run_dir)
         policies = _policies(args.window, run_dir)
-        keys = Path(env["KUBECONFIG"]).parent / "pki"
-        pki = Pki(keys / "ca.crt", keys / "ca.key", keys / "apiserver.crt", keys / "apiserver.key",
-                  keys / "sa.pub", keys / "sa.key")
-        import yaml
 
-        server = yaml.safe_load(Path(env["KUBECONFIG"]).read_text())["clusters"][0]["cluster"]["server"]
         sizes: list[tuple[int, dict[str, Any]]] = []
         made = 0
         for nodes in (args.nodes, args.nodes * args.factor):
@@ -511,7 +507,7 @@ def _run(args: argparse.Namespace) -> int:
                 history_server, history = _with_history(env, args.history, run_dir)
                 prometheus_url = history_server.url
             max_samples = _max_samples(prometheus_url)
-            with FaultProxy(server, tls=ProxyTls.from_pki(pki)) as proxy:
+            with counting_proxy.in_front_of(Path(env["KUBECONFIG"])) as proxy:
                 proxied = repoint_kubeconfig(Path(env["KUBECONFIG"]), run_dir / "bench.kubeconfig", proxy.url)
                 found = _child(env, proxy, proxied, args, nodes, prometheus_url, policies)
                 summary = _summary(found, max_samples, history)

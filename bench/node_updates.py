@@ -174,10 +174,10 @@ def _per_minute(n: int, refresh: float, watched: dict[str, Any], listed: dict[st
 
 
 def _run(args: argparse.Namespace) -> int:
+    import counting_proxy
     from kubernetes import client
 
-    from devenv.faults import FaultProxy, ProxyTls, repoint_kubeconfig
-    from devenv.pki import Pki
+    from devenv.faults import repoint_kubeconfig
     from devenv.sandbox import read_env_file
     from janitor import kubeapi
     from janitor.settings import DEFAULTS
@@ -195,12 +195,7 @@ def _run(args: argparse.Namespace) -> int:
             list(pool.map(lambda i: core.create_node(node_object(i)), [i for i in range(args.nodes)  # type: ignore[arg-type]
                                                                       if f"{PREFIX}{i:05d}" not in have]))
         print(f"{args.nodes} nodes there ({time.monotonic() - began:.0f} s)", file=sys.stderr, flush=True)
-        import yaml
 
-        server = yaml.safe_load(Path(env["KUBECONFIG"]).read_text())["clusters"][0]["cluster"]["server"]
-        keys = Path(env["KUBECONFIG"]).parent / "pki"
-        pki = Pki(keys / "ca.crt", keys / "ca.key", keys / "apiserver.crt", keys / "apiserver.key",
-                  keys / "sa.pub", keys / "sa.key")
 
         def post() -> None:
             t = time.monotonic()
@@ -210,7 +205,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"{args.reports} reports posted ({args.reports / (time.monotonic() - t):.0f}/s)",
                   file=sys.stderr, flush=True)
 
-        with FaultProxy(server, tls=ProxyTls.from_pki(pki)) as proxy:
+        with counting_proxy.in_front_of(Path(env["KUBECONFIG"])) as proxy:
             proxied = repoint_kubeconfig(Path(env["KUBECONFIG"]), run_dir / "bench.kubeconfig", proxy.url)
             watched = _child(args, proxy, proxied, "watched", args.reports, post)
             listed = _child(args, proxy, proxied, "listed", args.lists)
