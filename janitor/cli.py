@@ -320,7 +320,8 @@ def _cmd_node_agent(args: argparse.Namespace) -> int:
         return 2
     settings = AgentSettings(node=node, proc_root=Path(args.proc_root), cgroup_root=Path(args.cgroup_root),
                              interval=datetime.timedelta(seconds=args.interval), sustain=args.sustain,
-                             condition_type=args.condition_type, pod_uid=args.pod_uid or os.environ.get("POD_UID"))
+                             condition_type=args.condition_type, pod_uid=args.pod_uid or os.environ.get("POD_UID"),
+                             dev_root=Path(args.dev_root), gpu_condition_type=args.gpu_condition_type)
     registry = CollectorRegistry()
     api = _api(args)
     if not args.once:
@@ -332,6 +333,8 @@ def _cmd_node_agent(args: argparse.Namespace) -> int:
         report = agent.scan_once()
         for leftover in report.leftovers:
             print(f"leftover: {leftover.describe(agent.clock())}")
+        for holder in report.gpu_holders:
+            print(f"gpu held: {holder.describe(agent.clock())}")
         for kill in report.oom_kills:
             print(f"oom: pod uid {kill.pod_uid}: {kill.new_kills} new kills ({kill.total} in all)")
         return 0
@@ -559,7 +562,8 @@ interact with janitor/ttl, janitor/expires and janitor/opt-out: docs/policies.md
     keep_cmd.set_defaults(func=_cmd_keep)
 
     agent = commands.add_parser(
-        "node-agent", help="run on every node (DaemonSet): D-state leftovers of deleted pods, OOM kills per pod",
+        "node-agent", help="run on every node (DaemonSet): D-state leftovers and GPU holders of deleted pods, OOM "
+                           "kills per pod",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="""\
 Scan /proc (threads included) for tasks in D state and map each to its pod through its cgroup
@@ -570,9 +574,12 @@ naming pod, process, time in D and wchan. New OOM kills in a pod's memory cgroup
 memory.events) become a Warning Event on the Pod, saying whether the whole container or single
 processes were killed. An agent that finds no process of any other pod the API lists on its
 node (no hostPID, a --proc-root that is not the host's /proc, a sandboxed runtime) sets the
-condition Unknown (NodeAgentCannotSee) and proves no pod gone. Metrics are per node. Run with
-hostPID, /proc and /sys/fs/cgroup mounted read-only, and the narrow RBAC of manifests/ (list
-pods, get and patch-status nodes, events).""")
+condition Unknown (NodeAgentCannotSee) and proves no pod gone. A process of such a pod (in any
+state) that keeps a GPU device (/dev/nvidia<minor> under --dev-root) open or mapped for
+--sustain scans sets --gpu-condition-type=True, naming the GPU (minor, PCI bus id, UUID), the
+pod, the process and since when, with a Warning Event on the Node; nothing is killed. Metrics
+are per node. Run with hostPID, /proc and /sys/fs/cgroup mounted read-only, and the narrow RBAC
+of manifests/ (list pods, get and patch-status nodes, events).""")
     agent.add_argument("--node-name", help="this node (default: $NODE_NAME)")
     agent.add_argument("--pod-uid", help="the agent's own pod, whose processes prove nothing about what it can see "
                                          "(default: $POD_UID, from the downward API's metadata.uid)")
@@ -582,6 +589,10 @@ pods, get and patch-status nodes, events).""")
     agent.add_argument("--sustain", type=int, default=3,
                        help="scans a task must stay in D before it counts (%(default)s)")
     agent.add_argument("--condition-type", default=node_report.CONDITION_TYPE, help="(%(default)s)")
+    agent.add_argument("--gpu-condition-type", default=node_report.GPU_CONDITION_TYPE,
+                       help="the condition for GPUs held by processes of deleted pods (%(default)s)")
+    agent.add_argument("--dev-root", default="/dev", help="where the GPU device files are, as the processes "
+                                                         "opened them (%(default)s)")
     agent.add_argument("--metrics-port", type=int, default=9101,
                        help="/metrics and /healthz (%(default)s; 0: none)")
     agent.add_argument("--once", action="store_true", help="one scan, print what it found, exit")

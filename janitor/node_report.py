@@ -21,6 +21,12 @@ travels as data and is never searched for in a sentence meant for people.
   the 1,024-character message ends in `,+` (`complete` False): every pod not listed may then be
   in any state.
 - A Warning Event `EVENT_LEFTOVER` on the Node per stuck task (words only).
+- A second Node condition, type `GPU_CONDITION_TYPE`, on the same rules (Unknown while starting or
+  unable to see, `True` while processes of deleted pods hold GPUs, `False` once none does): its
+  message is a sentence, the same agent part, then ` held=` and per GPU held
+  `<minor>|<PCI bus id>|<pid>|<state>|<since>|<pod uid>|<namespace>/<name>|<process name>`
+  (`HeldGpu`; namespace and name empty when the agent never saw the pod listed), cut to fit as
+  the pods are (`,+`). A Warning Event `EVENT_GPU_HELD` on the Node per holder (words only).
 - A Warning Event `EVENT_OOM` on a Pod per new OOM kill reading: a sentence, then
   ` [oom kills=<n> total=<n> scope=container|process|unknown]`.
 
@@ -40,7 +46,7 @@ from __future__ import annotations
 import datetime
 import enum
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 CONDITION_TYPE = "OrphanedDStateProcesses"
@@ -50,6 +56,10 @@ REASON_STARTING = "NodeAgentStarting"  # condition reason while status is Unknow
 REASON_CANNOT_SEE = "NodeAgentCannotSee"  # condition reason while status is Unknown: no other pod's process seen
 EVENT_LEFTOVER = "DStateProcessOfDeletedPod"  # Warning Event on the Node, once per stuck task
 EVENT_OOM = "OOMKillInPod"  # Warning Event on the Pod per new OOM kill reading
+GPU_CONDITION_TYPE = "OrphanedGPUHolders"
+REASON_GPU_HELD = "GPUsHeldByProcessesOfDeletedPods"  # the GPU condition's reason while True
+REASON_GPU_CLEAR = "NoGPUsHeldByProcessesOfDeletedPods"  # ... while False
+EVENT_GPU_HELD = "GPUHeldByProcessOfDeletedPod"  # Warning Event on the Node, once per holder
 MESSAGE_MAX = 1024  # what the apiserver keeps of a condition or Event message
 
 _PODS = " pods="
@@ -59,6 +69,10 @@ _TIME = "%Y-%m-%dT%H:%M:%SZ"
 _RUN = re.compile(r" started=(\S{1,40}) scans=([0-9]{1,12})/([0-9]{1,6}) scanned=(\S{1,40})$")
 _SIGHT = re.compile(r" sees=(\S{0,40})$")
 _SIGHT_VALUE = re.compile(r"([0-9]{1,9})/([0-9]{1,9})")
+_HELD = " held="
+_HELD_ENTRY = re.compile(r"([0-9]{1,6})\|([0-9A-Fa-f:.]{0,20})\|([0-9]{1,10})\|([A-Za-z])\|(\S{20})\|"
+                         r"([0-9a-fA-F-]{1,64})\|([a-z0-9.-]{0,63})/([a-z0-9.-]{0,253})\|([A-Za-z0-9._-]{0,15})")
+_COMM_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 _OOM = re.compile(r" \[oom kills=([0-9]{1,9}) total=([0-9]{1,12}) scope=(container|process|unknown)\]$")
 
 
@@ -131,22 +145,30 @@ def _parse_time(text: str) -> datetime.datetime:
     return datetime.datetime.strptime(text, _TIME).replace(tzinfo=datetime.timezone.utc)
 
 
-def encode_condition(summary: str, pods: Mapping[str, PodTaskState], agent: AgentRun | None = None,
-                     sight: Sight | None = None) -> str:
-    """The condition message: the summary (shortened first), then what the agent sees and its run
-    (the sight only with a run), and as many pods as fit, stuck ones first, then alive, then gone."""
+def _agent_part(agent: AgentRun | None, sight: Sight | None) -> str:
     seen = "" if agent is None or sight is None else f" sees={sight.visible}/{sight.listed}"
-    run = "" if agent is None else (f"{seen} started={_stamp(agent.started, up=True)} "
-                                    f"scans={agent.scans}/{agent.sustain} scanned={_stamp(agent.scanned)}")
-    entries = [f"{uid}:{state}" for uid, state in sorted(pods.items(), key=lambda p: (_ORDER[p[1]], p[0]))]
+    return "" if agent is None else (f"{seen} started={_stamp(agent.started, up=True)} "
+                                     f"scans={agent.scans}/{agent.sustain} scanned={_stamp(agent.scanned)}")
+
+
+def _message(summary: str, run: str, key: str, entries: list[str]) -> str:
+    """The summary (shortened first), the agent part, then `key` and as many entries as fit."""
     shown: list[str] = []
-    room = MESSAGE_MAX - len(run) - len(_PODS) - len(_MORE) - 1
+    room = MESSAGE_MAX - len(run) - len(key) - len(_MORE) - 1
     for entry in entries:
         if sum(len(e) + 1 for e in shown) + len(entry) > room - 40:  # keep 40 characters for the summary
             break
         shown.append(entry)
-    data = run + _PODS + ",".join(shown + ([_MORE] if len(shown) < len(entries) else []))
+    data = run + key + ",".join(shown + ([_MORE] if len(shown) < len(entries) else []))
     return summary[: MESSAGE_MAX - len(data)] + data
+
+
+def encode_condition(summary: str, pods: Mapping[str, PodTaskState], agent: AgentRun | None = None,
+                     sight: Sight | None = None) -> str:
+    """The condition message: the summary (shortened first), then what the agent sees and its run
+    (the sight only with a run), and as many pods as fit, stuck ones first, then alive, then gone."""
+    entries = [f"{uid}:{state}" for uid, state in sorted(pods.items(), key=lambda p: (_ORDER[p[1]], p[0]))]
+    return _message(summary, _agent_part(agent, sight), _PODS, entries)
 
 
 def _run(text: str) -> tuple[str, AgentRun | None]:
@@ -170,14 +192,20 @@ def _sight(text: str) -> tuple[str, Sight | None]:
     return text[: match.start()], None if value is None else Sight(int(value[1]), int(value[2]))
 
 
+def _head(before: str) -> tuple[str, AgentRun | None, Sight | None]:
+    """The summary, the run and the sight of what precedes a message's data part."""
+    summary, agent = _run(before)
+    summary, sight = _sight(summary) if agent is not None else (summary, None)
+    return summary, agent, sight
+
+
 def decode_condition(text: str) -> ConditionMessage:
     """The message back. Pods are found only in the trailing data part; a message from an older
     agent (no data part) names no pods and says so with `complete` False."""
     before, sep, data = text.rpartition(_PODS)
     if not sep:
         return ConditionMessage(text, {}, complete=False)
-    summary, agent = _run(before)
-    summary, sight = _sight(summary) if agent is not None else (summary, None)
+    summary, agent, sight = _head(before)
     pods: dict[str, PodTaskState] = {}
     complete = True
     for entry in data.split(",") if data else ():
@@ -224,3 +252,58 @@ def decode_oom(text: str) -> OomReport | None:
     if match is None:
         return None
     return OomReport(int(match[1]), int(match[2]), OomScope(match[3]), text[: match.start()])
+
+
+@dataclass(frozen=True, slots=True)
+class HeldGpu:
+    """One GPU of the node held by one process of a deleted (or long-Terminating) pod."""
+
+    minor: int  # the device minor (/dev/nvidia<minor>), not nvidia-smi's index
+    bus_id: str  # its PCI bus id (dcgm-exporter's `pci_bus_id`); "" when the driver did not say
+    pid: int
+    state: str  # the process's state letter (R, S, D, Z, ...)
+    since: datetime.datetime  # the first scan that saw it hold the GPU
+    pod_uid: str
+    namespace: str  # "" when the agent never saw the pod listed
+    name: str
+    comm: str  # the process's name, with anything but letters, digits, '.', '_' and '-' as '_'
+
+
+@dataclass(frozen=True, slots=True)
+class HoldersMessage:
+    summary: str
+    held: tuple[HeldGpu, ...] = ()
+    complete: bool = True  # False: more holders than the message could name, or one this janitor cannot read
+    agent: AgentRun | None = None
+    sight: Sight | None = None
+
+
+def encode_holders(summary: str, held: Sequence[HeldGpu], agent: AgentRun | None = None,
+                   sight: Sight | None = None) -> str:
+    """The GPU condition's message: the summary, the agent part, then as many holders as fit."""
+    entries = [f"{h.minor}|{h.bus_id}|{h.pid}|{h.state}|{_stamp(h.since)}|{h.pod_uid}|{h.namespace}/{h.name}|"
+               f"{_COMM_UNSAFE.sub('_', h.comm)[:15]}" for h in sorted(held, key=lambda h: (h.minor, h.pod_uid, h.pid))]
+    return _message(summary, _agent_part(agent, sight), _HELD, entries)
+
+
+def decode_holders(text: str) -> HoldersMessage:
+    """The GPU condition's message back; one without the data part names no holder (`complete` False)."""
+    before, sep, data = text.rpartition(_HELD)
+    if not sep:
+        return HoldersMessage(text, complete=False)
+    summary, agent, sight = _head(before)
+    held: list[HeldGpu] = []
+    complete = True
+    for entry in data.split(",") if data else ():
+        match = _HELD_ENTRY.fullmatch(entry)
+        if match is None:
+            complete = False  # `+`, or an entry this janitor cannot read: more may be held
+            continue
+        try:
+            since = _parse_time(match[5])
+        except ValueError:
+            complete = False
+            continue
+        held.append(HeldGpu(int(match[1]), match[2], int(match[3]), match[4], since, match[6], match[7], match[8],
+                            match[9]))
+    return HoldersMessage(summary, tuple(held), complete, agent, sight)

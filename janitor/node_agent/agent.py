@@ -18,6 +18,10 @@ conventions admins already use:
   left. A scan is complete when /proc was walked (some process found) and the node's pods were
   listed; otherwise the condition keeps its last word, which grows stale;
 - a Warning Event on the Node per leftover task (pod, process, time in D, wchan), once per task;
+- a second Node condition (`--gpu-condition-type`) on the same rules for GPUs held by processes of
+  deleted or long-Terminating pods (any state; an open or mapped `/dev/nvidia<minor>`,
+  `janitor.node_agent.holders`), each named by minor, PCI bus id and UUID, with its pod, process
+  and since when, and a Warning Event on the Node per holder, once. Nothing is killed;
 - a Warning Event on the Pod per new OOM kill reading (so `kubectl describe pod` and the central
   janitor see kills that leave no `OOMKilled` status);
 - metrics per node only (no per-pod labels: one series per node keeps Prometheus small).
@@ -43,7 +47,7 @@ from urllib3.exceptions import HTTPError
 
 from janitor import endpoints, node_report
 from janitor.durations import in_words
-from janitor.node_agent import cgroups, procfs
+from janitor.node_agent import cgroups, devices, holders, procfs
 from janitor.node_agent.tracker import DStateTracker, Leftover, OomKill, OomTracker, PodOnNode, PodTaskTracker
 
 logger = logging.getLogger(__name__)
@@ -62,6 +66,8 @@ class AgentSettings:
     sustain: int = 3  # consecutive scans in D before a task counts as stuck; the condition is Unknown before
     condition_type: str = node_report.CONDITION_TYPE
     pod_uid: str | None = None  # the agent's own pod (downward API metadata.uid): seeing it proves nothing
+    dev_root: Path = Path("/dev")  # where the GPU device files are (/dev/nvidia<minor>)
+    gpu_condition_type: str = node_report.GPU_CONDITION_TYPE
 
 
 @dataclass
@@ -72,6 +78,8 @@ class ScanReport:
     proc_known: bool = True  # /proc was walked and held processes
     pod_states: dict[str, node_report.PodTaskState] = field(default_factory=dict)  # reported, by pod uid
     condition_written: bool = False
+    gpu_holders: list[holders.GpuHolder] = field(default_factory=list)
+    gpu_condition_written: bool = False
 
 
 class AgentMetrics:
@@ -92,6 +100,8 @@ class AgentMetrics:
                                   ["node"], registry=r)
         self.heartbeat = Gauge("janitor_node_agent_last_scan_timestamp_seconds", "When the last scan finished",
                                ["node"], registry=r)
+        self.gpu_holders = Gauge("janitor_node_gpu_holders", "GPUs held by processes of deleted or long-Terminating "
+                                 "pods, per GPU and process, in the last complete scan", ["node"], registry=r)
         self.pods_visible = Gauge("janitor_node_agent_pods_visible",
                                   "Pods listed on this node, other than the agent's own, of which the last scan found "
                                   "a process (0: the agent cannot show it sees any pod's processes)", ["node"],
@@ -138,11 +148,14 @@ class NodeAgent:
         self.metrics = AgentMetrics(self.registry, settings.node)
         self.clock = clock
         self.dstate = DStateTracker(settings.sustain)
-        self.pod_tasks = PodTaskTracker(settings.sustain, own_pod(settings.pod_uid))
+        self.own = own_pod(settings.pod_uid)
+        self.pod_tasks = PodTaskTracker(settings.sustain, self.own)
+        self.holders = holders.HolderTracker(settings.sustain)
         self.oom = OomTracker()
         self.started = clock()  # a restarted agent says so: what it saw before is gone with it
         self.scans = 0  # complete scans since `started`
         self._announced: set[tuple[int, int, str]] = set()  # leftovers already given a Node Event
+        self._announced_holders: set[tuple[int, int, str]] = set()  # (pid, minor, pod uid) given a Node Event
         self._node_uid = ""  # read with the node, for the Events' involvedObject
 
     # -- one scan --------------------------------------------------------------------------------
@@ -162,6 +175,7 @@ class NodeAgent:
             sight = self.pod_tasks.sight
             if report.pods_known:  # an empty /proc sees no pod either
                 self.metrics.pods_visible.labels(node=self.settings.node).set(sight.visible if sight else 0)
+            report.gpu_holders = self._gpu_holders(result, pods if report.proc_known else None, now)
             report.oom_kills = self.oom.update(self._oom_states(pods))
             self.metrics.dstate.labels(node=self.settings.node).set(sum(t.state == "D" for t in result.found))
             self.metrics.unreadable.labels(node=self.settings.node).inc(result.unreadable)
@@ -171,6 +185,9 @@ class NodeAgent:
                 self.metrics.leftovers.labels(node=self.settings.node).set(len(report.leftovers))
                 report.condition_written = self._condition(report.leftovers, states, sight, now)
                 self._node_events(report.leftovers, now)
+                self.metrics.gpu_holders.labels(node=self.settings.node).set(len(report.gpu_holders))
+                report.gpu_condition_written = self._gpu_condition(report.gpu_holders, sight, now)
+                self._holder_events(report.gpu_holders, now)
             self._oom_events(report.oom_kills, pods or {})
         except Exception:
             self.metrics.scans.labels(node=self.settings.node, result="error").inc()
@@ -263,8 +280,47 @@ class NodeAgent:
     # -- reporting ---------------------------------------------------------------------------------
     def _condition(self, leftovers: list[Leftover], states: dict[str, node_report.PodTaskState],
                    sight: node_report.Sight | None, now: datetime.datetime) -> bool:
-        """Patch the condition (merged by type, as node-problem-detector does); True if written."""
-        ctype = self.settings.condition_type
+        """The D-state condition; True if written."""
+        run = node_report.AgentRun(self.started, self.scans, self.settings.sustain, now)
+        if leftovers:
+            summary = (f"{len(leftovers)} tasks in D state from {len({f.pod_uid for f in leftovers})} deleted or "
+                       "long-Terminating pods: " + "; ".join(f.describe(now) for f in leftovers[:3])
+                       + ("; ..." if len(leftovers) > 3 else ""))
+        status, reason, summary = self._verdict(bool(leftovers), sight, node_report.REASON_LEFTOVERS,
+                                                summary if leftovers else "no D-state processes of deleted pods",
+                                                node_report.REASON_CLEAR)
+        return self._write_condition(self.settings.condition_type, status, reason,
+                                     node_report.encode_condition(summary, states, run, sight), now)
+
+    def _gpu_condition(self, held: list[holders.GpuHolder], sight: node_report.Sight | None,
+                       now: datetime.datetime) -> bool:
+        """The GPU-holder condition, on the D-state one's rules; True if written."""
+        run = node_report.AgentRun(self.started, self.scans, self.settings.sustain, now)
+        summary = (f"{len(held)} GPUs held by processes of {len({h.pod_uid for h in held})} deleted or "
+                   "long-Terminating pods: " + "; ".join(h.describe(now) for h in held[:2])
+                   + ("; ..." if len(held) > 2 else "")) if held else "no GPU held by a process of a deleted pod"
+        status, reason, summary = self._verdict(bool(held), sight, node_report.REASON_GPU_HELD, summary,
+                                                node_report.REASON_GPU_CLEAR)
+        data = [node_report.HeldGpu(h.gpu.minor, h.gpu.bus_id, h.pid, h.state, h.since, h.pod_uid, h.namespace,
+                                    h.name, h.comm) for h in held]
+        return self._write_condition(self.settings.gpu_condition_type, status, reason,
+                                     node_report.encode_holders(summary, data, run, sight), now)
+
+    def _verdict(self, found: bool, sight: node_report.Sight | None, found_reason: str, summary: str,
+                 clear_reason: str) -> tuple[str, str, str]:
+        """(status, reason, summary): Unknown while the agent cannot show it sees pods' processes
+        (unless it found something) or has done fewer than --sustain scans; else True or False."""
+        if (sight is None or not sight.proven) and not found:
+            return "Unknown", node_report.REASON_CANNOT_SEE, self._cannot_see(sight)
+        if self.scans < self.settings.sustain:
+            return "Unknown", node_report.REASON_STARTING, (
+                f"node agent started at {self.started:%Y-%m-%dT%H:%M:%SZ}: {self.scans} of "
+                f"{self.settings.sustain} scans done, no verdict yet")
+        return ("True", found_reason, summary) if found else ("False", clear_reason, summary)
+
+    def _write_condition(self, ctype: str, status: str, reason: str, message: str, now: datetime.datetime) -> bool:
+        """Patch the condition (merged by type, as node-problem-detector does); True if written.
+        `lastTransitionTime` moves only when the status changes."""
         stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
         try:
             node = self.core.read_node(self.settings.node)
@@ -274,23 +330,6 @@ class NodeAgent:
         self._node_uid = (node.metadata.uid if node.metadata is not None else None) or ""
         conditions = (node.status.conditions if node.status is not None else None) or []
         previous = next((c for c in conditions if c.type == ctype), None)
-        run = node_report.AgentRun(self.started, self.scans, self.settings.sustain, now)
-        if (sight is None or not sight.proven) and not leftovers:
-            status, reason = "Unknown", node_report.REASON_CANNOT_SEE
-            summary = self._cannot_see(sight)
-        elif self.scans < self.settings.sustain:
-            status, reason = "Unknown", node_report.REASON_STARTING
-            summary = (f"node agent started at {self.started:%Y-%m-%dT%H:%M:%SZ}: {self.scans} of "
-                       f"{self.settings.sustain} scans done, no verdict yet")
-        elif leftovers:
-            status, reason = "True", node_report.REASON_LEFTOVERS
-            summary = (f"{len(leftovers)} tasks in D state from {len({f.pod_uid for f in leftovers})} deleted or "
-                       "long-Terminating pods: " + "; ".join(f.describe(now) for f in leftovers[:3])
-                       + ("; ..." if len(leftovers) > 3 else ""))
-        else:
-            status, reason = "False", node_report.REASON_CLEAR
-            summary = "no D-state processes of deleted pods"
-        message = node_report.encode_condition(summary, states, run, sight)
         kept = previous.last_transition_time if previous is not None and previous.status == status else None
         changed = previous is None or previous.status != status
         transition = kept.strftime("%Y-%m-%dT%H:%M:%SZ") if kept is not None else stamp
@@ -303,7 +342,7 @@ class NodeAgent:
             self._failed(e, "cannot set condition %s on node %s", ctype, self.settings.node)
             return False
         if changed:  # leftovers and blindness need a look; starting and all clear are routine
-            needs_look = reason in (node_report.REASON_LEFTOVERS, node_report.REASON_CANNOT_SEE)
+            needs_look = status == "True" or reason == node_report.REASON_CANNOT_SEE
             logger.log(logging.WARNING if needs_look else logging.INFO, "%s=%s on node %s: %s", ctype, status,
                        self.settings.node, message)
         return True
@@ -330,6 +369,29 @@ class NodeAgent:
             if self._event(EVENT_NAMESPACE, node, node_report.EVENT_LEFTOVER, f.describe(now)):
                 self._announced.add(key)
         self._announced &= keys  # a task that is gone may be announced again if it ever comes back
+
+    def _gpu_holders(self, scan: procfs.ScanResult, pods: dict[str, PodOnNode] | None,
+                     now: datetime.datetime) -> list[holders.GpuHolder]:
+        """This scan's GPU holders among the processes of pods that should be gone (none when the
+        pods or /proc are unknown: then nothing is gone)."""
+        if pods is not None:
+            self.holders.listed(pods)
+        found = holders.suspects(scan.owners, pods, self.own, now)
+        held, unreadable = devices.holdings((s.pid for s in found), self.settings.proc_root, self.settings.dev_root)
+        self.metrics.unreadable.labels(node=self.settings.node).inc(unreadable)
+        return self.holders.update(found, held, devices.read_gpus(self.settings.proc_root) if held else {}, now)
+
+    def _holder_events(self, held: list[holders.GpuHolder], now: datetime.datetime) -> None:
+        keys = set()
+        for h in held:
+            key = (h.pid, h.gpu.minor, h.pod_uid)
+            keys.add(key)
+            if key in self._announced_holders:
+                continue
+            node = {"kind": "Node", "name": self.settings.node, "uid": self._node_uid, "apiVersion": "v1"}
+            if self._event(EVENT_NAMESPACE, node, node_report.EVENT_GPU_HELD, h.describe(now)):
+                self._announced_holders.add(key)
+        self._announced_holders &= keys
 
     def _oom_events(self, kills: list[OomKill], pods: dict[str, PodOnNode]) -> None:
         for kill in kills:

@@ -77,7 +77,8 @@ class ScanResult:
     process that vanished before its tasks could be listed is not counted), so a caller can tell
     an empty result from an empty or unreadable tree. `unreadable` counts files that exist but
     could not be read or parsed (a process among them may belong to any pod). `cgroups` are the
-    distinct `/proc/<pid>/cgroup` texts of every process walked, read only with `every_cgroup`.
+    distinct `/proc/<pid>/cgroup` texts of every process walked, read only with `every_cgroup`, and
+    `owners` each process's (pid, that text): which processes a pod's cgroup holds.
     There is deliberately no timestamp: the caller stamps the scan with the `now` of its cycle.
     """
 
@@ -86,6 +87,7 @@ class ScanResult:
     tasks: int
     unreadable: int
     cgroups: frozenset[str] = frozenset()
+    owners: tuple[tuple[int, str], ...] = ()
 
 
 def parse_stat(text: str, *, pid: int | None = None) -> TaskStat:
@@ -179,6 +181,7 @@ def scan(root: Path = Path("/proc"), *, states: Collection[str] = frozenset("D")
     wanted = frozenset(states)
     found: list[Task] = []
     cgroups: set[str] = set()
+    owners: list[tuple[int, str]] = []
     processes = tasks = 0
     for name in entries:
         if not name.isdigit():
@@ -195,6 +198,7 @@ def scan(root: Path = Path("/proc"), *, states: Collection[str] = frozenset("D")
             cgroup, cgroup_read = reader.text(f"{proc_dir}/cgroup"), True
             if cgroup is not None:
                 cgroups.add(cgroup)
+                owners.append((pid, cgroup))
         for tid_name in tids:
             if not tid_name.isdigit():
                 continue
@@ -222,4 +226,4 @@ def scan(root: Path = Path("/proc"), *, states: Collection[str] = frozenset("D")
                 cgroup=cgroup,
             ))
     return ScanResult(found=tuple(found), processes=processes, tasks=tasks, unreadable=reader.unreadable,
-                      cgroups=frozenset(cgroups))
+                      cgroups=frozenset(cgroups), owners=tuple(owners))

@@ -15,7 +15,11 @@ Aspects covered:
 - the message carries how many of the node's other pods the scan saw a process of (`sees=`);
 - /healthz and /metrics (per node, the counts the scans caused, the pods it sees) on one port;
 - the agent's ServiceAccount may not delete pods or read Secrets;
-- `janitor node-agent --once` runs the same scan from the command line.
+- `janitor node-agent --once` runs the same scan from the command line;
+- a process of a deleted pod that keeps a (fake) GPU device open is named on the GPU condition
+  (True, with the GPU's bus id, the pod's namespace and name as last listed, the process) and in
+  one Warning Event on the Node, after --sustain scans; a live pod's holder is not; the
+  condition goes False once the process is gone.
 """
 
 from __future__ import annotations
@@ -195,3 +199,50 @@ def test_leftover_d_state_and_oom_kills_reported_under_narrow_rbac(
         capture_output=True, text=True, timeout=60)
     assert once.returncode == 0, once.stderr
     core.patch_namespaced_pod("stuck", namespace, {"metadata": {"annotations": {HOLD_TERMINATING: None}}})
+
+
+def holding_process(proc: Path, dev: Path, pid: int, uid: str, device: str) -> None:
+    fake_process(proc, pid, uid, "S")
+    (proc / str(pid) / "fd").mkdir()
+    (proc / str(pid) / "fd" / "3").symlink_to(dev / "nvidiactl")
+    (proc / str(pid) / "fd" / "4").symlink_to(dev / device)
+
+
+def test_a_deleted_pods_gpu_holder_is_named_on_the_gpu_condition(
+        kube, core: client.CoreV1Api, namespace: str, tmp_path: Path, agent_api) -> None:
+    api, _ = agent_api
+    trainer = pod_on_node(core, namespace, "trainer")
+    server = pod_on_node(core, namespace, "server")
+    wait_until(lambda: all(p.status.phase == "Running" for p in core.list_namespaced_pod(namespace).items),
+               timeout=60, what="pods Running")
+    proc, dev = tmp_path / "proc", tmp_path / "dev"
+    gpu = proc / "driver/nvidia/gpus/0000:3b:00.0"
+    gpu.mkdir(parents=True)
+    (gpu / "information").write_text("Model: \t\t NVIDIA A100-SXM4-80GB\nGPU UUID: \t GPU-0a1b2c3d-test\n"
+                                     "Bus Location: \t 0000:3b:00.0\nDevice Minor: \t 3\n")
+    dev.mkdir()
+    for name in ("nvidiactl", "nvidia0", "nvidia3"):
+        (dev / name).touch()
+    holding_process(proc, dev, 6001, trainer, "nvidia3")
+    holding_process(proc, dev, 6002, server, "nvidia0")  # a live pod's holder is its business
+    agent = NodeAgent(api, AgentSettings(NODE, proc, tmp_path / "cgroup", sustain=2, condition_type=CONDITION,
+                                         dev_root=dev))
+    assert agent.scan_once().gpu_holders == []  # both listed, running
+    core.delete_namespaced_pod("trainer", namespace, grace_period_seconds=0)
+    wait_until(lambda: [p.metadata.name for p in core.list_namespaced_pod(namespace).items] == ["server"],
+               timeout=60, what="the trainer pod gone from the API")
+    agent.scan_once()
+    [held] = agent.scan_once().gpu_holders
+    assert (held.pid, held.gpu.uuid, held.namespace, held.name) == (6001, "GPU-0a1b2c3d-test", namespace, "trainer")
+    said = next(c for c in core.read_node(NODE).status.conditions if c.type == node_report.GPU_CONDITION_TYPE)
+    assert (said.status, said.reason) == ("True", node_report.REASON_GPU_HELD)
+    [entry] = node_report.decode_holders(said.message).held
+    assert (entry.minor, entry.bus_id, entry.pid, entry.pod_uid, entry.namespace, entry.name) == (
+        3, "0000:3b:00.0", 6001, trainer, namespace, "trainer")
+    [event] = [m for m in warnings(core, "default", node_report.EVENT_GPU_HELD, NODE) if namespace in m]
+    assert f"pod {namespace}/trainer" in event and "pid 6001" in event and "GPU-0a1b2c3d-test" in event
+    shutil.rmtree(proc / "6001")
+    agent.scan_once()
+    cleared = next(c for c in core.read_node(NODE).status.conditions if c.type == node_report.GPU_CONDITION_TYPE)
+    assert (cleared.status, cleared.reason) == ("False", node_report.REASON_GPU_CLEAR)
+    assert agent.registry.get_sample_value("janitor_node_gpu_holders", {"node": NODE}) == 0

@@ -99,7 +99,7 @@ def _after_a_cycle(which: str) -> CollectorRegistry:
     if which == "node-agent":
         agent = CollectorRegistry()
         metrics = AgentMetrics(agent, "node-1")
-        for gauge in (metrics.dstate, metrics.leftovers, metrics.heartbeat, metrics.pods_visible):
+        for gauge in (metrics.dstate, metrics.leftovers, metrics.heartbeat, metrics.pods_visible, metrics.gpu_holders):
             gauge.labels(node="node-1").set(1)
         metrics.scan_seconds.labels(node="node-1").observe(0.1)
         metrics.unreadable.labels(node="node-1").inc()

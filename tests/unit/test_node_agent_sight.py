@@ -58,8 +58,9 @@ class StandInCore:
                              status=client.V1NodeStatus(conditions=list(self.conditions)))
 
     def patch_node_status(self, name: str, body: dict[str, Any]) -> None:
+        """Merged by type, as the apiserver merges a strategic patch of conditions."""
         [c] = body["status"]["conditions"]
-        self.conditions = [client.V1NodeCondition(
+        self.conditions = [k for k in self.conditions if k.type != c["type"]] + [client.V1NodeCondition(
             type=c["type"], status=c["status"], reason=c["reason"], message=c["message"],
             last_transition_time=datetime.datetime.strptime(c["lastTransitionTime"], "%Y-%m-%dT%H:%M:%SZ"))]
 
@@ -68,7 +69,13 @@ class StandInCore:
 
     @property
     def condition(self) -> client.V1NodeCondition:
-        [c] = self.conditions
+        """The D-state condition."""
+        [c] = [c for c in self.conditions if c.type == node_report.CONDITION_TYPE]
+        return c
+
+    @property
+    def gpu_condition(self) -> client.V1NodeCondition:
+        [c] = [c for c in self.conditions if c.type == node_report.GPU_CONDITION_TYPE]
         return c
 
 
@@ -160,13 +167,14 @@ def test_a_routine_condition_is_logged_as_info_one_that_needs_a_look_as_a_warnin
     for _ in range(4):
         agent.scan_once()
     said = {r.getMessage().split(" on node ")[0]: r.levelname for r in caplog.records if "on node" in r.getMessage()}
-    assert said == {f"{agent.settings.condition_type}=Unknown": "INFO",  # starting
-                    f"{agent.settings.condition_type}=False": "INFO"}
+    assert said == {f"{kind}={status}": "INFO" for kind in (agent.settings.condition_type,  # starting, then clear
+                                                           agent.settings.gpu_condition_type)
+                    for status in ("Unknown", "False")}
     blind = tmp_path / "blind"
     process(blind, 1, "0::/\n", "janitor")
     caplog.clear()
     agent_over(blind, tmp_path, listed())[0].scan_once()
-    assert [r.levelname for r in caplog.records if "=Unknown on node" in r.getMessage()] == ["WARNING"]
+    assert [r.levelname for r in caplog.records if "=Unknown on node" in r.getMessage()] == ["WARNING", "WARNING"]
 
 
 def test_the_agent_finds_its_own_pod_by_uid_and_in_its_own_cgroup(tmp_path: Path) -> None:

@@ -1,0 +1,175 @@
+"""The node agent names the processes of deleted pods that hold GPUs, over a fake /proc, a fake
+device root and a stand-in API.
+
+Aspects covered:
+- a process of a pod gone from the API that keeps `/dev/nvidia<minor>` open, and another that
+  only maps it (in state Z), are reported after --sustain scans on the GPU condition (True, data:
+  minor, PCI bus id, pid, state, since, pod uid, namespace/name as last listed, process name), by
+  the metric, and by one Warning Event on the Node each, naming the GPU's UUID; not again while
+  they hold it; the condition goes False once they are gone;
+- never reported: a live pod's holder, a pod Terminating within its grace, a host process (no
+  pod's cgroup, as nvidia-persistenced), a holder of `/dev/nvidiactl` alone, anything while the
+  pods cannot be listed; a pod Terminating past its grace is;
+- the codec: a message cut to fit ends in `,+` and reads back incomplete; an entry this janitor
+  cannot read is not guessed at;
+- the D-state condition is unchanged beside it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from test_node_agent_sight import NEIGHBOUR, NOW, StandInCore, of_pod, pod, process
+
+from janitor import node_report
+from janitor.node_agent import devices
+from janitor.node_agent.agent import AgentSettings, NodeAgent
+
+GONE = "3f1e2d3c-4b5a-4968-8776-655443322110"
+LIVE = "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d"
+LATE = "1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f"
+BUS = "0000:3B:00.0"
+UUID = "GPU-5f9a2c1e-8b7d-4e6f-a1b2-c3d4e5f60718"
+
+
+class Recording(StandInCore):
+    def __init__(self, pods: list[client.V1Pod]) -> None:
+        super().__init__(pods)
+        self.events: list[Any] = []
+
+    def create_namespaced_event(self, namespace: str, body: Any) -> None:
+        self.events.append(body)
+
+
+def node(tmp_path: Path) -> tuple[Path, Path]:
+    """A /proc with the driver's file for GPU minor 3, and a device root with its files."""
+    proc, dev = tmp_path / "proc", tmp_path / "dev"
+    info = proc / "driver" / "nvidia" / "gpus" / BUS.lower()
+    info.mkdir(parents=True)
+    (info / "information").write_text(f"Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 214\nGPU UUID: \t {UUID}\n"
+                                      f"Video BIOS: \t 96.00.99.00.01\nBus Type: \t PCIe\nDMA Size: \t 52 bits\n"
+                                      f"DMA Mask: \t 0xfffffffffffff\nBus Location: \t {BUS}\nDevice Minor: \t 3\n")
+    dev.mkdir()
+    for name in ("nvidia0", "nvidia3", "nvidiactl", "nvidia-uvm"):
+        (dev / name).write_text("")
+    return proc, dev
+
+
+def holding(proc: Path, dev: Path, pid: int, cgroup: str, comm: str, *, opened: tuple[str, ...] = (),
+            mapped: tuple[str, ...] = (), state: str = "S") -> None:
+    process(proc, pid, cgroup, comm)
+    if state != "S":
+        (proc / str(pid) / "stat").write_text((proc / str(pid) / "stat").read_text().replace(") S ", f") {state} "))
+    (proc / str(pid) / "fd").mkdir()
+    for fd, name in enumerate(opened, start=3):
+        os.symlink(dev / name, proc / str(pid) / "fd" / str(fd))
+    (proc / str(pid) / "maps").write_text("".join(
+        f"7f{i:010x}-7f{i + 1:010x} rw-s 00000000 00:05 {1000 + i}          {dev / name}\n"
+        for i, name in enumerate(mapped)) + "7f9900000000-7f9900021000 r-xp 00000000 08:01 42   /usr/lib/libc.so.6\n")
+
+
+def deleting(uid: str, name: str, ago: datetime.timedelta) -> client.V1Pod:
+    listed = pod(uid, name)
+    listed.metadata.deletion_timestamp = NOW - ago
+    listed.metadata.deletion_grace_period_seconds = 30
+    return listed
+
+
+def agent_over(proc: Path, dev: Path, tmp_path: Path, pods: list[client.V1Pod]) -> tuple[NodeAgent, Recording]:
+    agent = NodeAgent(client.ApiClient(), AgentSettings("gpu-7", proc, tmp_path / "no-cgroups", sustain=2,
+                                                        dev_root=dev), clock=lambda: NOW)
+    core = Recording(pods)
+    agent.core = core  # type: ignore[assignment]
+    return agent, core
+
+
+def held_events(core: Recording) -> list[str]:
+    return [e.message for e in core.events if e.reason == node_report.EVENT_GPU_HELD]
+
+
+def test_holders_of_a_deleted_pods_gpu_are_named_once_and_cleared(tmp_path: Path) -> None:
+    proc, dev = node(tmp_path)
+    process(proc, 1, "0::/init.scope\n", "systemd")
+    process(proc, 2, of_pod(NEIGHBOUR), "kube-proxy")
+    holding(proc, dev, 5, "0::/system.slice/nvidia-persistenced.service\n", "nvidia-persiste",
+            opened=("nvidia0", "nvidia3", "nvidiactl"))
+    holding(proc, dev, 30, of_pod(LIVE), "python", opened=("nvidia0", "nvidiactl"), mapped=("nvidia0",))
+    holding(proc, dev, 40, of_pod(GONE), "python", opened=("nvidiactl", "nvidia3", "nvidia-uvm"))
+    holding(proc, dev, 41, of_pod(GONE), "pt_data_worker", mapped=("nvidia3",), state="Z")
+    holding(proc, dev, 42, of_pod(GONE), "sh", opened=("nvidiactl",))  # pins no GPU
+    running = [pod(NEIGHBOUR, "kube-proxy-x7k2p", namespace="kube-system"), pod(LIVE, "serve-0"),
+               pod(GONE, "train-7f9")]
+    agent, core = agent_over(proc, dev, tmp_path, running)
+    agent.scan_once()  # the pod is listed: its name is remembered
+    core.pods = running[:2]  # deleted
+    first = agent.scan_once()
+    assert first.gpu_holders == [] and core.gpu_condition.status == "False"  # held in one scan of two
+    report = agent.scan_once()
+    assert [(h.pid, h.gpu.minor, h.state, h.how) for h in report.gpu_holders] == [(40, 3, "S", "fd"),
+                                                                                 (41, 3, "Z", "map")]
+    said = core.gpu_condition
+    assert (said.status, said.reason) == ("True", node_report.REASON_GPU_HELD)
+    message = node_report.decode_holders(said.message)
+    assert message.complete and message.agent is not None and message.sight is not None
+    assert [(h.minor, h.bus_id, h.pid, h.state, h.pod_uid, h.namespace, h.name, h.comm) for h in message.held] == [
+        (3, BUS, 40, "S", GONE, "ml", "train-7f9", "python"), (3, BUS, 41, "Z", GONE, "ml", "train-7f9",
+                                                               "pt_data_worker")]
+    assert message.held[0].since == NOW
+    assert message.summary.startswith("2 GPUs held by processes of 1 deleted or long-Terminating pods: GPU minor 3 "
+                                      f"(bus {BUS}, {UUID}) held by process 'python' pid 40")
+    events = held_events(core)
+    assert len(events) == 2 and all(UUID in e and "ml/train-7f9" in e for e in events)
+    assert agent.registry.get_sample_value("janitor_node_gpu_holders", {"node": "gpu-7"}) == 2
+    assert core.condition.status == "False"  # the D-state condition: no task in D
+    agent.scan_once()
+    assert len(held_events(core)) == 2  # once per holder
+    for pid in (40, 41):
+        for path in sorted((proc / str(pid)).rglob("*"), reverse=True):
+            path.unlink() if not path.is_dir() or path.is_symlink() else path.rmdir()
+        (proc / str(pid)).rmdir()
+    agent.scan_once()
+    assert (core.gpu_condition.status, core.gpu_condition.reason) == ("False", node_report.REASON_GPU_CLEAR)
+    assert node_report.decode_holders(core.gpu_condition.message).held == ()
+
+
+def test_terminating_within_grace_is_not_a_holder_past_it_is_and_unlisted_pods_prove_nothing(tmp_path: Path) -> None:
+    proc, dev = node(tmp_path)
+    process(proc, 2, of_pod(NEIGHBOUR), "kube-proxy")
+    holding(proc, dev, 50, of_pod(LATE), "python", opened=("nvidia3",))
+    pods = [pod(NEIGHBOUR, "kube-proxy-x7k2p", namespace="kube-system"),
+            deleting(LATE, "eval-2", datetime.timedelta(seconds=10))]
+    agent, core = agent_over(proc, dev, tmp_path, pods)
+    for _ in range(3):
+        assert agent.scan_once().gpu_holders == []
+    core.pods = [pods[0], deleting(LATE, "eval-2", datetime.timedelta(minutes=5))]
+    agent.scan_once()
+    [holder] = agent.scan_once().gpu_holders
+    assert (holder.pid, holder.terminating, holder.name) == (50, True, "eval-2")
+    assert "Terminating past its grace" in holder.describe(NOW)
+
+    def unlisted(**_: Any) -> client.V1PodList:
+        raise OSError("no route to host")
+
+    core.list_pod_for_all_namespaces = unlisted  # type: ignore[method-assign]
+    assert agent.scan_once().gpu_holders == []  # pods unknown: nothing is gone
+
+
+def test_the_driver_names_each_minor_and_a_missing_file_leaves_the_minor_alone(tmp_path: Path) -> None:
+    proc, _ = node(tmp_path)
+    assert devices.read_gpus(proc) == {3: devices.Gpu(3, BUS, UUID, "NVIDIA H100 80GB HBM3")}
+    assert devices.read_gpus(tmp_path / "nowhere") == {}
+
+
+def test_a_message_cut_to_fit_reads_back_incomplete_and_unreadable_entries_are_not_guessed() -> None:
+    held = [node_report.HeldGpu(i % 8, f"0000:{i:02X}:00.0", 1000 + i, "S", NOW, GONE, "ml",
+                                "a-rather-long-pod-name-for-a-training-run", "py thon(x)") for i in range(20)]
+    text = node_report.encode_holders("20 GPUs held", held)
+    assert len(text) <= node_report.MESSAGE_MAX and text.endswith(",+")
+    back = node_report.decode_holders(text)
+    assert not back.complete and 0 < len(back.held) < 20 and back.held[0].comm == "py_thon_x_"
+    assert node_report.decode_holders("3 GPUs held held=3|bus|x|S").held == ()
+    assert not node_report.decode_holders("no data part").complete
