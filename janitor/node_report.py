@@ -73,6 +73,7 @@ _HELD = " held="
 _HELD_ENTRY = re.compile(r"([0-9]{1,6})\|([0-9A-Fa-f:.]{0,20})\|([0-9]{1,10})\|([A-Za-z])\|(\S{20})\|"
                          r"([0-9a-fA-F-]{1,64})\|([a-z0-9.-]{0,63})/([a-z0-9.-]{0,253})\|([A-Za-z0-9._-]{0,15})")
 _COMM_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+_BUS = re.compile(r"(?:([0-9A-Fa-f]{1,8}):)?([0-9A-Fa-f]{1,2}):([0-9A-Fa-f]{1,2})\.([0-7])")
 _OOM = re.compile(r" \[oom kills=([0-9]{1,9}) total=([0-9]{1,12}) scope=(container|process|unknown)\]$")
 
 
@@ -307,3 +308,12 @@ def decode_holders(text: str) -> HoldersMessage:
         held.append(HeldGpu(int(match[1]), match[2], int(match[3]), match[4], since, match[6], match[7], match[8],
                             match[9]))
     return HoldersMessage(summary, tuple(held), complete, agent, sight)
+
+
+def bus_key(text: str) -> tuple[int, int, int, int] | None:
+    """A PCI bus id as (domain, bus, device, function), however it is written: the driver's
+    `0000:3b:00.0` and dcgm-exporter's `00000000:3B:00.0` are the same GPU. None if unreadable."""
+    match = _BUS.fullmatch(text.strip())
+    if match is None:
+        return None
+    return int(match[1] or "0", 16), int(match[2], 16), int(match[3], 16), int(match[4], 16)

@@ -4,23 +4,26 @@ Admins get one summary, by section, instead of one message per object: pods stuc
 (per node, with what holds them and the remedy), nodes whose agent reports leftover processes,
 nodes whose agent sees no other pod's processes (it then finds no leftover and proves nothing),
 workloads that can never fit, GPU pods without telemetry, GPUs with memory in use and no pod
-(beside the node agent's leftovers on the same node), the tripwire, and kube-janitor running
-beside. Its `key` changes only when what it is about changes (an item added or resolved), not
+(joined, by PCI bus id, with the process of a deleted pod the node agent found holding it, and
+beside its leftovers on the same node), GPUs held by processes of deleted pods, the tripwire,
+and kube-janitor running beside. Its `key` changes only when what it is about changes (an item added or resolved), not
 when its times tick on, so the daemon sends it when something changed and otherwise at a slow pace, never every minute.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from janitor.annotations import ACKNOWLEDGE_TRIPWIRE, Undone
 from janitor.decide.evidence import GhostGpu
 from janitor.decide.model import Finding, NodeInfo, ObjectRef, PodView, State, TriggerKind
 from janitor.decide.neighbours import beside_line
+from janitor.decide.owners import Owner
 from janitor.decide.rails import Held, HoldReason
 from janitor.decide.reasons import Code, Reason, why
+from janitor.node_report import HeldGpu, bus_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,11 +74,43 @@ def _held(held: Sequence[Held], state: tuple[str, str]) -> tuple[list[str], list
     return lines, [f"held:{reason}" for reason in sorted(by_reason)]
 
 
+def _holder(h: HeldGpu, owners: Mapping[str, Owner]) -> str:
+    pod = f"{h.namespace}/{h.name}" if h.name else f"uid {h.pod_uid} (never seen listed)"
+    owner = owners.get(h.namespace) if h.namespace else None
+    return (f"held by pid {h.pid} ({h.comm or 'unnamed'}, state {h.state}) of deleted or long-Terminating pod {pod}"
+            + (f" ({owner})" if owner is not None else "") + f" since {h.since:%Y-%m-%d %H:%M}Z")
+
+
+def _gpus(nodes: Sequence[NodeInfo], ghosts: Sequence[GhostGpu],
+          owners: Mapping[str, Owner]) -> tuple[list[str], list[str], list[str]]:
+    """(ghost lines, lines of GPUs held with no ghost beside them, ids). A ghost GPU (memory in use,
+    no pod) is joined with the holders the node agent names on the same node and PCI bus id; the
+    driver's and DCGM's spellings of a bus id differ, so they are compared as numbers."""
+    by_name = {n.name: n for n in nodes}
+    held = [(n.name, h) for n in nodes if n.gpu_holders is not None and n.gpu_holders.status is True
+            for h in n.gpu_holders.message.held]
+    joined: set[tuple[str, int, int]] = set()
+    ghost_lines = []
+    for g in ghosts:
+        key = bus_key(g.bus_id) if g.bus_id else None
+        mine = [h for node, h in held if node == g.node and key is not None and bus_key(h.bus_id) == key]
+        joined |= {(g.node, h.minor, h.pid) for h in mine}
+        seen = by_name.get(g.node)
+        stuck = seen.agent.message.summary[:200] if seen and seen.agent and seen.agent.status is True else ""
+        also = f"; the node agent reports processes of deleted pods stuck there: {stuck}" if stuck else ""
+        who = "; ".join(_holder(h, owners) for h in mine) if mine else "no pod on it"
+        ghost_lines.append(f"{g.node} GPU {g.gpu}: {g.mib:.0f} MiB in use, {who}{also}")
+    alone = [f"{node} GPU minor {h.minor}" + (f" (bus {h.bus_id})" if h.bus_id else "") + f": {_holder(h, owners)}"
+             for node, h in held if (node, h.minor, h.pid) not in joined]
+    return ghost_lines, alone, [f"held-gpu:{node}/{h.minor}/{h.pid}" for node, h in held]
+
+
 def admin_report(findings: Sequence[Finding], nodes: Sequence[NodeInfo], silent_gpu_pods: Sequence[PodView],
                  tripwire: str | None, ghost_gpus: Sequence[GhostGpu] = (), held: Sequence[Held] = (),
                  state: tuple[str, str] = ("kube-idle-janitor", "janitor-state"),
                  beside: Sequence[ObjectRef] = (), undone: Sequence[tuple[ObjectRef, Undone]] = (),
-                 sight_lost: Reason | None = None) -> AdminReport:
+                 sight_lost: Reason | None = None, owners: Mapping[str, Owner] | None = None) -> AdminReport:
+    """`owners`: the owner of each namespace a GPU holder's pod was in (its workload is gone)."""
     sections: list[tuple[str, tuple[str, ...]]] = []
     if sight_lost is not None:
         lost = f"{sight_lost}: the janitor marks, warns, cancels and reclaims nothing until it can read it again"
@@ -104,16 +139,11 @@ def admin_report(findings: Sequence[Finding], nodes: Sequence[NodeInfo], silent_
             f"{name}: {sight.visible} of the {sight.listed} other pods listed there seen; it finds no process stuck "
             f"in D state and proves no pod gone: "
             + str(why(Code.AGENT_BLIND_CAUSES if sight.listed else Code.AGENT_BLIND_ALONE)) for name, sight in blind)))
-    if ghost_gpus:
-        by_name = {n.name: n for n in nodes}
-
-        def ghost(g: GhostGpu) -> str:
-            seen = by_name.get(g.node)
-            stuck = seen.agent.message.summary[:200] if seen and seen.agent and seen.agent.status is True else ""
-            also = f"; the node agent reports processes of deleted pods stuck there: {stuck}" if stuck else ""
-            return f"{g.node} GPU {g.gpu}: {g.mib:.0f} MiB in use, no pod on it{also}"
-
-        sections.append(("Ghost GPUs (memory in use, no pod)", tuple(ghost(g) for g in ghost_gpus)))
+    ghost_lines, held_gpus, held_gpu_ids = _gpus(nodes, ghost_gpus, owners or {})
+    if ghost_lines:
+        sections.append(("Ghost GPUs (memory in use, no pod)", tuple(ghost_lines)))
+    if held_gpus:
+        sections.append(("GPUs held by processes of deleted pods", tuple(held_gpus)))
     never = [f for f in findings if f.known and never_fits(f)]
     if never:
         sections.append(("Workloads that can never fit", tuple(f"{f.subject} ({f.owner}): {f.why}" for f in never)))
@@ -132,6 +162,7 @@ def admin_report(findings: Sequence[Finding], nodes: Sequence[NodeInfo], silent_
            + [f"blind:{name}" for name, _ in blind]
            + [f"never:{f.subject.uid}" for f in never] + [f"silent:{p}" for p in silent]
            + (["tripwire"] if tripwire else []) + [f"ghost:{g.node}/{g.gpu}" for g in ghost_gpus] + held_ids
+           + held_gpu_ids
            + [f"beside:{r.uid}" for r in beside] + [f"undone:{r.uid}:{u.times}" for r, u in undone]
            + (["sight-lost"] if sight_lost is not None else []))
     return AdminReport(tuple(sections), tuple(ids))

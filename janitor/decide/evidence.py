@@ -102,11 +102,14 @@ CpuKey = tuple[datetime.timedelta, tuple[str, ...]]  # (window, ignored containe
 
 @dataclass(frozen=True, slots=True)
 class GhostGpu:
-    """A GPU with framebuffer memory in use and no pod mapped to it."""
+    """A GPU with framebuffer memory in use and no pod mapped to it. `bus_id` and `uuid` (""
+    where the exporter does not label them) name it as the node agent does: `gpu` is an index."""
 
     node: str
     gpu: str
     mib: float
+    bus_id: str = ""
+    uuid: str = ""
 
 
 @dataclass(frozen=True, slots=True)

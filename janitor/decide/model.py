@@ -20,7 +20,7 @@ from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.readings import Readings, read
 from janitor.decide.reasons import Reason
 from janitor.decide.volumes import ClaimTemplates
-from janitor.node_report import ConditionMessage, OomReport
+from janitor.node_report import ConditionMessage, HoldersMessage, OomReport
 from janitor.policy.endings import Ending, Queued
 from janitor.policy.model import Action as PolicyAction
 from janitor.policy.model import Mode
@@ -226,6 +226,15 @@ class AgentCondition:
 
 
 @dataclass(frozen=True, slots=True)
+class HoldersCondition:
+    """The node agent's GPU-holder condition on a node (janitor.node_report): True while processes
+    of deleted pods hold GPUs there, naming each GPU, process and pod as data."""
+
+    status: bool | None  # None: neither True nor False (Unknown)
+    message: HoldersMessage
+
+
+@dataclass(frozen=True, slots=True)
 class NodeInfo:
     """A node as the stuck triggers and admin reports read it."""
 
@@ -237,6 +246,7 @@ class NodeInfo:
     capacity: Mapping[str, float] = field(default_factory=dict)  # what it has when all its devices report
     unschedulable: bool = False  # cordoned (spec.unschedulable): new pods wait, they do not fit elsewhere
     agent: AgentCondition | None = None  # None: no node agent reports on this node
+    gpu_holders: HoldersCondition | None = None  # None: no node agent reports GPU holders on this node
 
 
 @dataclass(frozen=True, slots=True)

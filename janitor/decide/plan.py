@@ -41,7 +41,7 @@ from janitor.decide.model import (
     State,
     TriggerKind,
 )
-from janitor.decide.owners import DEFAULT_OWNER_KEYS, find_owner
+from janitor.decide.owners import DEFAULT_OWNER_KEYS, Owner, find_owner
 from janitor.decide.rails import Held, HoldReason, Rails, apply_rails, clock_skew, is_tripped
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import CronJobMode, Workload
@@ -229,6 +229,13 @@ def silent_gpu_pods(observation: Observation) -> tuple[PodView, ...]:
     return tuple(p for p in observation.pods if p.gpus and p.phase == "Running" and silent(p))
 
 
+def _holder_owners(observation: Observation, keys: Sequence[tuple[str, str]]) -> dict[str, Owner]:
+    """The owner of each namespace whose deleted pod's process the node agent found holding a GPU."""
+    namespaces = {h.namespace for n in observation.nodes if n.gpu_holders is not None
+                  for h in n.gpu_holders.message.held if h.namespace}
+    return {ns: find_owner(None, observation.namespace(ns), keys) for ns in sorted(namespaces)}
+
+
 def plan(observation: Observation, policies: Sequence[Policy], ledger: SafetyLedger, now: datetime.datetime, *,
          settings: PlanSettings = PlanSettings()) -> CyclePlan:
     """The whole cycle's plan; `now` is the janitor's own clock, compared with the apiserver's."""
@@ -247,7 +254,8 @@ def plan(observation: Observation, policies: Sequence[Policy], ledger: SafetyLed
     undone = tuple((o.ref, u) for o in observation.objects if (u := held.undone_on(o)) is not None)
     blind = sight.lost(observation)
     report = admin_report(decision.findings, observation.nodes, silent, tripwire,
-                          observation.evidence.ghost_gpus or (), railed.held, settings.state, beside, undone, blind)
+                          observation.evidence.ghost_gpus or (), railed.held, settings.state, beside, undone, blind,
+                          _holder_owners(observation, settings.owner_keys))
     # Blind, the ledger stays as it was: a count of no candidates would make the next cycle's look like a spike.
     return CyclePlan(decision.now, decision.reports + railed.allowed, railed.held, decision.changes,
                      decision.findings, ledger if blind else railed.ledger, tuple(notices),

@@ -508,11 +508,12 @@ def ghost_gpus(source: PrometheusSource, *, at: datetime, labels: LabelMap,
     them beside the node agent's leftovers on the same node. One instant query."""
     host = hostname_label or labels.hostname
     sel = selector("DCGM_FI_DEV_FB_USED", (Matcher(labels.pod, "", "="),), source.config.extra_matchers)
-    query = f"max by ({host}, gpu) ({sel}) > 0"
+    query = f"max by ({host}, gpu, pci_bus_id, UUID, uuid) ({sel}) > 0"  # UUID, or uuid (--use-old-namespace)
     try:
         result = source.instant(query, at)
     except PrometheusError as error:
         logger.warning("ghost GPU query failed: %s", error)
         return None
-    found = sorted((s.labels.get(host, ""), s.labels.get("gpu", ""), s.value) for s in result.series)
-    return tuple(GhostGpu(node, gpu, mib) for node, gpu, mib in found)
+    found = sorted((s.labels.get(host, ""), s.labels.get("gpu", ""), s.value, s.labels.get("pci_bus_id", ""),
+                    s.labels.get("UUID") or s.labels.get("uuid", "")) for s in result.series)
+    return tuple(GhostGpu(*ghost) for ghost in found)

@@ -19,6 +19,7 @@ from janitor.decide.model import (
     ContainerKind,
     ContainerStatus,
     ContainerView,
+    HoldersCondition,
     NamespaceView,
     NodeInfo,
     ObjectRef,
@@ -271,11 +272,13 @@ def pod_state(meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[
     )
 
 
-def node_info(item: Mapping[str, Any], agent_condition: str = node_report.CONDITION_TYPE) -> NodeInfo:
+def node_info(item: Mapping[str, Any], agent_condition: str = node_report.CONDITION_TYPE,
+              gpu_condition: str = node_report.GPU_CONDITION_TYPE) -> NodeInfo:
     meta, spec, status = item["metadata"], item.get("spec") or {}, item.get("status") or {}
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
     ready = conditions.get("Ready")
     agent = conditions.get(agent_condition)
+    holders = conditions.get(gpu_condition)
     return NodeInfo(
         name=meta["name"],
         labels=dict(meta.get("labels") or {}),
@@ -288,6 +291,9 @@ def node_info(item: Mapping[str, Any], agent_condition: str = node_report.CONDIT
         agent=None if agent is None else AgentCondition(
             {"True": True, "False": False}.get(agent.get("status", "")),
             node_report.decode_condition(agent.get("message") or "")),
+        gpu_holders=None if holders is None else HoldersCondition(
+            {"True": True, "False": False}.get(holders.get("status", "")),
+            node_report.decode_holders(holders.get("message") or "")),
     )
 
 

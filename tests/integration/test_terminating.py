@@ -16,7 +16,9 @@ Aspects covered:
   seconds for the test), an agent that sees no pod's processes but its own (no hostPID: its
   condition Unknown, NodeAgentCannotSee, though the API lists pods running there); `janitor
   explain` and the admin report say which;
-- a GPU with memory in use and no pod shows as a ghost GPU, beside the node agent's leftovers;
+- a GPU with memory in use and no pod shows as a ghost GPU, beside the node agent's leftovers,
+  joined by PCI bus id (the driver's spelling against DCGM's; its minor is not DCGM's index) with
+  the stuck pod's process the node agent found holding it: pid, state, pod and since when;
 - the admin report arrives as one Slack message to the admin channel with those sections, and is
   not repeated while nothing changes.
 """
@@ -38,6 +40,7 @@ from kubernetes import client
 from runner import Runner
 from runner import settings as build
 
+from devenv.exporters.model import pci_bus_id
 from devenv.exporters.server import ValuesControl
 from devenv.exporters.values import Kind
 from devenv.nodes import HOLD_TERMINATING, KWOK_ANNOTATION, NodeSpec, node_manifest
@@ -105,7 +108,7 @@ class FakeNode:
     def process(self, pid: int, uid: str | None, state: str) -> None:
         pdir = self.proc / str(pid)
         pdir.mkdir(exist_ok=True)
-        (pdir / "stat").write_text(_fake["stat_line"](pid, "python" if uid else "systemd", "S"))
+        (pdir / "stat").write_text(_fake["stat_line"](pid, "python" if uid else "systemd", state))  # its main thread
         (pdir / "cgroup").write_text(f"0::/kubepods/besteffort/pod{uid}/{'e' * 64}\n" if uid else "0::/init.scope\n")
         _fake["write_task"](pdir, pid, "python" if uid else "systemd", state, wchan="nfs_wait_bit_killable")
 
@@ -122,11 +125,21 @@ def admin_reports(slack: SlackStandInControl, namespace: str) -> list:
     return [m for m in slack.messages("C0ADMINS") if namespace in m.text + str(m.blocks)]
 
 
-def agent_scan(kube, tmp_path: Path, node: str, stuck_uid: str, state: str = "D") -> None:
+def agent_scan(kube, tmp_path: Path, node: str, stuck_uid: str, state: str = "D",
+               holds: tuple[int, str] | None = None) -> None:
     """One scan of `node` by a node agent of its own (sustain 1), over a fake /proc with a task of
-    `stuck_uid` in `state`."""
+    `stuck_uid` in `state`; `holds`: the (minor, PCI bus id as the driver writes it) of a GPU the
+    task keeps open."""
     fake = FakeNode(kube, tmp_path, node, with_neighbour=False)
     fake.process(4242, stuck_uid, state)
+    if holds is not None:
+        minor, bus = holds
+        (fake.proc / "4242" / "fd").mkdir()
+        (fake.proc / "4242" / "fd" / "5").symlink_to(f"/dev/nvidia{minor}")  # as the process opened it
+        info = fake.proc / "driver" / "nvidia" / "gpus" / bus
+        info.mkdir(parents=True)
+        info.joinpath("information").write_text(f"Model: \t\t NVIDIA A100\nBus Location: \t {bus}\n"
+                                                f"Device Minor: \t {minor}\n")
     fake.scan()
 
 
@@ -175,7 +188,9 @@ def test_stuck_terminating_pods_reported_and_forced_only_on_evidence(
     clear_node.gone(4300)  # the kubelet stopped it
     time.sleep(2.5)  # all past their grace
     clear_node.scan(2)  # the pod Terminating in the first scan's list, no process of it in the second
-    agent_scan(kube, tmp_path, gnode, stuck_uid)  # the dstate pod's process is stuck
+    # The dstate pod's process is stuck, and holds the ghost GPU (by its bus id; minor and index differ).
+    bus = pci_bus_id(int(ghost)).lower().replace("00000000:", "0000:")
+    agent_scan(kube, tmp_path, gnode, stuck_uid, holds=((int(ghost) + 3) % 8, bus))
     ValuesControl(sandbox.exporters_url).set_ghost_gpu(gnode, int(ghost), 30_000)  # ... and holds GPU memory
     try:
         wait_until(lambda: _free_gpus(sandbox.prometheus_url, gnode).get(ghost) == 30_000, timeout=30,
@@ -208,7 +223,9 @@ def test_stuck_terminating_pods_reported_and_forced_only_on_evidence(
         assert "Pods stuck Terminating" in shown and "finalizers example.com/protect" in shown
         assert f"{namespace}/dstate" in shown and f"drain and reboot {gnode}" in shown
         assert f"{namespace}/db-0" in shown and "Nodes with processes of deleted pods stuck in D state" in shown
-        assert f"{gnode} GPU {ghost}: 30000 MiB in use, no pod on it; the node agent reports" in shown
+        assert (f"{gnode} GPU {ghost}: 30000 MiB in use, held by pid 4242 (python, state D) of deleted or "
+                f"long-Terminating pod {namespace}/dstate (unknown owner) since ") in shown
+        assert "; the node agent reports processes of deleted pods stuck there" in shown
         janitor.run_cycle()  # the force-deleted pod is resolved: the report changed, and is sent again
         assert len(admin_reports(slack, namespace)) == 2
         assert f"{namespace}/clear" not in str(admin_reports(slack, namespace)[1])

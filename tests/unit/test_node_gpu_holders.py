@@ -12,13 +12,18 @@ Aspects covered:
   pods cannot be listed; a pod Terminating past its grace is;
 - the codec: a message cut to fit ends in `,+` and reads back incomplete; an entry this janitor
   cannot read is not guessed at;
-- the D-state condition is unchanged beside it.
+- the D-state condition is unchanged beside it;
+- the janitor's admin report joins a ghost GPU (memory in use, no pod) with the holder on the same
+  node and PCI bus id (the driver's spelling and DCGM's; DCGM's `gpu` is an index, not the minor),
+  with the pod's owner from its namespace; holders with no ghost beside them get their own
+  section; a condition that is not True reports nobody.
 """
 
 from __future__ import annotations
 
 import datetime
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +31,14 @@ from kubernetes import client
 from test_node_agent_sight import NEIGHBOUR, NOW, StandInCore, of_pod, pod, process
 
 from janitor import node_report
+from janitor.decide.admin_report import admin_report
+from janitor.decide.evidence import GhostGpu
+from janitor.decide.model import NamespaceView, Observation, SafetyLedger
+from janitor.decide.owners import Owner, OwnerKind
+from janitor.decide.plan import plan
 from janitor.node_agent import devices
 from janitor.node_agent.agent import AgentSettings, NodeAgent
+from janitor.observe import views
 
 GONE = "3f1e2d3c-4b5a-4968-8776-655443322110"
 LIVE = "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d"
@@ -173,3 +184,54 @@ def test_a_message_cut_to_fit_reads_back_incomplete_and_unreadable_entries_are_n
     assert not back.complete and 0 < len(back.held) < 20 and back.held[0].comm == "py_thon_x_"
     assert node_report.decode_holders("3 GPUs held held=3|bus|x|S").held == ()
     assert not node_report.decode_holders("no data part").complete
+
+
+def held_on(node: str, *held: node_report.HeldGpu, status: str = "True") -> dict[str, Any]:
+    """A Node as the apiserver returns it, with the agent's GPU condition."""
+    message = node_report.encode_holders(f"{len(held)} GPUs held", held)
+    return {"metadata": {"name": node}, "status": {"conditions": [
+        {"type": node_report.GPU_CONDITION_TYPE, "status": status, "message": message}]}}
+
+
+def test_the_admin_report_joins_a_ghost_gpu_with_its_holder_by_bus_id_on_its_node() -> None:
+    since = NOW - datetime.timedelta(minutes=40)
+    trainer = node_report.HeldGpu(3, "0000:3b:00.0", 4121, "S", since, GONE, "ml", "train-7f9", "python")
+    unnamed = node_report.HeldGpu(5, "", 77, "D", since, LATE, "", "", "")
+    nodes = [views.node_info(held_on("gpu-7", trainer, unnamed)),
+             views.node_info(held_on("gpu-8", replace(trainer, pid=9)))]
+    assert nodes[0].gpu_holders is not None and nodes[0].gpu_holders.message.held == (trainer, unnamed)
+    ghosts = [GhostGpu("gpu-7", "1", 38912.0, "00000000:3B:00.0", UUID),  # index 1, minor 3: same bus
+              GhostGpu("gpu-9", "1", 100.0, "00000000:3B:00.0")]  # same bus on another node: not joined
+    owners = {"ml": Owner(OwnerKind.EMAIL, "alice@lab.example")}
+    report = admin_report([], nodes, [], None, ghost_gpus=ghosts, owners=owners)
+    sections = dict(report.sections)
+    assert sections["Ghost GPUs (memory in use, no pod)"] == (
+        "gpu-7 GPU 1: 38912 MiB in use, held by pid 4121 (python, state S) of deleted or long-Terminating pod "
+        f"ml/train-7f9 (alice@lab.example (email)) since {since:%Y-%m-%d %H:%M}Z",
+        "gpu-9 GPU 1: 100 MiB in use, no pod on it")
+    assert sections["GPUs held by processes of deleted pods"] == (
+        f"gpu-7 GPU minor 5: held by pid 77 (unnamed, state D) of deleted or long-Terminating pod uid {LATE} "
+        f"(never seen listed) since {since:%Y-%m-%d %H:%M}Z",
+        "gpu-8 GPU minor 3 (bus 0000:3b:00.0): held by pid 9 (python, state S) of deleted or long-Terminating pod "
+        f"ml/train-7f9 (alice@lab.example (email)) since {since:%Y-%m-%d %H:%M}Z")
+    assert "held-gpu:gpu-7/3/4121" in report.ids
+    cleared = [views.node_info(held_on("gpu-7", trainer, status="False")),
+               views.node_info(held_on("gpu-8", trainer, status="Unknown"))]
+    assert "GPUs held by processes of deleted pods" not in dict(admin_report([], cleared, [], None).sections)
+
+
+def test_bus_ids_compare_as_numbers_in_either_spelling() -> None:
+    assert node_report.bus_key("0000:3b:00.0") == node_report.bus_key("00000000:3B:00.0") == (0, 0x3B, 0, 0)
+    assert node_report.bus_key("3b:00.1") == (0, 0x3B, 0, 1)
+    assert node_report.bus_key("0000:3b:00.0") != node_report.bus_key("0000:3c:00.0")
+    assert node_report.bus_key("") is None and node_report.bus_key("nvidia3") is None
+
+
+def test_a_cycles_report_names_the_holders_owner_from_the_pods_namespace() -> None:
+    trainer = node_report.HeldGpu(3, "0000:3b:00.0", 4121, "S", NOW, GONE, "ml", "train-7f9", "python")
+    observation = Observation(NOW, namespaces={"ml": NamespaceView("ml", annotations={"owner": "alice@lab.example"})},
+                              nodes=(views.node_info(held_on("gpu-7", trainer)),))
+    report = plan(observation, [], SafetyLedger(), NOW).admin_report
+    assert report.sections == (("GPUs held by processes of deleted pods", (
+        "gpu-7 GPU minor 3 (bus 0000:3b:00.0): held by pid 4121 (python, state S) of deleted or long-Terminating "
+        f"pod ml/train-7f9 (alice@lab.example (email)) since {NOW:%Y-%m-%d %H:%M}Z",)),)
