@@ -60,6 +60,7 @@ GPU_CONDITION_TYPE = "OrphanedGPUHolders"
 REASON_GPU_HELD = "GPUsHeldByProcessesOfDeletedPods"  # the GPU condition's reason while True
 REASON_GPU_CLEAR = "NoGPUsHeldByProcessesOfDeletedPods"  # ... while False
 EVENT_GPU_HELD = "GPUHeldByProcessOfDeletedPod"  # Warning Event on the Node, once per holder
+REASON_CANNOT_READ = "NodeAgentCannotReadProcesses"  # the GPU condition Unknown: a suspect's files unreadable
 MESSAGE_MAX = 1024  # what the apiserver keeps of a condition or Event message
 
 _PODS = " pods="

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import re
 import socket
 import time
 from collections.abc import Callable
@@ -55,6 +56,7 @@ logger = logging.getLogger(__name__)
 COMPONENT = "kube-idle-janitor-node-agent"
 EVENT_NAMESPACE = "default"  # where Events about Nodes go, as the kubelet's do
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"  # on a static pod's mirror: the UID its cgroup carries
+_STATIC_UID = re.compile(r"[0-9a-f]{32}")  # what a static pod's cgroup carries (any pod may set the annotation)
 
 
 @dataclass(frozen=True)
@@ -175,7 +177,7 @@ class NodeAgent:
             sight = self.pod_tasks.sight
             if report.pods_known:  # an empty /proc sees no pod either
                 self.metrics.pods_visible.labels(node=self.settings.node).set(sight.visible if sight else 0)
-            report.gpu_holders = self._gpu_holders(result, pods if report.proc_known else None, now)
+            report.gpu_holders, unread = self._gpu_holders(result, pods if report.proc_known else None, now)
             report.oom_kills = self.oom.update(self._oom_states(pods))
             self.metrics.dstate.labels(node=self.settings.node).set(sum(t.state == "D" for t in result.found))
             self.metrics.unreadable.labels(node=self.settings.node).inc(result.unreadable)
@@ -186,7 +188,7 @@ class NodeAgent:
                 report.condition_written = self._condition(report.leftovers, states, sight, now)
                 self._node_events(report.leftovers, now)
                 self.metrics.gpu_holders.labels(node=self.settings.node).set(len(report.gpu_holders))
-                report.gpu_condition_written = self._gpu_condition(report.gpu_holders, sight, now)
+                report.gpu_condition_written = self._gpu_condition(report.gpu_holders, unread, sight, now)
                 self._holder_events(report.gpu_holders, now)
             self._oom_events(report.oom_kills, pods or {})
         except Exception:
@@ -257,6 +259,7 @@ class NodeAgent:
                         continue
                     grace = datetime.timedelta(seconds=meta.deletion_grace_period_seconds or 0)
                     mirror = (meta.annotations or {}).get(MIRROR_ANNOTATION)
+                    mirror = mirror if mirror and _STATIC_UID.fullmatch(mirror) else None  # a static pod's hash only
                     running = may_have_run(p.status)
                     pods[meta.uid] = PodOnNode(meta.uid, meta.namespace or "", meta.name or "", meta.deletion_timestamp,
                                                grace, mirror, running)
@@ -292,15 +295,21 @@ class NodeAgent:
         return self._write_condition(self.settings.condition_type, status, reason,
                                      node_report.encode_condition(summary, states, run, sight), now)
 
-    def _gpu_condition(self, held: list[holders.GpuHolder], sight: node_report.Sight | None,
+    def _gpu_condition(self, held: list[holders.GpuHolder], unread: int, sight: node_report.Sight | None,
                        now: datetime.datetime) -> bool:
-        """The GPU-holder condition, on the D-state one's rules; True if written."""
+        """The GPU-holder condition, on the D-state one's rules; True if written. Nothing found
+        while some suspect's files could not be read is Unknown, never False."""
         run = node_report.AgentRun(self.started, self.scans, self.settings.sustain, now)
         summary = (f"{len(held)} GPUs held by processes of {len({h.pod_uid for h in held})} deleted or "
                    "long-Terminating pods: " + "; ".join(h.describe(now) for h in held[:2])
                    + ("; ..." if len(held) > 2 else "")) if held else "no GPU held by a process of a deleted pod"
         status, reason, summary = self._verdict(bool(held), sight, node_report.REASON_GPU_HELD, summary,
                                                 node_report.REASON_GPU_CLEAR)
+        if status == "False" and unread:
+            status, reason = "Unknown", node_report.REASON_CANNOT_READ
+            summary = (f"the open files or mappings of {unread} processes of deleted or long-Terminating pods could "
+                       "not be read, so whether they hold GPUs is unknown: the node agent needs SYS_PTRACE, and no "
+                       "security module refusing it /proc/<pid>/fd and maps (janitor_node_unreadable_files_total)")
         data = [node_report.HeldGpu(h.gpu.minor, h.gpu.bus_id, h.pid, h.state, h.since, h.pod_uid, h.namespace,
                                     h.name, h.comm) for h in held]
         return self._write_condition(self.settings.gpu_condition_type, status, reason,
@@ -371,15 +380,24 @@ class NodeAgent:
         self._announced &= keys  # a task that is gone may be announced again if it ever comes back
 
     def _gpu_holders(self, scan: procfs.ScanResult, pods: dict[str, PodOnNode] | None,
-                     now: datetime.datetime) -> list[holders.GpuHolder]:
-        """This scan's GPU holders among the processes of pods that should be gone (none when the
-        pods or /proc are unknown: then nothing is gone)."""
-        if pods is not None:
+                     now: datetime.datetime) -> tuple[list[holders.GpuHolder], int]:
+        """This scan's GPU holders among the processes of pods that should be gone, and how many of
+        those could not be read whole. When the pods or /proc are unknown, none, and what was
+        counted and named so far is kept for the next scan that knows. A failure here is this
+        condition's (unread), never the D-state condition's."""
+        if pods is None:
+            return [], 0
+        try:
             self.holders.listed(pods)
-        found = holders.suspects(scan.owners, pods, self.own, now)
-        held, unreadable = devices.holdings((s.pid for s in found), self.settings.proc_root, self.settings.dev_root)
-        self.metrics.unreadable.labels(node=self.settings.node).inc(unreadable)
-        return self.holders.update(found, held, devices.read_gpus(self.settings.proc_root) if held else {}, now)
+            found = holders.suspects(scan.owners, pods, self.own, now)
+            held, unreadable = devices.holdings((s.pid for s in found), self.settings.proc_root,
+                                                self.settings.dev_root)
+            self.metrics.unreadable.labels(node=self.settings.node).inc(unreadable)
+            gpus = devices.read_gpus(self.settings.proc_root) if held else {}
+            return self.holders.update(found, held, gpus, now), unreadable
+        except Exception:
+            logger.exception("reading which processes of deleted pods hold GPUs failed; unknown this scan")
+            return [], 1
 
     def _holder_events(self, held: list[holders.GpuHolder], now: datetime.datetime) -> None:
         keys = set()

@@ -73,7 +73,7 @@ def read_gpus(proc_root: Path = Path("/proc")) -> dict[int, Gpu]:
             continue
         fields = dict(_FIELD.findall(text))
         minor = fields.get("Device Minor", "")
-        if not minor.isdigit():
+        if not (minor.isascii() and minor.isdigit()):
             continue
         found[int(minor)] = Gpu(int(minor), fields.get("Bus Location") or bus, fields.get("GPU UUID", ""),
                                 fields.get("Model", ""))
@@ -92,7 +92,7 @@ class _Devices:
         rest = path[len(self.prefix):]
         if rest.endswith(" (deleted)"):
             rest = rest[:-len(" (deleted)")]
-        return int(rest) if rest.isdigit() else None
+        return int(rest) if rest.isascii() and rest.isdigit() else None
 
 
 def _opened(proc_dir: str, devices: _Devices) -> tuple[set[int], bool]:

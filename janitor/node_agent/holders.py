@@ -7,11 +7,16 @@ a suspect, whatever it holds:
 - a process in no pod's cgroup (the host's: nvidia-persistenced holds every GPU by design), or in
   a cgroup whose layout names no pod this agent can read (unknown is not gone);
 - a static pod's (32-hex UID: its mirror pod carries another UID), or the agent's own;
+- a process of a pod the API lists under that UID and that is not Terminating past its grace (a
+  pod is found by its own UID only: any pod may carry a `kubernetes.io/config.mirror` annotation
+  naming another's);
 - any process, when the node's pods could not be listed (then nothing is gone).
 
 A suspect holding a GPU becomes a *holder* once it has done so over `sustain` consecutive scans
 (keyed by pid, start time and minor, so a reused PID starts over), like a D-state task: a pod's
-processes may take a moment to exit after the API lets it go. A holder is reported per GPU with
+processes may take a moment to exit after the API lets it go. What is read of a process's files
+counts only if it is still the process the walk saw (the same start time): its PID may have gone
+to another pod's process meanwhile. A holder is reported per GPU with
 its pod's namespace and name as the agent last saw them listed (the pod is usually gone from
 the API by then; names of pods never seen listed are unknown, and said so).
 """
@@ -34,6 +39,7 @@ class Suspect:
     """A process whose pod should be gone: gone from the API (`pod` None) or Terminating past grace."""
 
     pid: int
+    starttime_ticks: int  # of its main thread, as the walk saw it (-1: not seen)
     pod_uid: str
     pod: PodOnNode | None
 
@@ -63,24 +69,23 @@ class GpuHolder:
                 f"{whose} for at least {held}s")
 
 
-def suspects(owners: Sequence[tuple[int, str]], pods: Mapping[str, PodOnNode] | None, own: frozenset[str],
+def suspects(owners: Sequence[tuple[int, int, str]], pods: Mapping[str, PodOnNode] | None, own: frozenset[str],
              now: datetime.datetime) -> list[Suspect]:
     """The processes whose open files and mappings are read this scan (see the module docstring)."""
     if pods is None:
         return []
-    by_cgroup = {pod.cgroup_uid: pod for pod in pods.values()}
     refs: dict[str, PodRef | None] = {}
     found: list[Suspect] = []
-    for pid, text in owners:
+    for pid, started, text in owners:
         if text not in refs:
             refs[text] = pod_of(text)
         ref = refs[text]
-        if ref is None or len(ref.uid) == 32 or ref.uid in own:
+        if ref is None or len(ref.uid) == 32 or ref.uid in own or started < 0:
             continue
-        pod = by_cgroup.get(ref.uid)
-        if pod is not None and (pod.uid in own or pod.deleting_since is None or now < pod.deleting_since + pod.grace):
+        pod = pods.get(ref.uid)
+        if pod is not None and (pod.deleting_since is None or now < pod.deleting_since + pod.grace):
             continue
-        found.append(Suspect(pid, ref.uid, pod))
+        found.append(Suspect(pid, started, ref.uid, pod))
     return found
 
 
@@ -90,15 +95,15 @@ class HolderTracker:
 
     sustain: int = 3
     _seen: dict[HolderKey, tuple[datetime.datetime, int]] = field(default_factory=dict)
-    _names: dict[str, tuple[str, str]] = field(default_factory=dict)  # cgroup uid -> (namespace, name)
-    _listed: frozenset[str] = frozenset()  # cgroup uids of the pods the last list showed
+    _names: dict[str, tuple[str, str]] = field(default_factory=dict)  # pod uid -> (namespace, name)
+    _listed: frozenset[str] = frozenset()  # uids of the pods the last list showed
 
     def listed(self, pods: Mapping[str, PodOnNode]) -> None:
         """Remember the names of the pods a list showed: a pod's name outlives it while a suspect
         process of it remains."""
         for pod in pods.values():
-            self._names[pod.cgroup_uid] = (pod.namespace, pod.name)
-        self._listed = frozenset(pod.cgroup_uid for pod in pods.values())
+            self._names[pod.uid] = (pod.namespace, pod.name)
+        self._listed = frozenset(pods)
 
     def update(self, found: Sequence[Suspect], held: Sequence[Holding], gpus: Mapping[int, Gpu],
                now: datetime.datetime) -> list[GpuHolder]:
@@ -109,8 +114,8 @@ class HolderTracker:
         holders: list[GpuHolder] = []
         for h in held:
             suspect = of.get(h.pid)
-            if suspect is None:
-                continue
+            if suspect is None or h.starttime_ticks != suspect.starttime_ticks:
+                continue  # another process under its PID since the walk
             for minor in sorted(h.minors):
                 key = (h.pid, h.starttime_ticks, minor)
                 since, count = self._seen.get(key, (now, 0))

@@ -78,7 +78,8 @@ class ScanResult:
     an empty result from an empty or unreadable tree. `unreadable` counts files that exist but
     could not be read or parsed (a process among them may belong to any pod). `cgroups` are the
     distinct `/proc/<pid>/cgroup` texts of every process walked, read only with `every_cgroup`, and
-    `owners` each process's (pid, that text): which processes a pod's cgroup holds.
+    `owners` each process's (pid, start time of its main thread or -1, that text): which processes
+    a pod's cgroup holds, each told from a later process under the same PID by its start time.
     There is deliberately no timestamp: the caller stamps the scan with the `now` of its cycle.
     """
 
@@ -87,7 +88,7 @@ class ScanResult:
     tasks: int
     unreadable: int
     cgroups: frozenset[str] = frozenset()
-    owners: tuple[tuple[int, str], ...] = ()
+    owners: tuple[tuple[int, int, str], ...] = ()
 
 
 def parse_stat(text: str, *, pid: int | None = None) -> TaskStat:
@@ -181,7 +182,7 @@ def scan(root: Path = Path("/proc"), *, states: Collection[str] = frozenset("D")
     wanted = frozenset(states)
     found: list[Task] = []
     cgroups: set[str] = set()
-    owners: list[tuple[int, str]] = []
+    owners: list[tuple[int, int, str]] = []
     processes = tasks = 0
     for name in entries:
         if not name.isdigit():
@@ -198,7 +199,7 @@ def scan(root: Path = Path("/proc"), *, states: Collection[str] = frozenset("D")
             cgroup, cgroup_read = reader.text(f"{proc_dir}/cgroup"), True
             if cgroup is not None:
                 cgroups.add(cgroup)
-                owners.append((pid, cgroup))
+        started = -1
         for tid_name in tids:
             if not tid_name.isdigit():
                 continue
@@ -212,6 +213,8 @@ def scan(root: Path = Path("/proc"), *, states: Collection[str] = frozenset("D")
                 reader.unreadable += 1
                 continue
             tasks += 1
+            if stat.tid == pid:
+                started = stat.starttime_ticks
             if stat.state not in wanted:
                 continue
             if not cgroup_read:
@@ -225,5 +228,7 @@ def scan(root: Path = Path("/proc"), *, states: Collection[str] = frozenset("D")
                 wchan=_wchan(reader.text(f"{task_dir}/wchan")),
                 cgroup=cgroup,
             ))
+        if every_cgroup and cgroup is not None:
+            owners.append((pid, started, cgroup))
     return ScanResult(found=tuple(found), processes=processes, tasks=tasks, unreadable=reader.unreadable,
                       cgroups=frozenset(cgroups), owners=tuple(owners))

@@ -17,6 +17,8 @@ Aspects covered:
   `restricted`;
 - the NodeRemediationTemplate's node selector takes the sandbox's GPU nodes and not its CPU node;
   its rule is the agent's default condition type with status True, and nothing else;
+- the second pair of templates reads the agent's GPU condition (OrphanedGPUHolders, True) and
+  taints only (evictionStrategy None);
 - `janitor node-agent` (the CLI, 1 s interval, --sustain 2, its narrow RBAC) over a fake /proc
   for gpu-node-1 writes, every write seen through a watch on the Node: Unknown (starting), False,
   True (a task of a pod held Terminating past its grace in D), False (the task ended), True (a task
@@ -25,7 +27,9 @@ Aspects covered:
   writes, "skip" at the Unknown ones and "ok" at the False ones: two separate episodes, each
   closed by an OK, so the controller would open one NodeOperation for each and delete the first
   before the second. The time from each change on the node to the status that shows it is
-  printed (pytest -s) and bounded.
+  printed (pytest -s) and bounded. Each pod's process keeps a GPU device open: the GPU condition
+  goes through the same statuses (True while a deleted pod's process holds its GPU, naming pid,
+  namespace and pod; a live pod's holder never counts), and its own rule's verdicts match them.
 """
 
 from __future__ import annotations
@@ -70,9 +74,17 @@ def example() -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d]
 
 
-def find(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    [doc] = [d for d in docs if d["kind"] == kind]
+def find(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    [doc] = [d for d in docs if d["kind"] == kind and name in (None, d["metadata"]["name"])]
     return doc
+
+
+def rule_of(docs: list[dict[str, Any]], condition_type: str) -> list[dict[str, str]]:
+    """The conditions of the NodeRemediationTemplate whose rule reads `condition_type`."""
+    [rule] = [c for d in docs if d["kind"] == "NodeRemediationTemplate"
+              for c in [d["spec"]["template"]["spec"]["rule"]["conditions"]]
+              if any(m["type"] == condition_type for m in c)]
+    return rule
 
 
 def holds(answer: Any, sent: Any, path: str = "") -> None:
@@ -145,16 +157,29 @@ def test_example_passes_node_operation_controllers_crds(kube: client.ApiClient, 
         pytest.skip(str(e))
     docs = example()
     assert sorted(d["kind"] for d in docs) == sorted(
-        ["Namespace", "NodeRemediationTemplate", "NodeOperationTemplate", "NodeDisruptionBudget"])
+        ["Namespace", "NodeRemediationTemplate", "NodeRemediationTemplate", "NodeOperationTemplate",
+         "NodeOperationTemplate", "NodeDisruptionBudget"])
     for doc in docs:
         answer = apply_dry(kube, doc)
         holds(answer["metadata"]["labels"], doc["metadata"]["labels"])
         if "spec" in doc:
             holds(answer["spec"], doc["spec"])
+    rules = {}
+    for remediation_template in [d for d in docs if d["kind"] == "NodeRemediationTemplate"]:
+        rules.update(the_pair_passes(kube, core, example_namespace, docs, remediation_template))
+    # Each of the agent's two conditions by its default type, status True, and nothing else.
+    assert rules == {node_report.CONDITION_TYPE: [{"type": node_report.CONDITION_TYPE, "status": "True"}],
+                     node_report.GPU_CONDITION_TYPE: [{"type": node_report.GPU_CONDITION_TYPE, "status": "True"}]}
+    gpu_operation = find(docs, "NodeOperationTemplate", "kube-idle-janitor-orphaned-gpu-holders")
+    assert gpu_operation["spec"]["template"]["spec"]["evictionStrategy"] == "None"  # taint only: its pods stay
 
-    # What the controller makes of the templates for one node, as the apiserver takes it.
-    remediation_template = find(docs, "NodeRemediationTemplate")
-    operation_template = find(docs, "NodeOperationTemplate")
+
+def the_pair_passes(kube: client.ApiClient, core: client.CoreV1Api, example_namespace: str,
+                    docs: list[dict[str, Any]], remediation_template: dict[str, Any]) -> dict[str, Any]:
+    """What the controller makes of one NodeRemediationTemplate and its NodeOperationTemplate for a
+    GPU node passes the apiserver; the rule, by the condition type it reads."""
+    operation_template = find(docs, "NodeOperationTemplate",
+                              remediation_template["spec"]["template"]["spec"]["nodeOperationTemplateName"])
     remediation = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "NodeRemediation",
                    "metadata": {**remediation_template["spec"]["template"]["metadata"],
                                 "generateName": f"{remediation_template['metadata']['name']}-{NODE}-"},
@@ -190,12 +215,13 @@ def test_example_passes_node_operation_controllers_crds(kube: client.ApiClient, 
     taken = {n.metadata.name for n in core.list_node(label_selector=selector).items}
     assert {NODE, "gpu-node-2", "mig-node-1"} <= taken and "cpu-node-1" not in taken
     rule = remediation["spec"]["rule"]["conditions"]
-    assert rule == [{"type": node_report.CONDITION_TYPE, "status": "True"}]
+    [ctype] = {m["type"] for m in rule}
     cases = {"True": "remediate", "False": "ok", "Unknown": "skip"}
     for status, expected in cases.items():
-        assert verdict(rule, [{"type": node_report.CONDITION_TYPE, "status": status}]) == expected
+        assert verdict(rule, [{"type": ctype, "status": status}]) == expected
     assert verdict(rule, []) == "ok"  # a node the agent never wrote to
     assert verdict(rule, [{"type": "Ready", "status": "True"}]) == "ok"
+    return {ctype: rule}
 
 
 # -- the agent's condition through the chain ----------------------------------------------------
@@ -266,12 +292,16 @@ class FakeNode:
         for d in (self.proc, self.cgroup, self.trash):
             d.mkdir()
 
-    def process(self, pid: int, uid: str, state: str) -> None:
-        """Process `pid` of pod `uid` (systemd driver, containerd), its one thread in `state`."""
+    def process(self, pid: int, uid: str, state: str, holds: str | None = None) -> None:
+        """Process `pid` of pod `uid` (systemd driver, containerd), its one thread in `state`;
+        `holds`: the GPU device it keeps open (nvidia<minor>)."""
         pdir = self.proc / str(pid)
         if not pdir.exists():
             staging = self.trash / f"new-{pid}"
             staging.mkdir()
+            if holds is not None:
+                (staging / "fd").mkdir()
+                (staging / "fd" / "4").symlink_to(f"/dev/{holds}")
             (staging / "stat").write_text(_fake["stat_line"](pid, "python", "S"))
             (staging / "cgroup").write_text(
                 f"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{uid.replace('-', '_')}.slice/"
@@ -321,7 +351,7 @@ def pod_on_node(core: client.CoreV1Api, namespace: str, name: str, notes: dict[s
 def test_condition_true_false_true_matches_the_rule_at_every_write(
         kube: client.ApiClient, core: client.CoreV1Api, namespace: str, tmp_path: Path, agent_api) -> None:  # noqa: F811
     _, config = agent_api
-    rule = find(example(), "NodeRemediationTemplate")["spec"]["template"]["spec"]["rule"]["conditions"]
+    rule = rule_of(example(), node_report.CONDITION_TYPE)
     uids = {name: pod_on_node(core, namespace, name, {HOLD_TERMINATING: "true"} if name == "stuck" else None)
             for name in ("serving", "stuck", "lost")}
     wait_until(lambda: all(p.status.phase == "Running" for p in core.list_namespaced_pod(namespace).items),
@@ -329,9 +359,10 @@ def test_condition_true_false_true_matches_the_rule_at_every_write(
     node = FakeNode(tmp_path)
     pids = {name: 4000 + i for i, name in enumerate(uids)}
     for name, pid in pids.items():
-        node.process(pid, uids[name], "S")
+        node.process(pid, uids[name], "S", holds=f"nvidia{pid % 8}")  # each keeps a GPU open
     ctype = node_report.CONDITION_TYPE
     conditions = ConditionWatch(core, NODE, ctype)
+    gpu_conditions = ConditionWatch(core, NODE, node_report.GPU_CONDITION_TYPE)
     starting, clear, found = node_report.REASON_STARTING, node_report.REASON_CLEAR, node_report.REASON_LEFTOVERS
     timings: dict[str, float] = {}
     began = time.monotonic()
@@ -348,6 +379,9 @@ def test_condition_true_false_true_matches_the_rule_at_every_write(
         stuck = conditions.until("True", found, changed)
         timings["task in D (pod Terminating) -> True"] = stuck.at - changed
         assert f"pod {namespace}/stuck" in stuck.message and "nfs_wait_bit_killable" in stuck.message
+        held = gpu_conditions.until("True", node_report.REASON_GPU_HELD, changed)
+        [holder] = node_report.decode_holders(held.message).held
+        assert (holder.pid, holder.namespace, holder.name) == (pids["stuck"], namespace, "stuck")
 
         # The process ends by itself (the NFS server came back); the pod then finishes.
         changed = time.monotonic()
@@ -375,7 +409,18 @@ def test_condition_true_false_true_matches_the_rule_at_every_write(
     finally:
         stop_agent(agent)
         conditions.stop()
+        gpu_conditions.stop()
 
+    # The GPU condition the same way, on its own rule: the held GPUs of the two deleted pods.
+    gpu_writes = gpu_conditions.writes
+    assert [(w.status, w.reason) for w in gpu_writes] == [
+        ("Unknown", starting), ("False", node_report.REASON_GPU_CLEAR), ("True", node_report.REASON_GPU_HELD),
+        ("False", node_report.REASON_GPU_CLEAR), ("True", node_report.REASON_GPU_HELD), ("Unknown", starting),
+        ("False", node_report.REASON_GPU_CLEAR)], gpu_writes
+    gpu_rule = rule_of(example(), node_report.GPU_CONDITION_TYPE)
+    assert [verdict(gpu_rule, w.conditions) for w in gpu_writes] == [
+        "skip", "ok", "remediate", "ok", "remediate", "skip", "ok"]
+    assert all(node_report.decode_holders(w.message).held == () for w in gpu_writes if w.status != "True")
     writes = conditions.writes
     assert [(w.status, w.reason) for w in writes] == [
         ("Unknown", starting), ("False", clear), ("True", found), ("False", clear), ("True", found),

@@ -10,6 +10,11 @@ Aspects covered:
 - never reported: a live pod's holder, a pod Terminating within its grace, a host process (no
   pod's cgroup, as nvidia-persistenced), a holder of `/dev/nvidiactl` alone, anything while the
   pods cannot be listed; a pod Terminating past its grace is;
+- never a live pod's process: not through another pod claiming its UID as a mirror, not through a
+  PID reused between the walk and the read of its files;
+- a failed pod list neither clears a holder nor forgets its pod's name; a suspect whose files
+  cannot be read makes the GPU condition Unknown, never False; a device name the agent cannot
+  read (a non-ASCII digit) stops neither condition;
 - the codec: a message cut to fit ends in `,+` and reads back incomplete; an entry this janitor
   cannot read is not guessed at;
 - the D-state condition is unchanged beside it;
@@ -23,12 +28,13 @@ from __future__ import annotations
 
 import datetime
 import os
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client
-from test_node_agent_sight import NEIGHBOUR, NOW, StandInCore, of_pod, pod, process
+from test_node_agent_sight import NEIGHBOUR, NOW, StandInCore, _fake, of_pod, pod, process
 
 from janitor import node_report
 from janitor.decide.admin_report import admin_report
@@ -235,3 +241,100 @@ def test_a_cycles_report_names_the_holders_owner_from_the_pods_namespace() -> No
     assert report.sections == (("GPUs held by processes of deleted pods", (
         "gpu-7 GPU minor 3 (bus 0000:3b:00.0): held by pid 4121 (python, state S) of deleted or long-Terminating "
         f"pod ml/train-7f9 (alice@lab.example (email)) since {NOW:%Y-%m-%d %H:%M}Z",)),)
+
+
+# -- what a review of the first version found ----------------------------------------------------
+
+def test_a_terminating_pod_claiming_a_live_pods_uid_as_its_mirror_does_not_make_it_a_suspect(tmp_path: Path) -> None:
+    """Anyone who can create a pod bound to the node can annotate it `kubernetes.io/config.mirror`
+    with a live pod's UID and keep it Terminating (a finalizer): the live pod's holder stays its own."""
+    proc, dev = node(tmp_path)
+    process(proc, 2, of_pod(NEIGHBOUR), "kube-proxy")
+    holding(proc, dev, 30, of_pod(LIVE), "python", opened=("nvidia3",))
+    decoy = deleting("aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee", "decoy", datetime.timedelta(minutes=5))
+    decoy.metadata.namespace = "zz-attacker"
+    decoy.metadata.annotations = {"kubernetes.io/config.mirror": LIVE}
+    pods = [pod(NEIGHBOUR, "kube-proxy-x7k2p", namespace="kube-system"), pod(LIVE, "serve-0"), decoy]
+    agent, core = agent_over(proc, dev, tmp_path, pods)
+    for _ in range(3):
+        report = agent.scan_once()
+    assert report.gpu_holders == [], [(h.pid, h.namespace, h.name) for h in report.gpu_holders]
+    assert core.gpu_condition.status == "False"
+
+
+def test_a_failed_pod_list_neither_clears_a_holder_nor_forgets_its_pod(tmp_path: Path) -> None:
+    proc, dev = node(tmp_path)
+    process(proc, 2, of_pod(NEIGHBOUR), "kube-proxy")
+    holding(proc, dev, 40, of_pod(GONE), "python", opened=("nvidia3",))
+    pods = [pod(NEIGHBOUR, "kube-proxy-x7k2p", namespace="kube-system"), pod(GONE, "train-7f9")]
+    agent, core = agent_over(proc, dev, tmp_path, pods)
+    agent.scan_once()
+    core.pods = pods[:1]
+    agent.scan_once()
+    agent.scan_once()
+    assert core.gpu_condition.status == "True"
+    ok = core.list_pod_for_all_namespaces
+
+    def blip(**_: Any) -> client.V1PodList:
+        raise OSError("apiserver blip")
+
+    core.list_pod_for_all_namespaces = blip  # type: ignore[method-assign]
+    agent.scan_once()  # incomplete: the condition keeps its word
+    core.list_pod_for_all_namespaces = ok  # type: ignore[method-assign]
+    agent.scan_once()  # the process still holds GPU 3
+    flips = core.gpu_condition.status
+    agent.scan_once()
+    [h] = agent.scan_once().gpu_holders
+    assert (flips, h.namespace, h.name, len(held_events(core))) == ("True", "ml", "train-7f9", 1)
+
+
+def test_a_suspect_whose_files_cannot_be_read_makes_the_gpu_condition_unknown_not_false(tmp_path: Path) -> None:
+    proc, dev = node(tmp_path)
+    process(proc, 2, of_pod(NEIGHBOUR), "kube-proxy")
+    process(proc, 40, of_pod(GONE), "python")
+    (proc / "40" / "fd").write_text("")  # exists, cannot be opened as a directory (as EACCES would)
+    (proc / "40" / "maps").mkdir()  # exists, cannot be read
+    agent, core = agent_over(proc, dev, tmp_path, [pod(NEIGHBOUR, "kube-proxy-x7k2p", namespace="kube-system")])
+    for _ in range(3):
+        agent.scan_once()
+    assert agent.registry.get_sample_value("janitor_node_unreadable_files_total", {"node": "gpu-7"}) > 0
+    assert core.gpu_condition.status != "False", core.gpu_condition.reason
+
+
+def test_a_device_name_with_a_non_ascii_digit_stops_nothing(tmp_path: Path) -> None:
+    proc, dev = node(tmp_path)
+    process(proc, 2, of_pod(NEIGHBOUR), "kube-proxy")
+    process(proc, 40, of_pod(GONE), "python")
+    (proc / "40" / "fd").mkdir()
+    os.symlink(dev / "nvidia\u00b2", proc / "40" / "fd" / "3")  # '²'.isdigit() is True, int('²') raises
+    agent, core = agent_over(proc, dev, tmp_path, [pod(NEIGHBOUR, "kube-proxy-x7k2p", namespace="kube-system")])
+    for _ in range(3):
+        agent.scan_once()
+    assert core.condition.status == "False"  # the D-state condition is written as ever
+    assert core.gpu_condition.status == "False"  # nothing held: that is no GPU device
+
+
+def test_a_pid_reused_between_the_walk_and_the_read_of_its_files_is_not_the_suspect(tmp_path: Path) -> None:
+    """The walk saw pid 40 in the deleted pod; before its files are read (after the pod list) it
+    exits and pid 40 is a live pod's process holding GPU 3 (another start time)."""
+    proc, dev = node(tmp_path)
+    process(proc, 2, of_pod(NEIGHBOUR), "kube-proxy")
+    process(proc, 40, of_pod(GONE), "python")
+    agent = NodeAgent(client.ApiClient(), AgentSettings("gpu-7", proc, tmp_path / "x", sustain=1, dev_root=dev),
+                      clock=lambda: NOW)
+    core = Recording([pod(NEIGHBOUR, "kube-proxy-x7k2p", namespace="kube-system"), pod(LIVE, "serve-0")])
+    agent.core = core  # type: ignore[assignment]
+    agent.scan_once()
+    listing = core.list_pod_for_all_namespaces
+
+    def list_then_reuse(**kw: Any) -> client.V1PodList:
+        shutil.rmtree(proc / "40")
+        holding(proc, dev, 40, of_pod(LIVE), "python", opened=("nvidia3",))
+        later = _fake["stat_line"](40, "python", "S", starttime=250_000)  # a new process starts later
+        (proc / "40" / "stat").write_text(later)
+        (proc / "40" / "task" / "40" / "stat").write_text(later)
+        return listing(**kw)
+
+    core.list_pod_for_all_namespaces = list_then_reuse  # type: ignore[method-assign]
+    report = agent.scan_once()
+    assert report.gpu_holders == [], [(h.pid, h.pod_uid) for h in report.gpu_holders]
