@@ -11,9 +11,13 @@ Why this module looks the way it does:
 - The minor is not nvidia-smi's index: each GPU's minor is joined to its PCI bus id and UUID from
   `/proc/driver/nvidia/gpus/<bus id>/information` ("Device Minor:", "GPU UUID:"), the names
   dcgm-exporter labels its series with. A minor without that file is still reported, without them.
-- The device root is injectable (`dev_root`), as `/proc` is, so the sandbox plays a holder with a
-  plain file under a fake device root; a real node uses `/dev` (the same path inside containers,
-  where the device nodes are bind-mounted under their names).
+- Under the real `/dev` a name is not enough: the file is stat'ed (the open file through its fd
+  link; a mapped one through `/proc/<pid>/root`, in the process's own mount namespace) and counts
+  only as a character device of the NVIDIA driver's major (195), its minor read from the device
+  number: a plain file named `nvidia3` is no GPU, and a runtime that gave the device another name
+  in the container still names the right GPU. The device root is injectable (`dev_root`), as
+  `/proc` is: under any other root, files are taken by name, so the sandbox plays a holder with a
+  plain file under a fake device root.
 - Processes exit while we read: a missing file is normal and skipped; a file that exists and
   cannot be read is counted (`unreadable`), never raised.
 """
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +36,8 @@ from janitor.node_agent.procfs import parse_stat
 __all__ = ["Gpu", "Holding", "holdings", "read_gpus"]
 
 _VANISHED = (FileNotFoundError, ProcessLookupError)
+NVIDIA_MAJOR = 195  # the driver's character devices (/proc/devices: nvidia-frontend), every /dev/nvidia<minor>
+REAL_DEV = Path("/dev")
 _FIELD = re.compile(r"^(Device Minor|GPU UUID|Bus Location|Model):\s*(.*?)\s*$", re.MULTILINE)
 
 
@@ -83,16 +90,30 @@ def read_gpus(proc_root: Path = Path("/proc")) -> dict[int, Gpu]:
 class _Devices:
     """Tells a GPU device path from any other, for one device root."""
 
-    def __init__(self, dev_root: Path) -> None:
+    def __init__(self, dev_root: Path, verify: bool | None = None) -> None:
         self.prefix = os.fspath(dev_root).rstrip("/") + "/nvidia"
+        self.verify = dev_root == REAL_DEV if verify is None else verify
 
     def minor(self, path: str) -> int | None:
+        """The minor a path's name says (`nvidia<minor>`), or None."""
         if not path.startswith(self.prefix):
             return None
         rest = path[len(self.prefix):]
         if rest.endswith(" (deleted)"):
             rest = rest[:-len(" (deleted)")]
         return int(rest) if rest.isascii() and rest.isdigit() else None
+
+    def device(self, path: str, at: str | None, dir_fd: int | None = None) -> int | None:
+        """The GPU minor of the file `path` names, the file itself stat'ed at `at` (relative to
+        `dir_fd`) under the real /dev: None when it is no NVIDIA character device. Raises OSError
+        when it cannot be stat'ed."""
+        named = self.minor(path)
+        if named is None or not self.verify or at is None:
+            return named
+        st = os.stat(at, dir_fd=dir_fd)
+        if not stat.S_ISCHR(st.st_mode) or os.major(st.st_rdev) != NVIDIA_MAJOR:
+            return None
+        return os.minor(st.st_rdev)
 
 
 def _opened(proc_dir: str, devices: _Devices) -> tuple[set[int], bool]:
@@ -111,7 +132,13 @@ def _opened(proc_dir: str, devices: _Devices) -> tuple[set[int], bool]:
                 target = os.readlink(fd, dir_fd=directory)
             except OSError:  # closed under us, or not ours to read: the maps still say what is held
                 continue
-            if target.startswith(devices.prefix) and (minor := devices.minor(target)) is not None:
+            if not target.startswith(devices.prefix):
+                continue
+            try:
+                minor = devices.device(target, fd, directory)  # the open file itself, through its link
+            except _VANISHED:
+                continue  # closed under us
+            if minor is not None:
                 minors.add(minor)
     except _VANISHED:
         pass
@@ -133,20 +160,30 @@ def _mapped(proc_dir: str, devices: _Devices) -> tuple[set[int], bool]:
     except OSError:
         return minors, True
     at = text.find(devices.prefix)
+    trouble = False
     while at >= 0:
         line = text[text.rfind("\n", 0, at) + 1:text.find("\n", at) % (len(text) + 1)]
         parts = line.split(maxsplit=5)
-        if len(parts) == 6 and (minor := devices.minor(parts[5])) is not None:
-            minors.add(minor)
+        if len(parts) == 6:
+            path = parts[5].removesuffix(" (deleted)")
+            try:  # the file as the process sees it, in its own mount namespace
+                minor = devices.device(path, f"{proc_dir}/root{path}")
+            except _VANISHED:
+                minor = None  # the process, or the file, is gone
+            except OSError:
+                minor, trouble = None, True
+            if minor is not None:
+                minors.add(minor)
         at = text.find(devices.prefix, at + len(devices.prefix))
-    return minors, False
+    return minors, trouble
 
 
-def holdings(pids: Iterable[int], proc_root: Path = Path("/proc"),
-             dev_root: Path = Path("/dev")) -> tuple[list[Holding], int]:
+def holdings(pids: Iterable[int], proc_root: Path = Path("/proc"), dev_root: Path = REAL_DEV,
+             verify: bool | None = None) -> tuple[list[Holding], int]:
     """The GPU devices each of `pids` holds (processes holding none are left out), and how many
-    processes could not be read whole (their holdings may be missing)."""
-    devices = _Devices(dev_root)
+    processes could not be read whole (their holdings may be missing). `verify`: check that each
+    file is an NVIDIA character device (default: under the real /dev only)."""
+    devices = _Devices(dev_root, verify)
     base = os.fspath(proc_root)
     found: list[Holding] = []
     unreadable = 0

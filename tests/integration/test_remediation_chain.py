@@ -287,9 +287,9 @@ class FakeNode:
     """A fake /proc and cgroup root for one node; every change is atomic, as a scan may run at any time."""
 
     def __init__(self, root: Path) -> None:
-        self.proc, self.cgroup = root / "proc", root / "cgroup"
+        self.proc, self.cgroup, self.dev = root / "proc", root / "cgroup", root / "dev"
         self.trash = root / "trash"
-        for d in (self.proc, self.cgroup, self.trash):
+        for d in (self.proc, self.cgroup, self.dev, self.trash):
             d.mkdir()
 
     def process(self, pid: int, uid: str, state: str, holds: str | None = None) -> None:
@@ -301,7 +301,7 @@ class FakeNode:
             staging.mkdir()
             if holds is not None:
                 (staging / "fd").mkdir()
-                (staging / "fd" / "4").symlink_to(f"/dev/{holds}")
+                (staging / "fd" / "4").symlink_to(self.dev / holds)  # a fake device: any file, by its name
             (staging / "stat").write_text(_fake["stat_line"](pid, "python", "S"))
             (staging / "cgroup").write_text(
                 f"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{uid.replace('-', '_')}.slice/"
@@ -325,7 +325,8 @@ def start_agent(config: Path, node: FakeNode, log: Path) -> subprocess.Popen[byt
     with log.open("ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "janitor.cli", "node-agent", "--node-name", NODE, "--kubeconfig", str(config),
-             "--proc-root", str(node.proc), "--cgroup-root", str(node.cgroup), "--interval", str(INTERVAL),
+             "--proc-root", str(node.proc), "--cgroup-root", str(node.cgroup), "--dev-root", str(node.dev),
+             "--interval", str(INTERVAL),
              "--sustain", str(SUSTAIN), "--metrics-port", str(free_port())],
             stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 

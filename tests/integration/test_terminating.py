@@ -102,7 +102,7 @@ class FakeNode:
 
     def restart(self) -> NodeAgent:
         self.agent = NodeAgent(self.kube, AgentSettings(self.node, self.proc, self.tmp_path / "no-cgroups",
-                                                        sustain=self.sustain))
+                                                        sustain=self.sustain, dev_root=self.proc.parent / "dev"))
         return self.agent
 
     def process(self, pid: int, uid: str | None, state: str) -> None:
@@ -135,7 +135,7 @@ def agent_scan(kube, tmp_path: Path, node: str, stuck_uid: str, state: str = "D"
     if holds is not None:
         minor, bus = holds
         (fake.proc / "4242" / "fd").mkdir()
-        (fake.proc / "4242" / "fd" / "5").symlink_to(f"/dev/nvidia{minor}")  # as the process opened it
+        (fake.proc / "4242" / "fd" / "5").symlink_to(fake.proc.parent / "dev" / f"nvidia{minor}")  # a fake device
         info = fake.proc / "driver" / "nvidia" / "gpus" / bus
         info.mkdir(parents=True)
         info.joinpath("information").write_text(f"Model: \t\t NVIDIA A100\nBus Location: \t {bus}\n"

@@ -15,6 +15,9 @@ Aspects covered:
 - a failed pod list neither clears a holder nor forgets its pod's name; a suspect whose files
   cannot be read makes the GPU condition Unknown, never False; a device name the agent cannot
   read (a non-ASCII digit) stops neither condition;
+- under the real /dev a file counts only as an NVIDIA character device (major 195), its minor read
+  from the device number, not the name: a plain file named `nvidia3` or another driver's device
+  is no GPU, and a GPU given another name in the container is still the right one;
 - the codec: a message cut to fit ends in `,+` and reads back incomplete; an entry this janitor
   cannot read is not guessed at;
 - the D-state condition is unchanged beside it;
@@ -29,10 +32,12 @@ from __future__ import annotations
 import datetime
 import os
 import shutil
+import stat
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes import client
 from test_node_agent_sight import NEIGHBOUR, NOW, StandInCore, _fake, of_pod, pod, process
 
@@ -338,3 +343,24 @@ def test_a_pid_reused_between_the_walk_and_the_read_of_its_files_is_not_the_susp
     core.list_pod_for_all_namespaces = list_then_reuse  # type: ignore[method-assign]
     report = agent.scan_once()
     assert report.gpu_holders == [], [(h.pid, h.pod_uid) for h in report.gpu_holders]
+
+
+def test_under_the_real_dev_only_nvidia_character_devices_count_by_their_device_number(tmp_path: Path) -> None:
+    proc, dev = node(tmp_path)
+    for name in ("nvidia0", "nvidia3", "nvidia-uvm"):
+        (dev / name).unlink()
+    try:
+        os.mknod(dev / "nvidia0", stat.S_IFCHR | 0o600, os.makedev(195, 5))  # GPU minor 5, named nvidia0 in here
+    except PermissionError:
+        pytest.skip("creating a character device needs CAP_MKNOD")
+    os.mknod(dev / "nvidia1", stat.S_IFCHR | 0o600, os.makedev(1, 3))  # another driver's device (/dev/null's)
+    (dev / "nvidia3").write_text("")  # a plain file
+    for pid, name in ((60, "nvidia0"), (61, "nvidia1"), (62, "nvidia3")):
+        holding(proc, dev, pid, of_pod(GONE), "python", opened=(name,))
+    holding(proc, dev, 63, of_pod(GONE), "python", mapped=("nvidia0",))
+    (proc / "63" / "root").symlink_to("/")  # its mount namespace: the host's, here
+    held, unreadable = devices.holdings([60, 61, 62, 63], proc, dev, verify=True)
+    assert [(h.pid, h.minors) for h in held] == [(60, frozenset({5})), (63, frozenset({5}))] and unreadable == 0
+    by_name, _ = devices.holdings([60, 61, 62, 63], proc, dev)  # a fake device root: by name
+    assert [(h.pid, h.minors) for h in by_name] == [(60, frozenset({0})), (61, frozenset({1})), (62, frozenset({3})),
+                                                    (63, frozenset({0}))]
