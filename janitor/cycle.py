@@ -25,7 +25,7 @@ from kubernetes.client import ApiClient
 
 from janitor import annotations as ann
 from janitor import fresh_look
-from janitor.act import kube
+from janitor.act import holder_notices, kube
 from janitor.act.executor import Executor, Fresh
 from janitor.act.ledger_writer import LedgerWriter
 from janitor.act.lifecycle import LifecycleOutcome, LifecycleRun, UnknownKind
@@ -249,25 +249,26 @@ class _StateLedger:
         kube.write_ledger(self.api, self.namespace, self.name, ledger, version, exclusive=True)
 
 
-class _StateNotes:
-    """notes.json in the state ConfigMap, for `NoteBox`: read with its version, written over it only."""
+class _StateFile:
+    """One data key of the state ConfigMap: read with its version, written over it only."""
 
-    def __init__(self, api: ApiClient, settings: Settings) -> None:
-        self.api, self.namespace, self.name = api, settings.cluster.state_namespace, settings.cluster.state_name
+    def __init__(self, api: ApiClient, settings: Settings, key: str, what: str) -> None:
+        self.api, self.key, self.what = api, key, what
+        self.namespace, self.name = settings.cluster.state_namespace, settings.cluster.state_name
 
     def read(self) -> tuple[str | None, str | None]:
-        return cluster.read_state_versioned(self.api, self.namespace, self.name, NOTES_KEY)
+        return cluster.read_state_versioned(self.api, self.namespace, self.name, self.key)
 
     def write(self, text: str, version: str | None) -> str | None:
-        return kube.write_state(self.api, self.namespace, self.name, {NOTES_KEY: text}, what="notes",
+        return kube.write_state(self.api, self.namespace, self.name, {self.key: text}, what=self.what,
                                 resource_version=version, exclusive=True)
 
 
 def note_box(api: ApiClient, settings: Settings, *, fence: Callable[[], bool] = lambda: True) -> NoteBox:
     """The notes waiting in the state ConfigMap (act.notes), read now; `fence` guards every write."""
     c = settings.cluster
-    return NoteBox(_StateNotes(api, settings), fence=fence, where=f"ConfigMap {c.state_namespace}/{c.state_name}",
-                   context=_context(settings))
+    return NoteBox(_StateFile(api, settings, NOTES_KEY, "notes"), fence=fence,
+                   where=f"ConfigMap {c.state_namespace}/{c.state_name}", context=_context(settings))
 
 
 def _context(settings: Settings) -> MessageContext:
@@ -329,6 +330,10 @@ def _apply(ports: Ports, settings: Settings, planned: Planned, source: Prometheu
         result.lifecycle = _lifecycle(ports, settings, planned, result, notes, source)
         notes.store(ports.clock())
         result.memory = _admin_report(ports, settings, planned, result.memory)
+        if planned.plan.holder_notices and ports.slack is not None:
+            told = _StateFile(ports.api, settings, holder_notices.DATA_KEY, "told")
+            holder_notices.tell(planned.plan.holder_notices, told, ports.slack, ports.clock(), _context(settings),
+                                ports.fence)
     elif dry_run:
         for change in decided.changes:
             if change.step not in (Step.WAIT, Step.ACT):

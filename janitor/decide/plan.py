@@ -26,6 +26,7 @@ from janitor.decide import held, lifecycle, neighbours, selection, sight, usage
 from janitor.decide.admin_report import AdminReport, admin_report
 from janitor.decide.attribution import candidates
 from janitor.decide.evidence import PodKey
+from janitor.decide.holder_notices import HolderNotice, holder_notices
 from janitor.decide.lifecycle import Change, LifecycleSettings, Step
 from janitor.decide.model import (
     EXPIRY_POLICY,
@@ -97,6 +98,7 @@ class CyclePlan:
     blind: Reason | None = None  # why this cycle changes nothing: pods or namespaces could not be read
     beside: tuple[ObjectRef, ...] = ()  # where kube-janitor runs beside the janitor (decide.neighbours)
     paused: HoldReason | None = None  # the rail that stops every deletion this cycle, due or not
+    holder_notices: tuple[HolderNotice, ...] = ()  # owners of deleted pods whose processes hold GPUs
 
     def deletions(self) -> tuple[Action, ...]:
         return tuple(a for a in self.actions if a.type is ActionType.DELETE)
@@ -253,15 +255,16 @@ def plan(observation: Observation, policies: Sequence[Policy], ledger: SafetyLed
     beside = neighbours.kube_janitors(observation.objects, observation.pods)
     undone = tuple((o.ref, u) for o in observation.objects if (u := held.undone_on(o)) is not None)
     blind = sight.lost(observation)
+    owners = _holder_owners(observation, settings.owner_keys)
     report = admin_report(decision.findings, observation.nodes, silent, tripwire,
                           observation.evidence.ghost_gpus or (), railed.held, settings.state, beside, undone, blind,
-                          _holder_owners(observation, settings.owner_keys))
+                          owners)
     # Blind, the ledger stays as it was: a count of no candidates would make the next cycle's look like a spike.
     return CyclePlan(decision.now, decision.reports + railed.allowed, railed.held, decision.changes,
                      decision.findings, ledger if blind else railed.ledger, tuple(notices),
                      railed.tripped_now and not blind, report, silent, observation.evidence.failures,
                      (now - observation.at).total_seconds() if observation.at is not None else None, blind,
-                     beside, railed.paused)
+                     beside, railed.paused, () if blind else holder_notices(observation.nodes, owners))
 
 
 def verdicts(findings: Sequence[Finding]) -> Mapping[str, tuple[Finding, ...]]:

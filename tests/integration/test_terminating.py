@@ -20,12 +20,16 @@ Aspects covered:
   joined by PCI bus id (the driver's spelling against DCGM's; its minor is not DCGM's index) with
   the stuck pod's process the node agent found holding it: pid, state, pod and since when;
 - the admin report arrives as one Slack message to the admin channel with those sections, and is
-  not repeated while nothing changes.
+  not repeated while nothing changes;
+- the owner its namespace names is told once, in a direct message, that the deleted pod's process
+  still holds the GPU on that node and what the admins will do: not again in later cycles, nor
+  after a restart (what was told is kept in the state ConfigMap).
 """
 
 from __future__ import annotations
 
 import datetime
+import hashlib
 import runpy
 import shutil
 import subprocess
@@ -51,6 +55,8 @@ from janitor.decide.triggers import terminating
 from janitor.node_agent.agent import AgentSettings, NodeAgent
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "node"
+OWNER = ("dana@lab.example", "U0DANA01", "dana")
+OWNER_DM = "D" + hashlib.sha1(OWNER[1].encode()).hexdigest()[:10].upper()  # the stand-in's DM id for her
 _fake = runpy.run_path(str(FIXTURES / "fake_proc.py"))
 
 
@@ -155,6 +161,8 @@ def test_stuck_terminating_pods_reported_and_forced_only_on_evidence(
     held_pod(core, namespace, "clear", own_node[0])
     # A GPU no pod holds (earlier tests' pods may still be going away): the ghost goes there, and
     # the pod whose process is stuck sits on the same node, so the report can put them together.
+    core.patch_namespace(namespace, {"metadata": {"annotations": {"owner": OWNER[0]}}})
+    slack.add_user(*OWNER)
     free: dict[str, str] = {}
 
     def a_free_gpu() -> bool:
@@ -224,13 +232,20 @@ def test_stuck_terminating_pods_reported_and_forced_only_on_evidence(
         assert f"{namespace}/dstate" in shown and f"drain and reboot {gnode}" in shown
         assert f"{namespace}/db-0" in shown and "Nodes with processes of deleted pods stuck in D state" in shown
         assert (f"{gnode} GPU {ghost}: 30000 MiB in use, held by pid 4242 (python, state D) of deleted or "
-                f"long-Terminating pod {namespace}/dstate (unknown owner) since ") in shown
+                f"long-Terminating pod {namespace}/dstate ({OWNER[0]} (email)) since ") in shown
         assert "; the node agent reports processes of deleted pods stuck there" in shown
+        [told] = slack.messages(OWNER_DM)
+        assert (f"Your pod {namespace}/dstate was deleted, but processes of it still hold GPUs on node {gnode}: "
+                "GPU minor ") in told.text and "by pid 4242 (python, state D)" in told.text
+        assert "the admins (#gpu-admins)" in told.text and "kills nothing" in told.text
         janitor.run_cycle()  # the force-deleted pod is resolved: the report changed, and is sent again
         assert len(admin_reports(slack, namespace)) == 2
         assert f"{namespace}/clear" not in str(admin_reports(slack, namespace)[1])
         janitor.run_cycle()
         assert len(admin_reports(slack, namespace)) == 2  # nothing changed: not sent again
+        restarted = Runner(kube, janitor.settings)
+        restarted.run_cycle()
+        assert len(slack.messages(OWNER_DM)) == 1  # told once, a restart included
         assert {p.metadata.name for p in core.list_namespaced_pod(namespace).items} == {"finalized", "dstate", "db-0"}
     finally:
         ValuesControl(sandbox.exporters_url).unset(Kind.GHOST_GPU, f"{gnode}/{ghost}")

@@ -24,7 +24,9 @@ Aspects covered:
 - the janitor's admin report joins a ghost GPU (memory in use, no pod) with the holder on the same
   node and PCI bus id (the driver's spelling and DCGM's; DCGM's `gpu` is an index, not the minor),
   with the pod's owner from its namespace; holders with no ghost beside them get their own
-  section; a condition that is not True reports nobody.
+  section; a condition that is not True reports nobody;
+- the owner of a holder's pod gets one notice per node and pod (its processes together), only when
+  its namespace names one; it says the node, the GPUs and that the admins will free them.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from test_node_agent_sight import NEIGHBOUR, NOW, StandInCore, _fake, of_pod, po
 from janitor import node_report
 from janitor.decide.admin_report import admin_report
 from janitor.decide.evidence import GhostGpu
+from janitor.decide.holder_notices import holder_notices
 from janitor.decide.model import NamespaceView, Observation, SafetyLedger
 from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.plan import plan
@@ -364,3 +367,21 @@ def test_under_the_real_dev_only_nvidia_character_devices_count_by_their_device_
     by_name, _ = devices.holdings([60, 61, 62, 63], proc, dev)  # a fake device root: by name
     assert [(h.pid, h.minors) for h in by_name] == [(60, frozenset({0})), (61, frozenset({1})), (62, frozenset({3})),
                                                     (63, frozenset({0}))]
+
+
+def test_the_owner_of_a_holders_pod_gets_one_notice_per_node_and_pod_and_only_a_known_owner() -> None:
+    since = NOW - datetime.timedelta(minutes=40)
+    a = node_report.HeldGpu(3, "0000:3b:00.0", 4121, "S", since, GONE, "ml", "train-7f9", "python")
+    b = replace(a, minor=1, pid=4122, comm="pt_data_worker")
+    stranger = node_report.HeldGpu(5, "", 77, "D", since, LATE, "", "", "")  # never seen listed
+    unowned = replace(a, pod_uid=LIVE, namespace="scratch", name="x-0")
+    nodes = [views.node_info(held_on("gpu-7", a, b, stranger, unowned)),
+             views.node_info(held_on("gpu-9", a, status="Unknown"))]
+    owners = {"ml": Owner(OwnerKind.EMAIL, "alice@lab.example"), "scratch": Owner(OwnerKind.UNKNOWN)}
+    [notice] = holder_notices(nodes, owners)
+    assert (notice.key, notice.owner.value, [h.pid for h in notice.held]) == (f"gpu-7/{GONE}", "alice@lab.example",
+                                                                            [4122, 4121])
+    words = notice.words("#gpu-admins")
+    assert words.startswith("Your pod ml/train-7f9 was deleted, but processes of it still hold GPUs on node gpu-7: "
+                            "GPU minor 1 (bus 0000:3b:00.0) by pid 4122 (pt_data_worker, state S) since ")
+    assert "the admins (#gpu-admins) see it in their report" in words and "kills nothing" in words
