@@ -331,9 +331,11 @@ def _apply(ports: Ports, settings: Settings, planned: Planned, source: Prometheu
         notes.store(ports.clock())
         result.memory = _admin_report(ports, settings, planned, result.memory)
         if planned.plan.holder_notices and ports.slack is not None:
-            told = _StateFile(ports.api, settings, holder_notices.DATA_KEY, "told")
-            holder_notices.tell(planned.plan.holder_notices, told, ports.slack, ports.clock(), _context(settings),
-                                ports.fence)
+            told, slack = _StateFile(ports.api, settings, holder_notices.DATA_KEY, "told"), ports.slack
+            holder_notices.tell(planned.plan.holder_notices, told, slack, ports.clock(), _context(settings),
+                                ports.fence, retry=settings.slack.notice_retry,
+                                budget=settings.slack.send_budget.total_seconds(),
+                                find=lambda owner, sent, since: slack.find_sent(owner, sent, since=since))
     elif dry_run:
         for change in decided.changes:
             if change.step not in (Step.WAIT, Step.ACT):

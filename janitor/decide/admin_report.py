@@ -81,14 +81,13 @@ def _holder(h: HeldGpu, owners: Mapping[str, Owner]) -> str:
             + (f" ({owner})" if owner is not None else "") + f" since {h.since:%Y-%m-%d %H:%M}Z")
 
 
-def _gpus(nodes: Sequence[NodeInfo], ghosts: Sequence[GhostGpu],
-          owners: Mapping[str, Owner]) -> tuple[list[str], list[str], list[str]]:
+def _gpus(nodes: Sequence[NodeInfo], ghosts: Sequence[GhostGpu], owners: Mapping[str, Owner],
+          held: Sequence[tuple[str, HeldGpu]]) -> tuple[list[str], list[str], list[str]]:
     """(ghost lines, lines of GPUs held with no ghost beside them, ids). A ghost GPU (memory in use,
-    no pod) is joined with the holders the node agent names on the same node and PCI bus id; the
-    driver's and DCGM's spellings of a bus id differ, so they are compared as numbers."""
+    no pod) is joined with the holders believed on the same node and PCI bus id
+    (decide.holder_notices.believed); the driver's and DCGM's spellings of a bus id differ, so they
+    are compared as numbers."""
     by_name = {n.name: n for n in nodes}
-    held = [(n.name, h) for n in nodes if n.gpu_holders is not None and n.gpu_holders.status is True
-            for h in n.gpu_holders.message.held]
     joined: set[tuple[str, int, int]] = set()
     ghost_lines = []
     for g in ghosts:
@@ -109,8 +108,10 @@ def admin_report(findings: Sequence[Finding], nodes: Sequence[NodeInfo], silent_
                  tripwire: str | None, ghost_gpus: Sequence[GhostGpu] = (), held: Sequence[Held] = (),
                  state: tuple[str, str] = ("kube-idle-janitor", "janitor-state"),
                  beside: Sequence[ObjectRef] = (), undone: Sequence[tuple[ObjectRef, Undone]] = (),
-                 sight_lost: Reason | None = None, owners: Mapping[str, Owner] | None = None) -> AdminReport:
-    """`owners`: the owner of each namespace a GPU holder's pod was in (its workload is gone)."""
+                 sight_lost: Reason | None = None, owners: Mapping[str, Owner] | None = None,
+                 gpu_holders: Sequence[tuple[str, HeldGpu]] = ()) -> AdminReport:
+    """`gpu_holders`: the (node, holder) pairs believed; `owners`: the owner of each namespace a
+    holder's pod was in (its workload is gone)."""
     sections: list[tuple[str, tuple[str, ...]]] = []
     if sight_lost is not None:
         lost = f"{sight_lost}: the janitor marks, warns, cancels and reclaims nothing until it can read it again"
@@ -139,7 +140,7 @@ def admin_report(findings: Sequence[Finding], nodes: Sequence[NodeInfo], silent_
             f"{name}: {sight.visible} of the {sight.listed} other pods listed there seen; it finds no process stuck "
             f"in D state and proves no pod gone: "
             + str(why(Code.AGENT_BLIND_CAUSES if sight.listed else Code.AGENT_BLIND_ALONE)) for name, sight in blind)))
-    ghost_lines, held_gpus, held_gpu_ids = _gpus(nodes, ghost_gpus, owners or {})
+    ghost_lines, held_gpus, held_gpu_ids = _gpus(nodes, ghost_gpus, owners or {}, gpu_holders)
     if ghost_lines:
         sections.append(("Ghost GPUs (memory in use, no pod)", tuple(ghost_lines)))
     if held_gpus:

@@ -26,7 +26,7 @@ from janitor.decide import held, lifecycle, neighbours, selection, sight, usage
 from janitor.decide.admin_report import AdminReport, admin_report
 from janitor.decide.attribution import candidates
 from janitor.decide.evidence import PodKey
-from janitor.decide.holder_notices import HolderNotice, holder_notices
+from janitor.decide.holder_notices import HolderNotice, believed, holder_notices
 from janitor.decide.lifecycle import Change, LifecycleSettings, Step
 from janitor.decide.model import (
     EXPIRY_POLICY,
@@ -47,6 +47,7 @@ from janitor.decide.rails import Held, HoldReason, Rails, apply_rails, clock_ske
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import CronJobMode, Workload
 from janitor.decide.triggers import expiry, registry
+from janitor.node_report import HeldGpu
 from janitor.policy.model import Mode, Policy
 
 EXPIRY = Policy(EXPIRY_POLICY, (), description="janitor/ttl and janitor/expires (kube-janitor's annotations)",
@@ -231,10 +232,10 @@ def silent_gpu_pods(observation: Observation) -> tuple[PodView, ...]:
     return tuple(p for p in observation.pods if p.gpus and p.phase == "Running" and silent(p))
 
 
-def _holder_owners(observation: Observation, keys: Sequence[tuple[str, str]]) -> dict[str, Owner]:
-    """The owner of each namespace whose deleted pod's process the node agent found holding a GPU."""
-    namespaces = {h.namespace for n in observation.nodes if n.gpu_holders is not None
-                  for h in n.gpu_holders.message.held if h.namespace}
+def _holder_owners(held: Sequence[tuple[str, HeldGpu]], observation: Observation,
+                   keys: Sequence[tuple[str, str]]) -> dict[str, Owner]:
+    """The owner of each namespace whose deleted pod's process is believed to hold a GPU."""
+    namespaces = {h.namespace for _, h in held if h.namespace}
     return {ns: find_owner(None, observation.namespace(ns), keys) for ns in sorted(namespaces)}
 
 
@@ -255,16 +256,17 @@ def plan(observation: Observation, policies: Sequence[Policy], ledger: SafetyLed
     beside = neighbours.kube_janitors(observation.objects, observation.pods)
     undone = tuple((o.ref, u) for o in observation.objects if (u := held.undone_on(o)) is not None)
     blind = sight.lost(observation)
-    owners = _holder_owners(observation, settings.owner_keys)
+    held_gpus = believed(observation.nodes, observation.pods, observation.nodes_at or decision.now)
+    owners = _holder_owners(held_gpus, observation, settings.owner_keys)
     report = admin_report(decision.findings, observation.nodes, silent, tripwire,
                           observation.evidence.ghost_gpus or (), railed.held, settings.state, beside, undone, blind,
-                          owners)
+                          owners, held_gpus)
     # Blind, the ledger stays as it was: a count of no candidates would make the next cycle's look like a spike.
     return CyclePlan(decision.now, decision.reports + railed.allowed, railed.held, decision.changes,
                      decision.findings, ledger if blind else railed.ledger, tuple(notices),
                      railed.tripped_now and not blind, report, silent, observation.evidence.failures,
                      (now - observation.at).total_seconds() if observation.at is not None else None, blind,
-                     beside, railed.paused, () if blind else holder_notices(observation.nodes, owners))
+                     beside, railed.paused, () if blind else holder_notices(held_gpus, owners))
 
 
 def verdicts(findings: Sequence[Finding]) -> Mapping[str, tuple[Finding, ...]]:

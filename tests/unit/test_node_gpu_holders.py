@@ -46,7 +46,7 @@ from test_node_agent_sight import NEIGHBOUR, NOW, StandInCore, _fake, of_pod, po
 from janitor import node_report
 from janitor.decide.admin_report import admin_report
 from janitor.decide.evidence import GhostGpu
-from janitor.decide.holder_notices import holder_notices
+from janitor.decide.holder_notices import believed, holder_notices
 from janitor.decide.model import NamespaceView, Observation, SafetyLedger
 from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.plan import plan
@@ -200,9 +200,12 @@ def test_a_message_cut_to_fit_reads_back_incomplete_and_unreadable_entries_are_n
     assert not node_report.decode_holders("no data part").complete
 
 
-def held_on(node: str, *held: node_report.HeldGpu, status: str = "True") -> dict[str, Any]:
-    """A Node as the apiserver returns it, with the agent's GPU condition."""
-    message = node_report.encode_holders(f"{len(held)} GPUs held", held)
+def held_on(node: str, *held: node_report.HeldGpu, status: str = "True", scanned: datetime.datetime = NOW,
+            run: bool = True, sees: int = 3) -> dict[str, Any]:
+    """A Node as the apiserver returns it, with the agent's GPU condition: its last scan at
+    `scanned` (`run` False: a message without the agent's part), seeing `sees` of 3 other pods."""
+    agent = node_report.AgentRun(scanned - datetime.timedelta(hours=1), 100, 3, scanned) if run else None
+    message = node_report.encode_holders(f"{len(held)} GPUs held", held, agent, node_report.Sight(sees, 3))
     return {"metadata": {"name": node}, "status": {"conditions": [
         {"type": node_report.GPU_CONDITION_TYPE, "status": status, "message": message}]}}
 
@@ -217,7 +220,7 @@ def test_the_admin_report_joins_a_ghost_gpu_with_its_holder_by_bus_id_on_its_nod
     ghosts = [GhostGpu("gpu-7", "1", 38912.0, "00000000:3B:00.0", UUID),  # index 1, minor 3: same bus
               GhostGpu("gpu-9", "1", 100.0, "00000000:3B:00.0")]  # same bus on another node: not joined
     owners = {"ml": Owner(OwnerKind.EMAIL, "alice@lab.example")}
-    report = admin_report([], nodes, [], None, ghost_gpus=ghosts, owners=owners)
+    report = admin_report([], nodes, [], None, ghost_gpus=ghosts, owners=owners, gpu_holders=believed(nodes, [], NOW))
     sections = dict(report.sections)
     assert sections["Ghost GPUs (memory in use, no pod)"] == (
         "gpu-7 GPU 1: 38912 MiB in use, held by pid 4121 (python, state S) of deleted or long-Terminating pod "
@@ -231,7 +234,9 @@ def test_the_admin_report_joins_a_ghost_gpu_with_its_holder_by_bus_id_on_its_nod
     assert "held-gpu:gpu-7/3/4121" in report.ids
     cleared = [views.node_info(held_on("gpu-7", trainer, status="False")),
                views.node_info(held_on("gpu-8", trainer, status="Unknown"))]
-    assert "GPUs held by processes of deleted pods" not in dict(admin_report([], cleared, [], None).sections)
+    held = believed(cleared, [], NOW)
+    assert held == () and "GPUs held by processes of deleted pods" not in dict(
+        admin_report([], cleared, [], None, gpu_holders=held).sections)
 
 
 def test_bus_ids_compare_as_numbers_in_either_spelling() -> None:
@@ -378,7 +383,7 @@ def test_the_owner_of_a_holders_pod_gets_one_notice_per_node_and_pod_and_only_a_
     nodes = [views.node_info(held_on("gpu-7", a, b, stranger, unowned)),
              views.node_info(held_on("gpu-9", a, status="Unknown"))]
     owners = {"ml": Owner(OwnerKind.EMAIL, "alice@lab.example"), "scratch": Owner(OwnerKind.UNKNOWN)}
-    [notice] = holder_notices(nodes, owners)
+    [notice] = holder_notices(believed(nodes, [], NOW), owners)
     assert (notice.key, notice.owner.value, [h.pid for h in notice.held]) == (f"gpu-7/{GONE}", "alice@lab.example",
                                                                             [4122, 4121])
     words = notice.words("#gpu-admins")
