@@ -24,6 +24,7 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 import datetime
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
@@ -107,8 +108,17 @@ def findings(workloads: Sequence[Workload], found: Sequence[Finding], observatio
         if kind is TriggerKind.IDLE_GPU:
             members = [_with_mapped_gpus(w, observation, check) for w in members]
         judged = [w for w in members if trigger.pods(w)]
-        out.extend(replace(f, reclaim_gpu_hours=0.0) for f in trigger.findings(judged, observation, check, now))
+        out.extend(_reclaiming_nothing(f) for f in trigger.findings(judged, observation, check, now))
     return out
+
+
+def _reclaiming_nothing(finding: Finding) -> Finding:
+    """A check's finding reclaims no GPU-hours: it never marks or acts. Most say so already (every CPU
+    verdict, every GPU verdict but idle) and are kept as they are, not copied."""
+    hours = finding.reclaim_gpu_hours
+    if type(hours) is float and hours == 0.0 and math.copysign(1.0, hours) > 0:  # 0.0 itself, not -0.0 or 0
+        return finding
+    return replace(finding, reclaim_gpu_hours=0.0)
 
 
 def _work_signals(policy: Policy) -> frozenset[str]:

@@ -33,6 +33,7 @@ from janitor.policy.model import Trigger as PolicyTrigger
 from janitor.why_note import Scalar
 
 _GPU = operator.attrgetter("gpu")
+_ON_CPU = frozenset({CPU_SIGNAL})  # a CPU verdict's `busy_on`, or `doubt_on` when it is not sure
 ACTIVITY_SIGNAL = "activity"  # what a pod judgement names as busy when the policy's activity rules say in use
 MIN_DEFAULT_GAP = datetime.timedelta(minutes=1)
 """The default `maxGap` is GAP_INTERVALS scrape intervals, but never under a minute: a Prometheus
@@ -91,14 +92,16 @@ class _Judge:
         self.configured = trigger.max_gap
         self.allowed: dict[datetime.timedelta, datetime.timedelta] = {}
 
-    def young(self, pod: PodView) -> PodJudgement | None:
+    def young(self, pod: PodView, doubt_on: frozenset[str] = frozenset()) -> PodJudgement | None:
         """Why the pod is not judged yet (not started, or younger than the window or the minimum
-        age: samples before its start belong to another pod), or None."""
+        age: samples before its start belong to another pod), or None. `doubt_on`: the signals the
+        verdict could not judge, when the judge names them."""
         if pod.started is None:
-            return PodJudgement(pod.ref, State.UNKNOWN, why(Code.NOT_STARTED))
+            return PodJudgement(pod.ref, State.UNKNOWN, why(Code.NOT_STARTED), doubt_on=doubt_on)
         running = self.now - pod.started
         if running < self.needed:
-            return PodJudgement(pod.ref, State.TOO_YOUNG, why(Code.TOO_YOUNG, running=running, needed=self.needed))
+            return PodJudgement(pod.ref, State.TOO_YOUNG, why(Code.TOO_YOUNG, running=running, needed=self.needed),
+                                doubt_on=doubt_on)
         return None
 
     def doubtful(self, quality: Quality) -> bool:
@@ -249,41 +252,41 @@ class CpuJudge(_Judge):
         self.evidence, self.trigger = evidence, trigger
 
     def __call__(self, pod: PodView) -> PodJudgement:
-        return _doubting(self._judge(pod), frozenset({CPU_SIGNAL}))
-
-    def _judge(self, pod: PodView) -> PodJudgement:
+        """The verdict; one that is not sure says so of the CPU (`doubt_on`), made so where it is
+        made rather than copied after (a verdict for every running pod, several times a cycle)."""
         evidence, trigger = self.evidence, self.trigger
         if evidence is None:
-            return PodJudgement(pod.ref, State.UNKNOWN, why(Code.NO_EVIDENCE_READ, signal="CPU"))
+            return PodJudgement(pod.ref, State.UNKNOWN, why(Code.NO_EVIDENCE_READ, signal="CPU"), doubt_on=_ON_CPU)
         if evidence.failed:
             return PodJudgement(pod.ref, State.UNKNOWN, why(Code.EVIDENCE_FAILED, signal="CPU",
-                                                            error=evidence.failed))
-        young = self.young(pod)
+                                                            error=evidence.failed), doubt_on=_ON_CPU)
+        young = self.young(pod, _ON_CPU)
         if young:
-            return self._life(pod, evidence) or young
+            life = self._life(pod, evidence)
+            return young if life is None else _doubting(life, _ON_CPU)
         usage = evidence.pods.get(pod_key(pod))
         if usage is None or usage.peak_cores is None:
-            return PodJudgement(pod.ref, State.UNKNOWN, why(Code.CPU_NO_SERIES))
+            return PodJudgement(pod.ref, State.UNKNOWN, why(Code.CPU_NO_SERIES), doubt_on=_ON_CPU)
         if trigger.cores is not None:
             limit, described = trigger.cores, f"{trigger.cores:g} cores"
         else:
             ignored = trigger.ignore_containers
             request = sum(c.cpu_request_cores for c in pod.containers if c.name not in ignored)
             if request <= 0:
-                return PodJudgement(pod.ref, State.UNKNOWN, why(Code.CPU_NO_REQUEST))
+                return PodJudgement(pod.ref, State.UNKNOWN, why(Code.CPU_NO_REQUEST), doubt_on=_ON_CPU)
             fraction = trigger.fraction_of_request or 0.0
             limit, described = fraction * request, f"{fraction:g} of its {request:g}-core request"
         peak = usage.peak_cores
         if peak > limit:  # use, whatever else is missing: only idleness needs the whole window
             return PodJudgement(pod.ref, State.CLEAR, why(Code.CPU_BUSY, peak=peak, limit=described,
-                                                          window=trigger.window), busy_on=frozenset({CPU_SIGNAL}))
+                                                          window=trigger.window), busy_on=_ON_CPU)
         doubt = _doubt("CPU", usage.quality, evidence.window, trigger.max_gap) if self.doubtful(usage.quality) else None
         if doubt is not None:
-            return PodJudgement(pod.ref, State.UNKNOWN, doubt)
+            return PodJudgement(pod.ref, State.UNKNOWN, doubt, doubt_on=_ON_CPU)
         coverage = usage.samples / evidence.window.expected_samples
         if coverage < trigger.min_coverage:
             return PodJudgement(pod.ref, State.UNKNOWN, why(Code.CPU_LOW_COVERAGE, coverage=coverage,
-                                                            window=trigger.window))
+                                                            window=trigger.window), doubt_on=_ON_CPU)
         return PodJudgement(pod.ref, State.FIRES, why(Code.CPU_IDLE, peak=peak, limit=described,
                                                       window=trigger.window))
 
