@@ -122,13 +122,15 @@ class GpuJudge(_Judge):
         super().__init__(trigger, now)
         self.evidence, self.trigger = evidence, trigger
         self.signal = str(trigger.signal)
-        self.limit: dict[str, Fact] = {"signal": self.signal, "threshold": trigger.threshold, "window": trigger.window}
+        self.limit: tuple[tuple[str, Fact], ...] = (("signal", self.signal), ("threshold", trigger.threshold),
+                                                     ("window", trigger.window))
         self.busy_on = frozenset({self.signal})
         self.expected: dict[datetime.timedelta, int] = {}
+        self._unread = self._not_read()  # the same for every pod: the evidence is the cycle's
 
     def __call__(self, pod: PodView) -> PodJudgement:
         evidence, trigger, signal = self.evidence, self.trigger, self.signal
-        unread = self.unread()
+        unread = self._unread
         if unread is not None or evidence is None:
             return PodJudgement(pod.ref, State.UNKNOWN, unread or why(Code.NO_EVIDENCE_READ, signal=signal))
         young = self.young(pod)
@@ -146,7 +148,7 @@ class GpuJudge(_Judge):
             # than GPUs: its own samples above the threshold are use all the same (busy beats unknown).
             busy_own = sorted((s for s in series if s.peak is not None and s.peak > trigger.threshold), key=_GPU)
             if busy_own:
-                return PodJudgement(pod.ref, State.CLEAR, why(Code.GPU_BUSY, **self._facts(busy_own)), (),
+                return PodJudgement(pod.ref, State.CLEAR, self._reason(Code.GPU_BUSY, busy_own), (),
                                     {s.gpu: s.peak for s in series}, self.busy_on)
             if mine.doubt is not None:
                 return PodJudgement(pod.ref, State.UNKNOWN, mine.doubt, peaks={s.gpu: s.peak for s in series})
@@ -164,13 +166,12 @@ class GpuJudge(_Judge):
             return PodJudgement(pod.ref, State.UNKNOWN, unsure, peaks=peaks)
         idle = tuple(sorted(s.gpu for s in series if s.gpu not in busy)) if unsure is None else ()
         ordered = sorted(series, key=_GPU)
-        facts = self._facts(ordered)
         if len(idle) == len(series):
-            return PodJudgement(pod.ref, State.FIRES, why(Code.GPU_IDLE, **facts), idle, peaks)
+            return PodJudgement(pod.ref, State.FIRES, self._reason(Code.GPU_IDLE, ordered), idle, peaks)
         if idle:
-            return PodJudgement(pod.ref, State.PARTIAL, why(Code.GPU_PARTIAL, idle=len(idle), total=len(series),
-                                                            **facts), idle, peaks, self.busy_on)
-        return PodJudgement(pod.ref, State.CLEAR, why(Code.GPU_BUSY, **facts), (), peaks, self.busy_on)
+            return PodJudgement(pod.ref, State.PARTIAL, self._reason(Code.GPU_PARTIAL, ordered, ("idle", len(idle)),
+                                                                     ("total", len(series))), idle, peaks, self.busy_on)
+        return PodJudgement(pod.ref, State.CLEAR, self._reason(Code.GPU_BUSY, ordered), (), peaks, self.busy_on)
 
     def never_used(self, pod: PodView) -> PodJudgement | None:
         """The verdict over the pod's whole life, where the never-used window judges a pod too young
@@ -181,11 +182,13 @@ class GpuJudge(_Judge):
             return None
         return never_used.judged(GpuJudge(found, never_used.trigger(self.trigger, running), self.now)(pod), running)
 
-    def _facts(self, ordered: Sequence[GpuSeries]) -> dict[str, Fact]:
-        """Each GPU's peak as data (plain words read those), the sentence's detail written from them
-        only when shown, and the trigger's limit."""
-        peaks = tuple((s.gpu, s.peak) for s in ordered)
-        return {"detail": Words(_peak_words, peaks), **self.limit, "peaks": peaks}
+    def _reason(self, code: Code, ordered: Sequence[GpuSeries], *first: tuple[str, Fact]) -> Reason:
+        """`why(code, **first, detail=..., signal=..., threshold=..., window=..., peaks=...)`: each GPU's
+        peak as data (plain words read those), the sentence's detail written from them only when
+        shown, and the trigger's limit. Its facts are put together as `why` would, without the
+        keyword dicts: this is said of every GPU pod judged."""
+        peaks = tuple([(s.gpu, s.peak) for s in ordered])
+        return Reason(code, (*first, ("detail", Words(_peak_words, peaks)), *self.limit, ("peaks", peaks)))
 
     def _distinct(self, pod: PodView, series: Sequence[GpuSeries]) -> PodJudgement | None:
         """The rule above in one pass over the series, when each names another GPU (as exporters
@@ -206,16 +209,20 @@ class GpuJudge(_Judge):
         if unsure is not None and len(idle) == len(series):
             return PodJudgement(pod.ref, State.UNKNOWN, unsure, peaks=peaks)
         found = tuple(sorted(idle)) if unsure is None else ()
-        facts = self._facts(sorted(series, key=_GPU))
+        ordered = sorted(series, key=_GPU)
         if len(found) == len(series):
-            return PodJudgement(pod.ref, State.FIRES, why(Code.GPU_IDLE, **facts), found, peaks)
+            return PodJudgement(pod.ref, State.FIRES, self._reason(Code.GPU_IDLE, ordered), found, peaks)
         if found:
-            return PodJudgement(pod.ref, State.PARTIAL, why(Code.GPU_PARTIAL, idle=len(found), total=len(series),
-                                                            **facts), found, peaks, self.busy_on)
-        return PodJudgement(pod.ref, State.CLEAR, why(Code.GPU_BUSY, **facts), (), peaks, self.busy_on)
+            return PodJudgement(pod.ref, State.PARTIAL, self._reason(Code.GPU_PARTIAL, ordered, ("idle", len(found)),
+                                                                     ("total", len(series))), found, peaks,
+                                self.busy_on)
+        return PodJudgement(pod.ref, State.CLEAR, self._reason(Code.GPU_BUSY, ordered), (), peaks, self.busy_on)
 
     def unread(self) -> Reason | None:
         """Why this signal's evidence says nothing this cycle (not read, or the query failed), or None."""
+        return self._unread
+
+    def _not_read(self) -> Reason | None:
         if self.evidence is None:
             return why(Code.NO_EVIDENCE_READ, signal=self.signal)
         if self.evidence.failed:
