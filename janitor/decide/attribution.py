@@ -57,6 +57,14 @@ def attribute(pod_uid: str, series: Sequence[GpuSeries], signal: str) -> Attribu
     return Attributed(own)
 
 
+def any_candidate(pod_uid: str, series: Sequence[GpuSeries]) -> bool:
+    """Whether `candidates` has any, without making them (asked of every running GPU pod)."""
+    for s in series:
+        if not s.uid or s.uid == pod_uid:
+            return True
+    return False
+
+
 def candidates(pod_uid: str, series: Sequence[GpuSeries]) -> tuple[GpuSeries, ...]:
     """The series that may be the pod's: its UID's and those without one (another UID's never are)."""
     return tuple(s for s in series if not s.uid or s.uid == pod_uid)

@@ -24,7 +24,7 @@ from typing import cast
 
 from janitor.decide import held, lifecycle, neighbours, selection, sight, usage
 from janitor.decide.admin_report import AdminReport, admin_report
-from janitor.decide.attribution import candidates
+from janitor.decide.attribution import any_candidate
 from janitor.decide.evidence import PodKey
 from janitor.decide.lifecycle import Change, LifecycleSettings, Step
 from janitor.decide.model import (
@@ -223,8 +223,11 @@ def silent_gpu_pods(observation: Observation) -> tuple[PodView, ...]:
     def silent(pod: PodView) -> bool:
         # Each pod looked up in each read, not every series of every read gathered first. The
         # namespace as it is: a pod without one matches only a series read without one.
-        key = PodKey(cast(str, pod.ref.namespace), pod.ref.name)
-        return not any(candidates(pod.ref.uid, pods.get(key, ())) for pods in series)
+        key, uid = PodKey(cast(str, pod.ref.namespace), pod.ref.name), pod.ref.uid
+        for pods in series:
+            if any_candidate(uid, pods.get(key, ())):
+                return False
+        return True
 
     return tuple(p for p in observation.pods if p.gpus and p.phase == "Running" and silent(p))
 
