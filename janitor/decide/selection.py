@@ -167,6 +167,16 @@ class Workload:
     # The CronJob above a Job that is the workload (`--cronjob-target job`, or the CronJob suspended):
     # its opt-out, owner and keep-until govern the Job, as annotations on the CronJob never reach its Jobs.
     parent: ObjectView | None = None
+    # The pods the usage triggers judge, found once as the workload is made (each trigger, each in-use
+    # check and the choice of the policy governing it ask): those running and not being deleted, and
+    # of those the ones that hold GPUs.
+    running: tuple[PodView, ...] = field(init=False, repr=False, compare=False)
+    gpu_pods: tuple[PodView, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        running = tuple([p for p in self.pods if p.phase == "Running" and not p.deleting])
+        object.__setattr__(self, "running", running)
+        object.__setattr__(self, "gpu_pods", tuple([p for p in running if p.gpus > 0]))
 
     @property
     def known(self) -> bool:

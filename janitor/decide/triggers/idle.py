@@ -343,12 +343,13 @@ def judge_workload(pods: Sequence[PodJudgement], starting: PodView | None = None
 
 
 def running(workload: Workload) -> tuple[PodView, ...]:
-    return tuple(p for p in workload.pods if p.phase == "Running" and not p.deleting)
+    """The pods `idleCpu` judges: running and not being deleted (found as the workload was made)."""
+    return workload.running
 
 
 def gpu_pods(workload: Workload) -> tuple[PodView, ...]:
     """The pods `idleGpu` judges: running pods that hold GPUs."""
-    return tuple(p for p in running(workload) if p.gpus > 0)
+    return workload.gpu_pods
 
 
 def starting(workload: Workload) -> PodView | None:
