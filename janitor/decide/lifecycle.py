@@ -532,11 +532,11 @@ def plan_lifecycle(
     cases = []
     for uid in [*subjects, *marked, *checked]:
         view = views[uid]
-        if view.deleting:
+        mark = view.readings.mark  # parsed once per resourceVersion, when its view was built
+        if view.deleting or (mark is None and not _may_mark(view, per_subject.get(uid, ()))):
             continue
         found = tuple(sorted(per_subject.get(uid, ()), key=lambda f: (order.get(f.policy, len(order)), f.trigger)))
         owner = found[0].owner if found else known_owners.get(uid, Owner(OwnerKind.UNKNOWN))
-        mark = view.readings.mark  # parsed once per resourceVersion, when its view was built
         cases.append(_Case(view, mark, found, zones.get(uid), owner, untraced.get(view.ref.namespace or ""),
                            parents.get(uid), also.get(uid, ()), claims.get(uid, view.claims), held.manager_of(found),
                            queued_runs.get(uid, ())))
@@ -552,6 +552,14 @@ def plan_lifecycle(
                                                          candidate)))
     changes.extend(_in_zone(c, zones.get(c.workload.uid)) for c in _new_marks(candidates, now, settings, pace))
     return tuple(changes)
+
+
+def _may_mark(view: ObjectView, findings: Sequence[Finding]) -> bool:
+    """Whether `_decide` can come to anything for an unmarked workload: a reclaim recorded on it to
+    check, or an enforcing policy's finding that fires (only such a finding governs an unmarked one).
+    Most workloads judged have neither, and are not made cases at all."""
+    return held.recorded(view) or any(f.mode is Mode.ENFORCE and f.known and f.state is State.FIRES
+                                      for f in findings)
 
 
 def _running_jobs(workload: Workload, views: Mapping[str, ObjectView], now: datetime.datetime
