@@ -257,6 +257,10 @@ class CpuJudge(_Judge):
     def __init__(self, evidence: CpuEvidence | None, trigger: IdleCpu, now: datetime.datetime) -> None:
         super().__init__(trigger, now)
         self.evidence, self.trigger = evidence, trigger
+        # What no pod changes, worked out once: an absolute limit's words, the points the window holds
+        # (when a pod first needs them).
+        self.cores = f"{trigger.cores:g} cores" if trigger.cores is not None else ""
+        self.expected: int | None = None
 
     def __call__(self, pod: PodView) -> PodJudgement:
         """The verdict; one that is not sure says so of the CPU (`doubt_on`), made so where it is
@@ -275,7 +279,7 @@ class CpuJudge(_Judge):
         if usage is None or usage.peak_cores is None:
             return PodJudgement(pod.ref, State.UNKNOWN, why(Code.CPU_NO_SERIES), doubt_on=_ON_CPU)
         if trigger.cores is not None:
-            limit, described = trigger.cores, f"{trigger.cores:g} cores"
+            limit, described = trigger.cores, self.cores
         else:
             ignored = trigger.ignore_containers
             request = sum(c.cpu_request_cores for c in pod.containers if c.name not in ignored)
@@ -290,7 +294,10 @@ class CpuJudge(_Judge):
         doubt = _doubt("CPU", usage.quality, evidence.window, trigger.max_gap) if self.doubtful(usage.quality) else None
         if doubt is not None:
             return PodJudgement(pod.ref, State.UNKNOWN, doubt, doubt_on=_ON_CPU)
-        coverage = usage.samples / evidence.window.expected_samples
+        expected = self.expected
+        if expected is None:
+            expected = self.expected = evidence.window.expected_samples
+        coverage = usage.samples / expected
         if coverage < trigger.min_coverage:
             return PodJudgement(pod.ref, State.UNKNOWN, why(Code.CPU_LOW_COVERAGE, coverage=coverage,
                                                             window=trigger.window), doubt_on=_ON_CPU)
