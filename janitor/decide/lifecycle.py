@@ -53,7 +53,7 @@ from janitor.decide.notices import Notice, keep_command, resume_command
 from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.readings import Keep
 from janitor.decide.reasons import Code, Reason, why
-from janitor.decide.selection import Workload, with_marks
+from janitor.decide.selection import Workload
 from janitor.decide.triggers import registry
 from janitor.decide.triggers.spec import Usage
 from janitor.decide.volumes import ClaimTemplates
@@ -526,9 +526,14 @@ def plan_lifecycle(
                 queued_runs[w.ref.uid] = tuple(r.name for r in also[w.ref.uid]
                                                if (run := views.get(r.uid)) is not None and endings.kueue_managed(run))
     subjects = [uid for uid in per_subject if uid in views]
-    marked = [v.ref.uid for v in with_marks(views.values()) if v.ref.uid not in per_subject]
-    checked = [v.ref.uid for v in views.values() if ann.RECLAIMED in v.annotations and v.ref.uid not in per_subject
-               and not v.readings.marked and held.recorded(v)]
+    marked: list[str] = []  # carrying a mark (`with_marks`), with no finding on them
+    checked: list[str] = []  # unmarked, with a reclaim's record to look at, and no finding
+    for v in views.values():  # one pass over every object read
+        if v.readings.marked:
+            if v.ref.uid not in per_subject:
+                marked.append(v.ref.uid)
+        elif ann.RECLAIMED in v.annotations and v.ref.uid not in per_subject and held.recorded(v):
+            checked.append(v.ref.uid)
     cases = []
     for uid in [*subjects, *marked, *checked]:
         view = views[uid]

@@ -191,14 +191,14 @@ def decide(observation: Observation, policies: Sequence[Policy], now: datetime.d
     gate = selection.Gate(observation, rails)
     blind = sight.lost(observation)
     if blind is not None:
-        seen = [o for o in observation.objects if not gate.protects(selection.namespace_of(o))]
+        seen = gate.unprotected(observation.objects)
         return Decision(now, (), sight.hold(seen, blind), (), ())
     workloads = selection.workloads(observation, rails, cronjob_mode=settings.cronjob_mode,
                                     owner_keys=settings.owner_keys, by_uid=by_uid)
     expired = _expiry(observation, gate, by_uid, now, deleted or {})
     found = _pod_triggers(workloads, observation, policies, now)
     found += usage.findings(workloads, found, observation, policies, now)
-    objects = [o for o in observation.objects if not gate.protects(selection.namespace_of(o))]
+    objects = gate.unprotected(observation.objects)
     owners = {o.ref.uid: find_owner(o, observation.namespace(o.ref.namespace), settings.owner_keys,
                                     parent=gate.cronjob_of(o))
               for o in selection.with_marks(objects)}
@@ -247,7 +247,7 @@ def plan(observation: Observation, policies: Sequence[Policy], ledger: SafetyLed
     silent = silent_gpu_pods(observation)
     tripwire = railed.notices[0] if is_tripped(railed.ledger) and railed.notices else None
     beside = neighbours.kube_janitors(observation.objects, observation.pods)
-    undone = tuple((o.ref, u) for o in observation.objects if (u := held.undone_on(o)) is not None)
+    undone = held.undone_records(observation.objects)
     blind = sight.lost(observation)
     report = admin_report(decision.findings, observation.nodes, silent, tripwire,
                           observation.evidence.ghost_gpus or (), railed.held, settings.state, beside, undone, blind)

@@ -395,6 +395,11 @@ class Gate:
         """As `is_protected(namespace, rails)`."""
         return namespace is not None and namespace in self.protected
 
+    def unprotected(self, objects: Iterable[ObjectView]) -> list[ObjectView]:
+        """The objects outside the protected namespaces, in order: `protects`, for every object read."""
+        protected = self.protected
+        return [o for o in objects if (o.ref.name if o.ref.kind == "Namespace" else o.ref.namespace) not in protected]
+
     def cronjob_of(self, obj: ObjectView) -> ObjectView | None:
         """The CronJob controlling a Job, as read: its opt-out is its Jobs' (annotations on a
         CronJob never reach them)."""
