@@ -23,7 +23,16 @@ from dataclasses import replace
 from janitor.decide import activity
 from janitor.decide.attribution import attribute
 from janitor.decide.evidence import CpuEvidence, EvidenceWindow, GpuEvidence, GpuSeries, PodKey, Quality
-from janitor.decide.model import CPU_SIGNAL, Finding, Observation, PodJudgement, PodView, State, TriggerKind, is_mig
+from janitor.decide.model import (
+    CPU_SIGNAL,
+    MIG_RESOURCE_PREFIX,
+    Finding,
+    Observation,
+    PodJudgement,
+    PodView,
+    State,
+    TriggerKind,
+)
 from janitor.decide.reasons import Code, Fact, Reason, Words, why
 from janitor.decide.selection import Workload
 from janitor.decide.triggers import never_used
@@ -53,6 +62,11 @@ def _peak_words(peaks: tuple[tuple[str, float | None], ...]) -> str:
     return ", ".join(f"GPU {gpu} peak {_fmt(peak)}" for gpu, peak in peaks)
 
 
+def _pairs(ordered: Sequence[GpuSeries]) -> tuple[tuple[str, float | None], ...]:
+    """Each series' GPU and peak, in the order given."""
+    return tuple([(s.gpu, s.peak) for s in ordered])
+
+
 def max_gap(configured: datetime.timedelta | None, interval: datetime.timedelta) -> datetime.timedelta:
     return configured if configured is not None else max(GAP_INTERVALS * interval, MIN_DEFAULT_GAP)
 
@@ -71,8 +85,17 @@ def _doubt(what: str, quality: Quality, window: EvidenceWindow, configured: date
 
 
 def is_mig_pod(pod: PodView) -> bool:
+    """Whether the pod holds a MIG slice (`is_mig`, inline: asked of every GPU pod judged)."""
     for resource, amount in pod.state.limits.items():
-        if is_mig(resource) and amount > 0:
+        if resource.startswith(MIG_RESOURCE_PREFIX) and amount > 0:
+            return True
+    return False
+
+
+def _any_mig(series: Sequence[GpuSeries]) -> bool:
+    """Whether any series is a MIG instance's (a loop, not any(): asked of every GPU pod judged)."""
+    for s in series:
+        if s.mig:
             return True
     return False
 
@@ -127,6 +150,7 @@ class GpuJudge(_Judge):
         self.busy_on = frozenset({self.signal})
         self.expected: dict[datetime.timedelta, int] = {}
         self._unread = self._not_read()  # the same for every pod: the evidence is the cycle's
+        self.covers_mig = trigger.signal.covers_mig
 
     def __call__(self, pod: PodView) -> PodJudgement:
         evidence, trigger, signal = self.evidence, self.trigger, self.signal
@@ -138,7 +162,7 @@ class GpuJudge(_Judge):
             return self.never_used(pod) or young
         mine = attribute(pod.ref.uid, evidence.pods.get(pod_key(pod), ()), signal)
         series = mine.series
-        if not trigger.signal.covers_mig and (is_mig_pod(pod) or any(s.mig for s in series)):
+        if not self.covers_mig and (is_mig_pod(pod) or _any_mig(series)):
             gpu = next((f"GPU {s.gpu}" for s in series if s.mig), "a GPU it requested")
             return PodJudgement(pod.ref, State.UNKNOWN, why(Code.MIG_SIGNAL, what=gpu, signal=signal))
         counted = None if len(series) == pod.gpus else why(Code.SERIES_COUNT, series=len(series), signal=signal,
@@ -148,7 +172,7 @@ class GpuJudge(_Judge):
             # than GPUs: its own samples above the threshold are use all the same (busy beats unknown).
             busy_own = sorted((s for s in series if s.peak is not None and s.peak > trigger.threshold), key=_GPU)
             if busy_own:
-                return PodJudgement(pod.ref, State.CLEAR, self._reason(Code.GPU_BUSY, busy_own), (),
+                return PodJudgement(pod.ref, State.CLEAR, self._reason(Code.GPU_BUSY, _pairs(busy_own)), (),
                                     {s.gpu: s.peak for s in series}, self.busy_on)
             if mine.doubt is not None:
                 return PodJudgement(pod.ref, State.UNKNOWN, mine.doubt, peaks={s.gpu: s.peak for s in series})
@@ -165,7 +189,7 @@ class GpuJudge(_Judge):
         if unsure is not None and not busy:
             return PodJudgement(pod.ref, State.UNKNOWN, unsure, peaks=peaks)
         idle = tuple(sorted(s.gpu for s in series if s.gpu not in busy)) if unsure is None else ()
-        ordered = sorted(series, key=_GPU)
+        ordered = _pairs(sorted(series, key=_GPU))
         if len(idle) == len(series):
             return PodJudgement(pod.ref, State.FIRES, self._reason(Code.GPU_IDLE, ordered), idle, peaks)
         if idle:
@@ -182,12 +206,11 @@ class GpuJudge(_Judge):
             return None
         return never_used.judged(GpuJudge(found, never_used.trigger(self.trigger, running), self.now)(pod), running)
 
-    def _reason(self, code: Code, ordered: Sequence[GpuSeries], *first: tuple[str, Fact]) -> Reason:
+    def _reason(self, code: Code, peaks: tuple[tuple[str, float | None], ...], *first: tuple[str, Fact]) -> Reason:
         """`why(code, **first, detail=..., signal=..., threshold=..., window=..., peaks=...)`: each GPU's
-        peak as data (plain words read those), the sentence's detail written from them only when
-        shown, and the trigger's limit. Its facts are put together as `why` would, without the
-        keyword dicts: this is said of every GPU pod judged."""
-        peaks = tuple([(s.gpu, s.peak) for s in ordered])
+        peak as data, in GPU order (plain words read those), the sentence's detail written from them
+        only when shown, and the trigger's limit. Its facts are put together as `why` would, without
+        the keyword dicts: this is said of every GPU pod judged."""
         return Reason(code, (*first, ("detail", Words(_peak_words, peaks)), *self.limit, ("peaks", peaks)))
 
     def _distinct(self, pod: PodView, series: Sequence[GpuSeries]) -> PodJudgement | None:
@@ -209,7 +232,7 @@ class GpuJudge(_Judge):
         if unsure is not None and len(idle) == len(series):
             return PodJudgement(pod.ref, State.UNKNOWN, unsure, peaks=peaks)
         found = tuple(sorted(idle)) if unsure is None else ()
-        ordered = sorted(series, key=_GPU)
+        ordered = tuple(sorted(peaks.items()))  # by GPU: each names another, so no two peaks are compared
         if len(found) == len(series):
             return PodJudgement(pod.ref, State.FIRES, self._reason(Code.GPU_IDLE, ordered), found, peaks)
         if found:
