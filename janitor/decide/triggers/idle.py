@@ -43,6 +43,7 @@ from janitor.why_note import Scalar
 
 _GPU = operator.attrgetter("gpu")
 _ON_CPU = frozenset({CPU_SIGNAL})  # a CPU verdict's `busy_on`, or `doubt_on` when it is not sure
+_IN_USE = frozenset({State.CLEAR, State.PARTIAL})  # a pod's verdicts that keep its workload
 ACTIVITY_SIGNAL = "activity"  # what a pod judgement names as busy when the policy's activity rules say in use
 MIN_DEFAULT_GAP = datetime.timedelta(minutes=1)
 """The default `maxGap` is GAP_INTERVALS scrape intervals, but never under a minute: a Prometheus
@@ -360,11 +361,12 @@ def judge_workload(pods: Sequence[PodJudgement], starting: PodView | None = None
         return State.CLEAR, why(Code.POD_STARTING, pod=starting.ref.name, phase=starting.phase)
     if not pods:
         return State.UNKNOWN, why(Code.NO_PODS)
-    busy = [j for j in pods if j.state in (State.CLEAR, State.PARTIAL)]
+    busy = [j for j in pods if j.state in _IN_USE]
     if busy:
         return State.CLEAR, why(Code.PODS_IN_USE, busy=len(busy), total=len(pods), pod=busy[0].pod.name,
                                 why=busy[0].why)
-    unsure = [j for j in pods if j.state is not State.FIRES]
+    fires = State.FIRES  # looked up once, not per pod (an enum member is a slow attribute on 3.11)
+    unsure = [j for j in pods if j.state is not fires]
     if unsure:
         return State.UNKNOWN, why(Code.PODS_UNSURE, unsure=len(unsure), total=len(pods), pod=unsure[0].pod.name,
                                   why=unsure[0].why)
@@ -383,7 +385,11 @@ def gpu_pods(workload: Workload) -> tuple[PodView, ...]:
 
 
 def starting(workload: Workload) -> PodView | None:
-    return next((p for p in workload.pods if p.phase == "Pending" and not p.deleting), None)
+    """The workload's first pod that is starting (Pending, not being deleted), or None."""
+    for p in workload.pods:
+        if p.phase == "Pending" and not p.deleting:
+            return p
+    return None
 
 
 def finding(trigger: TriggerKind, workload: Workload, policy: Policy, judged: Sequence[PodJudgement],
@@ -391,10 +397,11 @@ def finding(trigger: TriggerKind, workload: Workload, policy: Policy, judged: Se
              now: datetime.datetime) -> Finding:
     """The workload's verdict: unknown when its owner chain is; in use when the policy's activity
     rules say so (whatever its GPUs or CPU read); else what its pods' verdicts make it."""
-    gpus = sum(p.gpus for p in pods)
+    gpus = sum([p.gpus for p in pods])
     if workload.unknown is not None:
         state, reason = State.UNKNOWN, why(Code.WORKLOAD_UNKNOWN, why=workload.unknown)
-    elif (active := activity.in_use(workload, policy, observation.evidence, now)) is not None:
+    elif policy.activity is not None and (active := activity.in_use(workload, policy, observation.evidence,
+                                                                    now)) is not None:
         # Use no trigger is blind to: a stuck job's spin makes its GPU_UTIL read busy, not its requests.
         state, reason = State.CLEAR, active
         judged = [replace(j, busy_on=j.busy_on | {ACTIVITY_SIGNAL}) for j in judged]
