@@ -287,9 +287,12 @@ class Fits:
 
 
 def pods(workload: Workload) -> tuple[PodView, ...]:
-    """The pods `pending` judges: the workload's pending and running pods, if any is pending."""
-    judged = tuple(p for p in workload.pods if p.phase in ("Pending", "Running") and not p.deleting)
-    return judged if any(p.phase == "Pending" for p in judged) else ()
+    """The pods `pending` judges: the workload's pending and running pods, if any is pending. (Asked
+    of every workload, twice a cycle: most have none pending, and are answered with one loop.)"""
+    for p in workload.pods:
+        if p.phase == "Pending" and not p.deleting:
+            return tuple([p for p in workload.pods if p.phase in ("Pending", "Running") and not p.deleting])
+    return ()
 
 
 def _judge_pod(pod: PodView, trigger: Pending, fits: Fits | None, observation: Observation,
