@@ -118,6 +118,11 @@ def managed_by(obj: ObjectView | PodView) -> str | None:
 def strongest(*tools: str | None) -> str | None:
     """Of the tools found (on an object, or along a chain), the first that restores what is
     reclaimed (`RESTORERS`), else the first at all."""
+    for t in tools:  # none at all, as along most chains: answered without the generators
+        if t:
+            break
+    else:
+        return None
     return next((t for t in tools if t in RESTORERS), next((t for t in tools if t), None))
 
 
