@@ -172,16 +172,28 @@ class Workload:
     # The CronJob above a Job that is the workload (`--cronjob-target job`, or the CronJob suspended):
     # its opt-out, owner and keep-until govern the Job, as annotations on the CronJob never reach its Jobs.
     parent: ObjectView | None = None
-    # The pods the usage triggers judge, found once as the workload is made (each trigger, each in-use
-    # check and the choice of the policy governing it ask): those running and not being deleted, and
-    # of those the ones that hold GPUs.
-    running: tuple[PodView, ...] = field(init=False, repr=False, compare=False)
-    gpu_pods: tuple[PodView, ...] = field(init=False, repr=False, compare=False)
+    # `running` and `gpu_pods`, found the first time they are asked (each trigger, each in-use check and
+    # the choice of the policy governing it ask), from `pods` alone: a copy (`replace`) finds its own.
+    _running: tuple[PodView, ...] | None = field(default=None, init=False, repr=False, compare=False)
+    _gpu_pods: tuple[PodView, ...] | None = field(default=None, init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        running = tuple([p for p in self.pods if p.phase == "Running" and not p.deleting])
-        object.__setattr__(self, "running", running)
-        object.__setattr__(self, "gpu_pods", tuple([p for p in running if p.gpus > 0]))
+    @property
+    def running(self) -> tuple[PodView, ...]:
+        """Its pods that are running and not being deleted."""
+        found = self._running
+        if found is None:
+            found = tuple([p for p in self.pods if p.phase == "Running" and not p.deleting])
+            object.__setattr__(self, "_running", found)
+        return found
+
+    @property
+    def gpu_pods(self) -> tuple[PodView, ...]:
+        """Its running pods that hold GPUs."""
+        found = self._gpu_pods
+        if found is None:
+            found = tuple([p for p in self.running if p.gpus > 0])
+            object.__setattr__(self, "_gpu_pods", found)
+        return found
 
     @property
     def known(self) -> bool:
