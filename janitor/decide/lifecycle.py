@@ -513,10 +513,11 @@ def plan_lifecycle(
             untraced.setdefault(w.ref.namespace or "", w.unknown)
         elif w.view is not None:
             views.setdefault(w.ref.uid, w.view)
-            below = next((v.claims for r in (*w.chain, w.ref) if (v := views.get(r.uid)) is not None and v.claims),
-                         None)
-            if below is not None:
-                claims[w.ref.uid] = below
+            for r in (*w.chain, w.ref):  # the first claim templates along its chain (a loop: every workload)
+                v = views.get(r.uid)
+                if v is not None and v.claims:
+                    claims[w.ref.uid] = v.claims
+                    break
             zones[w.ref.uid] = w.namespace.annotations.get(ann.TIME_ZONE)
             known_owners[w.ref.uid] = w.owner  # found with its CronJob, where it has one
             if w.parent is not None:
