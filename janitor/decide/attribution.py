@@ -37,7 +37,10 @@ class Attributed:
 
 def attribute(pod_uid: str, series: Sequence[GpuSeries], signal: str) -> Attributed:
     """The pod's own series among those of its namespace and name (see the module's rules)."""
-    if not any(s.uid for s in series):  # the exporter labels no UIDs here: by name, as always
+    for s in series:  # a loop, not any(): asked of every GPU pod, per signal and trigger
+        if s.uid:
+            break
+    else:  # the exporter labels no UIDs here: by name, as always
         return Attributed(tuple(series))
     own = tuple(s for s in series if s.uid == pod_uid)
     bare = sum(1 for s in series if not s.uid)
@@ -52,6 +55,14 @@ def attribute(pod_uid: str, series: Sequence[GpuSeries], signal: str) -> Attribu
         # may be this pod's.
         return Attributed(own, why(Code.UID_BESIDE, signal=signal, others=len(series) - len(own)))
     return Attributed(own)
+
+
+def any_candidate(pod_uid: str, series: Sequence[GpuSeries]) -> bool:
+    """Whether `candidates` has any, without making them (asked of every running GPU pod)."""
+    for s in series:
+        if not s.uid or s.uid == pod_uid:
+            return True
+    return False
 
 
 def candidates(pod_uid: str, series: Sequence[GpuSeries]) -> tuple[GpuSeries, ...]:

@@ -10,10 +10,14 @@ from __future__ import annotations
 import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class PodKey:
+class PodKey(NamedTuple):
+    """A pod by namespace and name, as Prometheus labels its series. A named tuple, not a dataclass:
+    every running pod's evidence is looked up by one several times a cycle, and a tuple hashes and
+    compares in C (a frozen dataclass's `__hash__` and `__eq__` are Python calls)."""
+
     namespace: str
     pod: str
 

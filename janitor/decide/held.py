@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from janitor import annotations as ann
 from janitor.annotations import NoticeKind, Reclaimed, Undone
@@ -70,6 +70,12 @@ def undone_on(view: ObjectView) -> Undone | None:
     if ann.UNDONE not in view.annotations or ann.UNDONE in view.foreign_marks or copied_from(view) is not None:
         return None
     return Undone.parse(view.annotations[ann.UNDONE])
+
+
+def undone_records(views: Iterable[ObjectView]) -> tuple[tuple[ObjectRef, Undone], ...]:
+    """`undone_on` of every view that has a record, for the admins' report: asked of every object a
+    cycle read, so the key is looked for before anything else is."""
+    return tuple((v.ref, u) for v in views if ann.UNDONE in v.annotations and (u := undone_on(v)) is not None)
 
 
 def through(action: PolicyAction, view: ObjectView) -> tuple[ObjectRef | None, Reason | None]:

@@ -53,7 +53,7 @@ from janitor.decide.notices import Notice, keep_command, resume_command
 from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.readings import Keep
 from janitor.decide.reasons import Code, Reason, why
-from janitor.decide.selection import Workload, with_marks
+from janitor.decide.selection import Workload
 from janitor.decide.triggers import registry
 from janitor.decide.triggers.spec import Usage
 from janitor.decide.volumes import ClaimTemplates
@@ -513,10 +513,11 @@ def plan_lifecycle(
             untraced.setdefault(w.ref.namespace or "", w.unknown)
         elif w.view is not None:
             views.setdefault(w.ref.uid, w.view)
-            below = next((v.claims for r in (*w.chain, w.ref) if (v := views.get(r.uid)) is not None and v.claims),
-                         None)
-            if below is not None:
-                claims[w.ref.uid] = below
+            for r in (*w.chain, w.ref):  # the first claim templates along its chain (a loop: every workload)
+                v = views.get(r.uid)
+                if v is not None and v.claims:
+                    claims[w.ref.uid] = v.claims
+                    break
             zones[w.ref.uid] = w.namespace.annotations.get(ann.TIME_ZONE)
             known_owners[w.ref.uid] = w.owner  # found with its CronJob, where it has one
             if w.parent is not None:
@@ -526,17 +527,22 @@ def plan_lifecycle(
                 queued_runs[w.ref.uid] = tuple(r.name for r in also[w.ref.uid]
                                                if (run := views.get(r.uid)) is not None and endings.kueue_managed(run))
     subjects = [uid for uid in per_subject if uid in views]
-    marked = [v.ref.uid for v in with_marks(views.values()) if v.ref.uid not in per_subject]
-    checked = [v.ref.uid for v in views.values() if ann.RECLAIMED in v.annotations and v.ref.uid not in per_subject
-               and not v.readings.marked and held.recorded(v)]
+    marked: list[str] = []  # carrying a mark (`with_marks`), with no finding on them
+    checked: list[str] = []  # unmarked, with a reclaim's record to look at, and no finding
+    for v in views.values():  # one pass over every object read
+        if v.readings.marked:
+            if v.ref.uid not in per_subject:
+                marked.append(v.ref.uid)
+        elif ann.RECLAIMED in v.annotations and v.ref.uid not in per_subject and held.recorded(v):
+            checked.append(v.ref.uid)
     cases = []
     for uid in [*subjects, *marked, *checked]:
         view = views[uid]
-        if view.deleting:
+        mark = view.readings.mark  # parsed once per resourceVersion, when its view was built
+        if view.deleting or (mark is None and not _may_mark(view, per_subject.get(uid, ()))):
             continue
         found = tuple(sorted(per_subject.get(uid, ()), key=lambda f: (order.get(f.policy, len(order)), f.trigger)))
         owner = found[0].owner if found else known_owners.get(uid, Owner(OwnerKind.UNKNOWN))
-        mark = view.readings.mark  # parsed once per resourceVersion, when its view was built
         cases.append(_Case(view, mark, found, zones.get(uid), owner, untraced.get(view.ref.namespace or ""),
                            parents.get(uid), also.get(uid, ()), claims.get(uid, view.claims), held.manager_of(found),
                            queued_runs.get(uid, ())))
@@ -552,6 +558,14 @@ def plan_lifecycle(
                                                          candidate)))
     changes.extend(_in_zone(c, zones.get(c.workload.uid)) for c in _new_marks(candidates, now, settings, pace))
     return tuple(changes)
+
+
+def _may_mark(view: ObjectView, findings: Sequence[Finding]) -> bool:
+    """Whether `_decide` can come to anything for an unmarked workload: a reclaim recorded on it to
+    check, or an enforcing policy's finding that fires (only such a finding governs an unmarked one).
+    Most workloads judged have neither, and are not made cases at all."""
+    return held.recorded(view) or any(f.mode is Mode.ENFORCE and f.known and f.state is State.FIRES
+                                      for f in findings)
 
 
 def _running_jobs(workload: Workload, views: Mapping[str, ObjectView], now: datetime.datetime

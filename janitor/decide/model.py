@@ -278,7 +278,10 @@ class Observation:
     nodes_at: datetime.datetime | None = None
 
     def namespace(self, name: str | None) -> NamespaceView:
-        return self.namespaces.get(name or "", NamespaceView(name or ""))
+        """The namespace as read; one not read, as a view of its name alone (made only then: every
+        workload of a cycle asks)."""
+        found = self.namespaces.get(name or "")
+        return found if found is not None else NamespaceView(name or "")
 
 
 # -- the rails' memory ------------------------------------------------------------------------------

@@ -20,7 +20,20 @@ NAME_LABELS = ("application", "app", "app.kubernetes.io/name")
 
 
 def _named(name: str, labels: Mapping[str, str]) -> bool:
-    return name == KUBE_JANITOR or any(labels.get(key) == KUBE_JANITOR for key in NAME_LABELS)
+    return name == KUBE_JANITOR or _labelled(labels)
+
+
+def _labelled(labels: Mapping[str, str]) -> bool:
+    """Labelled kube-janitor under one of NAME_LABELS; asked of every running pod of a cluster where
+    no Deployment is, so the labels' values are looked through (in C) before any key is."""
+    return KUBE_JANITOR in labels.values() and any(labels.get(key) == KUBE_JANITOR for key in NAME_LABELS)
+
+
+def _pod_named(pod: PodView) -> bool:
+    """A pod of a Deployment named kube-janitor (its name less the ReplicaSet's and its own suffix),
+    or labelled so."""
+    name = pod.ref.name
+    return (name.startswith(KUBE_JANITOR) and name.rsplit("-", 2)[0] == KUBE_JANITOR) or _labelled(pod.labels)
 
 
 def kube_janitors(objects: Sequence[ObjectView], pods: Sequence[PodView]) -> tuple[ObjectRef, ...]:
@@ -28,8 +41,7 @@ def kube_janitors(objects: Sequence[ObjectView], pods: Sequence[PodView]) -> tup
     read (Deployments are not among the kinds read), sorted."""
     found = {o.ref for o in objects if o.ref.kind == "Deployment" and not o.deleting and _named(o.ref.name, o.labels)}
     if not found:
-        found = {p.ref for p in pods if p.phase == "Running" and not p.deleting
-                 and _named(p.ref.name.rsplit("-", 2)[0], p.labels)}
+        found = {p.ref for p in pods if p.phase == "Running" and not p.deleting and _pod_named(p)}
     return tuple(sorted(found, key=str))
 
 

@@ -62,7 +62,9 @@ def classify(value: str) -> OwnerKind | None:
 
 
 def _lookup(labels: Mapping[str, str], notes: Mapping[str, str], keys: Sequence[tuple[str, str]],
-            where: str) -> Owner | None:
+            where: object) -> Owner | None:
+    """`where`: what the labels and annotations are on, written into the owner's source only when
+    one is found there (every workload of a cycle is looked up)."""
     for kind, key in keys:
         value = (notes if kind == "annotation" else labels).get(key)
         if not value:
@@ -80,11 +82,14 @@ def find_owner(workload: ObjectView | None, namespace: NamespaceView | None,
     namespace; unknown otherwise."""
     for view in (workload, parent):
         if view is not None:
-            found = _lookup(view.labels, view.annotations, keys, str(view.ref))
+            found = _lookup(view.labels, view.annotations, keys, view.ref)
             if found:
                 return found
     if namespace is not None:
         found = _lookup(namespace.labels, namespace.annotations, keys, f"Namespace/{namespace.name}")
         if found:
             return found
-    return Owner(OwnerKind.UNKNOWN, source="no owner annotation or label on the workload or its namespace")
+    return _NO_OWNER
+
+
+_NO_OWNER = Owner(OwnerKind.UNKNOWN, source="no owner annotation or label on the workload or its namespace")

@@ -24,7 +24,7 @@ from typing import cast
 
 from janitor.decide import held, lifecycle, neighbours, selection, sight, usage
 from janitor.decide.admin_report import AdminReport, admin_report
-from janitor.decide.attribution import candidates
+from janitor.decide.attribution import any_candidate
 from janitor.decide.evidence import PodKey
 from janitor.decide.holder_notices import HolderNotice, believed, holder_notices
 from janitor.decide.lifecycle import Change, LifecycleSettings, Step
@@ -194,14 +194,14 @@ def decide(observation: Observation, policies: Sequence[Policy], now: datetime.d
     gate = selection.Gate(observation, rails)
     blind = sight.lost(observation)
     if blind is not None:
-        seen = [o for o in observation.objects if not gate.protects(selection.namespace_of(o))]
+        seen = gate.unprotected(observation.objects)
         return Decision(now, (), sight.hold(seen, blind), (), ())
     workloads = selection.workloads(observation, rails, cronjob_mode=settings.cronjob_mode,
                                     owner_keys=settings.owner_keys, by_uid=by_uid)
     expired = _expiry(observation, gate, by_uid, now, deleted or {})
     found = _pod_triggers(workloads, observation, policies, now)
     found += usage.findings(workloads, found, observation, policies, now)
-    objects = [o for o in observation.objects if not gate.protects(selection.namespace_of(o))]
+    objects = gate.unprotected(observation.objects)
     owners = {o.ref.uid: find_owner(o, observation.namespace(o.ref.namespace), settings.owner_keys,
                                     parent=gate.cronjob_of(o))
               for o in selection.with_marks(objects)}
@@ -226,8 +226,11 @@ def silent_gpu_pods(observation: Observation) -> tuple[PodView, ...]:
     def silent(pod: PodView) -> bool:
         # Each pod looked up in each read, not every series of every read gathered first. The
         # namespace as it is: a pod without one matches only a series read without one.
-        key = PodKey(cast(str, pod.ref.namespace), pod.ref.name)
-        return not any(candidates(pod.ref.uid, pods.get(key, ())) for pods in series)
+        key, uid = PodKey(cast(str, pod.ref.namespace), pod.ref.name), pod.ref.uid
+        for pods in series:
+            if any_candidate(uid, pods.get(key, ())):
+                return False
+        return True
 
     return tuple(p for p in observation.pods if p.gpus and p.phase == "Running" and silent(p))
 
@@ -254,7 +257,7 @@ def plan(observation: Observation, policies: Sequence[Policy], ledger: SafetyLed
     silent = silent_gpu_pods(observation)
     tripwire = railed.notices[0] if is_tripped(railed.ledger) and railed.notices else None
     beside = neighbours.kube_janitors(observation.objects, observation.pods)
-    undone = tuple((o.ref, u) for o in observation.objects if (u := held.undone_on(o)) is not None)
+    undone = held.undone_records(observation.objects)
     blind = sight.lost(observation)
     held_gpus = believed(observation.nodes, observation.pods, observation.nodes_at or decision.now)
     owners = _holder_owners(held_gpus, observation, settings.owner_keys)

@@ -118,6 +118,11 @@ def managed_by(obj: ObjectView | PodView) -> str | None:
 def strongest(*tools: str | None) -> str | None:
     """Of the tools found (on an object, or along a chain), the first that restores what is
     reclaimed (`RESTORERS`), else the first at all."""
+    for t in tools:  # none at all, as along most chains: answered without the generators
+        if t:
+            break
+    else:
+        return None
     return next((t for t in tools if t in RESTORERS), next((t for t in tools if t), None))
 
 
@@ -167,6 +172,28 @@ class Workload:
     # The CronJob above a Job that is the workload (`--cronjob-target job`, or the CronJob suspended):
     # its opt-out, owner and keep-until govern the Job, as annotations on the CronJob never reach its Jobs.
     parent: ObjectView | None = None
+    # `running` and `gpu_pods`, found the first time they are asked (each trigger, each in-use check and
+    # the choice of the policy governing it ask), from `pods` alone: a copy (`replace`) finds its own.
+    _running: tuple[PodView, ...] | None = field(default=None, init=False, repr=False, compare=False)
+    _gpu_pods: tuple[PodView, ...] | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def running(self) -> tuple[PodView, ...]:
+        """Its pods that are running and not being deleted."""
+        found = self._running
+        if found is None:
+            found = tuple([p for p in self.pods if p.phase == "Running" and not p.deleting])
+            object.__setattr__(self, "_running", found)
+        return found
+
+    @property
+    def gpu_pods(self) -> tuple[PodView, ...]:
+        """Its running pods that hold GPUs."""
+        found = self._gpu_pods
+        if found is None:
+            found = tuple([p for p in self.running if p.gpus > 0])
+            object.__setattr__(self, "_gpu_pods", found)
+        return found
 
     @property
     def known(self) -> bool:
@@ -384,6 +411,11 @@ class Gate:
     def protects(self, namespace: str | None) -> bool:
         """As `is_protected(namespace, rails)`."""
         return namespace is not None and namespace in self.protected
+
+    def unprotected(self, objects: Iterable[ObjectView]) -> list[ObjectView]:
+        """The objects outside the protected namespaces, in order: `protects`, for every object read."""
+        protected = self.protected
+        return [o for o in objects if (o.ref.name if o.ref.kind == "Namespace" else o.ref.namespace) not in protected]
 
     def cronjob_of(self, obj: ObjectView) -> ObjectView | None:
         """The CronJob controlling a Job, as read: its opt-out is its Jobs' (annotations on a

@@ -24,6 +24,7 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 import datetime
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
@@ -31,7 +32,6 @@ from janitor.decide.evidence import PodKey
 from janitor.decide.model import Finding, Observation, TriggerKind
 from janitor.decide.selection import Workload
 from janitor.decide.triggers import registry, signals
-from janitor.decide.triggers.spec import Usage
 from janitor.policy.model import IdleCpu, IdleGpu, LabelSelector, Mode, Policy
 
 IN_USE_CPU_CORES = 0.5
@@ -82,12 +82,13 @@ def findings(workloads: Sequence[Workload], found: Sequence[Finding], observatio
     work = {p.name: _work_signals(p) for p in policies}
     read: dict[str, set[TriggerKind]] = {}
     governed: dict[str, str] = {}
+    reading = frozenset(t.kind for t in registry.USAGE)  # the triggers whose usage is Usage.READS
     for f in found:
-        if registry.spec(f.trigger).usage is not Usage.READS:
+        if f.trigger not in reading:
             continue
-        read.setdefault(f.subject.uid, set())
+        signals_read = read.setdefault(f.subject.uid, set())
         if f.mode is Mode.ENFORCE and _reads_work(f, work):  # an enforcing policy's numbers are the admin's;
-            read[f.subject.uid].add(f.trigger)  # a shadow one's, or memory copy and power alone, replace no veto
+            signals_read.add(f.trigger)  # a shadow one's, or memory copy and power alone, replace no veto
         if f.policy in checks and f.known:
             best = governed.get(f.subject.uid)
             if best is None or order[f.policy] < order[best]:
@@ -107,8 +108,17 @@ def findings(workloads: Sequence[Workload], found: Sequence[Finding], observatio
         if kind is TriggerKind.IDLE_GPU:
             members = [_with_mapped_gpus(w, observation, check) for w in members]
         judged = [w for w in members if trigger.pods(w)]
-        out.extend(replace(f, reclaim_gpu_hours=0.0) for f in trigger.findings(judged, observation, check, now))
+        out.extend(_reclaiming_nothing(f) for f in trigger.findings(judged, observation, check, now))
     return out
+
+
+def _reclaiming_nothing(finding: Finding) -> Finding:
+    """A check's finding reclaims no GPU-hours: it never marks or acts. Most say so already (every CPU
+    verdict, every GPU verdict but idle) and are kept as they are, not copied."""
+    hours = finding.reclaim_gpu_hours
+    if type(hours) is float and hours == 0.0 and math.copysign(1.0, hours) > 0:  # 0.0 itself, not -0.0 or 0
+        return finding
+    return replace(finding, reclaim_gpu_hours=0.0)
 
 
 def _work_signals(policy: Policy) -> frozenset[str]:
@@ -125,8 +135,14 @@ def _reads_work(finding: Finding, work: Mapping[str, frozenset[str]]) -> bool:
     if finding.trigger is not TriggerKind.IDLE_GPU:
         return True
     signals_of = work.get(finding.policy, frozenset())
+    if not signals_of:
+        return False
     # ... on every pod: one whose node lacks the policy's work signal was judged without it.
-    return bool(signals_of) and all(signals_of - {signal for signal, *_ in signals.left_of(j)} for j in finding.pods)
+    for j in finding.pods:
+        left = signals.left_of(j)
+        if left and not signals_of - {signal for signal, *_ in left}:
+            return False
+    return True
 
 
 def _with_mapped_gpus(workload: Workload, observation: Observation, check: Policy) -> Workload:

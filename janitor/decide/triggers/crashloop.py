@@ -100,9 +100,12 @@ def container_verdict(container: ContainerStatus, trigger: CrashLoop, now: datet
 
 
 def recently_restarted(pod: PodView, window: datetime.timedelta, now: datetime.datetime) -> bool:
-    """Some container of the pod (a sidecar too) restarted within `window`: worth a verdict in words."""
-    return any(c.restarts > 0 and c.last_exit_at is not None and now - c.last_exit_at <= window
-               for c in pod.state.containers)
+    """Some container of the pod (a sidecar too) restarted within `window`: worth a verdict in words.
+    (A loop, not any(): asked of every GPU pod.)"""
+    for c in pod.state.containers:
+        if c.restarts > 0 and c.last_exit_at is not None and now - c.last_exit_at <= window:
+            return True
+    return False
 
 
 def _ignored_words(pod: PodView, trigger: CrashLoop) -> Reason | None:
@@ -134,7 +137,7 @@ def judge_pod(pod: PodView, trigger: CrashLoop, reports: Sequence[OomReport],
 
 def pods(workload: Workload) -> tuple[PodView, ...]:
     """The pods `crashLoop` judges: the workload's GPU pods that are running or starting."""
-    return tuple(p for p in workload.pods if p.gpus > 0 and not p.deleting and p.phase in ("Running", "Pending"))
+    return tuple([p for p in workload.pods if p.gpus > 0 and not p.deleting and p.phase in ("Running", "Pending")])
 
 
 def findings(workloads: Sequence[Workload], observation: Observation, policy: Policy,
@@ -145,8 +148,13 @@ def findings(workloads: Sequence[Workload], observation: Observation, policy: Po
     assert trigger is not None
     found = []
     for workload in workloads:
+        if not workload.known:
+            continue
         members = pods(workload)
-        if not workload.known or not any(recently_restarted(p, trigger.window, now) for p in members):
+        for p in members:
+            if recently_restarted(p, trigger.window, now):
+                break
+        else:  # no container restarted within the window: nothing to say
             continue
         judged = []
         for pod in members:

@@ -172,11 +172,12 @@ def _workload(judged: Sequence[PodJudgement], pods: Sequence[PodView], trigger: 
         return State.CLEAR, why(Code.POD_STARTING, pod=starting.ref.name, phase=starting.phase)
     if not judged:
         return State.UNKNOWN, why(Code.NO_PODS)
-    clear = [j for j in judged if j.state is State.CLEAR]
+    clear_, fires = State.CLEAR, State.FIRES  # looked up once, not per pod (slow attributes on 3.11)
+    clear = [j for j in judged if j.state is clear_]
     if clear:
         return State.CLEAR, why(Code.PODS_NOT_HUNG, working=len(clear), total=len(judged), pod=clear[0].pod.name,
                                 why=clear[0].why)
-    unsure = [j for j in judged if j.state is not State.FIRES]
+    unsure = [j for j in judged if j.state is not fires]
     if unsure:
         return State.UNKNOWN, why(Code.PODS_UNSURE, unsure=len(unsure), total=len(judged), pod=unsure[0].pod.name,
                                   why=unsure[0].why)
@@ -198,7 +199,7 @@ def findings(workloads: Sequence[Workload], observation: Observation, policy: Po
         judged = [judge(p) for p in pods]
         state, reason = (State.UNKNOWN, why(Code.WORKLOAD_UNKNOWN, why=w.unknown)) if w.unknown is not None \
             else _workload(judged, pods, trigger, now, starting(w))
-        gpus = sum(p.gpus for p in pods)
+        gpus = sum([p.gpus for p in pods])
         found.append(Finding(TriggerKind.HUNG, policy.name, policy.mode, w.ref, state, reason, source=policy.source,
                              known=w.known, pods=tuple(judged), gpus=gpus,
                              reclaim_gpu_hours=gpus * trigger.window.total_seconds() / 3600

@@ -23,7 +23,16 @@ from dataclasses import replace
 from janitor.decide import activity
 from janitor.decide.attribution import attribute
 from janitor.decide.evidence import CpuEvidence, EvidenceWindow, GpuEvidence, GpuSeries, PodKey, Quality
-from janitor.decide.model import CPU_SIGNAL, Finding, Observation, PodJudgement, PodView, State, TriggerKind, is_mig
+from janitor.decide.model import (
+    CPU_SIGNAL,
+    MIG_RESOURCE_PREFIX,
+    Finding,
+    Observation,
+    PodJudgement,
+    PodView,
+    State,
+    TriggerKind,
+)
 from janitor.decide.reasons import Code, Fact, Reason, Words, why
 from janitor.decide.selection import Workload
 from janitor.decide.triggers import never_used
@@ -33,6 +42,8 @@ from janitor.policy.model import Trigger as PolicyTrigger
 from janitor.why_note import Scalar
 
 _GPU = operator.attrgetter("gpu")
+_ON_CPU = frozenset({CPU_SIGNAL})  # a CPU verdict's `busy_on`, or `doubt_on` when it is not sure
+_IN_USE = frozenset({State.CLEAR, State.PARTIAL})  # a pod's verdicts that keep its workload
 ACTIVITY_SIGNAL = "activity"  # what a pod judgement names as busy when the policy's activity rules say in use
 MIN_DEFAULT_GAP = datetime.timedelta(minutes=1)
 """The default `maxGap` is GAP_INTERVALS scrape intervals, but never under a minute: a Prometheus
@@ -50,6 +61,11 @@ def _fmt(value: float | None) -> str:
 def _peak_words(peaks: tuple[tuple[str, float | None], ...]) -> str:
     """"GPU 0 peak 0.4, GPU 1 peak 97": a GPU verdict's detail, written where it is shown."""
     return ", ".join(f"GPU {gpu} peak {_fmt(peak)}" for gpu, peak in peaks)
+
+
+def _pairs(ordered: Sequence[GpuSeries]) -> tuple[tuple[str, float | None], ...]:
+    """Each series' GPU and peak, in the order given."""
+    return tuple([(s.gpu, s.peak) for s in ordered])
 
 
 def max_gap(configured: datetime.timedelta | None, interval: datetime.timedelta) -> datetime.timedelta:
@@ -70,8 +86,17 @@ def _doubt(what: str, quality: Quality, window: EvidenceWindow, configured: date
 
 
 def is_mig_pod(pod: PodView) -> bool:
+    """Whether the pod holds a MIG slice (`is_mig`, inline: asked of every GPU pod judged)."""
     for resource, amount in pod.state.limits.items():
-        if is_mig(resource) and amount > 0:
+        if resource.startswith(MIG_RESOURCE_PREFIX) and amount > 0:
+            return True
+    return False
+
+
+def _any_mig(series: Sequence[GpuSeries]) -> bool:
+    """Whether any series is a MIG instance's (a loop, not any(): asked of every GPU pod judged)."""
+    for s in series:
+        if s.mig:
             return True
     return False
 
@@ -91,14 +116,16 @@ class _Judge:
         self.configured = trigger.max_gap
         self.allowed: dict[datetime.timedelta, datetime.timedelta] = {}
 
-    def young(self, pod: PodView) -> PodJudgement | None:
+    def young(self, pod: PodView, doubt_on: frozenset[str] = frozenset()) -> PodJudgement | None:
         """Why the pod is not judged yet (not started, or younger than the window or the minimum
-        age: samples before its start belong to another pod), or None."""
+        age: samples before its start belong to another pod), or None. `doubt_on`: the signals the
+        verdict could not judge, when the judge names them."""
         if pod.started is None:
-            return PodJudgement(pod.ref, State.UNKNOWN, why(Code.NOT_STARTED))
+            return PodJudgement(pod.ref, State.UNKNOWN, why(Code.NOT_STARTED), doubt_on=doubt_on)
         running = self.now - pod.started
         if running < self.needed:
-            return PodJudgement(pod.ref, State.TOO_YOUNG, why(Code.TOO_YOUNG, running=running, needed=self.needed))
+            return PodJudgement(pod.ref, State.TOO_YOUNG, why(Code.TOO_YOUNG, running=running, needed=self.needed),
+                                doubt_on=doubt_on)
         return None
 
     def doubtful(self, quality: Quality) -> bool:
@@ -119,13 +146,16 @@ class GpuJudge(_Judge):
         super().__init__(trigger, now)
         self.evidence, self.trigger = evidence, trigger
         self.signal = str(trigger.signal)
-        self.limit: dict[str, Fact] = {"signal": self.signal, "threshold": trigger.threshold, "window": trigger.window}
+        self.limit: tuple[tuple[str, Fact], ...] = (("signal", self.signal), ("threshold", trigger.threshold),
+                                                     ("window", trigger.window))
         self.busy_on = frozenset({self.signal})
         self.expected: dict[datetime.timedelta, int] = {}
+        self._unread = self._not_read()  # the same for every pod: the evidence is the cycle's
+        self.covers_mig = trigger.signal.covers_mig
 
     def __call__(self, pod: PodView) -> PodJudgement:
         evidence, trigger, signal = self.evidence, self.trigger, self.signal
-        unread = self.unread()
+        unread = self._unread
         if unread is not None or evidence is None:
             return PodJudgement(pod.ref, State.UNKNOWN, unread or why(Code.NO_EVIDENCE_READ, signal=signal))
         young = self.young(pod)
@@ -133,7 +163,7 @@ class GpuJudge(_Judge):
             return self.never_used(pod) or young
         mine = attribute(pod.ref.uid, evidence.pods.get(pod_key(pod), ()), signal)
         series = mine.series
-        if not trigger.signal.covers_mig and (is_mig_pod(pod) or any(s.mig for s in series)):
+        if not self.covers_mig and (is_mig_pod(pod) or _any_mig(series)):
             gpu = next((f"GPU {s.gpu}" for s in series if s.mig), "a GPU it requested")
             return PodJudgement(pod.ref, State.UNKNOWN, why(Code.MIG_SIGNAL, what=gpu, signal=signal))
         counted = None if len(series) == pod.gpus else why(Code.SERIES_COUNT, series=len(series), signal=signal,
@@ -143,7 +173,7 @@ class GpuJudge(_Judge):
             # than GPUs: its own samples above the threshold are use all the same (busy beats unknown).
             busy_own = sorted((s for s in series if s.peak is not None and s.peak > trigger.threshold), key=_GPU)
             if busy_own:
-                return PodJudgement(pod.ref, State.CLEAR, why(Code.GPU_BUSY, **self._facts(busy_own)), (),
+                return PodJudgement(pod.ref, State.CLEAR, self._reason(Code.GPU_BUSY, _pairs(busy_own)), (),
                                     {s.gpu: s.peak for s in series}, self.busy_on)
             if mine.doubt is not None:
                 return PodJudgement(pod.ref, State.UNKNOWN, mine.doubt, peaks={s.gpu: s.peak for s in series})
@@ -160,14 +190,13 @@ class GpuJudge(_Judge):
         if unsure is not None and not busy:
             return PodJudgement(pod.ref, State.UNKNOWN, unsure, peaks=peaks)
         idle = tuple(sorted(s.gpu for s in series if s.gpu not in busy)) if unsure is None else ()
-        ordered = sorted(series, key=_GPU)
-        facts = self._facts(ordered)
+        ordered = _pairs(sorted(series, key=_GPU))
         if len(idle) == len(series):
-            return PodJudgement(pod.ref, State.FIRES, why(Code.GPU_IDLE, **facts), idle, peaks)
+            return PodJudgement(pod.ref, State.FIRES, self._reason(Code.GPU_IDLE, ordered), idle, peaks)
         if idle:
-            return PodJudgement(pod.ref, State.PARTIAL, why(Code.GPU_PARTIAL, idle=len(idle), total=len(series),
-                                                            **facts), idle, peaks, self.busy_on)
-        return PodJudgement(pod.ref, State.CLEAR, why(Code.GPU_BUSY, **facts), (), peaks, self.busy_on)
+            return PodJudgement(pod.ref, State.PARTIAL, self._reason(Code.GPU_PARTIAL, ordered, ("idle", len(idle)),
+                                                                     ("total", len(series))), idle, peaks, self.busy_on)
+        return PodJudgement(pod.ref, State.CLEAR, self._reason(Code.GPU_BUSY, ordered), (), peaks, self.busy_on)
 
     def never_used(self, pod: PodView) -> PodJudgement | None:
         """The verdict over the pod's whole life, where the never-used window judges a pod too young
@@ -178,11 +207,12 @@ class GpuJudge(_Judge):
             return None
         return never_used.judged(GpuJudge(found, never_used.trigger(self.trigger, running), self.now)(pod), running)
 
-    def _facts(self, ordered: Sequence[GpuSeries]) -> dict[str, Fact]:
-        """Each GPU's peak as data (plain words read those), the sentence's detail written from them
-        only when shown, and the trigger's limit."""
-        peaks = tuple((s.gpu, s.peak) for s in ordered)
-        return {"detail": Words(_peak_words, peaks), **self.limit, "peaks": peaks}
+    def _reason(self, code: Code, peaks: tuple[tuple[str, float | None], ...], *first: tuple[str, Fact]) -> Reason:
+        """`why(code, **first, detail=..., signal=..., threshold=..., window=..., peaks=...)`: each GPU's
+        peak as data, in GPU order (plain words read those), the sentence's detail written from them
+        only when shown, and the trigger's limit. Its facts are put together as `why` would, without
+        the keyword dicts: this is said of every GPU pod judged."""
+        return Reason(code, (*first, ("detail", Words(_peak_words, peaks)), *self.limit, ("peaks", peaks)))
 
     def _distinct(self, pod: PodView, series: Sequence[GpuSeries]) -> PodJudgement | None:
         """The rule above in one pass over the series, when each names another GPU (as exporters
@@ -203,16 +233,20 @@ class GpuJudge(_Judge):
         if unsure is not None and len(idle) == len(series):
             return PodJudgement(pod.ref, State.UNKNOWN, unsure, peaks=peaks)
         found = tuple(sorted(idle)) if unsure is None else ()
-        facts = self._facts(sorted(series, key=_GPU))
+        ordered = tuple(sorted(peaks.items()))  # by GPU: each names another, so no two peaks are compared
         if len(found) == len(series):
-            return PodJudgement(pod.ref, State.FIRES, why(Code.GPU_IDLE, **facts), found, peaks)
+            return PodJudgement(pod.ref, State.FIRES, self._reason(Code.GPU_IDLE, ordered), found, peaks)
         if found:
-            return PodJudgement(pod.ref, State.PARTIAL, why(Code.GPU_PARTIAL, idle=len(found), total=len(series),
-                                                            **facts), found, peaks, self.busy_on)
-        return PodJudgement(pod.ref, State.CLEAR, why(Code.GPU_BUSY, **facts), (), peaks, self.busy_on)
+            return PodJudgement(pod.ref, State.PARTIAL, self._reason(Code.GPU_PARTIAL, ordered, ("idle", len(found)),
+                                                                     ("total", len(series))), found, peaks,
+                                self.busy_on)
+        return PodJudgement(pod.ref, State.CLEAR, self._reason(Code.GPU_BUSY, ordered), (), peaks, self.busy_on)
 
     def unread(self) -> Reason | None:
         """Why this signal's evidence says nothing this cycle (not read, or the query failed), or None."""
+        return self._unread
+
+    def _not_read(self) -> Reason | None:
         if self.evidence is None:
             return why(Code.NO_EVIDENCE_READ, signal=self.signal)
         if self.evidence.failed:
@@ -247,43 +281,50 @@ class CpuJudge(_Judge):
     def __init__(self, evidence: CpuEvidence | None, trigger: IdleCpu, now: datetime.datetime) -> None:
         super().__init__(trigger, now)
         self.evidence, self.trigger = evidence, trigger
+        # What no pod changes, worked out once: an absolute limit's words, the points the window holds
+        # (when a pod first needs them).
+        self.cores = f"{trigger.cores:g} cores" if trigger.cores is not None else ""
+        self.expected: int | None = None
 
     def __call__(self, pod: PodView) -> PodJudgement:
-        return _doubting(self._judge(pod), frozenset({CPU_SIGNAL}))
-
-    def _judge(self, pod: PodView) -> PodJudgement:
+        """The verdict; one that is not sure says so of the CPU (`doubt_on`), made so where it is
+        made rather than copied after (a verdict for every running pod, several times a cycle)."""
         evidence, trigger = self.evidence, self.trigger
         if evidence is None:
-            return PodJudgement(pod.ref, State.UNKNOWN, why(Code.NO_EVIDENCE_READ, signal="CPU"))
+            return PodJudgement(pod.ref, State.UNKNOWN, why(Code.NO_EVIDENCE_READ, signal="CPU"), doubt_on=_ON_CPU)
         if evidence.failed:
             return PodJudgement(pod.ref, State.UNKNOWN, why(Code.EVIDENCE_FAILED, signal="CPU",
-                                                            error=evidence.failed))
-        young = self.young(pod)
+                                                            error=evidence.failed), doubt_on=_ON_CPU)
+        young = self.young(pod, _ON_CPU)
         if young:
-            return self._life(pod, evidence) or young
+            life = self._life(pod, evidence)
+            return young if life is None else _doubting(life, _ON_CPU)
         usage = evidence.pods.get(pod_key(pod))
         if usage is None or usage.peak_cores is None:
-            return PodJudgement(pod.ref, State.UNKNOWN, why(Code.CPU_NO_SERIES))
+            return PodJudgement(pod.ref, State.UNKNOWN, why(Code.CPU_NO_SERIES), doubt_on=_ON_CPU)
         if trigger.cores is not None:
-            limit, described = trigger.cores, f"{trigger.cores:g} cores"
+            limit, described = trigger.cores, self.cores
         else:
             ignored = trigger.ignore_containers
             request = sum(c.cpu_request_cores for c in pod.containers if c.name not in ignored)
             if request <= 0:
-                return PodJudgement(pod.ref, State.UNKNOWN, why(Code.CPU_NO_REQUEST))
+                return PodJudgement(pod.ref, State.UNKNOWN, why(Code.CPU_NO_REQUEST), doubt_on=_ON_CPU)
             fraction = trigger.fraction_of_request or 0.0
             limit, described = fraction * request, f"{fraction:g} of its {request:g}-core request"
         peak = usage.peak_cores
         if peak > limit:  # use, whatever else is missing: only idleness needs the whole window
             return PodJudgement(pod.ref, State.CLEAR, why(Code.CPU_BUSY, peak=peak, limit=described,
-                                                          window=trigger.window), busy_on=frozenset({CPU_SIGNAL}))
+                                                          window=trigger.window), busy_on=_ON_CPU)
         doubt = _doubt("CPU", usage.quality, evidence.window, trigger.max_gap) if self.doubtful(usage.quality) else None
         if doubt is not None:
-            return PodJudgement(pod.ref, State.UNKNOWN, doubt)
-        coverage = usage.samples / evidence.window.expected_samples
+            return PodJudgement(pod.ref, State.UNKNOWN, doubt, doubt_on=_ON_CPU)
+        expected = self.expected
+        if expected is None:
+            expected = self.expected = evidence.window.expected_samples
+        coverage = usage.samples / expected
         if coverage < trigger.min_coverage:
             return PodJudgement(pod.ref, State.UNKNOWN, why(Code.CPU_LOW_COVERAGE, coverage=coverage,
-                                                            window=trigger.window))
+                                                            window=trigger.window), doubt_on=_ON_CPU)
         return PodJudgement(pod.ref, State.FIRES, why(Code.CPU_IDLE, peak=peak, limit=described,
                                                       window=trigger.window))
 
@@ -320,11 +361,12 @@ def judge_workload(pods: Sequence[PodJudgement], starting: PodView | None = None
         return State.CLEAR, why(Code.POD_STARTING, pod=starting.ref.name, phase=starting.phase)
     if not pods:
         return State.UNKNOWN, why(Code.NO_PODS)
-    busy = [j for j in pods if j.state in (State.CLEAR, State.PARTIAL)]
+    busy = [j for j in pods if j.state in _IN_USE]
     if busy:
         return State.CLEAR, why(Code.PODS_IN_USE, busy=len(busy), total=len(pods), pod=busy[0].pod.name,
                                 why=busy[0].why)
-    unsure = [j for j in pods if j.state is not State.FIRES]
+    fires = State.FIRES  # looked up once, not per pod (an enum member is a slow attribute on 3.11)
+    unsure = [j for j in pods if j.state is not fires]
     if unsure:
         return State.UNKNOWN, why(Code.PODS_UNSURE, unsure=len(unsure), total=len(pods), pod=unsure[0].pod.name,
                                   why=unsure[0].why)
@@ -333,16 +375,21 @@ def judge_workload(pods: Sequence[PodJudgement], starting: PodView | None = None
 
 
 def running(workload: Workload) -> tuple[PodView, ...]:
-    return tuple(p for p in workload.pods if p.phase == "Running" and not p.deleting)
+    """The pods `idleCpu` judges: running and not being deleted (found as the workload was made)."""
+    return workload.running
 
 
 def gpu_pods(workload: Workload) -> tuple[PodView, ...]:
     """The pods `idleGpu` judges: running pods that hold GPUs."""
-    return tuple(p for p in running(workload) if p.gpus > 0)
+    return workload.gpu_pods
 
 
 def starting(workload: Workload) -> PodView | None:
-    return next((p for p in workload.pods if p.phase == "Pending" and not p.deleting), None)
+    """The workload's first pod that is starting (Pending, not being deleted), or None."""
+    for p in workload.pods:
+        if p.phase == "Pending" and not p.deleting:
+            return p
+    return None
 
 
 def finding(trigger: TriggerKind, workload: Workload, policy: Policy, judged: Sequence[PodJudgement],
@@ -350,10 +397,11 @@ def finding(trigger: TriggerKind, workload: Workload, policy: Policy, judged: Se
              now: datetime.datetime) -> Finding:
     """The workload's verdict: unknown when its owner chain is; in use when the policy's activity
     rules say so (whatever its GPUs or CPU read); else what its pods' verdicts make it."""
-    gpus = sum(p.gpus for p in pods)
+    gpus = sum([p.gpus for p in pods])
     if workload.unknown is not None:
         state, reason = State.UNKNOWN, why(Code.WORKLOAD_UNKNOWN, why=workload.unknown)
-    elif (active := activity.in_use(workload, policy, observation.evidence, now)) is not None:
+    elif policy.activity is not None and (active := activity.in_use(workload, policy, observation.evidence,
+                                                                    now)) is not None:
         # Use no trigger is blind to: a stuck job's spin makes its GPU_UTIL read busy, not its requests.
         state, reason = State.CLEAR, active
         judged = [replace(j, busy_on=j.busy_on | {ACTIVITY_SIGNAL}) for j in judged]

@@ -14,9 +14,10 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 
-from janitor.decide.evidence import GpuEvidence, PodKey, Quality
+from janitor.decide.evidence import GpuEvidence, GpuSeries, PodKey, Quality
 from janitor.decide.model import PodJudgement, PodView, State
 from janitor.decide.reasons import Code, why
 from janitor.policy.model import IdleGpu
@@ -45,7 +46,29 @@ def evidence(found: GpuEvidence, pod: PodView, running: datetime.timedelta) -> G
     before = before_start(window.window, window.step, running)
     own = tuple(replace(s, quality=shifted(s.quality, before, window.window, running)) for s in series)
     # The other pods' series stay: which signals a node exports at all is read from them.
-    return GpuEvidence(replace(window, window=running), {**found.pods, key: own}, found.failed)
+    return GpuEvidence(replace(window, window=running), _With(found.pods, key, own), found.failed)
+
+
+class _With(Mapping[PodKey, tuple[GpuSeries, ...]]):
+    """`{**pods, key: own}` without the copy: each young pod judged on its life reads the whole read
+    this way, and copying it for each made a cycle's cost grow with the square of its pods."""
+
+    __slots__ = ("_pods", "_key", "_own")
+
+    def __init__(self, pods: Mapping[PodKey, tuple[GpuSeries, ...]], key: PodKey,
+                 own: tuple[GpuSeries, ...]) -> None:
+        self._pods, self._key, self._own = pods, key, own
+
+    def __getitem__(self, key: PodKey) -> tuple[GpuSeries, ...]:
+        return self._own if key == self._key else self._pods[key]
+
+    def __iter__(self) -> Iterator[PodKey]:  # in the order of the dict it stands for
+        yield from self._pods
+        if self._key not in self._pods:
+            yield self._key
+
+    def __len__(self) -> int:
+        return len(self._pods) + (self._key not in self._pods)
 
 
 def shifted(quality: Quality, before: datetime.timedelta, window: datetime.timedelta,

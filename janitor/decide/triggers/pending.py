@@ -38,7 +38,7 @@ from janitor.decide.model import (
     State,
     TriggerKind,
 )
-from janitor.decide.reasons import Code, Reason, why
+from janitor.decide.reasons import Code, Fact, Reason, why
 from janitor.decide.selection import Workload
 from janitor.decide.triggers.spec import NodeScope, Reads, Recheck, Role, TriggerSpec, Usage, duration
 from janitor.policy.model import Pending, Policy
@@ -222,18 +222,23 @@ def never_fits(pod: PodView, nodes: Sequence[NodeInfo]) -> Reason | None:
     if not nodes:
         return None
     # Counted by reason, then by its words: only the distinct reasons are rendered, not one per node.
-    misfits: Counter[Reason] = Counter()
+    # A reason is counted by its code and facts (a tuple, hashed and compared in C, where the
+    # reason's own hash and equality are Python calls: once per node), the first of each kept.
+    misfits: Counter[tuple[Code, tuple[tuple[str, Fact], ...]]] = Counter()
+    first: dict[tuple[Code, tuple[tuple[str, Fact], ...]], Reason] = {}
     for node in nodes:
         misfit = _misfit(pod, node)
         if misfit is None:
             return None
-        misfits[misfit] += 1
+        key = (misfit.code, misfit.facts)
+        misfits[key] += 1
+        first.setdefault(key, misfit)
     reasons: Counter[str] = Counter()
-    for misfit, count in misfits.items():
-        reasons[str(misfit)] += count
+    for key, count in misfits.items():
+        reasons[str(first[key])] += count
     shown = ", ".join(f"{text} ({n} node{'s' if n > 1 else ''})" for text, n in reasons.most_common(3))
     # As data too, each distinct misfit with its node count, for words that read the numbers.
-    return why(Code.NEVER_FITS, shown=shown, misfits=tuple(misfits.most_common()))
+    return why(Code.NEVER_FITS, shown=shown, misfits=tuple((first[key], n) for key, n in misfits.most_common()))
 
 
 Needs = tuple[tuple[tuple[str, float], ...], tuple[tuple[str, str], ...],
@@ -257,36 +262,37 @@ class Fits:
         self._never: dict[Needs, Reason | None] = {}
         self._later: dict[Needs, tuple[NodeInfo, tuple[Reason, ...], int] | None] = {}
 
-    def never_fits(self, pod: PodView) -> Reason | None:
-        key = _hashable(needs(pod.state))
-        if key is None:
+    def never_fits(self, pod: PodView, key: Needs | None = None) -> Reason | None:
+        """`never_fits` of the pod; `key`: its `needs`, when the caller has them already. A pod whose
+        needs were built with a list somewhere (not hashable) is fitted uncached."""
+        key = needs(pod.state) if key is None else key
+        try:
+            return self._never[key]
+        except KeyError:
+            found = self._never[key] = never_fits(pod, self.nodes)
+            return found
+        except TypeError:
             return never_fits(pod, self.nodes)
-        if key not in self._never:
-            self._never[key] = never_fits(pod, self.nodes)
-        return self._never[key]
 
-    def fits_later(self, pod: PodView, state: Reason) -> Reason | None:
-        key = _hashable(needs(pod.state))
-        if key is None:
-            return _waits(_later(pod, self.by_name), state)
-        if key not in self._later:
-            self._later[key] = _later(pod, self.by_name)
-        return _waits(self._later[key], state)
-
-
-def _hashable(key: Needs) -> Needs | None:
-    """`key`, or None when a part of it was built as a list: then the pod is fitted uncached."""
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
+    def fits_later(self, pod: PodView, state: Reason, key: Needs | None = None) -> Reason | None:
+        """`fits_later` of the pod, as `never_fits`."""
+        key = needs(pod.state) if key is None else key
+        try:
+            later = self._later[key]
+        except KeyError:
+            later = self._later[key] = _later(pod, self.by_name)
+        except TypeError:
+            later = _later(pod, self.by_name)
+        return _waits(later, state)
 
 
 def pods(workload: Workload) -> tuple[PodView, ...]:
-    """The pods `pending` judges: the workload's pending and running pods, if any is pending."""
-    judged = tuple(p for p in workload.pods if p.phase in ("Pending", "Running") and not p.deleting)
-    return judged if any(p.phase == "Pending" for p in judged) else ()
+    """The pods `pending` judges: the workload's pending and running pods, if any is pending. (Asked
+    of every workload, twice a cycle: most have none pending, and are answered with one loop.)"""
+    for p in workload.pods:
+        if p.phase == "Pending" and not p.deleting:
+            return tuple([p for p in workload.pods if p.phase in ("Pending", "Running") and not p.deleting])
+    return ()
 
 
 def _judge_pod(pod: PodView, trigger: Pending, fits: Fits | None, observation: Observation,
@@ -298,7 +304,8 @@ def _judge_pod(pod: PodView, trigger: Pending, fits: Fits | None, observation: O
         return PodJudgement(pod.ref, State.CLEAR, why(Code.POD, pod=pod.ref.name, why=reason))
     if state == "progressing":
         return PodJudgement(pod.ref, State.CLEAR, why(Code.POD, pod=pod.ref.name, why=reason))
-    misfit = fits.never_fits(pod) if fits is not None else None
+    key = needs(pod.state) if fits is not None else None  # each pod's needs made once, for both questions
+    misfit = fits.never_fits(pod, key) if fits is not None else None
     if misfit and pod.node is None:  # not bound: a node that can be added may still come for it
         never, said = autoscaling.judge(misfit, reason, observation.autoscaler.get(pod.ref.uid, ()),
                                         observation.autoscaling, now)
@@ -306,7 +313,7 @@ def _judge_pod(pod: PodView, trigger: Pending, fits: Fits | None, observation: O
     if misfit:
         return PodJudgement(pod.ref, State.FIRES, why(Code.POD, pod=pod.ref.name, why=misfit))
     if state == "unschedulable" and fits is not None:
-        reason = fits.fits_later(pod, reason) or reason
+        reason = fits.fits_later(pod, reason, key) or reason
     if since is None:
         return PodJudgement(pod.ref, State.UNKNOWN, why(Code.POD, pod=pod.ref.name, why=reason))
     if now - since < trigger.after:

@@ -26,6 +26,7 @@ BY_KIND: Mapping[TriggerKind, TriggerSpec] = {t.kind: t for t in ALL}
 POD_TRIGGERS: tuple[TriggerSpec, ...] = tuple(t for t in ALL if t.pods is not None and t.policy is not None)
 POLICY_TRIGGERS: Mapping[TriggerKind, type[PolicyTrigger]] = {t.kind: t.policy for t in ALL if t.policy is not None}
 USAGE: tuple[TriggerSpec, ...] = tuple(t for t in ALL if t.usage is Usage.READS)  # the in-use checks read these
+MARKING: frozenset[TriggerKind] = frozenset(t.kind for t in ALL if t.role is Role.MARKS)  # `marks`, asked per finding
 
 
 def spec(kind: TriggerKind) -> TriggerSpec:
@@ -84,7 +85,7 @@ def holds(finding: Finding, governing: Finding) -> bool:
 
 def marks(finding: Finding) -> bool:
     """Whether the finding goes to the lifecycle (a workload's verdict under a policy)."""
-    return BY_KIND[finding.trigger].role is Role.MARKS
+    return finding.trigger in MARKING
 
 
 def condition(finding: Finding) -> str:
@@ -92,5 +93,5 @@ def condition(finding: Finding) -> str:
     return "unused" if finding.never_used else BY_KIND[finding.trigger].condition
 
 
-__all__ = ["ALL", "BY_KIND", "POD_TRIGGERS", "POLICY_TRIGGERS", "USAGE", "condition", "in_use", "marks", "of_policy",
-           "holds", "spec", "vetoes", "word"]
+__all__ = ["ALL", "BY_KIND", "MARKING", "POD_TRIGGERS", "POLICY_TRIGGERS", "USAGE", "condition", "in_use", "marks",
+           "of_policy", "holds", "spec", "vetoes", "word"]

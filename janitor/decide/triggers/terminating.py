@@ -56,7 +56,7 @@ MAX_REPORT_AGE = datetime.timedelta(minutes=2)
 
 def pods(workload: Workload) -> tuple[PodView, ...]:
     """The pods `terminating` judges: the workload's pods whose deletion has begun."""
-    return tuple(p for p in workload.pods if p.state.deleting_since is not None)
+    return tuple([p for p in workload.pods if p.state.deleting_since is not None])
 
 
 def _agent_reports(pod: PodView, node: NodeInfo | None) -> bool:
