@@ -325,6 +325,7 @@ class TriggerKind(StrEnum):
     CRASH_LOOP = "crashLoop"
     TERMINATING = "terminating"
     HUNG = "hung"
+    RESERVED_QUOTA = "reservedQuota"
 
 
 class State(StrEnum):

@@ -393,6 +393,10 @@ _RENDER: Mapping[Code, Callable[[Reason], str]] = {
     Code.POD_STARTING: lambda r: f"pod {_text(r, 'pod')} is starting",
     Code.SOME_RUNNING: lambda r: f"{int(_number(r, 'running'))} of {_count(int(_number(r, 'total')), 'pod')} running",
     Code.NONE_RUNS: _none_runs,
+    Code.QUOTA_HELD: lambda r: (f"it has held its Kueue quota for {duration(_delta(r, 'held'))} while none of its "
+                                "pods runs or waits, so others' jobs queue behind it "
+                                f"(Workload {_text(r, 'workload')})"),
+    Code.QUOTA_PODS: lambda r: "its pods run again",
     Code.STUCK_FOR: _stuck_for,
     Code.SINCE_INIT: lambda r: _words(_reason(r, "state")),
     Code.UNSCHEDULABLE: _unschedulable,

@@ -3,7 +3,8 @@
 It reads top-down, as kube-janitor's cycle does:
 
 1. selection: which objects the plain path may judge, and the workloads the pods belong to;
-2. every trigger, each with its one signature, on what the policy governing it selects;
+2. every trigger, each with its one signature, on what the policy governing it selects (the pods'
+   workloads; for reservedQuota, what Kueue admits, pods or none);
 3. the lifecycle on every workload's findings (busy on any signal beats idle on another);
 4. the rails on everything that deletes or reclaims: caps, tripwire, dry-run, clock skew;
 5. the admins' report.
@@ -46,7 +47,7 @@ from janitor.decide.owners import DEFAULT_OWNER_KEYS, Owner, find_owner
 from janitor.decide.rails import Held, HoldReason, Rails, apply_rails, clock_skew, is_tripped
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import CronJobMode, Workload
-from janitor.decide.triggers import expiry, registry
+from janitor.decide.triggers import expiry, registry, reserved
 from janitor.node_report import HeldGpu
 from janitor.policy.model import Mode, Policy
 
@@ -201,11 +202,15 @@ def decide(observation: Observation, policies: Sequence[Policy], now: datetime.d
     expired = _expiry(observation, gate, by_uid, now, deleted or {})
     found = _pod_triggers(workloads, observation, policies, now)
     found += usage.findings(workloads, found, observation, policies, now)
+    quota, podless = reserved.judged(workloads, observation, policies, now, gate, by_uid,
+                                     cronjob_mode=settings.cronjob_mode, owner_keys=settings.owner_keys)
+    found += quota
     objects = gate.unprotected(observation.objects)
     owners = {o.ref.uid: find_owner(o, observation.namespace(o.ref.namespace), settings.owner_keys,
                                     parent=gate.cronjob_of(o))
               for o in selection.with_marks(objects)}
-    changes = lifecycle.plan_lifecycle(workloads, objects, found, policies, now, settings.lifecycle, owners)
+    changes = lifecycle.plan_lifecycle((*workloads, *podless), objects, found, policies, now, settings.lifecycle,
+                                       owners)
     acts = sorted((c for c in changes if c.step is Step.ACT and c.action is not None),
                   key=lambda c: (c.deadline or _ENDLESS, str(c.workload)))
     forced = [f.proposal for f in found if f.proposal is not None and f.mode is Mode.ENFORCE]

@@ -288,9 +288,25 @@ class Code(StrEnum):
     NEVER_NOT_ALL = "never-not-all"
     # the janitor's own annotations, written by someone else
     KEEP_UNTRUSTED = "keep-untrusted"
+    # quota held by a Kueue Workload with no pods (janitor.decide.triggers.reserved)
+    QUOTA_HELD = "quota-held"
+    QUOTA_HELD_SHORT = "quota-held-short"
+    QUOTA_NOT_HELD = "quota-not-held"
+    QUOTA_PODS = "quota-pods"
+    QUOTA_UNREAD = "quota-unread"
+    QUOTA_ABOVE = "quota-above"
 
 
 _T: Mapping[Code, str] = {
+    Code.QUOTA_HELD: ("its Kueue Workload {workload} has held quota (QuotaReserved or Admitted) since {since} "
+                      "({held:age}) while none of its pods runs or waits{evicted}"),
+    Code.QUOTA_HELD_SHORT: ("its Kueue Workload {workload} holds quota with no pod running or waiting, since "
+                            "{since} ({held:age}): judged after {after}"),
+    Code.QUOTA_NOT_HELD: "its Kueue Workload {workload} holds no quota (neither QuotaReserved nor Admitted is True)",
+    Code.QUOTA_PODS: "{count} of its pods run or wait ({pod}: {phase}): its quota is in use",
+    Code.QUOTA_UNREAD: "what its Kueue Workload holds cannot be told: {problem}",
+    Code.QUOTA_ABOVE: ("its Kueue Workload's owner is not the workload the janitor acts on ({top} is, with "
+                       "--cronjob-target {mode}): not judged"),
     Code.DELETING: "already being deleted",
     Code.PROTECTED: "namespace {namespace} is protected",
     Code.OPTED_OUT: "opted out (janitor/opt-out: true on {where})",

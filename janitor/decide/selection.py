@@ -325,18 +325,33 @@ def workloads(observation: Observation, rails: Rails, *, cronjob_mode: CronJobMo
         group = chains.resolve(pod, above)
         key = group.ref.uid if group.unknown is None else f"unknown:{pod.ref.uid}"
         groups.setdefault(key, group).pods.append(pod)
-    found_workloads = []
-    for group in groups.values():
-        namespace_view = observation.namespace(group.ref.namespace)
-        notes = group.view.annotations if group.view is not None else group.pods[0].annotations
-        parent = group.parent
-        out = opted_out(notes, None) or (opted_out(parent.annotations, None, where=str(parent.ref)) if parent
-                                         else None) or opted_out({}, namespace_view)
-        found_workloads.append(Workload(group.ref, group.view, tuple(group.pods), namespace_view, group.kind,
-                                        group.chain, group.marker, group.unknown, out,
-                                        find_owner(group.view, namespace_view, owner_keys, parent=parent),
-                                        group.candidate, parent))
-    return tuple(found_workloads)
+    return tuple(_workload(group, observation, owner_keys) for group in groups.values())
+
+
+def _workload(group: _Group, observation: Observation, owner_keys: Sequence[tuple[str, str]]) -> Workload:
+    namespace_view = observation.namespace(group.ref.namespace)
+    notes = group.view.annotations if group.view is not None else group.pods[0].annotations
+    parent = group.parent
+    out = opted_out(notes, None) or (opted_out(parent.annotations, None, where=str(parent.ref)) if parent
+                                     else None) or opted_out({}, namespace_view)
+    return Workload(group.ref, group.view, tuple(group.pods), namespace_view, group.kind, group.chain, group.marker,
+                    group.unknown, out, find_owner(group.view, namespace_view, owner_keys, parent=parent),
+                    group.candidate, parent)
+
+
+def podless(view: ObjectView, observation: Observation, by_uid: Mapping[str, ObjectView], *,
+            cronjob_mode: CronJobMode = CronJobMode.JOB,
+            owner_keys: Sequence[tuple[str, str]] = DEFAULT_OWNER_KEYS) -> Workload:
+    """`view` as a workload with no pods (a Job whose pods Kueue stopped), by the rules pods' workloads
+    follow: its chain above it must be readable, and it must be the top of it (not the Job of a CronJob
+    that `cronjob_mode` makes the workload: unknown then, `Code.QUOTA_ABOVE`)."""
+    above = _walk(view.ref.kind, view.controller, by_uid, cronjob_mode) if view.controller is not None else _NO_OWNER
+    unknown = above.unknown
+    if unknown is None and above.top is not None:
+        unknown = why(Code.QUOTA_ABOVE, top=str(above.top.ref), mode=str(cronjob_mode))
+    group = _Group(view.ref, view, (view.ref, *above.refs), strongest(managed_by(view), above.marker), unknown,
+                   view.ref.kind, above.candidate, parent=above.parent)
+    return _workload(group, observation, owner_keys)
 
 
 def governing(policies: Sequence[Policy], trigger: type[Trigger], workload: Workload,
@@ -396,6 +411,25 @@ class Governance:
         if policy is None or (policy.lifecycle.honour_opt_out and workload.opted_out is not None):
             return None
         return policy
+
+
+    def of_object(self, trigger: type[Trigger], workload: Workload) -> Policy | None:
+        """The first policy defining `trigger` that selects `workload` by what it has without pods
+        (namespaces, namespace selector, kinds). A pod selector selects pods: one with terms selects
+        a workload only if it has pods and every one matches."""
+        for index, candidate in enumerate(self.policies):
+            match = candidate.match
+            if candidate.trigger(trigger) is None or not self._in_scope(index, match, workload.namespace,
+                                                                         workload.kind):
+                continue
+            selector = match.pod_selector
+            if (selector.match_labels or selector.match_expressions) and not (
+                    workload.pods and all(selector.matches(p.labels) for p in workload.pods)):
+                continue
+            if candidate.lifecycle.honour_opt_out and workload.opted_out is not None:
+                return None
+            return candidate
+        return None
 
 
 class Gate:

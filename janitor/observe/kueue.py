@@ -8,14 +8,15 @@ else v1beta1). Whatever cannot be read becomes a `Queued` with its problem, neve
 planner then does nothing to that workload (decide.held.through).
 
 Looked up only where it matters (`wanted`), so a cycle lists a namespace's Workloads only where an
-enforcing suspend policy applies and Kueue's label queues a workload, or the janitor marked or
-reclaimed one; the re-check right before a suspend looks its workload up whatever its labels say
+enforcing suspend policy or a reservedQuota policy applies, or the janitor marked or reclaimed a
+workload; the re-check right before a suspend looks its workload up whatever its labels say
 (Kueue may manage Jobs without one).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import logging
 from collections import defaultdict
@@ -26,10 +27,10 @@ from kubernetes.client import ApiClient
 
 from janitor import annotations as ann
 from janitor import errors, kubeapi
-from janitor.decide.model import NamespaceView, ObjectView, ResourceKind
+from janitor.decide.model import GPU_RESOURCE, NamespaceView, ObjectView, ResourceKind
 from janitor.observe import cluster
 from janitor.policy.endings import KUEUE_GROUP, KUEUE_QUEUE_LABEL, KUEUE_VERSIONS, Action, Queued
-from janitor.policy.model import Mode, Policy
+from janitor.policy.model import Mode, Policy, ReservedQuota
 
 logger = logging.getLogger(__name__)
 
@@ -73,9 +74,70 @@ def owned(items: Iterable[Mapping[str, Any]], uid: str, at: str) -> Queued | Non
         return Queued(at, problem=f"{len(mine)} Kueue Workloads are owned by it")
     meta, spec = mine[0].get("metadata") or {}, mine[0].get("spec")
     active = spec.get("active", True) if isinstance(spec, Mapping) else None
+    status = mine[0].get("status")
+    since, evicted, problem = reservation(status)
     return Queued(at, str(meta.get("name") or ""), str(meta.get("uid") or ""),
                   active if isinstance(active, bool) else None,
-                  "" if isinstance(active, bool) else "its Workload's spec.active is not a boolean")
+                  "" if isinstance(active, bool) else "its Workload's spec.active is not a boolean",
+                  since, evicted, problem, admitted_gpus(status))
+
+
+def admitted_gpus(status: Any) -> int:
+    """The whole GPUs its admission counts (status.admission.podSetAssignments[].resourceUsage), for
+    the words; 0 where not written or not a whole number."""
+    admission = status.get("admission") if isinstance(status, Mapping) else None
+    assignments = admission.get("podSetAssignments") if isinstance(admission, Mapping) else None
+    total = 0
+    for a in assignments if isinstance(assignments, list) else ():
+        usage = a.get("resourceUsage") if isinstance(a, Mapping) else None
+        value = usage.get(GPU_RESOURCE) if isinstance(usage, Mapping) else None
+        if isinstance(value, (str, int)) and str(value).isdigit():
+            total += int(value)
+    return total
+
+
+RESERVING = ("QuotaReserved", "Admitted")  # the conditions under which a ClusterQueue counts its quota
+
+
+def reservation(status: Any) -> tuple[datetime.datetime | None, bool, str]:
+    """(since when it holds quota, whether it is evicted, why that cannot be told) from a Workload's
+    status. Holding means QuotaReserved or Admitted is True; since is the later transition of the
+    two that are (the shorter time, so never older than it is). A True condition without a time it
+    became so, or a status of the wrong shape, is a problem: nothing is then known of its quota."""
+    if status is None:
+        return None, False, ""
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    if conditions is None and isinstance(status, Mapping):
+        return None, False, ""
+    if not isinstance(conditions, list) or not all(isinstance(c, Mapping) for c in conditions):
+        return None, False, "its Workload's status.conditions is not a list of conditions"
+    by_type: dict[str, Mapping[str, Any]] = {}
+    for c in conditions:
+        kind = str(c.get("type") or "")
+        if kind in by_type:
+            return None, False, f"its Workload has two {kind} conditions"
+        by_type[kind] = c
+    times: list[datetime.datetime] = []
+    for kind in RESERVING:
+        c = by_type.get(kind)
+        if c is None or c.get("status") != "True":
+            continue
+        at = _time(c.get("lastTransitionTime"))
+        if at is None:
+            return None, False, f"its Workload's {kind} condition has no readable lastTransitionTime"
+        times.append(at)
+    evicted = (by_type.get("Evicted") or {}).get("status") == "True"
+    return (max(times) if times else None), evicted, ""
+
+
+def _time(text: Any) -> datetime.datetime | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        at = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return at if at.tzinfo is not None else None
 
 
 def suspending(policies: Iterable[Policy], namespaces: Mapping[str, NamespaceView]) -> frozenset[str]:
@@ -84,6 +146,20 @@ def suspending(policies: Iterable[Policy], namespaces: Mapping[str, NamespaceVie
     acting = [p for p in policies if p.mode is Mode.ENFORCE and p.lifecycle.action is Action.SUSPEND]
     return frozenset(n for n, v in namespaces.items() if any(
         p.match.namespaces.matches(n) and p.match.namespace_selector.matches(v.labels) for p in acting))
+
+
+def reserving(policies: Iterable[Policy], namespaces: Mapping[str, NamespaceView]) -> frozenset[str]:
+    """The namespaces a policy with the reservedQuota trigger covers, in any mode: there every
+    workload Kueue may admit is looked up, since its Workload's conditions are what is judged."""
+    judging = [p for p in policies if p.trigger(ReservedQuota) is not None]
+    return frozenset(n for n, v in namespaces.items() if any(
+        p.match.namespaces.matches(n) and p.match.namespace_selector.matches(v.labels) for p in judging))
+
+
+def looked_up(policies: Iterable[Policy], namespaces: Mapping[str, NamespaceView]) -> frozenset[str]:
+    """Where a cycle reads Kueue Workloads: `suspending` and `reserving` namespaces."""
+    policies = tuple(policies)
+    return suspending(policies, namespaces) | reserving(policies, namespaces)
 
 
 def wanted(view: ObjectView, *, every: bool = False, namespaces: Collection[str] = ()) -> bool:

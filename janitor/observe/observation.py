@@ -352,7 +352,7 @@ def read(api: ApiClient, settings: Settings, policies: Sequence[Policy], now: da
     oom = _oom(api, c.namespaces, c.page_size) if need.oom else {}
     scaling, said = _scaling(api, settings, need, c.namespaces)
     at = first or now
-    viewed = kueue.attach(api, objects, page_size=c.page_size, namespaces=kueue.suspending(policies, namespaces))
+    viewed = kueue.attach(api, objects, page_size=c.page_size, namespaces=kueue.looked_up(policies, namespaces))
     return Observation(first, viewed, tuple(pods), namespaces,
                        tuple(nodes), need.nodes,
                        read_evidence(source, settings, need, at, namespaces=covered_namespaces(policies, namespaces)),
@@ -376,7 +376,7 @@ def read_cached(cache: ClusterCache, settings: Settings, policies: Sequence[Poli
     said = snap.autoscaler if scaled else {}
     probed = cache.probe.found() if scaled and mode is NodeAutoscaling.AUTO else Autoscaling()
     scaling = autoscalers.autoscaling(mode, probed, said, snap.autoscaler_unreadable) if scaled else Autoscaling()
-    objects = kueue.attach(cache.api, snap.objects, namespaces=kueue.suspending(policies, snap.namespaces))
+    objects = kueue.attach(cache.api, snap.objects, namespaces=kueue.looked_up(policies, snap.namespaces))
     covered = covered_namespaces(policies, snap.namespaces)
     return Observation(at, objects, snap.pods, snap.namespaces,
                        snap.nodes if need.nodes else (), need.nodes,
@@ -480,6 +480,6 @@ def read_scoped(api: ApiClient, settings: Settings, policies: Sequence[Policy], 
     # Every usage signal the policies read, not only the acting trigger's: busy on any one vetoes.
     found = read_evidence(source, settings, need, scoped.date or now, keys) if reads.usage and pods else Evidence()
     objects = tuple(scoped.objects.values())  # a suspend goes through the Kueue Workload that admits it
-    objects = kueue.attach(api, objects, every=True) if action.type is ActionType.SUSPEND else objects
+    objects = kueue.attach(api, objects, every=True) if action.type is ActionType.SUSPEND or reads.kueue else objects
     return Observation(scoped.date, objects, tuple(pods), namespaces, tuple(nodes),
                        nodes_known, found, oom, autoscaling=scaling, autoscaler=said)

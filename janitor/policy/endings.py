@@ -73,6 +73,12 @@ class Queued:
     uid: str = ""
     active: bool | None = None  # spec.active (absent: true); None when not read
     problem: str = ""
+    # Since when it holds quota: the later lastTransitionTime of its QuotaReserved and Admitted
+    # conditions that are True (kueue#14811 leaves both True with no pod); None when neither is.
+    reserved_since: _dt.datetime | None = None
+    evicted: bool = False  # its Evicted condition is True (with quota still reserved: Kueue's known fault)
+    status_problem: str = ""  # why its conditions cannot be read: then nothing is known of its quota
+    gpus: int = 0  # the GPUs its admission counts against the quota (status.admission), as far as read
 
     @property
     def found(self) -> bool:

@@ -394,6 +394,8 @@ def _policy(r: _Reader, node: Node, index: int) -> model.Policy | None:
             lifecycle = replace(lifecycle, action=model.Action.REPORT)  # a stuck job is told, not reclaimed
         else:
             _hung_action(r, f["lifecycle"], triggers[0], lifecycle.action)
+    if any(isinstance(t, model.ReservedQuota) for t in triggers):
+        lifecycle = _reserved_quota_policy(r, f, triggers, lifecycle)
     if len(r.errors) > before or name is None or match is None or mode is None:
         return None
     return model.Policy(name=name, description=description or "", mode=mode, match=match, triggers=triggers,
@@ -629,6 +631,12 @@ def _pending(r: _Reader, node: Node, path: str) -> model.Pending | None:
     return model.Pending(after=after, include_gated=bool(gated)) if after is not None else None
 
 
+def _reserved_quota(r: _Reader, node: Node, path: str) -> model.ReservedQuota | None:
+    f = r.fields(node, path, ("after",), required=("after",))
+    after = r.duration(f["after"], f"{path}.after") if f and "after" in f else None
+    return model.ReservedQuota(after=after) if after is not None else None
+
+
 def _crash_loop(r: _Reader, node: Node, path: str) -> model.CrashLoop | None:
     f = r.fields(node, path, ("restarts", "window", "ignoreContainers"))
     if f is None:
@@ -687,6 +695,26 @@ def _hung_action(r: _Reader, node: Node, trigger: model.Trigger, action: model.A
                "idlePowerWatts): one quiet signal alone can be an exporter fault; or leave out the action to report")
 
 
+def _reserved_quota_policy(r: _Reader, f: dict[str, Node], triggers: tuple[model.Trigger, ...],
+                           lifecycle: model.Lifecycle) -> model.Lifecycle:
+    """reservedQuota takes a policy of its own, reports unless told to suspend, and never deletes:
+    deactivating the Workload releases the quota and keeps the Job and its history, and a default
+    meant for idle pods must not quietly apply to a workload that has none."""
+    if len(triggers) > 1:
+        r.fail(f["triggers"], "triggers", "reservedQuota takes a policy of its own: it judges workloads with no "
+               "pods, whose action is a report unless the policy says otherwise")
+        return lifecycle
+    if not _has(f.get("lifecycle"), "action"):
+        return replace(lifecycle, action=model.Action.REPORT)
+    if lifecycle.action not in (model.Action.REPORT, model.Action.SUSPEND):
+        node = f["lifecycle"]
+        assert isinstance(node, MappingNode)
+        where = next(v for k, v in node.value if isinstance(k, ScalarNode) and k.value == "action")
+        r.fail(where, "lifecycle.action", f"a workload holding Kueue quota is reported or suspended (its Workload "
+               f"deactivated, which releases the quota and keeps the job), never {lifecycle.action}")
+    return lifecycle
+
+
 _HUNG_POWER = 1.5  # a spinning kernel draws a little over idle; real work two to four times it
 
 
@@ -709,6 +737,7 @@ _TRIGGER_READERS: dict[str, Callable[[_Reader, Node, str], model.Trigger | None]
     model.Terminating.key: _terminating,
     model.CrashLoop.key: _crash_loop,
     model.Hung.key: _hung,
+    model.ReservedQuota.key: _reserved_quota,
 }
 
 

@@ -284,6 +284,17 @@ class Terminating:
 
 
 @dataclass(frozen=True, slots=True)
+class ReservedQuota:
+    """A workload Kueue admits whose Workload has held quota (QuotaReserved or Admitted True) for
+    longer than `after` while none of its pods is running or pending: its ClusterQueue counts GPUs
+    nothing uses (kueue#14811). Reported and warned about; an enforcing policy may suspend it, which
+    deactivates its Workload (`spec.active: false`) and releases the quota; it is never deleted."""
+
+    key: ClassVar[str] = "reservedQuota"
+    after: _dt.timedelta = _dt.timedelta(hours=1)
+
+
+@dataclass(frozen=True, slots=True)
 class CrashLoop:
     """A GPU workload whose every GPU pod has a container that restarted at least `restarts` times
     (each container counted on its own) and whose last run began and ended within `window`, still
@@ -347,8 +358,8 @@ class Activity:
     min_running: _dt.timedelta = _dt.timedelta(0)
 
 
-Trigger = IdleGpu | IdleCpu | Pending | Terminating | CrashLoop | Hung
-TRIGGER_KINDS: tuple[type[Trigger], ...] = (IdleGpu, IdleCpu, Pending, Terminating, CrashLoop, Hung)
+Trigger = IdleGpu | IdleCpu | Pending | Terminating | CrashLoop | Hung | ReservedQuota
+TRIGGER_KINDS: tuple[type[Trigger], ...] = (IdleGpu, IdleCpu, Pending, Terminating, CrashLoop, Hung, ReservedQuota)
 T = TypeVar("T", bound=Trigger)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from janitor.decide.model import Finding, State, TriggerKind
-from janitor.decide.triggers import crashloop, expiry, hung, idle, pending, signals, terminating
+from janitor.decide.triggers import crashloop, expiry, hung, idle, pending, reserved, signals, terminating
 from janitor.decide.triggers.spec import Role, TriggerSpec, Usage
 from janitor.policy.model import Trigger as PolicyTrigger
 
@@ -20,6 +20,7 @@ ALL: tuple[TriggerSpec, ...] = (
     crashloop.TRIGGER,
     terminating.TRIGGER,
     hung.TRIGGER,
+    reserved.TRIGGER,
     expiry.TRIGGER,
 )
 BY_KIND: Mapping[TriggerKind, TriggerSpec] = {t.kind: t for t in ALL}

@@ -77,6 +77,7 @@ class Recheck:
     nodes: NodeScope = NodeScope.NONE
     oom: bool = False
     autoscalers: bool = False
+    kueue: bool = False  # the Kueue Workload of the object, whatever the action (observe.kueue)
 
 
 def _none(_: PolicyTrigger) -> Reads:
