@@ -70,6 +70,7 @@ from janitor.decide.rails import Caps, Rails, record_deletions
 from janitor.decide.selection import CronJobMode
 from janitor.decide.volumes import ClaimTemplates
 from janitor.node_report import AgentRun, ConditionMessage, PodTaskState, Sight
+from janitor.policy.endings import Queued
 from janitor.policy.model import (
     Action as PolicyAction,
 )
@@ -92,6 +93,7 @@ from janitor.policy.model import (
     Pending,
     Policy,
     Requirement,
+    ReservedQuota,
     Terminating,
     WorkingHours,
 )
@@ -166,6 +168,7 @@ class Thing:
     foreign: set[str] = field(default_factory=set)  # keys of its mark someone other than the janitor wrote last
     claims: ClaimTemplates | None = None  # a StatefulSet's claim templates and their retention
     restored_by: str | None = None  # the field manager other than the janitor's that last wrote its replicas
+    queued: Queued | None = None  # the Kueue Workload that admits it, as read (observe.kueue)
 
     @property
     def ref(self) -> ObjectRef:
@@ -177,7 +180,8 @@ class Thing:
     def view(self) -> ObjectView:
         return ObjectView(self.ref, str(self.version), self.created, dict(self.annotations), dict(self.labels),
                           self.deleting, self.controller, dict(self.template), self.replicas, self.suspended,
-                          frozenset(self.foreign & set(self.annotations)), self.claims, self.restored_by)
+                          frozenset(self.foreign & set(self.annotations)), self.claims, self.restored_by,
+                          queued=self.queued)
 
 
 @dataclass
@@ -1107,7 +1111,8 @@ def cases(draw: st.DrawFn, *profiles: str) -> Case:
             Terminating(after=10 * M, force_delete=True)
         policies = (Policy(profile, (first,), mode=Mode.ENFORCE),) + draw(policy_sets())
         theme = draw(one_of(STORIES[profile]))
-        return Case(draw(clusters(policies, theme=theme)), policies, draw(plan_settings()))
+        cluster = draw(clusters(policies, theme=theme))
+        return Case(cluster, with_kueue(policies, cluster), draw(plan_settings()))
     releases = profile == "releases"  # "due", with an enforcing first policy that deletes: releases act
     # "due" StatefulSets mostly, under a first policy that deletes or scales them (and may delete volumes)
     volumes = profile in ("volumes", "volumes-allowed")
@@ -1176,7 +1181,43 @@ def cases(draw: st.DrawFn, *profiles: str) -> Case:
                                   predecessor=0.97 if serial_of(pod) % 8 == 2 else None)
     if cluster.serial % 5 == (1 if several else 3) and not (releases or volumes or reclaims):
         policies = with_activity(policies, cluster, named_only=several)  # the stories above need their verdicts
-    return Case(cluster, policies, settings)
+    return Case(cluster, with_kueue(policies, cluster), settings)
+
+
+_HELD_SINCE = (None, NOW - 10 * M, NOW - 2 * H, NOW - 5 * DAY)
+
+
+def with_kueue(policies: tuple[Policy, ...], cluster: Cluster) -> tuple[Policy, ...]:
+    """Kueue in the cluster, by the serial (after every draw: the draws stay as they were): some Jobs
+    admitted by a Workload that holds quota or not, since any time, deactivated now and then, its
+    status odd now and then, and half of those holding quota left with no pod (kueue#14811: evicted,
+    its pods deleted, its quota still reserved); and, on most serials, a reservedQuota policy after
+    the others (reporting or suspending, enforcing or not, its namespaces everything or one), so that
+    a profile's first policy stays the one it made."""
+    serial = cluster.serial
+    jobs = sorted((t for t in cluster.objects.values() if t.kind == "Job"), key=lambda t: t.uid)
+    for k, job in enumerate(jobs):
+        turn = k + serial
+        if turn % 4 == 0:
+            continue
+        since = _HELD_SINCE[(k + serial // 4) % 4]
+        job.labels["kueue.x-k8s.io/queue-name"] = "team-gpus"
+        job.queued = Queued("v1beta2", f"job-{job.name}", f"wl-{job.uid}", turn % 5 != 4, reserved_since=since,
+                            evicted=k % 2 == 0, status_problem="its Workload has two Admitted conditions"
+                            if turn % 7 == 6 else "", gpus=8 * (k % 2))
+        # Evicted: its pods deleted, its quota not released (not on the serials whose activity floor
+        # needs its running pods).
+        if since is not None and turn % 2 == 1 and serial % 3 != 0:
+            for uid in cluster.below(job.uid)[1]:
+                cluster.pods.pop(uid, None)
+    if serial % 5 == 1:
+        return policies
+    action = PolicyAction.SUSPEND if serial % 2 == 0 else PolicyAction.REPORT
+    match = Match(Namespaces(("ml",), ())) if serial % 7 == 0 else Match()
+    return policies + (Policy("quota", (ReservedQuota(after=4 * H if serial % 3 == 0 else 30 * M),), match=match,
+                              mode=Mode.SHADOW if serial % 6 == 5 else Mode.ENFORCE,
+                              lifecycle=Lifecycle(warn_before=H, remind_every=2 * H, action=action),
+                              source="policies.yaml:quota"),)
 
 
 NEVER_USED = NeverUsed(after=20 * M, warn_before=10 * M)
@@ -1381,6 +1422,8 @@ class Simulator:
                     target.replicas = 0
                 if target is not None and again.type is ActionType.SUSPEND:
                     target.suspended = True
+                    if again.via is not None and target.queued is not None:  # Kueue evicts it and frees its quota
+                        target.queued = replace(target.queued, active=False, reserved_since=None)
             applied.append(again)
             change = planned.change_for(action)
             if change is not None:

@@ -100,6 +100,7 @@ from janitor.decide.model import (
     ObjectRef,
     ObjectView,
     Observation,
+    PodJudgement,
     PodState,
     PodView,
     SafetyLedger,
@@ -126,6 +127,7 @@ from janitor.policy.model import (
     Mode,
     Pending,
     Policy,
+    ReservedQuota,
     Terminating,
 )
 
@@ -186,6 +188,9 @@ SITUATIONS = {
     "another UID's series beside a pod's own, never idle": 1,
     "a stuck job called hung": 1,
     "a stuck job marked although GPU_UTIL or its CPU reads busy": 1,
+    "quota held with no pods, called so": 1,
+    "quota held while a pod runs or waits, kept": 1,
+    "quota held with no pods, its Workload deactivated after the warning": 1,
 }
 PROPERTIES: set[str] = set()  # the property tests of this module
 HELD: set[str] = set()  # ... that ran all their examples and held
@@ -545,6 +550,56 @@ def expected_findings(observation: Observation, policies: Sequence[Policy], plan
                     overdue = now - pod.state.deleting_since - datetime.timedelta(seconds=pod.state.grace_seconds)
                     if overdue >= stuck.after:
                         out.add((str(trigger), policy.name, pod.ref.uid, True))
+    return out | expected_quota_findings(observation, policies, plan_settings)
+
+
+def expected_quota_findings(observation: Observation, policies: Sequence[Policy],
+                            plan_settings: PlanSettings) -> set[tuple[str, str, str, bool]]:
+    """docs/policies.md, "reservedQuota": a finding on every object whose Kueue Workload was read,
+    outside protected namespaces and not being deleted, under the first reservedQuota policy whose
+    namespaces, namespace selector and kinds select it and whose pod selector is empty or matches
+    every one of its pods (it has some); known where its pods' workload is it, or, with no pods of its
+    own, where its chain is readable and it is the top (a CronJob's Job under --cronjob-target job)."""
+    by_unit = {u.uid: u for u in units(observation, plan_settings) if u.known}
+    by_uid = {o.ref.uid: o for o in observation.objects}
+    out: set[tuple[str, str, str, bool]] = set()
+    for obj in observation.objects:
+        queued = obj.queued
+        namespace = obj.ref.namespace or ""
+        if queued is None or not queued.found or obj.deleting or namespace in plan_settings.rails.protected_namespaces:
+            continue
+        unit = by_unit.get(obj.ref.uid)
+        pods = unit.pods if unit is not None else ()
+        known, parent = True, None
+        if unit is None:
+            controller = obj.controller
+            if controller is not None:
+                owner = by_uid.get(controller.uid)
+                if owner is None or owner.deleting:
+                    known = False
+                elif controller.kind == "CronJob" and obj.ref.kind == "Job" and (
+                        plan_settings.cronjob_mode is CronJobMode.JOB or owner.suspended):
+                    parent = owner
+                else:
+                    known = False  # something above it is the workload
+        out_ = unit.opted_out if unit is not None else (
+            opted_out(obj.annotations, observation.namespace(namespace))
+            or (parent is not None and opted_out(parent.annotations, None)))
+        view = observation.namespace(namespace)
+        for policy in policies:
+            if policy.trigger(ReservedQuota) is None:
+                continue
+            match = policy.match
+            selector = match.pod_selector
+            if not (match.namespaces.matches(namespace) and match.namespace_selector.matches(view.labels)
+                    and (not match.kinds or obj.ref.kind in match.kinds)):
+                continue
+            if (selector.match_labels or selector.match_expressions) and not (
+                    pods and all(selector.matches(p.labels) for p in pods)):
+                continue
+            if not (policy.lifecycle.honour_opt_out and out_):
+                out.add((str(TriggerKind.RESERVED_QUOTA), policy.name, obj.ref.uid, known))
+            break
     return out
 
 
@@ -777,12 +832,24 @@ def test_doubtful_evidence_is_never_idle(case: Case) -> None:
                                              f"{pod.node} exports for {exported}: {finding.why}"
                         REACHED["idle beside a signal its node does not export"] += 1
                     for _, s in judged_on:
-                        assert not doubtful(s.quality, g), f"{finding.subject} idle on {s}: {finding.why}"
+                        assert not doubtful(over_life(s.quality, judged, observation, g.window), g), \
+                            f"{finding.subject} idle on {s}: {finding.why}"
                 else:
                     c = policy.trigger(IdleCpu)
                     assert c is not None
                     usage = observation.evidence.cpu[(c.window, tuple(sorted(c.ignore_containers)))].pods[key]
-                    assert not doubtful(usage.quality, c), f"{finding.subject} idle on {usage}: {finding.why}"
+                    assert not doubtful(over_life(usage.quality, judged, observation, c.window), c), \
+                        f"{finding.subject} idle on {usage}: {finding.why}"
+
+
+def over_life(quality: Quality, judged: PodJudgement, observation: Observation,
+              window: datetime.timedelta) -> Quality:
+    """docs/policies.md, "Never used": a pod judged over its life, the window's time before it started
+    is no gap in its samples."""
+    pod = next((p for p in observation.pods if p.ref == judged.pod), None)
+    if not judged.never_used or pod is None or pod.started is None or observation.at is None or quality.gap is None:
+        return quality
+    return replace(quality, gap=max(quality.gap - (window - (observation.at - pod.started)), datetime.timedelta(0)))
 
 
 def truly_never_used(pod: Pod, cluster: Cluster, trigger: IdleGpu, now: datetime.datetime) -> bool:
@@ -1186,6 +1253,8 @@ def note_reached(sim: Simulator, planned: CyclePlan) -> Counter[str]:
     reached["not marked again after an undo"] += sum(c.why.code is Code.NOT_AGAIN_UNDONE for c in planned.changes)
     reached["a managed workload reported, not reclaimed"] += sum(c.why.code is Code.MANAGED_REPORT_ONLY
                                                                  for c in planned.changes)
+    reached["quota held with no pods, its Workload deactivated after the warning"] += sum(
+        a.trigger is TriggerKind.RESERVED_QUOTA and a.via is not None for a in acted)
     released = {a.target.uid for a in acted if a.reason == "IdleReleased"}
     for change in planned.changes:
         if change.why.code is Code.WARN_NEW_OWNER:
@@ -1592,6 +1661,36 @@ def assert_precedence(case: Case, observation: Observation, planned: CyclePlan, 
 
 
 # -- plan() is a pure function ----------------------------------------------------------------------------------
+
+
+@examples(1.0)
+@given(case=cases())
+def test_quota_is_called_held_only_with_no_pod_working(case: Case) -> None:
+    """docs/policies.md, "reservedQuota": quota is called held with no pods only on a Workload whose
+    conditions were read, active, holding quota for `after`, while no pod of its workload runs, waits
+    or is Terminating, and no pod of its namespace whose owners cannot be read does."""
+    policies = {p.name: p for p in case.policies}
+    for observation, planned, now in cycles(case):
+        by_uid = {o.ref.uid: o for o in observation.objects}
+        working = {u.uid: [p for p in u.pods if p.phase not in ("Succeeded", "Failed")]
+                   for u in units(observation, case.settings)}
+        for f in planned.findings:
+            if f.trigger is not TriggerKind.RESERVED_QUOTA:
+                continue
+            if f.state is State.CLEAR and f.reason.code is Code.QUOTA_PODS:
+                REACHED["quota held while a pod runs or waits, kept"] += 1
+            if f.state is not State.FIRES:
+                continue
+            REACHED["quota held with no pods, called so"] += 1
+            trigger = policies[f.policy].trigger(ReservedQuota)
+            queued = by_uid[f.subject.uid].queued
+            assert trigger is not None and queued is not None and f.known
+            assert queued.found and queued.active and not queued.status_problem, f"{f.subject}: {f.reason}"
+            assert queued.reserved_since is not None and now - queued.reserved_since >= trigger.after
+            assert not working.get(f.subject.uid), f"{f.subject} called held beside {working[f.subject.uid]}"
+            strays = [uid for uid, pods in working.items() if uid not in by_uid and pods
+                      and pods[0].ref.namespace == f.subject.namespace]
+            assert not strays, f"{f.subject} called held beside pods whose owners cannot be read: {strays}"
 
 
 @examples(0.5)
