@@ -132,3 +132,109 @@ def test_a_job_kueue_admits_is_stopped_through_its_workload_and_stays_stopped(
     assert len(said) == 2 and "was *suspended*" in said[1] and resume in said[1], said
     assert not any("Not held" in t for t in said)
     assert batch.read_namespaced_job("train", namespace).spec.suspend is True and kueue_part[-1] == "stopped"
+
+
+# -- quota held by a Workload with no pods (reservedQuota) ------------------------------------------------------
+
+
+def _ago(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - seconds))
+
+
+def _held_job(kube, namespace: str, name: str, *, held_for: float, suspended: bool = True) -> str:  # noqa: ANN001
+    """Job `name` as Kueue leaves one after a PodsReadyTimeout eviction (kueue#14811): suspended, no
+    pod, its Workload still QuotaReserved and Admitted (and Evicted) since `held_for` seconds ago,
+    counting 4 GPUs. The Workload's name."""
+    job = client.BatchV1Api(kube).create_namespaced_job(namespace, client.V1Job(
+        metadata=client.V1ObjectMeta(name=name, labels=QUEUE, annotations={"janitor/owner": ALICE[0]}),
+        spec=client.V1JobSpec(suspend=suspended, template=gpu_template(name))))
+    workload = f"job-{name}-{job.metadata.uid[:5]}"
+    custom = client.CustomObjectsApi(kube)
+    custom.create_namespaced_custom_object(GROUP, "v1beta2", namespace, PLURAL, {
+        "apiVersion": f"{GROUP}/v1beta2", "kind": "Workload",
+        "metadata": {"name": workload, "labels": {"kueue.x-k8s.io/job-uid": job.metadata.uid}, "ownerReferences": [{
+            "apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": job.metadata.uid, "controller": True,
+            "blockOwnerDeletion": True}]},
+        "spec": {"queueName": "team-gpus", "active": True, "podSets": [{"name": "main", "count": 1, "template": {
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "x"}]}}}]},
+    })
+    since = _ago(held_for)
+    conditions = [
+        {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "Quota reserved in "
+         "ClusterQueue team-gpus", "lastTransitionTime": since},
+        {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "The workload is admitted",
+         "lastTransitionTime": since},
+        {"type": "Evicted", "status": "True", "reason": "PodsReadyTimeout", "message": "Exceeded the PodsReady "
+         "timeout", "lastTransitionTime": _ago(held_for / 2)},
+    ]
+    admission = {"clusterQueue": "team-gpus", "podSetAssignments": [
+        {"name": "main", "count": 1, "flavors": {"nvidia.com/gpu": "a100"}, "resourceUsage": {"nvidia.com/gpu": "4"}}]}
+    custom.patch_namespaced_custom_object_status(GROUP, "v1beta2", namespace, PLURAL, workload, {
+        "status": {"conditions": conditions, "admission": admission}})
+    return workload
+
+
+def _write_quota_policy(path, namespace: str, action: str) -> object:  # noqa: ANN001
+    path.write_text(f"""policies:
+- name: reserved-quota
+  mode: enforce
+  match:
+    namespaces: {{include: ["{namespace}"]}}
+  triggers:
+    reservedQuota: {{after: 1h}}
+  lifecycle: {{warnBefore: 5s, remindEvery: 0s, action: {action}}}
+""")
+    return path
+
+
+def test_quota_held_with_no_pods_is_reported_and_its_workload_deactivated_after_the_warning(
+        kube, core, namespace, sandbox, tmp_path, slack, alice, prometheus) -> None:  # noqa: F811
+    crds.install(kube)
+    custom, batch = client.CustomObjectsApi(kube), client.BatchV1Api(kube)
+    stuck = _held_job(kube, namespace, "stuck", held_for=3 * 3600)
+    _held_job(kube, namespace, "young", held_for=60)  # held a minute: pods may be on their way
+    running = _held_job(kube, namespace, "running", held_for=3 * 3600, suspended=False)  # its pod runs
+    wait_until(lambda: any(p.status.phase == "Running" for p in core.list_namespaced_pod(namespace).items),
+               timeout=60, what="the running Job's pod Running")
+    policy = _write_quota_policy(tmp_path / "p.yaml", namespace, "suspend")
+    janitor = janitor_for(kube, sandbox, namespace, policy, prometheus())
+
+    janitor.run_cycle()
+    notes = notes_of(kube, namespace, "stuck")
+    assert notes.get(a.POLICY) == "reserved-quota" and notes[a.WARNED_OF].startswith("suspend "), janitor.explain()
+    assert "has held quota" in notes[a.REASON] and "evicted it without releasing it" in notes[a.REASON]
+    channel = notes[a.WARNED_VIA].split()[1].split("/")[0]
+    [warning] = texts(slack, channel)
+    assert "holding Kueue quota with no pods" in warning and f"workloads.kueue.x-k8s.io/{stuck}" in warning, warning
+    for other in ("young", "running"):
+        assert not any(k.startswith("janitor/") and k != "janitor/owner" for k in notes_of(kube, namespace, other))
+
+    until_due(notes)
+    janitor.run_cycle()  # re-checked fresh, then deactivated through its Workload
+    assert custom.get_namespaced_custom_object(GROUP, "v1beta2", namespace, PLURAL, stuck)["spec"]["active"] is False
+    assert a.RECLAIMED in notes_of(kube, namespace, "stuck")
+    assert custom.get_namespaced_custom_object(GROUP, "v1beta2", namespace, PLURAL, running)["spec"]["active"] is True
+    assert batch.read_namespaced_job("running", namespace).spec.suspend is not True
+
+    janitor.run_cycle()  # the Job was stopped already: deactivated holds, its owner hears it is done
+    said = texts(slack, channel)
+    assert len(said) == 2 and "was *suspended*" in said[1], said
+
+
+def test_quota_held_is_not_acted_on_when_a_pod_appears_before_the_deadline(
+        kube, core, namespace, sandbox, tmp_path, slack, alice, prometheus) -> None:  # noqa: F811
+    crds.install(kube)
+    custom, batch = client.CustomObjectsApi(kube), client.BatchV1Api(kube)
+    stuck = _held_job(kube, namespace, "stuck", held_for=3 * 3600)
+    janitor = janitor_for(kube, sandbox, namespace, _write_quota_policy(tmp_path / "p.yaml", namespace, "suspend"),
+                          prometheus())
+    janitor.run_cycle()
+    notes = notes_of(kube, namespace, "stuck")
+    assert notes[a.WARNED_OF].startswith("suspend "), janitor.explain()
+    batch.patch_namespaced_job("stuck", namespace, {"spec": {"suspend": False}})  # Kueue admitted it again
+    wait_until(lambda: any(p.status.phase in ("Pending", "Running")
+                           for p in core.list_namespaced_pod(namespace).items), timeout=60, what="its pod back")
+    until_due(notes)
+    janitor.run_cycle()
+    assert custom.get_namespaced_custom_object(GROUP, "v1beta2", namespace, PLURAL, stuck)["spec"]["active"] is True
+    assert a.POLICY not in notes_of(kube, namespace, "stuck"), janitor.explain()
