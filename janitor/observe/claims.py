@@ -126,8 +126,10 @@ def _devices(allocation: Mapping[str, Any], problems: list[str]) -> tuple[Device
     devices = allocation.get("devices")
     if devices is None:
         return ()
-    results = _mapping(devices, "status.allocation.devices", problems).get("results") or []
-    if not isinstance(results, list):
+    results = _mapping(devices, "status.allocation.devices", problems).get("results")
+    if results is None:
+        return ()
+    if not isinstance(results, list):  # an empty `{}` or `""` too: never taken for "no devices"
         problems.append("status.allocation.devices.results is not a list")
         return ()
     out: list[Device] = []
