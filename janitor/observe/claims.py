@@ -1,0 +1,207 @@
+"""DRA ResourceClaims, read at the `resource.k8s.io` version the cluster serves, as plain values.
+
+DRA went GA in 1.34 (`v1`); clusters of 1.32 and 1.33 serve `v1beta1` and `v1beta2` (where
+enabled), so the version is discovered, not assumed: the first of `VERSIONS` the group serves. The
+status fields read here (`allocation.devices.results`, `reservedFor`) have the same shape in all
+three.
+
+Nothing here raises: a group that is not served is a `ClaimsRead` with `served=False` (no claims
+can exist), and a discovery or list that fails is one with its problem and no claims, so nothing
+can be called orphaned on a read that did not happen. A claim whose status has an unexpected
+shape carries its problem, which makes its verdict UNKNOWN (`decide.claims`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kubernetes.client import ApiClient
+
+from janitor import errors, kubeapi
+from janitor.decide.claims import Claim, ClaimRef, ClaimsRead, Consumer, Device, PodsSeen
+from janitor.decide.model import OwnerRef, ResourceKind
+from janitor.observe import cluster
+
+logger = logging.getLogger(__name__)
+
+GROUP = "resource.k8s.io"
+VERSIONS = ("v1", "v1beta2", "v1beta1")  # read the first one served
+PODS = ResourceKind("", "v1", "Pod", "pods")
+
+
+def resource_claims(version: str) -> ResourceKind:
+    return ResourceKind(GROUP, version, "ResourceClaim", "resourceclaims")
+
+
+def version(group: Mapping[str, Any]) -> str | None:
+    """The version to read, from the group's discovery document: the first of `VERSIONS` it
+    serves; None when it serves none of them (v1alpha3 alone: its fields are not read here)."""
+    served = {str(v.get("version")) for v in group.get("versions") or () if isinstance(v, Mapping)}
+    return next((v for v in VERSIONS if v in served), None)
+
+
+def served(api: ApiClient) -> tuple[str | None, str]:
+    """(the version to read, "") or (None, why not); ("", "") when `resource.k8s.io` is not served."""
+    try:
+        answer = kubeapi.request(api, "GET", f"/apis/{GROUP}", doing=f"discover {GROUP}")
+        body = json.loads(answer.data)
+    except errors.NotFound:
+        return "", ""
+    except errors.KubeError as e:
+        return None, f"{GROUP} could not be discovered ({e.server_message})"
+    except ValueError:
+        return None, f"the discovery answer of {GROUP} is not JSON"
+    found = version(body) if isinstance(body, Mapping) else None
+    return (found, "") if found else (None, f"{GROUP} is served at none of {', '.join(VERSIONS)}")
+
+
+def read(api: ApiClient, namespaces: Sequence[str] | None = None, *, page_size: int = 250) -> ClaimsRead:
+    """The ResourceClaims in `namespaces` (None: in all), at the version discovery picks."""
+    scope = frozenset(namespaces) if namespaces is not None else None
+    at, problem = served(api)
+    if at == "":
+        return ClaimsRead(served=False, namespaces=scope)
+    if at is None:
+        logger.warning("ResourceClaims not read: %s", problem)
+        return ClaimsRead(problem=problem, namespaces=scope)
+    claims: list[Claim] = []
+    try:
+        for page, _ in cluster.list_items(api, resource_claims(at), page_size=page_size, namespaces=namespaces):
+            claims.extend(to_claim(item, f"{GROUP}/{at}") for item in page)
+    except errors.KubeError as e:
+        logger.warning("cannot list ResourceClaims: %s", e)
+        return ClaimsRead(version=at, problem=f"ResourceClaims could not be listed ({_said(e)})", namespaces=scope)
+    return ClaimsRead(tuple(claims), at, namespaces=scope)
+
+
+def pods(api: ApiClient, namespaces: Sequence[str] | None = None, *, page_size: int = 250) -> PodsSeen:
+    """The UIDs of the pods in `namespaces` (None: in all), for a look at claims outside a cycle (a
+    cycle has its pods already: `PodsSeen(frozenset(uids), namespaces)`). A failure is its problem."""
+    scope = frozenset(namespaces) if namespaces is not None else None
+    uids: set[str] = set()
+    try:
+        for page, _ in cluster.list_items(api, PODS, page_size=page_size, namespaces=namespaces):
+            uids.update(str(uid) for item in page if (uid := (item.get("metadata") or {}).get("uid")))
+    except errors.KubeError as e:
+        logger.warning("cannot list pods: %s", e)
+        return PodsSeen(namespaces=scope, problem=f"pods could not be listed ({_said(e)})")
+    return PodsSeen(frozenset(uids), scope)
+
+
+def to_claim(item: Mapping[str, Any], api_version: str) -> Claim:
+    """One claim's raw JSON as a `Claim`; whatever is not of the shape expected goes into its problem."""
+    problems: list[str] = []
+    meta = _mapping(item.get("metadata"), "metadata", problems)
+    ref = ClaimRef(_text(meta.get("namespace")), _text(meta.get("name")), _text(meta.get("uid")))
+    if not (ref.namespace and ref.name and ref.uid):
+        problems.append("metadata lacks its namespace, name or uid")
+    status = _mapping(item.get("status"), "status", problems)
+    allocation = status.get("allocation")
+    allocated = allocation is not None
+    devices: tuple[Device, ...] = ()
+    if allocated:
+        devices = _devices(_mapping(allocation, "status.allocation", problems), problems)
+    return Claim(
+        ref=ref,
+        resource_version=_text(meta.get("resourceVersion")),
+        api_version=api_version,
+        created=_time(meta.get("creationTimestamp"), problems),
+        allocated=allocated,
+        consumers=_consumers(status.get("reservedFor"), problems),
+        devices=devices,
+        annotations=_strings(meta.get("annotations")),
+        labels=_strings(meta.get("labels")),
+        finalizers=tuple(str(f) for f in meta.get("finalizers") or () if isinstance(f, str)),
+        deleting=meta.get("deletionTimestamp") is not None,
+        controller=_controller(meta.get("ownerReferences")),
+        problem="; ".join(problems),
+    )
+
+
+def _devices(allocation: Mapping[str, Any], problems: list[str]) -> tuple[Device, ...]:
+    devices = allocation.get("devices")
+    if devices is None:
+        return ()
+    results = _mapping(devices, "status.allocation.devices", problems).get("results")
+    if results is None:
+        return ()
+    if not isinstance(results, list):  # an empty `{}` or `""` too: never taken for "no devices"
+        problems.append("status.allocation.devices.results is not a list")
+        return ()
+    out: list[Device] = []
+    for r in results:
+        if not isinstance(r, Mapping):
+            problems.append("a status.allocation.devices.results entry is not an object")
+            continue
+        if not _strings_at(r, "driver", "pool", "device"):
+            problems.append("a status.allocation.devices.results entry lacks its driver, pool or device")
+        out.append(Device(_text(r.get("request")), _text(r.get("driver")), _text(r.get("pool")),
+                          _text(r.get("device"))))
+    return tuple(out)
+
+
+def _consumers(reserved: Any, problems: list[str]) -> tuple[Consumer, ...]:
+    if reserved is None:
+        return ()
+    if not isinstance(reserved, list):
+        problems.append("status.reservedFor is not a list")
+        return ()
+    out: list[Consumer] = []
+    for entry in reserved:
+        if not isinstance(entry, Mapping):
+            problems.append("a status.reservedFor entry is not an object")
+            continue
+        group = entry.get("apiGroup")  # absent for the core group
+        if not _strings_at(entry, "resource", "name", "uid") or not (group is None or isinstance(group, str)):
+            problems.append("a status.reservedFor entry lacks its resource, name or uid, or has an odd apiGroup")
+        out.append(Consumer(_text(entry.get("apiGroup")), _text(entry.get("resource")), _text(entry.get("name")),
+                            _text(entry.get("uid"))))
+    return tuple(out)
+
+
+def _controller(owners: Any) -> OwnerRef | None:
+    for o in owners if isinstance(owners, list) else ():
+        if isinstance(o, Mapping) and o.get("controller") is True:
+            return OwnerRef(_text(o.get("kind")), _text(o.get("apiVersion")), _text(o.get("name")),
+                            _text(o.get("uid")))
+    return None
+
+
+def _mapping(value: Any, where: str, problems: list[str]) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        problems.append(f"{where} is not an object")
+        return {}
+    return value
+
+
+def _strings_at(entry: Mapping[str, Any], *keys: str) -> bool:
+    """Whether each of `keys` is a non-empty string in `entry`."""
+    return all(isinstance(entry.get(k), str) and entry.get(k) for k in keys)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _strings(value: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, Mapping) else {}
+
+
+def _time(value: Any, problems: list[str]) -> datetime.datetime | None:
+    if value is None:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(str(value).replace("Z", "+00:00")).astimezone(datetime.timezone.utc)
+    except ValueError:
+        problems.append(f"metadata.creationTimestamp {value!r} is not a time")
+        return None
+
+
+def _said(error: errors.KubeError) -> str:
+    return error.server_message or str(error)

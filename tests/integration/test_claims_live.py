@@ -1,0 +1,137 @@
+"""DRA ResourceClaims on the sandbox's apiserver (1.34: `resource.k8s.io/v1`, and only v1), read by
+`observe.claims` and judged by `decide.claims`. No DRA driver and no ResourceSlice exist, so the test
+writes each claim's `status.allocation` (and `reservedFor`) through the status subresource, where the
+scheduler would; the controller-manager's resourceclaim controller runs and does its part.
+
+Aspects covered:
+- discovery picks v1, the one version served;
+- a claim allocated with nothing reserved is ORPHANED, and the controller leaves it allocated even
+  with its finalizer: it deallocates only when a claim's last reservation goes;
+- a claim reserved for a live pod that names it is IN_USE; once that pod is deleted the controller
+  deallocates it (NOT_ALLOCATED);
+- a claim reserved for a pod that did not name it stays reserved after that pod is gone (the
+  controller looks at a claim again only when it or a pod naming it changes): STALE_CONSUMER with
+  the pods read, IN_USE "not checked" without;
+- a claim reserved for a pod that never existed is cleared by the controller at once: the test
+  waits for that before reading, so the controller is seen at work on the namespace's claims;
+- a deleted orphaned claim goes: its finalizer does not hold it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from devenv.procs import wait_until
+from janitor.decide import claims as dc
+from janitor.decide.claims import PodsSeen, State, Why
+from janitor.observe import claims as oc
+
+GROUP, VERSION, PLURAL = "resource.k8s.io", "v1", "resourceclaims"
+DRIVER = "gpu.example.com"
+
+
+@pytest.fixture
+def device_class(kube, namespace: str) -> Iterator[str]:  # noqa: ANN001
+    """A DeviceClass of its own (cluster-scoped, so deleted afterwards); its name."""
+    custom = client.CustomObjectsApi(kube)
+    name = f"gpu.{namespace}.example.com"
+    custom.create_cluster_custom_object(GROUP, VERSION, "deviceclasses", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "DeviceClass", "metadata": {"name": name},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}})
+    yield name
+    custom.delete_cluster_custom_object(GROUP, VERSION, "deviceclasses", name)
+
+
+def create_claim(kube, namespace: str, name: str, device_class: str) -> None:  # noqa: ANN001
+    """A claim for one device, with the finalizer the scheduler puts on a claim it allocates."""
+    client.CustomObjectsApi(kube).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceClaim",
+        "metadata": {"name": name, "finalizers": [dc.FINALIZER]},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class}}]}}})
+
+
+def allocate(kube, namespace: str, name: str, device: str, *reserved_for: Any) -> None:  # noqa: ANN001
+    """Write the claim's allocation (and reservations), as the scheduler does once a driver's slice fits."""
+    status: dict[str, Any] = {"allocation": {"devices": {"results": [
+        {"request": "gpu", "driver": DRIVER, "pool": "gpu-node-1", "device": device}]}}}
+    if reserved_for:
+        status["reservedFor"] = [{"resource": "pods", "name": p.metadata.name, "uid": p.metadata.uid}
+                                 for p in reserved_for]
+    client.CustomObjectsApi(kube).patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name,
+                                                                         {"status": status})
+
+
+def claim_status(kube, namespace: str, name: str) -> dict[str, Any]:  # noqa: ANN001
+    got = client.CustomObjectsApi(kube).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    return dict(got.get("status") or {})
+
+
+def create_pod(core: client.CoreV1Api, namespace: str, name: str, *, claim: str | None = None) -> client.V1Pod:
+    """A pod bound to a node (the scheduler would not place a pod whose claim no driver can serve);
+    naming `claim` in its spec.resourceClaims, as a pod using it does."""
+    container: dict[str, Any] = {"name": "main", "image": "x"}
+    spec: dict[str, Any] = {"nodeName": "cpu-node-1", "terminationGracePeriodSeconds": 0, "containers": [container]}
+    if claim:
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
+        container["resources"] = {"claims": [{"name": "gpu"}]}
+    return core.create_namespaced_pod(namespace, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                                                  "spec": spec})
+
+
+def gone(core: client.CoreV1Api, namespace: str, name: str) -> bool:
+    return not any(p.metadata.name == name for p in core.list_namespaced_pod(namespace).items)
+
+
+def test_claims_holding_devices_with_no_consumer_are_found(kube, core, namespace, device_class) -> None:  # noqa: ANN001
+    assert oc.served(kube) == ("v1", "")
+    for name in ("orphan", "in-use", "stale", "never"):
+        create_claim(kube, namespace, name, device_class)
+    user = create_pod(core, namespace, "user", claim="in-use")
+    passer = create_pod(core, namespace, "passer")  # reserved a claim without naming it
+    allocate(kube, namespace, "orphan", "gpu-0")
+    allocate(kube, namespace, "in-use", "gpu-1", user)
+    allocate(kube, namespace, "stale", "gpu-2", passer)
+    time.sleep(1)  # the controller keeps the reservation while the pod is there
+    assert claim_status(kube, namespace, "stale").get("reservedFor")
+    core.delete_namespaced_pod("passer", namespace, grace_period_seconds=0)
+    wait_until(lambda: gone(core, namespace, "passer"), timeout=30, what="pod passer gone")
+    allocate(kube, namespace, "never", "gpu-3", client.V1Pod(metadata=client.V1ObjectMeta(
+        name="never", uid="00000000-0000-4000-8000-000000000000")))
+    wait_until(lambda: "allocation" not in claim_status(kube, namespace, "never"), timeout=30,
+               what="the controller dropping a reservation for a pod that never was, and deallocating")
+    time.sleep(2)
+
+    read = oc.read(kube, [namespace])
+    assert (read.version, read.served, read.problem) == ("v1", True, ""), read
+    pods = oc.pods(kube, [namespace])
+    assert pods == PodsSeen(frozenset({user.metadata.uid}), frozenset({namespace}))
+    found = {v.claim.ref.name: v for v in dc.orphaned(read.claims, pods)}
+    assert {n: v.state for n, v in found.items()} == {
+        "orphan": State.ORPHANED, "in-use": State.IN_USE, "stale": State.STALE_CONSUMER,
+        "never": State.NOT_ALLOCATED}, {n: v.words for n, v in found.items()}
+    assert found["orphan"].claim.protected and [str(d) for d in found["orphan"].claim.devices] == [
+        f"{DRIVER}/gpu-node-1/gpu-0"]
+    assert found["in-use"].why is Why.POD_THERE
+    assert [c.uid for c in found["stale"].gone] == [passer.metadata.uid]
+    unread = {v.claim.ref.name: v for v in dc.orphaned(read.claims, None)}
+    assert (unread["stale"].state, unread["stale"].why) == (State.IN_USE, Why.PODS_UNREAD)
+
+    core.delete_namespaced_pod("user", namespace, grace_period_seconds=0)
+    wait_until(lambda: "allocation" not in claim_status(kube, namespace, "in-use"), timeout=30,
+               what="the controller deallocating a claim whose pod was deleted")
+    assert dc.verdict(oc.to_claim(_claim(kube, namespace, "in-use"), f"{GROUP}/{VERSION}"),
+                      oc.pods(kube, [namespace])).state is State.NOT_ALLOCATED
+    assert "allocation" in claim_status(kube, namespace, "orphan")  # still held: no reservation ever went
+
+    client.CustomObjectsApi(kube).delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "orphan")
+    wait_until(lambda: all(c.ref.name != "orphan" for c in oc.read(kube, [namespace]).claims), timeout=30,
+               what="the deleted orphaned claim gone, its finalizer removed")
+
+
+def _claim(kube, namespace: str, name: str) -> dict[str, Any]:  # noqa: ANN001
+    return dict(client.CustomObjectsApi(kube).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name))
