@@ -668,6 +668,10 @@ Needs Kubernetes 1.30+ (ValidatingAdmissionPolicy v1).""",
                           "same however often kubelets report. Deciding reads nodes as of their last list (at most "
                           "this old, plus 30 s and a list's time; a node agent's report is judged as of the list); "
                           "an action re-reads the nodes it depends on first. 0: watch nodes (%(default)s)")
+    run.add_argument("--orphaned-claims-after", type=float, default=D.cluster.claims_after.total_seconds(),
+                     help="seconds a DRA ResourceClaim must have held its devices with no live consumer (allocated and "
+                          "reserved for nobody, or only for pods that are gone) before the admin report lists it; it "
+                          "is never changed. 0: ResourceClaims are not read (%(default)s)")
     run.add_argument("--log-level", default="INFO")
     leader = run.add_argument_group(
         "leader election", "Run two replicas: the one holding a coordination.k8s.io Lease in the state namespace acts, "

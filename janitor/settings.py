@@ -81,6 +81,9 @@ class ClusterSettings:
     # their last list (at most this old, plus 30 s and a list's time); an action re-reads the nodes
     # it depends on. Zero: watch them.
     node_refresh: datetime.timedelta = datetime.timedelta(minutes=5)
+    # DRA ResourceClaims that hold devices with no live consumer go into the admin report once their
+    # status has said so this long (a deallocation on its way takes seconds). Zero: claims not read.
+    claims_after: datetime.timedelta = datetime.timedelta(minutes=10)
 
 
 @dataclass(frozen=True)
@@ -145,7 +148,7 @@ class Settings:
     def plan(self) -> PlanSettings:
         """What deciding needs of these settings."""
         return PlanSettings(self.rails, self.lifecycle, self.cluster.cronjob_target, self.cluster.owner_keys,
-                            (self.cluster.state_namespace, self.cluster.state_name))
+                            (self.cluster.state_namespace, self.cluster.state_name), self.cluster.claims_after)
 
 
 DEFAULTS = Settings()
@@ -251,6 +254,7 @@ def from_args(args: argparse.Namespace) -> Settings:
         owner_keys=_owner_keys(list(a.texts("owner_key"))),
         node_autoscaling=NodeAutoscaling(a.text("node_autoscaling", d.cluster.node_autoscaling)),
         node_refresh=a.seconds("node_refresh", d.cluster.node_refresh),
+        claims_after=a.seconds("orphaned_claims_after", d.cluster.claims_after),
     )
     protected = a.raw("protected_namespaces")
     caps, trip = d.rails.caps, d.rails.tripwire

@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from janitor.annotations import ACKNOWLEDGE_TRIPWIRE, Undone
+from janitor.decide.claims import State as ClaimState
+from janitor.decide.claims import Verdict
 from janitor.decide.evidence import GhostGpu
 from janitor.decide.model import Finding, NodeInfo, ObjectRef, PodView, State, TriggerKind
 from janitor.decide.neighbours import beside_line
@@ -104,14 +106,27 @@ def _gpus(nodes: Sequence[NodeInfo], ghosts: Sequence[GhostGpu], owners: Mapping
     return ghost_lines, alone, [f"held-gpu:{node}/{h.minor}/{h.pid}" for node, h in held]
 
 
+def _claim(v: Verdict, owners: Mapping[str, Owner]) -> str:
+    """One claim's line: what it holds, since when, whose namespace, and what frees it. Nothing is
+    done to it: what consumes a claim may be outside the janitor's sight (a driver, a workload)."""
+    c = v.claim
+    owner = owners.get(c.ref.namespace)
+    stuck = (" (the resourceclaim controller did not drop the reservation: check kube-controller-manager)"
+             if v.state is ClaimState.STALE_CONSUMER else "")
+    written = f", unchanged since {c.status_written:%Y-%m-%d %H:%M}Z" if c.status_written else ""
+    return (f"{c.ref}: {v.words}{written}{stuck}" + (f"; namespace owner {owner}" if owner is not None else "")
+            + f". If nothing uses it: kubectl -n {c.ref.namespace} delete resourceclaim {c.ref.name}")
+
+
 def admin_report(findings: Sequence[Finding], nodes: Sequence[NodeInfo], silent_gpu_pods: Sequence[PodView],
                  tripwire: str | None, ghost_gpus: Sequence[GhostGpu] = (), held: Sequence[Held] = (),
                  state: tuple[str, str] = ("kube-idle-janitor", "janitor-state"),
                  beside: Sequence[ObjectRef] = (), undone: Sequence[tuple[ObjectRef, Undone]] = (),
                  sight_lost: Reason | None = None, owners: Mapping[str, Owner] | None = None,
-                 gpu_holders: Sequence[tuple[str, HeldGpu]] = ()) -> AdminReport:
+                 gpu_holders: Sequence[tuple[str, HeldGpu]] = (), claims: Sequence[Verdict] = ()) -> AdminReport:
     """`gpu_holders`: the (node, holder) pairs believed; `owners`: the owner of each namespace a
-    holder's pod was in (its workload is gone)."""
+    holder's pod or a claim was in (its workload is gone); `claims`: the DRA claims holding devices
+    with no live consumer (decide.claims.lingering)."""
     sections: list[tuple[str, tuple[str, ...]]] = []
     if sight_lost is not None:
         lost = f"{sight_lost}: the janitor marks, warns, cancels and reclaims nothing until it can read it again"
@@ -145,6 +160,8 @@ def admin_report(findings: Sequence[Finding], nodes: Sequence[NodeInfo], silent_
         sections.append(("Ghost GPUs (memory in use, no pod)", tuple(ghost_lines)))
     if held_gpus:
         sections.append(("GPUs held by processes of deleted pods", tuple(held_gpus)))
+    if claims:
+        sections.append(("Device claims held with no consumer", tuple(_claim(v, owners or {}) for v in claims)))
     never = [f for f in findings if f.known and never_fits(f)]
     if never:
         sections.append(("Workloads that can never fit", tuple(f"{f.subject} ({f.owner}): {f.why}" for f in never)))
@@ -164,6 +181,7 @@ def admin_report(findings: Sequence[Finding], nodes: Sequence[NodeInfo], silent_
            + [f"never:{f.subject.uid}" for f in never] + [f"silent:{p}" for p in silent]
            + (["tripwire"] if tripwire else []) + [f"ghost:{g.node}/{g.gpu}" for g in ghost_gpus] + held_ids
            + held_gpu_ids
+           + [f"claim:{v.claim.ref.uid}" for v in claims]
            + [f"beside:{r.uid}" for r in beside] + [f"undone:{r.uid}:{u.times}" for r, u in undone]
            + (["sight-lost"] if sight_lost is not None else []))
     return AdminReport(tuple(sections), tuple(ids))

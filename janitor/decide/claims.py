@@ -103,6 +103,9 @@ class Claim:
     deleting: bool = False
     controller: OwnerRef | None = None  # a Pod for a claim generated from its template
     problem: str = ""
+    # When its status was last written (metadata.managedFields, subresource status): what it says
+    # has been so at least since then. None when no entry says.
+    status_written: datetime.datetime | None = None
 
     @property
     def generated(self) -> bool:
@@ -140,6 +143,7 @@ class ClaimsRead:
     served: bool = True
     problem: str = ""
     namespaces: frozenset[str] | None = None  # None: all namespaces were read
+    pods: PodsSeen | None = None  # the pods read beside them in the same cycle; None: none were
 
 
 class Why(enum.StrEnum):
@@ -220,6 +224,17 @@ def holding(verdicts: Iterable[Verdict], states: Collection[State] = (State.ORPH
             ) -> tuple[Verdict, ...]:
     """The verdicts of claims that hold devices no live consumer uses (by default)."""
     return tuple(v for v in verdicts if v.state in states)
+
+
+def lingering(read: ClaimsRead | None, now: datetime.datetime, after: datetime.timedelta) -> tuple[Verdict, ...]:
+    """The claims holding devices no live consumer uses (`holding`) whose status has said so for at
+    least `after` (its last write, `status_written`): a deallocation on its way takes seconds. A
+    claim being deleted, or whose last write is not known, is not among them."""
+    if read is None or read.problem or not read.claims:
+        return ()
+    return tuple(v for v in holding(orphaned(read.claims, read.pods))
+                 if not v.claim.deleting and v.claim.status_written is not None
+                 and now - v.claim.status_written >= after)
 
 
 def _names(consumers: Iterable[Consumer]) -> str:

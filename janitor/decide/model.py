@@ -13,6 +13,7 @@ import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from janitor.decide.autoscaling import AutoscalerNote, Autoscaling
 from janitor.decide.evidence import Evidence
@@ -24,6 +25,9 @@ from janitor.node_report import ConditionMessage, HoldersMessage, OomReport
 from janitor.policy.endings import Ending, Queued
 from janitor.policy.model import Action as PolicyAction
 from janitor.policy.model import Mode
+
+if TYPE_CHECKING:  # decide.claims reads this module's OwnerRef
+    from janitor.decide.claims import ClaimsRead
 
 # -- what was read ----------------------------------------------------------------------------------
 
@@ -276,6 +280,8 @@ class Observation:
     # When the nodes were read, where earlier than the rest (the daemon lists them every
     # --node-refresh): what they say is as of then. None: read with the rest.
     nodes_at: datetime.datetime | None = None
+    # The DRA ResourceClaims read (observe.claims), for the admin report; None: not read.
+    claims: ClaimsRead | None = None
 
     def namespace(self, name: str | None) -> NamespaceView:
         """The namespace as read; one not read, as a view of its name alone (made only then: every

@@ -26,6 +26,7 @@ from typing import cast
 from janitor.decide import held, lifecycle, neighbours, selection, sight, usage
 from janitor.decide.admin_report import AdminReport, admin_report
 from janitor.decide.attribution import any_candidate
+from janitor.decide.claims import lingering
 from janitor.decide.evidence import PodKey
 from janitor.decide.holder_notices import HolderNotice, believed, holder_notices
 from janitor.decide.lifecycle import Change, LifecycleSettings, Step
@@ -65,6 +66,7 @@ class PlanSettings:
     cronjob_mode: CronJobMode = CronJobMode.JOB
     owner_keys: tuple[tuple[str, str], ...] = DEFAULT_OWNER_KEYS
     state: tuple[str, str] = ("kube-idle-janitor", "janitor-state")  # the ledger's ConfigMap, for admins' commands
+    claims_after: datetime.timedelta = datetime.timedelta(minutes=10)  # DRA claims with no consumer: reported after
 
 
 @dataclass(frozen=True)
@@ -266,9 +268,12 @@ def plan(observation: Observation, policies: Sequence[Policy], ledger: SafetyLed
     blind = sight.lost(observation)
     held_gpus = believed(observation.nodes, observation.pods, observation.nodes_at or decision.now)
     owners = _holder_owners(held_gpus, observation, settings.owner_keys)
+    claims = lingering(observation.claims, decision.now, settings.claims_after)
+    owners |= {ns: find_owner(None, observation.namespace(ns), settings.owner_keys)
+               for ns in sorted({v.claim.ref.namespace for v in claims} - set(owners))}
     report = admin_report(decision.findings, observation.nodes, silent, tripwire,
                           observation.evidence.ghost_gpus or (), railed.held, settings.state, beside, undone, blind,
-                          owners, held_gpus)
+                          owners, held_gpus, claims)
     # Blind, the ledger stays as it was: a count of no candidates would make the next cycle's look like a spike.
     return CyclePlan(decision.now, decision.reports + railed.allowed, railed.held, decision.changes,
                      decision.findings, ledger if blind else railed.ledger, tuple(notices),

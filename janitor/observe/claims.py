@@ -13,6 +13,7 @@ shape carries its problem, which makes its verdict UNKNOWN (`decide.claims`).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import logging
@@ -23,7 +24,7 @@ from kubernetes.client import ApiClient
 
 from janitor import errors, kubeapi
 from janitor.decide.claims import Claim, ClaimRef, ClaimsRead, Consumer, Device, PodsSeen
-from janitor.decide.model import OwnerRef, ResourceKind
+from janitor.decide.model import OwnerRef, PodView, ResourceKind
 from janitor.observe import cluster
 
 logger = logging.getLogger(__name__)
@@ -78,6 +79,19 @@ def read(api: ApiClient, namespaces: Sequence[str] | None = None, *, page_size: 
     return ClaimsRead(tuple(claims), at, namespaces=scope)
 
 
+def for_cycle(api: ApiClient, namespaces: Sequence[str] | None, after: datetime.timedelta, page_size: int,
+              pods_read: Sequence[PodView] | None) -> ClaimsRead | None:
+    """A cycle's claims, with the pods it read beside them (None: none were, so no reservation is
+    called stale); None where `after` is zero (`--orphaned-claims-after 0`: claims are not read)."""
+    if not after:
+        return None
+    found = read(api, namespaces, page_size=page_size)
+    if pods_read is None:
+        return found
+    scope = frozenset(namespaces) if namespaces is not None else None
+    return dataclasses.replace(found, pods=PodsSeen(frozenset(p.ref.uid for p in pods_read), scope))
+
+
 def pods(api: ApiClient, namespaces: Sequence[str] | None = None, *, page_size: int = 250) -> PodsSeen:
     """The UIDs of the pods in `namespaces` (None: in all), for a look at claims outside a cycle (a
     cycle has its pods already: `PodsSeen(frozenset(uids), namespaces)`). A failure is its problem."""
@@ -119,7 +133,20 @@ def to_claim(item: Mapping[str, Any], api_version: str) -> Claim:
         deleting=meta.get("deletionTimestamp") is not None,
         controller=_controller(meta.get("ownerReferences")),
         problem="; ".join(problems),
+        status_written=_status_written(meta.get("managedFields")),
     )
+
+
+def _status_written(entries: Any) -> datetime.datetime | None:
+    """The latest `time` of the managedFields entries that wrote the status subresource. Each write
+    that changes a manager's fields (a reservation added or dropped, an allocation) moves its time."""
+    times: list[datetime.datetime] = []
+    for e in entries if isinstance(entries, list) else ():
+        if isinstance(e, Mapping) and e.get("subresource") == "status":
+            at = _time(e.get("time"), [])
+            if at is not None:
+                times.append(at)
+    return max(times) if times else None
 
 
 def _devices(allocation: Mapping[str, Any], problems: list[str]) -> tuple[Device, ...]:

@@ -45,7 +45,7 @@ from janitor.decide.model import (
 )
 from janitor.decide.triggers import registry
 from janitor.decide.triggers.spec import NodeScope
-from janitor.observe import activity, autoscalers, cluster, evidence, kueue, targets, views
+from janitor.observe import activity, autoscalers, claims, cluster, evidence, kueue, targets, views
 from janitor.observe.cache import ClusterCache
 from janitor.observe.carry import BusyCarry, in_scope
 from janitor.observe.prometheus import (
@@ -356,7 +356,9 @@ def read(api: ApiClient, settings: Settings, policies: Sequence[Policy], now: da
     return Observation(first, viewed, tuple(pods), namespaces,
                        tuple(nodes), need.nodes,
                        read_evidence(source, settings, need, at, namespaces=covered_namespaces(policies, namespaces)),
-                       oom, tuple(skipped), scaling, said)
+                       oom, tuple(skipped), scaling, said,
+                       claims=claims.for_cycle(api, c.namespaces, c.claims_after, c.page_size,
+                                              pods if need.pods or views.PODS.key in done else None))
 
 
 def read_cached(cache: ClusterCache, settings: Settings, policies: Sequence[Policy], at: datetime.datetime | None,
@@ -383,7 +385,9 @@ def read_cached(cache: ClusterCache, settings: Settings, policies: Sequence[Poli
                        read_evidence(source, settings, need, at or now, namespaces=covered, carry=carry,
                                      covered=in_scope(snap.pods, covered)),
                        snap.oom if need.oom else {}, snap.skipped, scaling, said,
-                       snap.nodes_at if need.nodes else None)
+                       snap.nodes_at if need.nodes else None,
+                       claims.for_cycle(cache.api, settings.cluster.namespaces, settings.cluster.claims_after,
+                                        settings.cluster.page_size, snap.pods if need.pods else None))
 
 
 # -- the re-check's scoped read -----------------------------------------------------------------------

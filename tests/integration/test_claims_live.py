@@ -14,17 +14,23 @@ Aspects covered:
   the pods read, IN_USE "not checked" without;
 - a claim reserved for a pod that never existed is cleared by the controller at once: the test
   waits for that before reading, so the controller is seen at work on the namespace's claims;
-- a deleted orphaned claim goes: its finalizer does not hold it.
+- a deleted orphaned claim goes: its finalizer does not hold it;
+- the janitor's cycle lists the orphaned and the stale claim in the admin report, once their status
+  has said so for `--orphaned-claims-after`, with the command that frees them, and never the claim in
+  use; it changes none of them; with 0 it reads no claim.
 """
 
 from __future__ import annotations
 
+import datetime
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
+from runner import Runner
+from runner import settings as build
 
 from devenv.procs import wait_until
 from janitor.decide import claims as dc
@@ -135,3 +141,35 @@ def test_claims_holding_devices_with_no_consumer_are_found(kube, core, namespace
 
 def _claim(kube, namespace: str, name: str) -> dict[str, Any]:  # noqa: ANN001
     return dict(client.CustomObjectsApi(kube).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name))
+
+
+def test_the_admin_report_lists_claims_holding_devices_with_no_consumer(kube, core, namespace,  # noqa: ANN001
+                                                                      device_class) -> None:
+    for name in ("orphan", "in-use", "stale"):
+        create_claim(kube, namespace, name, device_class)
+    user = create_pod(core, namespace, "user", claim="in-use")
+    passer = create_pod(core, namespace, "passer")
+    allocate(kube, namespace, "orphan", "gpu-0")
+    allocate(kube, namespace, "in-use", "gpu-1", user)
+    allocate(kube, namespace, "stale", "gpu-2", passer)
+    core.delete_namespaced_pod("passer", namespace, grace_period_seconds=0)
+    wait_until(lambda: gone(core, namespace, "passer"), timeout=30, what="pod passer gone")
+    before = {n: _claim(kube, namespace, n)["metadata"]["resourceVersion"] for n in ("orphan", "in-use", "stale")}
+
+    def report(after: float) -> dict[str, tuple[str, ...]]:
+        settings = build(namespaces=(namespace,), state_namespace=namespace, policy_paths=(),
+                         claims_after=datetime.timedelta(seconds=after))
+        return dict(Runner(kube, settings).plan().plan.admin_report.sections)
+
+    assert "Device claims held with no consumer" not in report(3600)  # not held that long yet
+    time.sleep(2)
+    lines = report(1)["Device claims held with no consumer"]
+    assert len(lines) == 2, lines
+    orphan, stale = sorted(lines)
+    assert orphan.startswith(f"ResourceClaim/{namespace}/orphan: allocated ({DRIVER}/gpu-node-1/gpu-0) and "
+                             "reserved for nobody, unchanged since ")
+    assert orphan.endswith(f"If nothing uses it: kubectl -n {namespace} delete resourceclaim orphan")
+    assert "reserved only for pods that are gone: pods/passer" in stale and "resourceclaim controller" in stale
+    assert "Device claims held with no consumer" not in report(0)  # claims not read at all
+    after = {n: _claim(kube, namespace, n)["metadata"]["resourceVersion"] for n in ("orphan", "in-use", "stale")}
+    assert after == before  # reported, never changed

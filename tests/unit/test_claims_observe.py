@@ -20,6 +20,7 @@ Aspects covered:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime
 import json
 from collections.abc import Mapping
@@ -351,3 +352,61 @@ def test_the_pods_read_beside_them_are_their_uids_or_a_problem(monkeypatch: pyte
     fake.failing = {pods_path: errors.Forbidden("pods is forbidden", status=403)}
     failed = oc.pods(None, ["team-a"])  # type: ignore[arg-type]
     assert "pods is forbidden" in failed.problem and not failed.covers("team-a")
+
+
+# -- the admin report: claims holding devices with no consumer, for a while ------------------------------------
+
+T0 = datetime.datetime(2026, 11, 23, 12, tzinfo=datetime.timezone.utc)
+
+
+def written(item: dict[str, Any], *times: tuple[str, str | None]) -> dict[str, Any]:
+    """`item` with managedFields entries: (time, subresource) each."""
+    out = copy.deepcopy(item)
+    out["metadata"]["managedFields"] = [{"manager": "m", "operation": "Update", "time": t,
+                                         **({"subresource": sub} if sub else {})} for t, sub in times]
+    return out
+
+
+def test_when_the_status_was_last_written_is_read_from_its_status_entries_only() -> None:
+    item = written(raw(), ("2026-11-23T10:00:00Z", "status"), ("2026-11-23T11:00:00Z", None),
+                   ("2026-11-23T10:30:00Z", "status"))
+    assert oc.to_claim(item, "resource.k8s.io/v1").status_written == T0 - datetime.timedelta(hours=1, minutes=30)
+    assert oc.to_claim(raw(), "resource.k8s.io/v1").status_written is None
+    odd = written(raw(), ("yesterday", "status"))
+    assert oc.to_claim(odd, "resource.k8s.io/v1").status_written is None
+
+
+def test_only_claims_held_with_no_consumer_for_long_enough_are_lingering() -> None:
+    hour = datetime.timedelta(hours=1)
+    claims = (oc.to_claim(written(raw("old"), ("2026-11-23T10:00:00Z", "status")), "resource.k8s.io/v1"),
+              oc.to_claim(written(raw("new"), ("2026-11-23T11:59:00Z", "status")), "resource.k8s.io/v1"),
+              oc.to_claim(raw("unknown-time"), "resource.k8s.io/v1"),
+              oc.to_claim(written(raw("used", reserved=[pod()]), ("2026-11-23T10:00:00Z", "status")),
+                          "resource.k8s.io/v1"),
+              oc.to_claim(written(raw("stale", reserved=[pod("gone", "uid-gone")]),
+                                  ("2026-11-23T10:00:00Z", "status")), "resource.k8s.io/v1"))
+    read = dc.ClaimsRead(claims, "v1", pods=PodsSeen(frozenset({"uid-pod"})))
+    assert [v.claim.ref.name for v in dc.lingering(read, T0, hour)] == ["old", "stale"]
+    unread_pods = dc.ClaimsRead(claims, "v1")
+    assert [v.claim.ref.name for v in dc.lingering(unread_pods, T0, hour)] == ["old"]
+    assert dc.lingering(dc.ClaimsRead(claims, "v1", problem="forbidden"), T0, hour) == ()
+    assert dc.lingering(None, T0, hour) == ()
+    deleting = dc.ClaimsRead(tuple(dataclasses.replace(c, deleting=True) for c in claims), "v1")
+    assert dc.lingering(deleting, T0, hour) == ()
+
+
+def test_the_plan_reports_them_with_the_namespace_owner_and_what_frees_them() -> None:
+    from janitor.decide.model import NamespaceView, Observation, SafetyLedger
+    from janitor.decide.plan import PlanSettings, plan
+
+    claim = oc.to_claim(written(raw("old"), ("2026-11-23T10:00:00Z", "status")), "resource.k8s.io/v1")
+    observed = Observation(T0, namespaces={"team-a": NamespaceView("team-a", annotations={
+        "janitor/owner": "#team-a"})}, claims=dc.ClaimsRead((claim,), "v1"))
+    report = plan(observed, (), SafetyLedger(), T0, settings=PlanSettings(claims_after=datetime.timedelta(hours=1)))
+    [line] = dict(report.admin_report.sections)["Device claims held with no consumer"]
+    assert line.startswith("ResourceClaim/team-a/old: allocated (") and "reserved for nobody" in line
+    assert "unchanged since 2026-11-23 10:00Z; namespace owner #team-a (channel)" in line
+    assert line.endswith("If nothing uses it: kubectl -n team-a delete resourceclaim old")
+    assert f"claim:{claim.ref.uid}" in report.admin_report.ids
+    later = plan(observed, (), SafetyLedger(), T0, settings=PlanSettings(claims_after=datetime.timedelta(hours=3)))
+    assert "Device claims held with no consumer" not in dict(later.admin_report.sections)
