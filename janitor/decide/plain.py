@@ -393,7 +393,7 @@ _RENDER: Mapping[Code, Callable[[Reason], str]] = {
     Code.POD_STARTING: lambda r: f"pod {_text(r, 'pod')} is starting",
     Code.SOME_RUNNING: lambda r: f"{int(_number(r, 'running'))} of {_count(int(_number(r, 'total')), 'pod')} running",
     Code.NONE_RUNS: _none_runs,
-    Code.QUOTA_HELD: lambda r: (f"it has held its Kueue quota for {duration(_delta(r, 'held'))} while none of its "
+    Code.QUOTA_HELD: lambda r: (f"it has held its Kueue quota for {duration(_delta(r, 'quiet'))} while none of its "
                                 "pods runs or waits, so others' jobs queue behind it "
                                 f"(Workload {_text(r, 'workload')})"),
     Code.QUOTA_PODS: lambda r: "its pods run again",

@@ -295,13 +295,15 @@ class Code(StrEnum):
     QUOTA_PODS = "quota-pods"
     QUOTA_UNREAD = "quota-unread"
     QUOTA_ABOVE = "quota-above"
+    QUOTA_FINISHED = "quota-finished"
 
 
 _T: Mapping[Code, str] = {
     Code.QUOTA_HELD: ("its Kueue Workload {workload} has held quota (QuotaReserved or Admitted) since {since} "
-                      "({held:age}) while none of its pods runs or waits{evicted}"),
+                      "({held:age}), and none of its pods has run or waited for {quiet:age}{evicted}"),
     Code.QUOTA_HELD_SHORT: ("its Kueue Workload {workload} holds quota with no pod running or waiting, since "
                             "{since} ({held:age}): judged after {after}"),
+    Code.QUOTA_FINISHED: "its Kueue Workload {workload} finished: its ClusterQueue no longer counts its quota",
     Code.QUOTA_NOT_HELD: "its Kueue Workload {workload} holds no quota (neither QuotaReserved nor Admitted is True)",
     Code.QUOTA_PODS: "{count} of its pods run or wait ({pod}: {phase}): its quota is in use",
     Code.QUOTA_UNREAD: "what its Kueue Workload holds cannot be told: {problem}",

@@ -416,15 +416,18 @@ class Governance:
     def of_object(self, trigger: type[Trigger], workload: Workload) -> Policy | None:
         """The first policy defining `trigger` that selects `workload` by what it has without pods
         (namespaces, namespace selector, kinds). A pod selector selects pods: one with terms selects
-        a workload only if it has pods and every one matches."""
+        a workload if it has pods and every one matches; with none, whether it would is not known, so
+        no policy governs it (a later one would bypass an exemption written by pod labels)."""
         for index, candidate in enumerate(self.policies):
             match = candidate.match
             if candidate.trigger(trigger) is None or not self._in_scope(index, match, workload.namespace,
                                                                          workload.kind):
                 continue
             selector = match.pod_selector
-            if (selector.match_labels or selector.match_expressions) and not (
-                    workload.pods and all(selector.matches(p.labels) for p in workload.pods)):
+            if (selector.match_labels or selector.match_expressions) and not workload.pods:
+                return None  # whether it would select the pods to come is not known: no later policy either
+            if (selector.match_labels or selector.match_expressions) and not all(
+                    selector.matches(p.labels) for p in workload.pods):
                 continue
             if candidate.lifecycle.honour_opt_out and workload.opted_out is not None:
                 return None

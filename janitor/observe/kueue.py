@@ -75,11 +75,12 @@ def owned(items: Iterable[Mapping[str, Any]], uid: str, at: str) -> Queued | Non
     meta, spec = mine[0].get("metadata") or {}, mine[0].get("spec")
     active = spec.get("active", True) if isinstance(spec, Mapping) else None
     status = mine[0].get("status")
-    since, evicted, problem = reservation(status)
+    held = reservation(status)
     return Queued(at, str(meta.get("name") or ""), str(meta.get("uid") or ""),
                   active if isinstance(active, bool) else None,
                   "" if isinstance(active, bool) else "its Workload's spec.active is not a boolean",
-                  since, evicted, problem, admitted_gpus(status))
+                  held.since, held.evicted, held.problem, admitted_gpus(status), held.finished, held.elsewhere,
+                  held.stopped_at)
 
 
 def admitted_gpus(status: Any) -> int:
@@ -99,35 +100,70 @@ def admitted_gpus(status: Any) -> int:
 RESERVING = ("QuotaReserved", "Admitted")  # the conditions under which a ClusterQueue counts its quota
 
 
-def reservation(status: Any) -> tuple[datetime.datetime | None, bool, str]:
-    """(since when it holds quota, whether it is evicted, why that cannot be told) from a Workload's
-    status. Holding means QuotaReserved or Admitted is True; since is the later transition of the
-    two that are (the shorter time, so never older than it is). A True condition without a time it
-    became so, or a status of the wrong shape, is a problem: nothing is then known of its quota."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class Reservation:
+    """What a Workload's status says of the quota it holds (policy.endings.Queued has the same fields)."""
+
+    since: datetime.datetime | None = None  # the later transition of QuotaReserved and Admitted that are True
+    evicted: bool = False
+    problem: str = ""  # its status cannot be read: nothing is known of its quota
+    finished: bool = False  # Finished True: its ClusterQueue no longer counts it
+    # Why its pods may run elsewhere or be on their way (MultiKueue, admission checks, a topology
+    # request still pending): then no pod here says nothing.
+    elsewhere: str = ""
+    stopped_at: datetime.datetime | None = None  # the later of Evicted turning True and PodsReady turning False
+
+
+def reservation(status: Any) -> Reservation:
+    """The Workload's quota from its status (see `Reservation`). A True condition without a time it
+    became so, or a status of the wrong shape, is a problem, never a time made up."""
     if status is None:
-        return None, False, ""
+        return Reservation()
     conditions = status.get("conditions") if isinstance(status, Mapping) else None
     if conditions is None and isinstance(status, Mapping):
-        return None, False, ""
-    if not isinstance(conditions, list) or not all(isinstance(c, Mapping) for c in conditions):
-        return None, False, "its Workload's status.conditions is not a list of conditions"
+        return Reservation(elsewhere=_elsewhere(status))
+    if not isinstance(status, Mapping) or not isinstance(conditions, list) or not all(
+            isinstance(c, Mapping) for c in conditions):
+        return Reservation(problem="its Workload's status.conditions is not a list of conditions")
     by_type: dict[str, Mapping[str, Any]] = {}
     for c in conditions:
         kind = str(c.get("type") or "")
         if kind in by_type:
-            return None, False, f"its Workload has two {kind} conditions"
+            return Reservation(problem=f"its Workload has two {kind} conditions")
         by_type[kind] = c
     times: list[datetime.datetime] = []
-    for kind in RESERVING:
+    stopped: list[datetime.datetime] = []
+    for kind, status_, into in (*((k, "True", times) for k in RESERVING), ("Evicted", "True", stopped),
+                                ("PodsReady", "False", stopped)):
         c = by_type.get(kind)
-        if c is None or c.get("status") != "True":
+        if c is None or c.get("status") != status_:
             continue
         at = _time(c.get("lastTransitionTime"))
         if at is None:
-            return None, False, f"its Workload's {kind} condition has no readable lastTransitionTime"
-        times.append(at)
-    evicted = (by_type.get("Evicted") or {}).get("status") == "True"
-    return (max(times) if times else None), evicted, ""
+            return Reservation(problem=f"its Workload's {kind} condition has no readable lastTransitionTime")
+        into.append(at)
+    return Reservation(max(times) if times else None, (by_type.get("Evicted") or {}).get("status") == "True", "",
+                       (by_type.get("Finished") or {}).get("status") == "True", _elsewhere(status),
+                       max(stopped) if stopped else None)
+
+
+def _elsewhere(status: Mapping[str, Any]) -> str:
+    """Why the Workload's pods may run elsewhere or be on their way, or "": MultiKueue runs it on a
+    worker cluster (`clusterName`, or a check naming one), admission checks run before its pods may
+    start (a ProvisioningRequest waiting for nodes), a topology-aware placement is still pending."""
+    if status.get("clusterName"):
+        return f"MultiKueue runs it on cluster {status.get('clusterName')}"
+    checks = status.get("admissionChecks")
+    if checks:
+        names = ", ".join(f"{c.get('name')} ({c.get('state')})" for c in checks if isinstance(c, Mapping)) \
+            if isinstance(checks, list) else "unreadable"
+        return f"it has admission checks ({names}): its pods may run on another cluster or wait for nodes"
+    admission = status.get("admission")
+    assignments = admission.get("podSetAssignments") if isinstance(admission, Mapping) else None
+    if isinstance(assignments, list) and any(isinstance(a, Mapping) and a.get("delayedTopologyRequest") == "Pending"
+                                             for a in assignments):
+        return "its topology-aware placement is still pending"
+    return ""
 
 
 def _time(text: Any) -> datetime.datetime | None:

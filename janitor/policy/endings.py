@@ -79,6 +79,9 @@ class Queued:
     evicted: bool = False  # its Evicted condition is True (with quota still reserved: Kueue's known fault)
     status_problem: str = ""  # why its conditions cannot be read: then nothing is known of its quota
     gpus: int = 0  # the GPUs its admission counts against the quota (status.admission), as far as read
+    finished: bool = False  # Finished True: its ClusterQueue no longer counts its quota
+    elsewhere: str = ""  # why its pods may run elsewhere or be on their way (MultiKueue, admission checks)
+    stopped_at: _dt.datetime | None = None  # the later of Evicted turning True and PodsReady turning False
 
     @property
     def found(self) -> bool:

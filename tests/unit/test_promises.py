@@ -558,7 +558,7 @@ def expected_quota_findings(observation: Observation, policies: Sequence[Policy]
     """docs/policies.md, "reservedQuota": a finding on every object whose Kueue Workload was read,
     outside protected namespaces and not being deleted, under the first reservedQuota policy whose
     namespaces, namespace selector and kinds select it and whose pod selector is empty or matches
-    every one of its pods (it has some); known where its pods' workload is it, or, with no pods of its
+    every one of its pods (with none, a selector with terms leaves it to no policy); known where its pods' workload is it, or, with no pods of its
     own, where its chain is readable and it is the top (a CronJob's Job under --cronjob-target job)."""
     by_unit = {u.uid: u for u in units(observation, plan_settings) if u.known}
     by_uid = {o.ref.uid: o for o in observation.objects}
@@ -594,8 +594,10 @@ def expected_quota_findings(observation: Observation, policies: Sequence[Policy]
             if not (match.namespaces.matches(namespace) and match.namespace_selector.matches(view.labels)
                     and (not match.kinds or obj.ref.kind in match.kinds)):
                 continue
-            if (selector.match_labels or selector.match_expressions) and not (
-                    pods and all(selector.matches(p.labels) for p in pods)):
+            if (selector.match_labels or selector.match_expressions) and not pods:
+                break  # whether it would select the pods to come is not known: nobody governs it
+            if (selector.match_labels or selector.match_expressions) and not all(
+                    selector.matches(p.labels) for p in pods):
                 continue
             if not (policy.lifecycle.honour_opt_out and out_):
                 out.add((str(TriggerKind.RESERVED_QUOTA), policy.name, obj.ref.uid, known))
@@ -1686,6 +1688,9 @@ def test_quota_is_called_held_only_with_no_pod_working(case: Case) -> None:
             queued = by_uid[f.subject.uid].queued
             assert trigger is not None and queued is not None and f.known
             assert queued.found and queued.active and not queued.status_problem, f"{f.subject}: {f.reason}"
+            assert not queued.finished and not queued.elsewhere, f"{f.subject}: {f.reason}"
+            quiet = max([queued.reserved_since, *([queued.stopped_at] if queued.stopped_at else [])])
+            assert queued.reserved_since is not None and now - quiet >= trigger.after
             assert queued.reserved_since is not None and now - queued.reserved_since >= trigger.after
             assert not working.get(f.subject.uid), f"{f.subject} called held beside {working[f.subject.uid]}"
             strays = [uid for uid, pods in working.items() if uid not in by_uid and pods

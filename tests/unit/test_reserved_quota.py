@@ -112,18 +112,32 @@ def _status(*conditions: tuple[str, str, str | None], usage: Any = None) -> dict
 
 
 def test_it_holds_quota_since_the_later_of_its_true_conditions() -> None:
-    since, evicted, problem = kueue.reservation(_status(("QuotaReserved", "True", "2026-11-23T08:00:00Z"),
-                                                        ("Admitted", "True", "2026-11-23T08:00:05Z"),
-                                                        ("Evicted", "True", "2026-11-23T09:00:00Z")))
-    assert since == datetime.datetime(2026, 11, 23, 8, 0, 5, tzinfo=datetime.timezone.utc)
-    assert evicted and problem == ""
+    utc = datetime.timezone.utc
+    held = kueue.reservation(_status(("QuotaReserved", "True", "2026-11-23T08:00:00Z"),
+                                     ("Admitted", "True", "2026-11-23T08:00:05Z"),
+                                     ("Evicted", "True", "2026-11-23T09:00:00Z"),
+                                     ("PodsReady", "False", "2026-11-23T08:50:00Z")))
+    assert held.since == datetime.datetime(2026, 11, 23, 8, 0, 5, tzinfo=utc)
+    assert held.evicted and held.problem == "" and not held.finished and held.elsewhere == ""
+    assert held.stopped_at == datetime.datetime(2026, 11, 23, 9, tzinfo=utc)  # the later of the two
     # Admitted False, QuotaReserved True: held since the reservation.
-    since, evicted, _ = kueue.reservation(_status(("QuotaReserved", "True", "2026-11-23T08:00:00Z"),
-                                                  ("Admitted", "False", "2026-11-23T08:30:00Z")))
-    assert since == datetime.datetime(2026, 11, 23, 8, 0, tzinfo=datetime.timezone.utc) and not evicted
-    assert kueue.reservation(_status(("QuotaReserved", "False", "2026-11-23T08:00:00Z"))) == (None, False, "")
-    assert kueue.reservation(None) == (None, False, "")  # a Workload Kueue has not looked at yet
-    assert kueue.reservation({}) == (None, False, "")
+    held = kueue.reservation(_status(("QuotaReserved", "True", "2026-11-23T08:00:00Z"),
+                                     ("Admitted", "False", "2026-11-23T08:30:00Z")))
+    assert held.since == datetime.datetime(2026, 11, 23, 8, 0, tzinfo=utc) and not held.evicted
+    assert kueue.reservation(_status(("QuotaReserved", "False", "2026-11-23T08:00:00Z"))) == kueue.Reservation()
+    assert kueue.reservation(None) == kueue.Reservation()  # a Workload Kueue has not looked at yet
+    assert kueue.reservation({}) == kueue.Reservation()
+    assert kueue.reservation(_status(("Finished", "True", "2026-11-23T09:00:00Z"))).finished
+
+
+def test_pods_that_may_run_elsewhere_or_be_on_their_way_are_said() -> None:
+    remote = kueue.reservation({"clusterName": "worker-1", "conditions": []})
+    assert remote.elsewhere == "MultiKueue runs it on cluster worker-1"
+    checks = kueue.reservation({"admissionChecks": [{"name": "dws-prov", "state": "Pending"}], "conditions": []})
+    assert checks.elsewhere.startswith("it has admission checks (dws-prov (Pending))")
+    topology = kueue.reservation({"admission": {"podSetAssignments": [{"name": "main",
+                                                                       "delayedTopologyRequest": "Pending"}]}})
+    assert topology.elsewhere == "its topology-aware placement is still pending"
 
 
 @pytest.mark.parametrize("status", [
@@ -136,8 +150,8 @@ def test_it_holds_quota_since_the_later_of_its_true_conditions() -> None:
     ["conditions"],
 ])
 def test_a_status_of_an_odd_shape_is_a_problem_never_a_time(status: Any) -> None:
-    since, _, problem = kueue.reservation(status)
-    assert since is None and problem
+    held = kueue.reservation(status)
+    assert held.since is None and held.problem
 
 
 def test_the_gpus_its_admission_counts_are_read_where_whole() -> None:
@@ -237,7 +251,7 @@ def test_deleting_and_protected_are_not_subjects() -> None:
 
 # -- which policy governs it ---------------------------------------------------------------------------------
 
-def test_a_policy_selects_a_workload_without_pods_by_namespace_and_kind_never_by_pod_labels() -> None:
+def test_a_policy_selects_a_workload_without_pods_by_namespace_and_kind_not_by_pod_labels() -> None:
     job = kjob()
     elsewhere = quota_policy(match=Match(namespaces=Namespaces(include=("web",))), name="web")
     assert verdicts(quota([job], policies=[elsewhere])) == {}
@@ -246,9 +260,13 @@ def test_a_policy_selects_a_workload_without_pods_by_namespace_and_kind_never_by
     by_pods = quota_policy(match=Match(namespaces=Namespaces(include=(NS,)),
                                        pod_selector=LabelSelector((("app", "train"),))), name="by-pods")
     assert verdicts(quota([job], policies=[by_pods])) == {}
-    # The next policy that selects it governs it.
-    decision = quota([job], policies=[by_pods, quota_policy(name="all")])
-    assert [f.policy for f in decision.findings if f.trigger is TriggerKind.RESERVED_QUOTA] == ["all"]
+    # Nor does the next: whether the pods to come would match is not known, and the first policy
+    # may be an exemption written by pod labels.
+    assert verdicts(quota([job], policies=[by_pods, quota_policy(name="all")])) == {}
+    # With pods, it selects them as any policy does.
+    done = pod_of(job, "Succeeded")
+    decision = quota([job], [done], policies=[by_pods, quota_policy(name="all")])
+    assert [f.policy for f in decision.findings if f.trigger is TriggerKind.RESERVED_QUOTA] == ["by-pods"]
 
 
 def test_an_opted_out_workload_is_left_alone() -> None:

@@ -98,19 +98,42 @@ def judge(w: Workload, trigger: ReservedQuota, now: datetime.datetime,
         return State.CLEAR, why(Code.QUOTA_PODS, count=len(busy), pod=busy[0].ref.name, phase=_phase(busy[0]))
     if queued.active is False:
         return State.CLEAR, why(Code.KUEUE_INACTIVE, workload=queued.name, action="suspend")
+    if queued.finished:
+        return State.CLEAR, why(Code.QUOTA_FINISHED, workload=queued.name)
     since = queued.reserved_since
     if since is None:
         return State.CLEAR, why(Code.QUOTA_NOT_HELD, workload=queued.name)
+    if queued.elsewhere:
+        return State.UNKNOWN, why(Code.QUOTA_UNREAD, problem=queued.elsewhere)
     stray = untraced.get(w.ref.namespace or "")
     if stray is not None:
         return State.UNKNOWN, why(Code.QUOTA_UNREAD, problem=f"pod {stray.ref.name} of its namespace runs or waits "
                                   "and its owners cannot be read: it may be this workload's")
-    held = max(now - since, datetime.timedelta(0))
-    if held < trigger.after:
-        return State.TOO_YOUNG, why(Code.QUOTA_HELD_SHORT, workload=queued.name, since=since, held=held,
+    ended = [(_ended(p), p) for p in w.pods]
+    unsaid = next((p for at, p in ended if at is None), None)
+    if unsaid is not None:
+        return State.UNKNOWN, why(Code.QUOTA_UNREAD, problem=f"when its pod {unsaid.ref.name} stopped is not reported")
+    # No pod has run or waited since the latest of: the reservation, Kueue's eviction or pods no
+    # longer ready, and the end of its last pod (a Job's next pod may be a backoff away).
+    quiet_since = max([since, *(t for t in (queued.stopped_at,) if t is not None),
+                       *(at for at, _ in ended if at is not None)])
+    held, quiet = max(now - since, _ZERO), max(now - quiet_since, _ZERO)
+    if quiet < trigger.after:
+        return State.TOO_YOUNG, why(Code.QUOTA_HELD_SHORT, workload=queued.name, since=quiet_since, held=quiet,
                                     after=trigger.after)
-    return State.FIRES, why(Code.QUOTA_HELD, workload=queued.name, since=since,
-                            held=held, evicted=", and Kueue evicted it without releasing it" if queued.evicted else "")
+    return State.FIRES, why(Code.QUOTA_HELD, workload=queued.name, since=since, held=held, quiet=quiet,
+                            evicted=", and Kueue evicted it without releasing it" if queued.evicted else "")
+
+
+_ZERO = datetime.timedelta(0)
+
+
+def _ended(pod: PodView) -> datetime.datetime | None:
+    """When a finished pod stopped: its containers' last finish, else its start or creation for one
+    that never ran a container (rejected, evicted before starting); None when nothing says."""
+    ends = [t for c in pod.state.containers for t in (c.since if c.state == "terminated" else None, c.last_exit_at)
+            if t is not None]
+    return max(ends) if ends else (None if pod.state.containers else pod.started or pod.created)
 
 
 def _phase(pod: PodView) -> str:
