@@ -45,6 +45,16 @@ DEFAULT_KINDS: tuple[ResourceKind, ...] = (
 )
 
 
+# The kinds of the ML operators' resources whose plural does not spell them: what their objects and
+# pods' ownerReferences carry, which policies match and endings apply to (`plural.group` -> Kind).
+KNOWN_KINDS: dict[str, str] = {
+    "rayclusters.ray.io": "RayCluster", "rayjobs.ray.io": "RayJob", "rayservices.ray.io": "RayService",
+    "jobsets.jobset.x-k8s.io": "JobSet", "pytorchjobs.kubeflow.org": "PyTorchJob", "tfjobs.kubeflow.org": "TFJob",
+    "mpijobs.kubeflow.org": "MPIJob", "xgboostjobs.kubeflow.org": "XGBoostJob", "jaxjobs.kubeflow.org": "JAXJob",
+    "trainjobs.trainer.kubeflow.org": "TrainJob", "inferenceservices.serving.kserve.io": "InferenceService",
+}
+
+
 def parse_kind(text: str) -> ResourceKind:
     """`Kind`, or `plural.group/version` for custom resources (e.g. `notebooks.kubeflow.org/v1`)."""
     for kind in DEFAULT_KINDS:
@@ -57,7 +67,8 @@ def parse_kind(text: str) -> ResourceKind:
             f"{text!r} is not a known kind; name a built-in kind (e.g. Deployment) or a custom "
             "resource as plural.group/version (e.g. notebooks.kubeflow.org/v1)"
         )
-    return ResourceKind(group, version, plural[:1].upper() + plural[1:].rstrip("s"), plural)
+    kind = KNOWN_KINDS.get(f"{plural}.{group}") or plural[:1].upper() + plural[1:].rstrip("s")
+    return ResourceKind(group, version, kind, plural)
 
 
 @dataclass(frozen=True)
