@@ -67,8 +67,8 @@ def parse_kind(text: str) -> ResourceKind:
             f"{text!r} is not a known kind; name a built-in kind (e.g. Deployment) or a custom "
             "resource as plural.group/version (e.g. notebooks.kubeflow.org/v1)"
         )
-    kind = KNOWN_KINDS.get(f"{plural}.{group}") or plural[:1].upper() + plural[1:].rstrip("s")
-    return ResourceKind(group, version, kind, plural)
+    named = KNOWN_KINDS.get(f"{plural}.{group}") or plural[:1].upper() + plural[1:].rstrip("s")
+    return ResourceKind(group, version, named, plural)
 
 
 @dataclass(frozen=True)

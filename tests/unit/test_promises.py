@@ -558,8 +558,9 @@ def expected_quota_findings(observation: Observation, policies: Sequence[Policy]
     """docs/policies.md, "reservedQuota": a finding on every object whose Kueue Workload was read,
     outside protected namespaces and not being deleted, under the first reservedQuota policy whose
     namespaces, namespace selector and kinds select it and whose pod selector is empty or matches
-    every one of its pods (with none, a selector with terms leaves it to no policy); known where its pods' workload is it, or, with no pods of its
-    own, where its chain is readable and it is the top (a CronJob's Job under --cronjob-target job)."""
+    every one of its pods (with none, a selector with terms leaves it to no policy); known where its
+    pods' workload is it, or, with no pods of its own, where its chain is readable and it is the top
+    (a CronJob's Job under --cronjob-target job)."""
     by_unit = {u.uid: u for u in units(observation, plan_settings) if u.known}
     by_uid = {o.ref.uid: o for o in observation.objects}
     out: set[tuple[str, str, str, bool]] = set()

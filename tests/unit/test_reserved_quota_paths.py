@@ -11,7 +11,7 @@ import datetime
 from typing import Any
 
 from factories import NOW
-from test_reserved_quota import H, NS, due_notes, kjob, pod_of, quota, quota_policy, verdicts
+from test_reserved_quota import NS, H, due_notes, kjob, pod_of, quota, quota_policy, verdicts
 
 from janitor.decide.lifecycle import Step
 from janitor.decide.model import State
