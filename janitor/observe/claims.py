@@ -1,7 +1,9 @@
 """DRA ResourceClaims, read at the `resource.k8s.io` version the cluster serves, as plain values.
 
 DRA went GA in 1.34 (`v1`); clusters of 1.32 and 1.33 serve `v1beta1` and `v1beta2` (where
-enabled), so the version is discovered, not assumed: the first of `VERSIONS` the group serves. The
+enabled), so the version is discovered, not assumed: the first of `VERSIONS` the group serves.
+`read` lists v1 first without asking (one request a cycle where DRA is GA) and asks discovery
+only when v1 is not served. The
 status fields read here (`allocation.devices.results`, `reservedFor`) have the same shape in all
 three.
 
@@ -63,19 +65,32 @@ def served(api: ApiClient) -> tuple[str | None, str]:
 def read(api: ApiClient, namespaces: Sequence[str] | None = None, *, page_size: int = 250) -> ClaimsRead:
     """The ResourceClaims in `namespaces` (None: in all), at the version discovery picks."""
     scope = frozenset(namespaces) if namespaces is not None else None
+    try:  # v1 first, without asking discovery: one request a cycle where DRA is GA (1.34 on)
+        return _listed(api, VERSIONS[0], namespaces, page_size, scope)
+    except errors.NotFound:
+        pass
+    except errors.KubeError as e:
+        logger.warning("cannot list ResourceClaims: %s", e)
+        return ClaimsRead(version=VERSIONS[0], problem=f"ResourceClaims could not be listed ({_said(e)})",
+                          namespaces=scope)
     at, problem = served(api)
     if at == "":
         return ClaimsRead(served=False, namespaces=scope)
     if at is None:
         logger.warning("ResourceClaims not read: %s", problem)
         return ClaimsRead(problem=problem, namespaces=scope)
-    claims: list[Claim] = []
     try:
-        for page, _ in cluster.list_items(api, resource_claims(at), page_size=page_size, namespaces=namespaces):
-            claims.extend(to_claim(item, f"{GROUP}/{at}") for item in page)
+        return _listed(api, at, namespaces, page_size, scope)
     except errors.KubeError as e:
         logger.warning("cannot list ResourceClaims: %s", e)
         return ClaimsRead(version=at, problem=f"ResourceClaims could not be listed ({_said(e)})", namespaces=scope)
+
+
+def _listed(api: ApiClient, at: str, namespaces: Sequence[str] | None, page_size: int,
+            scope: frozenset[str] | None) -> ClaimsRead:
+    claims: list[Claim] = []
+    for page, _ in cluster.list_items(api, resource_claims(at), page_size=page_size, namespaces=namespaces):
+        claims.extend(to_claim(item, f"{GROUP}/{at}") for item in page)
     return ClaimsRead(tuple(claims), at, namespaces=scope)
 
 

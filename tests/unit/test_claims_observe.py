@@ -307,30 +307,38 @@ def test_claims_are_listed_at_the_version_served_page_by_page(monkeypatch: pytes
     assert (read.version, read.served, read.problem, read.namespaces) == ("v1", True, "", None)
     assert [(c.ref.namespace, c.ref.name, c.api_version) for c in read.claims] == [("team-a", "a", V1),
                                                                                      ("team-b", "b", V1)]
-    assert [p for p, _ in fake.sent] == [DISCOVERY, ALL, ALL]
-    assert fake.sent[2][1]["continue"] == "p2"
+    assert [p for p, _ in fake.sent] == [ALL, ALL]  # v1 first, without asking discovery
+    assert fake.sent[1][1]["continue"] == "p2"
 
 
 def test_given_namespaces_are_listed_one_by_one_at_an_older_version(monkeypatch: pytest.MonkeyPatch) -> None:
     path = "/apis/resource.k8s.io/v1beta1/namespaces/{}/resourceclaims"
+    v1 = "/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims"
     fake = FakeApi({DISCOVERY: _group("v1beta1"), path.format("team-a"): {"items": [raw("a")]},
-                    path.format("team-b"): {"items": [raw("b", namespace="team-b")]}})
+                    path.format("team-b"): {"items": [raw("b", namespace="team-b")]}},
+                   {v1: errors.NotFound("not found", status=404)})
     monkeypatch.setattr(kubeapi, "request", fake.request)
     read = oc.read(None, ["team-a", "team-b"])  # type: ignore[arg-type]
     assert read.version == "v1beta1" and read.namespaces == frozenset({"team-a", "team-b"})
     assert [c.api_version for c in read.claims] == ["resource.k8s.io/v1beta1"] * 2
-    assert [p for p, _ in fake.sent] == [DISCOVERY, path.format("team-a"), path.format("team-b")]
+    # v1 not served (a 404): then discovery says which version is
+    assert [p for p, _ in fake.sent] == [v1, DISCOVERY, path.format("team-a"), path.format("team-b")]
+
+
+NO_V1 = {ALL: errors.NotFound("not found", status=404)}
 
 
 @pytest.mark.parametrize(("fake", "served", "says"), [
-    pytest.param(FakeApi({}, {DISCOVERY: errors.NotFound("not found", status=404)}), False, "", id="not-served"),
-    pytest.param(FakeApi({}, {DISCOVERY: errors.Forbidden("no", status=403)}), True, "could not be discovered",
-                 id="discovery-forbidden"),
-    pytest.param(FakeApi({}, {DISCOVERY: errors.KubeError("timed out")}), True, "could not be discovered",
+    pytest.param(FakeApi({}, {**NO_V1, DISCOVERY: errors.NotFound("not found", status=404)}), False, "",
+                 id="not-served"),
+    pytest.param(FakeApi({}, {**NO_V1, DISCOVERY: errors.Forbidden("no", status=403)}), True,
+                 "could not be discovered", id="discovery-forbidden"),
+    pytest.param(FakeApi({}, {**NO_V1, DISCOVERY: errors.KubeError("timed out")}), True, "could not be discovered",
                  id="discovery-unanswered"),
-    pytest.param(FakeApi({DISCOVERY: b"<html>"}), True, "not JSON", id="discovery-garbled"),
-    pytest.param(FakeApi({DISCOVERY: _group("v1alpha3")}), True, "served at none of v1, v1beta2, v1beta1",
+    pytest.param(FakeApi({DISCOVERY: b"<html>"}, NO_V1), True, "not JSON", id="discovery-garbled"),
+    pytest.param(FakeApi({DISCOVERY: _group("v1alpha3")}, NO_V1), True, "served at none of v1, v1beta2, v1beta1",
                  id="only-alpha"),
+    pytest.param(FakeApi({}, {ALL: errors.KubeError("timed out")}), True, "could not be listed (", id="v1-unanswered"),
     pytest.param(FakeApi({DISCOVERY: _group("v1")}, {ALL: errors.Forbidden("resourceclaims is forbidden",
                                                                               status=403)}),
                  True, "could not be listed (resourceclaims is forbidden)", id="list-forbidden"),
