@@ -34,6 +34,8 @@ from janitor.act.notes import NoteBox
 from janitor.act.slack import Digest, Slack
 from janitor.act.slack_messages import MessageContext, render_admin_report
 from janitor.decide import recheck
+from janitor.decide.claims import State as ClaimState
+from janitor.decide.claims import seen_since
 from janitor.decide.lifecycle import Change, Step
 from janitor.decide.model import (
     Action,
@@ -86,6 +88,8 @@ class Memory:
     admin_sent: tuple[str, datetime.datetime] | None = None  # the admins' report last sent: its key and when
     notices: frozenset[str] = frozenset()  # said last cycle (said again at debug level only)
     verdicts: Mapping[tuple[str, str, str], str] | None = None  # (policy, trigger, uid) -> verdict last cycle
+    # DRA claims holding devices with no live consumer: since when each was seen so (decide.claims)
+    claims_seen: Mapping[str, tuple[ClaimState, datetime.datetime]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -204,12 +208,16 @@ def observe_and_plan(ports: Ports, settings: Settings, memory: Memory, *, source
     else:
         seen = observation.read(ports.api, settings, policies, now, source=source, progress=progress)
         ledger = cluster.read_ledger(ports.api, c.state_namespace, c.state_name)
+    claims_seen = seen_since(seen.claims, memory.claims_seen, seen.at or now)
+    if seen.claims is not None:
+        seen = replace(seen, claims=replace(seen.claims, seen=claims_seen))
     observed, cpu = time.monotonic(), time.thread_time()
     with _collector_paused():
         decided = plan(seen, policies, ledger, now, settings=settings.plan())
     phases = Phases(observed - began, time.monotonic() - observed, decide_cpu=time.thread_time() - cpu)
     verdicts = log_verdicts(decided.findings, memory.verdicts)
-    return Planned(seen, decided, policies, replace(memory, verdicts=verdicts), reloaded, phases, ledger)
+    return Planned(seen, decided, policies, replace(memory, verdicts=verdicts, claims_seen=claims_seen), reloaded,
+                   phases, ledger)
 
 
 class _Annotator:

@@ -22,7 +22,7 @@ from janitor.decide.claims import Verdict
 from janitor.decide.evidence import GhostGpu
 from janitor.decide.model import Finding, NodeInfo, ObjectRef, PodView, State, TriggerKind
 from janitor.decide.neighbours import beside_line
-from janitor.decide.owners import Owner
+from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.rails import Held, HoldReason
 from janitor.decide.reasons import Code, Reason, why
 from janitor.node_report import HeldGpu, bus_key
@@ -106,16 +106,23 @@ def _gpus(nodes: Sequence[NodeInfo], ghosts: Sequence[GhostGpu], owners: Mapping
     return ghost_lines, alone, [f"held-gpu:{node}/{h.minor}/{h.pid}" for node, h in held]
 
 
-def _claim(v: Verdict, owners: Mapping[str, Owner]) -> str:
+def _claim(v: Verdict, owners: Mapping[str, Owner], holding_pods: Mapping[str, str]) -> str:
     """One claim's line: what it holds, since when, whose namespace, and what frees it. Nothing is
-    done to it: what consumes a claim may be outside the janitor's sight (a driver, a workload)."""
+    done to it: what consumes a claim may be outside the janitor's sight (a driver, a workload). A
+    claim reserved for a deleted pod whose process still holds a GPU is not offered for deletion:
+    its reservation is what keeps that device from the next pod until the process is gone."""
     c = v.claim
     owner = owners.get(c.ref.namespace)
+    whose = f"; namespace owner {owner}" if owner is not None and owner.kind is not OwnerKind.UNKNOWN else ""
+    written = f", unchanged since {c.status_written:%Y-%m-%d %H:%M}Z" if c.status_written else ""
+    node = next((holding_pods[g.uid] for g in v.gone if g.uid in holding_pods), None)
+    if node is not None:
+        return (f"{c.ref}: {v.words}{written}{whose}. A process of that pod still holds a GPU on {node} (below): "
+                "free it first; until then the reservation keeps the device from other pods")
     stuck = (" (the resourceclaim controller did not drop the reservation: check kube-controller-manager)"
              if v.state is ClaimState.STALE_CONSUMER else "")
-    written = f", unchanged since {c.status_written:%Y-%m-%d %H:%M}Z" if c.status_written else ""
-    return (f"{c.ref}: {v.words}{written}{stuck}" + (f"; namespace owner {owner}" if owner is not None else "")
-            + f". If nothing uses it: kubectl -n {c.ref.namespace} delete resourceclaim {c.ref.name}")
+    return (f"{c.ref}: {v.words}{written}{stuck}{whose}"
+            f". If nothing uses it: kubectl -n {c.ref.namespace} delete resourceclaim {c.ref.name}")
 
 
 def admin_report(findings: Sequence[Finding], nodes: Sequence[NodeInfo], silent_gpu_pods: Sequence[PodView],
@@ -161,7 +168,9 @@ def admin_report(findings: Sequence[Finding], nodes: Sequence[NodeInfo], silent_
     if held_gpus:
         sections.append(("GPUs held by processes of deleted pods", tuple(held_gpus)))
     if claims:
-        sections.append(("Device claims held with no consumer", tuple(_claim(v, owners or {}) for v in claims)))
+        holding_pods = {h.pod_uid: node for node, h in gpu_holders}
+        sections.append(("Device claims held with no consumer",
+                         tuple(_claim(v, owners or {}, holding_pods) for v in claims)))
     never = [f for f in findings if f.known and never_fits(f)]
     if never:
         sections.append(("Workloads that can never fit", tuple(f"{f.subject} ({f.owner}): {f.why}" for f in never)))

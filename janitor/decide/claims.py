@@ -144,6 +144,10 @@ class ClaimsRead:
     problem: str = ""
     namespaces: frozenset[str] | None = None  # None: all namespaces were read
     pods: PodsSeen | None = None  # the pods read beside them in the same cycle; None: none were
+    # Per claim uid, since when the daemon has seen it hold devices with no live consumer, cycle after
+    # cycle, in the same state (`seen_since`): the grace counts from there, not from a status write
+    # that may be older than the change (a reservation dropped, a pod gone).
+    seen: Mapping[str, tuple[State, datetime.datetime]] = field(default_factory=dict)
 
 
 class Why(enum.StrEnum):
@@ -226,15 +230,36 @@ def holding(verdicts: Iterable[Verdict], states: Collection[State] = (State.ORPH
     return tuple(v for v in verdicts if v.state in states)
 
 
+def seen_since(read: ClaimsRead | None, before: Mapping[str, tuple[State, datetime.datetime]],
+               now: datetime.datetime) -> dict[str, tuple[State, datetime.datetime]]:
+    """Per claim holding devices with no live consumer now, since when it has been seen so (in the
+    same state) by the cycles before (`before`, the last cycle's answer), else now. A read that
+    failed keeps what was seen; one without sight of pods says nothing of stale reservations."""
+    if read is None or read.problem:
+        return dict(before)
+    out: dict[str, tuple[State, datetime.datetime]] = {}
+    for v in holding(orphaned(read.claims, read.pods)):
+        kept = before.get(v.claim.ref.uid)
+        out[v.claim.ref.uid] = kept if kept is not None and kept[0] is v.state else (v.state, now)
+    return out
+
+
 def lingering(read: ClaimsRead | None, now: datetime.datetime, after: datetime.timedelta) -> tuple[Verdict, ...]:
-    """The claims holding devices no live consumer uses (`holding`) whose status has said so for at
-    least `after` (its last write, `status_written`): a deallocation on its way takes seconds. A
-    claim being deleted, or whose last write is not known, is not among them."""
+    """The claims holding devices no live consumer uses (`holding`) that have been seen so for at
+    least `after` (`ClaimsRead.seen`, cycle after cycle) and whose status was last written at least
+    that long ago: a deallocation on its way takes seconds. A claim being deleted, or whose last
+    write is not known, is not among them; nor is any claim on the first look of a run."""
     if read is None or read.problem or not read.claims:
         return ()
-    return tuple(v for v in holding(orphaned(read.claims, read.pods))
-                 if not v.claim.deleting and v.claim.status_written is not None
-                 and now - v.claim.status_written >= after)
+    out = []
+    for v in holding(orphaned(read.claims, read.pods)):
+        first = read.seen.get(v.claim.ref.uid)
+        written = v.claim.status_written
+        if v.claim.deleting or written is None or first is None or first[0] is not v.state:
+            continue
+        if now - max(written, first[1]) >= after:
+            out.append(v)
+    return tuple(out)
 
 
 def _names(consumers: Iterable[Consumer]) -> str:

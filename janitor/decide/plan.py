@@ -20,7 +20,7 @@ from __future__ import annotations
 import datetime
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import cast
 
 from janitor.decide import held, lifecycle, neighbours, selection, sight, usage
@@ -268,7 +268,9 @@ def plan(observation: Observation, policies: Sequence[Policy], ledger: SafetyLed
     blind = sight.lost(observation)
     held_gpus = believed(observation.nodes, observation.pods, observation.nodes_at or decision.now)
     owners = _holder_owners(held_gpus, observation, settings.owner_keys)
-    claims = lingering(observation.claims, decision.now, settings.claims_after)
+    read = observation.claims  # without sight of pods, no reservation is called stale
+    claims = lingering(read if blind is None or read is None else replace(read, pods=None), decision.now,
+                       settings.claims_after)
     owners |= {ns: find_owner(None, observation.namespace(ns), settings.owner_keys)
                for ns in sorted({v.claim.ref.namespace for v in claims} - set(owners))}
     report = admin_report(decision.findings, observation.nodes, silent, tripwire,

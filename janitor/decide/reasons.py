@@ -296,6 +296,7 @@ class Code(StrEnum):
     QUOTA_UNREAD = "quota-unread"
     QUOTA_ABOVE = "quota-above"
     QUOTA_FINISHED = "quota-finished"
+    QUOTA_RUNNING = "quota-running"
 
 
 _T: Mapping[Code, str] = {
@@ -304,6 +305,8 @@ _T: Mapping[Code, str] = {
     Code.QUOTA_HELD_SHORT: ("its Kueue Workload {workload} holds quota with no pod running or waiting, since "
                             "{since} ({held:age}): judged after {after}"),
     Code.QUOTA_FINISHED: "its Kueue Workload {workload} finished: its ClusterQueue no longer counts its quota",
+    Code.QUOTA_RUNNING: ("neither evicted nor suspended: the {kind} runs as far as Kueue ({workload}) and its spec "
+                         "say (its next pod may be on its way)"),
     Code.QUOTA_NOT_HELD: "its Kueue Workload {workload} holds no quota (neither QuotaReserved nor Admitted is True)",
     Code.QUOTA_PODS: "{count} of its pods run or wait ({pod}: {phase}): its quota is in use",
     Code.QUOTA_UNREAD: "what its Kueue Workload holds cannot be told: {problem}",

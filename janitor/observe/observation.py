@@ -387,7 +387,10 @@ def read_cached(cache: ClusterCache, settings: Settings, policies: Sequence[Poli
                        snap.oom if need.oom else {}, snap.skipped, scaling, said,
                        snap.nodes_at if need.nodes else None,
                        claims.for_cycle(cache.api, settings.cluster.namespaces, settings.cluster.claims_after,
-                                        settings.cluster.page_size, snap.pods if need.pods else None))
+                                        settings.cluster.page_size,
+                                        # pods forbidden: the snapshot has none, which says nothing of claims
+                                        snap.pods if need.pods and all(s.kind != "Pod" for s in snap.skipped)
+                                        else None))
 
 
 # -- the re-check's scoped read -----------------------------------------------------------------------

@@ -1203,12 +1203,13 @@ def with_kueue(policies: tuple[Policy, ...], cluster: Cluster) -> tuple[Policy, 
         since = _HELD_SINCE[(k + serial // 4) % 4]
         job.labels["kueue.x-k8s.io/queue-name"] = "team-gpus"
         job.queued = Queued("v1beta2", f"job-{job.name}", f"wl-{job.uid}", turn % 5 != 4, reserved_since=since,
-                            evicted=k % 2 == 0, status_problem="its Workload has two Admitted conditions"
+                            evicted=turn % 4 != 2, status_problem="its Workload has two Admitted conditions"
                             if turn % 7 == 6 else "", gpus=8 * (k % 2), finished=turn % 9 == 8,
                             elsewhere="MultiKueue runs it on cluster worker-1" if turn % 11 == 10 else "",
                             stopped_at=NOW - 20 * M if turn % 6 == 1 else None)
         # Evicted: its pods deleted, its quota not released (not on the serials whose activity floor
         # needs its running pods).
+        job.suspended = job.suspended or turn % 3 == 0  # Kueue stopped it
         if since is not None and turn % 2 == 1 and serial % 3 != 0:
             for uid in cluster.below(job.uid)[1]:
                 cluster.pods.pop(uid, None)

@@ -394,9 +394,16 @@ def test_only_claims_held_with_no_consumer_for_long_enough_are_lingering() -> No
               oc.to_claim(written(raw("stale", reserved=[pod("gone", "uid-gone")]),
                                   ("2026-11-23T10:00:00Z", "status")), "resource.k8s.io/v1"))
     read = dc.ClaimsRead(claims, "v1", pods=PodsSeen(frozenset({"uid-pod"})))
+    assert dc.lingering(read, T0, hour) == ()  # never on a first look: since when is not known
+    seen = dc.seen_since(read, {}, T0 - 2 * hour)
+    assert sorted(seen) == ["uid-new", "uid-old", "uid-stale", "uid-unknown-time"]
+    read = dataclasses.replace(read, seen=dc.seen_since(read, seen, T0))  # the next cycle keeps the first sight
     assert [v.claim.ref.name for v in dc.lingering(read, T0, hour)] == ["old", "stale"]
-    unread_pods = dc.ClaimsRead(claims, "v1")
+    unread_pods = dataclasses.replace(read, pods=None)
     assert [v.claim.ref.name for v in dc.lingering(unread_pods, T0, hour)] == ["old"]
+    # Seen so only lately (a reservation dropped, a pod gone a minute ago): not yet, whatever the status says.
+    lately = dataclasses.replace(read, seen=dc.seen_since(read, {}, T0 - datetime.timedelta(minutes=1)))
+    assert dc.lingering(lately, T0, hour) == ()
     assert dc.lingering(dc.ClaimsRead(claims, "v1", problem="forbidden"), T0, hour) == ()
     assert dc.lingering(None, T0, hour) == ()
     deleting = dc.ClaimsRead(tuple(dataclasses.replace(c, deleting=True) for c in claims), "v1")
@@ -408,8 +415,10 @@ def test_the_plan_reports_them_with_the_namespace_owner_and_what_frees_them() ->
     from janitor.decide.plan import PlanSettings, plan
 
     claim = oc.to_claim(written(raw("old"), ("2026-11-23T10:00:00Z", "status")), "resource.k8s.io/v1")
+    read = dc.ClaimsRead((claim,), "v1")
     observed = Observation(T0, namespaces={"team-a": NamespaceView("team-a", annotations={
-        "janitor/owner": "#team-a"})}, claims=dc.ClaimsRead((claim,), "v1"))
+        "janitor/owner": "#team-a"})}, claims=dataclasses.replace(read, seen=dc.seen_since(
+            read, {}, T0 - datetime.timedelta(hours=2))))
     report = plan(observed, (), SafetyLedger(), T0, settings=PlanSettings(claims_after=datetime.timedelta(hours=1)))
     [line] = dict(report.admin_report.sections)["Device claims held with no consumer"]
     assert line.startswith("ResourceClaim/team-a/old: allocated (") and "reserved for nobody" in line

@@ -1690,6 +1690,7 @@ def test_quota_is_called_held_only_with_no_pod_working(case: Case) -> None:
             assert trigger is not None and queued is not None and f.known
             assert queued.found and queued.active and not queued.status_problem, f"{f.subject}: {f.reason}"
             assert not queued.finished and not queued.elsewhere, f"{f.subject}: {f.reason}"
+            assert queued.evicted or by_uid[f.subject.uid].suspended, f"{f.subject} runs: {f.reason}"
             quiet = max([queued.reserved_since, *([queued.stopped_at] if queued.stopped_at else [])])
             assert queued.reserved_since is not None and now - quiet >= trigger.after
             assert queued.reserved_since is not None and now - queued.reserved_since >= trigger.after

@@ -64,13 +64,15 @@ def workload_of(uid: str, *, since: datetime.datetime | None = NOW - 3 * H, acti
 
 
 def kjob(name: str = "train", *, queued: Queued | None = None, notes: Mapping[str, str] | None = None,
-         namespace: str = NS, controller: ObjectView | None = None, deleting: bool = False) -> ObjectView:
+         namespace: str = NS, controller: ObjectView | None = None, deleting: bool = False,
+         suspended: bool = True) -> ObjectView:
+    """A Job Kueue admitted; suspended by default, as Kueue leaves one it evicted (kueue#14811)."""
     uid = f"uid-{name}"
     return ObjectView(ObjectRef("Job", "batch/v1", namespace, name, uid), "10", NOW - 5 * H,
                       {**OWNER, **(notes or {})}, {}, deleting,
                       OwnerRef(controller.ref.kind, controller.ref.api_version, controller.ref.name,
                                controller.ref.uid) if controller else None,
-                      queued=queued if queued is not None else workload_of(uid))
+                      suspended=suspended, queued=queued if queued is not None else workload_of(uid))
 
 
 def pod_of(owner: ObjectView, phase: str = "Running", *, deleting: bool = False, name: str = "",
@@ -198,6 +200,14 @@ def test_a_pod_that_runs_waits_or_is_terminating_keeps_it(phase: str, deleting: 
     state, reason = verdicts(decision)["train"]
     assert state is State.CLEAR and reason.code is Code.QUOTA_PODS
     assert not decision.changes
+
+
+def test_a_job_neither_evicted_nor_suspended_runs_as_far_as_anyone_says() -> None:
+    running = kjob(suspended=False)  # a pod deleted a moment ago (preempted, its node gone), the next on its way
+    state, reason = verdicts(quota([running]))["train"]
+    assert state is State.CLEAR and reason.code is Code.QUOTA_RUNNING
+    evicted = kjob(suspended=False, queued=workload_of("uid-train", evicted=True))  # Kueue evicted it
+    assert verdicts(quota([evicted]))["train"][0] is State.FIRES
 
 
 def test_finished_pods_are_no_work() -> None:
@@ -361,7 +371,7 @@ def kueue_clusters(draw: st.DrawFn) -> tuple[list[ObjectView], list[PodView], Po
         held = draw(st.one_of(st.none(), st.integers(0, 10 * 3600).map(lambda s: NOW - datetime.timedelta(seconds=s))))
         queued = Queued("v1beta2", f"wl-{i}", f"wl-uid-{i}", draw(st.booleans()), reserved_since=held,
                         evicted=draw(st.booleans()), status_problem=draw(st.sampled_from(("", "", "", "odd"))))
-        job = kjob(f"j{i}", queued=queued, namespace=namespace)
+        job = kjob(f"j{i}", queued=queued, namespace=namespace, suspended=draw(st.booleans()))
         objects.append(dataclasses.replace(job, ref=dataclasses.replace(job.ref, uid=uid)))
         for k in range(draw(st.sampled_from((0, 0, 1, 2)))):
             pods.append(pod_of(objects[-1], draw(st.sampled_from(PHASES)), deleting=draw(st.booleans()),
@@ -399,6 +409,7 @@ def test_it_never_fires_on_work_doubt_youth_or_outside_its_policy(case: tuple[li
             continue
         queued = view.queued
         assert queued is not None and not queued.status_problem and queued.active
+        assert queued.evicted or view.suspended  # what kueue#14811 leaves, not a Job between two pods
         assert queued.reserved_since is not None and NOW - queued.reserved_since >= trigger.after
         mine = [p for p in pods if p.controller is not None and p.controller.uid == view.ref.uid]
         assert all(p.phase in ("Succeeded", "Failed") for p in mine)

@@ -105,6 +105,11 @@ def judge(w: Workload, trigger: ReservedQuota, now: datetime.datetime,
         return State.CLEAR, why(Code.QUOTA_NOT_HELD, workload=queued.name)
     if queued.elsewhere:
         return State.UNKNOWN, why(Code.QUOTA_UNREAD, problem=queued.elsewhere)
+    if not (queued.evicted or (w.view is not None and w.view.suspended)):
+        # Running as far as Kueue and its spec say: a pod deleted (preempted, its node gone) is
+        # replaced after a backoff, a JobSet restarts its Jobs; what kueue#14811 leaves is evicted or
+        # suspended.
+        return State.CLEAR, why(Code.QUOTA_RUNNING, workload=queued.name, kind=w.ref.kind)
     stray = untraced.get(w.ref.namespace or "")
     if stray is not None:
         return State.UNKNOWN, why(Code.QUOTA_UNREAD, problem=f"pod {stray.ref.name} of its namespace runs or waits "
