@@ -125,15 +125,6 @@ def classify(source: str, reason: str, message: str) -> tuple[Said, str, tuple[s
     return None
 
 
-def _time(text: Any) -> datetime.datetime | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def note(item: Mapping[str, Any]) -> tuple[str, AutoscalerNote] | None:
     """(the pod's uid, the note) of one Event, or None when it is not an autoscaler's word on a pod."""
     involved = item.get("involvedObject") or {}
@@ -144,10 +135,11 @@ def note(item: Mapping[str, Any]) -> tuple[str, AutoscalerNote] | None:
     said = classify(source, reason, item.get("message") or "")
     if said is None:
         return None
-    first = _time(item.get("firstTimestamp")) or _time(item.get("eventTime")) or \
-        _time((item.get("metadata") or {}).get("creationTimestamp"))
-    last = _time((item.get("series") or {}).get("lastObservedTime")) or _time(item.get("lastTimestamp")) or \
-        _time(item.get("eventTime")) or first
+    at = cluster.api_time
+    first = at(item.get("firstTimestamp")) or at(item.get("eventTime")) or \
+        at((item.get("metadata") or {}).get("creationTimestamp"))
+    last = at((item.get("series") or {}).get("lastObservedTime")) or at(item.get("lastTimestamp")) or \
+        at(item.get("eventTime")) or first
     return uid, AutoscalerNote(source, reason, said[0], first, last, said[1], said[2])
 
 

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kubernetes.client import ApiClient
 
-from janitor import errors, kubeapi
+from janitor import errors
 from janitor.decide.claims import Claim, ClaimRef, ClaimsRead, Consumer, Device, PodsSeen
 from janitor.decide.model import OwnerRef, PodView, ResourceKind
 from janitor.observe import cluster
@@ -41,25 +40,14 @@ def resource_claims(version: str) -> ResourceKind:
 
 
 def version(group: Mapping[str, Any]) -> str | None:
-    """The version to read, from the group's discovery document: the first of `VERSIONS` it
-    serves; None when it serves none of them (v1alpha3 alone: its fields are not read here)."""
-    served = {str(v.get("version")) for v in group.get("versions") or () if isinstance(v, Mapping)}
-    return next((v for v in VERSIONS if v in served), None)
+    """The version to read: the first of `VERSIONS` the group serves (v1alpha3 alone: none, its
+    fields are not read here)."""
+    return cluster.first_version(group, VERSIONS)
 
 
 def served(api: ApiClient) -> tuple[str | None, str]:
     """(the version to read, "") or (None, why not); ("", "") when `resource.k8s.io` is not served."""
-    try:
-        answer = kubeapi.request(api, "GET", f"/apis/{GROUP}", doing=f"discover {GROUP}")
-        body = json.loads(answer.data)
-    except errors.NotFound:
-        return "", ""
-    except errors.KubeError as e:
-        return None, f"{GROUP} could not be discovered ({e.server_message})"
-    except ValueError:
-        return None, f"the discovery answer of {GROUP} is not JSON"
-    found = version(body) if isinstance(body, Mapping) else None
-    return (found, "") if found else (None, f"{GROUP} is served at none of {', '.join(VERSIONS)}")
+    return cluster.served_version(api, GROUP, VERSIONS, name=GROUP)
 
 
 def read(api: ApiClient, namespaces: Sequence[str] | None = None, *, page_size: int = 250) -> ClaimsRead:
@@ -158,7 +146,7 @@ def _status_written(entries: Any) -> datetime.datetime | None:
     times: list[datetime.datetime] = []
     for e in entries if isinstance(entries, list) else ():
         if isinstance(e, Mapping) and e.get("subresource") == "status":
-            at = _time(e.get("time"), [])
+            at = cluster.api_time(e.get("time"))
             if at is not None:
                 times.append(at)
     return max(times) if times else None
@@ -238,11 +226,10 @@ def _strings(value: Any) -> dict[str, str]:
 def _time(value: Any, problems: list[str]) -> datetime.datetime | None:
     if value is None:
         return None
-    try:
-        return datetime.datetime.fromisoformat(str(value).replace("Z", "+00:00")).astimezone(datetime.timezone.utc)
-    except ValueError:
+    at = cluster.api_time(value)
+    if at is None:
         problems.append(f"metadata.creationTimestamp {value!r} is not a time")
-        return None
+    return at
 
 
 def _said(error: errors.KubeError) -> str:

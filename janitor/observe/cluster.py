@@ -354,3 +354,37 @@ def _parse_date(header: str | None) -> datetime.datetime | None:
     if when.tzinfo is None:  # "-0000": UTC by RFC 5322, but parsed as naive
         return when.replace(tzinfo=datetime.timezone.utc)
     return when.astimezone(datetime.timezone.utc)
+
+
+def api_time(text: Any) -> datetime.datetime | None:
+    """A time as the apiserver writes one (RFC 3339, in UTC); None when absent, not a time, or
+    without a zone (nothing to compare it with)."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        at = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return at if at.tzinfo is not None else None
+
+
+def first_version(group: Mapping[str, Any], versions: Sequence[str]) -> str | None:
+    """The first of `versions` an API group's discovery document says it serves; None for none."""
+    served = {str(v.get("version")) for v in group.get("versions") or () if isinstance(v, Mapping)}
+    return next((v for v in versions if v in served), None)
+
+
+def served_version(api: ApiClient, group: str, versions: Sequence[str], *, name: str) -> tuple[str | None, str]:
+    """(the first of `versions` `group` serves, "") or (None, why not, in words naming it `name`);
+    ("", "") when the group is not served at all. Never raises."""
+    try:
+        answer = kubeapi.request(api, "GET", f"/apis/{group}", doing=f"discover {group}")
+        body = json.loads(answer.data)
+    except errors.NotFound:
+        return "", ""
+    except errors.KubeError as e:
+        return None, f"{name} could not be discovered ({e.server_message})"
+    except ValueError:
+        return None, f"the discovery answer of {name} is not JSON"
+    found = first_version(body, versions) if isinstance(body, Mapping) else None
+    return (found, "") if found else (None, f"{name} serves none of {', '.join(versions)}")

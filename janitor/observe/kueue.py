@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 import logging
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -26,7 +25,7 @@ from typing import Any
 from kubernetes.client import ApiClient
 
 from janitor import annotations as ann
-from janitor import errors, kubeapi
+from janitor import errors
 from janitor.decide.model import GPU_RESOURCE, NamespaceView, ObjectView, ResourceKind
 from janitor.observe import cluster
 from janitor.policy.endings import KUEUE_GROUP, KUEUE_QUEUE_LABEL, KUEUE_VERSIONS, Action, Queued
@@ -42,25 +41,13 @@ def workloads(version: str) -> ResourceKind:
 
 
 def version(group: Mapping[str, Any]) -> str | None:
-    """The Workload API version to read, from the group's discovery document: the first of
-    `KUEUE_VERSIONS` it serves; None when it serves none of them."""
-    served = {str(v.get("version")) for v in group.get("versions") or () if isinstance(v, Mapping)}
-    return next((v for v in KUEUE_VERSIONS if v in served), None)
+    """The Workload API version to read: the first of `KUEUE_VERSIONS` the group serves."""
+    return cluster.first_version(group, KUEUE_VERSIONS)
 
 
 def served(api: ApiClient) -> tuple[str | None, str]:
     """(the version to read, "") or (None, why not); ("", "") when Kueue's API is not served at all."""
-    try:
-        answer = kubeapi.request(api, "GET", f"/apis/{KUEUE_GROUP}", doing=f"discover {KUEUE_GROUP}")
-        body = json.loads(answer.data)
-    except errors.NotFound:
-        return "", ""
-    except errors.KubeError as e:
-        return None, f"Kueue's API could not be discovered ({e.server_message})"
-    except ValueError:
-        return None, "Kueue's API discovery answer is not JSON"
-    found = version(body) if isinstance(body, Mapping) else None
-    return (found, "") if found else (None, f"Kueue serves none of {', '.join(KUEUE_VERSIONS)}")
+    return cluster.served_version(api, KUEUE_GROUP, KUEUE_VERSIONS, name="Kueue")
 
 
 def owned(items: Iterable[Mapping[str, Any]], uid: str, at: str) -> Queued | None:
@@ -138,7 +125,7 @@ def reservation(status: Any) -> Reservation:
         c = by_type.get(kind)
         if c is None or c.get("status") != status_:
             continue
-        at = _time(c.get("lastTransitionTime"))
+        at = cluster.api_time(c.get("lastTransitionTime"))
         if at is None:
             return Reservation(problem=f"its Workload's {kind} condition has no readable lastTransitionTime")
         into.append(at)
@@ -165,15 +152,6 @@ def _elsewhere(status: Mapping[str, Any]) -> str:
         return "its topology-aware placement is still pending"
     return ""
 
-
-def _time(text: Any) -> datetime.datetime | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        at = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return at if at.tzinfo is not None else None
 
 
 def suspending(policies: Iterable[Policy], namespaces: Mapping[str, NamespaceView]) -> frozenset[str]:

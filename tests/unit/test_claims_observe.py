@@ -336,7 +336,7 @@ NO_V1 = {ALL: errors.NotFound("not found", status=404)}
     pytest.param(FakeApi({}, {**NO_V1, DISCOVERY: errors.KubeError("timed out")}), True, "could not be discovered",
                  id="discovery-unanswered"),
     pytest.param(FakeApi({DISCOVERY: b"<html>"}, NO_V1), True, "not JSON", id="discovery-garbled"),
-    pytest.param(FakeApi({DISCOVERY: _group("v1alpha3")}, NO_V1), True, "served at none of v1, v1beta2, v1beta1",
+    pytest.param(FakeApi({DISCOVERY: _group("v1alpha3")}, NO_V1), True, "serves none of v1, v1beta2, v1beta1",
                  id="only-alpha"),
     pytest.param(FakeApi({}, {ALL: errors.KubeError("timed out")}), True, "could not be listed (", id="v1-unanswered"),
     pytest.param(FakeApi({DISCOVERY: _group("v1")}, {ALL: errors.Forbidden("resourceclaims is forbidden",
