@@ -238,10 +238,11 @@ class _Annotator:
 
 
 def kinds(settings: Settings) -> dict[str, ResourceKind]:
-    """The kinds the janitor reads and writes, by name: those of `--kinds`, pods and namespaces."""
-    from janitor.observe import views
+    """The kinds the janitor reads and writes, by name: those of `--kinds`, pods, namespaces, and DRA
+    ResourceClaims at v1 (objects of a cycle only where an orphanedClaim policy judges them)."""
+    from janitor.observe import claims, views
 
-    return {k.kind: k for k in (views.PODS, views.NAMESPACES, *settings.cluster.kinds)}
+    return {k.kind: k for k in (views.PODS, views.NAMESPACES, claims.CLAIMS, *settings.cluster.kinds)}
 
 
 class _StateLedger:
@@ -293,7 +294,8 @@ def _executor(ports: Ports, settings: Settings, planned: Planned, notes: NoteBox
     by_kind, dry_run = kinds(settings), settings.rails.dry_run
 
     def still_due(action: Action) -> Fresh:
-        fresh = observation.read_scoped(ports.api, settings, planned.policies, action, ports.clock(), source=source)
+        fresh = observation.read_scoped(ports.api, settings, planned.policies, action, ports.clock(), source=source,
+                                        claims_seen=planned.memory.claims_seen)
         return Fresh(recheck.still_due(action, fresh, planned.policies, ports.clock(), settings.plan()),
                      gone=fresh is None)
 

@@ -43,7 +43,8 @@ def confirmed(ports: Ports, settings: Settings, planned: Planned, source: Promet
         probe = Action(ActionType.REPORT, change.workload, change.resource_version, change.policy, trigger,
                        "lifecycle", "FreshLook", change.why)
         try:
-            fresh = observation.read_scoped(ports.api, settings, planned.policies, probe, ports.clock(), source=source)
+            fresh = observation.read_scoped(ports.api, settings, planned.policies, probe, ports.clock(), source=source,
+                                            claims_seen=planned.memory.claims_seen)
         except errors.KubeError as e:
             logger.warning("not %s %s this cycle: it could not be read again first: %s", change.step,
                            change.workload, e)

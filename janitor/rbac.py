@@ -43,8 +43,9 @@ def cluster_role(kinds: Sequence[ResourceKind], *, name: str = "kube-idle-janito
     # re-check before acting reads them too. Read-only unless the kinds list says more.
     grant("", "namespaces", "get", "list", "watch")
     grant("", "pods", "get", "list", "watch")
-    # DRA ResourceClaims holding devices with no consumer are reported (read only, never changed).
-    grant("resource.k8s.io", "resourceclaims", "get", "list")
+    # DRA ResourceClaims holding devices with no consumer are reported; under an orphanedClaim policy
+    # they are marked (patch) and, where it enforces delete, deleted. No other policy writes them.
+    grant("resource.k8s.io", "resourceclaims", "get", "list", "patch", "delete")
     # A suspend of what Kueue admits goes through its Kueue Workload: found by listing, then patched.
     through = Action.SUSPEND.ending.queued
     if through is not None and any(kind.kind in (through.kinds or ()) for kind in kinds):

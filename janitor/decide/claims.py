@@ -28,7 +28,7 @@ import enum
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from janitor.decide.model import OwnerRef
+from janitor.decide.model import ObjectView, OwnerRef
 
 POD_CLAIM_NAME = "resource.kubernetes.io/pod-claim-name"  # on claims generated from a pod's template
 EXTENDED_RESOURCE_CLAIM = "resource.kubernetes.io/extended-resource-claim"  # on claims the scheduler makes
@@ -106,6 +106,9 @@ class Claim:
     # When its status was last written (metadata.managedFields, subresource status): what it says
     # has been so at least since then. None when no entry says.
     status_written: datetime.datetime | None = None
+    # The claim as an object the lifecycle marks, warns of and may delete (the orphanedClaim trigger):
+    # only for one read at resource.k8s.io/v1 whose metadata has its shape; None otherwise.
+    view: ObjectView | None = None
 
     @property
     def generated(self) -> bool:

@@ -209,6 +209,9 @@ class PodView:
     state: PodState = field(default_factory=PodState)
     created: datetime.datetime | None = None  # metadata.creationTimestamp
     foreign_marks: frozenset[str] = frozenset()  # as ObjectView's: a bare pod is a workload that can be marked
+    # The DRA ResourceClaims it names (spec.resourceClaims, and those generated for it in
+    # status.resourceClaimStatuses): a claim a pod that runs or waits names is in use, reserved or not.
+    resource_claims: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,6 +335,7 @@ class TriggerKind(StrEnum):
     TERMINATING = "terminating"
     HUNG = "hung"
     RESERVED_QUOTA = "reservedQuota"
+    ORPHANED_CLAIM = "orphanedClaim"
 
 
 class State(StrEnum):

@@ -4,7 +4,7 @@ It reads top-down, as kube-janitor's cycle does:
 
 1. selection: which objects the plain path may judge, and the workloads the pods belong to;
 2. every trigger, each with its one signature, on what the policy governing it selects (the pods'
-   workloads; for reservedQuota, what Kueue admits, pods or none);
+   workloads; for reservedQuota, what Kueue admits, pods or none; for orphanedClaim, DRA claims);
 3. the lifecycle on every workload's findings (busy on any signal beats idle on another);
 4. the rails on everything that deletes or reclaims: caps, tripwire, dry-run, clock skew;
 5. the admins' report.
@@ -48,7 +48,7 @@ from janitor.decide.owners import DEFAULT_OWNER_KEYS, Owner, find_owner
 from janitor.decide.rails import Held, HoldReason, Rails, apply_rails, clock_skew, is_tripped
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import CronJobMode, Workload
-from janitor.decide.triggers import expiry, registry, reserved
+from janitor.decide.triggers import expiry, orphaned_claim, registry, reserved
 from janitor.node_report import HeldGpu
 from janitor.policy.model import Mode, Policy
 
@@ -207,12 +207,14 @@ def decide(observation: Observation, policies: Sequence[Policy], now: datetime.d
     quota, podless = reserved.judged(workloads, observation, policies, now, gate, by_uid,
                                      cronjob_mode=settings.cronjob_mode, owner_keys=settings.owner_keys)
     found += quota
+    held, claims = orphaned_claim.judged(observation, policies, now, gate, owner_keys=settings.owner_keys)
+    found += held
     objects = gate.unprotected(observation.objects)
     owners = {o.ref.uid: find_owner(o, observation.namespace(o.ref.namespace), settings.owner_keys,
                                     parent=gate.cronjob_of(o))
               for o in selection.with_marks(objects)}
-    changes = lifecycle.plan_lifecycle((*workloads, *podless), objects, found, policies, now, settings.lifecycle,
-                                       owners)
+    changes = lifecycle.plan_lifecycle((*workloads, *podless, *claims), objects, found, policies, now,
+                                       settings.lifecycle, owners)
     acts = sorted((c for c in changes if c.step is Step.ACT and c.action is not None),
                   key=lambda c: (c.deadline or _ENDLESS, str(c.workload)))
     forced = [f.proposal for f in found if f.proposal is not None and f.mode is Mode.ENFORCE]

@@ -297,9 +297,20 @@ class Code(StrEnum):
     QUOTA_ABOVE = "quota-above"
     QUOTA_FINISHED = "quota-finished"
     QUOTA_RUNNING = "quota-running"
+    # DRA claims holding devices with no consumer (janitor.decide.triggers.orphaned_claim)
+    CLAIM_HELD = "claim-held"
+    CLAIM_HELD_SHORT = "claim-held-short"
+    CLAIM_FREE = "claim-free"
+    CLAIM_NAMED = "claim-named"
+    CLAIM_UNSURE = "claim-unsure"
 
 
 _T: Mapping[Code, str] = {
+    Code.CLAIM_HELD: "it has held {devices} since {since} ({quiet:age}) {whom}",
+    Code.CLAIM_HELD_SHORT: "it holds {devices} {whom}, seen so since {since} ({quiet:age}): judged after {after}",
+    Code.CLAIM_FREE: "{words}",
+    Code.CLAIM_NAMED: "pod {pod} ({phase}) names it: it is in use, or about to be",
+    Code.CLAIM_UNSURE: "whether anything uses it cannot be told: {problem}",
     Code.QUOTA_HELD: ("its Kueue Workload {workload} has held quota (QuotaReserved or Admitted) since {since} "
                       "({held:age}), and none of its pods has run or waited for {quiet:age}{evicted}"),
     Code.QUOTA_HELD_SHORT: ("its Kueue Workload {workload} holds quota with no pod running or waiting, since "

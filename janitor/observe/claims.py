@@ -18,15 +18,16 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from kubernetes.client import ApiClient
 
 from janitor import errors
-from janitor.decide.claims import Claim, ClaimRef, ClaimsRead, Consumer, Device, PodsSeen
-from janitor.decide.model import OwnerRef, PodView, ResourceKind
+from janitor.decide.claims import Claim, ClaimRef, ClaimsRead, Consumer, Device, PodsSeen, State
+from janitor.decide.model import ObjectView, OwnerRef, PodView, ResourceKind
 from janitor.observe import cluster
+from janitor.policy.model import OrphanedClaim, Policy
 
 logger = logging.getLogger(__name__)
 
@@ -83,10 +84,11 @@ def _listed(api: ApiClient, at: str, namespaces: Sequence[str] | None, page_size
 
 
 def for_cycle(api: ApiClient, namespaces: Sequence[str] | None, after: datetime.timedelta, page_size: int,
-              pods_read: Sequence[PodView] | None) -> ClaimsRead | None:
+              pods_read: Sequence[PodView] | None, *, judged: bool = False) -> ClaimsRead | None:
     """A cycle's claims, with the pods it read beside them (None: none were, so no reservation is
-    called stale); None where `after` is zero (`--orphaned-claims-after 0`: claims are not read)."""
-    if not after:
+    called stale); None where `after` is zero (`--orphaned-claims-after 0`: not read for the admin
+    report) and no policy judges them (`judged`: an orphanedClaim policy is loaded)."""
+    if not after and not judged:
         return None
     found = read(api, namespaces, page_size=page_size)
     if pods_read is None:
@@ -109,6 +111,29 @@ def pods(api: ApiClient, namespaces: Sequence[str] | None = None, *, page_size: 
     return PodsSeen(frozenset(uids), scope)
 
 
+def judged(policies: Iterable[Policy]) -> bool:
+    """Whether a policy judges claims (orphanedClaim): then they are read, and are objects of the cycle."""
+    return any(p.trigger(OrphanedClaim) is not None for p in policies)
+
+
+def subjects(read: ClaimsRead | None, policies: Iterable[Policy]) -> tuple[ObjectView, ...]:
+    """The claims as objects the lifecycle marks (those read at v1), where a policy judges them."""
+    if read is None or not judged(policies):
+        return ()
+    return tuple(c.view for c in read.claims if c.view is not None)
+
+
+def scoped(api: ApiClient, item: Mapping[str, Any], api_version: str, pods_read: Sequence[PodView],
+           seen: Mapping[str, tuple[State, datetime.datetime]]) -> ClaimsRead:
+    """One claim read again by name for the re-check, with every pod of its namespace read beside it
+    and what the daemon has seen of it so far (`seen`: the cycle's memory, by claim uid)."""
+    claim = to_claim(item, api_version)
+    namespace = frozenset({claim.ref.namespace})
+    mine = {claim.ref.uid: seen[claim.ref.uid]} if claim.ref.uid in seen else {}
+    return ClaimsRead((claim,), api_version.rpartition("/")[2], namespaces=namespace,
+                      pods=PodsSeen(frozenset(p.ref.uid for p in pods_read), namespace), seen=mine)
+
+
 def to_claim(item: Mapping[str, Any], api_version: str) -> Claim:
     """One claim's raw JSON as a `Claim`; whatever is not of the shape expected goes into its problem."""
     problems: list[str] = []
@@ -116,6 +141,7 @@ def to_claim(item: Mapping[str, Any], api_version: str) -> Claim:
     ref = ClaimRef(_text(meta.get("namespace")), _text(meta.get("name")), _text(meta.get("uid")))
     if not (ref.namespace and ref.name and ref.uid):
         problems.append("metadata lacks its namespace, name or uid")
+    view = _view(item) if api_version == f"{GROUP}/{VERSIONS[0]}" and not problems else None
     status = _mapping(item.get("status"), "status", problems)
     allocation = status.get("allocation")
     allocated = allocation is not None
@@ -137,7 +163,23 @@ def to_claim(item: Mapping[str, Any], api_version: str) -> Claim:
         controller=_controller(meta.get("ownerReferences")),
         problem="; ".join(problems),
         status_written=_status_written(meta.get("managedFields")),
+        view=view,
     )
+
+
+CLAIMS = resource_claims(VERSIONS[0])  # the one version claims are marked and deleted at
+
+
+def _view(item: Mapping[str, Any]) -> ObjectView | None:
+    """The claim as an object; None when its metadata lacks what every object has."""
+    meta = item.get("metadata")
+    if not isinstance(meta, Mapping) or not all(isinstance(meta.get(k), str) and meta.get(k)
+                                                 for k in ("resourceVersion", "creationTimestamp")):
+        return None
+    try:
+        return cluster.to_view(CLAIMS, item)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _status_written(entries: Any) -> datetime.datetime | None:

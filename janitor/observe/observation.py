@@ -30,6 +30,8 @@ from kubernetes.client import ApiClient
 from janitor import errors, node_report
 from janitor.decide import usage
 from janitor.decide.autoscaling import AutoscalerNote, Autoscaling, NodeAutoscaling
+from janitor.decide.claims import ClaimsRead
+from janitor.decide.claims import State as ClaimState
 from janitor.decide.evidence import CpuEvidence, CpuKey, Evidence, EvidenceWindow, GpuEvidence, GpuKey, PodKey
 from janitor.decide.model import (
     Action,
@@ -353,12 +355,12 @@ def read(api: ApiClient, settings: Settings, policies: Sequence[Policy], now: da
     scaling, said = _scaling(api, settings, need, c.namespaces)
     at = first or now
     viewed = kueue.attach(api, objects, page_size=c.page_size, namespaces=kueue.looked_up(policies, namespaces))
-    return Observation(first, viewed, tuple(pods), namespaces,
+    held = claims.for_cycle(api, c.namespaces, c.claims_after, c.page_size,
+                            pods if need.pods or views.PODS.key in done else None, judged=claims.judged(policies))
+    return Observation(first, (*viewed, *claims.subjects(held, policies)), tuple(pods), namespaces,
                        tuple(nodes), need.nodes,
                        read_evidence(source, settings, need, at, namespaces=covered_namespaces(policies, namespaces)),
-                       oom, tuple(skipped), scaling, said,
-                       claims=claims.for_cycle(api, c.namespaces, c.claims_after, c.page_size,
-                                              pods if need.pods or views.PODS.key in done else None))
+                       oom, tuple(skipped), scaling, said, claims=held)
 
 
 def read_cached(cache: ClusterCache, settings: Settings, policies: Sequence[Policy], at: datetime.datetime | None,
@@ -380,17 +382,17 @@ def read_cached(cache: ClusterCache, settings: Settings, policies: Sequence[Poli
     scaling = autoscalers.autoscaling(mode, probed, said, snap.autoscaler_unreadable) if scaled else Autoscaling()
     objects = kueue.attach(cache.api, snap.objects, namespaces=kueue.looked_up(policies, snap.namespaces))
     covered = covered_namespaces(policies, snap.namespaces)
-    return Observation(at, objects, snap.pods, snap.namespaces,
+    held = claims.for_cycle(cache.api, settings.cluster.namespaces, settings.cluster.claims_after,
+                            settings.cluster.page_size,
+                            # pods forbidden: the snapshot has none, which says nothing of claims
+                            snap.pods if need.pods and all(s.kind != "Pod" for s in snap.skipped) else None,
+                            judged=claims.judged(policies))
+    return Observation(at, (*objects, *claims.subjects(held, policies)), snap.pods, snap.namespaces,
                        snap.nodes if need.nodes else (), need.nodes,
                        read_evidence(source, settings, need, at or now, namespaces=covered, carry=carry,
                                      covered=in_scope(snap.pods, covered)),
                        snap.oom if need.oom else {}, snap.skipped, scaling, said,
-                       snap.nodes_at if need.nodes else None,
-                       claims.for_cycle(cache.api, settings.cluster.namespaces, settings.cluster.claims_after,
-                                        settings.cluster.page_size,
-                                        # pods forbidden: the snapshot has none, which says nothing of claims
-                                        snap.pods if need.pods and all(s.kind != "Pod" for s in snap.skipped)
-                                        else None))
+                       snap.nodes_at if need.nodes else None, held)
 
 
 # -- the re-check's scoped read -----------------------------------------------------------------------
@@ -401,7 +403,7 @@ class _Scoped:
 
     def __init__(self, api: ApiClient, settings: Settings) -> None:
         self.api = api
-        self.kinds = {k.kind: k for k in (*settings.cluster.kinds, views.PODS, views.NAMESPACES)}
+        self.kinds = {k.kind: k for k in (*settings.cluster.kinds, views.PODS, views.NAMESPACES, claims.CLAIMS)}
         self.objects: dict[str, ObjectView] = {}
         self.date: datetime.datetime | None = None
 
@@ -446,8 +448,11 @@ def _pods_of(scoped: _Scoped, target: ObjectView, item: Mapping[str, Any], page_
 
 
 def read_scoped(api: ApiClient, settings: Settings, policies: Sequence[Policy], action: Action,
-                now: datetime.datetime, *, source: PrometheusSource | None = None) -> Observation | None:
-    """What `action`'s decision depends on, read now; None when its object is gone or recreated."""
+                now: datetime.datetime, *, source: PrometheusSource | None = None,
+                claims_seen: Mapping[str, tuple[ClaimState, datetime.datetime]] | None = None) -> Observation | None:
+    """What `action`'s decision depends on, read now; None when its object is gone or recreated.
+    `claims_seen`: since when the daemon has seen each claim hold devices with no consumer (a claim's
+    re-check judges the claim with it; none known, the count starts again and nothing is due)."""
     target = action.target
     scoped = _Scoped(api, settings)
     item = scoped.get(target.kind, target.namespace, target.name, target.uid)
@@ -459,7 +464,14 @@ def read_scoped(api: ApiClient, settings: Settings, policies: Sequence[Policy], 
         pods.append(views.pod_view(item))
     scoped.climb(view.controller, target.namespace)
     reads = registry.spec(action.trigger).recheck
-    if reads.pods and target.kind != "Pod":
+    held: ClaimsRead | None = None
+    if reads.claims and target.kind == claims.CLAIMS.kind and target.api_version == claims.CLAIMS.api_version:
+        # Every pod of its namespace: which of them it is reserved for, and whether one names it.
+        for page, _ in cluster.list_items(api, views.PODS, page_size=settings.cluster.page_size,
+                                          namespaces=[target.namespace or ""]):
+            pods.extend(views.pod_view(raw) for raw in page)
+        held = claims.scoped(api, item, target.api_version, pods, claims_seen or {})
+    elif reads.pods and target.kind != "Pod":
         pods = _pods_of(scoped, view, item, settings.cluster.page_size)
     namespaces: dict[str, NamespaceView] = {}
     name = target.name if target.kind == "Namespace" else target.namespace
@@ -489,4 +501,4 @@ def read_scoped(api: ApiClient, settings: Settings, policies: Sequence[Policy], 
     objects = tuple(scoped.objects.values())  # a suspend goes through the Kueue Workload that admits it
     objects = kueue.attach(api, objects, every=True) if action.type is ActionType.SUSPEND or reads.kueue else objects
     return Observation(scoped.date, objects, tuple(pods), namespaces, tuple(nodes),
-                       nodes_known, found, oom, autoscaling=scaling, autoscaler=said)
+                       nodes_known, found, oom, autoscaling=scaling, autoscaler=said, claims=held)

@@ -162,7 +162,14 @@ def pod_view(item: Mapping[str, Any]) -> PodView:
         state=pod_state(meta, spec, status),
         created=_time(meta.get("creationTimestamp")),
         foreign_marks=foreign_marks(meta),
+        resource_claims=_claim_names(spec, status),
     )
+
+
+def _claim_names(spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[str, ...]:
+    named = [c.get("resourceClaimName") for c in spec.get("resourceClaims") or () if isinstance(c, Mapping)]
+    named += [c.get("resourceClaimName") for c in status.get("resourceClaimStatuses") or () if isinstance(c, Mapping)]
+    return tuple(dict.fromkeys(n for n in named if isinstance(n, str) and n))
 
 
 _SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,

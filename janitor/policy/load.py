@@ -396,6 +396,8 @@ def _policy(r: _Reader, node: Node, index: int) -> model.Policy | None:
             _hung_action(r, f["lifecycle"], triggers[0], lifecycle.action)
     if any(isinstance(t, model.ReservedQuota) for t in triggers):
         lifecycle = _reserved_quota_policy(r, f, triggers, lifecycle)
+    if any(isinstance(t, model.OrphanedClaim) for t in triggers):
+        lifecycle = _orphaned_claim_policy(r, f, triggers, lifecycle)
     if len(r.errors) > before or name is None or match is None or mode is None:
         return None
     return model.Policy(name=name, description=description or "", mode=mode, match=match, triggers=triggers,
@@ -631,10 +633,14 @@ def _pending(r: _Reader, node: Node, path: str) -> model.Pending | None:
     return model.Pending(after=after, include_gated=bool(gated)) if after is not None else None
 
 
-def _reserved_quota(r: _Reader, node: Node, path: str) -> model.ReservedQuota | None:
-    f = r.fields(node, path, ("after",), required=("after",))
-    after = r.duration(f["after"], f"{path}.after") if f and "after" in f else None
-    return model.ReservedQuota(after=after) if after is not None else None
+def _after_only(kind: type[model.ReservedQuota] | type[model.OrphanedClaim]
+                ) -> Callable[[_Reader, Node, str], model.Trigger | None]:
+    """The reader of a trigger whose one field is `after`."""
+    def read(r: _Reader, node: Node, path: str) -> model.Trigger | None:
+        f = r.fields(node, path, ("after",), required=("after",))
+        after = r.duration(f["after"], f"{path}.after") if f and "after" in f else None
+        return kind(after=after) if after is not None else None
+    return read
 
 
 def _crash_loop(r: _Reader, node: Node, path: str) -> model.CrashLoop | None:
@@ -700,18 +706,38 @@ def _reserved_quota_policy(r: _Reader, f: dict[str, Node], triggers: tuple[model
     """reservedQuota takes a policy of its own, reports unless told to suspend, and never deletes:
     deactivating the Workload releases the quota and keeps the Job and its history, and a default
     meant for idle pods must not quietly apply to a workload that has none."""
+    return _own_policy(r, f, triggers, lifecycle, (model.Action.REPORT, model.Action.SUSPEND),
+                       "reservedQuota takes a policy of its own: it judges workloads with no pods, whose action is "
+                       "a report unless the policy says otherwise",
+                       "a workload holding Kueue quota is reported or suspended (its Workload deactivated, which "
+                       "releases the quota and keeps the job), never {action}")
+
+
+def _orphaned_claim_policy(r: _Reader, f: dict[str, Node], triggers: tuple[model.Trigger, ...],
+                           lifecycle: model.Lifecycle) -> model.Lifecycle:
+    """orphanedClaim takes a policy of its own and reports unless told to delete: a claim has no pods
+    to suspend or scale, and a default meant for idle pods must not quietly delete claims."""
+    return _own_policy(r, f, triggers, lifecycle, (model.Action.REPORT, model.Action.DELETE),
+                       "orphanedClaim takes a policy of its own: it judges DRA ResourceClaims, not pods, and its "
+                       "action is a report unless the policy says delete",
+                       "a ResourceClaim with no consumer is reported or deleted (which frees its devices); it has "
+                       "nothing to {action}")
+
+
+def _own_policy(r: _Reader, f: dict[str, Node], triggers: tuple[model.Trigger, ...], lifecycle: model.Lifecycle,
+                allowed: tuple[model.Action, ...], alone: str, refused: str) -> model.Lifecycle:
+    """A trigger that takes a policy of its own (`alone` says why), reports when no action is written,
+    and allows only `allowed` (`refused` says why, with {action})."""
     if len(triggers) > 1:
-        r.fail(f["triggers"], "triggers", "reservedQuota takes a policy of its own: it judges workloads with no "
-               "pods, whose action is a report unless the policy says otherwise")
+        r.fail(f["triggers"], "triggers", alone)
         return lifecycle
     if not _has(f.get("lifecycle"), "action"):
         return replace(lifecycle, action=model.Action.REPORT)
-    if lifecycle.action not in (model.Action.REPORT, model.Action.SUSPEND):
+    if lifecycle.action not in allowed:
         node = f["lifecycle"]
         assert isinstance(node, MappingNode)
         where = next(v for k, v in node.value if isinstance(k, ScalarNode) and k.value == "action")
-        r.fail(where, "lifecycle.action", f"a workload holding Kueue quota is reported or suspended (its Workload "
-               f"deactivated, which releases the quota and keeps the job), never {lifecycle.action}")
+        r.fail(where, "lifecycle.action", refused.format(action=lifecycle.action))
     return lifecycle
 
 
@@ -737,7 +763,8 @@ _TRIGGER_READERS: dict[str, Callable[[_Reader, Node, str], model.Trigger | None]
     model.Terminating.key: _terminating,
     model.CrashLoop.key: _crash_loop,
     model.Hung.key: _hung,
-    model.ReservedQuota.key: _reserved_quota,
+    model.ReservedQuota.key: _after_only(model.ReservedQuota),
+    model.OrphanedClaim.key: _after_only(model.OrphanedClaim),
 }
 
 

@@ -295,6 +295,17 @@ class ReservedQuota:
 
 
 @dataclass(frozen=True, slots=True)
+class OrphanedClaim:
+    """A DRA ResourceClaim (resource.k8s.io/v1) that has held its devices for longer than `after`
+    with no consumer: reserved for nobody, or only for pods that are gone, and named by no pod that
+    runs or waits. Reported and warned about; an enforcing policy may delete it, which frees the
+    devices for other pods; a claim generated for a pod goes when that pod does anyway."""
+
+    key: ClassVar[str] = "orphanedClaim"
+    after: _dt.timedelta = _dt.timedelta(hours=1)
+
+
+@dataclass(frozen=True, slots=True)
 class CrashLoop:
     """A GPU workload whose every GPU pod has a container that restarted at least `restarts` times
     (each container counted on its own) and whose last run began and ended within `window`, still
@@ -358,8 +369,9 @@ class Activity:
     min_running: _dt.timedelta = _dt.timedelta(0)
 
 
-Trigger = IdleGpu | IdleCpu | Pending | Terminating | CrashLoop | Hung | ReservedQuota
-TRIGGER_KINDS: tuple[type[Trigger], ...] = (IdleGpu, IdleCpu, Pending, Terminating, CrashLoop, Hung, ReservedQuota)
+Trigger = IdleGpu | IdleCpu | Pending | Terminating | CrashLoop | Hung | ReservedQuota | OrphanedClaim
+TRIGGER_KINDS: tuple[type[Trigger], ...] = (IdleGpu, IdleCpu, Pending, Terminating, CrashLoop, Hung, ReservedQuota,
+                                            OrphanedClaim)
 T = TypeVar("T", bound=Trigger)
 
 

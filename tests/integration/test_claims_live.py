@@ -17,7 +17,11 @@ Aspects covered:
 - a deleted orphaned claim goes: its finalizer does not hold it;
 - the janitor's cycle lists the orphaned and the stale claim in the admin report, once their status
   has said so for `--orphaned-claims-after`, with the command that frees them, and never the claim in
-  use; it changes none of them; with 0 it reads no claim.
+  use; it changes none of them; with 0 it reads no claim;
+- under an enforcing orphanedClaim policy with `action: delete`, the orphaned claim is marked and its
+  owner warned once the daemon has seen it so for `after`, and deleted after the deadline (its
+  finalizer does not hold it); the claim a running pod names and the one reserved for a live pod
+  are never marked, and a claim a pod came to name before the deadline is unmarked, not deleted.
 """
 
 from __future__ import annotations
@@ -31,8 +35,10 @@ import pytest
 from kubernetes import client
 from runner import Runner
 from runner import settings as build
+from test_lifecycle import ALICE, alice, janitor_for, until_due  # noqa: F401 (alice is a fixture)
 
 from devenv.procs import wait_until
+from janitor import annotations as a
 from janitor.decide import claims as dc
 from janitor.decide.claims import PodsSeen, State, Why
 from janitor.observe import claims as oc
@@ -54,11 +60,12 @@ def device_class(kube, namespace: str) -> Iterator[str]:  # noqa: ANN001
     custom.delete_cluster_custom_object(GROUP, VERSION, "deviceclasses", name)
 
 
-def create_claim(kube, namespace: str, name: str, device_class: str) -> None:  # noqa: ANN001
+def create_claim(kube, namespace: str, name: str, device_class: str,  # noqa: ANN001
+                 annotations: dict[str, str] | None = None) -> None:
     """A claim for one device, with the finalizer the scheduler puts on a claim it allocates."""
     client.CustomObjectsApi(kube).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceClaim",
-        "metadata": {"name": name, "finalizers": [dc.FINALIZER]},
+        "metadata": {"name": name, "finalizers": [dc.FINALIZER], "annotations": annotations or {}},
         "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class}}]}}})
 
 
@@ -179,3 +186,54 @@ def test_the_admin_report_lists_claims_holding_devices_with_no_consumer(kube, co
     assert SECTION not in report(off) and SECTION not in report(off)  # claims not read at all
     after = {n: _claim(kube, namespace, n)["metadata"]["resourceVersion"] for n in ("orphan", "in-use", "stale")}
     assert after == before  # reported, never changed
+
+
+def test_an_enforcing_policy_warns_of_an_orphaned_claim_then_deletes_it(  # noqa: PLR0913
+        kube, core, namespace, device_class, sandbox, tmp_path, slack, alice) -> None:  # noqa: ANN001, F811
+    owner = {"janitor/owner": ALICE[0]}
+    for name in ("orphan", "in-use", "named", "late"):
+        create_claim(kube, namespace, name, device_class, owner)
+    user = create_pod(core, namespace, "user", claim="in-use")
+    create_pod(core, namespace, "namer", claim="named")  # names it, reserved or not: in use
+    for i, (name, pods) in enumerate((("orphan", ()), ("in-use", (user,)), ("named", ()), ("late", ())), 0):
+        allocate(kube, namespace, name, f"gpu-{i}", *pods)
+    policy = tmp_path / "p.yaml"
+    policy.write_text(f"""policies:
+- name: orphaned-claims
+  mode: enforce
+  match:
+    namespaces: {{include: ["{namespace}"]}}
+  triggers:
+    orphanedClaim: {{after: 2s}}
+  lifecycle: {{warnBefore: 6s, remindEvery: 0s, action: delete}}
+""")
+    janitor = janitor_for(kube, sandbox, namespace, policy, sandbox.prometheus_url)
+    janitor.run_cycle()  # the first look: since when they are held is not known yet
+    assert not any(a.POLICY in _notes(kube, namespace, n) for n in ("orphan", "late")), janitor.explain()
+    time.sleep(3)
+    janitor.run_cycle()
+    notes = _notes(kube, namespace, "orphan")
+    assert notes.get(a.POLICY) == "orphaned-claims" and notes[a.WARNED_OF].startswith("delete "), janitor.explain()
+    assert "reserved for nobody" in notes[a.REASON]
+    channel = notes[a.WARNED_VIA].split()[1].split("/")[0]
+    [warning] = [m for m in texts(slack, channel) if "orphan" in m]
+    assert "holding devices no pod uses" in warning, warning
+    assert a.POLICY in _notes(kube, namespace, "late")
+    for name in ("in-use", "named"):
+        assert a.POLICY not in _notes(kube, namespace, name), janitor.explain()
+
+    create_pod(core, namespace, "late-user", claim="late")  # a pod came to use it before the deadline
+    until_due(notes)
+    janitor.run_cycle()  # re-checked fresh: still held by nobody, then deleted
+    wait_until(lambda: all(c.ref.name != "orphan" for c in oc.read(kube, [namespace]).claims), timeout=30,
+               what="the orphaned claim deleted, its finalizer removed")
+    assert {c.ref.name for c in oc.read(kube, [namespace]).claims} == {"in-use", "named", "late"}
+    assert a.POLICY not in _notes(kube, namespace, "late"), janitor.explain()
+
+
+def _notes(kube, namespace: str, name: str) -> dict[str, str]:  # noqa: ANN001
+    return dict(_claim(kube, namespace, name)["metadata"].get("annotations") or {})
+
+
+def texts(slack, channel: str) -> list[str]:  # noqa: ANN001
+    return [m.text + str(m.blocks) for m in slack.messages(channel)]

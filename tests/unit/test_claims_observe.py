@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 from janitor import errors, kubeapi
 from janitor.decide import claims as dc
 from janitor.decide.claims import Claim, ClaimRef, Consumer, Device, PodsSeen, State, Why
-from janitor.decide.model import OwnerRef
+from janitor.decide.model import ObjectRef, OwnerRef
 from janitor.observe import claims as oc
 
 V1 = "resource.k8s.io/v1"
@@ -137,7 +137,13 @@ def test_a_claim_is_read_into_its_fields() -> None:
              "blockOwnerDeletion": True}
     meta = {"annotations": {dc.POD_CLAIM_NAME: "gpu"}, "labels": {"team": "a"}, "ownerReferences": [owner],
             "finalizers": [dc.FINALIZER], "deletionTimestamp": "2026-11-23T11:00:00Z"}
-    claim = oc.to_claim(raw("train-0-gpu-x7k2p", reserved=[pod()], meta=meta), V1)
+    read = oc.to_claim(raw("train-0-gpu-x7k2p", reserved=[pod()], meta=meta), V1)
+    # Read at v1, it is also an object the lifecycle can mark (an orphanedClaim policy's subject).
+    assert read.view is not None and read.view.ref == ObjectRef("ResourceClaim", V1, "team-a", "train-0-gpu-x7k2p",
+                                                                "uid-train-0-gpu-x7k2p")
+    assert read.view.deleting and read.view.resource_version == "42"
+    assert oc.to_claim(raw(), "resource.k8s.io/v1beta2").view is None  # beta claims: the admin report only
+    claim = dataclasses.replace(read, view=None)
     assert claim == Claim(
         ref=ClaimRef("team-a", "train-0-gpu-x7k2p", "uid-train-0-gpu-x7k2p"), resource_version="42", api_version=V1,
         created=datetime.datetime(2026, 11, 23, 10, tzinfo=UTC), allocated=True,

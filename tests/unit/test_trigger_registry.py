@@ -38,9 +38,10 @@ def test_only_usage_triggers_say_in_use_and_only_marking_ones_reach_the_lifecycl
         assert trigger.in_use(State.CLEAR) is (trigger.usage is Usage.READS)
         assert not trigger.in_use(State.FIRES) and not trigger.in_use(State.UNKNOWN)
         if trigger.role is Role.MARKS:  # the re-check reads the workload's pods and their use
-            assert trigger.recheck.pods and trigger.recheck.usage
-            # It judges pods, or the Kueue Workload of what may have none (read again before acting).
-            assert (trigger.pods is not None) is not trigger.recheck.kueue
+            assert trigger.recheck.pods and (trigger.recheck.usage or trigger.usage is Usage.NONE)
+            # It judges pods, or the Kueue Workload of what may have none, or a DRA claim with every pod
+            # of its namespace (each read again before acting): one of the three.
+            assert [trigger.pods is not None, trigger.recheck.kueue, trigger.recheck.claims].count(True) == 1
     assert registry.spec(TriggerKind.EXPIRY).word(State.FIRES) == "delete"
     assert registry.spec(TriggerKind.IDLE_GPU).word(State.FIRES) == "idle"
     assert registry.spec(TriggerKind.PENDING).recheck.nodes is NodeScope.ALL

@@ -9,7 +9,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from janitor.decide.model import Finding, State, TriggerKind
-from janitor.decide.triggers import crashloop, expiry, hung, idle, pending, reserved, signals, terminating
+from janitor.decide.triggers import (
+    crashloop,
+    expiry,
+    hung,
+    idle,
+    orphaned_claim,
+    pending,
+    reserved,
+    signals,
+    terminating,
+)
 from janitor.decide.triggers.spec import Role, TriggerSpec, Usage
 from janitor.policy.model import Trigger as PolicyTrigger
 
@@ -21,6 +31,7 @@ ALL: tuple[TriggerSpec, ...] = (
     terminating.TRIGGER,
     hung.TRIGGER,
     reserved.TRIGGER,
+    orphaned_claim.TRIGGER,
     expiry.TRIGGER,
 )
 BY_KIND: Mapping[TriggerKind, TriggerSpec] = {t.kind: t for t in ALL}

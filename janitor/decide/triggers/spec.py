@@ -78,6 +78,7 @@ class Recheck:
     oom: bool = False
     autoscalers: bool = False
     kueue: bool = False  # the Kueue Workload of the object, whatever the action (observe.kueue)
+    claims: bool = False  # a DRA claim: the claim itself and every pod of its namespace (observe.claims)
 
 
 def _none(_: PolicyTrigger) -> Reads:
