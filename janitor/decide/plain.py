@@ -397,6 +397,10 @@ _RENDER: Mapping[Code, Callable[[Reason], str]] = {
                                 "pods runs or waits, so others' jobs queue behind it "
                                 f"(Workload {_text(r, 'workload')})"),
     Code.QUOTA_PODS: lambda r: "its pods run again",
+    Code.CLAIM_HELD: lambda r: (f"it has held {_text(r, 'devices')} for {duration(_delta(r, 'quiet'))}, "
+                                f"{_text(r, 'whom')}, so no other pod can use them"),
+    Code.CLAIM_NAMED: lambda r: f"pod {_text(r, 'pod')} uses it",
+    Code.CLAIM_FREE: lambda r: "it is in use or holds nothing now",
     Code.STUCK_FOR: _stuck_for,
     Code.SINCE_INIT: lambda r: _words(_reason(r, "state")),
     Code.UNSCHEDULABLE: _unschedulable,

@@ -26,7 +26,7 @@ import pytest
 from factories import NOW
 from test_claims_observe import pod, raw, written
 from test_holder_notices import held
-from test_node_gpu_holders import GONE, held_on
+from test_node_gpu_holders import GONE, LATE, held_on
 
 from janitor import annotations as a
 from janitor.decide import claims as dc
@@ -160,7 +160,11 @@ def test_a_claim_holding_nothing_is_clear() -> None:
 @pytest.mark.parametrize(("seen", "says"), [
     pytest.param(lambda: observed(claim_item(reserved=[{"apiGroup": "scheduling.k8s.io", "resource": "podgroups",
                                                         "name": "pg", "uid": "u"}])), "not a pod", id="not-a-pod"),
-    pytest.param(lambda: observed(claim_item(reserved=[pod()]), pods_read=False), "not checked", id="pods-unread"),
+    pytest.param(lambda: observed(claim_item(reserved=[pod()]), pods_read=False), "pods of its namespace were not",
+                 id="pods-unread"),
+    # Reserved for nobody, a pod may still name it: without the pods that is not known either.
+    pytest.param(lambda: observed(claim_item(), pods_read=False), "pods of its namespace were not read",
+                 id="pods-unread-orphaned"),
     pytest.param(lambda: observed(claim_item(written_at=None)), "not recorded", id="no-status-write"),
     pytest.param(lambda: observed(claim_item(), nodes_known=False), "nodes were not read", id="nodes-unread"),
     pytest.param(lambda: observed(claim_item(meta={"ownerReferences": [
@@ -301,3 +305,65 @@ def test_an_owner_reference_is_the_claims_own_in_its_view() -> None:
     owner = {"apiVersion": "v1", "kind": "Pod", "name": "train-0", "uid": "uid-gone", "controller": True}
     claim = oc.to_claim(claim_item(meta={"ownerReferences": [owner]}), V1)
     assert claim.view is not None and claim.view.controller == OwnerRef("Pod", "v1", "train-0", "uid-gone")
+
+
+def test_the_owner_is_told_in_plain_words() -> None:
+    from janitor.decide.plain import plain
+
+    [(_, held)] = verdicts(decided(observed(claim_item()))).values()
+    assert plain(held) == ("it has held gpu.example.com/gpu-node-1/gpu-0 for 2 h, reserved for nobody, so no other "
+                           "pod can use them")
+    [(_, named)] = verdicts(decided(observed(claim_item(), pods=[a_pod("next", claims=["gpu"])]))).values()
+    assert plain(named) == "pod next uses it"
+
+
+# -- the promise, over generated claims ------------------------------------------------------------------
+
+# Each fault takes away one thing a deletion rests on; a drawn claim carries a few of them or none
+# (then it is one the policy deletes), besides variations that must not matter.
+FAULTS = ("unallocated", "live-consumer", "non-pod-consumer", "running-namer", "pending-namer", "not-warned",
+          "warned-of-report", "fresh-run", "seen-short", "written-recently", "write-unknown", "other-controller",
+          "gpu-held", "nodes-unread", "pods-unread")
+
+
+def test_a_claim_is_deleted_only_when_nothing_uses_it_and_its_owner_was_warned_of_that() -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    reached: dict[str, int] = {}
+
+    @settings(max_examples=300, deadline=None, database=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(faults=st.sets(st.sampled_from(FAULTS), max_size=2), gone=st.booleans(),
+           done=st.lists(st.sampled_from(["Succeeded", "Failed"]), max_size=2), by_pod=st.booleans())
+    def check(faults: set[str], gone: bool, done: list[str], by_pod: bool) -> None:
+        reserved = [pod("gone", GONE)] if gone else []
+        reserved += [pod("live", "uid-live")] if "live-consumer" in faults else []
+        reserved += [{"apiGroup": "x.io", "resource": "groups", "name": "g", "uid": "u"}] \
+            if "non-pod-consumer" in faults else []
+        namers = [*done, *(["Running"] if "running-namer" in faults else []),
+                  *(["Pending"] if "pending-namer" in faults else [])]
+        meta: dict[str, Any] = {}
+        if "not-warned" not in faults:
+            meta["annotations"] = due_notes("report" if "warned-of-report" in faults else "delete")
+        if by_pod or "other-controller" in faults:
+            other = "other-controller" in faults
+            meta["ownerReferences"] = [{"apiVersion": "x.io/v1" if other else "v1", "kind": "Group" if other else "Pod",
+                                        "name": "c", "uid": "uid-c", "controller": True}]
+        written_at = None if "write-unknown" in faults else NOW - (10 * datetime.timedelta(minutes=1)
+                                                                   if "written-recently" in faults else 5 * H)
+        item = claim_item(reserved=reserved, allocated="unallocated" not in faults, meta=meta, written_at=written_at)
+        pods = [a_pod("live", uid="uid-live"), *(a_pod(f"namer-{i}", phase=p, claims=["gpu"])
+                                                for i, p in enumerate(namers))]
+        seen = None if "fresh-run" in faults else 10 * datetime.timedelta(minutes=1) if "seen-short" in faults \
+            else 2 * H
+        nodes = [held_on("gpu-7", held(GONE if gone else LATE, namespace=NS))] if "gpu-held" in faults else []
+        decision = decided(observed(item, pods=pods, seen_for=seen, nodes=nodes,
+                                    nodes_known="nodes-unread" not in faults, pods_read="pods-unread" not in faults))
+        deleted = any(x.target.uid == "uid-gpu" and x.type is ActionType.DELETE for x in decision.due)
+        for fault in faults or {"none"}:
+            reached[fault] = reached.get(fault, 0) + 1
+        assert deleted is (not faults), (faults, decision.changes, verdicts(decision))
+
+    check()
+    assert reached.get("none", 0) >= 10 and all(reached.get(f, 0) >= 5 for f in FAULTS), reached

@@ -69,6 +69,9 @@ def judge(claim: Claim, read: ClaimsRead, naming: Sequence[PodView], held: Seque
           trigger: OrphanedClaim, now: datetime.datetime) -> tuple[State, Reason]:
     """One claim's verdict (see the module's words). `naming`: the pods of its namespace that name
     it; `held`: the GPU holders the node agents report and the janitor believes (node, holder)."""
+    if read.pods is None or not read.pods.covers(claim.ref.namespace):
+        return State.UNKNOWN, why(Code.CLAIM_UNSURE, problem="the pods of its namespace were not read, so whether "
+                                  "one names it or it is reserved for one is not known")
     working = [p for p in naming if p.phase not in DONE]
     if working:
         pod = working[0]
