@@ -29,6 +29,7 @@ from janitor.decide.clicks import ButtonValue, Op, Outcome, Presser, Verdict
 from janitor.decide.model import ObjectView
 from janitor.decide.owners import OwnerKind, find_owner
 from janitor.observe import cluster, views
+from janitor.observe.claims import CLAIMS
 from janitor.policy.model import Policy
 from janitor.settings import Settings
 from janitor.telemetry import AUDIT, Telemetry
@@ -46,7 +47,8 @@ class Clicks:
                  clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.timezone.utc)) -> None:
         self._api, self._slack, self._settings = api, slack, settings
         self._policies, self._metrics, self._wake, self._clock = policies, metrics, wake, clock
-        self._kinds = {k.kind: k for k in settings.cluster.kinds}
+        # The kinds a warning can name: those of --kinds, and DRA claims (an orphanedClaim policy's).
+        self._kinds = {k.kind: k for k in (CLAIMS, *settings.cluster.kinds)}
 
     def refused(self, why: str) -> None:
         """A request that was not a genuine click (forged, stale signature, replayed)."""

@@ -35,7 +35,7 @@ from janitor.act.slack import Digest, Slack
 from janitor.act.slack_messages import MessageContext, render_admin_report
 from janitor.decide import recheck
 from janitor.decide.claims import State as ClaimState
-from janitor.decide.claims import seen_since
+from janitor.decide.claims import named_by, seen_since
 from janitor.decide.lifecycle import Change, Step
 from janitor.decide.model import (
     Action,
@@ -49,6 +49,7 @@ from janitor.decide.model import (
 from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.plan import CyclePlan, plan
 from janitor.decide.selection import carries_mark, pod_as_object
+from janitor.decide.triggers import orphaned_claim
 from janitor.observe import cluster, observation
 from janitor.observe.cache import ClusterCache
 from janitor.observe.carry import BusyCarry
@@ -117,8 +118,9 @@ class Planned:
     def objects_by_uid(self) -> dict[str, ObjectView]:
         """The objects the plan was made on, with the marked pods not listed among them: with Pod not
         in `--kinds`, a bare pod is still a workload the lifecycle marks and deletes, and its "done"
-        note names its mark."""
-        listed = {o.ref.uid: o for o in self.observation.objects}
+        note names its mark. DRA claims the lifecycle looked at are among them too."""
+        listed = {o.ref.uid: o for o in (*self.observation.objects,
+                                         *orphaned_claim.objects(self.observation, self.policies))}
         return {**{p.ref.uid: pod_as_object(p) for p in self.observation.pods
                    if p.ref.uid not in listed and carries_mark(p.annotations)}, **listed}
 
@@ -208,7 +210,7 @@ def observe_and_plan(ports: Ports, settings: Settings, memory: Memory, *, source
     else:
         seen = observation.read(ports.api, settings, policies, now, source=source, progress=progress)
         ledger = cluster.read_ledger(ports.api, c.state_namespace, c.state_name)
-    claims_seen = seen_since(seen.claims, memory.claims_seen, seen.at or now)
+    claims_seen = seen_since(seen.claims, memory.claims_seen, seen.at or now, named=named_by(seen.pods))
     if seen.claims is not None:
         seen = replace(seen, claims=replace(seen.claims, seen=claims_seen))
     observed, cpu = time.monotonic(), time.thread_time()

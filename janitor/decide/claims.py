@@ -28,7 +28,7 @@ import enum
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from janitor.decide.model import ObjectView, OwnerRef
+from janitor.decide.model import ObjectView, OwnerRef, PodView
 
 POD_CLAIM_NAME = "resource.kubernetes.io/pod-claim-name"  # on claims generated from a pod's template
 EXTENDED_RESOURCE_CLAIM = "resource.kubernetes.io/extended-resource-claim"  # on claims the scheduler makes
@@ -102,6 +102,7 @@ class Claim:
     finalizers: tuple[str, ...] = ()
     deleting: bool = False
     controller: OwnerRef | None = None  # a Pod for a claim generated from its template
+    owners: tuple[OwnerRef, ...] = ()  # every ownerReference, controller or not
     problem: str = ""
     # When its status was last written (metadata.managedFields, subresource status): what it says
     # has been so at least since then. None when no entry says.
@@ -234,14 +235,21 @@ def holding(verdicts: Iterable[Verdict], states: Collection[State] = (State.ORPH
 
 
 def seen_since(read: ClaimsRead | None, before: Mapping[str, tuple[State, datetime.datetime]],
-               now: datetime.datetime) -> dict[str, tuple[State, datetime.datetime]]:
+               now: datetime.datetime, *, named: Collection[tuple[str, str]] = ()
+               ) -> dict[str, tuple[State, datetime.datetime]]:
     """Per claim holding devices with no live consumer now, since when it has been seen so (in the
     same state) by the cycles before (`before`, the last cycle's answer), else now. A read that
-    failed keeps what was seen; one without sight of pods says nothing of stale reservations."""
-    if read is None or read.problem:
+    failed keeps what was seen; one without sight of pods says nothing of stale reservations; claims
+    not read at all (None) are forgotten: nothing was seen of them. A claim a pod that runs or waits
+    names (`named`: namespace and name) is in use, so its count starts again once that pod is gone."""
+    if read is None:
+        return {}
+    if read.problem:
         return dict(before)
     out: dict[str, tuple[State, datetime.datetime]] = {}
     for v in holding(orphaned(read.claims, read.pods)):
+        if (v.claim.ref.namespace, v.claim.ref.name) in named:
+            continue
         kept = before.get(v.claim.ref.uid)
         out[v.claim.ref.uid] = kept if kept is not None and kept[0] is v.state else (v.state, now)
     return out
@@ -263,6 +271,12 @@ def lingering(read: ClaimsRead | None, now: datetime.datetime, after: datetime.t
         if now - max(written, first[1]) >= after:
             out.append(v)
     return tuple(out)
+
+
+def named_by(pods: Iterable[PodView]) -> frozenset[tuple[str, str]]:
+    """The claims (namespace, name) that pods which run or wait name: in use, reserved or not."""
+    return frozenset((p.ref.namespace or "", name) for p in pods if p.phase not in ("Succeeded", "Failed")
+                     for name in p.resource_claims)
 
 
 def _names(consumers: Iterable[Consumer]) -> str:

@@ -209,7 +209,7 @@ def decide(observation: Observation, policies: Sequence[Policy], now: datetime.d
     found += quota
     held, claims = orphaned_claim.judged(observation, policies, now, gate, owner_keys=settings.owner_keys)
     found += held
-    objects = gate.unprotected(observation.objects)
+    objects = gate.unprotected((*observation.objects, *orphaned_claim.objects(observation, policies)))
     owners = {o.ref.uid: find_owner(o, observation.namespace(o.ref.namespace), settings.owner_keys,
                                     parent=gate.cronjob_of(o))
               for o in selection.with_marks(objects)}

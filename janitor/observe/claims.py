@@ -112,15 +112,9 @@ def pods(api: ApiClient, namespaces: Sequence[str] | None = None, *, page_size: 
 
 
 def judged(policies: Iterable[Policy]) -> bool:
-    """Whether a policy judges claims (orphanedClaim): then they are read, and are objects of the cycle."""
+    """Whether a policy judges claims (orphanedClaim): then they are read whatever the admin report's
+    `--orphaned-claims-after` says."""
     return any(p.trigger(OrphanedClaim) is not None for p in policies)
-
-
-def subjects(read: ClaimsRead | None, policies: Iterable[Policy]) -> tuple[ObjectView, ...]:
-    """The claims as objects the lifecycle marks (those read at v1), where a policy judges them."""
-    if read is None or not judged(policies):
-        return ()
-    return tuple(c.view for c in read.claims if c.view is not None)
 
 
 def scoped(api: ApiClient, item: Mapping[str, Any], api_version: str, pods_read: Sequence[PodView],
@@ -161,6 +155,7 @@ def to_claim(item: Mapping[str, Any], api_version: str) -> Claim:
         finalizers=tuple(str(f) for f in meta.get("finalizers") or () if isinstance(f, str)),
         deleting=meta.get("deletionTimestamp") is not None,
         controller=_controller(meta.get("ownerReferences")),
+        owners=_owners(meta.get("ownerReferences")),
         problem="; ".join(problems),
         status_written=_status_written(meta.get("managedFields")),
         view=view,
@@ -233,6 +228,11 @@ def _consumers(reserved: Any, problems: list[str]) -> tuple[Consumer, ...]:
         out.append(Consumer(_text(entry.get("apiGroup")), _text(entry.get("resource")), _text(entry.get("name")),
                             _text(entry.get("uid"))))
     return tuple(out)
+
+
+def _owners(owners: Any) -> tuple[OwnerRef, ...]:
+    return tuple(OwnerRef(_text(o.get("kind")), _text(o.get("apiVersion")), _text(o.get("name")), _text(o.get("uid")))
+                 for o in (owners if isinstance(owners, list) else ()) if isinstance(o, Mapping))
 
 
 def _controller(owners: Any) -> OwnerRef | None:

@@ -357,7 +357,7 @@ def read(api: ApiClient, settings: Settings, policies: Sequence[Policy], now: da
     viewed = kueue.attach(api, objects, page_size=c.page_size, namespaces=kueue.looked_up(policies, namespaces))
     held = claims.for_cycle(api, c.namespaces, c.claims_after, c.page_size,
                             pods if need.pods or views.PODS.key in done else None, judged=claims.judged(policies))
-    return Observation(first, (*viewed, *claims.subjects(held, policies)), tuple(pods), namespaces,
+    return Observation(first, viewed, tuple(pods), namespaces,
                        tuple(nodes), need.nodes,
                        read_evidence(source, settings, need, at, namespaces=covered_namespaces(policies, namespaces)),
                        oom, tuple(skipped), scaling, said, claims=held)
@@ -387,7 +387,7 @@ def read_cached(cache: ClusterCache, settings: Settings, policies: Sequence[Poli
                             # pods forbidden: the snapshot has none, which says nothing of claims
                             snap.pods if need.pods and all(s.kind != "Pod" for s in snap.skipped) else None,
                             judged=claims.judged(policies))
-    return Observation(at, (*objects, *claims.subjects(held, policies)), snap.pods, snap.namespaces,
+    return Observation(at, objects, snap.pods, snap.namespaces,
                        snap.nodes if need.nodes else (), need.nodes,
                        read_evidence(source, settings, need, at or now, namespaces=covered, carry=carry,
                                      covered=in_scope(snap.pods, covered)),

@@ -150,7 +150,7 @@ def test_a_claim_is_read_into_its_fields() -> None:
         consumers=(Consumer("", "pods", "train-0", "uid-pod"),),
         devices=(Device("gpu", "gpu.example.com", "gpu-node-1", "gpu-0"),),
         annotations={dc.POD_CLAIM_NAME: "gpu"}, labels={"team": "a"}, finalizers=(dc.FINALIZER,), deleting=True,
-        controller=OwnerRef("Pod", "v1", "train-0", "uid-pod"))
+        controller=OwnerRef("Pod", "v1", "train-0", "uid-pod"), owners=(OwnerRef("Pod", "v1", "train-0", "uid-pod"),))
     assert claim.generated and claim.protected and not claim.problem
     plain = oc.to_claim(raw(), V1)
     assert not plain.generated and not plain.protected and plain.controller is None and not plain.deleting

@@ -12,13 +12,17 @@ admin report only: v1 is the one version they are marked and deleted at):
 - *clear* while a pod that runs or waits names it (`spec.resourceClaims`, or generated for it),
   reserved or not, while it is reserved for a pod that is there, and while it holds nothing;
 - *unknown* when it is reserved for something that is not a pod, when its status has an odd shape,
-  when the pods of its namespace were not read, when a controller other than a pod made it (that
-  controller keeps it), when a process of a deleted pod it was reserved for (or, reserved for
-  nobody, of a deleted pod of its namespace) still holds a GPU by the node agents' reports, and
-  when when its status was last written is not recorded;
+  when the pods of its namespace or the nodes were not read, when an object other than a pod owns
+  it (controller or not: that owner keeps it, and the garbage collector deletes it with that owner),
+  when a process of a deleted pod it was reserved for (or, reserved for nobody, of a deleted pod of
+  its namespace) still holds a GPU by any node agent's report (believed or not: a stale report is
+  doubt enough), and when when its status was last written is not recorded;
 - *fires* once the daemon has seen it hold devices with no consumer, cycle after cycle, for
   `after`, and its status was last written at least that long ago (the count starts again on a
-  restart: `ClaimsRead.seen`).
+  restart, and after any cycle a working pod named it: `ClaimsRead.seen`, `claims.seen_since`).
+
+The claims are not objects of the cycle (no `janitor/ttl` deletes one unless `--kinds` lists them):
+`objects` gives the lifecycle the claims it judges, and those marked once a policy is removed.
 
 Pure.
 """
@@ -32,7 +36,7 @@ from janitor.decide import selection
 from janitor.decide.claims import Claim, ClaimsRead, Verdict, verdict
 from janitor.decide.claims import State as ClaimState
 from janitor.decide.holder_notices import believed
-from janitor.decide.model import Finding, Observation, PodView, State, TriggerKind
+from janitor.decide.model import Finding, ObjectView, Observation, PodView, State, TriggerKind
 from janitor.decide.owners import DEFAULT_OWNER_KEYS, find_owner
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import Governance, Workload
@@ -82,10 +86,11 @@ def judge(claim: Claim, read: ClaimsRead, naming: Sequence[PodView], held: Seque
         return State.UNKNOWN, why(Code.CLAIM_UNSURE, problem=v.words)
     if v.state in (ClaimState.IN_USE, ClaimState.NOT_ALLOCATED):
         return State.CLEAR, why(Code.CLAIM_FREE, words=v.words)
-    made = claim.controller
-    if made is not None and not claim.generated:
-        return State.UNKNOWN, why(Code.CLAIM_UNSURE, problem=f"{made.kind} {made.name} made it and keeps it: "
-                                  "whether it is still needed is that controller's to say")
+    made = next((o for o in (*((claim.controller,) if claim.controller else ()), *claim.owners)
+                 if not (o.kind == "Pod" and o.api_version == "v1")), None)
+    if made is not None:  # controller or plain owner: the garbage collector deletes it with that owner
+        return State.UNKNOWN, why(Code.CLAIM_UNSURE, problem=f"{made.kind} {made.name} owns it: whether it is "
+                                  "still needed is that owner's to say")
     holder = _holder(v, held)
     if holder is not None:
         node, h = holder
@@ -128,8 +133,7 @@ def findings(workloads: Sequence[Workload], observation: Observation, policy: Po
         return []
     by_uid = {c.ref.uid: c for c in read.claims}
     naming = _naming(observation.pods)
-    held = believed(observation.nodes, observation.pods, observation.nodes_at or now) if observation.nodes_known \
-        else ()
+    held = _holders(observation, now) if observation.nodes_known else ()
     found = []
     for w in workloads:
         claim = by_uid.get(w.ref.uid)
@@ -144,6 +148,28 @@ def findings(workloads: Sequence[Workload], observation: Observation, policy: Po
         found.append(Finding(TriggerKind.ORPHANED_CLAIM, policy.name, policy.mode, w.ref, state, reason,
                              source=policy.source, known=True, owner=w.owner, managed_by=w.managed_by))
     return found
+
+
+def _holders(observation: Observation, now: datetime.datetime) -> tuple[tuple[str, HeldGpu], ...]:
+    """The GPU holders the node agents report, believed or not: a report too old or without proven
+    sight is not enough to tell an owner of a holder, but it is enough to doubt that a device is free."""
+    believed_ = believed(observation.nodes, observation.pods, observation.nodes_at or now)
+    reported = tuple((n.name, h) for n in observation.nodes if n.gpu_holders is not None
+                     and n.gpu_holders.status is not False for h in n.gpu_holders.message.held)
+    return (*believed_, *reported)
+
+
+def objects(observation: Observation, policies: Sequence[Policy]) -> tuple[ObjectView, ...]:
+    """The claims the lifecycle looks at, as objects: every one read at v1 where an orphanedClaim
+    policy is loaded, else those carrying a mark (the policy removed: they are unmarked and their
+    owners told). None already among the cycle's objects (`--kinds` may list them)."""
+    read = observation.claims
+    if read is None or read.problem:
+        return ()
+    judging = any(p.trigger(OrphanedClaim) is not None for p in policies)
+    listed = {o.ref.uid for o in observation.objects}
+    return tuple(c.view for c in read.claims if c.view is not None and c.view.ref.uid not in listed
+                 and (judging or c.view.readings.marked))
 
 
 def _naming(pods: Sequence[PodView]) -> dict[tuple[str, str], list[PodView]]:

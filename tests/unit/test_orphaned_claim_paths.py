@@ -1,0 +1,122 @@
+"""The paths by which the orphanedClaim trigger could delete a claim a careful admin would keep, or
+break a promise to its owner, each a test (found by review; each failed before its fix)."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+from typing import Any
+
+from factories import NOW
+from test_holder_notices import held
+from test_node_gpu_holders import GONE, held_on
+from test_orphaned_claim import (
+    NS,
+    V1,
+    H,
+    a_pod,
+    claim_item,
+    claim_policy,
+    decided,
+    due_notes,
+    observed,
+    verdicts,
+)
+
+from janitor import annotations as a
+from janitor.act.slack_buttons import actions
+from janitor.clicks import Clicks
+from janitor.decide import claims as dc
+from janitor.decide.clicks import ButtonValue
+from janitor.decide.lifecycle import Step
+from janitor.decide.model import State
+from janitor.decide.plan import decide
+from janitor.decide.reasons import Code
+from janitor.observe import claims as oc
+from janitor.policy import load
+from janitor.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+D = datetime.timedelta(days=1)
+
+
+def test_a_janitor_ttl_on_a_claim_deletes_nothing_where_claims_are_not_among_the_kinds() -> None:
+    # The shipped policy file (shadow, matching nothing) is loaded; a claim in use carries janitor/ttl.
+    policies, errors = load.from_text((ROOT / "policies/orphaned-claims.yaml").read_text(), file="o.yaml")
+    assert not errors
+    user = a_pod("trainer", uid="uid-live", claims=["gpu"])
+    item = claim_item(reserved=[{"resource": "pods", "name": "trainer", "uid": "uid-live"}],
+                      meta={"annotations": {"janitor/ttl": "1h"}})
+    decision = decide(observed(item, pods=[user]), policies, NOW)
+    assert not decision.due and not decision.reports, decision.due
+
+
+def test_the_keep_button_on_a_claims_warning_keeps_it() -> None:
+    decision = decided(observed(claim_item()))
+    [mark] = decision.changes
+    assert mark.step is Step.MARK and mark.notice is not None
+    block = actions(mark.notice)
+    assert block is not None
+    value = ButtonValue.decode(block["elements"][0]["value"])
+    assert value is not None and value.kind == "ResourceClaim"
+    clicks = Clicks(None, None, Settings(), lambda: [claim_policy()], None, lambda: None)  # type: ignore[arg-type]
+    assert clicks._kinds.get("ResourceClaim") == oc.CLAIMS  # the click reads and writes the claim it names
+
+
+def _old_warning() -> dict[str, str]:
+    old = NOW - 14 * D
+    return due_notes("delete") | {
+        a.DEADLINE: a.format_expires(old), a.MARKED_AT: a.format_expires(old - D),
+        a.WARNED_AT: a.format_expires(old - D), a.WARNED_VIA: f"owner D0ALICE/{(old - D).timestamp():.6f}",
+        a.WARNED_OF: f"delete {a.format_expires(old)}"}
+
+
+def test_a_removed_policy_unmarks_its_claims_and_tells_the_owner() -> None:
+    item = claim_item(meta={"annotations": _old_warning()})
+    decision = decide(observed(item), [], NOW)  # the policy file deleted; claims still read for the report
+    [change] = decision.changes
+    assert change.step is Step.UNMARK and change.workload.kind == "ResourceClaim", change
+
+
+def test_claims_not_read_at_all_forget_since_when_they_were_held() -> None:
+    # With --orphaned-claims-after 0 and no orphanedClaim policy, claims are not read: whatever the
+    # memory said, a policy loaded later counts `after` again from its own first look.
+    before = {"uid-gpu": (dc.State.ORPHANED, NOW - 14 * D)}
+    assert dc.seen_since(None, before, NOW) == {}
+    failed = dc.ClaimsRead(problem="ResourceClaims could not be listed (timeout)")
+    assert dc.seen_since(failed, before, NOW) == before  # a failed read keeps it: it says nothing
+
+
+def test_a_stale_or_unproven_agent_report_of_a_holder_still_keeps_the_claim() -> None:
+    item = claim_item(meta={"annotations": due_notes("delete")}, reserved=[{"resource": "pods", "name": "t",
+                                                                            "uid": GONE}])
+    stale = held_on("gpu-7", held(GONE, namespace=NS), scanned=NOW - 30 * datetime.timedelta(minutes=1))
+    unproven = held_on("gpu-7", held(GONE, namespace=NS), run=False)
+    for report in (stale, unproven):
+        decision = decided(observed(item, nodes=[report]))
+        [(state, reason)] = verdicts(decision).values()
+        assert state is State.UNKNOWN and "still holds a GPU" in str(reason), reason
+        assert not decision.due
+
+
+def test_the_grace_does_not_count_time_a_pod_named_it() -> None:
+    item = claim_item(written_at=NOW - 5 * H)
+    waiting = a_pod("next-run", phase="Pending", claims=["gpu"])
+    claim = oc.to_claim(item, V1)
+    read = dc.ClaimsRead((claim,), "v1", pods=dc.PodsSeen(frozenset({waiting.ref.uid})))
+    kept = dc.seen_since(read, {claim.ref.uid: (dc.State.ORPHANED, NOW - 3 * H)}, NOW,
+                         named=frozenset({(NS, "gpu")}))
+    assert claim.ref.uid not in kept  # in use by a pod: not held with no consumer, the count starts again
+    decision = decided(observed(item, pods=[], seen_for=None))  # the pod gone since the last cycle
+    [(state, _)] = verdicts(decision).values()
+    assert state is State.TOO_YOUNG
+
+
+def test_a_claim_another_object_owns_without_controlling_it_is_left_to_that_owner() -> None:
+    owner: dict[str, Any] = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "js", "uid": "u-js",
+                             "blockOwnerDeletion": True}
+    item = claim_item(meta={"ownerReferences": [owner], "annotations": due_notes("delete")})
+    decision = decided(observed(item))
+    [(state, reason)] = verdicts(decision).values()
+    assert state is State.UNKNOWN and reason.code is Code.CLAIM_UNSURE and "JobSet js" in str(reason), reason
+    assert not decision.due
