@@ -50,7 +50,7 @@ from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.plan import CyclePlan, plan
 from janitor.decide.selection import carries_mark, pod_as_object
 from janitor.decide.triggers import orphaned_claim
-from janitor.observe import cluster, observation
+from janitor.observe import cluster, observation, scoped
 from janitor.observe.cache import ClusterCache
 from janitor.observe.carry import BusyCarry
 from janitor.observe.prometheus import PrometheusSource, QueryStat
@@ -296,7 +296,7 @@ def _executor(ports: Ports, settings: Settings, planned: Planned, notes: NoteBox
     by_kind, dry_run = kinds(settings), settings.rails.dry_run
 
     def still_due(action: Action) -> Fresh:
-        fresh = observation.read_scoped(ports.api, settings, planned.policies, action, ports.clock(), source=source,
+        fresh = scoped.read_scoped(ports.api, settings, planned.policies, action, ports.clock(), source=source,
                                         claims_seen=planned.memory.claims_seen)
         return Fresh(recheck.still_due(action, fresh, planned.policies, ports.clock(), settings.plan()),
                      gone=fresh is None)

@@ -3,7 +3,7 @@
 The cycle decides on what it read, which the watch cache may have kept from minutes ago; the
 re-check before an action reads fresh, and so does this, for what starts an owner's countdown: a
 new mark and a warning given for the first time (or again). The workload, its owner chain, its
-pods, its namespace and its pods' evidence are read now (`observation.read_scoped`, as for an
+pods, its namespace and its pods' evidence are read now (`scoped.read_scoped`, as for an
 action) and decided again (`recheck.still_notices`); a mark or warning that no longer comes out the
 same (a namespace opted out since, the workload busy, gone) is not written, and the next cycle
 decides again. A read that fails leaves it for the next cycle too: nothing is started on a guess.
@@ -19,7 +19,7 @@ from janitor import errors
 from janitor.decide import recheck
 from janitor.decide.lifecycle import Change
 from janitor.decide.model import Action, ActionType, TriggerKind
-from janitor.observe import observation
+from janitor.observe import scoped
 from janitor.observe.prometheus import PrometheusSource
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def confirmed(ports: Ports, settings: Settings, planned: Planned, source: Promet
         probe = Action(ActionType.REPORT, change.workload, change.resource_version, change.policy, trigger,
                        "lifecycle", "FreshLook", change.why)
         try:
-            fresh = observation.read_scoped(ports.api, settings, planned.policies, probe, ports.clock(), source=source,
+            fresh = scoped.read_scoped(ports.api, settings, planned.policies, probe, ports.clock(), source=source,
                                             claims_seen=planned.memory.claims_seen)
         except errors.KubeError as e:
             logger.warning("not %s %s this cycle: it could not be read again first: %s", change.step,

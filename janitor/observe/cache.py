@@ -14,7 +14,7 @@ nothing, and says so on /healthz, /readyz and in the metrics. A cycle waits for 
 (a first list answering page by page), never for a request without an answer: every request of
 the cache waits at most the client's timeout (--kube-timeout) for its answer, and a kind whose
 request failed is not waited for. What an action depends on is still read fresh right before it
-(`observation.read_scoped`), so the cache never decides an action alone.
+(`scoped.read_scoped`), so the cache never decides an action alone.
 """
 
 from __future__ import annotations

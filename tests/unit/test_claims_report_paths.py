@@ -93,3 +93,27 @@ def test_the_grace_counts_from_when_the_consumer_went_not_from_the_last_status_w
     now = dc.ClaimsRead((claim,), "v1", pods=PodsSeen(frozenset()))
     listed = dc.lingering(now, T0, ten)
     assert listed == (), f"listed {[v.words for v in listed]} a minute after its consumer was seen alive"
+
+
+def test_a_claim_a_waiting_pod_names_is_not_listed() -> None:
+    # A pod Pending that names a claim allocated and reserved for nobody (its scheduling cycle under
+    # way, or retried): the claim is about to be used, and the report must not say "delete" on it.
+    from test_orphaned_claim import a_pod
+
+    from janitor.decide import claims as dc
+    from janitor.decide.model import Observation
+    from janitor.observe import claims as oc
+
+    claim = oc.to_claim(written(raw("gpu", namespace="team-a"), ("2026-11-23T02:00:00Z", "status")),
+                        "resource.k8s.io/v1")
+    waiting = a_pod("next", phase="Pending", claims=["gpu"])
+    seen: dict[str, tuple[dc.State, datetime.datetime]] = {}
+    for minutes in (30, 20, 10, 0):  # cycle after cycle, the daemon's memory as cycle.py keeps it
+        read = dc.ClaimsRead((claim,), "v1", pods=dc.PodsSeen(frozenset({waiting.ref.uid})))
+        seen = dc.seen_since(read, seen, T0 - datetime.timedelta(minutes=minutes), named=dc.named_by([waiting]))
+    observed = Observation(T0, pods=(waiting,), namespaces={"team-a": NamespaceView("team-a")},
+                           claims=dc.ClaimsRead((claim,), "v1", pods=dc.PodsSeen(frozenset({waiting.ref.uid})),
+                                                seen=seen))
+    assert SECTION not in dict(plan(observed, [], SafetyLedger(), T0).admin_report.sections)
+    assert dc.named_by([waiting]) == {("team-a", "gpu")}
+    assert dc.named_by([a_pod("done", phase="Succeeded", claims=["gpu"])]) == set()
