@@ -33,7 +33,7 @@ from janitor.act.notes import DATA_KEY as NOTES_KEY
 from janitor.act.notes import NoteBox
 from janitor.act.slack import Digest, Slack
 from janitor.act.slack_messages import MessageContext, render_admin_report
-from janitor.decide import recheck
+from janitor.decide import recheck, sight
 from janitor.decide.claims import State as ClaimState
 from janitor.decide.claims import named_by, seen_since
 from janitor.decide.lifecycle import Change, Step
@@ -210,7 +210,7 @@ def observe_and_plan(ports: Ports, settings: Settings, memory: Memory, *, source
     else:
         seen = observation.read(ports.api, settings, policies, now, source=source, progress=progress)
         ledger = cluster.read_ledger(ports.api, c.state_namespace, c.state_name)
-    claims_seen = seen_since(seen.claims, memory.claims_seen, seen.at or now, named=named_by(seen.pods))
+    claims_seen = claims_memory(seen, memory.claims_seen, now)
     if seen.claims is not None:
         seen = replace(seen, claims=replace(seen.claims, seen=claims_seen))
     observed, cpu = time.monotonic(), time.thread_time()
@@ -237,6 +237,16 @@ class _Annotator:
         if kind is None:  # a note kept while its kind was among --kinds
             raise UnknownKind(ref.kind)
         return cluster.read_object(self.api, ref, kind)
+
+
+def claims_memory(seen: Observation, before: Mapping[str, tuple[ClaimState, datetime.datetime]],
+                  now: datetime.datetime) -> dict[str, tuple[ClaimState, datetime.datetime]]:
+    """Since when each DRA claim has been seen holding devices with no consumer, after this cycle's
+    read (`decide.claims.seen_since`). Blind (pods or namespaces unread), nothing is seen of what uses
+    a claim: every count starts again."""
+    if sight.lost(seen) is not None:
+        return {}
+    return seen_since(seen.claims, before, seen.at or now, named=named_by(seen.pods))
 
 
 def kinds(settings: Settings) -> dict[str, ResourceKind]:

@@ -127,6 +127,9 @@ class _Cycles:
 
     def job(self) -> None:
         if self.elector is not None and not self.elector.is_leader():
+            # What this replica saw of claims while it led says nothing of the time since: its count
+            # starts again if it leads again (decide.claims.seen_since).
+            self.memory = replace(self.memory, claims_seen={})
             self.telemetry.leader.set(0)
             self.ready = True
             return
@@ -192,6 +195,7 @@ class _Cycles:
             said, self.unsynced_said = self.unsynced_said == kinds, kinds
             logger.log(logging.DEBUG if quiet or said else logging.WARNING, "cycle skipped, nothing done: %s", error)
         elif isinstance(error, Exception):
+            self.memory = replace(self.memory, claims_seen={})  # a cycle that failed saw nothing
             self.telemetry.cycles.labels(result="error").inc()
             self.telemetry.errors.labels(source=error_source(error)).inc()
             self.last_error = f"{type(error).__name__}: {error}"

@@ -11,7 +11,7 @@ from janitor import annotations as ann
 from janitor import cycle, errors
 from janitor.act import kube
 from janitor.decide.model import ObjectRef
-from janitor.observe import observation
+from janitor.observe import claims, observation
 from janitor.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -33,8 +33,13 @@ def unmark(api: ApiClient, settings: Settings, *, policy: str | None = None, dry
     never happened (one that happens takes the mark with it), and must not be announced later."""
     seen = observation.read(api, settings, (), cycle.utc_now())
     kinds = cycle.kinds(settings)
+    # DRA claims an orphanedClaim policy marked are not among a cycle's objects: read them too (at v1,
+    # the one version they are marked at; not served, or not readable: there are none to unmark).
+    held = claims.read(api, settings.cluster.namespaces, page_size=settings.cluster.page_size)
+    listed = {o.ref.uid for o in seen.objects}
+    marked_claims = [c.view for c in held.claims if c.view is not None and c.view.ref.uid not in listed]
     done: list[Unmarked] = []
-    for obj in seen.objects:
+    for obj in (*seen.objects, *marked_claims):
         if not ann.carries_mark(obj.annotations):
             continue
         marked_by = obj.annotations.get(ann.POLICY, "")

@@ -238,14 +238,12 @@ def seen_since(read: ClaimsRead | None, before: Mapping[str, tuple[State, dateti
                now: datetime.datetime, *, named: Collection[tuple[str, str]] = ()
                ) -> dict[str, tuple[State, datetime.datetime]]:
     """Per claim holding devices with no live consumer now, since when it has been seen so (in the
-    same state) by the cycles before (`before`, the last cycle's answer), else now. A read that
-    failed keeps what was seen; one without sight of pods says nothing of stale reservations; claims
-    not read at all (None) are forgotten: nothing was seen of them. A claim a pod that runs or waits
-    names (`named`: namespace and name) is in use, so its count starts again once that pod is gone."""
-    if read is None:
+    same state) by the cycles before (`before`, the last cycle's answer), else now. Time not seen
+    never counts: claims not read (None), or whose read failed, start again; one without sight of
+    pods says nothing of stale reservations. A claim a pod that runs or waits names (`named`:
+    namespace and name) is in use, so its count starts again once that pod is gone."""
+    if read is None or read.problem:
         return {}
-    if read.problem:
-        return dict(before)
     out: dict[str, tuple[State, datetime.datetime]] = {}
     for v in holding(orphaned(read.claims, read.pods)):
         if (v.claim.ref.namespace, v.claim.ref.name) in named:

@@ -3,6 +3,7 @@ break a promise to its owner, each a test (found by review; each failed before i
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from pathlib import Path
 from typing import Any
@@ -84,7 +85,7 @@ def test_claims_not_read_at_all_forget_since_when_they_were_held() -> None:
     before = {"uid-gpu": (dc.State.ORPHANED, NOW - 14 * D)}
     assert dc.seen_since(None, before, NOW) == {}
     failed = dc.ClaimsRead(problem="ResourceClaims could not be listed (timeout)")
-    assert dc.seen_since(failed, before, NOW) == before  # a failed read keeps it: it says nothing
+    assert dc.seen_since(failed, before, NOW) == {}  # a failed read saw nothing: time unseen never counts
 
 
 def test_a_stale_or_unproven_agent_report_of_a_holder_still_keeps_the_claim() -> None:
@@ -120,3 +121,65 @@ def test_a_claim_another_object_owns_without_controlling_it_is_left_to_that_owne
     [(state, reason)] = verdicts(decision).values()
     assert state is State.UNKNOWN and reason.code is Code.CLAIM_UNSURE and "JobSet js" in str(reason), reason
     assert not decision.due
+
+
+# -- a second review's paths ---------------------------------------------------------------------------
+
+def test_janitor_unmark_removes_the_marks_on_claims(monkeypatch: Any) -> None:
+    from janitor import unmark as um
+    from janitor.observe import observation
+
+    item = claim_item(meta={"annotations": due_notes("delete")})
+    monkeypatch.setattr(observation, "read", lambda *_a, **_k: observed())
+    monkeypatch.setattr(oc, "read", lambda *_a, **_k: dc.ClaimsRead((oc.to_claim(item, V1),), "v1"))
+    written: list[Any] = []
+    monkeypatch.setattr(um.kube, "annotate", lambda *args, **kw: written.append((args, kw)))
+    monkeypatch.setattr(um, "_drop_done_notes", lambda *args: None)
+    done = um.unmark(None, Settings(), policy="orphaned-claims")  # type: ignore[arg-type]
+    assert [(u.ref, u.result) for u in done] == [(f"ResourceClaim/{NS}/gpu", "removed")]
+    [(args, kw)] = written
+    assert kw["kind"] == oc.CLAIMS and a.DEADLINE in args[3] and args[3][a.DEADLINE] is None
+
+
+def test_time_the_pods_were_not_seen_does_not_count() -> None:
+    from janitor.cycle import claims_memory
+    from janitor.decide.model import SkipCause, SkippedKind
+
+    item = claim_item(written_at=NOW - 10 * H)
+    before = {"uid-gpu": (dc.State.ORPHANED, NOW - 5 * H)}
+    blind = dataclasses.replace(observed(item, pods_read=False),
+                                skipped_kinds=(SkippedKind("Pod", "forbidden", SkipCause.FORBIDDEN),))
+    assert claims_memory(blind, before, NOW) == {}  # a Pending pod may have named it all along
+    assert claims_memory(observed(item), before, NOW) == before  # seen: the count goes on
+    failed = dc.ClaimsRead(problem="ResourceClaims could not be listed (timeout)")
+    assert dc.seen_since(failed, before, NOW) == {}
+
+
+def test_a_replica_that_leads_again_or_a_cycle_that_failed_starts_the_count_again() -> None:
+    from janitor import daemon
+    from janitor.cycle import Memory
+
+    class Follower:
+        def is_leader(self) -> bool:
+            return False
+
+    class Gauge:
+        def set(self, _: int) -> None: ...
+
+    cycles = daemon._Cycles.__new__(daemon._Cycles)
+    cycles.elector = Follower()  # type: ignore[assignment]
+    cycles.telemetry = type("T", (), {"leader": Gauge()})()  # type: ignore[assignment]
+    cycles.memory = Memory(claims_seen={"uid-gpu": (dc.State.ORPHANED, NOW - 5 * H)})
+    cycles.ready = False
+    cycles.job()
+    assert cycles.memory.claims_seen == {}
+
+
+def test_a_holder_whose_pod_the_agent_never_saw_listed_keeps_a_claim_reserved_for_nobody() -> None:
+    item = claim_item(meta={"annotations": due_notes("delete")})
+    unnamed = held_on("gpu-node-1", held(GONE, namespace="", name=""))
+    decision = decided(observed(item, nodes=[unnamed]))
+    [(state, reason)] = verdicts(decision).values()
+    assert state is State.UNKNOWN and "still holds a GPU" in str(reason) and not decision.due
+    elsewhere = held_on("gpu-node-1", held(GONE, namespace="team-b"))
+    assert [s for s, _ in verdicts(decided(observed(item, nodes=[elsewhere]))).values()] == [State.FIRES]

@@ -115,10 +115,11 @@ def judge(claim: Claim, read: ClaimsRead, naming: Sequence[PodView], held: Seque
 
 def _holder(v: Verdict, held: Sequence[tuple[str, HeldGpu]]) -> tuple[str, HeldGpu] | None:
     """A GPU holder of a pod the claim was reserved for; of a claim reserved for nobody, any deleted
-    pod's holder in its namespace (which pod it last served is not recorded on it)."""
+    pod's holder in its namespace (which pod it last served is not recorded on it), or whose
+    namespace the agent does not know (it never saw that pod listed)."""
     gone = {c.uid for c in v.gone}
     for node, h in held:
-        if h.pod_uid in gone or (v.state is ClaimState.ORPHANED and h.namespace == v.claim.ref.namespace):
+        if h.pod_uid in gone or (v.state is ClaimState.ORPHANED and h.namespace in ("", v.claim.ref.namespace)):
             return node, h
     return None
 
