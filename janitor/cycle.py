@@ -49,7 +49,7 @@ from janitor.decide.model import (
 from janitor.decide.owners import Owner, OwnerKind
 from janitor.decide.plan import CyclePlan, plan
 from janitor.decide.selection import carries_mark, pod_as_object
-from janitor.decide.triggers import orphaned_claim
+from janitor.decide.triggers import registry
 from janitor.observe import cluster, observation, scoped
 from janitor.observe.cache import ClusterCache
 from janitor.observe.carry import BusyCarry
@@ -120,7 +120,7 @@ class Planned:
         in `--kinds`, a bare pod is still a workload the lifecycle marks and deletes, and its "done"
         note names its mark. DRA claims the lifecycle looked at are among them too."""
         listed = {o.ref.uid: o for o in (*self.observation.objects,
-                                         *orphaned_claim.objects(self.observation, self.policies))}
+                                         *registry.objects(self.observation, self.policies))}
         return {**{p.ref.uid: pod_as_object(p) for p in self.observation.pods
                    if p.ref.uid not in listed and carries_mark(p.annotations)}, **listed}
 

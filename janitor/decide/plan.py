@@ -48,7 +48,8 @@ from janitor.decide.owners import DEFAULT_OWNER_KEYS, Owner, find_owner
 from janitor.decide.rails import Held, HoldReason, Rails, apply_rails, clock_skew, is_tripped
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import CronJobMode, Workload
-from janitor.decide.triggers import expiry, orphaned_claim, registry, reserved
+from janitor.decide.triggers import expiry, registry
+from janitor.decide.triggers.spec import Cycle
 from janitor.node_report import HeldGpu
 from janitor.policy.model import Mode, Policy
 
@@ -204,17 +205,20 @@ def decide(observation: Observation, policies: Sequence[Policy], now: datetime.d
     expired = _expiry(observation, gate, by_uid, now, deleted or {})
     found = _pod_triggers(workloads, observation, policies, now)
     found += usage.findings(workloads, found, observation, policies, now)
-    quota, podless = reserved.judged(workloads, observation, policies, now, gate, by_uid,
-                                     cronjob_mode=settings.cronjob_mode, owner_keys=settings.owner_keys)
-    found += quota
-    held, claims = orphaned_claim.judged(observation, policies, now, gate, owner_keys=settings.owner_keys)
-    found += held
-    objects = gate.unprotected((*observation.objects, *orphaned_claim.objects(observation, policies)))
+    # Triggers whose subjects are objects of their own (what Kueue admits, DRA claims), pods or none.
+    judging = Cycle(workloads, observation, policies, now, gate, by_uid, settings.cronjob_mode, settings.owner_keys)
+    podless: list[Workload] = []
+    for trigger in registry.OBJECT_TRIGGERS:
+        assert trigger.subjects is not None
+        more, subjects = trigger.subjects(judging)
+        found += more
+        podless.extend(subjects)
+    objects = gate.unprotected((*observation.objects, *registry.objects(observation, policies)))
     owners = {o.ref.uid: find_owner(o, observation.namespace(o.ref.namespace), settings.owner_keys,
                                     parent=gate.cronjob_of(o))
               for o in selection.with_marks(objects)}
-    changes = lifecycle.plan_lifecycle((*workloads, *podless, *claims), objects, found, policies, now,
-                                       settings.lifecycle, owners)
+    changes = lifecycle.plan_lifecycle((*workloads, *podless), objects, found, policies, now, settings.lifecycle,
+                                       owners)
     acts = sorted((c for c in changes if c.step is Step.ACT and c.action is not None),
                   key=lambda c: (c.deadline or _ENDLESS, str(c.workload)))
     forced = [f.proposal for f in found if f.proposal is not None and f.mode is Mode.ENFORCE]

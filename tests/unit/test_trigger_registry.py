@@ -42,6 +42,9 @@ def test_only_usage_triggers_say_in_use_and_only_marking_ones_reach_the_lifecycl
             # It judges pods, or the Kueue Workload of what may have none, or a DRA claim with every pod
             # of its namespace (each read again before acting): one of the three.
             assert [trigger.pods is not None, trigger.recheck.kueue, trigger.recheck.claims].count(True) == 1
+        if trigger.policy is not None:  # a policy's trigger judges pods' workloads, or finds its own subjects
+            assert (trigger.pods is None) is (trigger.subjects is not None), trigger.kind
+    assert [t.kind for t in registry.OBJECT_TRIGGERS] == [TriggerKind.RESERVED_QUOTA, TriggerKind.ORPHANED_CLAIM]
     assert registry.spec(TriggerKind.EXPIRY).word(State.FIRES) == "delete"
     assert registry.spec(TriggerKind.IDLE_GPU).word(State.FIRES) == "idle"
     assert registry.spec(TriggerKind.PENDING).recheck.nodes is NodeScope.ALL

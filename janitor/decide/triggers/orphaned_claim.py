@@ -40,7 +40,7 @@ from janitor.decide.model import Finding, ObjectView, Observation, PodView, Stat
 from janitor.decide.owners import DEFAULT_OWNER_KEYS, find_owner
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import Governance, Workload
-from janitor.decide.triggers.spec import NodeScope, Reads, Recheck, Role, TriggerSpec, Usage, duration
+from janitor.decide.triggers.spec import Cycle, NodeScope, Reads, Recheck, Role, TriggerSpec, Usage, duration
 from janitor.node_report import HeldGpu
 from janitor.policy.model import OrphanedClaim, Policy
 from janitor.policy.model import Trigger as PolicyTrigger
@@ -181,12 +181,12 @@ def _naming(pods: Sequence[PodView]) -> dict[tuple[str, str], list[PodView]]:
     return out
 
 
-def judged(observation: Observation, policies: Sequence[Policy], now: datetime.datetime, gate: selection.Gate, *,
-           owner_keys: Sequence[tuple[str, str]] = DEFAULT_OWNER_KEYS) -> tuple[list[Finding], tuple[Workload, ...]]:
+def judged(cycle: Cycle) -> tuple[list[Finding], tuple[Workload, ...]]:
     """The cycle's orphanedClaim findings, and the claims they judged as workloads (for the lifecycle)."""
+    policies, observation, now = cycle.policies, cycle.observation, cycle.now
     if not any(p.trigger(OrphanedClaim) is not None for p in policies):
         return [], ()
-    every = subjects(observation, gate, owner_keys)
+    every = subjects(observation, cycle.gate, cycle.owner_keys)
     governance = Governance(policies)
     by_policy: dict[str, tuple[Policy, list[Workload]]] = {}
     for w in every:
@@ -211,8 +211,10 @@ def _reads(_: PolicyTrigger) -> Reads:
     return Reads(nodes=True)  # the node agents' GPU holders: a device a gone pod's process holds is not freed
 
 
-# No pods of its own to judge (plan asks `judged`). The re-check reads the claim, every pod of its
-# namespace and every node again; usage signals do not bear on a claim.
+# No pods of its own to judge: `judged` finds its subjects, `objects` gives the lifecycle the claims
+# (marked ones too). The re-check reads the claim, every pod of its namespace and every node again;
+# usage signals do not bear on a claim.
 TRIGGER = TriggerSpec(TriggerKind.ORPHANED_CLAIM, Role.MARKS, Usage.NONE, findings, policy=OrphanedClaim,
                       reads=_reads, recheck=Recheck(pods=True, claims=True, nodes=NodeScope.ALL),
-                      condition="holding devices no pod uses", facts=_facts, describe=_describe)
+                      condition="holding devices no pod uses", facts=_facts, describe=_describe, subjects=judged,
+                      objects=objects)

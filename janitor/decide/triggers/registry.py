@@ -6,9 +6,9 @@ the in-use checks, observing, the re-check, metrics and reports all take what th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from janitor.decide.model import Finding, State, TriggerKind
+from janitor.decide.model import Finding, ObjectView, Observation, State, TriggerKind
 from janitor.decide.triggers import (
     crashloop,
     expiry,
@@ -21,6 +21,7 @@ from janitor.decide.triggers import (
     terminating,
 )
 from janitor.decide.triggers.spec import Role, TriggerSpec, Usage
+from janitor.policy.model import Policy
 from janitor.policy.model import Trigger as PolicyTrigger
 
 ALL: tuple[TriggerSpec, ...] = (
@@ -39,6 +40,12 @@ POD_TRIGGERS: tuple[TriggerSpec, ...] = tuple(t for t in ALL if t.pods is not No
 POLICY_TRIGGERS: Mapping[TriggerKind, type[PolicyTrigger]] = {t.kind: t.policy for t in ALL if t.policy is not None}
 USAGE: tuple[TriggerSpec, ...] = tuple(t for t in ALL if t.usage is Usage.READS)  # the in-use checks read these
 MARKING: frozenset[TriggerKind] = frozenset(t.kind for t in ALL if t.role is Role.MARKS)  # `marks`, asked per finding
+OBJECT_TRIGGERS: tuple[TriggerSpec, ...] = tuple(t for t in ALL if t.subjects is not None)  # judge their own subjects
+
+
+def objects(observation: Observation, policies: Sequence[Policy]) -> tuple[ObjectView, ...]:
+    """The objects besides the cycle's that the lifecycle looks at (`TriggerSpec.objects`)."""
+    return tuple(o for t in ALL for o in t.objects(observation, policies))
 
 
 def spec(kind: TriggerKind) -> TriggerSpec:
@@ -105,5 +112,5 @@ def condition(finding: Finding) -> str:
     return "unused" if finding.never_used else BY_KIND[finding.trigger].condition
 
 
-__all__ = ["ALL", "BY_KIND", "MARKING", "POD_TRIGGERS", "POLICY_TRIGGERS", "USAGE", "condition", "in_use", "marks",
-           "of_policy", "holds", "spec", "vetoes", "word"]
+__all__ = ["ALL", "BY_KIND", "MARKING", "OBJECT_TRIGGERS", "POD_TRIGGERS", "POLICY_TRIGGERS", "USAGE", "condition",
+           "in_use", "marks", "objects", "of_policy", "holds", "spec", "vetoes", "word"]

@@ -32,7 +32,7 @@ from janitor.decide.model import Finding, ObjectView, Observation, PodView, Stat
 from janitor.decide.owners import DEFAULT_OWNER_KEYS
 from janitor.decide.reasons import Code, Reason, why
 from janitor.decide.selection import CronJobMode, Governance, Workload
-from janitor.decide.triggers.spec import Recheck, Role, TriggerSpec, Usage, duration
+from janitor.decide.triggers.spec import Cycle, Recheck, Role, TriggerSpec, Usage, duration
 from janitor.policy.model import Policy, ReservedQuota
 from janitor.policy.model import Trigger as PolicyTrigger
 from janitor.why_note import Scalar
@@ -164,18 +164,17 @@ def findings(workloads: Sequence[Workload], observation: Observation, policy: Po
     return found
 
 
-def judged(workloads: Sequence[Workload], observation: Observation, policies: Sequence[Policy],
-           now: datetime.datetime, gate: selection.Gate, by_uid: Mapping[str, ObjectView], *,
-           cronjob_mode: CronJobMode = CronJobMode.JOB,
-           owner_keys: Sequence[tuple[str, str]] = DEFAULT_OWNER_KEYS) -> tuple[list[Finding], tuple[Workload, ...]]:
+def judged(cycle: Cycle) -> tuple[list[Finding], tuple[Workload, ...]]:
     """The cycle's reservedQuota findings, and the workloads with no pods they judged (for the
     lifecycle, which knows pods' workloads already)."""
-    if not any(p.trigger(ReservedQuota) is not None for p in policies):
+    if not any(p.trigger(ReservedQuota) is not None for p in cycle.policies):
         return [], ()
-    every = subjects(workloads, observation, gate, by_uid, cronjob_mode=cronjob_mode, owner_keys=owner_keys)
+    workloads = cycle.workloads
+    every = subjects(workloads, cycle.observation, cycle.gate, cycle.by_uid, cronjob_mode=cycle.cronjob_mode,
+                     owner_keys=cycle.owner_keys)
     strays = _untraced(workloads)
-    found = [f for policy, members in governed(every, policies)
-             for f in findings(members, observation, policy, now, untraced=strays)]
+    found = [f for policy, members in governed(every, cycle.policies)
+             for f in findings(members, cycle.observation, policy, cycle.now, untraced=strays)]
     listed = {w.ref.uid for w in workloads}
     return found, tuple(w for w in every if w.ref.uid not in listed)
 
@@ -190,8 +189,8 @@ def _describe(trigger: PolicyTrigger) -> str:
             "runs or waits")
 
 
-# No pods of its own to judge (`pods` None: plan asks `judged`). The re-check reads the object's
+# No pods of its own to judge (`pods` None: `judged` finds its subjects). The re-check reads the object's
 # pods and its Kueue Workload again; use on any signal of a pod that came back still vetoes.
 TRIGGER = TriggerSpec(TriggerKind.RESERVED_QUOTA, Role.MARKS, Usage.VETOED, findings, policy=ReservedQuota,
                       recheck=Recheck(pods=True, usage=True, kueue=True), condition="holding Kueue quota with no pods",
-                      facts=_facts, describe=_describe)
+                      facts=_facts, describe=_describe, subjects=judged)

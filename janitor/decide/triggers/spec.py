@@ -17,9 +17,10 @@ from enum import StrEnum
 
 from janitor import annotations as ann
 from janitor.decide.evidence import CpuKey, GpuKey
-from janitor.decide.model import PodView, State, TriggerKind
-from janitor.decide.selection import Workload
+from janitor.decide.model import Finding, ObjectView, Observation, PodView, State, TriggerKind
+from janitor.decide.selection import CronJobMode, Gate, Workload
 from janitor.decide.triggers import Trigger
+from janitor.policy.model import Policy
 from janitor.policy.model import Trigger as PolicyTrigger
 from janitor.why_note import Scalar
 
@@ -81,6 +82,30 @@ class Recheck:
     claims: bool = False  # a DRA claim: the claim itself and every pod of its namespace (observe.claims)
 
 
+@dataclass(frozen=True)
+class Cycle:
+    """What a trigger that judges objects of its own (not only the pods' workloads) is given: the
+    cycle's workloads of pods, what was observed, every policy, and how workloads are made."""
+
+    workloads: Sequence[Workload]
+    observation: Observation
+    policies: Sequence[Policy]
+    now: datetime.datetime
+    gate: Gate
+    by_uid: Mapping[str, ObjectView]
+    cronjob_mode: CronJobMode
+    owner_keys: Sequence[tuple[str, str]]
+
+
+# The findings of every policy with the trigger, and the workloads with no pods among what they
+# judged (the lifecycle knows the pods' workloads already).
+Subjects = Callable[[Cycle], tuple[list[Finding], tuple[Workload, ...]]]
+
+
+def _no_objects(_: Observation, __: Sequence[Policy]) -> tuple[ObjectView, ...]:
+    return ()
+
+
 def _none(_: PolicyTrigger) -> Reads:
     return Reads()
 
@@ -125,6 +150,12 @@ class TriggerSpec:
     # Usage signals whose use does not veto it, since what it finds makes them read busy (hung:
     # GPU_UTIL counts a spinning kernel); use shown on any other signal still does.
     blind_to: frozenset[str] = frozenset()
+    # A trigger whose subjects are not (only) the pods' workloads judges them itself, policies and
+    # all (`pods` None): reservedQuota what Kueue admits, orphanedClaim DRA claims.
+    subjects: Subjects | None = None
+    # Objects besides the cycle's that the lifecycle looks at for it (claims, which are no kind's
+    # objects unless --kinds lists them): marked ones at least, so a removed policy's marks go.
+    objects: Callable[[Observation, Sequence[Policy]], tuple[ObjectView, ...]] = _no_objects
 
     def word(self, state: State) -> str:
         return self.words.get(state) or _WORDS[state]
@@ -140,4 +171,4 @@ _WORDS = {
 }
 
 
-__all__ = ["NodeScope", "Reads", "Recheck", "Role", "TriggerSpec", "Usage"]
+__all__ = ["Cycle", "NodeScope", "Reads", "Recheck", "Role", "Subjects", "TriggerSpec", "Usage"]
