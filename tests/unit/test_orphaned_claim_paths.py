@@ -183,3 +183,26 @@ def test_a_holder_whose_pod_the_agent_never_saw_listed_keeps_a_claim_reserved_fo
     assert state is State.UNKNOWN and "still holds a GPU" in str(reason) and not decision.due
     elsewhere = held_on("gpu-node-1", held(GONE, namespace="team-b"))
     assert [s for s, _ in verdicts(decided(observed(item, nodes=[elsewhere]))).values()] == [State.FIRES]
+
+
+def test_the_watch_cache_path_reads_claims_for_a_policy_even_with_the_report_off(monkeypatch: Any) -> None:
+    # --orphaned-claims-after 0 turns the admin report's section off; an orphanedClaim policy still
+    # judges claims, so the cycle from the watch cache reads them (and never lists them as objects).
+    from test_claims_observe import DISCOVERY, FakeApi, _group
+    from test_claims_report_paths import StubCache
+
+    from janitor import kubeapi
+    from janitor.decide.model import NamespaceView
+    from janitor.observe import observation
+    from janitor.observe.cache import Snapshot
+
+    fake = FakeApi({DISCOVERY: _group("v1"), "/apis/resource.k8s.io/v1/resourceclaims": {"items": [claim_item()]}})
+    monkeypatch.setattr(kubeapi, "request", fake.request)
+    snap = Snapshot(objects=(), pods=(), namespaces={NS: NamespaceView(NS)}, nodes=(), oom={}, skipped=())
+    off = dataclasses.replace(Settings(), cluster=dataclasses.replace(Settings().cluster,
+                                                                      claims_after=datetime.timedelta(0)))
+    seen = observation.read_cached(StubCache(snap), off, [claim_policy()], NOW, NOW)  # type: ignore[arg-type]
+    assert seen.claims is not None and [c.ref.name for c in seen.claims.claims] == ["gpu"]
+    assert seen.objects == ()
+    nothing = observation.read_cached(StubCache(snap), off, [], NOW, NOW)  # type: ignore[arg-type]
+    assert nothing.claims is None
