@@ -28,6 +28,7 @@ from janitor.decide.admin_report import AdminReport, admin_report
 from janitor.decide.attribution import any_candidate
 from janitor.decide.claims import lingering
 from janitor.decide.evidence import PodKey
+from janitor.decide.governance import Governance
 from janitor.decide.holder_notices import HolderNotice, believed, holder_notices
 from janitor.decide.lifecycle import Change, LifecycleSettings, Step
 from janitor.decide.model import (
@@ -138,7 +139,7 @@ def _expiry(observation: Observation, gate: selection.Gate, by_uid: Mapping[str,
 def _pod_triggers(workloads: Sequence[Workload], observation: Observation, policies: Sequence[Policy],
                   now: datetime.datetime) -> list[Finding]:
     found: list[Finding] = []
-    governance = selection.Governance(policies)
+    governance = Governance(policies)
     for trigger in registry.POD_TRIGGERS:
         assert trigger.pods is not None and trigger.policy is not None
         governed: dict[str, tuple[Policy, list[Workload]]] = {}

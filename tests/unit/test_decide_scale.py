@@ -3,7 +3,7 @@
 A plan is built once per cycle over every object the janitor read, so deciding works on indexes
 made once per cycle instead of scanning per pod: each controller's owner chain walked once for all
 its pods (selection.workloads), each policy's namespace and kind match decided once per namespace
-and kind (selection.Governance), the namespace half of the rails' gate read once per namespace
+and kind (decide.governance.Governance), the namespace half of the rails' gate read once per namespace
 (selection.Gate), each kind of pending pod fitted against the nodes once (pending.Fits), and the
 idle triggers' per-policy constants worked out once (idle.GpuJudge, idle.CpuJudge). These tests
 hold them to the plain scans, not to a clock (bench/plan_scale.py measures the time).
@@ -36,6 +36,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from janitor.decide import selection
+from janitor.decide.governance import Governance
 from janitor.decide.model import (
     ActionType,
     NamespaceView,
@@ -154,7 +155,7 @@ def test_chains_resolved_once_per_controller_group_as_pod_by_pod(case: Case, off
 @given(case=cases(), offset=st.sampled_from(OFFSETS))
 def test_one_governance_per_cycle_chooses_as_matching_every_pod(case: Case, offset: datetime.timedelta) -> None:
     observation, _ = observed(case, offset)
-    governance = selection.Governance(case.policies)  # one for the whole cycle, as plan uses it
+    governance = Governance(case.policies)  # one for the whole cycle, as plan uses it
     for workload in selection.workloads(observation, case.settings.rails):
         for trigger in registry.POD_TRIGGERS:
             assert trigger.pods is not None and trigger.policy is not None
@@ -275,7 +276,7 @@ def test_namespaces_of_one_name_with_other_labels_are_matched_apart() -> None:
     policies = (Policy("gpu-tier", (IdleGpu(),), match=Match(namespace_selector=LabelSelector((("tier", "gpu"),)))),
                 Policy("jupyter", (IdleGpu(),), match=Match(pod_selector=LabelSelector(
                     match_expressions=(Requirement("app", Operator.IN, ("jupyter",)),)))))
-    governance = selection.Governance(policies)
+    governance = Governance(policies)
     pods = (_pod("p", None, labels={"app": "jupyter"}),)
     for labels, expected in (({"tier": "gpu"}, "gpu-tier"), ({"tier": "cpu"}, "jupyter"), ({}, "jupyter")):
         workload = Workload(pods[0].ref, None, pods, NamespaceView("team-a", labels), "Pod")

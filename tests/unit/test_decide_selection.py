@@ -24,7 +24,7 @@ import pytest
 from factories import NOW, obj
 
 from janitor import annotations as a
-from janitor.decide import selection
+from janitor.decide import governance, selection
 from janitor.decide.model import (
     NamespaceView,
     ObjectRef,
@@ -138,8 +138,8 @@ def test_opt_out_on_the_workload_or_its_namespace(own: dict[str, str], namespace
         assert opted in str(workload.opted_out)
     honouring = Policy("p", (IdleGpu(),))
     ignoring = Policy("q", (IdleGpu(),), lifecycle=Lifecycle(honour_opt_out=False))
-    assert (selection.governing([honouring], IdleGpu, workload, workload.pods) is None) is bool(opted)
-    assert selection.governing([ignoring], IdleGpu, workload, workload.pods) is ignoring
+    assert (governance.governing([honouring], IdleGpu, workload, workload.pods) is None) is bool(opted)
+    assert governance.governing([ignoring], IdleGpu, workload, workload.pods) is ignoring
 
 
 def test_first_matching_policy_governs_and_must_match_every_pod() -> None:
@@ -151,9 +151,9 @@ def test_first_matching_policy_governs_and_must_match_every_pod() -> None:
     only_a = Policy("only-a", (IdleGpu(),), match=Match(pod_selector=LabelSelector((("team", "a"),))))
     other_ns = Policy("other", (IdleGpu(),), match=Match(namespaces=Namespaces(include=("team-b",))))
     broad, later = Policy("broad", (IdleGpu(),)), Policy("later", (IdleGpu(),))
-    assert selection.governing([only_a, other_ns, broad, later], IdleGpu, workload, pods) is broad
-    assert selection.governing([only_a], IdleGpu, workload, pods[:1]) is only_a
-    assert selection.governing([broad], Pending, workload, pods) is None  # defines no pending trigger
+    assert governance.governing([only_a, other_ns, broad, later], IdleGpu, workload, pods) is broad
+    assert governance.governing([only_a], IdleGpu, workload, pods[:1]) is only_a
+    assert governance.governing([broad], Pending, workload, pods) is None  # defines no pending trigger
 
 
 def test_a_replicasets_annotations_are_copies_of_its_deployments() -> None:

@@ -35,11 +35,12 @@ from collections.abc import Sequence
 from janitor.decide import selection
 from janitor.decide.claims import Claim, ClaimsRead, Verdict, verdict
 from janitor.decide.claims import State as ClaimState
+from janitor.decide.governance import Governance
 from janitor.decide.holder_notices import believed
 from janitor.decide.model import Finding, ObjectView, Observation, PodView, State, TriggerKind
 from janitor.decide.owners import DEFAULT_OWNER_KEYS, find_owner
 from janitor.decide.reasons import Code, Reason, why
-from janitor.decide.selection import Governance, Workload
+from janitor.decide.selection import Workload
 from janitor.decide.triggers.spec import Cycle, NodeScope, Reads, Recheck, Role, TriggerSpec, Usage, duration
 from janitor.node_report import HeldGpu
 from janitor.policy.model import OrphanedClaim, Policy

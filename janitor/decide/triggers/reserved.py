@@ -28,10 +28,11 @@ import datetime
 from collections.abc import Mapping, Sequence
 
 from janitor.decide import selection
+from janitor.decide.governance import Governance
 from janitor.decide.model import Finding, ObjectView, Observation, PodView, State, TriggerKind
 from janitor.decide.owners import DEFAULT_OWNER_KEYS
 from janitor.decide.reasons import Code, Reason, why
-from janitor.decide.selection import CronJobMode, Governance, Workload
+from janitor.decide.selection import CronJobMode, Workload
 from janitor.decide.triggers.spec import Cycle, Recheck, Role, TriggerSpec, Usage, duration
 from janitor.policy.model import Policy, ReservedQuota
 from janitor.policy.model import Trigger as PolicyTrigger

@@ -173,7 +173,7 @@ def findings(workloads: Sequence[Workload], observation: Observation, policy: Po
     for workload in workloads:
         for pod in pods(workload):
             if policy.lifecycle.honour_opt_out and selection.opted_out(pod.annotations, workload.namespace):
-                continue  # the pod's own opt-out (the workload's is honoured by selection.governing)
+                continue  # the pod's own opt-out (the workload's is honoured by governance.governing)
             since = pod.state.deleting_since
             assert since is not None
             overdue = now - since - datetime.timedelta(seconds=pod.state.grace_seconds)
