@@ -27,6 +27,7 @@ conventions admins already use:
 - metrics per node only (no per-pod labels: one series per node keeps Prometheus small).
 
 It talks to the API with the plain typed client: it must not depend on the cluster-side janitor.
+What it writes goes through `janitor.node_agent.writer`.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from __future__ import annotations
 import datetime
 import logging
 import re
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,11 +50,10 @@ from janitor import endpoints, node_report
 from janitor.durations import in_words
 from janitor.node_agent import cgroups, devices, holders, procfs
 from janitor.node_agent.tracker import DStateTracker, Leftover, OomKill, OomTracker, PodOnNode, PodTaskTracker
+from janitor.node_agent.writer import NodeWriter, failed, no_answer
 
 logger = logging.getLogger(__name__)
 
-COMPONENT = "kube-idle-janitor-node-agent"
-EVENT_NAMESPACE = "default"  # where Events about Nodes go, as the kubelet's do
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"  # on a static pod's mirror: the UID its cgroup carries
 _STATIC_UID = re.compile(r"[0-9a-f]{32}")  # what a static pod's cgroup carries (any pod may set the annotation)
 
@@ -144,7 +143,7 @@ def may_have_run(status: Any) -> bool:
 class NodeAgent:
     def __init__(self, api: client.ApiClient, settings: AgentSettings, registry: CollectorRegistry | None = None,
                  clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.timezone.utc)) -> None:
-        self.core = client.CoreV1Api(api)
+        self.writer = NodeWriter(client.CoreV1Api(api), settings.node)
         self.settings = settings
         self.registry = registry or CollectorRegistry()
         self.metrics = AgentMetrics(self.registry, settings.node)
@@ -156,9 +155,15 @@ class NodeAgent:
         self.oom = OomTracker()
         self.started = clock()  # a restarted agent says so: what it saw before is gone with it
         self.scans = 0  # complete scans since `started`
-        self._announced: set[tuple[int, int, str]] = set()  # leftovers already given a Node Event
-        self._announced_holders: set[tuple[int, int, str]] = set()  # (pid, minor, pod uid) given a Node Event
-        self._node_uid = ""  # read with the node, for the Events' involvedObject
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        """The API the agent reads and writes through (the writer's, one client)."""
+        return self.writer.core
+
+    @core.setter
+    def core(self, core: client.CoreV1Api) -> None:
+        self.writer.core = core
 
     # -- one scan --------------------------------------------------------------------------------
     def scan_once(self) -> ScanReport:
@@ -186,10 +191,10 @@ class NodeAgent:
                 report.pod_states = states
                 self.metrics.leftovers.labels(node=self.settings.node).set(len(report.leftovers))
                 report.condition_written = self._condition(report.leftovers, states, sight, now)
-                self._node_events(report.leftovers, now)
+                self.writer.leftovers(report.leftovers, now)
                 self.metrics.gpu_holders.labels(node=self.settings.node).set(len(report.gpu_holders))
                 report.gpu_condition_written = self._gpu_condition(report.gpu_holders, unread, sight, now)
-                self._holder_events(report.gpu_holders, now)
+                self.writer.holders(report.gpu_holders, now)
             self._oom_events(report.oom_kills, pods or {})
         except Exception:
             self.metrics.scans.labels(node=self.settings.node, result="error").inc()
@@ -220,29 +225,13 @@ class NodeAgent:
                 logger.info("scan: %d leftovers, %d new OOM kill readings", len(report.leftovers),
                             len(report.oom_kills))
             except Exception as e:
-                if self._no_answer(e):  # the outage says it
+                if no_answer(e):  # the outage says it
                     logger.debug("node scan failed, no answer; next scan in %s", in_words(self.settings.interval))
                 else:
                     logger.exception("node scan failed; next scan in %s", in_words(self.settings.interval))
             deadline = time.monotonic() + self.settings.interval.total_seconds()
             while not stop() and time.monotonic() < deadline:
                 time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-
-    @staticmethod
-    def _no_answer(error: BaseException) -> bool:
-        """No HTTP answer at all (the client gives a TLS failure status 0), as janitor.kubeapi judges it."""
-        if isinstance(error, ApiException):
-            return not error.status
-        return isinstance(error, HTTPError | OSError)
-
-    @staticmethod
-    def _failed(error: BaseException, what: str, *args: object) -> None:
-        """A request that got an answer is said; one that got none is the client's outage's to say
-        (once, and how often it goes on), so each scan does not repeat it."""
-        if NodeAgent._no_answer(error):
-            logger.debug(what + ": no answer (%s)", *args, type(error).__name__)
-        else:
-            logger.warning(what + ": %s", *args, error)
 
     # -- reading -----------------------------------------------------------------------------------
     def _pods(self) -> dict[str, PodOnNode] | None:
@@ -267,7 +256,7 @@ class NodeAgent:
                 if not token:
                     return pods
         except (ApiException, HTTPError, OSError) as e:
-            self._failed(e, "cannot list the pods of node %s", self.settings.node)
+            failed(e, "cannot list the pods of node %s", self.settings.node)
             return None
 
     def _oom_states(self, pods: dict[str, PodOnNode] | None) -> dict[str, cgroups.OomState]:
@@ -292,7 +281,7 @@ class NodeAgent:
         status, reason, summary = self._verdict(bool(leftovers), sight, node_report.REASON_LEFTOVERS,
                                                 summary if leftovers else "no D-state processes of deleted pods",
                                                 node_report.REASON_CLEAR)
-        return self._write_condition(self.settings.condition_type, status, reason,
+        return self.writer.condition(self.settings.condition_type, status, reason,
                                      node_report.encode_condition(summary, states, run, sight), now)
 
     def _gpu_condition(self, held: list[holders.GpuHolder], unread: int, sight: node_report.Sight | None,
@@ -312,7 +301,7 @@ class NodeAgent:
                        "security module refusing it /proc/<pid>/fd and maps (janitor_node_unreadable_files_total)")
         data = [node_report.HeldGpu(h.gpu.minor, h.gpu.bus_id, h.pid, h.state, h.since, h.pod_uid, h.namespace,
                                     h.name, h.comm) for h in held]
-        return self._write_condition(self.settings.gpu_condition_type, status, reason,
+        return self.writer.condition(self.settings.gpu_condition_type, status, reason,
                                      node_report.encode_holders(summary, data, run, sight), now)
 
     def _verdict(self, found: bool, sight: node_report.Sight | None, found_reason: str, summary: str,
@@ -327,35 +316,6 @@ class NodeAgent:
                 f"{self.settings.sustain} scans done, no verdict yet")
         return ("True", found_reason, summary) if found else ("False", clear_reason, summary)
 
-    def _write_condition(self, ctype: str, status: str, reason: str, message: str, now: datetime.datetime) -> bool:
-        """Patch the condition (merged by type, as node-problem-detector does); True if written.
-        `lastTransitionTime` moves only when the status changes."""
-        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-        try:
-            node = self.core.read_node(self.settings.node)
-        except (ApiException, HTTPError, OSError) as e:
-            self._failed(e, "cannot read node %s", self.settings.node)
-            return False
-        self._node_uid = (node.metadata.uid if node.metadata is not None else None) or ""
-        conditions = (node.status.conditions if node.status is not None else None) or []
-        previous = next((c for c in conditions if c.type == ctype), None)
-        kept = previous.last_transition_time if previous is not None and previous.status == status else None
-        changed = previous is None or previous.status != status
-        transition = kept.strftime("%Y-%m-%dT%H:%M:%SZ") if kept is not None else stamp
-        body = {"status": {"conditions": [{
-            "type": ctype, "status": status, "reason": reason, "message": message[:node_report.MESSAGE_MAX],
-            "lastHeartbeatTime": stamp, "lastTransitionTime": transition}]}}
-        try:
-            self.core.patch_node_status(self.settings.node, body)
-        except (ApiException, HTTPError, OSError) as e:
-            self._failed(e, "cannot set condition %s on node %s", ctype, self.settings.node)
-            return False
-        if changed:  # leftovers and blindness need a look; starting and all clear are routine
-            needs_look = status == "True" or reason == node_report.REASON_CANNOT_SEE
-            logger.log(logging.WARNING if needs_look else logging.INFO, "%s=%s on node %s: %s", ctype, status,
-                       self.settings.node, message)
-        return True
-
     def _cannot_see(self, sight: node_report.Sight | None) -> str:
         listed = sight.listed if sight is not None else 0
         if not listed:
@@ -366,18 +326,6 @@ class NodeAgent:
                 f"the API lists here. Check that it runs with hostPID, that --proc-root ({self.settings.proc_root}) "
                 "is the host's /proc, and that it does not run in a sandboxed runtime (gVisor, Kata); until it sees "
                 "them it proves no pod gone and finds no stuck process")
-
-    def _node_events(self, leftovers: list[Leftover], now: datetime.datetime) -> None:
-        keys = set()
-        for f in leftovers:
-            key = (f.pid, f.tid, f.pod_uid)
-            keys.add(key)
-            if key in self._announced:
-                continue
-            node = {"kind": "Node", "name": self.settings.node, "uid": self._node_uid, "apiVersion": "v1"}
-            if self._event(EVENT_NAMESPACE, node, node_report.EVENT_LEFTOVER, f.describe(now)):
-                self._announced.add(key)
-        self._announced &= keys  # a task that is gone may be announced again if it ever comes back
 
     def _gpu_holders(self, scan: procfs.ScanResult, pods: dict[str, PodOnNode] | None,
                      now: datetime.datetime) -> tuple[list[holders.GpuHolder], int]:
@@ -399,18 +347,6 @@ class NodeAgent:
             logger.exception("reading which processes of deleted pods hold GPUs failed; unknown this scan")
             return [], 1
 
-    def _holder_events(self, held: list[holders.GpuHolder], now: datetime.datetime) -> None:
-        keys = set()
-        for h in held:
-            key = (h.pid, h.gpu.minor, h.pod_uid)
-            keys.add(key)
-            if key in self._announced_holders:
-                continue
-            node = {"kind": "Node", "name": self.settings.node, "uid": self._node_uid, "apiVersion": "v1"}
-            if self._event(EVENT_NAMESPACE, node, node_report.EVENT_GPU_HELD, h.describe(now)):
-                self._announced_holders.add(key)
-        self._announced_holders &= keys
-
     def _oom_events(self, kills: list[OomKill], pods: dict[str, PodOnNode]) -> None:
         for kill in kills:
             kind = "unknown" if kill.group is None else ("group" if kill.group else "process")
@@ -428,22 +364,4 @@ class NodeAgent:
                      f"({kill.total} since it started): {how}")
             message = node_report.encode_oom(node_report.OomReport(kill.new_kills, kill.total, scope, words))
             involved = {"kind": "Pod", "namespace": pod.namespace, "name": pod.name, "uid": pod.uid, "apiVersion": "v1"}
-            self._event(pod.namespace, involved, node_report.EVENT_OOM, message)
-
-    def _event(self, namespace: str, involved: dict[str, str], reason: str, message: str) -> bool:
-        now = datetime.datetime.now(datetime.timezone.utc)
-        body = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(generate_name=f"{involved['name'][:200]}.", namespace=namespace),
-            involved_object=client.V1ObjectReference(**{k: involved[k] for k in involved if k != "apiVersion"},
-                                                     api_version=involved["apiVersion"]),
-            reason=reason, message=message[:1024], type="Warning",
-            source=client.V1EventSource(component=COMPONENT, host=self.settings.node),
-            reporting_component=COMPONENT, reporting_instance=socket.gethostname()[:128],
-            first_timestamp=now, last_timestamp=now, count=1)
-        try:
-            self.core.create_namespaced_event(namespace, body)
-        except (ApiException, HTTPError, OSError) as e:
-            self._failed(e, "cannot post %s Event on %s/%s", reason, involved["kind"], involved["name"])
-            return False
-        logger.warning("%s %s/%s: %s", reason, involved["kind"], involved["name"], message)
-        return True
+            self.writer.event(pod.namespace, involved, node_report.EVENT_OOM, message)
