@@ -45,8 +45,11 @@ KINDS: tuple[Kind, ...] = (
     Kind(ResourceKind("kubeflow.org", "v1", "Notebook", "notebooks"), "notebook",
          ("notebook", "notebooks", "notebook.kubeflow.org", "notebooks.kubeflow.org")),
     Kind(ResourceKind("", "v1", "Pod", "pods"), "pod", ("pod", "pods", "po")),
+    # DRA claims an orphanedClaim policy marks (not served before 1.34: nothing to show, no word said)
+    Kind(ResourceKind("resource.k8s.io", "v1", "ResourceClaim", "resourceclaims"), "resourceclaim",
+         ("resourceclaim", "resourceclaims", "resourceclaim.resource.k8s.io", "resourceclaims.resource.k8s.io")),
 )
-KIND_NAMES = "job, cronjob (cj), deployment (deploy), statefulset (sts), notebook, pod"
+KIND_NAMES = "job, cronjob (cj), deployment (deploy), statefulset (sts), notebook, pod, resourceclaim"
 
 
 class UsageError(ValueError):

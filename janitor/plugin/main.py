@@ -48,7 +48,7 @@ examples:
   kubectl janitor keep deploy/web 2026-12-01T18:00:00Z -n team-a
                                          until then (UTC), if the policy's cap allows it
 
-Kinds: job, cronjob (cj), deployment (deploy), statefulset (sts), notebook, pod.
+Kinds: job, cronjob (cj), deployment (deploy), statefulset (sts), notebook, pod, resourceclaim.
 UNTIL: a duration from now (30m, 12h, 2d, 1w) or a UTC time (2026-12-01T18:00:00Z, 2026-12-01T18:00,
 2026-12-01). A workload used again loses its mark by itself; nothing to do.
 

@@ -318,7 +318,7 @@ def test_expected_failures_are_one_line_and_an_exit_code(tmp_path: Path) -> None
     out = run("keep", "replicaset/x", "2d", home=tmp_path)
     assert out.returncode == 2 and out.stderr.splitlines() == [
         "kubectl janitor keep: 'replicaset' is not a kind the janitor reclaims; use "
-        "job, cronjob (cj), deployment (deploy), statefulset (sts), notebook, pod"]
+        "job, cronjob (cj), deployment (deploy), statefulset (sts), notebook, pod, resourceclaim"]
     out = run("explain", "job/x", "--kubeconfig", str(kubeconfig(tmp_path / "k", ("lab", "team-a"))), home=tmp_path)
     assert out.returncode == 5 and len(out.stderr.splitlines()) == 1 and "did not answer" in out.stderr
 
