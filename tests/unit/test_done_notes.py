@@ -52,6 +52,7 @@ from janitor.act.kube import Outcome
 from janitor.act.ledger_writer import LedgerWriter
 from janitor.act.lifecycle import LifecycleRun
 from janitor.act.notes import loads
+from janitor.decide.claims import ClaimsRead
 from janitor.decide.consent import intent_id
 from janitor.decide.lifecycle import Change, Step
 from janitor.decide.model import ActionType, ObjectRef, Observation, ResourceKind, SafetyLedger, State
@@ -369,6 +370,7 @@ def test_janitor_unmark_drops_the_done_notes_about_the_marks_it_removes(monkeypa
 
     monkeypatch.setattr(unmark.observation, "read",
                         lambda api, settings, policies, now: Observation(NOW, (cluster.view("train"),), (), {}))
+    monkeypatch.setattr(unmark.claims, "read", lambda api, namespaces, **kw: ClaimsRead())  # no DRA claims here
     monkeypatch.setattr(kube, "annotate", annotate)
     monkeypatch.setattr(observed, "read_state_versioned", lambda api, ns, name, key: store.read())
     monkeypatch.setattr(kube, "write_state", lambda api, ns, name, data, **kw: store.write(data["notes.json"],
