@@ -81,28 +81,23 @@ class NodeWriter:
         return True
 
     def leftovers(self, leftovers: list[Leftover], now: datetime.datetime) -> None:
-        keys = set()
-        for f in leftovers:
-            key = (f.pid, f.tid, f.pod_uid)
-            keys.add(key)
-            if key in self._announced:
-                continue
-            node = {"kind": "Node", "name": self.node, "uid": self._node_uid, "apiVersion": "v1"}
-            if self.event(EVENT_NAMESPACE, node, node_report.EVENT_LEFTOVER, f.describe(now)):
-                self._announced.add(key)
-        self._announced &= keys  # a task that is gone may be announced again if it ever comes back
+        self._announced = self._announce(self._announced, node_report.EVENT_LEFTOVER,
+                                         {(f.pid, f.tid, f.pod_uid): f.describe(now) for f in leftovers})
 
     def holders(self, held: list[holders.GpuHolder], now: datetime.datetime) -> None:
-        keys = set()
-        for h in held:
-            key = (h.pid, h.gpu.minor, h.pod_uid)
-            keys.add(key)
-            if key in self._announced_holders:
-                continue
-            node = {"kind": "Node", "name": self.node, "uid": self._node_uid, "apiVersion": "v1"}
-            if self.event(EVENT_NAMESPACE, node, node_report.EVENT_GPU_HELD, h.describe(now)):
-                self._announced_holders.add(key)
-        self._announced_holders &= keys
+        self._announced_holders = self._announce(self._announced_holders, node_report.EVENT_GPU_HELD,
+                                                 {(h.pid, h.gpu.minor, h.pod_uid): h.describe(now) for h in held})
+
+    def _announce(self, announced: set[tuple[int, int, str]], reason: str,
+                  found: dict[tuple[int, int, str], str]) -> set[tuple[int, int, str]]:
+        """One Node Event per key not announced yet; the keys announced and still found after it (one
+        that is gone may be announced again if it ever comes back)."""
+        node = {"kind": "Node", "name": self.node, "uid": self._node_uid, "apiVersion": "v1"}
+        told = announced & found.keys()
+        for key, message in found.items():
+            if key not in told and self.event(EVENT_NAMESPACE, node, reason, message):
+                told.add(key)
+        return told
 
     def event(self, namespace: str, involved: dict[str, str], reason: str, message: str) -> bool:
         now = datetime.datetime.now(datetime.timezone.utc)

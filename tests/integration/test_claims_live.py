@@ -35,6 +35,7 @@ import pytest
 from kubernetes import client
 from runner import Runner
 from runner import settings as build
+from test_kueue_live import texts
 from test_lifecycle import ALICE, alice, janitor_for, until_due  # noqa: F401 (alice is a fixture)
 
 from devenv.procs import wait_until
@@ -234,6 +235,3 @@ def test_an_enforcing_policy_warns_of_an_orphaned_claim_then_deletes_it(  # noqa
 def _notes(kube, namespace: str, name: str) -> dict[str, str]:  # noqa: ANN001
     return dict(_claim(kube, namespace, name)["metadata"].get("annotations") or {})
 
-
-def texts(slack, channel: str) -> list[str]:  # noqa: ANN001
-    return [m.text + str(m.blocks) for m in slack.messages(channel)]

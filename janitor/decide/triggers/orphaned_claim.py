@@ -73,7 +73,7 @@ def subjects(observation: Observation, gate: selection.Gate,
 def judge(claim: Claim, read: ClaimsRead, naming: Sequence[PodView], held: Sequence[tuple[str, HeldGpu]],
           trigger: OrphanedClaim, now: datetime.datetime) -> tuple[State, Reason]:
     """One claim's verdict (see the module's words). `naming`: the pods of its namespace that name
-    it; `held`: the GPU holders the node agents report and the janitor believes (node, holder)."""
+    it; `held`: the GPU holders the node agents report, believed or not (node, holder)."""
     if read.pods is None or not read.pods.covers(claim.ref.namespace):
         return State.UNKNOWN, why(Code.CLAIM_UNSURE, problem="the pods of its namespace were not read, so whether "
                                   "one names it or it is reserved for one is not known")
