@@ -32,7 +32,7 @@ from kubernetes.client import ApiClient
 from janitor import errors, kubeapi, node_report
 from janitor.decide.autoscaling import AutoscalerNote
 from janitor.decide.model import NamespaceView, NodeInfo, ObjectView, PodView, ResourceKind, SkippedKind
-from janitor.observe import autoscalers, cluster, views
+from janitor.observe import autoscalers, claims, cluster, views
 from janitor.observe.kind_status import KindStatus
 from janitor.observe.watch import KindWatch
 from janitor.settings import Settings
@@ -99,6 +99,7 @@ class ClusterCache:
         self._optional: set[str] = set()  # groups whose refusal (403, 404) is reported, not a reason to stop
         self._lock = threading.Lock()
         self.probe = autoscalers.Probe(api)
+        self.claims_discovery = claims.Discovery()  # where v1 claims are not served, what discovery said
 
     # -- which kinds ---------------------------------------------------------------------------------
     def ensure(self, *, pods: bool, nodes: bool, oom: bool, scaling: bool = False) -> None:

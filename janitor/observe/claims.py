@@ -3,7 +3,7 @@
 DRA went GA in 1.34 (`v1`); clusters of 1.32 and 1.33 serve `v1beta1` and `v1beta2` (where
 enabled), so the version is discovered, not assumed: the first of `VERSIONS` the group serves.
 `read` lists v1 first without asking (one request a cycle where DRA is GA) and asks discovery
-only when v1 is not served. The
+only when v1 is not served; the daemon keeps that answer for a few minutes (`Discovery`). The
 status fields read here (`allocation.devices.results`, `reservedFor`) have the same shape in all
 three.
 
@@ -18,7 +18,9 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from kubernetes.client import ApiClient
@@ -51,9 +53,52 @@ def served(api: ApiClient) -> tuple[str | None, str]:
     return cluster.served_version(api, GROUP, VERSIONS, name=GROUP)
 
 
-def read(api: ApiClient, namespaces: Sequence[str] | None = None, *, page_size: int = 250) -> ClaimsRead:
-    """The ResourceClaims in `namespaces` (None: in all), at the version discovery picks."""
+DISCOVER_EVERY = datetime.timedelta(minutes=5)
+
+
+class Discovery:
+    """What discovery said of a cluster that does not serve v1, kept `DISCOVER_EVERY` between the
+    daemon's cycles. Why: without DRA (before 1.32, or not enabled) every cycle spent two requests
+    learning that there are no claims (v1's 404, then discovery), and one more where a beta version
+    is served. Only an answer is kept, never a look that failed; a cluster that starts serving
+    claims, or v1, is seen within minutes (claims seen later only start their count later)."""
+
+    def __init__(self, every: datetime.timedelta = DISCOVER_EVERY, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.every, self.clock = every.total_seconds(), clock
+        self._lock = threading.Lock()
+        self._said: tuple[str, float] | None = None  # (the version served, "" for none; when it was said)
+
+    def kept(self) -> str | None:
+        """The version discovery said ("" for none), while fresh; None: ask."""
+        with self._lock:
+            if self._said is None or self.clock() - self._said[1] >= self.every:
+                return None
+            return self._said[0]
+
+    def keep(self, version: str | None) -> None:
+        with self._lock:
+            self._said = (version, self.clock()) if version is not None else None
+
+
+def read(api: ApiClient, namespaces: Sequence[str] | None = None, *, page_size: int = 250,
+         discovery: Discovery | None = None) -> ClaimsRead:
+    """The ResourceClaims in `namespaces` (None: in all), at the version discovery picks (what
+    `discovery` keeps, while it is fresh)."""
     scope = frozenset(namespaces) if namespaces is not None else None
+    kept = discovery.kept() if discovery is not None else None
+    if kept == "":
+        return ClaimsRead(served=False, namespaces=scope)
+    if kept:  # an older version, listed at once
+        try:
+            return _listed(api, kept, namespaces, page_size, scope)
+        except errors.NotFound:  # no longer served there: look again, v1 first
+            assert discovery is not None
+            discovery.keep(None)
+        except errors.KubeError as e:
+            logger.warning("cannot list ResourceClaims: %s", e)
+            return ClaimsRead(version=kept, problem=f"ResourceClaims could not be listed ({_said(e)})",
+                              namespaces=scope)
     try:  # v1 first, without asking discovery: one request a cycle where DRA is GA (1.34 on)
         return _listed(api, VERSIONS[0], namespaces, page_size, scope)
     except errors.NotFound:
@@ -63,6 +108,8 @@ def read(api: ApiClient, namespaces: Sequence[str] | None = None, *, page_size: 
         return ClaimsRead(version=VERSIONS[0], problem=f"ResourceClaims could not be listed ({_said(e)})",
                           namespaces=scope)
     at, problem = served(api)
+    if discovery is not None:
+        discovery.keep(at)
     if at == "":
         return ClaimsRead(served=False, namespaces=scope)
     if at is None:
@@ -84,13 +131,14 @@ def _listed(api: ApiClient, at: str, namespaces: Sequence[str] | None, page_size
 
 
 def for_cycle(api: ApiClient, namespaces: Sequence[str] | None, after: datetime.timedelta, page_size: int,
-              pods_read: Sequence[PodView] | None, *, judged: bool = False) -> ClaimsRead | None:
+              pods_read: Sequence[PodView] | None, *, judged: bool = False,
+              discovery: Discovery | None = None) -> ClaimsRead | None:
     """A cycle's claims, with the pods it read beside them (None: none were, so no reservation is
     called stale); None where `after` is zero (`--orphaned-claims-after 0`: not read for the admin
     report) and no policy judges them (`judged`: an orphanedClaim policy is loaded)."""
     if not after and not judged:
         return None
-    found = read(api, namespaces, page_size=page_size)
+    found = read(api, namespaces, page_size=page_size, discovery=discovery)
     if pods_read is None:
         return found
     scope = frozenset(namespaces) if namespaces is not None else None

@@ -376,7 +376,7 @@ def read_cached(cache: ClusterCache, settings: Settings, policies: Sequence[Poli
                             settings.cluster.page_size,
                             # pods forbidden: the snapshot has none, which says nothing of claims
                             snap.pods if need.pods and all(s.kind != "Pod" for s in snap.skipped) else None,
-                            judged=claims.judged(policies))
+                            judged=claims.judged(policies), discovery=cache.claims_discovery)
     return Observation(at, objects, snap.pods, snap.namespaces,
                        snap.nodes if need.nodes else (), need.nodes,
                        read_evidence(source, settings, need, at or now, namespaces=covered, carry=carry,

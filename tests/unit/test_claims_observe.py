@@ -433,3 +433,91 @@ def test_the_plan_reports_them_with_the_namespace_owner_and_what_frees_them() ->
     assert f"claim:{claim.ref.uid}" in report.admin_report.ids
     later = plan(observed, (), SafetyLedger(), T0, settings=PlanSettings(claims_after=datetime.timedelta(hours=3)))
     assert "Device claims held with no consumer" not in dict(later.admin_report.sections)
+
+
+# -- discovery kept between the daemon's cycles ---------------------------------------------------------
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_cluster_without_dra_is_asked_again_only_every_few_minutes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without DRA (before 1.32, or not enabled) a cycle spent two requests learning so, every cycle."""
+    fake = FakeApi({}, {**NO_V1, DISCOVERY: errors.NotFound("not found", status=404)})
+    monkeypatch.setattr(kubeapi, "request", fake.request)
+    clock = Clock()
+    kept = oc.Discovery(clock=clock)
+    first = oc.read(None, discovery=kept)  # type: ignore[arg-type]
+    assert (first.served, first.problem, first.claims) == (False, "", ())
+    assert [p for p, _ in fake.sent] == [ALL, DISCOVERY]
+    clock.now += oc.DISCOVER_EVERY.total_seconds() - 1
+    again = oc.read(None, discovery=kept)  # type: ignore[arg-type]
+    assert (again.served, again.problem, again.claims) == (False, "", ())
+    assert len(fake.sent) == 2, "no request while the answer is kept"
+    clock.now += 1
+    oc.read(None, discovery=kept)  # type: ignore[arg-type]
+    assert [p for p, _ in fake.sent[2:]] == [ALL, DISCOVERY], "asked again once it is old"
+
+
+def test_an_older_version_is_listed_at_once_while_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    beta = "/apis/resource.k8s.io/v1beta2/resourceclaims"
+    fake = FakeApi({DISCOVERY: _group("v1beta2"), beta: {"items": [raw("a")]}}, NO_V1)
+    monkeypatch.setattr(kubeapi, "request", fake.request)
+    clock = Clock()
+    kept = oc.Discovery(clock=clock)
+    oc.read(None, discovery=kept)  # type: ignore[arg-type]
+    assert [p for p, _ in fake.sent] == [ALL, DISCOVERY, beta]
+    read = oc.read(None, discovery=kept)  # type: ignore[arg-type]
+    assert [c.api_version for c in read.claims] == ["resource.k8s.io/v1beta2"]
+    assert [p for p, _ in fake.sent[3:]] == [beta], "one request a cycle, as where v1 is served"
+
+
+@pytest.mark.parametrize("failing", [
+    pytest.param({**NO_V1, DISCOVERY: errors.Forbidden("no", status=403)}, id="discovery-forbidden"),
+    pytest.param({**NO_V1, DISCOVERY: errors.KubeError("timed out")}, id="discovery-unanswered"),
+    pytest.param({ALL: errors.KubeError("timed out")}, id="v1-unanswered"),
+])
+def test_a_failed_look_is_not_kept(monkeypatch: pytest.MonkeyPatch, failing: dict[str, errors.KubeError]) -> None:
+    fake = FakeApi({}, failing)
+    monkeypatch.setattr(kubeapi, "request", fake.request)
+    kept = oc.Discovery(clock=Clock())
+    sent = []
+    for _ in range(2):
+        read = oc.read(None, discovery=kept)  # type: ignore[arg-type]
+        assert read.problem and read.claims == ()
+        sent.append(len(fake.sent))
+    assert sent[1] == 2 * sent[0], "the next cycle looks again"
+
+
+def test_where_v1_is_served_nothing_is_kept_and_v1_is_listed_each_cycle(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeApi({ALL: {"items": [raw("a")]}})
+    monkeypatch.setattr(kubeapi, "request", fake.request)
+    kept = oc.Discovery(clock=Clock())
+    for _ in range(2):
+        assert [c.ref.name for c in oc.read(None, discovery=kept).claims] == ["a"]  # type: ignore[arg-type]
+    assert [p for p, _ in fake.sent] == [ALL, ALL]
+
+
+def test_the_watch_cache_keeps_what_discovery_said_for_the_daemons_cycles() -> None:
+    from janitor.observe.cache import ClusterCache
+    from janitor.settings import Settings
+
+    cache = ClusterCache(None, Settings())  # type: ignore[arg-type]
+    assert isinstance(cache.claims_discovery, oc.Discovery)
+
+
+def test_a_kept_version_no_longer_served_is_looked_for_again_v1_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    beta = "/apis/resource.k8s.io/v1beta2/resourceclaims"
+    fake = FakeApi({DISCOVERY: _group("v1beta2"), beta: {"items": [raw("a")]}}, NO_V1)
+    monkeypatch.setattr(kubeapi, "request", fake.request)
+    kept = oc.Discovery(clock=Clock())
+    oc.read(None, discovery=kept)  # type: ignore[arg-type]
+    fake.failing = {beta: errors.NotFound("not found", status=404)}  # the cluster was upgraded to 1.34
+    fake.answers[ALL] = {"items": [raw("a")]}
+    read = oc.read(None, discovery=kept)  # type: ignore[arg-type]
+    assert [c.api_version for c in read.claims] == [V1] and not read.problem
+    assert [p for p, _ in fake.sent[3:]] == [beta, ALL]

@@ -12,7 +12,7 @@ from test_reserved_quota import quota_policy
 from janitor import kubeapi
 from janitor.decide.model import NamespaceView, SafetyLedger, SkipCause, SkippedKind
 from janitor.decide.plan import plan
-from janitor.observe import observation
+from janitor.observe import claims, observation
 from janitor.observe.cache import Snapshot
 from janitor.settings import Settings
 
@@ -25,6 +25,7 @@ class StubCache:
 
     def __init__(self, snap: Snapshot) -> None:
         self.api, self.snap = None, snap
+        self.claims_discovery = claims.Discovery()
 
     def ensure(self, **_: Any) -> None:
         pass
