@@ -20,6 +20,11 @@ start `--interval` apart at least (60 s, the daemon's default): a steady cycle a
 busy since the last read, and the CPU query's points are a minute apart, aligned to the clock, so
 cycles a few seconds apart would find no point there and carry no CPU verdict.
 
+The janitor's process runs the cyclic garbage collector as the daemon does (`janitor.heap`: off
+during a cycle, then one collection and what lives on frozen, the settling's CPU counted in the
+cycle); `--heap before` runs it as before that (on, paused only while planning), and `--heap both`
+measures each regime in turn at each size, on the same cluster, for the ratio.
+
 After each populate, `--busy-share` of the pods are made busy (2 cores a container, and 80 % on
 each GPU), the same ones at both sizes; the others keep the exporters' idle defaults. The janitor
 logs as the daemon does (JSON lines at INFO, into `bench-janitor.log` in the run dir), since a
@@ -38,7 +43,9 @@ Figures per cycle: apiserver requests and bytes by resource (the nodes' lists ap
 watch events': what others changed meanwhile, such as the controllers still writing the status
 of what populate made while a first cycle at 2,500 nodes runs), Prometheus requests and bytes,
 CPU seconds, time in observe / decide / act as the cycle itself measures them
-(`janitor_cycle_phase_seconds`), log lines, and the child's peak RSS. Prometheus' own cost of
+(`janitor_cycle_phase_seconds`), the cyclic garbage collector's CPU seconds and full collections
+in the janitor's process while the cycle ran (`gc_seconds`, `gc_full`), log lines, and the
+child's peak RSS (`--profile PATH` also writes a cProfile of the last steady cycle). Prometheus' own cost of
 the cycle's queries, each asked with `stats=all` (`PrometheusSource.query_stats`, which the
 daemon never sets): samples read
 (`totalQueryableSamples`, summed: `prom_samples`), the largest `peakSamples` of one query
@@ -55,6 +62,9 @@ Run it alone on the machine: only one sandbox may run at a time.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import cProfile
+import gc
 import json
 import logging
 import re
@@ -101,7 +111,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
     from kubernetes import client
 
     from devenv.fault_rules import FaultControl
-    from janitor import cycle, kubeapi
+    from janitor import cycle, heap, kubeapi
     from janitor.decide.rails import Rails
     from janitor.observe.cache import ClusterCache
     from janitor.observe.carry import BusyCarry
@@ -146,6 +156,17 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
             around_plan["after"] = _rss_mb()
 
     cycle.plan = plan_measured  # type: ignore[assignment]
+    collector = {"seconds": 0.0, "full": 0, "began": 0.0}
+
+    def collecting(phase: str, info: dict[str, int]) -> None:  # CPU of the collector's runs, and full ones
+        if phase == "start":
+            collector["began"] = time.process_time()
+        else:
+            collector["seconds"] += time.process_time() - collector["began"]
+            collector["full"] += info["generation"] == 2
+
+    gc.callbacks.append(collecting)
+    kept_heap = heap.Heap() if args.heap == "frozen" else None
     _ask_query_stats()
     time.sleep(args.quiet)  # the controllers finish adopting what populate made: steady means steady
     pods = [p.metadata for p in direct.list_pod_for_all_namespaces(label_selector="devenv.janitor.dev/populated=true",
@@ -172,13 +193,22 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
             time.sleep(args.settle)
         marks: dict[str, float] = {}
         lines_before = logged["lines"]
-        memory, reloaded = cycle.load_policies(settings, memory)
-        with cycle.prometheus(settings, memory.policies or ()) as source:
-            planned = cycle.observe_and_plan(ports, settings, memory, source=source, reloaded=reloaded)
-            result = cycle.apply(ports, settings, planned, source=source)
-            phases = result.phases  # as the daemon's janitor_cycle_phase_seconds has them
-            marks.update(observe=phases.observe, decide=phases.decide, act=phases.act, decide_cpu=phases.decide_cpu)
-            queries = list(source.stats) if source is not None else []
+        collected = collector.copy()
+        profiler = cProfile.Profile() if args.profile and number == args.steady else None
+        if profiler is not None:
+            profiler.enable()
+        with kept_heap.cycle() if kept_heap is not None else contextlib.nullcontext():
+            memory, reloaded = cycle.load_policies(settings, memory)
+            with cycle.prometheus(settings, memory.policies or ()) as source:
+                planned = cycle.observe_and_plan(ports, settings, memory, source=source, reloaded=reloaded)
+                result = cycle.apply(ports, settings, planned, source=source)
+                phases = result.phases  # as the daemon's janitor_cycle_phase_seconds has them
+                marks.update(observe=phases.observe, decide=phases.decide, act=phases.act,
+                             decide_cpu=phases.decide_cpu)
+                queries = list(source.stats) if source is not None else []
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(args.profile)
         memory = result.memory
         seen = proxy.requests()
         by_resource: Counter[str] = Counter()
@@ -207,16 +237,25 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
             "carried": ports.busy.stats.carried if ports.busy else 0,
             "read_whole": ports.busy.stats.read_whole if ports.busy else 0,
             "whole_why": str(ports.busy.stats.full or "") if ports.busy else "",
+            # the cyclic collector, in any thread of the janitor's (watches included) during the cycle
+            "gc_seconds": collector["seconds"] - collected["seconds"], "gc_full": collector["full"] - collected["full"],
             "log_lines": logged["lines"] - lines_before, "rss_mb": _rss_mb(),
             "rss_before_plan_mb": around_plan.get("before", 0.0), "rss_after_plan_mb": around_plan.get("after", 0.0),
             "peak_rss_so_far_mb": _rss_mb("VmHWM"),
         })
-        print(json.dumps(cycles[-1]), file=sys.stderr, flush=True)
         if args.keep_observation and number == args.steady:  # pickled after the peak is read, below
             kept = (planned.observation, planned.policies, planned.plan.now)
         # The daemon keeps nothing of a cycle but its Memory (janitor.daemon: the result is a local of
         # the cycle's job): neither may the benchmark, or the next cycle's peak holds two plans.
         del planned, result, seen
+        if kept_heap is not None:  # as the daemon's job ends: the heap settles, and the cycle pays for it
+            collected, began_cpu = collector.copy(), time.process_time()
+            kept_heap.settle()
+            settled = time.process_time() - began_cpu
+            cycles[-1].update(cpu=cycles[-1]["cpu"] + settled, settle_cpu=settled,
+                              gc_seconds=cycles[-1]["gc_seconds"] + collector["seconds"] - collected["seconds"],
+                              gc_full=cycles[-1]["gc_full"] + collector["full"] - collected["full"])
+        print(json.dumps(cycles[-1]), file=sys.stderr, flush=True)
     peak = _rss_mb("VmHWM")  # the cycles' peak, before the comparison below reads whole answers
     if args.keep_observation:
         import pickle
@@ -312,7 +351,7 @@ def _env(run_dir: Path) -> dict[str, str]:
 
 
 def _child(env: dict[str, str], proxy: Any, proxied: Path, args: argparse.Namespace, nodes: int,
-           prometheus_url: str, policies: Path) -> dict[str, Any]:
+           prometheus_url: str, policies: Path, heap: str) -> dict[str, Any]:
     # The controllers take longer to settle what populate made on a bigger cluster (seen at 2,500
     # nodes: Deployments' and ReplicaSets' status still written minutes after), so the wait grows.
     quiet = args.quiet + QUIET_PER_NODE * nodes
@@ -322,12 +361,16 @@ def _child(env: dict[str, str], proxy: Any, proxied: Path, args: argparse.Namesp
             "--quiet", str(quiet), "--interval", str(args.interval)]
     if args.keep_observation:
         argv += ["--keep-observation", f"{args.keep_observation}.{nodes}"]
+    if args.profile:
+        argv += ["--profile", f"{args.profile}.{nodes}.{heap}"]
+    argv += ["--heap", heap]
     done = subprocess.run(argv, stdout=subprocess.PIPE, text=True, check=True)
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 _PER_CYCLE = ("cpu", "seconds", "observe", "decide", "decide_cpu", "act", "requests", "bytes", "node_bytes",
-              "watch_bytes", "queries", "query_bytes", "log_lines", "prom_samples", "prom_peak", "prom_eval")
+              "watch_bytes", "queries", "query_bytes", "log_lines", "prom_samples", "prom_peak", "prom_eval",
+              "gc_seconds", "gc_full")
 
 
 def mean_of(cycles: list[dict[str, Any]], key: str) -> float:
@@ -353,9 +396,9 @@ def _summary(found: dict[str, Any], max_samples: int, history: dict[str, float])
             **{f"history_{k}": v for k, v in history.items()}}
 
 
-def _table(sizes: list[tuple[int, dict[str, Any]]], max_samples: int) -> str:
+def _table(sizes: list[tuple[str, dict[str, Any]]], max_samples: int) -> str:
     shown = ("requests", "bytes", "node_bytes", "watch_bytes", "cpu", "observe", "decide", "decide_cpu", "act",
-             "queries", "query_bytes", "prom_samples", "prom_peak", "prom_eval", "log_lines")
+             "queries", "query_bytes", "prom_samples", "prom_peak", "prom_eval", "log_lines", "gc_seconds", "gc_full")
     rows = ["pods", "objects", "findings", *(f"{c}_{k}" for c in ("first", "steady") for k in shown),
             "first_peak_share", "steady_peak_share", "steady_carried", "steady_read_whole", "peak_rss_mb",
             *(f"evidence_{w}_{k}" for w in ("whole", "lean") for k in ("bytes", "cpu", "samples", "peak"))]
@@ -363,11 +406,11 @@ def _table(sizes: list[tuple[int, dict[str, Any]]], max_samples: int) -> str:
         rows += ["history_hours", "history_samples", "history_seconds", "history_disk_mb"]
     if all("kube_janitor_bytes" in s for _, s in sizes):  # its one cycle: every cycle of it lists everything
         rows += ["kube_janitor_requests", "kube_janitor_bytes", "kube_janitor_cpu", "kube_janitor_peak_rss_mb"]
-    head = f"{'':22}" + "".join(f"{f'{n} nodes':>16}" for n, _ in sizes)
+    head = f"{'':22}" + "".join(f"{n:>20}" for n, _ in sizes)
     lines = [head]
     for row in rows:
-        lines.append(f"{row:22}" + "".join(f"{s[row]:>16,.3f}" if isinstance(s[row], float) and s[row] < 100
-                                            else f"{s[row]:>16,.0f}" for _, s in sizes))
+        lines.append(f"{row:22}" + "".join(f"{s[row]:>20,.3f}" if isinstance(s[row], float) and s[row] < 100
+                                            else f"{s[row]:>20,.0f}" for _, s in sizes))
     (n, small), (m, big) = sizes[0], sizes[-1]
     lines.append("")
     def x(row: str, a: dict[str, Any], b: dict[str, Any]) -> str:
@@ -375,13 +418,13 @@ def _table(sizes: list[tuple[int, dict[str, Any]]], max_samples: int) -> str:
 
     for size, s in sizes:
         others = (s["steady_bytes"] - s["steady_node_bytes"]) / s["first_bytes"] if s["first_bytes"] else 0.0
-        lines.append(f"{size} nodes, steady/first: bytes {x('steady_bytes', s, s | {'steady_bytes': s['first_bytes']})}"
+        lines.append(f"{size}, steady/first: bytes {x('steady_bytes', s, s | {'steady_bytes': s['first_bytes']})}"
                      f" ({others:.3f} without the node watch's status updates;"
                      f" {s['steady_requests']:.1f} requests against {s['first_requests']:.0f}), CPU "
                      f"{x('steady_cpu', s, s | {'steady_cpu': s['first_cpu']})}, Prometheus samples read "
                      f"{x('steady_prom_samples', s, s | {'steady_prom_samples': s['first_prom_samples']})}")
     if len(sizes) > 1:
-        lines.append(f"{m}/{n} nodes: pods {x('pods', big, small)}; first cycle: bytes "
+        lines.append(f"{m} / {n}: pods {x('pods', big, small)}; first cycle: bytes "
                      f"{x('first_bytes', big, small)}, CPU {x('first_cpu', big, small)}, Prometheus samples "
                      f"{x('first_prom_samples', big, small)}; steady cycle: CPU "
                      f"{x('steady_cpu', big, small)}, bytes {x('steady_bytes', big, small)}, decide "
@@ -390,13 +433,13 @@ def _table(sizes: list[tuple[int, dict[str, Any]]], max_samples: int) -> str:
     for size, s in sizes:
         whole, lean = s["evidence_whole_bytes"], s["evidence_lean_bytes"]
         cpu = (s["evidence_lean_cpu"] / s["evidence_whole_cpu"]) if s["evidence_whole_cpu"] else 0.0
-        lines.append(f"{size} nodes, usage evidence with busy peaks alone / whole: bytes "
+        lines.append(f"{size}, usage evidence with busy peaks alone / whole: bytes "
                      f"{lean / whole if whole else 0.0:.3f}, CPU {cpu:.3f}")
     for size, s in sizes:
         unstated = f"; {s['unstated']} queries without statistics" if s["unstated"] else ""
         whole_why = (f"; steady cycles that read everything whole: {s['steady_whole_why']}"
                      if s["steady_whole_why"] else "")
-        lines.append(f"{size} nodes, largest peak of one query (--query.max-samples {max_samples:,}): first "
+        lines.append(f"{size}, largest peak of one query (--query.max-samples {max_samples:,}): first "
                      f"{s['first_prom_peak']:,} ({s['first_peak_kind']}; {s['first_peak_share']:.2%}), steady "
                      f"{s['steady_prom_peak']:,} ({s['steady_peak_kind']}; {s['steady_peak_share']:.2%})"
                      f"{unstated}{whole_why}")
@@ -490,9 +533,9 @@ def _run(args: argparse.Namespace) -> int:
         env = _env(run_dir)
         policies = _policies(args.window, run_dir)
 
-        sizes: list[tuple[int, dict[str, Any]]] = []
+        sizes: list[tuple[str, dict[str, Any]]] = []
         made = 0
-        for nodes in (args.nodes, args.nodes * args.factor):
+        for nodes in dict.fromkeys((args.nodes, args.nodes * args.factor)):  # --factor 1: one size
             began = time.monotonic()
             subprocess.run([*python, "populate", "--nodes", str(nodes - made), "--first", str(made + 1)],
                            check=True, cwd=ROOT)
@@ -509,19 +552,21 @@ def _run(args: argparse.Namespace) -> int:
             max_samples = _max_samples(prometheus_url)
             with counting_proxy.in_front_of(Path(env["KUBECONFIG"])) as proxy:
                 proxied = repoint_kubeconfig(Path(env["KUBECONFIG"]), run_dir / "bench.kubeconfig", proxy.url)
-                found = _child(env, proxy, proxied, args, nodes, prometheus_url, policies)
-                summary = _summary(found, max_samples, history)
-                if args.kube_janitor:
-                    import beside_kube_janitor
+                regimes = ("before", "frozen") if args.heap == "both" else (args.heap,)
+                for regime in regimes:  # with both, one after the other on the same cluster
+                    found = _child(env, proxy, proxied, args, nodes, prometheus_url, policies, regime)
+                    summary = _summary(found, max_samples, history)
+                    if args.kube_janitor and regime == regimes[-1]:
+                        import beside_kube_janitor
 
-                    try:
-                        beside = beside_kube_janitor.one_cycle(Path(args.kube_janitor), proxied, proxy,
-                                                               run_dir / "kube-janitor.log")
-                    except SystemExit as e:  # the janitor's figures stand without it
-                        print(f"kube-janitor beside: {e}", file=sys.stderr, flush=True)
-                    else:
-                        summary |= {f"kube_janitor_{k}": v for k, v in beside.items()}
-                sizes.append((nodes, summary))
+                        try:
+                            beside = beside_kube_janitor.one_cycle(Path(args.kube_janitor), proxied, proxy,
+                                                                   run_dir / "kube-janitor.log")
+                        except SystemExit as e:  # the janitor's figures stand without it
+                            print(f"kube-janitor beside: {e}", file=sys.stderr, flush=True)
+                        else:
+                            summary |= {f"kube_janitor_{k}": v for k, v in beside.items()}
+                    sizes.append((f"{nodes} nodes" + (f", {regime}" if len(regimes) > 1 else ""), summary))
             print(_table(sizes, max_samples), flush=True)
     finally:
         if history_server is not None:
@@ -537,6 +582,7 @@ def main() -> int:
     measure = sub.add_parser("measure", help="(internal) run and measure the janitor's cycles, print JSON")
     for flag in ("--control", "--kubeconfig", "--direct-kubeconfig", "--prometheus", "--policies"):
         measure.add_argument(flag, required=True)
+    measure.add_argument("--heap", choices=("frozen", "before"), default="frozen")
     for p in (parser, measure):
         p.add_argument("--steady", type=int, default=3, help="steady cycles after the first (%(default)s)")
         p.add_argument("--churn", type=int, default=20, help="ConfigMaps created, deleted and pods annotated "
@@ -548,8 +594,14 @@ def main() -> int:
                        "read, at the CPU query's 1-minute steps (%(default)s)")
         p.add_argument("--settle", type=float, default=3.0, help="seconds for the watches to bring the churn "
                        "before a steady cycle (%(default)s)")
+        p.add_argument("--profile", metavar="PATH", help="cProfile the last steady cycle (its own thread: "
+                       "observe, plan, act; not the watches) into PATH.<nodes>, for `python -m pstats`")
         p.add_argument("--keep-observation", metavar="PATH", help="pickle the last cycle's observation, policies "
                        "and time (PATH.<nodes>) for `bench/plan_scale.py --observation`")
+    parser.add_argument("--heap", choices=("frozen", "before", "both"), default="frozen",
+                        help="the cyclic collector's regime: frozen as the daemon's (janitor.heap: off during a "
+                        "cycle, what lives on frozen after it), before (on, paused only while planning), or "
+                        "both, one after the other at each size (%(default)s)")
     parser.add_argument("--nodes", type=int, default=500, help="N (%(default)s)")
     parser.add_argument("--factor", type=int, default=4, help="the second size is N x this (%(default)s)")
     parser.add_argument("--window", default="4h", help="every idle trigger's window, written over those of "

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from janitor import cycle, endpoints, errors, kubeapi
+from janitor import cycle, endpoints, errors, heap, kubeapi
 from janitor.act import kube
 from janitor.act.slack_inbound import HttpReceiver, SocketReceiver
 from janitor.clicks import Clicks
@@ -110,6 +110,8 @@ class _Cycles:
         self.slack_error = ""
         self.intervals_notice: str | None = None  # the last cycle's evidence had no scrape intervals: why
         self.unsynced_said: frozenset[str] = frozenset()  # the kinds not synced the last skipped cycle named
+        self.heap = heap.Heap()  # what lives on after a cycle, frozen out of the collector's walk
+        telemetry.heap_frozen.set_function(heap.Heap.frozen)
 
     def check_slack(self) -> None:
         """At start, and every cycle while it fails: does Slack take the token?"""
@@ -157,17 +159,20 @@ class _Cycles:
         self.running = thread
         began = time.monotonic()
         budget = self.settings.cycle_budget.total_seconds()
-        thread.start()
-        while not done.wait(_WATCH_EVERY):
-            if self.stopping.is_set() or time.monotonic() - began > budget:
-                break
-        if not done.is_set():
+        with self.heap.cycle():  # the collector off while it runs (janitor.heap)
+            thread.start()
+            while not done.wait(_WATCH_EVERY):
+                if self.stopping.is_set() or time.monotonic() - began > budget:
+                    break
+        if done.is_set():
+            self.running = None
+            self._finished(outcome)
+        else:
             cancelled.set()
             if not self.stopping.is_set():
                 self._abandon(thread, budget)
-            return
-        self.running = None
-        self._finished(outcome)
+        outcome.clear()  # the plan and the evidence go now, by reference counting, before the heap settles
+        self.heap.settle()
 
     def _abandon(self, thread: threading.Thread, budget: float) -> None:
         self.abandoned.append(thread)

@@ -199,6 +199,9 @@ class Telemetry:
                               "outcome (done, not-allowed, stale, no-room, failed; forged and replayed requests "
                               "as button unknown)", ["button", "outcome"], registry=r)
         self.decide_cpu = Counter("janitor_decide_cpu_seconds", "CPU seconds spent deciding (plan)", registry=r)
+        self.heap_frozen = Gauge("janitor_heap_frozen_objects", "Objects the daemon froze out of Python's cyclic "
+                                 "collector after its last cycle (janitor.heap; thawed and collected hourly)",
+                                 registry=r)
         for source in ("kubernetes", "prometheus", "slack", "janitor"):
             self.errors.labels(source=source)
         for reason in HoldReason:

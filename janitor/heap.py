@@ -1,0 +1,67 @@
+"""The daemon's heap between cycles: what lives on is frozen out of the cyclic collector's walk.
+
+Why: the watch cache keeps a value per object, hundreds of thousands of tracked objects at 12,500
+pods and over a million at 50,000, and CPython's cyclic collector walks every tracked object at
+each full collection. A cycle's work (the cache's snapshot, the evidence, the plan, the verdicts
+it keeps) leaves enough new objects alive to set off two or three full collections every steady
+cycle, each a walk of the whole cache that finds nothing: the cache's values are acyclic and die
+by reference counting. At 12,500 pods that walking was a third of a steady cycle's CPU
+(`bench/cluster_scale.py`, `gc_seconds`). So the daemon runs each cycle with the collector off
+(cyclic garbage a cycle makes waits for its end, a cycle's budget at most) and, once it has
+handled the cycle's result, collects once and freezes what is alive (`gc.freeze`): from then on
+the collector walks only what is younger than the last cycle, here and in the watch threads
+between cycles.
+
+A frozen value is still freed by reference counting when dropped; only one that has become part of
+a garbage cycle since it was frozen is not, until the heap thaws: every `THAW_EVERY` the heap is
+unfrozen and collected whole once, so such garbage is kept an hour at most. The one-shot commands
+keep the collector as it is (their plan alone runs with it paused, `cycle.observe_and_plan`)."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import gc
+import time
+from collections.abc import Callable, Iterator
+
+THAW_EVERY = datetime.timedelta(hours=1)
+
+
+class Heap:
+    """The collector's regime around the daemon's cycles (one per daemon)."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.thawed_at = clock()
+
+    @staticmethod
+    @contextlib.contextmanager
+    def cycle() -> Iterator[None]:
+        """The collector off while the daemon runs (or waits on) a cycle.
+
+        The context ends when the daemon stops waiting, also for a cycle it abandoned past its
+        budget, so a cycle that never returns cannot keep the collector off."""
+        was_on = gc.isenabled()
+        gc.disable()
+        try:
+            yield
+        finally:
+            if was_on:
+                gc.enable()
+
+    def settle(self) -> None:
+        """After a cycle, once its result is dropped (the plan and the evidence go by reference
+        counting, so the collection walks what lives on, not them): collect what is left (and,
+        once every `THAW_EVERY`, the whole heap), then freeze the rest."""
+        now = self.clock()
+        if now - self.thawed_at >= THAW_EVERY.total_seconds():
+            gc.unfreeze()
+            self.thawed_at = now
+        gc.collect()
+        gc.freeze()
+
+    @staticmethod
+    def frozen() -> int:
+        """Objects out of the collector's walk (janitor_heap_frozen_objects)."""
+        return gc.get_freeze_count()

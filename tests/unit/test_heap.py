@@ -1,0 +1,156 @@
+"""The daemon's heap between cycles (janitor/heap.py), as its cycles leave it.
+
+Aspects covered:
+- a cycle runs with the cyclic collector off, and it is on again once the cycle ends, or once the
+  daemon abandons a cycle past its budget (the cycle's thread may run on for a long while);
+- what a cycle leaves as cyclic garbage is collected when it ends;
+- what is alive when a cycle ends is frozen out of the collector's walk, and
+  `janitor_heap_frozen_objects` says how much; the cycle's result is not (it is dropped first);
+- a frozen value that later becomes cyclic garbage is not kept past the next thaw (`THAW_EVERY`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import logging
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from janitor import cycle, heap
+from janitor.cycle import CycleResult, Ports
+from janitor.daemon import _Cycles
+from janitor.settings import Settings
+from janitor.telemetry import Telemetry
+
+
+class Knot:
+    """A value in a reference cycle: only the cyclic collector frees it."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(autouse=True)
+def restored() -> Iterator[None]:
+    was = gc.isenabled()
+    gc.enable()
+    gc.unfreeze()
+    yield
+    gc.unfreeze()
+    if not was:
+        gc.disable()
+    gc.collect()
+
+
+def _cycles(clock: Clock, budget: float = 600.0) -> _Cycles:
+    settings = Settings(interval=datetime.timedelta(seconds=60), cycle_budget=datetime.timedelta(seconds=budget))
+    daemon = _Cycles(Ports(api=None), settings, Telemetry(), None)  # type: ignore[arg-type]
+    daemon.heap = heap.Heap(clock=clock)
+    return daemon
+
+
+def _failing(seen: dict[str, Any], make: Callable[[], object] | None = None) -> Callable[..., CycleResult]:
+    """A cycle that records what it saw of the collector, makes what `make` makes, and fails (the
+    daemon handles the failure as any other)."""
+
+    def run_cycle(*_: object) -> CycleResult:
+        seen["enabled"] = gc.isenabled()
+        if make is not None:
+            make()
+        raise RuntimeError("this cycle stops here")
+
+    return run_cycle
+
+
+def test_a_cycle_runs_with_the_collector_off_and_it_is_on_again_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(cycle, "run_cycle", _failing(seen))
+    _cycles(Clock()).job()
+    assert seen["enabled"] is False
+    assert gc.isenabled()
+
+
+def test_the_garbage_cycles_a_cycle_leaves_are_collected_when_it_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    refs: list[weakref.ref[Knot]] = []
+    monkeypatch.setattr(cycle, "run_cycle", _failing({}, lambda: refs.append(weakref.ref(Knot()))))
+    _cycles(Clock()).job()
+    assert refs and refs[0]() is None
+
+
+def test_what_lives_on_after_a_cycle_is_frozen_and_counted_but_not_its_result(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    kept: list[object] = []
+    result: list[weakref.ref[Knot]] = []
+
+    def run_cycle(*_: object) -> CycleResult:
+        kept.append({"a value the next cycle reads": [1, 2, 3]})
+        error = RuntimeError("the cycle's outcome")
+        knot = Knot()
+        result.append(weakref.ref(knot))
+        error.knot = knot  # type: ignore[attr-defined]  # held by the outcome only
+        raise error
+
+    monkeypatch.setattr(cycle, "run_cycle", run_cycle)
+    monkeypatch.setattr(logging.getLogger("janitor.daemon"), "disabled", True)  # no log record holds the outcome
+    daemon = _cycles(Clock())
+    assert gc.get_freeze_count() == 0
+    daemon.job()
+    frozen = gc.get_freeze_count()
+    assert frozen > 0
+    assert daemon.telemetry.registry.get_sample_value("janitor_heap_frozen_objects") == frozen
+    # no generation the collector walks holds what the cycle left alive
+    assert not any(o is kept[0] for o in gc.get_objects())
+    # the outcome was dropped before the freeze: its garbage is gone, not frozen until the thaw
+    assert result[0]() is None
+
+
+def test_a_frozen_value_that_becomes_garbage_goes_at_the_next_thaw(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock()
+    kept: list[Knot] = []
+    monkeypatch.setattr(cycle, "run_cycle", _failing({}, lambda: kept.append(Knot()) if not kept else None))
+    daemon = _cycles(clock)
+    daemon.job()  # the knot is alive, so it is frozen
+    ref = weakref.ref(kept.pop())
+    clock.now += 60
+    daemon.job()
+    gc.collect()
+    assert ref() is not None  # frozen garbage waits for the thaw...
+    clock.now += heap.THAW_EVERY.total_seconds()
+    daemon.job()
+    assert ref() is None  # ...and no longer
+    assert gc.get_freeze_count() > 0  # frozen again after the thaw
+
+
+def test_a_cycle_abandoned_past_its_budget_leaves_the_collector_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    release = threading.Event()
+    seen: dict[str, Any] = {}
+
+    def hung(*_: object) -> CycleResult:
+        seen["enabled"] = gc.isenabled()
+        release.wait(10)
+        raise RuntimeError("it answered at last")
+
+    monkeypatch.setattr(cycle, "run_cycle", hung)
+    daemon = _cycles(Clock(), budget=0.5)
+    try:
+        daemon.job()
+        assert seen["enabled"] is False
+        assert daemon.abandoned, "the cycle was abandoned"
+        assert gc.isenabled()
+    finally:
+        release.set()
+        for thread in daemon.abandoned:
+            thread.join(5)
