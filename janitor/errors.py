@@ -29,6 +29,7 @@ class KubeError(Exception):
     def __init__(self, message: str, *, status: int | None = None, doing: str = "") -> None:
         self.status = status
         self.doing = doing
+        self.date: str | None = None  # the answer's Date header, where one came: the apiserver's clock
         self.server_message = cut(message, FORBIDDEN_MAX if status == 403 else MESSAGE_MAX)
         prefix = f"{doing}: " if doing else ""
         code = f"HTTP {status}: " if status else ""

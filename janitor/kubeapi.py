@@ -265,7 +265,9 @@ def request(
     except (ApiException, urllib3.exceptions.HTTPError) as e:
         raise failed(e, doing) from e
     if not 200 <= response.status <= 299:
-        raise errors.from_status(response.status, data, doing=doing)
+        error = errors.from_status(response.status, data, doing=doing)
+        error.date = (response.headers or {}).get("Date")
+        raise error
     return Response(response.status, data or b"", dict(response.headers or {}))
 
 

@@ -193,9 +193,9 @@ def _read_ledger(api: ApiClient, namespace: str, name: str
     try:
         path = kubeapi.path(_CONFIG_MAPS, namespace, name)
         page = _get(api, path, doing=f"read ledger {namespace}/{name}")
-    except errors.NotFound:
+    except errors.NotFound as e:  # its answer still tells the apiserver's clock (no /version asked for it)
         logger.info("no safety ledger at ConfigMap %s/%s yet; starting empty", namespace, name)
-        return SafetyLedger(), None, None
+        return SafetyLedger(), _parse_date(e.date), None
     metadata = page.body.get("metadata") or {}
     version = metadata.get("resourceVersion")
     acknowledged_at = _acknowledged_at(metadata.get("annotations") or {}, where=f"{namespace}/{name}")
