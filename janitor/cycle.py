@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import functools
-import gc
 import logging
 import time
 from collections import Counter
@@ -24,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from kubernetes.client import ApiClient
 
 from janitor import annotations as ann
-from janitor import fresh_look
+from janitor import fresh_look, heap
 from janitor.act import holder_notices, kube
 from janitor.act.executor import Executor, Fresh
 from janitor.act.ledger_writer import LedgerWriter
@@ -181,20 +180,6 @@ def prometheus(settings: Settings, policies: Sequence[Policy]) -> Iterator[Prome
         yield source
 
 
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic collector off while planning: a plan of 50,000 pods makes ~300,000 small
-    acyclic values (reference counting frees them), and the collections they trigger walk the whole
-    observation, about a third of the plan's time (bench/plan_scale.py). It runs again right after."""
-    was_on = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_on:
-            gc.enable()
-
-
 def observe_and_plan(ports: Ports, settings: Settings, memory: Memory, *, source: PrometheusSource | None = None,
                      progress: observation.Progress | None = None, reloaded: bool | None = None) -> Planned:
     """Observe and decide with the policies in `memory`, changing nothing."""
@@ -214,7 +199,11 @@ def observe_and_plan(ports: Ports, settings: Settings, memory: Memory, *, source
     if seen.claims is not None:
         seen = replace(seen, claims=replace(seen.claims, seen=claims_seen))
     observed, cpu = time.monotonic(), time.thread_time()
-    with _collector_paused():
+    # Python's cyclic collector off while planning: a plan of 50,000 pods makes ~300,000 small acyclic
+    # values (reference counting frees them), and the collections they trigger walk the whole
+    # observation, about a third of the plan's time (bench/plan_scale.py). In the daemon it is off
+    # for the whole cycle already (janitor.heap).
+    with heap.collector_paused():
         decided = plan(seen, policies, ledger, now, settings=settings.plan())
     phases = Phases(observed - began, time.monotonic() - observed, decide_cpu=time.thread_time() - cpu)
     verdicts = log_verdicts(decided.findings, memory.verdicts)

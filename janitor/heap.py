@@ -28,6 +28,18 @@ from collections.abc import Callable, Iterator
 THAW_EVERY = datetime.timedelta(hours=1)
 
 
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic collector off for the block, then as it was (a block within one changes nothing)."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
 class Heap:
     """The collector's regime around the daemon's cycles (one per daemon)."""
 
@@ -36,19 +48,12 @@ class Heap:
         self.thawed_at = clock()
 
     @staticmethod
-    @contextlib.contextmanager
-    def cycle() -> Iterator[None]:
+    def cycle() -> contextlib.AbstractContextManager[None]:
         """The collector off while the daemon runs (or waits on) a cycle.
 
         The context ends when the daemon stops waiting, also for a cycle it abandoned past its
         budget, so a cycle that never returns cannot keep the collector off."""
-        was_on = gc.isenabled()
-        gc.disable()
-        try:
-            yield
-        finally:
-            if was_on:
-                gc.enable()
+        return collector_paused()
 
     def settle(self) -> None:
         """After a cycle, once its result is dropped (the plan and the evidence go by reference
