@@ -89,37 +89,33 @@ def read(api: ApiClient, namespaces: Sequence[str] | None = None, *, page_size: 
     kept = discovery.kept() if discovery is not None else None
     if kept == "":
         return ClaimsRead(served=False, namespaces=scope)
-    if kept:  # an older version, listed at once
+    # The version kept, else (or once it answers 404) v1, without asking discovery: one request a
+    # cycle where DRA is GA (1.34 on), or where discovery's answer is kept.
+    for at in dict.fromkeys((kept or VERSIONS[0], VERSIONS[0])):
         try:
-            return _listed(api, kept, namespaces, page_size, scope)
-        except errors.NotFound:  # no longer served there: look again, v1 first
-            assert discovery is not None
-            discovery.keep(None)
+            return _listed(api, at, namespaces, page_size, scope)
+        except errors.NotFound:
+            if discovery is not None:
+                discovery.keep(None)
         except errors.KubeError as e:
-            logger.warning("cannot list ResourceClaims: %s", e)
-            return ClaimsRead(version=kept, problem=f"ResourceClaims could not be listed ({_said(e)})",
-                              namespaces=scope)
-    try:  # v1 first, without asking discovery: one request a cycle where DRA is GA (1.34 on)
-        return _listed(api, VERSIONS[0], namespaces, page_size, scope)
-    except errors.NotFound:
-        pass
-    except errors.KubeError as e:
-        logger.warning("cannot list ResourceClaims: %s", e)
-        return ClaimsRead(version=VERSIONS[0], problem=f"ResourceClaims could not be listed ({_said(e)})",
-                          namespaces=scope)
-    at, problem = served(api)
+            return _unlisted(at, e, scope)
+    found, problem = served(api)
     if discovery is not None:
-        discovery.keep(at)
-    if at == "":
+        discovery.keep(found)
+    if found == "":
         return ClaimsRead(served=False, namespaces=scope)
-    if at is None:
+    if found is None:
         logger.warning("ResourceClaims not read: %s", problem)
         return ClaimsRead(problem=problem, namespaces=scope)
     try:
-        return _listed(api, at, namespaces, page_size, scope)
+        return _listed(api, found, namespaces, page_size, scope)
     except errors.KubeError as e:
-        logger.warning("cannot list ResourceClaims: %s", e)
-        return ClaimsRead(version=at, problem=f"ResourceClaims could not be listed ({_said(e)})", namespaces=scope)
+        return _unlisted(found, e, scope)
+
+
+def _unlisted(at: str, error: errors.KubeError, scope: frozenset[str] | None) -> ClaimsRead:
+    logger.warning("cannot list ResourceClaims: %s", error)
+    return ClaimsRead(version=at, problem=f"ResourceClaims could not be listed ({_said(error)})", namespaces=scope)
 
 
 def _listed(api: ApiClient, at: str, namespaces: Sequence[str] | None, page_size: int,
