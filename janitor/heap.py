@@ -58,7 +58,9 @@ class Heap:
     def settle(self) -> None:
         """After a cycle, once its result is dropped (the plan and the evidence go by reference
         counting, so the collection walks what lives on, not them): collect what is left (and,
-        once every `THAW_EVERY`, the whole heap), then freeze the rest."""
+        once every `THAW_EVERY`, the whole heap), then freeze the rest. The collector is on after
+        it: an abandoned cycle's own pause (its plan's) may have caught it on as the daemon's ended."""
+        gc.enable()
         now = self.clock()
         if now - self.thawed_at >= THAW_EVERY.total_seconds():
             gc.unfreeze()

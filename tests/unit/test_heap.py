@@ -154,3 +154,12 @@ def test_a_cycle_abandoned_past_its_budget_leaves_the_collector_on(monkeypatch: 
         release.set()
         for thread in daemon.abandoned:
             thread.join(5)
+
+
+def test_the_collector_is_on_after_the_heap_settles_whatever_left_it_off() -> None:
+    """A cycle abandoned past its budget still plans on its thread: its own pause may read the
+    collector on just as the daemon's ends, and turn it off for good (a standby would then never
+    collect). Settling, which only the daemon's job does, leaves it on."""
+    gc.disable()
+    heap.Heap(clock=Clock()).settle()
+    assert gc.isenabled()
