@@ -37,8 +37,8 @@ def _pod_named(pod: PodView) -> bool:
 
 
 def kube_janitors(objects: Sequence[ObjectView], pods: Sequence[PodView]) -> tuple[ObjectRef, ...]:
-    """Where kube-janitor runs: its Deployments, or its running pods where their Deployment was not
-    read (Deployments are not among the kinds read), sorted."""
+    """Where kube-janitor runs: its Deployments, or, where no such Deployment was read (Deployments
+    are not among the kinds read, or it was deployed some other way), its running pods; sorted."""
     found = {o.ref for o in objects if o.ref.kind == "Deployment" and not o.deleting and _named(o.ref.name, o.labels)}
     if not found:
         found = {p.ref for p in pods if p.phase == "Running" and not p.deleting and _pod_named(p)}

@@ -123,6 +123,32 @@ def test_kube_janitor_running_beside_is_said_in_the_plan_and_the_admin_report() 
     assert "janitor/deadline" in line and "Beside kube-janitor" in line
 
 
+
+def test_kube_janitor_is_found_by_its_running_pods_where_no_deployment_of_it_was_read() -> None:
+    from janitor.decide.model import ObjectRef, PodView
+    from janitor.decide.neighbours import kube_janitors
+
+    def pod(name: str, labels: dict[str, str], phase: str = "Running", deleting: bool = False) -> PodView:
+        return PodView(ObjectRef("Pod", "v1", "default", name, f"uid-{name}"), "1", labels, None, "n1", phase,
+                       NOW, 0, deleting=deleting)
+
+    found = [pod("kube-janitor-7d9f8c6b5-x2x9q", {}), pod("cleanup-0", {"app": "kube-janitor"})]
+    missed = [pod("kube-janitorial-7d9f8c6b5-x2x9q", {}),  # another name that starts alike
+              pod("kube-janitor-extra-7d9f8c6b5-x2x9q", {}),
+              pod("cleanup-1", {"team": "kube-janitor"}),  # the value under a key that does not name it
+              pod("kube-janitor-7d9f8c6b5-wait1", {}, phase="Pending"),
+              pod("cleanup-2", {"application": "kube-janitor"}, deleting=True),
+              pod("trainer-0", {"app": "trainer"})]
+    assert kube_janitors((), (*missed, *found)) == tuple(sorted((p.ref for p in found), key=str))
+    theirs = dataclasses.replace(obj_deployment("kube-janitor"), labels={})
+    assert kube_janitors((theirs,), (*missed, *found)) == (theirs.ref,)  # its Deployment, where read
+
+
+def obj_deployment(name: str):  # type: ignore[no-untyped-def]
+    from factories import obj
+
+    return obj(name, kind="Deployment", namespace="default")
+
 # -- found by an adversarial read ----------------------------------------------------------------------------
 
 
