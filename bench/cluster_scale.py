@@ -102,6 +102,49 @@ def _rss_mb(field: str = "VmRSS") -> float:
     return 0.0
 
 
+class _Tracing:
+    """Where the janitor's memory goes (`--trace-memory`): what Python holds live against what the
+    process keeps resident. A wide gap is memory freed but kept by the allocators, not data."""
+
+    def __init__(self, frames: int) -> None:
+        import tracemalloc
+
+        self.tracemalloc = tracemalloc
+        tracemalloc.start(frames)
+        self.snapshot: Any = None
+        self.traced_before_plan = 0.0
+
+    def before_plan(self) -> None:
+        self.traced_before_plan = self.tracemalloc.get_traced_memory()[0] / 2**20
+        self.snapshot = self.tracemalloc.take_snapshot()
+
+    def cycle_done(self) -> dict[str, float]:
+        current, peak = self.tracemalloc.get_traced_memory()
+        self.tracemalloc.reset_peak()
+        return {"traced_before_plan_mb": self.traced_before_plan, "traced_mb": current / 2**20,
+                "traced_peak_mb": peak / 2**20, "traces_mb": self.tracemalloc.get_tracemalloc_memory() / 2**20}
+
+    def trimmed(self) -> dict[str, float]:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        return {"rss_trimmed_mb": _rss_mb()}
+
+    def report(self, top: int = 30) -> None:
+        if self.snapshot is None:
+            return
+        for group in ("filename", "lineno"):
+            print(f"-- live before the last plan, by {group} --", file=sys.stderr)
+            for stat in self.snapshot.statistics(group)[:top]:
+                print(f"{stat.size / 2**20:8.1f} MB {stat.count:9d}  {stat.traceback}", file=sys.stderr)
+        print("-- by traceback --", file=sys.stderr)
+        for stat in self.snapshot.statistics("traceback")[:12]:
+            print(f"{stat.size / 2**20:8.1f} MB {stat.count:9d}", file=sys.stderr)
+            for line in stat.traceback.format()[-12:]:
+                print("    " + line, file=sys.stderr)
+        sys.stderr.flush()
+
+
 # -- the child: the janitor, measured --------------------------------------------------------------------
 
 
@@ -148,8 +191,12 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
     around_plan: dict[str, float] = {}
     planner = cycle.plan
 
+    tracing = _Tracing(args.trace_memory) if args.trace_memory else None
+
     def plan_measured(*a: Any, **k: Any) -> Any:  # RSS before and after deciding, beside the cycle's peak
         around_plan["before"] = _rss_mb()
+        if tracing is not None:
+            tracing.before_plan()
         try:
             return planner(*a, **k)
         finally:
@@ -197,15 +244,17 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
         profiler = cProfile.Profile() if args.profile and number == args.steady else None
         if profiler is not None:
             profiler.enable()
-        with kept_heap.cycle() if kept_heap is not None else contextlib.nullcontext():
-            memory, reloaded = cycle.load_policies(settings, memory)
-            with cycle.prometheus(settings, memory.policies or ()) as source:
-                planned = cycle.observe_and_plan(ports, settings, memory, source=source, reloaded=reloaded)
-                result = cycle.apply(ports, settings, planned, source=source)
-                phases = result.phases  # as the daemon's janitor_cycle_phase_seconds has them
-                marks.update(observe=phases.observe, decide=phases.decide, act=phases.act,
-                             decide_cpu=phases.decide_cpu)
-                queries = list(source.stats) if source is not None else []
+        # As the daemon's job: the collector off while the cycle runs and until its result is dropped.
+        paused = contextlib.ExitStack()
+        paused.enter_context(kept_heap.cycle() if kept_heap is not None else contextlib.nullcontext())
+        memory, reloaded = cycle.load_policies(settings, memory)
+        with cycle.prometheus(settings, memory.policies or ()) as source:
+            planned = cycle.observe_and_plan(ports, settings, memory, source=source, reloaded=reloaded)
+            result = cycle.apply(ports, settings, planned, source=source)
+            phases = result.phases  # as the daemon's janitor_cycle_phase_seconds has them
+            marks.update(observe=phases.observe, decide=phases.decide, act=phases.act,
+                         decide_cpu=phases.decide_cpu)
+            queries = list(source.stats) if source is not None else []
         if profiler is not None:
             profiler.disable()
             profiler.dump_stats(args.profile)
@@ -242,12 +291,14 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
             "log_lines": logged["lines"] - lines_before, "rss_mb": _rss_mb(),
             "rss_before_plan_mb": around_plan.get("before", 0.0), "rss_after_plan_mb": around_plan.get("after", 0.0),
             "peak_rss_so_far_mb": _rss_mb("VmHWM"),
+            **(tracing.cycle_done() if tracing is not None else {}),
         })
         if args.keep_observation and number == args.steady:  # pickled after the peak is read, below
             kept = (planned.observation, planned.policies, planned.plan.now)
         # The daemon keeps nothing of a cycle but its Memory (janitor.daemon: the result is a local of
         # the cycle's job): neither may the benchmark, or the next cycle's peak holds two plans.
         del planned, result, seen
+        paused.close()
         if kept_heap is not None:  # as the daemon's job ends: the heap settles, and the cycle pays for it
             collected, began_cpu = collector.copy(), time.process_time()
             kept_heap.settle()
@@ -255,7 +306,11 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
             cycles[-1].update(cpu=cycles[-1]["cpu"] + settled, settle_cpu=settled,
                               gc_seconds=cycles[-1]["gc_seconds"] + collector["seconds"] - collected["seconds"],
                               gc_full=cycles[-1]["gc_full"] + collector["full"] - collected["full"])
+        if tracing is not None:
+            cycles[-1].update(tracing.trimmed())
         print(json.dumps(cycles[-1]), file=sys.stderr, flush=True)
+    if tracing is not None:
+        tracing.report()
     peak = _rss_mb("VmHWM")  # the cycles' peak, before the comparison below reads whole answers
     if args.keep_observation:
         import pickle
@@ -363,6 +418,8 @@ def _child(env: dict[str, str], proxy: Any, proxied: Path, args: argparse.Namesp
         argv += ["--keep-observation", f"{args.keep_observation}.{nodes}"]
     if args.profile:
         argv += ["--profile", f"{args.profile}.{nodes}.{heap}"]
+    if args.trace_memory:
+        argv += ["--trace-memory", str(args.trace_memory)]
     argv += ["--heap", heap]
     done = subprocess.run(argv, stdout=subprocess.PIPE, text=True, check=True)
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
@@ -596,6 +653,11 @@ def main() -> int:
                        "before a steady cycle (%(default)s)")
         p.add_argument("--profile", metavar="PATH", help="cProfile the last steady cycle (its own thread: "
                        "observe, plan, act; not the watches) into PATH.<nodes>, for `python -m pstats`")
+        p.add_argument("--trace-memory", type=int, default=0, metavar="FRAMES", help="trace the janitor's "
+                       "allocations (tracemalloc, this many frames; slower, and its RSS grows by the traces): "
+                       "per cycle the traced memory before deciding and at its peak, the RSS once glibc has "
+                       "handed freed memory back (malloc_trim), and the largest live allocation sites before "
+                       "the last cycle's plan")
         p.add_argument("--keep-observation", metavar="PATH", help="pickle the last cycle's observation, policies "
                        "and time (PATH.<nodes>) for `bench/plan_scale.py --observation`")
     parser.add_argument("--heap", choices=("frozen", "before", "both"), default="frozen",

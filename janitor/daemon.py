@@ -159,19 +159,21 @@ class _Cycles:
         self.running = thread
         began = time.monotonic()
         budget = self.settings.cycle_budget.total_seconds()
-        with self.heap.cycle():  # the collector off while it runs (janitor.heap)
+        # The collector off while the cycle runs and its result is handled (janitor.heap): a
+        # collection would walk the plan and the evidence only to see them freed when it is dropped.
+        with self.heap.cycle():
             thread.start()
             while not done.wait(_WATCH_EVERY):
                 if self.stopping.is_set() or time.monotonic() - began > budget:
                     break
-        if done.is_set():
-            self.running = None
-            self._finished(outcome)
-        else:
-            cancelled.set()
-            if not self.stopping.is_set():
-                self._abandon(thread, budget)
-        outcome.clear()  # the plan and the evidence go now, by reference counting, before the heap settles
+            if done.is_set():
+                self.running = None
+                self._finished(outcome)
+            else:
+                cancelled.set()
+                if not self.stopping.is_set():
+                    self._abandon(thread, budget)
+            outcome.clear()  # the plan and the evidence go now, by reference counting, before the heap settles
         self.heap.settle()
 
     def _abandon(self, thread: threading.Thread, budget: float) -> None:

@@ -2,7 +2,8 @@
 
 Aspects covered:
 - a cycle runs with the cyclic collector off, and it is on again once the cycle ends, or once the
-  daemon abandons a cycle past its budget (the cycle's thread may run on for a long while);
+  daemon abandons a cycle past its budget (the cycle's thread may run on for a long while); it
+  stays off while the daemon handles the cycle's result, until the heap settles;
 - what a cycle leaves as cyclic garbage is collected when it ends;
 - what is alive when a cycle ends is frozen out of the collector's walk, and
   `janitor_heap_frozen_objects` says how much; the cycle's result is not (it is dropped first);
@@ -82,6 +83,20 @@ def test_a_cycle_runs_with_the_collector_off_and_it_is_on_again_after(monkeypatc
     assert seen["enabled"] is False
     assert gc.isenabled()
 
+
+
+def test_the_collector_stays_off_while_the_daemon_handles_the_cycles_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The result (the plan, the evidence, the observation) is alive until it is handled: a
+    collection then would walk all of it only to see it freed a moment later, at 50,000 pods half
+    a second of a steady cycle. The collector waits for the heap to settle."""
+    monkeypatch.setattr(cycle, "run_cycle", _failing({}))
+    seen: list[bool] = []
+    daemon = _cycles(Clock())
+    handle = daemon._finished
+    monkeypatch.setattr(daemon, "_finished", lambda outcome: (seen.append(gc.isenabled()), handle(outcome)))
+    daemon.job()
+    assert seen == [False]
+    assert gc.isenabled()
 
 def test_the_garbage_cycles_a_cycle_leaves_are_collected_when_it_ends(monkeypatch: pytest.MonkeyPatch) -> None:
     refs: list[weakref.ref[Knot]] = []
