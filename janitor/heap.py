@@ -7,8 +7,10 @@ it keeps) leaves enough new objects alive to set off two or three full collectio
 cycle, each a walk of the whole cache that finds nothing: the cache's values are acyclic and die
 by reference counting. At 12,500 pods that walking was a third of a steady cycle's CPU
 (`bench/cluster_scale.py`, `gc_seconds`). So the daemon runs each cycle with the collector off
-(cyclic garbage a cycle makes waits for its end, a cycle's budget at most) and, once it has
-handled the cycle's result, collects once and freezes what is alive (`gc.freeze`): from then on
+(cyclic garbage a cycle makes waits for its end, a cycle's budget at most), keeps it off while it
+handles the cycle's result (a collection then walked the plan and the evidence just before they
+were dropped: a tenth of a steady cycle's CPU), and then collects once and freezes what is alive
+(`gc.freeze`): from then on
 the collector walks only what is younger than the last cycle, here and in the watch threads
 between cycles.
 
@@ -49,10 +51,10 @@ class Heap:
 
     @staticmethod
     def cycle() -> contextlib.AbstractContextManager[None]:
-        """The collector off while the daemon runs (or waits on) a cycle.
+        """The collector off while the daemon runs (or waits on) a cycle and handles its result.
 
-        The context ends when the daemon stops waiting, also for a cycle it abandoned past its
-        budget, so a cycle that never returns cannot keep the collector off."""
+        The context ends when the daemon is done with the cycle, also with one it abandoned past
+        its budget, so a cycle that never returns cannot keep the collector off."""
         return collector_paused()
 
     def settle(self) -> None:
