@@ -7,7 +7,9 @@ Aspects covered:
 - what a cycle leaves as cyclic garbage is collected when it ends;
 - what is alive when a cycle ends is frozen out of the collector's walk, and
   `janitor_heap_frozen_objects` says how much; the cycle's result is not (it is dropped first);
-- a frozen value that later becomes cyclic garbage is not kept past the next thaw (`THAW_EVERY`).
+- a frozen value that later becomes cyclic garbage is not kept past the next thaw (`THAW_EVERY`);
+- the daemon's threads share two malloc arenas where the C library is glibc, unless the admin set
+  MALLOC_ARENA_MAX.
 """
 
 from __future__ import annotations
@@ -178,3 +180,21 @@ def test_the_collector_is_on_after_the_heap_settles_whatever_left_it_off() -> No
     gc.disable()
     heap.Heap(clock=Clock()).settle()
     assert gc.isenabled()
+
+
+def test_the_daemons_threads_share_two_malloc_arenas_unless_the_admin_set_their_number(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    assert heap.fewer_arenas() is True  # glibc, as here and in the image
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "8")
+    assert heap.fewer_arenas() is False  # the admin's number stands (glibc read it at start)
+
+
+def test_fewer_arenas_changes_nothing_where_the_c_library_is_not_glibc(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+
+    def no_glibc(name: str) -> object:
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(heap.ctypes, "CDLL", no_glibc)
+    assert heap.fewer_arenas() is False
