@@ -10,9 +10,8 @@ by reference counting. At 12,500 pods that walking was a third of a steady cycle
 (cyclic garbage a cycle makes waits for its end, a cycle's budget at most), keeps it off while it
 handles the cycle's result (a collection then walked the plan and the evidence just before they
 were dropped: a tenth of a steady cycle's CPU), and then collects once and freezes what is alive
-(`gc.freeze`): from then on
-the collector walks only what is younger than the last cycle, here and in the watch threads
-between cycles.
+(`gc.freeze`): from then on the collector walks only what is younger than the last cycle, here and
+in the watch threads between cycles.
 
 A frozen value is still freed by reference counting when dropped; only one that has become part of
 a garbage cycle since it was frozen is not, until the heap thaws: every `THAW_EVERY` the heap is
