@@ -134,11 +134,13 @@ class _Cycles:
             self.memory = replace(self.memory, claims_seen={})
             self.telemetry.leader.set(0)
             self.ready = True
+            self.heap.settle()  # the collector on, whatever an abandoned cycle's own pause left
             return
         self.abandoned = [t for t in self.abandoned if t.is_alive()]
         if len(self.abandoned) >= _MAX_ABANDONED:
             logger.error("%d abandoned cycles still wait on their requests; not starting another",
                          len(self.abandoned))
+            self.heap.settle()
             return
         self.telemetry.leader.set(1)  # this replica acts (the only one without an elector)
         if self.slack_error:

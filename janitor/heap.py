@@ -87,9 +87,9 @@ def fewer_arenas(arenas: int = ARENAS) -> bool:
     each arena keeps the memory freed in it for its next allocations. The watch threads decode
     pages and events while the cycle decodes Prometheus' answers, so each kept its own high-water
     mark: at 12,500 pods two arenas took the peak RSS from 204 MB to 183-191 MB, with no more CPU
-    (`bench/cluster_scale.py`, two runs). An admin's MALLOC_ARENA_MAX is left as it is; another
-    C library (musl) is left alone."""
-    if "MALLOC_ARENA_MAX" in os.environ:
+    (`bench/cluster_scale.py`, two runs). An admin's MALLOC_ARENA_MAX (or glibc.malloc.arena_max
+    in GLIBC_TUNABLES) is left as it is; another C library (musl) is left alone."""
+    if "MALLOC_ARENA_MAX" in os.environ or "arena_max" in os.environ.get("GLIBC_TUNABLES", ""):
         return False
     try:
         mallopt = ctypes.CDLL("libc.so.6").mallopt

@@ -2,8 +2,9 @@
 
 DRA went GA in 1.34 (`v1`); clusters of 1.32 and 1.33 serve `v1beta1` and `v1beta2` (where
 enabled), so the version is discovered, not assumed: the first of `VERSIONS` the group serves.
-`read` lists v1 first without asking (one request a cycle where DRA is GA) and asks discovery
-only when v1 is not served; the daemon keeps that answer for a few minutes (`Discovery`). The
+`read` lists the version the daemon kept from discovery's last answer (for a few minutes,
+`Discovery`), else v1, without asking (one request a cycle where DRA is GA), and asks discovery
+only when neither is served. The
 status fields read here (`allocation.devices.results`, `reservedFor`) have the same shape in all
 three.
 

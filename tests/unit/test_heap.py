@@ -198,3 +198,48 @@ def test_fewer_arenas_changes_nothing_where_the_c_library_is_not_glibc(monkeypat
 
     monkeypatch.setattr(heap.ctypes, "CDLL", no_glibc)
     assert heap.fewer_arenas() is False
+
+
+# -- found by an adversarial read ----------------------------------------------------------------------------
+
+
+class Standby:
+    """An elector whose replica does not hold the lease (as one is after abandoning a cycle)."""
+
+    def is_leader(self) -> bool:
+        return False
+
+
+def test_a_standby_turns_the_collector_on_whatever_an_abandoned_cycle_left() -> None:
+    """An abandoned cycle's own plan pause may catch the collector on as the daemon's ends, and turn
+    it off for good; the replica then steps down, and a standby's job returns early every interval:
+    its watch threads' cyclic garbage would never be collected."""
+    daemon = _cycles(Clock())
+    daemon.elector = Standby()  # type: ignore[assignment]
+    gc.disable()
+    daemon.job()
+    assert gc.isenabled()
+
+
+def test_too_many_abandoned_cycles_leave_the_collector_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    daemon = _cycles(Clock())
+    alive = threading.Event()
+    waiting = [threading.Thread(target=alive.wait, args=(10,)) for _ in range(10)]
+    for thread in waiting:
+        thread.start()
+    daemon.abandoned = waiting
+    monkeypatch.setattr(logging.getLogger("janitor.daemon"), "disabled", True)
+    try:
+        gc.disable()
+        daemon.job()
+        assert gc.isenabled()
+    finally:
+        alive.set()
+        for thread in waiting:
+            thread.join(5)
+
+
+def test_an_arena_number_set_through_glibc_tunables_stands(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=0:glibc.malloc.arena_max=4")
+    assert heap.fewer_arenas() is False
