@@ -156,7 +156,7 @@ def test_time_the_pods_were_not_seen_does_not_count() -> None:
 
 
 def test_a_replica_that_leads_again_or_a_cycle_that_failed_starts_the_count_again() -> None:
-    from janitor import daemon
+    from janitor import daemon, heap
     from janitor.cycle import Memory
 
     class Follower:
@@ -171,6 +171,7 @@ def test_a_replica_that_leads_again_or_a_cycle_that_failed_starts_the_count_agai
     cycles.telemetry = type("T", (), {"leader": Gauge()})()  # type: ignore[assignment]
     cycles.memory = Memory(claims_seen={"uid-gpu": (dc.State.ORPHANED, NOW - 5 * H)})
     cycles.ready = False
+    cycles.heap = heap.Heap()
     cycles.job()
     assert cycles.memory.claims_seen == {}
 
