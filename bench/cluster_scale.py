@@ -173,6 +173,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
 
     handler.addFilter(count)
     heap.fewer_arenas()  # as `janitor run` does before its watch threads start (MALLOC_ARENA_MAX overrides)
+    heap.fixed_mmap_threshold()  # as `janitor run` does (MALLOC_MMAP_THRESHOLD_ overrides)
     proxy = FaultControl(args.control)
     api = kubeapi.connect(args.kubeconfig, (5.0, 120.0))
     direct = client.CoreV1Api(kubeapi.connect(args.direct_kubeconfig, (5.0, 60.0)))

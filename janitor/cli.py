@@ -384,10 +384,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if failed or result.memory.policies is None:
             return Exit.PROBLEMS
         return Exit.DENIED if slack_error else Exit.OK
-    from janitor.heap import fewer_arenas
+    from janitor.heap import fewer_arenas, fixed_mmap_threshold
     from janitor.outage import Outage
 
     fewer_arenas()  # before the watch threads start: they share two malloc arenas (janitor.heap)
+    fixed_mmap_threshold()  # big blocks are mappings, handed back when freed
     api.outage = Outage("the apiserver")  # an apiserver out of reach: one line, not one per request
     if args.watch_cache:
         from janitor.observe.cache import ClusterCache

@@ -17,9 +17,13 @@ from __future__ import annotations
 import datetime
 import gc
 import logging
+import os
+import subprocess
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +33,8 @@ from janitor.cycle import CycleResult, Ports
 from janitor.daemon import _Cycles
 from janitor.settings import Settings
 from janitor.telemetry import Telemetry
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Knot:
@@ -243,3 +249,52 @@ def test_an_arena_number_set_through_glibc_tunables_stands(monkeypatch: pytest.M
     monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=0:glibc.malloc.arena_max=4")
     assert heap.fewer_arenas() is False
+
+
+_MAPPED_AFTER_A_BIG_FREE = """
+import ctypes, sys
+from janitor import heap
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = MallInfo2
+if sys.argv[1] == "fixed":
+    assert heap.fixed_mmap_threshold()
+big = bytes(8 << 20)  # a cycle's answer: mapped, and glibc's threshold rises to its size once freed
+del big
+before = libc.mallinfo2().hblks
+block = bytes(512 << 10)  # the next cycle's page
+print(libc.mallinfo2().hblks - before)
+"""
+
+
+def _mapped_after_a_big_free(how: str, env: dict[str, str] | None = None) -> int:
+    done = subprocess.run([sys.executable, "-c", _MAPPED_AFTER_A_BIG_FREE, how], capture_output=True, text=True,
+                          check=True, env={**os.environ, **(env or {})}, cwd=ROOT)
+    return int(done.stdout)
+
+
+def test_big_blocks_stay_mappings_handed_back_when_freed() -> None:
+    """glibc raises its threshold to any mapped block freed: after a big answer, the next page of
+    half a megabyte comes from the heap, where it can stay the process's once freed. Fixed, it is
+    a mapping of its own (a process of its own for each: the setting is the process's)."""
+    assert _mapped_after_a_big_free("glibc's own") == 0
+    assert _mapped_after_a_big_free("fixed") == 1
+
+
+def test_an_admins_mmap_threshold_stands(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
+    assert heap.fixed_mmap_threshold() is False
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_")
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=65536")
+    assert heap.fixed_mmap_threshold() is False
+    monkeypatch.setattr(heap.ctypes, "CDLL", _no_glibc)
+    monkeypatch.delenv("GLIBC_TUNABLES")
+    assert heap.fixed_mmap_threshold() is False  # musl: nothing to set
+
+
+def _no_glibc(name: str) -> object:
+    raise OSError(f"{name}: cannot open shared object file")
