@@ -217,7 +217,12 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
     gc.callbacks.append(collecting)
     kept_heap = heap.Heap() if args.heap == "frozen" else None
     _ask_query_stats()
-    time.sleep(args.quiet)  # the controllers finish adopting what populate made: steady means steady
+    import settled as controllers
+
+    # The controllers finish with what populate made (at least --quiet, then until they stop writing):
+    # steady means steady.
+    quiet = controllers.wait(kubeapi.connect(args.direct_kubeconfig, (5.0, 60.0)), least=args.quiet,
+                             say=lambda line: print(line, file=sys.stderr, flush=True))
     pods = [p.metadata for p in direct.list_pod_for_all_namespaces(label_selector="devenv.janitor.dev/populated=true",
                                                                     limit=args.churn * (args.steady + 1)).items]
     last = 0.0
@@ -327,7 +332,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
                 direct.delete_namespaced_config_map(f"bench-churn-{number}-{i}", "team-01")
             except client.ApiException:
                 pass
-    return {"cycles": cycles, "peak_rss_mb": peak, "evidence": evidence}
+    return {"cycles": cycles, "peak_rss_mb": peak, "evidence": evidence, "quiet_seconds": quiet}
 
 
 def _evidence_both_ways(settings: Any, memory: Any) -> dict[str, float]:
@@ -410,7 +415,8 @@ def _env(run_dir: Path) -> dict[str, str]:
 def _child(env: dict[str, str], proxy: Any, proxied: Path, args: argparse.Namespace, nodes: int,
            prometheus_url: str, policies: Path, heap: str) -> dict[str, Any]:
     # The controllers take longer to settle what populate made on a bigger cluster (seen at 2,500
-    # nodes: Deployments' and ReplicaSets' status still written minutes after), so the wait grows.
+    # nodes: Deployments' and ReplicaSets' status still written minutes after), so the least wait
+    # grows; the child then waits until they stop writing (bench/settled.py).
     quiet = args.quiet + QUIET_PER_NODE * nodes
     argv = [sys.executable, __file__, "measure", "--control", proxy.control_url, "--kubeconfig", str(proxied),
             "--direct-kubeconfig", env["KUBECONFIG"], "--prometheus", prometheus_url, "--policies", str(policies),
@@ -451,6 +457,7 @@ def _summary(found: dict[str, Any], max_samples: int, history: dict[str, float])
             "steady_peak_share": worst["prom_peak"] / max_samples if max_samples else 0.0,
             "first_peak_kind": first["prom_peak_kind"], "steady_peak_kind": worst["prom_peak_kind"],
             "unstated": sum(c["prom_unstated"] for c in found["cycles"]),
+            "quiet_seconds": found.get("quiet_seconds", 0.0),
             **{f"evidence_{k}": v for k, v in found["evidence"].items()},
             **{f"history_{k}": v for k, v in history.items()}}
 
@@ -646,8 +653,9 @@ def main() -> int:
         p.add_argument("--steady", type=int, default=3, help="steady cycles after the first (%(default)s)")
         p.add_argument("--churn", type=int, default=20, help="ConfigMaps created, deleted and pods annotated "
                        "between steady cycles (%(default)s)")
-        p.add_argument("--quiet", type=float, default=120.0, help="seconds to let the controllers finish with "
-                       "what populate made before the first cycle (%(default)s)")
+        p.add_argument("--quiet", type=float, default=120.0, help="seconds at least to let the controllers finish "
+                       "with what populate made before the first cycle, then until a 20 s watch of Deployments "
+                       "and of ReplicaSets brings fewer than 10 events (%(default)s)")
         p.add_argument("--interval", type=float, default=60.0, help="seconds from a cycle's start to the next's "
                        "at least, as the daemon's --interval: a steady cycle asks what was busy since the last "
                        "read, at the CPU query's 1-minute steps (%(default)s)")
