@@ -467,6 +467,7 @@ def _table(sizes: list[tuple[str, dict[str, Any]]], max_samples: int) -> str:
              "queries", "query_bytes", "prom_samples", "prom_peak", "prom_eval", "log_lines", "gc_seconds", "gc_full")
     rows = ["pods", "objects", "findings", *(f"{c}_{k}" for c in ("first", "steady") for k in shown),
             "first_peak_share", "steady_peak_share", "steady_carried", "steady_read_whole", "peak_rss_mb",
+            "quiet_seconds",
             *(f"evidence_{w}_{k}" for w in ("whole", "lean") for k in ("bytes", "cpu", "samples", "peak"))]
     if "history_seconds" in sizes[0][1]:
         rows += ["history_hours", "history_samples", "history_seconds", "history_disk_mb"]
