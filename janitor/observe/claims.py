@@ -4,9 +4,8 @@ DRA went GA in 1.34 (`v1`); clusters of 1.32 and 1.33 serve `v1beta1` and `v1bet
 enabled), so the version is discovered, not assumed: the first of `VERSIONS` the group serves.
 `read` lists the version the daemon kept from discovery's last answer (for a few minutes,
 `Discovery`), else v1, without asking (one request a cycle where DRA is GA), and asks discovery
-only when neither is served. The
-status fields read here (`allocation.devices.results`, `reservedFor`) have the same shape in all
-three.
+only when neither is served. The status fields read here (`allocation.devices.results`,
+`reservedFor`) have the same shape in all three.
 
 Nothing here raises: a group that is not served is a `ClaimsRead` with `served=False` (no claims
 can exist), and a discovery or list that fails is one with its problem and no claims, so nothing

@@ -198,11 +198,7 @@ def test_the_daemons_threads_share_two_malloc_arenas_unless_the_admin_set_their_
 
 def test_fewer_arenas_changes_nothing_where_the_c_library_is_not_glibc(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
-
-    def no_glibc(name: str) -> object:
-        raise OSError(f"{name}: cannot open shared object file")
-
-    monkeypatch.setattr(heap.ctypes, "CDLL", no_glibc)
+    monkeypatch.setattr(heap.ctypes, "CDLL", _no_glibc)
     assert heap.fewer_arenas() is False
 
 
@@ -271,9 +267,11 @@ print(libc.mallinfo2().hblks - before)
 """
 
 
-def _mapped_after_a_big_free(how: str, env: dict[str, str] | None = None) -> int:
+def _mapped_after_a_big_free(how: str) -> int:
+    """In a process of its own, without any malloc setting of this one's environment."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")}
     done = subprocess.run([sys.executable, "-c", _MAPPED_AFTER_A_BIG_FREE, how], capture_output=True, text=True,
-                          check=True, env={**os.environ, **(env or {})}, cwd=ROOT)
+                          check=True, env=env, cwd=ROOT)
     return int(done.stdout)
 
 
