@@ -14,6 +14,7 @@ import math
 import tempfile
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -42,6 +43,7 @@ def prometheus_with_history(
     work_dir: Path | None = None,
     release: Release | str | None = None,
     aggregate: bool = False,
+    flags: Sequence[str] = (),
 ) -> tuple[PrometheusServer, BackfillReport]:
     """Backfill the last `hours` for the pods that exist now, then start Prometheus.
 
@@ -53,6 +55,7 @@ def prometheus_with_history(
     Prometheus major version (`devenv.prometheus_release`; $JANITOR_PROMETHEUS or 2.x by default).
     `aggregate`: scrape the exporters' aggregate targets, as the scale sandbox's Prometheus does
     (`scrape_config(aggregate=True)`); the backfilled series carry the same stored labels.
+    `flags`: more of Prometheus' flags (such as `--query.max-samples=N`).
     """
     release = choose_release(release)
     core = client.CoreV1Api(api)
@@ -66,7 +69,7 @@ def prometheus_with_history(
         data_dir, scrape_config(exporters_url, nodes, dcgm_style=dcgm_style,
                                 interval=scrape_interval or f"{step:g}s", aggregate=aggregate),
         throwaway=True,  # hundreds of tests each start one: their blocks would pile up in the sandbox
-        release=release,
+        release=release, extra_flags=flags,
     )
     server.start()
     try:

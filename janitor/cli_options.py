@@ -12,6 +12,16 @@ from janitor.settings import DEFAULT_KINDS
 from janitor.settings import DEFAULTS as D
 
 
+def _samples(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of samples, 0 or more")
+    return value
+
+
 def output(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table",
                    help="table: grouped by reason, lines cut to the terminal's width; wide: every line whole; "
@@ -92,6 +102,11 @@ def idle(p: argparse.ArgumentParser) -> None:
     idle.add_argument("--prometheus-timeout", type=float, default=D.prometheus.timeout.total_seconds(),
                       help="seconds to wait for one query's answer; Prometheus is told a little less, so it "
                            "gives up first and says so (%(default)s)")
+    idle.add_argument("--prometheus-query-samples", type=_samples, default=D.prometheus.query_samples,
+                      metavar="N", help="the samples one usage query may load at once, as estimated from the "
+                      "pods' GPUs and containers and the window: a read above it is asked in parts, by "
+                      "namespace or by pod, so none comes near Prometheus' --query.max-samples; 0: always one "
+                      "query (%(default)s, a tenth of Prometheus' default)")
     idle.add_argument("--prometheus-matcher", action="append", metavar='LABEL="VALUE"',
                       help='added to every query, e.g. cluster="mn2" (repeatable)')
     idle.add_argument("--cronjob-target", choices=("job", "cronjob"), default=str(D.cluster.cronjob_target),

@@ -107,6 +107,9 @@ class PrometheusSettings:
     scrape_interval: datetime.timedelta | None = None
     extra_matchers: tuple[str, ...] = ()  # e.g. cluster="mn2" when one Thanos serves several clusters
     timeout: datetime.timedelta = datetime.timedelta(seconds=30)  # one query's answer; connecting gets ≤3 s
+    # The samples one usage query may load at once, estimated: a whole read above it is asked in
+    # parts (janitor.observe.parts). A tenth of Prometheus' default --query.max-samples; 0: one query.
+    query_samples: int = 5_000_000
     # Credentials: files, read each time a connection is made, so a rotated Secret is picked up.
     bearer_token_file: str | None = None
     username: str | None = None
@@ -292,6 +295,7 @@ def from_args(args: argparse.Namespace) -> Settings:
         scrape_interval=a.optional_seconds("scrape_interval"),
         extra_matchers=a.texts("prometheus_matcher"),
         timeout=a.seconds("prometheus_timeout", d.prometheus.timeout),
+        query_samples=a.whole("prometheus_query_samples", d.prometheus.query_samples),
     )
     slack = SlackSettings(
         token=a.text("slack_token", "") or os.environ.get("SLACK_BOT_TOKEN") or None,

@@ -402,13 +402,15 @@ def fold_cpu(result: QueryResult, window: EvidenceWindow, labels: LabelMap = HON
 # ----------------------------------------------------------------------------- one query each
 
 
-def scope(labels: LabelMap, pods: Sequence[PodKey] | None, namespaces: Sequence[str] | None = None
-          ) -> tuple[Matcher, ...]:
+def scope(labels: LabelMap, pods: Sequence[PodKey] | None, namespaces: Sequence[str] | None = None,
+          outside: Sequence[str] = ()) -> tuple[Matcher, ...]:
     """Matchers that keep a query to these pods (all in one namespace, as a re-check reads them),
-    else to these namespaces (those the policies cover); None means every pod, every namespace."""
+    else to these namespaces (those the policies cover); None means every pod, every namespace
+    (but those `outside` names: the last part of a read in parts, `janitor.observe.parts`)."""
     if pods is None:
         if namespaces is None:
-            return ()
+            others = exact_names_regex(sorted(outside))
+            return (Matcher(labels.namespace, others, "!~"),) if others else ()
         return (Matcher(labels.namespace, exact_names_regex(sorted(namespaces)) or "$^", "=~"),)
     namespaces = sorted({p.namespace for p in pods})
     names = exact_names_regex(sorted(p.pod for p in pods)) or "$^"  # no pods: match nothing
@@ -419,7 +421,7 @@ def gpu_evidence(
     source: PrometheusSource, *, signal: str, window: timedelta, step: timedelta, at: datetime,
     labels: LabelMap, hostname_label: str | None = None, pods: Sequence[PodKey] | None = None,
     intervals: Intervals | None = None, fallback: timedelta | None = None, namespaces: Sequence[str] | None = None,
-    busy_above: float | None = None, low: bool = False,
+    busy_above: float | None = None, low: bool = False, outside: Sequence[str] = (),
 ) -> GpuEvidence:
     """Per-GPU peak, sample count and quality of `signal` for every workload pod, from one instant query.
 
@@ -430,7 +432,7 @@ def gpu_evidence(
     """
     span = EvidenceWindow(signal, window, step, at)
     query = gpu_query(signal, window=window, step=step, labels=labels,
-                      extra=(*source.config.extra_matchers, *scope(labels, pods, namespaces)),
+                      extra=(*source.config.extra_matchers, *scope(labels, pods, namespaces, outside)),
                       hostname_label=hostname_label, busy_above=busy_above, model=signal == POWER_SIGNAL, low=low)
     groups = gpu_groups(labels, hostname_label)
     try:
@@ -448,7 +450,7 @@ def cpu_evidence(
     labels: LabelMap = HONOR_LABELS, ignore_containers: Sequence[str] = (),
     rate_window: timedelta = timedelta(minutes=5), pods: Sequence[PodKey] | None = None,
     intervals: Intervals | None = None, fallback: timedelta | None = None, namespaces: Sequence[str] | None = None,
-    busy_above: float | None = None, busy_fraction: float | None = None,
+    busy_above: float | None = None, busy_fraction: float | None = None, outside: Sequence[str] = (),
 ) -> CpuEvidence:
     """Peak cores of each pod's app containers (sidecars ignored), coverage and quality, from one query.
 
@@ -456,7 +458,7 @@ def cpu_evidence(
     """
     span = EvidenceWindow(CPU_METRIC, window, step, at)
     query = cpu_query(window=window, step=step, labels=labels,
-                      extra=(*source.config.extra_matchers, *scope(labels, pods, namespaces)),
+                      extra=(*source.config.extra_matchers, *scope(labels, pods, namespaces, outside)),
                       ignore_containers=ignore_containers, rate_window=rate_window, busy_above=busy_above,
                       busy_fraction=busy_fraction)
     groups = cpu_groups(labels)

@@ -37,7 +37,7 @@ from janitor.decide.model import (
     SkippedKind,
 )
 from janitor.decide.triggers import registry
-from janitor.observe import activity, autoscalers, claims, cluster, evidence, kueue, targets, views
+from janitor.observe import activity, autoscalers, claims, cluster, evidence, kueue, parts, targets, views
 from janitor.observe.cache import ClusterCache
 from janitor.observe.carry import BusyCarry, in_scope
 from janitor.observe.prometheus import (
@@ -183,10 +183,11 @@ def covered_namespaces(policies: Sequence[Policy], namespaces: Mapping[str, Name
 def read_evidence(source: PrometheusSource | None, settings: Settings, need: Needs, at: datetime.datetime,
                   pods: Sequence[PodKey] | None = None, namespaces: Sequence[str] | None = None, *,
                   carry: BusyCarry | None = None, covered: Sequence[PodView] = ()) -> Evidence:
-    """One query per (signal, window) and per (window, ignored containers); `pods` (a re-check's)
-    or else `namespaces` (those the policies cover) scope them. With `carry` (the daemon's), the
-    busy verdicts of `covered` pods (those of `namespaces`) are carried between cycles
-    (`janitor.observe.carry`); a re-check never carries."""
+    """One query per (signal, window) and per (window, ignored containers), or several where a
+    whole read would load too many samples at once (`janitor.observe.parts`, estimated from the
+    `covered` pods: those of `namespaces`); `pods` (a re-check's) or else `namespaces` (those the
+    policies cover) scope them. With `carry` (the daemon's), the busy verdicts of `covered` pods
+    are carried between cycles (`janitor.observe.carry`); a re-check never carries."""
     if source is None or not need.prometheus:
         return Evidence()
     prom = settings.prometheus
@@ -198,7 +199,7 @@ def read_evidence(source: PrometheusSource | None, settings: Settings, need: Nee
         read = carry.intervals(at, functools.partial(targets.scrape_intervals, source))
     else:
         read = targets.scrape_intervals(source)
-    usage = _Usage(source, settings, need, at, read.jobs, pods, namespaces)
+    usage = _Usage(source, settings, need, at, read.jobs, pods, namespaces, covered)
     gpu: dict[GpuKey, GpuEvidence] = {}
     for key in sorted(need.gpu, key=str):
         level = need.gpu_busy_above.get(key)
@@ -236,6 +237,7 @@ class _Usage:
     intervals: Mapping[str, datetime.timedelta] | None
     pods: Sequence[PodKey] | None
     namespaces: Sequence[str] | None
+    covered: Sequence[PodView] = ()  # the pods of `namespaces`, for the estimate of a whole read's parts
 
     @property
     def labels(self) -> LabelMap:
@@ -245,16 +247,31 @@ class _Usage:
     def step(self) -> datetime.timedelta:
         return gap_step(self.intervals, self.settings.prometheus.scrape_interval)
 
+    @functools.cached_property
+    def shortest(self) -> datetime.timedelta:
+        """The shortest scrape interval known (else the step): the most raw samples a series holds."""
+        known = list((self.intervals or {}).values()) + [i for i in [self.settings.prometheus.scrape_interval] if i]
+        return min(known, default=self.step)
+
+    def _parts(self, window: datetime.timedelta, step: datetime.timedelta, load: Callable[[PodView], int],
+               scoped: Sequence[PodKey] | None) -> list[parts.Part]:
+        """The queries of one whole read (`janitor.observe.parts`): a re-check's few pods in one."""
+        if self.pods is not None:
+            return [parts.Part(None, tuple(self.pods))]
+        return parts.split(budget=self.settings.prometheus.query_samples,
+                           per_series=parts.series_samples(window, step, self.shortest), load=load,
+                           covered=self.covered, namespaces=self.namespaces, pods=scoped)
+
     def gpu(self, key: GpuKey, scoped: Sequence[PodKey] | None) -> GpuEvidence:
         signal, window = key
         if scoped is not None and not scoped:
             return GpuEvidence(EvidenceWindow(signal, window, self.step, self.at))
         prom, need = self.settings.prometheus, self.need
-        return evidence.gpu_evidence(
+        return parts.read(self._parts(window, self.step, parts.gpu_load, scoped), lambda part: evidence.gpu_evidence(
             self.source, signal=signal, window=window, step=self.step, at=self.at, labels=self.labels,
-            hostname_label=prom.hostname_label, pods=self.pods if scoped is None else scoped,
-            intervals=self.intervals, fallback=prom.scrape_interval, namespaces=self.namespaces,
-            busy_above=need.gpu_busy_above.get(key), low=key in need.gpu_low)
+            hostname_label=prom.hostname_label, pods=part.pods, intervals=self.intervals,
+            fallback=prom.scrape_interval, namespaces=part.namespaces, outside=part.outside,
+            busy_above=need.gpu_busy_above.get(key), low=key in need.gpu_low))
 
     def gpu_busy(self, key: GpuKey, level: float, span: datetime.timedelta) -> GpuEvidence:
         return evidence.gpu_busy(self.source, signal=key[0], since=span, step=self.step, at=self.at,
@@ -266,11 +283,11 @@ class _Usage:
         if scoped is not None and not scoped:
             return CpuEvidence(EvidenceWindow(evidence.CPU_METRIC, window, CPU_STEP, self.at))
         prom, need = self.settings.prometheus, self.need
-        return evidence.cpu_evidence(
-            self.source, window=window, step=CPU_STEP, at=self.at, ignore_containers=ignore,
-            pods=self.pods if scoped is None else scoped, intervals=self.intervals, fallback=prom.scrape_interval,
-            namespaces=self.namespaces, busy_above=need.cpu_busy_above.get(key),
-            busy_fraction=need.cpu_busy_fraction.get(key))
+        return parts.read(self._parts(window, CPU_STEP, parts.cpu_load, scoped), lambda part: evidence.cpu_evidence(
+            self.source, window=window, step=CPU_STEP, at=self.at, ignore_containers=ignore, pods=part.pods,
+            intervals=self.intervals, fallback=prom.scrape_interval, namespaces=part.namespaces,
+            outside=part.outside, busy_above=need.cpu_busy_above.get(key),
+            busy_fraction=need.cpu_busy_fraction.get(key)))
 
     def cpu_busy(self, key: CpuKey, span: datetime.timedelta) -> CpuEvidence:
         return evidence.cpu_busy(self.source, since=span, step=CPU_STEP, at=self.at, ignore_containers=key[1],
@@ -347,9 +364,10 @@ def read(api: ApiClient, settings: Settings, policies: Sequence[Policy], now: da
     viewed = kueue.attach(api, objects, page_size=c.page_size, namespaces=kueue.looked_up(policies, namespaces))
     held = claims.for_cycle(api, c.namespaces, c.claims_after, c.page_size,
                             pods if need.pods or views.PODS.key in done else None, judged=claims.judged(policies))
+    covered = covered_namespaces(policies, namespaces)
     return Observation(first, viewed, tuple(pods), namespaces,
                        tuple(nodes), need.nodes,
-                       read_evidence(source, settings, need, at, namespaces=covered_namespaces(policies, namespaces)),
+                       read_evidence(source, settings, need, at, namespaces=covered, covered=in_scope(pods, covered)),
                        oom, tuple(skipped), scaling, said, claims=held)
 
 

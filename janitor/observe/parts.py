@@ -1,0 +1,125 @@
+"""A whole read of usage evidence in parts, each under a budget of samples.
+
+Why: a usage query loads every sample of every series it selects over the policy's window at once
+(what Prometheus reports as `peakSamples`), and Prometheus refuses a query above its
+`--query.max-samples` (50 M by default) with an error. At 20,000 GPUs and 4-hour windows one
+whole read loads about 37 M: a cluster a third larger, or a 6-hour window, and every cycle's GPU
+evidence would fail, so the janitor would judge nothing idle, ever. The evaluation time grows the
+same way and meets `--prometheus-timeout`. So a whole read whose estimate passes the budget
+(`--prometheus-query-samples`) is asked in parts:
+
+- **by namespace**, when the read names namespaces (or none): each part names whole namespaces,
+  so together the parts answer exactly what the one query would, the series of pods gone within
+  the window included (the multi-signal trigger reads those to tell which nodes export a field).
+  When the read names no namespace, a last part asks for every namespace the others do not name;
+- **by pod**, when the read names its pods (those a steady cycle reads whole): each part names
+  some of them.
+
+The estimate counts what the observation knows: each covered pod's GPUs (or containers) times the
+samples one series holds over the window, raw and at the query's step. Series of pods gone within
+the window are not counted: the default budget, a tenth of Prometheus' default limit, leaves them
+room. A namespace alone above the budget is one part (it cannot be split without changing what
+the read answers). Merged, the parts are one evidence: any part that fails fails it all, as one
+query's failure does, and no further part is asked.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from janitor.decide.evidence import CpuEvidence, GpuEvidence, PodKey
+from janitor.decide.model import PodView
+
+_E = TypeVar("_E", GpuEvidence, CpuEvidence)
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class Part:
+    """One query's scope: these pods (all named), or these namespaces (None: every namespace but
+    those in `outside`)."""
+
+    namespaces: tuple[str, ...] | None
+    pods: tuple[PodKey, ...] | None = None
+    outside: tuple[str, ...] = ()
+
+
+def series_samples(window: datetime.timedelta, step: datetime.timedelta, interval: datetime.timedelta) -> int:
+    """What one series costs a usage query at its peak: its raw samples over the window (scraped
+    every `interval`) and the points of its subqueries (every `step`)."""
+    return int(window / interval) + int(window / step)
+
+
+def gpu_load(pod: PodView) -> int:
+    """The series a pod brings to a GPU query: one per GPU."""
+    return pod.gpus
+
+
+def cpu_load(pod: PodView) -> int:
+    """The series a pod brings to a CPU query: one per container, and the pod's own rate points."""
+    return len(pod.containers) + 1
+
+
+def _groups(items: Iterable[_T], cost: Callable[[_T], int], budget: int) -> list[list[_T]]:
+    """Consecutive groups, each within the budget unless one item alone passes it (an item that
+    costs nothing joins the group before it)."""
+    groups: list[list[_T]] = []
+    total = 0
+    for item in items:
+        each = cost(item)
+        if not groups or (each > 0 and total + each > budget):
+            groups.append([])
+            total = 0
+        groups[-1].append(item)
+        total += each
+    return groups
+
+
+def split(*, budget: int, per_series: int, load: Callable[[PodView], int], covered: Sequence[PodView],
+          namespaces: Sequence[str] | None, pods: Sequence[PodKey] | None) -> list[Part]:
+    """The parts of one whole read: one, as before, while the estimate is within `budget` (or the
+    budget is 0: never split); else by pod when `pods` names them, else by namespace."""
+    by_pod: dict[PodKey, int] = {}
+    for p in covered:
+        by_pod[PodKey(p.ref.namespace or "", p.ref.name)] = load(p) * per_series
+    if pods is not None:
+        if budget <= 0 or sum(by_pod.get(k, 0) for k in pods) <= budget:
+            return [Part(None, tuple(pods))]
+        return [Part(None, tuple(g)) for g in _groups(pods, lambda k: by_pod.get(k, 0), budget)]
+    by_namespace: dict[str, int] = {}
+    for key, cost in by_pod.items():
+        by_namespace[key.namespace] = by_namespace.get(key.namespace, 0) + cost
+    whole = [Part(None if namespaces is None else tuple(namespaces))]
+    if budget <= 0 or sum(by_namespace.values()) <= budget:
+        return whole
+    names = sorted(by_namespace if namespaces is None else namespaces)
+    parts = [Part(tuple(g)) for g in _groups(names, lambda n: by_namespace.get(n, 0), budget)]
+    if namespaces is None:
+        parts.append(Part(None, outside=tuple(names)))
+    return parts
+
+
+def read(parts: Sequence[Part], ask: Callable[[Part], _E]) -> _E:
+    """The parts' answers as one evidence (their pods never overlap: namespaces or pods split them);
+    the first failure, without asking the rest, where a part fails."""
+    found: list[_E] = []
+    for i, part in enumerate(parts):
+        answer = ask(part)
+        if answer.failed is not None:
+            if len(parts) == 1:
+                return answer
+            return type(answer)(answer.window, failed=f"part {i + 1} of {len(parts)}: {answer.failed}")
+        found.append(answer)
+    if len(found) == 1:
+        return found[0]
+    merged: dict[PodKey, object] = {}
+    for answer in found:
+        merged.update(answer.pods)
+    first = found[0]
+    return type(first)(first.window, merged)  # type: ignore[arg-type]
+
+
+__all__ = ["Part", "cpu_load", "gpu_load", "read", "series_samples", "split"]
