@@ -37,6 +37,11 @@ _E = TypeVar("_E", GpuEvidence, CpuEvidence)
 _T = TypeVar("_T")
 
 
+MAX_PARTS = 100
+"""The most parts one read is split into (by the estimate): a budget set too low raises the parts'
+size rather than sending thousands of queries a cycle."""
+
+
 @dataclass(frozen=True)
 class Part:
     """One query's scope: these pods (all named), or these namespaces (None: every namespace but
@@ -78,6 +83,11 @@ def _groups(items: Iterable[_T], cost: Callable[[_T], int], budget: int) -> list
     return groups
 
 
+def _at_least(budget: int, total: int) -> int:
+    """The budget, or what keeps the parts to `MAX_PARTS` when it is lower."""
+    return max(budget, -(-total // MAX_PARTS))
+
+
 def split(*, budget: int, per_series: int, load: Callable[[PodView], int], covered: Sequence[PodView],
           namespaces: Sequence[str] | None, pods: Sequence[PodKey] | None) -> list[Part]:
     """The parts of one whole read: one, as before, while the estimate is within `budget` (or the
@@ -86,17 +96,19 @@ def split(*, budget: int, per_series: int, load: Callable[[PodView], int], cover
     for p in covered:
         by_pod[PodKey(p.ref.namespace or "", p.ref.name)] = load(p) * per_series
     if pods is not None:
-        if budget <= 0 or sum(by_pod.get(k, 0) for k in pods) <= budget:
+        total = sum(by_pod.get(k, 0) for k in pods)
+        if budget <= 0 or total <= budget:
             return [Part(None, tuple(pods))]
-        return [Part(None, tuple(g)) for g in _groups(pods, lambda k: by_pod.get(k, 0), budget)]
+        return [Part(None, tuple(g)) for g in _groups(pods, lambda k: by_pod.get(k, 0), _at_least(budget, total))]
     by_namespace: dict[str, int] = {}
     for key, cost in by_pod.items():
         by_namespace[key.namespace] = by_namespace.get(key.namespace, 0) + cost
     whole = [Part(None if namespaces is None else tuple(namespaces))]
-    if budget <= 0 or sum(by_namespace.values()) <= budget:
+    total = sum(by_namespace.values())
+    if budget <= 0 or total <= budget:
         return whole
     names = sorted(by_namespace if namespaces is None else namespaces)
-    parts = [Part(tuple(g)) for g in _groups(names, lambda n: by_namespace.get(n, 0), budget)]
+    parts = [Part(tuple(g)) for g in _groups(names, lambda n: by_namespace.get(n, 0), _at_least(budget, total))]
     if namespaces is None:
         parts.append(Part(None, outside=tuple(names)))
     return parts
@@ -122,4 +134,4 @@ def read(parts: Sequence[Part], ask: Callable[[Part], _E]) -> _E:
     return type(first)(first.window, merged)  # type: ignore[arg-type]
 
 
-__all__ = ["Part", "cpu_load", "gpu_load", "read", "series_samples", "split"]
+__all__ = ["MAX_PARTS", "Part", "cpu_load", "gpu_load", "read", "series_samples", "split"]

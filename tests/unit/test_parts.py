@@ -1,7 +1,8 @@
 """A whole read of usage evidence in parts under a samples budget (janitor.observe.parts).
 
 Aspects covered:
-- within the budget (or with the budget 0) a read is one query scoped as before;
+- within the budget (or with the budget 0) a read is one query scoped as before; a budget set too
+  low gives at most 100 parts;
 - above it, parts by namespace: every namespace in exactly one part, each part within the budget
   unless one namespace alone passes it; a read that names no namespace ends with a part for every
   namespace the others do not name;
@@ -30,7 +31,7 @@ from janitor.decide.evidence import CpuEvidence, CpuUsage, EvidenceWindow, GpuEv
 from janitor.decide.model import ContainerView, ObjectRef, PodView
 from janitor.observe import observation
 from janitor.observe.carry import BusyCarry
-from janitor.observe.parts import Part, cpu_load, gpu_load, read, series_samples, split
+from janitor.observe.parts import MAX_PARTS, Part, cpu_load, gpu_load, read, series_samples, split
 from janitor.observe.prometheus import PrometheusConfig, PrometheusSource, QueryResult, RowSink, Runtime, parse_answer
 from janitor.policy.model import IdleGpu, Match, Policy
 from janitor.settings import PrometheusSettings, Settings
@@ -103,6 +104,15 @@ def test_a_steady_cycles_whole_read_is_split_by_pod() -> None:
     parts = split(budget=4 * PER_GPU, per_series=PER_GPU, load=gpu_load, covered=pods, namespaces=["team-a"],
                   pods=named)
     assert parts == [Part(None, tuple(named[0:2])), Part(None, tuple(named[2:4])), Part(None, tuple(named[4:]))]
+
+
+def test_a_budget_set_too_low_sends_at_most_a_hundred_queries() -> None:
+    pods = [pod(f"ns-{i}", "p", gpus=1) for i in range(500)]
+    parts = split(budget=1, per_series=PER_GPU, load=gpu_load, covered=pods, namespaces=None, pods=None)
+    assert len(parts) == MAX_PARTS + 1  # and the part for every other namespace
+    named = split(budget=1, per_series=PER_GPU, load=gpu_load, covered=pods, namespaces=None,
+                  pods=[key(p) for p in pods])
+    assert len(named) == MAX_PARTS
 
 
 # -- as a property ---------------------------------------------------------------------------------------
