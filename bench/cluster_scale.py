@@ -182,7 +182,8 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
                         # The sandbox's one Prometheus on this machine takes close to a minute per usage
                         # query at 2,000 nodes and more: a longer timeout than the default 30 s, so the
                         # answers are there to be measured.
-                        prometheus=PrometheusSettings(url=args.prometheus, timeout=datetime.timedelta(seconds=150)),
+                        prometheus=PrometheusSettings(url=args.prometheus, timeout=datetime.timedelta(seconds=150),
+                                                      query_samples=args.query_samples),
                         policy_paths=(args.policies,), cycle_budget=datetime.timedelta(minutes=30))
     # As the daemon runs with --watch-cache (janitor.cli): the cache, and busy verdicts carried between
     # cycles, so a steady cycle reads the whole window only for the pods not carried.
@@ -421,7 +422,7 @@ def _child(env: dict[str, str], proxy: Any, proxied: Path, args: argparse.Namesp
     argv = [sys.executable, __file__, "measure", "--control", proxy.control_url, "--kubeconfig", str(proxied),
             "--direct-kubeconfig", env["KUBECONFIG"], "--prometheus", prometheus_url, "--policies", str(policies),
             "--steady", str(args.steady), "--churn", str(args.churn), "--settle", str(args.settle),
-            "--quiet", str(quiet), "--interval", str(args.interval)]
+            "--quiet", str(quiet), "--interval", str(args.interval), "--query-samples", str(args.query_samples)]
     if args.keep_observation:
         argv += ["--keep-observation", f"{args.keep_observation}.{nodes}"]
     if args.profile:
@@ -644,6 +645,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def main() -> int:
+    from janitor.settings import PrometheusSettings
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command")
     measure = sub.add_parser("measure", help="(internal) run and measure the janitor's cycles, print JSON")
@@ -669,6 +672,9 @@ def main() -> int:
                        "per cycle the traced memory before deciding and at its peak, the RSS once glibc has "
                        "handed freed memory back (malloc_trim), and the largest live allocation sites before "
                        "the last cycle's plan")
+        p.add_argument("--query-samples", type=int, default=PrometheusSettings().query_samples, metavar="N",
+                       help="the janitor's --prometheus-query-samples: a whole read estimated above it is asked "
+                       "in parts (%(default)s)")
         p.add_argument("--keep-observation", metavar="PATH", help="pickle the last cycle's observation, policies "
                        "and time (PATH.<nodes>) for `bench/plan_scale.py --observation`")
     parser.add_argument("--heap", choices=("frozen", "before", "both"), default="frozen",
