@@ -104,7 +104,7 @@ def idle(p: argparse.ArgumentParser) -> None:
                            "gives up first and says so (%(default)s)")
     idle.add_argument("--prometheus-query-samples", type=_samples, default=D.prometheus.query_samples,
                       metavar="N", help="the samples one usage query may load at once, as estimated from the "
-                      "pods' GPUs and containers and the window: a read above it is asked in parts, by "
+                      "pods' GPUs (or pods, for CPU), the window and the step: a read above it is asked in parts, by "
                       "namespace or by pod, so none comes near Prometheus' --query.max-samples; 0: always one "
                       "query (%(default)s, a tenth of Prometheus' default)")
     idle.add_argument("--prometheus-matcher", action="append", metavar='LABEL="VALUE"',

@@ -259,7 +259,7 @@ class _Usage:
         if self.pods is not None:
             return [parts.Part(None, tuple(self.pods))]
         return parts.split(budget=self.settings.prometheus.query_samples,
-                           per_series=parts.series_samples(window, step, self.shortest), load=load,
+                           cost=parts.Cost.of(window, step, self.shortest), load=load,
                            covered=self.covered, namespaces=self.namespaces, pods=scoped)
 
     def gpu(self, key: GpuKey, scoped: Sequence[PodKey] | None) -> GpuEvidence:

@@ -15,8 +15,8 @@ same way and meets `--prometheus-timeout`. So a whole read whose estimate passes
 - **by pod**, when the read names its pods (those a steady cycle reads whole): each part names
   some of them.
 
-The estimate counts what the observation knows: each covered pod's GPUs (or containers) times the
-samples one series holds over the window, raw and at the query's step. Series of pods gone within
+The estimate counts what the observation knows: each covered pod's GPUs (or the pod, for CPU)
+times the points a group holds at the query's step, and one series' raw samples (`Cost`). Series of pods gone within
 the window are not counted: the default budget, a tenth of Prometheus' default limit, leaves them
 room. A namespace alone above the budget is one part (it cannot be split without changing what
 the read answers). Merged, the parts are one evidence: any part that fails fails it all, as one
@@ -26,6 +26,7 @@ query's failure does, and no further part is asked.
 from __future__ import annotations
 
 import datetime
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -52,20 +53,39 @@ class Part:
     outside: tuple[str, ...] = ()
 
 
-def series_samples(window: datetime.timedelta, step: datetime.timedelta, interval: datetime.timedelta) -> int:
-    """What one series costs a usage query at its peak: its raw samples over the window (scraped
-    every `interval`) and the points of its subqueries (every `step`)."""
-    return int(window / interval) + int(window / step)
+MARGIN = 1.1  # above the measured peaks (tests/integration/test_parts_live.py)
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What one usage query loads at its peak, estimated: `per_series` for each group it answers
+    (a GPU, or a pod of a CPU query) and `fixed` once.
+
+    Measured against Prometheus 2.x and 3.x with `stats=all`: a query holds two subqueries'
+    points of each group at once (`window / step` each, the ends included), and the raw samples of
+    one series at a time (functions over a range read one series after the other). A tenth more."""
+
+    per_series: int
+    fixed: int
+
+    @classmethod
+    def of(cls, window: datetime.timedelta, step: datetime.timedelta, interval: datetime.timedelta) -> Cost:
+        points, raw = int(window / step) + 1, int(window / interval) + 1
+        return cls(math.ceil(MARGIN * 2 * points), math.ceil(MARGIN * raw))
+
+    def of_series(self, series: int) -> int:
+        return self.fixed + series * self.per_series
 
 
 def gpu_load(pod: PodView) -> int:
-    """The series a pod brings to a GPU query: one per GPU."""
+    """The groups a pod brings to a GPU query: one per GPU."""
     return pod.gpus
 
 
 def cpu_load(pod: PodView) -> int:
-    """The series a pod brings to a CPU query: one per container, and the pod's own rate points."""
-    return len(pod.containers) + 1
+    """The groups a pod brings to a CPU query: its containers are summed into one."""
+    del pod
+    return 1
 
 
 def _groups(items: Iterable[_T], cost: Callable[[_T], int], budget: int) -> list[list[_T]]:
@@ -88,13 +108,14 @@ def _at_least(budget: int, total: int) -> int:
     return max(budget, -(-total // MAX_PARTS))
 
 
-def split(*, budget: int, per_series: int, load: Callable[[PodView], int], covered: Sequence[PodView],
+def split(*, budget: int, cost: Cost, load: Callable[[PodView], int], covered: Sequence[PodView],
           namespaces: Sequence[str] | None, pods: Sequence[PodKey] | None) -> list[Part]:
     """The parts of one whole read: one, as before, while the estimate is within `budget` (or the
     budget is 0: never split); else by pod when `pods` names them, else by namespace."""
     by_pod: dict[PodKey, int] = {}
     for p in covered:
-        by_pod[PodKey(p.ref.namespace or "", p.ref.name)] = load(p) * per_series
+        by_pod[PodKey(p.ref.namespace or "", p.ref.name)] = load(p) * cost.per_series
+    budget = budget and max(1, budget - cost.fixed)  # what the groups may bring to each query
     if pods is not None:
         total = sum(by_pod.get(k, 0) for k in pods)
         if budget <= 0 or total <= budget:
@@ -134,4 +155,4 @@ def read(parts: Sequence[Part], ask: Callable[[Part], _E]) -> _E:
     return type(first)(first.window, merged)  # type: ignore[arg-type]
 
 
-__all__ = ["MAX_PARTS", "Part", "cpu_load", "gpu_load", "read", "series_samples", "split"]
+__all__ = ["MAX_PARTS", "Cost", "Part", "cpu_load", "gpu_load", "read", "split"]

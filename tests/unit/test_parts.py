@@ -18,6 +18,7 @@ Aspects covered:
 from __future__ import annotations
 
 import datetime
+import math
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -31,7 +32,7 @@ from janitor.decide.evidence import CpuEvidence, CpuUsage, EvidenceWindow, GpuEv
 from janitor.decide.model import ContainerView, ObjectRef, PodView
 from janitor.observe import observation
 from janitor.observe.carry import BusyCarry
-from janitor.observe.parts import MAX_PARTS, Part, cpu_load, gpu_load, read, series_samples, split
+from janitor.observe.parts import MAX_PARTS, Cost, Part, cpu_load, gpu_load, read, split
 from janitor.observe.prometheus import PrometheusConfig, PrometheusSource, QueryResult, RowSink, Runtime, parse_answer
 from janitor.policy.model import IdleGpu, Match, Policy
 from janitor.settings import PrometheusSettings, Settings
@@ -39,7 +40,8 @@ from janitor.settings import PrometheusSettings, Settings
 NOW = datetime.datetime(2026, 11, 29, 12, 0, tzinfo=datetime.timezone.utc)
 WINDOW = datetime.timedelta(hours=4)
 STEP = datetime.timedelta(seconds=15)
-PER_GPU = series_samples(WINDOW, STEP, STEP)  # 960 raw samples and 960 points
+COST = Cost.of(WINDOW, STEP, STEP)
+PER_GPU = COST.per_series
 
 
 def pod(namespace: str, name: str, gpus: int = 1, containers: int = 1) -> PodView:
@@ -53,38 +55,40 @@ def key(p: PodView) -> PodKey:
 
 
 def estimate(part: Part, pods: Sequence[PodView]) -> int:
-    """What `split` counted for a part: the GPUs of the covered pods it reads, times a GPU's samples."""
+    """What `split` counted for a part: the GPUs of the covered pods it reads, each a GPU's points,
+    and one series' raw samples."""
     named = set(part.pods or ())
-    return sum(gpu_load(p) * PER_GPU for p in pods
+    return COST.fixed + sum(gpu_load(p) * PER_GPU for p in pods
                if (part.pods is not None and key(p) in named)
                or (part.pods is None and part.namespaces is not None and p.ref.namespace in part.namespaces)
                or (part.pods is None and part.namespaces is None and p.ref.namespace not in part.outside))
 
 
-def test_series_samples_counts_raw_samples_and_subquery_points() -> None:
-    assert PER_GPU == 960 + 960
-    assert series_samples(WINDOW, datetime.timedelta(seconds=30), STEP) == 960 + 480
-    assert gpu_load(pod("a", "p", gpus=8)) == 8 and cpu_load(pod("a", "p", containers=3)) == 4
+def test_a_query_costs_two_subqueries_points_a_group_and_one_series_raw_samples() -> None:
+    assert COST == Cost(math.ceil(1.1 * 2 * 961), math.ceil(1.1 * 961))
+    assert Cost.of(WINDOW, datetime.timedelta(minutes=1), STEP) == Cost(math.ceil(1.1 * 2 * 241), COST.fixed)
+    assert COST.of_series(3) == COST.fixed + 3 * COST.per_series
+    assert gpu_load(pod("a", "p", gpus=8)) == 8 and cpu_load(pod("a", "p", containers=3)) == 1
 
 
 def test_within_the_budget_a_read_is_one_query_as_before() -> None:
     pods = [pod("team-a", f"p{i}") for i in range(10)]
-    whole = 10 * PER_GPU
-    assert split(budget=whole, per_series=PER_GPU, load=gpu_load, covered=pods, namespaces=["team-a", "team-b"],
+    whole = COST.of_series(10)
+    assert split(budget=whole, cost=COST, load=gpu_load, covered=pods, namespaces=["team-a", "team-b"],
                  pods=None) == [Part(("team-a", "team-b"))]
-    assert split(budget=whole, per_series=PER_GPU, load=gpu_load, covered=pods, namespaces=None,
+    assert split(budget=whole, cost=COST, load=gpu_load, covered=pods, namespaces=None,
                  pods=None) == [Part(None)]
-    assert split(budget=0, per_series=PER_GPU, load=gpu_load, covered=pods, namespaces=None, pods=None) == [Part(None)]
+    assert split(budget=0, cost=COST, load=gpu_load, covered=pods, namespaces=None, pods=None) == [Part(None)]
     named = [key(p) for p in pods]
-    assert split(budget=0, per_series=PER_GPU, load=gpu_load, covered=pods, namespaces=None,
+    assert split(budget=0, cost=COST, load=gpu_load, covered=pods, namespaces=None,
                  pods=named) == [Part(None, tuple(named))]
 
 
 def test_above_the_budget_each_part_names_whole_namespaces() -> None:
     pods = ([pod("team-a", f"a{i}", gpus=4) for i in range(3)] + [pod("team-b", f"b{i}", gpus=8) for i in range(2)]
             + [pod("team-c", "c0", gpus=1)] + [pod("team-d", f"d{i}", gpus=8) for i in range(5)])
-    budget = 16 * PER_GPU  # team-a 12 GPUs, team-b 16, team-c 1, team-d 40 (alone above the budget)
-    parts = split(budget=budget, per_series=PER_GPU, load=gpu_load, covered=pods,
+    budget = COST.of_series(16)  # team-a 12 GPUs, team-b 16, team-c 1, team-d 40 (alone above the budget)
+    parts = split(budget=budget, cost=COST, load=gpu_load, covered=pods,
                   namespaces=["team-a", "team-b", "team-c", "team-d", "team-e"], pods=None)
     assert parts == [Part(("team-a",)), Part(("team-b",)), Part(("team-c",)), Part(("team-d", "team-e"))]
     # team-d alone passes the budget: it cannot be split without changing what the read answers;
@@ -94,23 +98,23 @@ def test_above_the_budget_each_part_names_whole_namespaces() -> None:
 
 def test_a_read_of_every_namespace_ends_with_the_others() -> None:
     pods = [pod("team-a", "a", gpus=8), pod("team-b", "b", gpus=8)]
-    parts = split(budget=8 * PER_GPU, per_series=PER_GPU, load=gpu_load, covered=pods, namespaces=None, pods=None)
+    parts = split(budget=COST.of_series(8), cost=COST, load=gpu_load, covered=pods, namespaces=None, pods=None)
     assert parts == [Part(("team-a",)), Part(("team-b",)), Part(None, outside=("team-a", "team-b"))]
 
 
 def test_a_steady_cycles_whole_read_is_split_by_pod() -> None:
     pods = [pod("team-a", f"p{i}", gpus=2) for i in range(5)]
     named = [key(p) for p in pods]
-    parts = split(budget=4 * PER_GPU, per_series=PER_GPU, load=gpu_load, covered=pods, namespaces=["team-a"],
+    parts = split(budget=COST.of_series(4), cost=COST, load=gpu_load, covered=pods, namespaces=["team-a"],
                   pods=named)
     assert parts == [Part(None, tuple(named[0:2])), Part(None, tuple(named[2:4])), Part(None, tuple(named[4:]))]
 
 
 def test_a_budget_set_too_low_sends_at_most_a_hundred_queries() -> None:
     pods = [pod(f"ns-{i}", "p", gpus=1) for i in range(500)]
-    parts = split(budget=1, per_series=PER_GPU, load=gpu_load, covered=pods, namespaces=None, pods=None)
+    parts = split(budget=1, cost=COST, load=gpu_load, covered=pods, namespaces=None, pods=None)
     assert len(parts) == MAX_PARTS + 1  # and the part for every other namespace
-    named = split(budget=1, per_series=PER_GPU, load=gpu_load, covered=pods, namespaces=None,
+    named = split(budget=1, cost=COST, load=gpu_load, covered=pods, namespaces=None,
                   pods=[key(p) for p in pods])
     assert len(named) == MAX_PARTS
 
@@ -137,8 +141,8 @@ def clusters(draw: st.DrawFn) -> tuple[list[PodView], list[str] | None, list[Pod
     if scope == "pods":
         # Named pods may include one the estimate does not know (a pod gone since the list).
         named = sorted({key(p) for p in covered if draw(st.booleans())} | {PodKey("ns-0", "gone")})
-    whole = sum(p.gpus for p in covered) * PER_GPU
-    budget = draw(st.sampled_from([0, PER_GPU, 3 * PER_GPU, 8 * PER_GPU, whole, whole + 1]))
+    whole = COST.of_series(sum(p.gpus for p in covered))
+    budget = draw(st.sampled_from([0, 1, COST.of_series(1), COST.of_series(3), COST.of_series(8), whole, whole + 1]))
     return covered, covered_ns, named, budget
 
 
@@ -147,7 +151,7 @@ def clusters(draw: st.DrawFn) -> tuple[list[PodView], list[str] | None, list[Pod
 def test_the_parts_ask_for_exactly_the_whole_read_each_within_the_budget(
         drawn: tuple[list[PodView], list[str] | None, list[PodKey] | None, int]) -> None:
     covered, namespaces, named, budget = drawn
-    parts = split(budget=budget, per_series=PER_GPU, load=gpu_load, covered=covered, namespaces=namespaces,
+    parts = split(budget=budget, cost=COST, load=gpu_load, covered=covered, namespaces=namespaces,
                   pods=named)
     assert parts
     whole = sum(estimate(p, covered) for p in [Part(None, tuple(named)) if named is not None else
@@ -174,8 +178,8 @@ def test_the_parts_ask_for_exactly_the_whole_read_each_within_the_budget(
     for part in parts:  # each within the budget, unless one namespace or pod alone passes it
         items = ([Part(None, (k,)) for k in part.pods] if part.pods is not None else
                  [Part((n,)) for n in part.namespaces] if part.namespaces is not None else [part])
-        costly = [i for i in items if estimate(i, covered) > 0]
-        assert budget == 0 or estimate(part, covered) <= budget or len(costly) == 1 or len(parts) == 1
+        costly = [i for i in items if estimate(i, covered) > COST.fixed]
+        assert budget == 0 or estimate(part, covered) <= budget or len(costly) <= 1 or len(parts) == 1
         if budget and len(parts) > 1 and part.pods is None and estimate(part, covered) > budget:
             REACHED["a namespace alone above the budget"] += 1
 
@@ -253,7 +257,7 @@ def test_a_whole_read_above_the_budget_sends_one_query_per_part() -> None:
     policy = Policy("idle", (IdleGpu(threshold=5.0, window=WINDOW),), match=Match())
     need = observation.needs([policy])
     covered = [pod(f"team-{t}", f"p{i}", gpus=8) for t in "abc" for i in range(2)]
-    budget = 16 * series_samples(WINDOW, STEP, STEP)  # one namespace's 16 GPUs a part
+    budget = COST.of_series(16)  # one namespace's 16 GPUs a part
     source = _Recording()
     settings = Settings(prometheus=PrometheusSettings(url="http://127.0.0.1:9", query_samples=budget))
     found = observation.read_evidence(source, settings, need, NOW, namespaces=["team-a", "team-b", "team-c"],
@@ -277,7 +281,7 @@ def test_a_steady_cycles_whole_read_names_its_pods_part_by_part() -> None:
     covered = [pod("team-a", f"p{i}", gpus=4) for i in range(4)]
     source = _Recording()
     source.runtime = lambda: Runtime(NOW - WINDOW, NOW - WINDOW)  # type: ignore[method-assign]
-    budget = 8 * series_samples(WINDOW, STEP, STEP)  # two pods a part
+    budget = COST.of_series(8)  # two pods a part
     settings = Settings(prometheus=PrometheusSettings(url="http://127.0.0.1:9", query_samples=budget))
     carry = BusyCarry(datetime.timedelta(minutes=3))
     observation.read_evidence(source, settings, need, NOW, namespaces=["team-a"], carry=carry, covered=covered)
