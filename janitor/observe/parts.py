@@ -122,8 +122,8 @@ def split(*, budget: int, cost: Cost, load: Callable[[PodView], int], covered: S
             return [Part(None, tuple(pods))]
         return [Part(None, tuple(g)) for g in _groups(pods, lambda k: by_pod.get(k, 0), _at_least(budget, total))]
     by_namespace: dict[str, int] = {}
-    for key, cost in by_pod.items():
-        by_namespace[key.namespace] = by_namespace.get(key.namespace, 0) + cost
+    for key, each in by_pod.items():
+        by_namespace[key.namespace] = by_namespace.get(key.namespace, 0) + each
     whole = [Part(None if namespaces is None else tuple(namespaces))]
     total = sum(by_namespace.values())
     if budget <= 0 or total <= budget:
