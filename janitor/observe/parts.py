@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import datetime
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -39,8 +39,9 @@ _T = TypeVar("_T")
 
 
 MAX_PARTS = 100
-"""The most parts one read is split into (by the estimate): a budget set too low raises the parts'
-size rather than sending thousands of queries a cycle."""
+"""The most parts one read is split into (by the estimate; the part for the namespaces no other
+names comes besides): a budget set too low makes the parts bigger rather than sending thousands
+of queries a cycle."""
 
 
 @dataclass(frozen=True)
@@ -100,12 +101,46 @@ def _groups(items: Iterable[_T], cost: Callable[[_T], int], budget: int) -> list
             total = 0
         groups[-1].append(item)
         total += each
-    return groups
+    return _at_most(groups)
 
 
-def _at_least(budget: int, total: int) -> int:
-    """The budget, or what keeps the parts to `MAX_PARTS` when it is lower."""
-    return max(budget, -(-total // MAX_PARTS))
+def _pod_groups(pods: Iterable[PodKey], by_pod: Mapping[PodKey, int], budget: int) -> list[list[PodKey]]:
+    """Consecutive groups of named pods, each within the budget unless one pod alone passes it.
+
+    A part naming pods asks for its namespaces and its names (`evidence.scope`), so it selects
+    every pod of one of those names in one of those namespaces, named together or not (`w-0` of
+    namespace a and `w-1` of b select b's `w-0` and a's `w-1` too). What a pod adds to a group is
+    counted so: its own series, and those of the pods it brings in that way."""
+    names_in: dict[str, set[str]] = {}
+    for key in by_pod:
+        names_in.setdefault(key.namespace, set()).add(key.pod)
+    groups: list[list[PodKey]] = []
+    spaces: set[str] = set()
+    names: set[str] = set()
+    total = 0
+    for key in pods:
+        added = 0
+        if key.namespace not in spaces:
+            added += sum(by_pod.get(PodKey(key.namespace, n), 0) for n in names & names_in.get(key.namespace, set()))
+        if key.pod not in names:
+            added += sum(by_pod.get(PodKey(ns, key.pod), 0) for ns in spaces)
+            if key.namespace not in spaces:
+                added += by_pod.get(key, 0)
+        if not groups or (added > 0 and total + added > budget):
+            groups.append([])
+            spaces, names, total = set(), set(), 0
+            added = by_pod.get(key, 0)
+        groups[-1].append(key)
+        spaces.add(key.namespace)
+        names.add(key.pod)
+        total += added
+    return _at_most(groups)
+
+
+def _at_most(groups: list[list[_T]]) -> list[list[_T]]:
+    """The groups, neighbours merged into `MAX_PARTS` or fewer where there are more."""
+    each = -(-len(groups) // MAX_PARTS)
+    return groups if each <= 1 else [sum(groups[i:i + each], []) for i in range(0, len(groups), each)]
 
 
 def split(*, budget: int, cost: Cost, load: Callable[[PodView], int], covered: Sequence[PodView],
@@ -117,27 +152,27 @@ def split(*, budget: int, cost: Cost, load: Callable[[PodView], int], covered: S
         by_pod[PodKey(p.ref.namespace or "", p.ref.name)] = load(p) * cost.per_series
     budget = budget and max(1, budget - cost.fixed)  # what the groups may bring to each query
     if pods is not None:
-        total = sum(by_pod.get(k, 0) for k in pods)
-        if budget <= 0 or total <= budget:
+        if budget <= 0:
             return [Part(None, tuple(pods))]
-        return [Part(None, tuple(g)) for g in _groups(pods, lambda k: by_pod.get(k, 0), _at_least(budget, total))]
+        groups = _pod_groups(pods, by_pod, budget)
+        return [Part(None, tuple(pods))] if len(groups) == 1 else [Part(None, tuple(g)) for g in groups]
     by_namespace: dict[str, int] = {}
     for key, each in by_pod.items():
         by_namespace[key.namespace] = by_namespace.get(key.namespace, 0) + each
     whole = [Part(None if namespaces is None else tuple(namespaces))]
-    total = sum(by_namespace.values())
-    if budget <= 0 or total <= budget:
+    if budget <= 0 or sum(by_namespace.values()) <= budget:
         return whole
     names = sorted(by_namespace if namespaces is None else namespaces)
-    parts = [Part(tuple(g)) for g in _groups(names, lambda n: by_namespace.get(n, 0), _at_least(budget, total))]
+    parts = [Part(tuple(g)) for g in _groups(names, lambda n: by_namespace.get(n, 0), budget)]
     if namespaces is None:
         parts.append(Part(None, outside=tuple(names)))
     return parts
 
 
 def read(parts: Sequence[Part], ask: Callable[[Part], _E]) -> _E:
-    """The parts' answers as one evidence (their pods never overlap: namespaces or pods split them);
-    the first failure, without asking the rest, where a part fails."""
+    """The parts' answers as one evidence: parts by namespace never overlap; a pod two parts by
+    pod both select (its name and namespace each named in both) is read whole by each, the same
+    answer. The first failure, without asking the rest, where a part fails."""
     found: list[_E] = []
     for i, part in enumerate(parts):
         answer = ask(part)
