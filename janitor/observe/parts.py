@@ -13,14 +13,14 @@ same way and meets `--prometheus-timeout`. So a whole read whose estimate passes
   the window included (the multi-signal trigger reads those to tell which nodes export a field).
   When the read names no namespace, a last part asks for every namespace the others do not name;
 - **by pod**, when the read names its pods (those a steady cycle reads whole): each part names
-  some of them.
+  some of them, and is estimated with every pod its matchers select (`_pod_groups`).
 
 The estimate counts what the observation knows: each covered pod's GPUs (or the pod, for CPU)
-times the points a group holds at the query's step, and one series' raw samples (`Cost`). Series of pods gone within
-the window are not counted: the default budget, a tenth of Prometheus' default limit, leaves them
-room. A namespace alone above the budget is one part (it cannot be split without changing what
-the read answers). Merged, the parts are one evidence: any part that fails fails it all, as one
-query's failure does, and no further part is asked.
+times the points a group holds at the query's step, and one series' raw samples (`Cost`). Series
+of pods gone within the window are not counted: the default budget, a tenth of Prometheus'
+default limit, leaves them room. A namespace alone above the budget is one part (it cannot be
+split without changing what the read answers). Merged, the parts are one evidence: any part that
+fails fails it all, as one query's failure does, and no further part is asked.
 """
 
 from __future__ import annotations
