@@ -152,10 +152,8 @@ def split(*, budget: int, cost: Cost, load: Callable[[PodView], int], covered: S
         by_pod[PodKey(p.ref.namespace or "", p.ref.name)] = load(p) * cost.per_series
     budget = budget and max(1, budget - cost.fixed)  # what the groups may bring to each query
     if pods is not None:
-        if budget <= 0:
-            return [Part(None, tuple(pods))]
-        groups = _pod_groups(pods, by_pod, budget)
-        return [Part(None, tuple(pods))] if len(groups) == 1 else [Part(None, tuple(g)) for g in groups]
+        groups = _pod_groups(pods, by_pod, budget) if budget > 0 else []
+        return [Part(None, tuple(g)) for g in groups] if len(groups) > 1 else [Part(None, tuple(pods))]
     by_namespace: dict[str, int] = {}
     for key, each in by_pod.items():
         by_namespace[key.namespace] = by_namespace.get(key.namespace, 0) + each

@@ -13,6 +13,7 @@ Aspects covered:
   covered ones, budgets from 0 to above the whole) for each of the three scopes;
 - the answers merged into one evidence; a part that fails fails the whole read, and no further
   part is asked;
+- `--prometheus-query-samples` refuses what is not a whole number of samples, in one line;
 - through `read_evidence`: the queries a whole read sends, each naming its namespaces, and the
   steady cycle's whole read naming its pods part by part.
 """
@@ -310,3 +311,15 @@ def test_a_steady_cycles_whole_read_names_its_pods_part_by_part() -> None:
     busy, *whole = source.queries
     assert not _pods_named(busy)
     assert [_pods_named(q) for q in whole] == [{"p0", "p1"}, {"p2", "p3"}]
+
+
+def test_a_budget_that_is_not_a_whole_number_of_samples_is_refused_in_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from janitor import cli
+
+    for bad in ("-1", "5M", "1.5"):
+        with pytest.raises(SystemExit) as stop:
+            cli.build_parser().parse_args(["plan", "--prometheus-query-samples", bad])
+        assert stop.value.code == 2
+        assert f"{bad!r}: give a whole number of samples, 0 or more" in capsys.readouterr().err
+    assert cli.build_parser().parse_args(["plan", "--prometheus-query-samples", "0"]).prometheus_query_samples == 0
