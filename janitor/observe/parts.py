@@ -112,8 +112,10 @@ def _pod_groups(pods: Iterable[PodKey], by_pod: Mapping[PodKey, int], budget: in
     namespace a and `w-1` of b select b's `w-0` and a's `w-1` too). What a pod adds to a group is
     counted so: its own series, and those of the pods it brings in that way."""
     names_in: dict[str, set[str]] = {}
+    spaces_of: dict[str, set[str]] = {}  # by pod name: looked up per name, not per namespace of the group
     for key in by_pod:
         names_in.setdefault(key.namespace, set()).add(key.pod)
+        spaces_of.setdefault(key.pod, set()).add(key.namespace)
     groups: list[list[PodKey]] = []
     spaces: set[str] = set()
     names: set[str] = set()
@@ -123,7 +125,7 @@ def _pod_groups(pods: Iterable[PodKey], by_pod: Mapping[PodKey, int], budget: in
         if key.namespace not in spaces:
             added += sum(by_pod.get(PodKey(key.namespace, n), 0) for n in names & names_in.get(key.namespace, set()))
         if key.pod not in names:
-            added += sum(by_pod.get(PodKey(ns, key.pod), 0) for ns in spaces)
+            added += sum(by_pod[PodKey(ns, key.pod)] for ns in spaces & spaces_of.get(key.pod, set()))
             if key.namespace not in spaces:
                 added += by_pod.get(key, 0)
         if not groups or (added > 0 and total + added > budget):
