@@ -443,3 +443,20 @@ def test_an_unreadable_busy_answer_reads_that_cycle_whole_and_is_counted_under_i
     plan = [Cycle(600, 0, False, False), Cycle(660, 0, True, False), Cycle(720, 0, False, False)]
     assert asked(busy_pod(), plan, carry) == [None, None, []]
     assert carry.full_reads == {Full.START: 1, Full.UNREADABLE: 1}
+
+
+def test_a_pod_without_a_gpu_series_is_not_kept_for_the_gpu_query() -> None:
+    """Most covered pods of a cluster hold no GPU: nothing of theirs can be carried busy, so the
+    GPU query's carry holds nothing for them (it held an empty set each, 216 bytes)."""
+    carry = BusyCarry(MAX_PAUSE)
+    lives = [Life("uid-0-0", 0, 10_000, ((90.0,) * 200,)), Life("uid-1-0", 0, 10_000, ((0.0,) * 200,)),
+             Life("uid-2-0", 0, 10_000, ())]
+    for at in (600, 660):
+        answers = Answers(lives, Cycle(at, 0, False, False))
+        carry.begin(stamp(at), runtime(0))
+        found = carry.gpu(GPU_KEY, None if at == 600 else stamp(at - 60), stamp(at), running(lives, at),
+                          answers.gpu_busy, answers.gpu_whole)
+        assert set(found.pods) == {PodKey("ml", "pod-0"), PodKey("ml", "pod-1")}
+        assert carry.kept()[0] == 2  # the two pods with a GPU series, whatever their verdict
+    assert carry.kept()[1] == 1  # pod-0's GPU, seen busy since the first read
+    assert answers.asked_whole[-1] == [PodKey("ml", "pod-1"), PodKey("ml", "pod-2")]  # pod-0 carried busy
