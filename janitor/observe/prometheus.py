@@ -298,7 +298,7 @@ class PrometheusSource:
         except PrometheusError as error:
             self._log(path, query, started, error)
             self.stats.append(QueryStat(api, time.monotonic() - started, size, False,
-                                        query if self.query_stats else ""))
+                                        _shown(query) if self.query_stats else ""))
             raise
         self._log(path, query, started, result)
         took = time.monotonic() - started
@@ -383,8 +383,18 @@ def _cost(api: str, seconds: float, size: int, query: str, stats: Mapping[str, A
         return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
     read, peak = number(samples, "totalQueryableSamples"), number(samples, "peakSamples")
-    return QueryStat(api, seconds, size, True, query, None if read is None else int(read),
+    return QueryStat(api, seconds, size, True, _shown(query), None if read is None else int(read),
                      None if peak is None else int(peak), number(timings, "evalTotalTime"))
+
+
+_LONG_LITERAL = re.compile(r'"(?:[^"\\]|\\.){80,}"')
+
+
+def _shown(query: str) -> str:
+    """The query as a stat keeps it: each string literal of 80 characters or more as `"…"`. A
+    query naming thousands of pods is megabytes, and the stats of a cycle are kept until the
+    next one: they held 2.6 MB of 56 MB live at 12,500 pods. The metrics and selectors stay."""
+    return _LONG_LITERAL.sub('"…"', query)
 
 
 def _unix(moment: datetime, name: str) -> str:

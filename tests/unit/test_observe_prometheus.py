@@ -400,6 +400,21 @@ def test_query_stats_asked_and_recorded(fake: FakePrometheus) -> None:
     assert ranged.api == "query_range" and ranged.samples == 48000 and ranged.ok
 
 
+def test_a_query_naming_thousands_of_pods_is_kept_in_its_stat_without_the_names(fake: FakePrometheus) -> None:
+    """The stats of a cycle live until the next one; the query sent is whole, the stat keeps its shape."""
+    names = "|".join(f"train-{i}-0" for i in range(5000))
+    query = f'max by (pod) (max_over_time(DCGM_FI_DEV_GPU_UTIL{{namespace="team-a",pod=~"{names}"}}[4h:15s]))'
+    fake.answer(200, success("vector", []))
+    fake.answer(422, {"status": "error", "errorType": "execution", "error": "too many samples"})
+    prom = PrometheusSource(PrometheusConfig(url=fake.url), query_stats=True)
+    prom.instant(query, AT)
+    with pytest.raises(PrometheusError):
+        prom.instant(query, AT)
+    assert [f.form["query"] for f in fake.seen] == [query, query]
+    shown = 'max by (pod) (max_over_time(DCGM_FI_DEV_GPU_UTIL{namespace="team-a",pod=~"…"}[4h:15s]))'
+    assert [(s.query, s.ok) for s in prom.stats] == [(shown, True), (shown, False)]
+
+
 def test_query_stats_missing_or_odd_are_none(fake: FakePrometheus) -> None:
     fake.answer(200, success("vector", []))  # a server that says nothing of its cost
     fake.answer(200, {"status": "success", "data": {"resultType": "vector", "result": [],
