@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Generic, TypeVar
@@ -343,8 +344,9 @@ def gpu_groups(labels: LabelMap, hostname_label: str | None = None) -> Groups[_G
         if not pod:
             return None
         uid = next((u for u in (lab.get(name, "") for name in uids) if u), "")
-        return (PodKey(lab.get(labels.namespace, ""), pod), _gpu_id(lab.get("gpu", ""), instance), lab.get(host, ""),
-                bool(instance), lab.get(MODEL, ""), uid)
+        # Namespaces, nodes and models held once, not once a row: the evidence lives through the cycle.
+        return (PodKey(sys.intern(lab.get(labels.namespace, "")), pod), _gpu_id(lab.get("gpu", ""), instance),
+                sys.intern(lab.get(host, "")), bool(instance), sys.intern(lab.get(MODEL, "")), uid)
 
     return Groups(gpu_of)
 
@@ -352,7 +354,7 @@ def gpu_groups(labels: LabelMap, hostname_label: str | None = None) -> Groups[_G
 def cpu_groups(labels: LabelMap = HONOR_LABELS) -> Groups[PodKey]:
     """The groups of `cpu_query`'s answer: a pod."""
     def pod_of(lab: Mapping[str, str]) -> PodKey | None:
-        return PodKey(lab.get(labels.namespace, ""), lab[labels.pod]) if lab.get(labels.pod) else None
+        return PodKey(sys.intern(lab.get(labels.namespace, "")), lab[labels.pod]) if lab.get(labels.pod) else None
 
     return Groups(pod_of)
 

@@ -223,7 +223,7 @@ def _container(status: Mapping[str, Any], kind: ContainerKind) -> ContainerStatu
     last = (status.get("lastState") or {}).get("terminated") or {}
     code = detail.get("exitCode")
     return ContainerStatus(
-        name=status.get("name") or "",
+        name=sys.intern(status.get("name") or ""),
         kind=kind,
         restarts=int(status.get("restartCount") or 0),
         state=state,
@@ -287,8 +287,8 @@ def node_info(item: Mapping[str, Any], agent_condition: str = node_report.CONDIT
     agent = conditions.get(agent_condition)
     holders = conditions.get(gpu_condition)
     return NodeInfo(
-        name=meta["name"],
-        labels=dict(meta.get("labels") or {}),
+        name=sys.intern(meta["name"]),  # the pods' `node`, interned as well: one string a node
+        labels=strings(meta.get("labels")),
         taints=tuple((t.get("key") or "", t.get("value") or "", t.get("effect") or "")
                      for t in spec.get("taints") or []),
         allocatable={k: quantity(v) for k, v in (status.get("allocatable") or {}).items()},

@@ -1,0 +1,73 @@
+"""The watch cache holds every object's view for as long as the daemon runs: the strings that
+repeat across objects (kinds, API versions, namespaces, container names, node labels, and the
+namespaces, nodes and models of the usage evidence) are held once however many objects name
+them, not once per object decoded. Two pages are decoded apart here, as the apiserver's pages are."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+from janitor.decide.evidence import EvidenceWindow
+from janitor.observe import cluster, evidence, views
+from janitor.observe.answers import parse_answer
+from janitor.observe.prometheus import HONOR_LABELS
+
+REPLICA_SETS = cluster.ResourceKind("apps", "v1", "ReplicaSet", "replicasets")
+
+
+def _page(text: str) -> dict:
+    return json.loads(text)  # a string each time: nothing shared with another page
+
+
+def _replica_set(i: int) -> str:
+    return json.dumps({"metadata": {"name": f"train-{i}", "namespace": "team-a", "uid": f"u{i}",
+                                    "resourceVersion": "1", "creationTimestamp": "2026-11-01T00:00:00Z",
+                                    "ownerReferences": [{"kind": "Deployment", "apiVersion": "apps/v1",
+                                                         "name": "train", "uid": "d1", "controller": True}]}})
+
+
+def _pod(i: int) -> str:
+    return json.dumps({"metadata": {"name": f"train-{i}", "namespace": "team-a", "uid": f"p{i}",
+                                    "resourceVersion": "1", "creationTimestamp": "2026-11-01T00:00:00Z"},
+                       "spec": {"nodeName": "gpu-1", "containers": [{"name": "worker"}]},
+                       "status": {"phase": "Running", "containerStatuses": [
+                           {"name": "worker", "restartCount": 0, "state": {"running": {}}}]}})
+
+
+def _node(i: int) -> str:
+    return json.dumps({"metadata": {"name": f"gpu-{i}", "labels": {"nvidia.com/gpu.product": "NVIDIA-A100"}},
+                       "status": {}})
+
+
+def test_two_objects_read_apart_share_their_kind_version_namespace_and_owner_kind() -> None:
+    a, b = (cluster.to_view(REPLICA_SETS, _page(_replica_set(i))) for i in (1, 2))
+    assert a.ref.api_version == "apps/v1" and a.ref.api_version is b.ref.api_version
+    assert a.ref.namespace == "team-a" and a.ref.namespace is b.ref.namespace
+    assert a.controller is not None and b.controller is not None
+    assert a.controller.kind is b.controller.kind and a.controller.api_version is b.controller.api_version
+
+
+def test_two_pods_read_apart_share_their_container_names_and_two_nodes_their_labels() -> None:
+    a, b = (views.pod_view(_page(_pod(i))) for i in (1, 2))
+    assert a.state.containers[0].name == "worker" and a.state.containers[0].name is b.state.containers[0].name
+    x, y = (views.node_info(_page(_node(i))) for i in (1, 2))
+    product = "nvidia.com/gpu.product"
+    assert x.labels[product] == "NVIDIA-A100" and x.labels[product] is y.labels[product]
+    assert views.node_info(_page(_node(1))).name is x.name  # the name a pod's `node` holds, once
+
+
+def test_the_evidence_holds_a_namespace_node_and_model_once_for_every_gpu() -> None:
+    rows = [{"metric": {"namespace": "team-a", "pod": f"train-{i}", "gpu": "0", "Hostname": "gpu-1",
+                        "modelName": "NVIDIA-A100", "stat": "peak"}, "value": [1795313821, "90"]} for i in (1, 2)]
+    groups = evidence.gpu_groups(HONOR_LABELS)
+    for row in rows:  # each answer decoded apart
+        parse_answer(200, json.dumps({"status": "success", "data": {"resultType": "vector", "result": [row]}})
+                     .encode(), "q", groups)
+    window = EvidenceWindow("DCGM_FI_DEV_GPU_UTIL", timedelta(hours=1), timedelta(seconds=15),
+                            datetime(2026, 11, 29, tzinfo=timezone.utc))
+    found = evidence.fold_gpu(parse_answer(200, b'{"status":"success","data":{"resultType":"vector","result":[]}}',
+                                           "q"), window, HONOR_LABELS, groups=groups)
+    (k1, (s1,)), (k2, (s2,)) = sorted(found.pods.items())
+    assert (k1.namespace, s1.node, s1.peak) == ("team-a", "gpu-1", 90.0)
+    assert k1.namespace is k2.namespace and s1.node is s2.node and s1.model is s2.model
