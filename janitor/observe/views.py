@@ -81,6 +81,19 @@ def strings(values: Mapping[str, Any] | None) -> dict[str, str]:
             for k, v in (values or {}).items()}
 
 
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+"""What `kubectl apply` (and GitOps tools applying client-side) writes on every object it applies:
+the whole object as applied, a ConfigMap's data included, in its metadata. Nothing the janitor
+decides reads it, and the watch cache would hold a copy of every applied object for as long as
+the daemon runs."""
+
+
+def annotations(values: Mapping[str, Any] | None) -> dict[str, str]:
+    """An object's annotations as its view keeps them: `strings`, without `LAST_APPLIED`."""
+    return strings({k: v for k, v in values.items() if k != LAST_APPLIED} if values and LAST_APPLIED in values
+                   else values)
+
+
 _MARK_KEYS = frozenset(ann.MARK_READ_KEYS)
 _JANITOR_ONLY = frozenset(ann.JANITOR_ONLY_KEYS)
 _RECORDS = frozenset({ann.RECLAIMED, ann.UNDONE})  # a reclaim's records: the janitor's only when it wrote them
@@ -158,7 +171,7 @@ def pod_view(item: Mapping[str, Any]) -> PodView:
         containers=share(tuple(ContainerView(sys.intern(c["name"]), cpu_cores(
             ((c.get("resources") or {}).get("requests") or {}).get("cpu"))) for c in containers)),
         deleting=bool(meta.get("deletionTimestamp")),
-        annotations=strings(meta.get("annotations")),
+        annotations=annotations(meta.get("annotations")),
         state=pod_state(meta, spec, status),
         created=_time(meta.get("creationTimestamp")),
         foreign_marks=foreign_marks(meta),

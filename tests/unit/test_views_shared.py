@@ -1,7 +1,8 @@
 """The watch cache holds every object's view for as long as the daemon runs: the strings that
 repeat across objects (kinds, API versions, namespaces, container names, node labels, and the
 namespaces, nodes and models of the usage evidence) are held once however many objects name
-them, not once per object decoded. Two pages are decoded apart here, as the apiserver's pages are."""
+them, not once per object decoded (two pages are decoded apart here, as the apiserver's pages
+are), and what `kubectl apply` records of an object is not kept at all."""
 
 from __future__ import annotations
 
@@ -71,3 +72,19 @@ def test_the_evidence_holds_a_namespace_node_and_model_once_for_every_gpu() -> N
     (k1, (s1,)), (k2, (s2,)) = sorted(found.pods.items())
     assert (k1.namespace, s1.node, s1.peak) == ("team-a", "gpu-1", 90.0)
     assert k1.namespace is k2.namespace and s1.node is s2.node and s1.model is s2.model
+
+
+def test_what_kubectl_apply_records_of_an_object_is_not_kept_in_its_view() -> None:
+    """`kubectl apply` writes the whole object into an annotation, a ConfigMap's data included:
+    the cache does not keep that copy of every applied object. Every other annotation stays."""
+    applied = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "data": {"model.json": "x" * 50_000}})
+    meta = {"name": "weights", "namespace": "team-a", "uid": "c1", "resourceVersion": "1",
+            "creationTimestamp": "2026-11-01T00:00:00Z",
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": applied, "janitor/ttl": "7d",
+                            "owner": "ada"}}
+    config_map = cluster.to_view(cluster.ResourceKind("", "v1", "ConfigMap", "configmaps"), {"metadata": meta})
+    assert config_map.annotations == {"janitor/ttl": "7d", "owner": "ada"}
+    assert config_map.readings.rules  # its janitor/ttl is read as before
+    pod = views.pod_view({"metadata": {**meta, "uid": "p1"}, "spec": {}, "status": {}})
+    assert pod.annotations == {"janitor/ttl": "7d", "owner": "ada"}
+    assert meta["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] == applied  # the item untouched
