@@ -226,7 +226,7 @@ def to_view(kind: ResourceKind, item: Mapping[str, Any]) -> ObjectView:
         ),
         resource_version=meta["resourceVersion"],
         created=_parse_time(meta["creationTimestamp"]),
-        annotations=views.annotations(meta.get("annotations")),
+        annotations=views.kept_annotations(meta.get("annotations")),
         labels=views.strings(meta.get("labels")),
         deleting=meta.get("deletionTimestamp") is not None,
         controller=_controller(meta.get("ownerReferences") or []),

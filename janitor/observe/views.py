@@ -88,7 +88,7 @@ decides reads it, and the watch cache would hold a copy of every applied object 
 the daemon runs."""
 
 
-def annotations(values: Mapping[str, Any] | None) -> dict[str, str]:
+def kept_annotations(values: Mapping[str, Any] | None) -> dict[str, str]:
     """An object's annotations as its view keeps them: `strings`, without `LAST_APPLIED`."""
     return strings({k: v for k, v in values.items() if k != LAST_APPLIED} if values and LAST_APPLIED in values
                    else values)
@@ -171,7 +171,7 @@ def pod_view(item: Mapping[str, Any]) -> PodView:
         containers=share(tuple(ContainerView(sys.intern(c["name"]), cpu_cores(
             ((c.get("resources") or {}).get("requests") or {}).get("cpu"))) for c in containers)),
         deleting=bool(meta.get("deletionTimestamp")),
-        annotations=annotations(meta.get("annotations")),
+        annotations=kept_annotations(meta.get("annotations")),
         state=pod_state(meta, spec, status),
         created=_time(meta.get("creationTimestamp")),
         foreign_marks=foreign_marks(meta),
