@@ -84,21 +84,20 @@ class _GpuKept:
                     self.busy[_series_id(key, s)] = (since, GpuSeries(s.gpu, s.peak, 0, s.node, Quality(), s.mig,
                                                                       s.model, s.uid))
 
-    def read_whole(self, found: GpuEvidence, pods: Iterable[PodView], at: datetime.datetime) -> None:
-        for pod in pods:
-            key, uid = pod_id(pod)
+    def read_whole(self, found: GpuEvidence, pods: Iterable[_PodId], at: datetime.datetime) -> None:
+        for key, uid in pods:
             ids = tuple(sorted({_series_id(key, s) for s in _own(found.pods.get(key, ()), uid)}))
             if ids:
                 self.pods[(key, uid)] = (ids, at)
             else:
                 self.pods.pop((key, uid), None)
 
-    def carried(self, pod: PodView, at: datetime.datetime, window: datetime.timedelta
+    def carried(self, pod: _PodId, at: datetime.datetime, window: datetime.timedelta
                 ) -> tuple[GpuSeries, ...] | None:
         """The pod's series, each busy within the window, or None when any is not, none is known,
         or its last whole read is a window old: a GPU series that appeared since (one idle beside a
         busy one) is then seen, and the pod is not carried busy for ever on what it was."""
-        ids, read = self.pods.get(pod_id(pod), ((), at))
+        ids, read = self.pods.get(pod, ((), at))
         if not ids or not at < read + window:
             return None
         found = []
@@ -109,9 +108,8 @@ class _GpuKept:
             found.append(kept[1])
         return tuple(found)
 
-    def forget(self, at: datetime.datetime, window: datetime.timedelta, pods: Iterable[PodView]) -> None:
+    def forget(self, at: datetime.datetime, window: datetime.timedelta, there: set[_PodId]) -> None:
         """Drop what has left the window and the pods no longer there: the carry stays the cluster's size."""
-        there = {pod_id(p) for p in pods}
         names = {key for key, _ in there}
         self.busy = {i: kept for i, kept in self.busy.items() if i[0] in names and at < kept[0] + window}
         self.pods = {p: kept for p, kept in self.pods.items() if p in there}
@@ -121,21 +119,20 @@ class _GpuKept:
 class _CpuKept:
     busy: dict[_PodId, tuple[datetime.datetime, float]] = field(default_factory=dict)
 
-    def seen_busy(self, found: CpuEvidence, since: datetime.datetime, pods: Iterable[PodView]) -> None:
-        by_name = {pod_id(p)[0]: p.ref.uid for p in pods}
+    def seen_busy(self, found: CpuEvidence, since: datetime.datetime, pods: Iterable[_PodId]) -> None:
+        by_name = dict(pods)
         for key, usage in found.pods.items():
             uid = by_name.get(key)
             if uid is not None and usage.peak_cores is not None:
                 self.busy[(key, uid)] = (since, usage.peak_cores)
 
-    def carried(self, pod: PodView, at: datetime.datetime, window: datetime.timedelta) -> CpuUsage | None:
-        kept = self.busy.get(pod_id(pod))
+    def carried(self, pod: _PodId, at: datetime.datetime, window: datetime.timedelta) -> CpuUsage | None:
+        kept = self.busy.get(pod)
         if kept is None or not at < kept[0] + window:
             return None
         return CpuUsage(kept[1], 0, Quality())
 
-    def forget(self, at: datetime.datetime, window: datetime.timedelta, pods: Iterable[PodView]) -> None:
-        there = {pod_id(p) for p in pods}
+    def forget(self, at: datetime.datetime, window: datetime.timedelta, there: set[_PodId]) -> None:
         self.busy = {i: kept for i, kept in self.busy.items() if i in there and at < kept[0] + window}
 
 
@@ -235,6 +232,7 @@ class BusyCarry:
         kept = self._gpu.setdefault(key, _GpuKept())
         self._used[0].add(key)
         window = key[0][1]
+        ids = [pod_id(p) for p in pods]  # once a cycle: each is asked for several times
         if since is not None:
             recent = busy(at - since)
             if recent.failed:
@@ -245,12 +243,12 @@ class BusyCarry:
                 since = None
             else:
                 kept.seen_busy(recent, since)
-        carried, rest, scoped = self._split(since, pods, lambda pod: kept.carried(pod, at, window))
+        carried, rest, scoped = self._split(since, ids, lambda pod: kept.carried(pod, at, window))
         read = whole(scoped)
         if read.failed:  # every pod unknown; what is kept stays true, and the next cycle reads them again
             return read
         kept.read_whole(read, rest, at)
-        kept.forget(at, window, pods)
+        kept.forget(at, window, set(ids))
         return replace(read, pods={**carried, **read.pods})
 
     def cpu(self, key: CpuCarryKey, since: datetime.datetime | None, at: datetime.datetime,
@@ -260,6 +258,7 @@ class BusyCarry:
         kept = self._cpu.setdefault(key, _CpuKept())
         self._used[1].add(key)
         window = key[0][0]
+        ids = [pod_id(p) for p in pods]
         if since is not None:
             recent = busy(at - since)
             if recent.failed:
@@ -269,12 +268,12 @@ class BusyCarry:
                 kept = self._cpu[key] = _CpuKept()
                 since = None
             else:
-                kept.seen_busy(recent, since, pods)
-        carried_cpu, _, scoped = self._split(since, pods, lambda pod: kept.carried(pod, at, window))
+                kept.seen_busy(recent, since, ids)
+        carried_cpu, _, scoped = self._split(since, ids, lambda pod: kept.carried(pod, at, window))
         read = whole(scoped)
         if read.failed:
             return read
-        kept.forget(at, window, pods)
+        kept.forget(at, window, set(ids))
         return replace(read, pods={**carried_cpu, **read.pods})
 
     def end(self) -> None:
@@ -283,9 +282,9 @@ class BusyCarry:
         self._gpu = {k: v for k, v in self._gpu.items() if k in self._used[0]}
         self._cpu = {k: v for k, v in self._cpu.items() if k in self._used[1]}
 
-    def _split(self, since: datetime.datetime | None, pods: Sequence[PodView],
-               carried_of: Callable[[PodView], _T | None]
-               ) -> tuple[dict[PodKey, _T], list[PodView], list[PodKey] | None]:
+    def _split(self, since: datetime.datetime | None, pods: Sequence[_PodId],
+               carried_of: Callable[[_PodId], _T | None]
+               ) -> tuple[dict[PodKey, _T], list[_PodId], list[PodKey] | None]:
         """The pods carried (by name, with what is carried), the rest, and the pods the whole read
         names (None: every pod, when nothing is carried this cycle); counted for the metrics."""
         carried: dict[PodKey, _T] = {}
@@ -293,10 +292,10 @@ class BusyCarry:
             for pod in pods:
                 found = carried_of(pod)
                 if found is not None:
-                    carried[pod_id(pod)[0]] = found
-        rest = [p for p in pods if pod_id(p)[0] not in carried]
+                    carried[pod[0]] = found
+        rest = [p for p in pods if p[0] not in carried]
         self._count(len(carried), len(rest))
-        return carried, rest, None if since is None else sorted({pod_id(p)[0] for p in rest}, key=_order)
+        return carried, rest, None if since is None else sorted({key for key, _ in rest}, key=_order)
 
     def _count(self, carried: int, whole: int) -> None:
         self.stats = replace(self.stats, carried=self.stats.carried + carried,

@@ -154,7 +154,10 @@ def split(*, budget: int, cost: Cost, load: Callable[[PodView], int], covered: S
         by_pod[PodKey(p.ref.namespace or "", p.ref.name)] = load(p) * cost.per_series
     budget = budget and max(1, budget - cost.fixed)  # what the groups may bring to each query
     if pods is not None:
-        groups = _pod_groups(pods, by_pod, budget) if budget > 0 else []
+        # A group brings in covered pods only, each once: within the budget all together, one part,
+        # without grouping (the steady cycle's usual case: a read of what is not carried).
+        fits = budget <= 0 or sum(by_pod.values()) <= budget
+        groups = [] if fits else _pod_groups(pods, by_pod, budget)
         return [Part(None, tuple(g)) for g in groups] if len(groups) > 1 else [Part(None, tuple(pods))]
     by_namespace: dict[str, int] = {}
     for key, each in by_pod.items():

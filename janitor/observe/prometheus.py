@@ -51,6 +51,25 @@ _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _MATCHER_TEXT = re.compile(r"\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*(.*?)\s*")
 
+# ----------------------------------------------------------------------------- form bodies
+
+_FORM_UNSAFE = re.compile(r"[^A-Za-z0-9_.~-]+")
+FORM_TYPE = "application/x-www-form-urlencoded"
+
+
+def _escaped(found: re.Match[str]) -> str:
+    return "".join("+" if b == 0x20 else f"%{b:02X}" for b in found.group().encode())
+
+
+def form_body(form: Mapping[str, str]) -> str:
+    """`form` as `urllib.parse.urlencode` writes it, byte for byte, in a fraction of its time.
+
+    Why: a whole read names every pod it reads (megabytes of names at 50,000 pods), and the
+    stdlib quotes a string one byte at a time in Python (0.04 s a megabyte); a query's names are
+    almost all safe characters, so only the runs that are not are rewritten."""
+    return "&".join(f"{_FORM_UNSAFE.sub(_escaped, k)}={_FORM_UNSAFE.sub(_escaped, v)}" for k, v in form.items())
+
+
 # ----------------------------------------------------------------------------- selectors
 
 MatchOp = Literal["=", "!=", "=~", "!~"]
@@ -292,7 +311,7 @@ class PrometheusSource:
         started = time.monotonic()
         size = 0
         try:
-            response = self._send("POST", path, query, data=form)
+            response = self._send("POST", path, query, data=form_body(form), form=True)
             size = len(response.content)
             result = parse_answer(response.status_code, response.content, query, sink)
         except PrometheusError as error:
@@ -344,13 +363,15 @@ class PrometheusSource:
             return Runtime()
         return Runtime(_moment(data, "startTime"), _moment(data, "lastConfigTime"))
 
-    def _send(self, method: str, path: str, query: str, *, data: Mapping[str, str] | None = None,
-              params: Mapping[str, str] | None = None) -> requests.Response:
-        """One HTTP request within the connect and read timeouts; transport trouble as `PrometheusError`."""
+    def _send(self, method: str, path: str, query: str, *, data: str | None = None,
+              params: Mapping[str, str] | None = None, form: bool = False) -> requests.Response:
+        """One HTTP request within the connect and read timeouts; transport trouble as
+        `PrometheusError`. With `form`, `data` is a form body already encoded (`form_body`)."""
         conn = self._connection
+        headers = {**(conn.headers or {}), "Content-Type": FORM_TYPE} if form else conn.headers
         try:
             response: requests.Response = conn._session.request(
-                method, f"{conn.url}{path}", data=data, params=params, headers=conn.headers, auth=conn.auth,
+                method, f"{conn.url}{path}", data=data, params=params, headers=headers, auth=conn.auth,
                 verify=conn._session.verify, timeout=(self.config.connect_timeout, self.config.read_timeout),
             )
             return response

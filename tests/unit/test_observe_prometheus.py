@@ -25,6 +25,8 @@ from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from janitor.observe.prometheus import (
     SERVICE_MONITOR,
@@ -34,6 +36,7 @@ from janitor.observe.prometheus import (
     PrometheusConfig,
     PrometheusError,
     PrometheusSource,
+    form_body,
     quote,
     selector,
 )
@@ -307,9 +310,18 @@ def test_request_is_a_post_form_with_time_auth_and_headers(fake: FakePrometheus)
     assert instant.form == {"query": 'up{job="a b"}', "time": repr(AT.timestamp()), "timeout": "19s"}
     assert instant.headers["Authorization"] == "Bearer s3cret"
     assert instant.headers["X-Scope-OrgID"] == "mn2"
+    assert instant.headers["Content-Type"] == "application/x-www-form-urlencoded"
     assert ranged.path == "/prom/api/v1/query_range"
     assert float(ranged.form["start"]) == AT.timestamp() - 600 and float(ranged.form["end"]) == AT.timestamp()
     assert float(ranged.form["step"]) == 30.0
+
+
+@given(st.dictionaries(st.text(max_size=8), st.text(max_size=40), max_size=4),
+       st.lists(st.from_regex(r"[a-z0-9.-]{1,20}", fullmatch=True), max_size=30))
+def test_a_form_body_is_what_urlencode_writes(form: dict[str, str], names: list[str]) -> None:
+    form = {**form, "query": 'max by (pod) (up{pod=~"' + "|".join(names) + '"}[5m] @ 1)'}
+    assert form_body(form) == urllib.parse.urlencode(form)
+    assert dict(urllib.parse.parse_qsl(form_body(form), keep_blank_values=True)) == form
 
 
 def test_naive_datetimes_and_bad_steps_are_refused(fake: FakePrometheus) -> None:
