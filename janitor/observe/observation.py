@@ -169,15 +169,18 @@ def _is(kind: ResourceKind, name: str) -> bool:
 MAX_SCOPED_NAMESPACES = 300  # beyond this many, a cycle's queries name no namespace (the regex would outgrow them)
 
 
-def covered_namespaces(policies: Sequence[Policy], namespaces: Mapping[str, NamespaceView]) -> list[str] | None:
+def covered_namespaces(policies: Sequence[Policy], namespaces: Mapping[str, NamespaceView], *,
+                       everywhere: bool = True) -> list[str] | None:
     """The namespaces a policy that reads usage evidence covers (any trigger whose reads name a GPU or
     CPU query: idle, hung), by name and labels: a cycle's usage queries need no series from any
-    other. None: every namespace (or too many to name)."""
+    other. None: every namespace (or too many to name). `namespaces` are those the janitor sees;
+    unless it sees `everywhere` (`--namespaces`), all of them covered are still named."""
     idle = [p for p in policies if any((r := registry.of_policy(t).reads(t)).gpu or r.cpu or r.gpu_low
                                        for t in p.triggers)]
     names = [n for n, v in namespaces.items()
              if any(p.match.namespaces.matches(n) and p.match.namespace_selector.matches(v.labels) for p in idle)]
-    return None if len(names) == len(namespaces) or len(names) > MAX_SCOPED_NAMESPACES else sorted(names)
+    return None if (everywhere and len(names) == len(namespaces)) or len(names) > MAX_SCOPED_NAMESPACES \
+        else sorted(names)
 
 
 def read_evidence(source: PrometheusSource | None, settings: Settings, need: Needs, at: datetime.datetime,
@@ -364,7 +367,7 @@ def read(api: ApiClient, settings: Settings, policies: Sequence[Policy], now: da
     viewed = kueue.attach(api, objects, page_size=c.page_size, namespaces=kueue.looked_up(policies, namespaces))
     held = claims.for_cycle(api, c.namespaces, c.claims_after, c.page_size,
                             pods if need.pods or views.PODS.key in done else None, judged=claims.judged(policies))
-    covered = covered_namespaces(policies, namespaces)
+    covered = covered_namespaces(policies, namespaces, everywhere=c.namespaces is None)
     return Observation(first, viewed, tuple(pods), namespaces,
                        tuple(nodes), need.nodes,
                        read_evidence(source, settings, need, at, namespaces=covered, covered=in_scope(pods, covered)),
@@ -389,7 +392,7 @@ def read_cached(cache: ClusterCache, settings: Settings, policies: Sequence[Poli
     probed = cache.probe.found() if scaled and mode is NodeAutoscaling.AUTO else Autoscaling()
     scaling = autoscalers.autoscaling(mode, probed, said, snap.autoscaler_unreadable) if scaled else Autoscaling()
     objects = kueue.attach(cache.api, snap.objects, namespaces=kueue.looked_up(policies, snap.namespaces))
-    covered = covered_namespaces(policies, snap.namespaces)
+    covered = covered_namespaces(policies, snap.namespaces, everywhere=settings.cluster.namespaces is None)
     held = claims.for_cycle(cache.api, settings.cluster.namespaces, settings.cluster.claims_after,
                             settings.cluster.page_size,
                             # pods forbidden: the snapshot has none, which says nothing of claims

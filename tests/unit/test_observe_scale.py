@@ -42,6 +42,17 @@ def test_every_namespace_covered_or_too_many_to_name_means_no_namespace_matcher(
     assert covered_namespaces([some], many) is None
 
 
+def test_a_janitor_given_namespaces_names_them_though_its_policies_cover_all_it_sees() -> None:
+    """Under `--namespaces` the janitor sees only those namespaces: a policy covering all it sees
+    covers those, and a query without a namespace matcher would read every pod Prometheus holds
+    (the whole cluster's series, for pods the janitor never judges)."""
+    teams = namespaces(("team-a", {"gpu": "yes"}), ("team-b", {}))
+    assert covered_namespaces([Policy("all", (IdleGpu(),))], teams, everywhere=False) == ["team-a", "team-b"]
+    assert covered_namespaces([Policy("all", (IdleGpu(),))], teams, everywhere=True) is None
+    gpu = Policy("gpu", (IdleGpu(),), match=Match(namespace_selector=LabelSelector((("gpu", "yes"),))))
+    assert covered_namespaces([gpu], teams, everywhere=False) == ["team-a"]
+
+
 def test_a_busy_peak_is_sent_alone_only_above_every_threshold_that_reads_it() -> None:
     """A GPU's quality rows may be left out only where every policy reading the answer calls its
     peak busy: above the highest threshold. A CPU answer read against a fraction of each pod's
