@@ -91,6 +91,12 @@ class GpuEvidence:
     pods: Mapping[PodKey, tuple[GpuSeries, ...]] = field(default_factory=dict)
     # Set when the query failed or answered partially (warnings): then nothing may be judged idle.
     failed: str | None = None
+    # The nodes with a series of this signal now, any pod's or none's, read across the cluster (a
+    # query of its own, where a policy reads several signals): which nodes export the field at all.
+    # The pods above are those of the namespaces the policies cover, so they cannot tell it. None:
+    # not read; then only the pods above tell. A node named "": which node exports what cannot be
+    # told (the answer failed, or a series has no node label), so no signal is left out.
+    exporting: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -504,6 +504,26 @@ def cpu_busy(source: PrometheusSource, *, since: timedelta, step: timedelta, at:
         return CpuEvidence(span, failed=str(error))
 
 
+def exporting_query(signal: str, *, labels: LabelMap, extra: Iterable[Matcher] = (),
+                    hostname_label: str | None = None) -> str:
+    """The nodes with a series of `signal` now, a pod's or none's, in every namespace: one row a node."""
+    return f"count by ({hostname_label or labels.hostname}) ({selector(signal, (), extra)})"
+
+
+def exporting_nodes(source: PrometheusSource, *, signal: str, at: datetime, labels: LabelMap,
+                    hostname_label: str | None = None) -> frozenset[str] | str:
+    """Which nodes export `signal` (`exporting_query`), as `GpuEvidence.exporting` keeps them, or
+    why that is unknown: an answer that is not whole is not used, since a node left out of it would
+    be taken for one without the field."""
+    host = hostname_label or labels.hostname
+    try:
+        result = source.instant(exporting_query(signal, labels=labels, extra=source.config.extra_matchers,
+                                                hostname_label=hostname_label), at)
+    except PrometheusError as error:
+        return str(error)
+    return _failure(result) or frozenset(sys.intern(s.labels.get(host, "")) for s in result.series)
+
+
 def ghost_gpus(source: PrometheusSource, *, at: datetime, labels: LabelMap,
                hostname_label: str | None = None) -> tuple[GhostGpu, ...] | None:
     """GPUs with framebuffer memory in use and no pod mapped: (node, gpu, MiB), or None if unknown.

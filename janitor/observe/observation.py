@@ -17,7 +17,7 @@ import datetime
 import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -183,6 +183,12 @@ def covered_namespaces(policies: Sequence[Policy], namespaces: Mapping[str, Name
         else sorted(names)
 
 
+CANNOT_TELL = frozenset({""})
+"""`GpuEvidence.exporting` when the nodes could not be read: a node without a name exports the field,
+so which node exports what cannot be told and every missing series is unknown. Not the read's
+failure: its busy series still veto (a GPU held through a DRA claim is seen only there)."""
+
+
 def read_evidence(source: PrometheusSource | None, settings: Settings, need: Needs, at: datetime.datetime,
                   pods: Sequence[PodKey] | None = None, namespaces: Sequence[str] | None = None, *,
                   carry: BusyCarry | None = None, covered: Sequence[PodView] = ()) -> Evidence:
@@ -211,6 +217,20 @@ def read_evidence(source: PrometheusSource | None, settings: Settings, need: Nee
         else:
             gpu[key] = carry.gpu((key, level), since, at, covered, functools.partial(usage.gpu_busy, key, level),
                                  functools.partial(usage.gpu, key))
+    exporting: dict[str, frozenset[str] | str] = {}  # by signal: a query each, whatever the windows
+    for key in sorted(need.gpu_whole, key=str):
+        found = gpu.get(key)
+        if found is None or found.failed:
+            continue
+        nodes = exporting.get(key[0])
+        if nodes is None:
+            nodes = exporting[key[0]] = evidence.exporting_nodes(
+                source, signal=key[0], at=at, labels=usage.labels, hostname_label=prom.hostname_label)
+        if not isinstance(nodes, frozenset):
+            logger.warning("which nodes export %s is unknown (%s): a pod without its series is unknown on it",
+                           key[0], nodes)
+            nodes = exporting[key[0]] = CANNOT_TELL
+        gpu[key] = replace(found, exporting=nodes)
     cpu: dict[CpuKey, CpuEvidence] = {}
     for ckey in sorted(need.cpu, key=str):
         cores, fraction = need.cpu_busy_above.get(ckey), need.cpu_busy_fraction.get(ckey)

@@ -22,7 +22,8 @@ Covered:
 - an unreachable Prometheus gives failed evidence (logged once), not empty success;
 - a pod computing on SM activity for 30 min while GPU_UTIL reads 0 throughout (a PROF-only load,
   or GPU_UTIL's sampling missing short kernels): idle on GPU_UTIL alone, in use on a policy that
-  reads GPU_UTIL and SM activity.
+  reads GPU_UTIL and SM activity; the nodes that export SM activity, read across the cluster,
+  name its node as its series do, and a pod without its series there is unknown, not idle.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -49,7 +50,7 @@ from janitor.decide import model as m
 from janitor.decide.evidence import PodKey
 from janitor.decide.triggers.idle import judge_cpu, judge_gpu
 from janitor.decide.triggers.signals import SignalsJudge
-from janitor.observe.evidence import cpu_evidence, gpu_evidence
+from janitor.observe.evidence import cpu_evidence, exporting_nodes, gpu_evidence
 from janitor.observe.prometheus import HONOR_LABELS, SERVICE_MONITOR, PrometheusConfig, PrometheusSource
 from janitor.policy.model import GpuSignal, IdleCpu, IdleGpu
 
@@ -282,3 +283,13 @@ def test_busy_on_sm_activity_at_zero_gpu_util_is_not_idle(history: History) -> N
     # The idle pod stays idle on both: no SM activity series make it busy by themselves.
     assert SignalsJudge({(GPU_UTIL, WINDOW): util, (SM_ACTIVE, WINDOW): sm}, both,
                         history.at)(_pod_view(history, "idle", 2)).state is m.State.FIRES
+    # Which nodes export SM activity, read across the cluster: the pod's node, named as the
+    # evidence names it. Without its own series there, the pod would be unknown, not idle.
+    exporting = exporting_nodes(history.source, signal=SM_ACTIVE, at=history.at, labels=SERVICE_MONITOR)
+    node = sm.pods[key][0].node
+    assert isinstance(exporting, frozenset) and node in exporting and node == util.pods[key][0].node
+    pod = replace(pod, node=node)
+    lost = {(GPU_UTIL, WINDOW): util, (SM_ACTIVE, WINDOW): replace(sm, pods={}, exporting=exporting)}
+    assert SignalsJudge(lost, both, history.at)(pod).state is m.State.UNKNOWN
+    lost[(SM_ACTIVE, WINDOW)] = replace(sm, pods={})  # what the pods read alone would say: not exported there
+    assert SignalsJudge(lost, both, history.at)(pod).state is m.State.FIRES

@@ -299,7 +299,7 @@ class Cluster:
     def evidence(self, policies: Sequence[Policy], at: datetime.datetime) -> Evidence:
         """What Prometheus answers to the queries the janitor makes for these policies (their own
         signals and their in-use checks')."""
-        from janitor.observe.observation import needs
+        from janitor.observe.observation import covered_namespaces, needs
 
         need = needs(policies)
         gpu: dict[tuple[str, datetime.timedelta], GpuEvidence] = {}
@@ -308,14 +308,22 @@ class Cluster:
         off: dict[str | None, frozenset[str]] = {}  # per node, the signals it exports for no pod
         for p in running:
             off[p.node] = off.get(p.node, frozenset()) | set(p.use.unexported)
+        # The pods read: those of the namespaces the usage policies cover, as the queries scope them
+        # (a node's other pods may be in none of them).
+        covered = covered_namespaces(policies, self.namespace_views())
+        read = [p for p in running if covered is None or p.namespace in covered]
         for signal, span in sorted(need.gpu, key=str):
             key = f"gpu:{signal}:{span}"
             if key in self.unread:
                 continue
             window = EvidenceWindow(signal, span, GPU_STEP, at)
+            # Which nodes export it, read across the cluster where a policy reads several signals
+            # (every node with a GPU pod, but where the field is off): a pod missing its series alone.
+            exporting = frozenset(p.node or "" for p in running if p.gpus > 0 and signal not in off[p.node]) \
+                if (signal, span) in need.gpu_whole else None
             gpu[(signal, span)] = GpuEvidence(window, failed="query timed out") if key in self.failing else \
                 GpuEvidence(window, {PodKey(p.namespace, p.name): _series(p, signal, window, off[p.node])
-                                     for p in running if p.gpus > 0})
+                                     for p in read if p.gpus > 0}, exporting=exporting)
         for span, ignored in sorted(need.cpu, key=str):
             key = f"cpu:{span}:{','.join(ignored)}"
             if key in self.unread:
@@ -323,7 +331,7 @@ class Cluster:
             window = EvidenceWindow("cpu", span, CPU_STEP, at)
             cpu[(span, ignored)] = CpuEvidence(window, failed="partial response") if key in self.failing else \
                 CpuEvidence(window, {PodKey(p.namespace, p.name): _cpu(p, SIDECAR in ignored, window)
-                                     for p in running})
+                                     for p in read})
         return Evidence(gpu, cpu, activity={expr: self.activity_answer() for expr in need.activity})
 
     def activity_answer(self) -> ActivityEvidence:
@@ -754,8 +762,9 @@ _ODD: tuple[_Story, ...] = (
 _FULL: tuple[tuple[tuple[str, float], ...], ...] = (
     _ODD[0][0], _ODD[0][0], ((_UTIL, 1.0), (_SM, 0.3), (_POWER, 0.3)), ((_UTIL, 0.5), (_SM, 0.01), (_POWER, 0.01)),
     ((_UTIL, 1.0), (_SM, 0.0), (_POWER, 0.01)), ((_UTIL, 1.0), (_SM, 0.01), (_POWER, 0.05)))
-# Idle pods stay idle on GPU_UTIL, some on a node that lacks a signal, some in use on SM activity
-# or power alone (what only a policy reading several signals sees).
+# Idle pods stay idle on GPU_UTIL, some on a node that lacks a signal, some without a signal's
+# series while their node exports it, some in use on SM activity or power alone (what only a
+# policy reading several signals sees).
 _IDLE_STORIES = (_PLAIN,) * 8 + tuple(s for s in _ODD if s[2] and not s[0]) + _ODD[1:3]
 _STORIES = (_PLAIN,) * 3 + _ODD
 
@@ -766,7 +775,12 @@ def with_signals(use: Use, serial: int, *, idle: bool) -> Use:
     reach), on a cycle prime to its."""
     stories = _IDLE_STORIES if idle else _STORIES
     # Scrambled: serials step in patterns (a chain's objects, then its pods) a plain modulus follows.
-    signals, missing, unexported, model = stories[(serial * 2654435761) % 2**32 // 7 % len(stories)]
+    scrambled = (serial * 2654435761) % 2**32
+    signals, missing, unexported, model = stories[scrambled // 7 % len(stories)]
+    if idle and (signals, missing, unexported, model) == _PLAIN and scrambled // 11 % 4 == 0:
+        # An idle pod whose SM activity series is lost while its node exports the field (for its
+        # other pods, perhaps of namespaces no usage policy reads): unknown to a policy reading it.
+        missing = (_SM,)
     return replace(use, signals=signals, missing=missing, unexported=unexported, model=model)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
+from dataclasses import replace
 
 import pytest
 from factories import NOW, SCRAPED
@@ -25,7 +26,7 @@ from janitor.decide.model import ContainerView, ObjectRef, PodState, PodView, St
 from janitor.decide.plain import plain
 from janitor.decide.reasons import Code
 from janitor.decide.triggers.signals import SignalsJudge, left_of
-from janitor.policy.model import GpuSignal, IdleGpu
+from janitor.policy.model import GpuSignal, IdleGpu, NeverUsed
 
 H = datetime.timedelta(hours=1)
 POD = PodKey("ml", "train-0")
@@ -116,6 +117,44 @@ def test_a_signal_its_node_exports_for_others_but_not_for_it_is_unknown() -> Non
     unlabelled = GpuEvidence(sm.window, {other: (GpuSeries("3", 0.4, 480, "", SCRAPED, False, A100),)})
     read[(str(SM), 2 * H)] = unlabelled  # no node labels: which node exports it cannot be told
     assert SignalsJudge(read, TRIGGER, NOW)(pod()).state is State.UNKNOWN
+
+
+def test_a_node_that_exports_the_signal_for_pods_not_read_is_not_said_to_export_none() -> None:
+    """Usage queries read the namespaces the policies cover, so the pods read may be the only ones
+    on their node while its other GPUs, held by pods of other namespaces or by none, export the
+    field: the nodes that export a signal are read across the cluster, and a pod without a series
+    there is missing evidence (unknown), not a node without the field."""
+    read = evidence(GPU_UTIL=IDLE_UTIL, POWER=IDLE_POWER)
+    sm = read[(str(SM), 2 * H)]
+    read[(str(SM), 2 * H)] = GpuEvidence(sm.window, {}, exporting=frozenset({"gpu-node-1", "gpu-node-2"}))
+    judged = SignalsJudge(read, TRIGGER, NOW)(pod())
+    assert judged.state is State.UNKNOWN and judged.why.code is Code.SERIES_COUNT
+    read[(str(SM), 2 * H)] = GpuEvidence(sm.window, {}, exporting=frozenset({"gpu-node-2"}))
+    judged = SignalsJudge(read, TRIGGER, NOW)(pod())
+    assert judged.state is State.FIRES and left_of(judged) == ((str(SM), "not-exported", ""),)
+    # Its own pods' series still tell: a node seen exporting it for a pod read is not left out.
+    other = PodKey("ml", "other")
+    read[(str(SM), 2 * H)] = GpuEvidence(sm.window, {other: (series("3", 0.4),)}, exporting=frozenset())
+    assert SignalsJudge(read, TRIGGER, NOW)(pod()).state is State.UNKNOWN
+
+
+def test_a_young_pod_judged_over_its_life_keeps_the_nodes_read_across_the_cluster() -> None:
+    """Judged on its life (`neverUsed`), a young pod's signal is left out as on its window: not where
+    its node exports the field for pods not read."""
+    young = replace(pod(gpus=1), started=NOW - 50 * datetime.timedelta(minutes=1))
+    never = IdleGpu(signal=UTIL, threshold=5, also=((SM, 0.05),), window=2 * H,
+                    min_pod_age=30 * datetime.timedelta(minutes=1),
+                    never_used=NeverUsed(after=30 * datetime.timedelta(minutes=1),
+                                         warn_before=30 * datetime.timedelta(minutes=1)))
+    read = evidence(GPU_UTIL=(replace(series("0", 0, samples=200), uid=young.ref.uid),))
+    sm = read[(str(SM), 2 * H)]
+    read[(str(SM), 2 * H)] = replace(sm, exporting=frozenset({"gpu-node-1"}))
+    judged = SignalsJudge(read, never, NOW)(young)
+    assert judged.state is not State.FIRES and not judged.never_used, judged.why
+    read[(str(SM), 2 * H)] = replace(sm, exporting=frozenset({"gpu-node-2"}))
+    judged = SignalsJudge(read, never, NOW)(young)
+    assert judged.state is State.FIRES and judged.never_used
+    assert "SM_ACTIVE (not exported on its node)" in str(judged.why)
 
 
 def test_no_named_signal_there_is_unknown() -> None:

@@ -58,7 +58,7 @@ import functools
 import os
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import pytest
@@ -95,6 +95,7 @@ from janitor.decide.model import (
     Action,
     ActionType,
     ContainerView,
+    Finding,
     NamespaceView,
     NodeInfo,
     ObjectRef,
@@ -161,6 +162,7 @@ SITUATIONS = {
     "a workload a rule shows in use, under a hung policy too": 1,
     "in use on a signal beside GPU_UTIL": 1,
     "idle beside a signal its node does not export": 1,
+    "a signal missing for a pod whose node exports it for pods not read": 1,
     "released by the owner, acted on": 1,
     "a release that answers nothing in force, not acted on": 1,
     "a new owner warned after the old one was": 1,
@@ -425,7 +427,8 @@ def reads_work(policy: Policy, unit: Unit, observation: Observation) -> bool:
         series = evidence.pods.get(PodKey(pod.ref.namespace or "", pod.ref.name), ())
         if any(s.mig for s in series) and not signal.covers_mig:
             return False
-        return bool(series) or any(s.node == pod.node for ss in evidence.pods.values() for s in ss)
+        return bool(series) or pod.node in (evidence.exporting or ()) or \
+            any(s.node == pod.node for ss in evidence.pods.values() for s in ss)
 
     def young(pod: PodView) -> bool:  # the in-use check judges it no sooner, over the same window
         return pod.started is None or observation.at is None or \
@@ -766,6 +769,51 @@ def test_busy_on_any_signal_beats_idle(case: Case, data: st.DataObject) -> None:
     check_busy_beats_idle(case, data)
 
 
+@examples(1.0)
+@given(case=cases("signals"), data=st.data())
+def test_a_pod_without_a_series_its_node_exports_is_never_idle(case: Case, data: st.DataObject) -> None:
+    """Usage queries read only the namespaces the policies cover, so the pods read may be the only
+    ones on their node: which nodes export a signal is read across the cluster, and a pod without
+    a series of a signal its node exports is unknown on it (missing evidence), never idle with
+    that signal left out as one its node does not export (docs/policies.md, "Several signals").
+    One running GPU pod loses its SM activity series and has its node to itself (the node's GPUs
+    without a pod still export the field); the rest of the cluster as drawn."""
+    running = sorted((p for p in case.cluster.pods.values() if p.phase == "Running" and p.gpus and not p.use.absent),
+                     key=lambda p: p.uid)
+    if running:
+        lone = data.draw(st.sampled_from(running))
+        lone.use = replace(lone.use, missing=(str(GpuSignal.SM_ACTIVE),), unexported=())
+        for p in running:
+            if p is not lone and p.node == lone.node:
+                p.node = "gpu-2" if lone.node == "gpu-1" else "gpu-1"
+    for observation, planned, _ in cycles(case):
+        placed = {p.ref.uid: p.node for p in observation.pods if p.node}
+        policies = {p.name: p for p in case.policies}
+        for finding in planned.findings:
+            trigger = policies[finding.policy].trigger(IdleGpu) if finding.policy in policies else None
+            if finding.trigger is not TriggerKind.IDLE_GPU or trigger is None:
+                continue
+            for j, read in lone_without_a_series(finding, trigger, observation, placed):
+                assert j.state is not State.FIRES, f"{j.pod} idle without {read.window.signal}, which its node " \
+                    f"{placed[j.pod.uid]} exports (for pods not read, or none): {j.why}"
+                REACHED["a signal missing for a pod whose node exports it for pods not read"] += \
+                    j.why.code is Code.SERIES_COUNT and j.why.fact("signal") == read.window.signal
+
+
+def lone_without_a_series(finding: Finding, trigger: IdleGpu, observation: Observation, placed: Mapping[str, str]
+                          ) -> Iterator[tuple[PodJudgement, GpuEvidence]]:
+    """The finding's pods with no series of a signal its policy reads that their node exports (read
+    across the cluster), where no pod read is on that node: only that read tells the field is there."""
+    for j in finding.pods:
+        node = placed.get(j.pod.uid)
+        for signal, _ in trigger.limits:
+            read = observation.evidence.gpu.get((str(signal), trigger.window))
+            if node and read is not None and read.exporting and node in read.exporting and \
+                    not read.pods.get(PodKey(j.pod.namespace or "", j.pod.name)) and \
+                    not any(s.node == node for ss in read.pods.values() for s in ss):
+                yield j, read
+
+
 def check_busy_beats_idle(case: Case, data: st.DataObject) -> None:
     for observation, planned, now in cycles(case):
         on: dict[str, set[tuple[str, str]]] = {}
@@ -827,12 +875,16 @@ def test_doubtful_evidence_is_never_idle(case: Case) -> None:
                         judged_on += [(signal, s) for s in own]
                     assert judged_on, f"{finding.subject} idle on no signal: {finding.why}"
                     for signal, _ in g.limits:  # a signal not read: its node exports it for no pod
-                        read = observation.evidence.gpu[(str(signal), g.window)].pods
+                        found = observation.evidence.gpu[(str(signal), g.window)]
+                        read = found.pods
                         if read.get(key) or judged.state is not State.FIRES:
                             continue
                         exported = [k for k, ss in read.items() if any(s.node == pod.node for s in ss)]
                         assert not exported, f"{finding.subject} idle without {signal}, which its node " \
                                              f"{pod.node} exports for {exported}: {finding.why}"
+                        assert pod.node not in (found.exporting or ()), \
+                            f"{finding.subject} idle without {signal}, which its node {pod.node} exports " \
+                            f"(for pods not read, or none): {finding.why}"
                         REACHED["idle beside a signal its node does not export"] += 1
                     for _, s in judged_on:
                         assert not doubtful(over_life(s.quality, judged, observation, g.window), g), \

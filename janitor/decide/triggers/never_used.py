@@ -45,8 +45,9 @@ def evidence(found: GpuEvidence, pod: PodView, running: datetime.timedelta) -> G
     window = found.window
     before = before_start(window.window, window.step, running)
     own = tuple(replace(s, quality=shifted(s.quality, before, window.window, running)) for s in series)
-    # The other pods' series stay: which signals a node exports at all is read from them.
-    return GpuEvidence(replace(window, window=running), _With(found.pods, key, own), found.failed)
+    # The other pods' series stay, and the nodes read across the cluster: which signals a node
+    # exports at all is read from them.
+    return replace(found, window=replace(window, window=running), pods=_With(found.pods, key, own))
 
 
 class _With(Mapping[PodKey, tuple[GpuSeries, ...]]):

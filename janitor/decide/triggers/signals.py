@@ -161,13 +161,18 @@ class SignalsJudge:
         return never_used.judged(SignalsJudge(read, never_used.trigger(self.trigger, running), now)(pod), running)
 
     def _not_on(self, signal: GpuSignal, judge: GpuJudge, pod: PodView) -> bool:
-        """Whether the pod's node exports no series of the signal at all (for any pod): then the field
-        is off there. Missing for this pod alone while its node exports it is missing evidence, and
-        without node labels which node exports what cannot be told."""
+        """Whether the pod's node exports no series of the signal at all (for any pod, or none): then
+        the field is off there. Missing for this pod alone while its node exports it is missing
+        evidence, and without node labels which node exports what cannot be told. The nodes read
+        across the cluster (`GpuEvidence.exporting`) count with those of the pods read."""
         nodes = self.nodes.get(signal)
         if nodes is None:
-            pods = judge.evidence.pods.values() if judge.evidence is not None else ()
-            nodes = self.nodes[signal] = frozenset(s.node for series in pods for s in series)
+            read = judge.evidence
+            pods = read.pods.values() if read is not None else ()
+            nodes = frozenset(s.node for series in pods for s in series)
+            if read is not None and read.exporting is not None:
+                nodes |= read.exporting
+            self.nodes[signal] = nodes
         return bool(pod.node) and "" not in nodes and pod.node not in nodes
 
     def _combine(self, pod: PodView, present: Sequence[_Read], left: Sequence[Left], gpus: Sequence[str],
