@@ -149,11 +149,14 @@ def _with_mapped_gpus(workload: Workload, observation: Observation, check: Polic
     """The workload with each running pod that requests no nvidia.com/gpu but has GPU series (a DRA
     claim, a shared-GPU resource, NVIDIA_VISIBLE_DEVICES) holding the GPUs dcgm-exporter maps to it:
     its GPU is read like any other, so one at 97 % vetoes. Every series under its name counts, a
-    UID that is not its own too: the judge then finds them doubtful, never a pod without a GPU."""
+    UID that is not its own too: the judge then finds them doubtful, never a pod without a GPU.
+    Where that read is missing or failed, a pod that names a DRA claim is taken to hold a GPU: the
+    read alone would have shown it, so its GPU is unknown, never idle."""
     trigger = check.trigger(IdleGpu)
     evidence = observation.evidence.gpu.get((str(trigger.signal), trigger.window)) if trigger else None
     if evidence is None or evidence.failed:
-        return workload
-    pods = tuple(replace(p, gpus=len(series)) if p.gpus == 0 and (series := evidence.pods.get(
-        PodKey(p.ref.namespace or "", p.ref.name), ())) else p for p in workload.pods)
+        pods = tuple(replace(p, gpus=1) if p.gpus == 0 and p.resource_claims else p for p in workload.pods)
+    else:
+        pods = tuple(replace(p, gpus=len(series)) if p.gpus == 0 and (series := evidence.pods.get(
+            PodKey(p.ref.namespace or "", p.ref.name), ())) else p for p in workload.pods)
     return workload if pods == workload.pods else replace(workload, pods=pods)

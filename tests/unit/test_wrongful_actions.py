@@ -19,7 +19,7 @@ import datetime
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 from factories import NOW, SCRAPED, ago
@@ -73,6 +73,7 @@ class Usage:
     cpu_peak_cores: float | None = None
     gpu_uid: str = ""  # the pod UID label on the GPU series ("": none; "own": each pod's own)
     gpu_split: bool = False  # GPU 0 also has a second, idle series (another host label: an exporter restart)
+    gpu_failed: bool = False  # every GPU query failed (a timeout)
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,8 @@ def decide(objects: Sequence[ObjectView], pods: Sequence[PodView], policies: Seq
                 pod.ref.uid if usage.gpu_uid == "own" else usage.gpu_uid)) for i in range(max(pod.gpus, 1))) + (
                 (GpuSeries("0", 0.0, 480, "gpu-node-1b", quality=SCRAPED),) if usage.gpu_split else ())
                       for pod in pods} if peak is not None else {}  # dcgm-exporter maps a GPU to its pod
-            gpu[(signal, window)] = GpuEvidence(EvidenceWindow(signal, window, step, now), series)
+            gpu[(signal, window)] = GpuEvidence(EvidenceWindow(signal, window, step, now), series,
+                                                failed="query timed out" if usage.gpu_failed else None)
         usages = {PodKey(NS, pod.ref.name): CpuUsage(usage.cpu_peak_cores, 120, quality=SCRAPED)
                   for pod in pods} if usage.cpu_peak_cores is not None else {}
         for ignored in {tuple(sorted(c.ignore_containers)) for p in policies if (c := p.trigger(IdleCpu))} | {()}:
@@ -220,6 +222,25 @@ def test_a_gpu_pod_without_gpu_evidence_is_not_reclaimed_by_an_idle_cpu_policy()
                                warned_at=ago(hours=30)))
     decided = decide([sts], [gpu_pod("trainer-0", sts)], [cpu_policy()], Usage(gpu_peak=None, cpu_peak_cores=1.2))
     assert decided.acted == {} and decided.unmarked == frozenset()
+
+
+def test_a_pod_holding_a_gpu_through_a_claim_is_not_reclaimed_by_an_idle_cpu_policy_when_the_gpu_read_fails(
+) -> None:
+    """A pod that requests no nvidia.com/gpu but names a DRA ResourceClaim holds the GPUs dcgm-exporter
+    maps to it, seen only on the GPU read: where that read failed, its GPU is unknown, never idle
+    (its CPU idle would reclaim a GPU at 97 %)."""
+    sts = view("trainer", "StatefulSet")
+    pod = replace(gpu_pod("trainer-0", sts, gpus=0), resource_claims=("trainer-0-gpu",))
+    assert decide([sts], [pod], [cpu_policy()], Usage(gpu_peak=97.0, cpu_peak_cores=0.01)).marked == frozenset()
+    failed = Usage(gpu_peak=97.0, cpu_peak_cores=0.01, gpu_failed=True)
+    assert decide([sts], [pod], [cpu_policy()], failed).marked == frozenset()
+    due = with_notes(sts, mark(sts, policy="idle-cpu", marked_at=ago(hours=30), deadline=ago(hours=6),
+                               warned_at=ago(hours=30)))
+    decided = decide([due], [pod], [cpu_policy()], failed)
+    assert decided.acted == {} and decided.unmarked == frozenset()
+    # A pod naming no claim and holding no GPU is judged on its CPU as before.
+    plain = gpu_pod("trainer-0", sts, gpus=0)
+    assert decide([sts], [plain], [cpu_policy()], failed).marked == frozenset({"trainer"})
 
 
 def test_busy_cpu_vetoes_an_idle_gpu_reclaim_when_no_cpu_policy_exists() -> None:
