@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from janitor.decide.evidence import PodKey
-from janitor.decide.model import Finding, Observation, TriggerKind
+from janitor.decide.model import Finding, Observation, PodView, TriggerKind
 from janitor.decide.selection import Workload
 from janitor.decide.triggers import registry, signals
 from janitor.policy.model import IdleCpu, IdleGpu, LabelSelector, Mode, Policy
@@ -145,18 +145,43 @@ def _reads_work(finding: Finding, work: Mapping[str, frozenset[str]]) -> bool:
     return True
 
 
+GPU_DRIVER_MARK = "gpu"
+"""A DRA driver whose name holds this is taken for a GPU's (gpu.nvidia.com, gpu.amd.com,
+gpu.intel.com); a claim's devices of other drivers (a NIC's) hold no GPU."""
+
+
+def _may_hold_a_gpu(pod: PodView, observation: Observation) -> bool:
+    """Whether a pod's DRA claims may hold a GPU: any it names that was not read, or whose devices
+    include one of a GPU driver (`GPU_DRIVER_MARK`). Claims not read at all: any claim may."""
+    if not pod.resource_claims:
+        return False
+    read = observation.claims
+    if read is None or read.problem:
+        return True
+    found = {c.ref.name: c for c in read.claims if c.ref.namespace == pod.ref.namespace}
+    for name in pod.resource_claims:
+        claim = found.get(name)
+        if claim is None or claim.problem or not claim.devices or \
+                any(GPU_DRIVER_MARK in d.driver for d in claim.devices):
+            return True
+    return False
+
+
 def _with_mapped_gpus(workload: Workload, observation: Observation, check: Policy) -> Workload:
     """The workload with each running pod that requests no nvidia.com/gpu but has GPU series (a DRA
     claim, a shared-GPU resource, NVIDIA_VISIBLE_DEVICES) holding the GPUs dcgm-exporter maps to it:
     its GPU is read like any other, so one at 97 % vetoes. Every series under its name counts, a
     UID that is not its own too: the judge then finds them doubtful, never a pod without a GPU.
-    Where that read is missing or failed, a pod that names a DRA claim is taken to hold a GPU: the
-    read alone would have shown it, so its GPU is unknown, never idle."""
+    A pod that names a DRA claim which may hold a GPU (`_may_hold_a_gpu`) and has no series (the
+    read failed, or its node's exporter is down) holds one GPU of unknown use: only that read would
+    have shown it in use."""
     trigger = check.trigger(IdleGpu)
     evidence = observation.evidence.gpu.get((str(trigger.signal), trigger.window)) if trigger else None
-    if evidence is None or evidence.failed:
-        pods = tuple(replace(p, gpus=1) if p.gpus == 0 and p.resource_claims else p for p in workload.pods)
-    else:
-        pods = tuple(replace(p, gpus=len(series)) if p.gpus == 0 and (series := evidence.pods.get(
-            PodKey(p.ref.namespace or "", p.ref.name), ())) else p for p in workload.pods)
+    read = {} if evidence is None or evidence.failed else evidence.pods
+
+    def gpus(p: PodView) -> int:
+        series = read.get(PodKey(p.ref.namespace or "", p.ref.name), ())
+        return len(series) if series else 1 if _may_hold_a_gpu(p, observation) else 0
+
+    pods = tuple(replace(p, gpus=found) if p.gpus == 0 and (found := gpus(p)) else p for p in workload.pods)
     return workload if pods == workload.pods else replace(workload, pods=pods)

@@ -90,7 +90,7 @@ class Decided:
 
 
 def decide(objects: Sequence[ObjectView], pods: Sequence[PodView], policies: Sequence[Policy],
-           usage: Usage = Usage(), now: datetime.datetime = NOW) -> Decided:
+           usage: Usage = Usage(), now: datetime.datetime = NOW, claims: object = None) -> Decided:
     """One cycle's decision on this cluster, through the janitor's public deciding API."""
     from janitor.decide.evidence import CpuEvidence, CpuUsage, Evidence, EvidenceWindow, GpuEvidence, GpuSeries, PodKey
     from janitor.decide.lifecycle import Step
@@ -117,7 +117,7 @@ def decide(objects: Sequence[ObjectView], pods: Sequence[PodView], policies: Seq
             cpu[(window, ignored)] = CpuEvidence(EvidenceWindow("cpu", window, datetime.timedelta(minutes=1), now),
                                                  usages)
     observation = Observation(now, tuple(objects), tuple(pods), {NS: NamespaceView(NS)},
-                              evidence=Evidence(gpu, cpu))
+                              evidence=Evidence(gpu, cpu), claims=claims)  # type: ignore[arg-type]
     decided = plan(observation, policies, SafetyLedger(), now,
                    settings=PlanSettings(rails=Rails(caps=Caps(1000, 1000, 1000, 1000))))
     names = {o.ref.uid: o.ref.name for o in objects}
@@ -241,6 +241,27 @@ def test_a_pod_holding_a_gpu_through_a_claim_is_not_reclaimed_by_an_idle_cpu_pol
     # A pod naming no claim and holding no GPU is judged on its CPU as before.
     plain = gpu_pod("trainer-0", sts, gpus=0)
     assert decide([sts], [plain], [cpu_policy()], failed).marked == frozenset({"trainer"})
+
+
+def test_a_pod_holding_a_gpu_through_a_claim_without_gpu_series_is_not_reclaimed_by_an_idle_cpu_policy() -> None:
+    """The read answered, without a series under its name (its node's exporter down): its GPU is
+    unknown as a requested GPU's would be. A claim read with devices of no GPU driver (a NIC) holds
+    no GPU: judged on its CPU."""
+    from janitor.decide.claims import Claim, ClaimRef, ClaimsRead, Device
+
+    sts = view("trainer", "StatefulSet")
+    pod = replace(gpu_pod("trainer-0", sts, gpus=0), resource_claims=("trainer-0-dev",))
+    silent = Usage(gpu_peak=None, cpu_peak_cores=0.01)
+    assert decide([sts], [pod], [cpu_policy()], silent).marked == frozenset()
+    due = with_notes(sts, mark(sts, policy="idle-cpu", marked_at=ago(hours=30), deadline=ago(hours=6),
+                               warned_at=ago(hours=30)))
+    assert decide([due], [pod], [cpu_policy()], silent).acted == {}
+
+    def claimed(driver: str) -> ClaimsRead:
+        return ClaimsRead((Claim(ClaimRef(NS, "trainer-0-dev", "uid-c"), "1", "resource.k8s.io/v1", NOW - 5 * H, True,
+                                 devices=(Device("dev", driver, "pool", "d0"),)),), "v1")
+    assert decide([sts], [pod], [cpu_policy()], silent, claims=claimed("gpu.nvidia.com")).marked == frozenset()
+    assert decide([sts], [pod], [cpu_policy()], silent, claims=claimed("dra.net")).marked == frozenset({"trainer"})
 
 
 def test_busy_cpu_vetoes_an_idle_gpu_reclaim_when_no_cpu_policy_exists() -> None:
