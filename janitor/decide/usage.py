@@ -150,19 +150,22 @@ GPU_DRIVER_MARK = "gpu"
 gpu.intel.com); a claim's devices of other drivers (a NIC's) hold no GPU."""
 
 
-def _may_hold_a_gpu(pod: PodView, observation: Observation) -> bool:
-    """Whether a pod's DRA claims may hold a GPU: any it names that was not read, or whose devices
-    include one of a GPU driver (`GPU_DRIVER_MARK`). Claims not read at all: any claim may."""
+def _may_hold_a_gpu(pod: PodView, observation: Observation, *, unread: bool) -> bool:
+    """Whether a pod's DRA claims may hold a GPU: one of them holds a device of a GPU driver
+    (`GPU_DRIVER_MARK`), or has no devices or an odd shape; `unread` where a claim it names was not
+    read (the claims not read this cycle, as in the re-check before acting, or not found)."""
     if not pod.resource_claims:
         return False
     read = observation.claims
     if read is None or read.problem:
-        return True
+        return unread
     found = {c.ref.name: c for c in read.claims if c.ref.namespace == pod.ref.namespace}
     for name in pod.resource_claims:
         claim = found.get(name)
-        if claim is None or claim.problem or not claim.devices or \
-                any(GPU_DRIVER_MARK in d.driver for d in claim.devices):
+        if claim is None:
+            if unread:
+                return True
+        elif claim.problem or not claim.devices or any(GPU_DRIVER_MARK in d.driver for d in claim.devices):
             return True
     return False
 
@@ -172,16 +175,19 @@ def _with_mapped_gpus(workload: Workload, observation: Observation, check: Polic
     claim, a shared-GPU resource, NVIDIA_VISIBLE_DEVICES) holding the GPUs dcgm-exporter maps to it:
     its GPU is read like any other, so one at 97 % vetoes. Every series under its name counts, a
     UID that is not its own too: the judge then finds them doubtful, never a pod without a GPU.
-    A pod that names a DRA claim which may hold a GPU (`_may_hold_a_gpu`) and has no series (the
-    read failed, or its node's exporter is down) holds one GPU of unknown use: only that read would
-    have shown it in use."""
+    A pod without series that names a DRA claim holds one GPU of unknown use, as only that read
+    would have shown it in use: where the read failed, unless its claims are read and hold no GPU
+    (`_may_hold_a_gpu`); where the read answered without it (its node's exporter down), where its
+    claims are read and one holds a GPU. The re-check before acting reads no claims, so a claim of
+    no GPU (a NIC's) never holds a pod there that the cycle found reclaimable."""
     trigger = check.trigger(IdleGpu)
     evidence = observation.evidence.gpu.get((str(trigger.signal), trigger.window)) if trigger else None
-    read = {} if evidence is None or evidence.failed else evidence.pods
+    failed = evidence is None or evidence.failed is not None
+    read = {} if evidence is None or failed else evidence.pods
 
     def gpus(p: PodView) -> int:
         series = read.get(PodKey(p.ref.namespace or "", p.ref.name), ())
-        return len(series) if series else 1 if _may_hold_a_gpu(p, observation) else 0
+        return len(series) if series else 1 if _may_hold_a_gpu(p, observation, unread=failed) else 0
 
     pods = tuple(replace(p, gpus=found) if p.gpus == 0 and (found := gpus(p)) else p for p in workload.pods)
     return workload if pods == workload.pods else replace(workload, pods=pods)

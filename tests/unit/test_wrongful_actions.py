@@ -244,24 +244,29 @@ def test_a_pod_holding_a_gpu_through_a_claim_is_not_reclaimed_by_an_idle_cpu_pol
 
 
 def test_a_pod_holding_a_gpu_through_a_claim_without_gpu_series_is_not_reclaimed_by_an_idle_cpu_policy() -> None:
-    """The read answered, without a series under its name (its node's exporter down): its GPU is
-    unknown as a requested GPU's would be. A claim read with devices of no GPU driver (a NIC) holds
-    no GPU: judged on its CPU."""
+    """The read answered, without a series under its name (its node's exporter down), and its claim
+    holds a device of a GPU driver: its GPU is unknown, as a requested GPU's would be. A claim of
+    another driver (a NIC's) holds no GPU: judged on its CPU, as where no claim was read (the
+    re-check before acting reads none)."""
     from janitor.decide.claims import Claim, ClaimRef, ClaimsRead, Device
-
-    sts = view("trainer", "StatefulSet")
-    pod = replace(gpu_pod("trainer-0", sts, gpus=0), resource_claims=("trainer-0-dev",))
-    silent = Usage(gpu_peak=None, cpu_peak_cores=0.01)
-    assert decide([sts], [pod], [cpu_policy()], silent).marked == frozenset()
-    due = with_notes(sts, mark(sts, policy="idle-cpu", marked_at=ago(hours=30), deadline=ago(hours=6),
-                               warned_at=ago(hours=30)))
-    assert decide([due], [pod], [cpu_policy()], silent).acted == {}
 
     def claimed(driver: str) -> ClaimsRead:
         return ClaimsRead((Claim(ClaimRef(NS, "trainer-0-dev", "uid-c"), "1", "resource.k8s.io/v1", NOW - 5 * H, True,
                                  devices=(Device("dev", driver, "pool", "d0"),)),), "v1")
-    assert decide([sts], [pod], [cpu_policy()], silent, claims=claimed("gpu.nvidia.com")).marked == frozenset()
+
+    sts = view("trainer", "StatefulSet")
+    pod = replace(gpu_pod("trainer-0", sts, gpus=0), resource_claims=("trainer-0-dev",))
+    silent = Usage(gpu_peak=None, cpu_peak_cores=0.01)
+    gpu = claimed("gpu.nvidia.com")
+    assert decide([sts], [pod], [cpu_policy()], silent, claims=gpu).marked == frozenset()
+    due = with_notes(sts, mark(sts, policy="idle-cpu", marked_at=ago(hours=30), deadline=ago(hours=6),
+                               warned_at=ago(hours=30)))
+    assert decide([due], [pod], [cpu_policy()], silent, claims=gpu).acted == {}
     assert decide([sts], [pod], [cpu_policy()], silent, claims=claimed("dra.net")).marked == frozenset({"trainer"})
+    assert decide([sts], [pod], [cpu_policy()], silent).marked == frozenset({"trainer"})
+    # Where the read failed, a claim not read may hold a GPU; one read of a NIC's does not.
+    failed = Usage(gpu_peak=97.0, cpu_peak_cores=0.01, gpu_failed=True)
+    assert decide([sts], [pod], [cpu_policy()], failed, claims=claimed("dra.net")).marked == frozenset({"trainer"})
 
 
 def test_busy_cpu_vetoes_an_idle_gpu_reclaim_when_no_cpu_policy_exists() -> None:
