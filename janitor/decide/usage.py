@@ -28,6 +28,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
+from janitor.decide.claims import Claim
 from janitor.decide.evidence import PodKey
 from janitor.decide.model import Finding, Observation, PodView, TriggerKind
 from janitor.decide.selection import Workload
@@ -102,11 +103,12 @@ def findings(workloads: Sequence[Workload], found: Sequence[Finding], observatio
             if trigger.kind not in read[workload.ref.uid]:
                 by_check.setdefault((name, trigger.kind), []).append(workload)
     out: list[Finding] = []
+    claims = _claims_by_name(observation)
     for (name, kind), members in by_check.items():
         check, trigger = checks[name], registry.spec(kind)
         assert trigger.pods is not None
         if kind is TriggerKind.IDLE_GPU:
-            members = [_with_mapped_gpus(w, observation, check) for w in members]
+            members = [_with_mapped_gpus(w, observation, check, claims) for w in members]
         judged = [w for w in members if trigger.pods(w)]
         out.extend(_reclaiming_nothing(f) for f in trigger.findings(judged, observation, check, now))
     return out
@@ -150,18 +152,25 @@ GPU_DRIVER_MARK = "gpu"
 gpu.intel.com); a claim's devices of other drivers (a NIC's) hold no GPU."""
 
 
-def _may_hold_a_gpu(pod: PodView, observation: Observation, *, unread: bool) -> bool:
+def _claims_by_name(observation: Observation) -> Mapping[tuple[str, str], Claim] | None:
+    """The claims read, by namespace and name (looked up for each pod that names one); None where
+    they were not read, or not whole."""
+    read = observation.claims
+    if read is None or read.problem:
+        return None
+    return {(c.ref.namespace, c.ref.name): c for c in read.claims}
+
+
+def _may_hold_a_gpu(pod: PodView, claims: Mapping[tuple[str, str], Claim] | None, *, unread: bool) -> bool:
     """Whether a pod's DRA claims may hold a GPU: one of them holds a device of a GPU driver
     (`GPU_DRIVER_MARK`), or has no devices or an odd shape; `unread` where a claim it names was not
     read (the claims not read this cycle, as in the re-check before acting, or not found)."""
     if not pod.resource_claims:
         return False
-    read = observation.claims
-    if read is None or read.problem:
+    if claims is None:
         return unread
-    found = {c.ref.name: c for c in read.claims if c.ref.namespace == pod.ref.namespace}
     for name in pod.resource_claims:
-        claim = found.get(name)
+        claim = claims.get((pod.ref.namespace or "", name))
         if claim is None:
             if unread:
                 return True
@@ -170,7 +179,8 @@ def _may_hold_a_gpu(pod: PodView, observation: Observation, *, unread: bool) -> 
     return False
 
 
-def _with_mapped_gpus(workload: Workload, observation: Observation, check: Policy) -> Workload:
+def _with_mapped_gpus(workload: Workload, observation: Observation, check: Policy,
+                      claims: Mapping[tuple[str, str], Claim] | None) -> Workload:
     """The workload with each running pod that requests no nvidia.com/gpu but has GPU series (a DRA
     claim, a shared-GPU resource, NVIDIA_VISIBLE_DEVICES) holding the GPUs dcgm-exporter maps to it:
     its GPU is read like any other, so one at 97 % vetoes. Every series under its name counts, a
@@ -187,7 +197,7 @@ def _with_mapped_gpus(workload: Workload, observation: Observation, check: Polic
 
     def gpus(p: PodView) -> int:
         series = read.get(PodKey(p.ref.namespace or "", p.ref.name), ())
-        return len(series) if series else 1 if _may_hold_a_gpu(p, observation, unread=failed) else 0
+        return len(series) if series else 1 if _may_hold_a_gpu(p, claims, unread=failed) else 0
 
     pods = tuple(replace(p, gpus=found) if p.gpus == 0 and (found := gpus(p)) else p for p in workload.pods)
     return workload if pods == workload.pods else replace(workload, pods=pods)
