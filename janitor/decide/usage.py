@@ -95,6 +95,7 @@ def findings(workloads: Sequence[Workload], found: Sequence[Finding], observatio
             if best is None or order[f.policy] < order[best]:
                 governed[f.subject.uid] = f.policy
     by_check: dict[tuple[str, TriggerKind], list[Workload]] = {}
+    unjudged: dict[str, list[Workload]] = {}  # GPU read by a policy, on the pods that request one only
     for workload in workloads:
         name = governed.get(workload.ref.uid)
         if name is None:
@@ -102,8 +103,13 @@ def findings(workloads: Sequence[Workload], found: Sequence[Finding], observatio
         for trigger in registry.USAGE:
             if trigger.kind not in read[workload.ref.uid]:
                 by_check.setdefault((name, trigger.kind), []).append(workload)
+            elif trigger.kind is TriggerKind.IDLE_GPU and _requests_no_gpu(workload):
+                unjudged.setdefault(name, []).append(workload)
     out: list[Finding] = []
     claims = _claims_by_name(observation)
+    for name, members in unjudged.items():
+        by_check.setdefault((name, TriggerKind.IDLE_GPU), []).extend(
+            w for m in members if (w := _only_mapped(m, observation, checks[name], claims)) is not None)
     for (name, kind), members in by_check.items():
         check, trigger = checks[name], registry.spec(kind)
         assert trigger.pods is not None
@@ -201,3 +207,25 @@ def _with_mapped_gpus(workload: Workload, observation: Observation, check: Polic
 
     pods = tuple(replace(p, gpus=found) if p.gpus == 0 and (found := gpus(p)) else p for p in workload.pods)
     return workload if pods == workload.pods else replace(workload, pods=pods)
+
+
+def _requests_no_gpu(workload: Workload) -> bool:
+    """Whether a running pod of the workload requests no GPU: an idle-GPU policy judges only those that
+    do, and such a pod may hold one another way (a DRA claim, a shared GPU)."""
+    for p in workload.running:
+        if p.gpus == 0:
+            return True
+    return False
+
+
+def _only_mapped(workload: Workload, observation: Observation, check: Policy,
+                 claims: Mapping[tuple[str, str], Claim] | None) -> Workload | None:
+    """The workload with only its running pods that request no GPU but hold one as read
+    (`_with_mapped_gpus`), or None when none does: where an idle-GPU policy judged the pods that
+    request one, the in-use check reads these, so that one at 97 % vetoes the reclaim of a workload
+    whose requesting pods are idle."""
+    running = tuple(p for p in workload.running if p.gpus == 0)
+    mapped = _with_mapped_gpus(replace(workload, pods=running), observation, check, claims)
+    held = tuple(p for p in mapped.pods if p.gpus > 0)
+    return replace(mapped, pods=held) if held else None
+

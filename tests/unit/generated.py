@@ -203,15 +203,22 @@ class Pod:
     use: Use = field(default_factory=Use)
     version: int = 1
     foreign: set[str] = field(default_factory=set)
+    claimed: int = 0  # GPUs held through a DRA claim, none requested (`gpus` 0): seen on the GPU read alone
 
     @property
     def ref(self) -> ObjectRef:
         return ObjectRef("Pod", "v1", self.namespace, self.name, self.uid)
 
+    @property
+    def holds(self) -> int:
+        """The GPUs dcgm-exporter maps to it: requested or claimed."""
+        return self.gpus or self.claimed
+
     def view(self) -> PodView:
         return PodView(self.ref, str(self.version), dict(self.labels), self.controller, self.node, self.phase,
                        self.started, self.gpus, self.containers, self.deleting, dict(self.annotations), self.state,
-                       self.created, frozenset(self.foreign & set(self.annotations)))
+                       self.created, frozenset(self.foreign & set(self.annotations)),
+                       resource_claims=(f"{self.name}-gpu",) if self.claimed else ())
 
     def as_object(self) -> ObjectView:
         return ObjectView(self.ref, str(self.version), self.created, dict(self.annotations), dict(self.labels),
@@ -319,11 +326,11 @@ class Cluster:
             window = EvidenceWindow(signal, span, GPU_STEP, at)
             # Which nodes export it, read across the cluster where a policy reads several signals
             # (every node with a GPU pod, but where the field is off): a pod missing its series alone.
-            exporting = frozenset(p.node or "" for p in running if p.gpus > 0 and signal not in off[p.node]) \
+            exporting = frozenset(p.node or "" for p in running if p.holds and signal not in off[p.node]) \
                 if (signal, span) in need.gpu_whole else None
             gpu[(signal, span)] = GpuEvidence(window, failed="query timed out") if key in self.failing else \
                 GpuEvidence(window, {PodKey(p.namespace, p.name): _series(p, signal, window, off[p.node])
-                                     for p in read if p.gpus > 0}, exporting=exporting)
+                                     for p in read if p.holds}, exporting=exporting)
         for span, ignored in sorted(need.cpu, key=str):
             key = f"cpu:{span}:{','.join(ignored)}"
             if key in self.unread:
@@ -457,9 +464,9 @@ def _series(pod: Pod, signal: str, window: EvidenceWindow, unexported: frozenset
     life = _life(pod, window)
     samples = max(0, int((life / SCRAPE if life else window.expected_at(SCRAPE)) * use.gpu_coverage))
     level = dict(use.signals).get(signal)
-    fractions = use.gpu if level is None else (level,) * pod.gpus
-    peaks = [None if f is None else _reading(signal, f) for f in fractions[: pod.gpus]]
-    peaks += [_reading(signal, 0.0)] * (pod.gpus - len(peaks))
+    fractions = use.gpu if level is None else (level,) * pod.holds
+    peaks = [None if f is None else _reading(signal, f) for f in fractions[: pod.holds]]
+    peaks += [_reading(signal, 0.0)] * (pod.holds - len(peaks))
     if use.gpu_gap and peaks:
         peaks = peaks[:-1]
     mig = use.doubt == "mig"
@@ -1195,7 +1202,32 @@ def cases(draw: st.DrawFn, *profiles: str) -> Case:
                                   predecessor=0.97 if serial_of(pod) % 8 == 2 else None)
     if cluster.serial % 5 == (1 if several else 3) and not (releases or volumes or reclaims):
         policies = with_activity(policies, cluster, named_only=several)  # the stories above need their verdicts
+    if cluster.serial % 7 == 4 and not (releases or volumes or reclaims):
+        with_claimed_gpus(cluster)
     return Case(cluster, with_kueue(policies, cluster), settings)
+
+
+def with_claimed_gpus(cluster: Cluster) -> None:
+    """Beside some running GPU pods, a pod of the same workload that holds a GPU through a DRA claim
+    and requests none (by the serial, after every draw): busy at 97 % on every signal, idle, or
+    without a series. An idle-GPU policy judges only the pods that request a GPU; what the other's
+    GPU shows is the in-use check's to read."""
+    stuck = {p.controller.uid for p in cluster.pods.values() if p.use.signals in _FULL and p.controller is not None}
+    for pod in sorted(cluster.pods.values(), key=lambda p: p.uid):
+        turn = serial_of(pod)
+        if pod.phase != "Running" or not pod.gpus or pod.controller is None or pod.deleting or turn % 3 != 1 \
+                or pod.controller.uid in stuck:  # a stuck job's story stays its own
+            continue
+        level = (0.97, 0.0, 0.97)[turn // 3 % 3]
+        use = Use((level,), cpu=0.01, absent=turn // 3 % 3 == 1 and turn % 2 == 0, model=pod.use.model)
+        if level and turn // 9 % 2 == 0:  # the GPUs requested beside it idle: the idle-GPU verdict fires
+            for other in cluster.pods.values():
+                if other.controller == pod.controller and other.gpus and not other.claimed:
+                    other.use = Use((0.0,) * other.gpus, cpu=0.0, model=other.use.model)
+        uid = f"pod-claim-{turn}"
+        cluster.pods[uid] = Pod(pod.namespace, f"{pod.name}-c", uid, pod.controller, pod.node, "Running",
+                                pod.started, 0, pod.created, dict(pod.labels), containers=pod.containers,
+                                claimed=1, use=use)
 
 
 _HELD_SINCE = (None, NOW - 10 * M, NOW - 2 * H, NOW - 5 * DAY)

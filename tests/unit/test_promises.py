@@ -161,6 +161,8 @@ SITUATIONS = {
     "a workload kept by an activity rule: a pod under the floor": 1,
     "a workload a rule shows in use, under a hung policy too": 1,
     "in use on a signal beside GPU_UTIL": 1,
+    "a GPU held through a claim in use beside GPUs requested": 1,
+    "a GPU held through a claim in use, the GPUs requested beside it idle": 1,
     "idle beside a signal its node does not export": 1,
     "a signal missing for a pod whose node exports it for pods not read": 1,
     "released by the owner, acted on": 1,
@@ -358,7 +360,8 @@ def gpu_in_use(pod: PodView, evidence: Mapping[tuple[str, datetime.timedelta], G
         if read is None or read.failed:
             continue
         series = own_series(pod, read)
-        if series is None or len(series) != pod.gpus or any(s.mig and not signal.covers_mig for s in series):
+        if series is None or not series or len(series) != (pod.gpus or len(series)) \
+                or any(s.mig and not signal.covers_mig for s in series):
             continue
         for s in series:
             idle = trigger.idle_watts(s.model) if signal.relative else 1.0
@@ -449,8 +452,31 @@ def usage_readers(policies: Sequence[Policy], unit: Unit, observation: Observati
         found += [(t, check) for t in USAGE if (t not in readers or readers[t].mode is not Mode.ENFORCE
                                                 or t is TriggerKind.IDLE_GPU
                                                 and not reads_work(readers[t], unit, observation))
-                  and JUDGED[t](unit)]
+                  and (JUDGED[t](unit) or t is TriggerKind.IDLE_GPU and claimed(unit, observation, check))]
+        if (TriggerKind.IDLE_GPU, check) not in found and claimed(unit, observation, check):
+            found.append((TriggerKind.IDLE_GPU, check))  # the GPUs the policy's own read did not judge
     return found
+
+
+def claimed(unit: Unit, observation: Observation, check: Policy) -> tuple[PodView, ...]:
+    """docs/policies.md, "in-use check": the running pods that request no GPU but have series of one
+    (a DRA claim), which the in-use check reads even where an idle-GPU policy reads the pods that
+    request one."""
+    trigger = check.trigger(IdleGpu)
+    assert trigger is not None
+    read = observation.evidence.gpu.get((str(trigger.signal), trigger.window))
+    if read is None or read.failed:
+        return ()
+    return tuple(p for p in running(unit)
+                 if not p.gpus and read.pods.get(PodKey(p.ref.namespace or "", p.ref.name)))
+
+
+def judged_by(trigger: TriggerKind, policy: Policy, unit: Unit, observation: Observation) -> tuple[PodView, ...]:
+    """The pods a reader judges on the workload: an in-use check's GPU read takes the claimed ones too."""
+    pods = JUDGED[trigger](unit)
+    if trigger is TriggerKind.IDLE_GPU and policy.name.endswith("/in-use"):
+        pods += claimed(unit, observation, policy)
+    return pods
 
 
 # docs/policies.md, "hung": what a stuck job's own spinning makes read busy, on the GPU pods it judged.
@@ -474,12 +500,14 @@ def in_use(observation: Observation, policies: Sequence[Policy], plan_settings: 
                 busy[unit.uid] = f"pod {starting.ref.name} is starting ({trigger} of {policy.name})"
                 shown.setdefault(unit.uid, set()).add((starting.ref.uid, "starting"))
                 continue
-            for pod in JUDGED[trigger](unit):
+            for pod in judged_by(trigger, policy, unit, observation):
                 if trigger is TriggerKind.IDLE_GPU:
                     g = policy.trigger(IdleGpu)
                     assert g is not None
                     signals = gpu_in_use(pod, evidence.gpu, g, now)
                     REACHED["in use on a signal beside GPU_UTIL"] += bool(set(signals) - {str(GpuSignal.GPU_UTIL)})
+                    REACHED["a GPU held through a claim in use beside GPUs requested"] += bool(
+                        signals and not pod.gpus and JUDGED[trigger](unit))
                 else:
                     c = policy.trigger(IdleCpu)
                     assert c is not None
@@ -818,6 +846,10 @@ def check_busy_beats_idle(case: Case, data: st.DataObject) -> None:
     for observation, planned, now in cycles(case):
         on: dict[str, set[tuple[str, str]]] = {}
         busy = in_use(observation, case.policies, case.settings, now, on)
+        claimed_pods = {p.ref.uid for p in observation.pods if p.resource_claims}
+        REACHED["a GPU held through a claim in use, the GPUs requested beside it idle"] += sum(
+            any(pod in claimed_pods for pod, _ in on.get(f.subject.uid, ())) for f in planned.findings
+            if f.trigger is TriggerKind.IDLE_GPU and f.mode is Mode.ENFORCE and f.state is State.FIRES)
         assert_untouched_while_busy(busy, planned, observation, blind_to_use(on, observation, case.policies))
 
         for action in lifecycle_actions(decided(planned)):
@@ -1020,6 +1052,10 @@ def test_a_hang_is_called_only_on_the_whole_signature(case: Case) -> None:
     for observation, planned, now in cycles(case):
         on: dict[str, set[tuple[str, str]]] = {}
         busy = in_use(observation, case.policies, case.settings, now, on)
+        claimed_pods = {p.ref.uid for p in observation.pods if p.resource_claims}
+        REACHED["a GPU held through a claim in use, the GPUs requested beside it idle"] += sum(
+            any(pod in claimed_pods for pod, _ in on.get(f.subject.uid, ())) for f in planned.findings
+            if f.trigger is TriggerKind.IDLE_GPU and f.mode is Mode.ENFORCE and f.state is State.FIRES)
         assert_untouched_while_busy(busy, planned, observation, blind_to_use(on, observation, case.policies))
         for finding in planned.findings:
             if finding.trigger is not TriggerKind.HUNG or finding.state is not State.FIRES:

@@ -74,6 +74,7 @@ class Usage:
     gpu_uid: str = ""  # the pod UID label on the GPU series ("": none; "own": each pod's own)
     gpu_split: bool = False  # GPU 0 also has a second, idle series (another host label: an exporter restart)
     gpu_failed: bool = False  # every GPU query failed (a timeout)
+    gpu_peaks: tuple[tuple[str, float | None], ...] = ()  # (pod name, peak): that pod's own; None: no series
 
 
 @dataclass(frozen=True)
@@ -101,14 +102,17 @@ def decide(objects: Sequence[ObjectView], pods: Sequence[PodView], policies: Seq
     step = datetime.timedelta(seconds=15)
     gpu, cpu = {}, {}
     # What Prometheus answers for any query over an idle policy's window: every GPU signal and the CPU.
+    own = dict(usage.gpu_peaks)
     windows = {t.window for p in policies for t in (p.trigger(IdleGpu), p.trigger(IdleCpu)) if t is not None}
     for window in windows:
         for signal in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"):
-            peak = usage.gpu_peak if usage.gpu_peak is None or signal.endswith("UTIL") else usage.gpu_peak / 100
-            series = {PodKey(NS, pod.ref.name): tuple(GpuSeries(str(i), peak, 480, quality=SCRAPED, uid=(
+            scale = 1 if signal.endswith("UTIL") else 100  # a PROF field is a ratio
+            peaks = {pod.ref.name: None if (at := own.get(pod.ref.name, usage.gpu_peak)) is None else at / scale
+                     for pod in pods}
+            series = {PodKey(NS, pod.ref.name): tuple(GpuSeries(str(i), peaks[pod.ref.name], 480, quality=SCRAPED, uid=(
                 pod.ref.uid if usage.gpu_uid == "own" else usage.gpu_uid)) for i in range(max(pod.gpus, 1))) + (
                 (GpuSeries("0", 0.0, 480, "gpu-node-1b", quality=SCRAPED),) if usage.gpu_split else ())
-                      for pod in pods} if peak is not None else {}  # dcgm-exporter maps a GPU to its pod
+                      for pod in pods if peaks[pod.ref.name] is not None}  # dcgm-exporter maps a GPU to its pod
             gpu[(signal, window)] = GpuEvidence(EvidenceWindow(signal, window, step, now), series,
                                                 failed="query timed out" if usage.gpu_failed else None)
         usages = {PodKey(NS, pod.ref.name): CpuUsage(usage.cpu_peak_cores, 120, quality=SCRAPED)
@@ -267,6 +271,33 @@ def test_a_pod_holding_a_gpu_through_a_claim_without_gpu_series_is_not_reclaimed
     # Where the read failed, a claim not read may hold a GPU; one read of a NIC's does not.
     failed = Usage(gpu_peak=97.0, cpu_peak_cores=0.01, gpu_failed=True)
     assert decide([sts], [pod], [cpu_policy()], failed, claims=claimed("dra.net")).marked == frozenset({"trainer"})
+
+
+def test_a_busy_gpu_held_through_a_claim_vetoes_an_idle_gpu_reclaim_of_its_workload() -> None:
+    """One workload, two pods: one requests nvidia.com/gpu and is idle, the other holds a GPU through a
+    DRA claim at 97 % (or one whose read has no series). The idle-GPU policy judges only the pod that
+    requests a GPU; the other's GPU is read by the in-use check, and vetoes (or, unknown, holds)."""
+    from janitor.decide.claims import Claim, ClaimRef, ClaimsRead, Device
+
+    sts = view("trainer", "StatefulSet")
+    idle = gpu_pod("trainer-0", sts)
+    claim = replace(gpu_pod("trainer-1", sts, gpus=0), resource_claims=("trainer-1-gpu",))
+    busy = Usage(gpu_peak=0.0, cpu_peak_cores=0.01, gpu_peaks=(("trainer-1", 97.0),))
+    assert decide([sts], [idle, claim], [gpu_policy()], busy).marked == frozenset()
+    due = with_notes(sts, mark(sts, policy="idle-gpu", marked_at=ago(hours=30), deadline=ago(hours=6),
+                               warned_at=ago(hours=30)))
+    decided = decide([due], [idle, claim], [gpu_policy()], busy)
+    assert decided.acted == {} and decided.unmarked == {"trainer"}
+
+    gpu = ClaimsRead((Claim(ClaimRef(NS, "trainer-1-gpu", "uid-c"), "1", "resource.k8s.io/v1", NOW - 5 * H, True,
+                            devices=(Device("gpu", "gpu.nvidia.com", "pool", "d0"),)),), "v1")
+    silent = Usage(gpu_peak=0.0, cpu_peak_cores=0.01, gpu_peaks=(("trainer-1", None),))
+    assert decide([sts], [idle, claim], [gpu_policy()], silent, claims=gpu).marked == frozenset()
+    decided = decide([due], [idle, claim], [gpu_policy()], silent, claims=gpu)
+    assert decided.acted == {} and decided.unmarked == frozenset()
+
+    # Idle on its GPU too, the workload is reclaimed as before.
+    assert decide([sts], [idle, claim], [gpu_policy()], Usage(gpu_peak=0.0, cpu_peak_cores=0.01)).marked == {"trainer"}
 
 
 def test_busy_cpu_vetoes_an_idle_gpu_reclaim_when_no_cpu_policy_exists() -> None:
