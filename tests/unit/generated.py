@@ -146,6 +146,7 @@ class Use:
     model: str = MODELS[0]
     uids: str = ""  # the exporter's pod UID labels: UIDS
     predecessor: float | None = None  # with UID labels: a pod of the same name before it, its peak per GPU
+    host: str = ""  # the exporter's hostname label on its series where that is not its node's name
 
 
 @dataclass
@@ -326,8 +327,8 @@ class Cluster:
             window = EvidenceWindow(signal, span, GPU_STEP, at)
             # Which nodes export it, read across the cluster where a policy reads several signals
             # (every node with a GPU pod, but where the field is off): a pod missing its series alone.
-            exporting = frozenset(p.node or "" for p in running if p.holds and signal not in off[p.node]) \
-                if (signal, span) in need.gpu_whole else None
+            exporting = frozenset(p.use.host or p.node or "" for p in running if p.holds and signal not in
+                                  off[p.node]) if (signal, span) in need.gpu_whole else None
             gpu[(signal, span)] = GpuEvidence(window, failed="query timed out") if key in self.failing else \
                 GpuEvidence(window, {PodKey(p.namespace, p.name): _series(p, signal, window, off[p.node])
                                      for p in read if p.holds}, exporting=exporting)
@@ -473,8 +474,9 @@ def _series(pod: Pod, signal: str, window: EvidenceWindow, unexported: frozenset
     uid = pod.uid if use.uids else ""
     # The lowest sample: a signal that reads otherwise (`signals`) reads so all along (a hung job's
     # GPU_UTIL stays full); a peak of `gpu` is the most of a GPU that worked in bursts and rested.
-    own = tuple(GpuSeries(f"{i}/1" if mig else str(i), peak, samples, pod.node or "", quality(use, window, life), mig,
-                          use.model, uid=uid, low=peak if level is not None or peak is None else 0.0)
+    host = use.host or pod.node or ""
+    own = tuple(GpuSeries(f"{i}/1" if mig else str(i), peak, samples, host, quality(use, window, life), mig, use.model,
+                          uid=uid, low=peak if level is not None or peak is None else 0.0)
                 for i, peak in enumerate(peaks))
     if use.uids == "mixed" and own:  # the GPU's samples from before the restart, without a UID
         own += (replace(own[0], peak=_reading(signal, 0.0), samples=samples // 2, uid=""),)

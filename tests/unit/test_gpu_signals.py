@@ -138,6 +138,25 @@ def test_a_node_that_exports_the_signal_for_pods_not_read_is_not_said_to_export_
     assert SignalsJudge(read, TRIGGER, NOW)(pod()).state is State.UNKNOWN
 
 
+def test_a_signal_is_left_out_only_where_the_pods_own_series_name_its_node() -> None:
+    """Which nodes export a signal is told by the exporter's hostname label, which must hold node
+    names (`--hostname-label`). Where the pod's own series of the other signals carry another name
+    (the exporter pod's host name, an IP), no name tells its node, and a missing signal is unknown,
+    not one its node does not export."""
+    def elsewhere(found: tuple[GpuSeries, ...]) -> tuple[GpuSeries, ...]:
+        return tuple(replace(s, node="dcgm-exporter-7x2k9") for s in found)
+
+    read = evidence(GPU_UTIL=elsewhere(IDLE_UTIL), POWER=elsewhere(IDLE_POWER))
+    sm = read[(str(SM), 2 * H)]
+    read[(str(SM), 2 * H)] = replace(sm, exporting=frozenset({"dcgm-exporter-4mq7b"}))
+    judged = SignalsJudge(read, TRIGGER, NOW)(pod())
+    assert judged.state is State.UNKNOWN and judged.why.code is Code.SERIES_COUNT, judged.why
+    # Series that name its node tell, as before.
+    read = evidence(GPU_UTIL=IDLE_UTIL, POWER=IDLE_POWER)
+    read[(str(SM), 2 * H)] = replace(sm, exporting=frozenset({"gpu-node-2"}))
+    assert SignalsJudge(read, TRIGGER, NOW)(pod()).state is State.FIRES
+
+
 def test_a_young_pod_judged_over_its_life_keeps_the_nodes_read_across_the_cluster() -> None:
     """Judged on its life (`neverUsed`), a young pod's signal is left out as on its window: not where
     its node exports the field for pods not read."""

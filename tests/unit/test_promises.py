@@ -165,6 +165,7 @@ SITUATIONS = {
     "a GPU held through a claim in use, the GPUs requested beside it idle": 1,
     "idle beside a signal its node does not export": 1,
     "a signal missing for a pod whose node exports it for pods not read": 1,
+    "a signal missing for a pod whose exporter names no node": 1,
     "released by the owner, acted on": 1,
     "a release that answers nothing in force, not acted on": 1,
     "a new owner warned after the old one was": 1,
@@ -805,17 +806,21 @@ def test_a_pod_without_a_series_its_node_exports_is_never_idle(case: Case, data:
     a series of a signal its node exports is unknown on it (missing evidence), never idle with
     that signal left out as one its node does not export (docs/policies.md, "Several signals").
     One running GPU pod loses its SM activity series and has its node to itself (the node's GPUs
-    without a pod still export the field); the rest of the cluster as drawn."""
+    without a pod still export the field), its exporter labelling its series with its node's name
+    or, now and then, with another (its own pod's host name: `--hostname-label` set wrong); the
+    rest of the cluster as drawn."""
     running = sorted((p for p in case.cluster.pods.values() if p.phase == "Running" and p.gpus and not p.use.absent),
                      key=lambda p: p.uid)
     if running:
         lone = data.draw(st.sampled_from(running))
-        lone.use = replace(lone.use, missing=(str(GpuSignal.SM_ACTIVE),), unexported=())
+        host = f"dcgm-exporter-{lone.node}" if data.draw(st.integers(0, 3)) == 0 else ""
+        lone.use = replace(lone.use, missing=(str(GpuSignal.SM_ACTIVE),), unexported=(), host=host)
         for p in running:
             if p is not lone and p.node == lone.node:
                 p.node = "gpu-2" if lone.node == "gpu-1" else "gpu-1"
+    hosts = {p.uid: p.use.host for p in case.cluster.pods.values() if p.use.host}
     for observation, planned, _ in cycles(case):
-        placed = {p.ref.uid: p.node for p in observation.pods if p.node}
+        placed = {p.ref.uid: hosts.get(p.ref.uid) or p.node for p in observation.pods if p.node}
         policies = {p.name: p for p in case.policies}
         for finding in planned.findings:
             trigger = policies[finding.policy].trigger(IdleGpu) if finding.policy in policies else None
@@ -826,6 +831,7 @@ def test_a_pod_without_a_series_its_node_exports_is_never_idle(case: Case, data:
                     f"{placed[j.pod.uid]} exports (for pods not read, or none): {j.why}"
                 REACHED["a signal missing for a pod whose node exports it for pods not read"] += \
                     j.why.code is Code.SERIES_COUNT and j.why.fact("signal") == read.window.signal
+                REACHED["a signal missing for a pod whose exporter names no node"] += j.pod.uid in hosts
 
 
 def lone_without_a_series(finding: Finding, trigger: IdleGpu, observation: Observation, placed: Mapping[str, str]

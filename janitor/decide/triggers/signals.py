@@ -72,6 +72,21 @@ def _shown(signal: GpuSignal, value: float | None) -> str:
 _Read = tuple[GpuSignal, float, GpuJudge, tuple[GpuSeries, ...]]
 
 
+def _named_elsewhere(pod: PodView, read: Sequence[tuple[GpuSignal, float, GpuJudge, Attributed]]) -> bool:
+    """Whether the pod's own series carry node labels none of which is its node's name: then the
+    exporter's labels (`--hostname-label`) hold another name (the exporter pod's host name, an IP),
+    match no node, and every node would look like one exporting nothing; a missing signal is then
+    missing evidence. Without any series of its own, every signal is left out and the pod is
+    unknown anyway (none of the named signals there)."""
+    seen = False
+    for *_, mine in read:
+        for s in mine.series:
+            if s.node == pod.node:
+                return False
+            seen = True
+    return seen
+
+
 class SignalsJudge:
     """Judges a pod's GPUs on every signal of one policy's trigger (`judge` for one signal)."""
 
@@ -120,7 +135,7 @@ class SignalsJudge:
                 self.doubtful.add(str(signal))
                 if len(series) == pod.gpus == len({s.gpu for s in series}):
                     present.append((signal, threshold, judge, series))  # its own busy samples still count
-            elif not series and self._not_on(signal, judge, pod):
+            elif not series and self._not_on(signal, judge, pod) and not _named_elsewhere(pod, read):
                 left.append(Left(signal, NOT_EXPORTED))
             elif len(series) != pod.gpus or len({s.gpu for s in series}) != len(series):
                 doubt = doubt or why(Code.SERIES_COUNT, series=len(series), signal=str(signal), gpus=pod.gpus)
