@@ -210,7 +210,8 @@ class PodView:
     created: datetime.datetime | None = None  # metadata.creationTimestamp
     foreign_marks: frozenset[str] = frozenset()  # as ObjectView's: a bare pod is a workload that can be marked
     # The DRA ResourceClaims it names (spec.resourceClaims, and those generated for it in
-    # status.resourceClaimStatuses): a claim a pod that runs or waits names is in use, reserved or not.
+    # status.resourceClaimStatuses, and the one made for its DRA-backed extended resources in
+    # status.extendedResourceClaimStatus): a claim a pod that runs or waits names is in use, reserved or not.
     resource_claims: tuple[str, ...] = ()
 
 

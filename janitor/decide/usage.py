@@ -83,6 +83,7 @@ def findings(workloads: Sequence[Workload], found: Sequence[Finding], observatio
     work = {p.name: _work_signals(p) for p in policies}
     read: dict[str, set[TriggerKind]] = {}
     governed: dict[str, str] = {}
+    gpu_reader: dict[str, str] = {}  # the first enforcing policy that read a workload's GPUs, by its uid
     reading = frozenset(t.kind for t in registry.USAGE)  # the triggers whose usage is Usage.READS
     for f in found:
         if f.trigger not in reading:
@@ -90,12 +91,17 @@ def findings(workloads: Sequence[Workload], found: Sequence[Finding], observatio
         signals_read = read.setdefault(f.subject.uid, set())
         if f.mode is Mode.ENFORCE and _reads_work(f, work):  # an enforcing policy's numbers are the admin's;
             signals_read.add(f.trigger)  # a shadow one's, or memory copy and power alone, replace no veto
+            if f.trigger is TriggerKind.IDLE_GPU:
+                first = gpu_reader.get(f.subject.uid)
+                if first is None or order[f.policy] < order[first]:
+                    gpu_reader[f.subject.uid] = f.policy
         if f.policy in checks and f.known:
             best = governed.get(f.subject.uid)
             if best is None or order[f.policy] < order[best]:
                 governed[f.subject.uid] = f.policy
     by_check: dict[tuple[str, TriggerKind], list[Workload]] = {}
-    unjudged: dict[str, list[Workload]] = {}  # GPU read by a policy, on the pods that request one only
+    # GPUs read by an enforcing policy on the pods that request one only: by check and that policy
+    unjudged: dict[tuple[str, str], list[Workload]] = {}
     for workload in workloads:
         name = governed.get(workload.ref.uid)
         if name is None:
@@ -104,12 +110,16 @@ def findings(workloads: Sequence[Workload], found: Sequence[Finding], observatio
             if trigger.kind not in read[workload.ref.uid]:
                 by_check.setdefault((name, trigger.kind), []).append(workload)
             elif trigger.kind is TriggerKind.IDLE_GPU and _requests_no_gpu(workload):
-                unjudged.setdefault(name, []).append(workload)
+                unjudged.setdefault((name, gpu_reader[workload.ref.uid]), []).append(workload)
     out: list[Finding] = []
     claims = _claims_by_name(observation)
-    for name, members in unjudged.items():
-        by_check.setdefault((name, TriggerKind.IDLE_GPU), []).extend(
-            w for m in members if (w := _only_mapped(m, observation, checks[name], claims)) is not None)
+    by_name = {p.name: p for p in policies}
+    gpu_trigger = registry.spec(TriggerKind.IDLE_GPU)
+    for (name, reader), members in unjudged.items():
+        # Judged as the policy that read the others would judge them, under the check's name.
+        check = _reading_as(checks[name], by_name[reader])
+        mapped = [w for m in members if (w := _only_mapped(m, observation, check, claims)) is not None]
+        out.extend(_reclaiming_nothing(f) for f in gpu_trigger.findings(mapped, observation, check, now))
     for (name, kind), members in by_check.items():
         check, trigger = checks[name], registry.spec(kind)
         assert trigger.pods is not None
@@ -207,6 +217,15 @@ def _with_mapped_gpus(workload: Workload, observation: Observation, check: Polic
 
     pods = tuple(replace(p, gpus=found) if p.gpus == 0 and (found := gpus(p)) else p for p in workload.pods)
     return workload if pods == workload.pods else replace(workload, pods=pods)
+
+
+def _reading_as(check: Policy, reader: Policy) -> Policy:
+    """The check reading GPUs with `reader`'s idle-GPU trigger (its signals, thresholds, window and
+    minimum age): the numbers that policy reads the workload's other GPUs with. Its GPU_UTIL at 5 %
+    would call a MIG slice unknown where the policy reads a signal that measures it."""
+    trigger = reader.trigger(IdleGpu)
+    assert trigger is not None
+    return replace(check, triggers=(trigger,))
 
 
 def _requests_no_gpu(workload: Workload) -> bool:

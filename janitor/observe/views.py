@@ -182,6 +182,9 @@ def pod_view(item: Mapping[str, Any]) -> PodView:
 def _claim_names(spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[str, ...]:
     named = [c.get("resourceClaimName") for c in spec.get("resourceClaims") or () if isinstance(c, Mapping)]
     named += [c.get("resourceClaimName") for c in status.get("resourceClaimStatuses") or () if isinstance(c, Mapping)]
+    extended = status.get("extendedResourceClaimStatus")  # the scheduler's claim for a DRA-backed extended resource
+    if isinstance(extended, Mapping):
+        named.append(extended.get("resourceClaimName"))
     return tuple(dict.fromkeys(n for n in named if isinstance(n, str) and n))
 
 

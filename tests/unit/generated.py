@@ -1210,9 +1210,9 @@ def cases(draw: st.DrawFn, *profiles: str) -> Case:
 
 
 def with_claimed_gpus(cluster: Cluster) -> None:
-    """Beside some running GPU pods, a pod of the same workload that holds a GPU through a DRA claim
-    and requests none (by the serial, after every draw): busy at 97 % on every signal, idle, or
-    without a series. An idle-GPU policy judges only the pods that request a GPU; what the other's
+    """Beside some running GPU pods, a pod of the same workload that holds a GPU (or a MIG slice)
+    through a DRA claim and requests none (by the serial, after every draw): busy at 97 % on every
+    signal, idle, or without a series. An idle-GPU policy judges only the pods that request a GPU; what the other's
     GPU shows is the in-use check's to read."""
     stuck = {p.controller.uid for p in cluster.pods.values() if p.use.signals in _FULL and p.controller is not None}
     for pod in sorted(cluster.pods.values(), key=lambda p: p.uid):
@@ -1221,8 +1221,9 @@ def with_claimed_gpus(cluster: Cluster) -> None:
                 or pod.controller.uid in stuck:  # a stuck job's story stays its own
             continue
         level = (0.97, 0.0, 0.97)[turn // 3 % 3]
-        use = Use((level,), cpu=0.01, absent=turn // 3 % 3 == 1 and turn % 2 == 0, model=pod.use.model)
-        if level and turn // 9 % 2 == 0:  # the GPUs requested beside it idle: the idle-GPU verdict fires
+        use = Use((level,), cpu=0.01, absent=turn // 3 % 3 == 1 and turn % 2 == 0, model=pod.use.model,
+                  doubt="mig" if turn // 3 % 2 else "")  # a MIG slice: GPU_UTIL reads it as nothing
+        if level and turn // 3 % 4 in (0, 3):  # the GPUs requested beside it idle: the idle-GPU verdict fires
             for other in cluster.pods.values():
                 if other.controller == pod.controller and other.gpus and not other.claimed:
                     other.use = Use((0.0,) * other.gpus, cpu=0.0, model=other.use.model)

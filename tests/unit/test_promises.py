@@ -162,6 +162,7 @@ SITUATIONS = {
     "a workload a rule shows in use, under a hung policy too": 1,
     "in use on a signal beside GPU_UTIL": 1,
     "a GPU held through a claim in use beside GPUs requested": 1,
+    "a MIG slice held through a claim in use on a signal that measures it": 1,
     "a GPU held through a claim in use, the GPUs requested beside it idle": 1,
     "idle beside a signal its node does not export": 1,
     "a signal missing for a pod whose node exports it for pods not read": 1,
@@ -454,8 +455,11 @@ def usage_readers(policies: Sequence[Policy], unit: Unit, observation: Observati
                                                 or t is TriggerKind.IDLE_GPU
                                                 and not reads_work(readers[t], unit, observation))
                   and (JUDGED[t](unit) or t is TriggerKind.IDLE_GPU and claimed(unit, observation, check))]
-        if (TriggerKind.IDLE_GPU, check) not in found and claimed(unit, observation, check):
-            found.append((TriggerKind.IDLE_GPU, check))  # the GPUs the policy's own read did not judge
+        if (TriggerKind.IDLE_GPU, check) not in found:  # the GPUs the policy's own read did not judge,
+            gpu = readers[TriggerKind.IDLE_GPU]  # with its signals and thresholds
+            on_its_signals = replace(check, triggers=(gpu.trigger(IdleGpu),))
+            if claimed(unit, observation, on_its_signals):
+                found.append((TriggerKind.IDLE_GPU, on_its_signals))
     return found
 
 
@@ -509,6 +513,10 @@ def in_use(observation: Observation, policies: Sequence[Policy], plan_settings: 
                     REACHED["in use on a signal beside GPU_UTIL"] += bool(set(signals) - {str(GpuSignal.GPU_UTIL)})
                     REACHED["a GPU held through a claim in use beside GPUs requested"] += bool(
                         signals and not pod.gpus and JUDGED[trigger](unit))
+                    key = PodKey(pod.ref.namespace or "", pod.ref.name)
+                    REACHED["a MIG slice held through a claim in use on a signal that measures it"] += bool(
+                        signals and not pod.gpus and any(s.mig for r in evidence.gpu.values()
+                                                         for s in r.pods.get(key, ())))
                 else:
                     c = policy.trigger(IdleCpu)
                     assert c is not None

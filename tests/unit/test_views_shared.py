@@ -88,3 +88,20 @@ def test_what_kubectl_apply_records_of_an_object_is_not_kept_in_its_view() -> No
     pod = views.pod_view({"metadata": {**meta, "uid": "p1"}, "spec": {}, "status": {}})
     assert pod.annotations == {"janitor/ttl": "7d", "owner": "ada"}
     assert meta["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] == applied  # the item untouched
+
+
+def test_a_pod_names_the_claims_of_its_spec_its_templates_and_its_extended_resources() -> None:
+    """A pod names a DRA claim in `spec.resourceClaims`, in `status.resourceClaimStatuses` (one
+    generated from a template) and in `status.extendedResourceClaimStatus` (the claim the scheduler
+    made for an extended resource a DRA driver backs, such as a GPU requested by its resource name):
+    a claim any of them names is in use while the pod runs, and its devices are the pod's."""
+    pod = views.pod_view({
+        "metadata": {"name": "train-0", "namespace": "team-a", "uid": "p1", "resourceVersion": "1"},
+        "spec": {"resourceClaims": [{"name": "nic", "resourceClaimName": "shared-nic"}]},
+        "status": {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "train-0-gpu-x7k2p"}],
+                   "extendedResourceClaimStatus": {"resourceClaimName": "train-0-extended-resources-4mq7b",
+                                                   "requestMappings": [{"containerName": "main",
+                                                                        "resourceName": "example.com/gpu",
+                                                                        "requestName": "container-0-request-0"}]}},
+    })
+    assert pod.resource_claims == ("shared-nic", "train-0-gpu-x7k2p", "train-0-extended-resources-4mq7b")
