@@ -220,12 +220,15 @@ def _with_mapped_gpus(workload: Workload, observation: Observation, check: Polic
 
 
 def _reading_as(check: Policy, reader: Policy) -> Policy:
-    """The check reading GPUs with `reader`'s idle-GPU trigger (its signals, thresholds, window and
-    minimum age): the numbers that policy reads the workload's other GPUs with. Its GPU_UTIL at 5 %
-    would call a MIG slice unknown where the policy reads a signal that measures it."""
-    trigger = reader.trigger(IdleGpu)
-    assert trigger is not None
-    return replace(check, triggers=(trigger,))
+    """The check reading GPUs on GPU_UTIL at its own threshold and, beside it, on `reader`'s other
+    signals and thresholds, over its window and minimum age: busy on any vetoes. GPU_UTIL, which
+    every dcgm-exporter exports, finds the pods (a pod holding a GPU is mapped by its series) and
+    reads them where the node exports no PROF field; a PROF field the reader reads judges a MIG
+    slice, which GPU_UTIL reads as nothing."""
+    trigger, own = reader.trigger(IdleGpu), check.trigger(IdleGpu)
+    assert trigger is not None and own is not None
+    also = tuple((signal, limit) for signal, limit in trigger.limits if signal is not own.signal)
+    return replace(check, triggers=(replace(trigger, signal=own.signal, threshold=own.threshold, also=also),))
 
 
 def _requests_no_gpu(workload: Workload) -> bool:

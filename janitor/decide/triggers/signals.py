@@ -43,12 +43,13 @@ class Left:
     """A signal the verdict on a pod could not read, and why (`MISSING_*`)."""
 
     signal: GpuSignal
-    code: str  # NOT_EXPORTED, ON_MIG
+    code: str  # NOT_EXPORTED, ON_MIG, UNNAMED (left and unknown: the verdict cannot be idle)
     detail: str = ""
 
 
-NOT_EXPORTED, ON_MIG = "not-exported", "mig"
-_LEFT_WORDS = {NOT_EXPORTED: "not exported on its node", ON_MIG: "does not measure MIG slices"}
+NOT_EXPORTED, ON_MIG, UNNAMED = "not-exported", "mig", "node-unnamed"
+_LEFT_WORDS = {NOT_EXPORTED: "not exported on its node", ON_MIG: "does not measure MIG slices",
+               UNNAMED: "its series name no node it runs on: is --hostname-label a node name?"}
 
 
 def left_words(left: Sequence[Left]) -> tuple[str, ...]:
@@ -135,8 +136,13 @@ class SignalsJudge:
                 self.doubtful.add(str(signal))
                 if len(series) == pod.gpus == len({s.gpu for s in series}):
                     present.append((signal, threshold, judge, series))  # its own busy samples still count
-            elif not series and self._not_on(signal, judge, pod) and not _named_elsewhere(pod, read):
-                left.append(Left(signal, NOT_EXPORTED))
+            elif not series and self._not_on(signal, judge, pod):
+                if _named_elsewhere(pod, read):  # not read, and no reason to judge on less: unknown
+                    left.append(Left(signal, UNNAMED))
+                    doubt = doubt or why(Code.SERIES_COUNT, series=0, signal=str(signal), gpus=pod.gpus)
+                    self.doubtful.add(str(signal))
+                else:
+                    left.append(Left(signal, NOT_EXPORTED))
             elif len(series) != pod.gpus or len({s.gpu for s in series}) != len(series):
                 doubt = doubt or why(Code.SERIES_COUNT, series=len(series), signal=str(signal), gpus=pod.gpus)
                 self.doubtful.add(str(signal))
