@@ -220,15 +220,18 @@ def _with_mapped_gpus(workload: Workload, observation: Observation, check: Polic
 
 
 def _reading_as(check: Policy, reader: Policy) -> Policy:
-    """The check reading GPUs on GPU_UTIL at its own threshold and, beside it, on `reader`'s other
-    signals and thresholds, over its window and minimum age: busy on any vetoes. GPU_UTIL, which
-    every dcgm-exporter exports, finds the pods (a pod holding a GPU is mapped by its series) and
-    reads them where the node exports no PROF field; a PROF field the reader reads judges a MIG
-    slice, which GPU_UTIL reads as nothing."""
+    """The check reading GPUs on GPU_UTIL and, beside it, on `reader`'s other signals that show work
+    (PROF fields), over its window and minimum age: busy on any vetoes. GPU_UTIL, which every
+    dcgm-exporter exports, finds the pods (a pod holding a GPU is mapped by its series) and reads
+    them where the node exports no PROF field; a PROF field the reader reads judges a MIG slice,
+    which GPU_UTIL reads as nothing. Busy on GPU_UTIL above the lower of the check's threshold and
+    the reader's own. Power and memory copy are left out: on them alone (every work signal missing
+    on a node) a GPU is unknown, never idle."""
     trigger, own = reader.trigger(IdleGpu), check.trigger(IdleGpu)
     assert trigger is not None and own is not None
-    also = tuple((signal, limit) for signal, limit in trigger.limits if signal is not own.signal)
-    return replace(check, triggers=(replace(trigger, signal=own.signal, threshold=own.threshold, also=also),))
+    limit = min([own.threshold] + [t for s, t in trigger.limits if s is own.signal])
+    also = tuple((s, t) for s, t in trigger.limits if s is not own.signal and s.measures_work)
+    return replace(check, triggers=(replace(trigger, signal=own.signal, threshold=limit, also=also),))
 
 
 def _requests_no_gpu(workload: Workload) -> bool:

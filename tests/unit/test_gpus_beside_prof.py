@@ -145,3 +145,28 @@ def test_the_recheck_does_not_confirm_a_reclaim_the_cycle_would_hold() -> None:
     fresh = replace(observed([sts], pods, gpu, {}), claims=None)  # the re-check reads no claims
     again = still_due(actions[0], fresh, [ON_GR], NOW, SETTINGS)
     assert again.action is None, str(again.why)
+
+
+def test_a_claimed_gpu_whose_node_exports_no_work_signal_for_it_is_not_judged_on_power_alone() -> None:
+    """trainer-1's node exports power for it, but neither GPU_UTIL nor GR (a trimmed counters file):
+    power alone shows no kernel at work, so its GPU is unknown and the workload is not marked."""
+    sts = view("trainer", "StatefulSet")
+    pods = [gpu_pod("trainer-0", sts),
+            replace(gpu_pod("trainer-1", sts, gpus=0), node="gpu-node-2", resource_claims=("trainer-1-gpu",))]
+    gpu = {GR: {"trainer-0": (0.0, "gpu-node-1")},
+           POWER: {"trainer-0": (70.0, "gpu-node-1"), "trainer-1": (75.0, "gpu-node-2")},
+           UTIL: {"trainer-0": (0.0, "gpu-node-1")}}
+    exporting = {GR: frozenset({"gpu-node-1"}), POWER: frozenset({"gpu-node-1", "gpu-node-2"})}
+    found = steps([sts], pods, GR_AND_POWER, gpu, exporting)
+    assert Step.MARK not in [s for s, _ in found], found
+
+
+def test_a_claimed_gpu_is_busy_by_the_policys_gpu_util_threshold_where_it_is_below_the_checks() -> None:
+    """The policy calls a GPU busy above 2 % GPU_UTIL: a claimed GPU at 3 % is in use by the admin's
+    own number, though under the in-use check's 5 %."""
+    strict = Policy("idle-gpu", (IdleGpu(signal=GpuSignal.GPU_UTIL, threshold=2.0, window=2 * H),), mode=Mode.ENFORCE)
+    sts = view("trainer", "StatefulSet")
+    pods = [gpu_pod("trainer-0", sts),
+            replace(gpu_pod("trainer-1", sts, gpus=0), node="gpu-node-2", resource_claims=("trainer-1-gpu",))]
+    gpu = {UTIL: {"trainer-0": (0.0, "gpu-node-1"), "trainer-1": (3.0, "gpu-node-2")}}
+    assert steps([sts], pods, strict, gpu) == []

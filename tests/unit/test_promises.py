@@ -456,10 +456,11 @@ def usage_readers(policies: Sequence[Policy], unit: Unit, observation: Observati
                                                 and not reads_work(readers[t], unit, observation))
                   and (JUDGED[t](unit) or t is TriggerKind.IDLE_GPU and claimed(unit, observation, check))]
         if (TriggerKind.IDLE_GPU, check) not in found:  # the GPUs the policy's own read did not judge: on
-            own, theirs = check.trigger(IdleGpu), readers[TriggerKind.IDLE_GPU].trigger(IdleGpu)  # GPU_UTIL at 5 %
-            assert own is not None and theirs is not None  # and the policy's other signals beside it
-            beside = tuple((s, t) for s, t in theirs.limits if s is not own.signal)
-            on_its_signals = replace(check, triggers=(replace(theirs, signal=own.signal, threshold=own.threshold,
+            own, theirs = check.trigger(IdleGpu), readers[TriggerKind.IDLE_GPU].trigger(IdleGpu)  # GPU_UTIL (5 %
+            assert own is not None and theirs is not None  # or the policy's, if lower), its work signals beside
+            beside = tuple((s, t) for s, t in theirs.limits if s is not own.signal and s.measures_work)
+            limit = min([own.threshold] + [t for s, t in theirs.limits if s is own.signal])
+            on_its_signals = replace(check, triggers=(replace(theirs, signal=own.signal, threshold=limit,
                                                               also=beside),))
             if claimed(unit, observation, on_its_signals):
                 found.append((TriggerKind.IDLE_GPU, on_its_signals))
