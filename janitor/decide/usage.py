@@ -75,7 +75,9 @@ def is_check(name: str) -> bool:
 def findings(workloads: Sequence[Workload], found: Sequence[Finding], observation: Observation,
              policies: Sequence[Policy], now: datetime.datetime) -> list[Finding]:
     """The in-use check's findings: per workload an enforcing idle policy governs, each usage signal
-    no finding on it reads, judged by the check of the first such policy (in load order)."""
+    no finding on it reads, judged by the check of the first such policy (in load order); and where
+    an enforcing idle-GPU policy read the GPUs of the pods that request one, those its other pods
+    hold without a request (`_only_mapped`, judged as `_reading_as` says)."""
     checks = {p.name: c for p in policies if (c := companion(p)) is not None}
     if not checks:
         return []
@@ -253,4 +255,3 @@ def _only_mapped(workload: Workload, observation: Observation, check: Policy,
     mapped = _with_mapped_gpus(replace(workload, pods=running), observation, check, claims)
     held = tuple(p for p in mapped.pods if p.gpus > 0)
     return replace(mapped, pods=held) if held else None
-

@@ -1,7 +1,13 @@
-"""A workload's GPUs held without a request, on nodes as labs run them: the PROF fields off on some
-(dcgm-exporter's default), a hostname label that names no node.
+"""A workload's GPUs held without a request (a DRA claim, a shared GPU), on nodes as labs run them:
+the PROF fields off on some (dcgm-exporter's default), MIG slices, a hostname label that names no node.
+
+An idle-GPU policy judges the pods that request a GPU. Where an enforcing one does, the in-use check
+reads the GPUs of the others on GPU_UTIL and, beside it, on the PROF fields the policy reads.
 
 Covered:
+- a MIG slice held through a claim, under a policy reading GR_ENGINE_ACTIVE: idle on it, the
+  workload is marked; busy on it, it vetoes and a due mark is removed, not kept waiting on a
+  GPU_UTIL that cannot measure it;
 - a GPU held through a DRA claim, or a shared GPU, on a node without the PROF fields: its GPU_UTIL
   at 97 % vetoes a policy reading GR_ENGINE_ACTIVE (and power), and a due mark goes, in the cycle
   and in the re-check right before acting;
@@ -30,15 +36,18 @@ STEP = datetime.timedelta(seconds=15)
 SETTINGS = PlanSettings(rails=Rails(caps=Caps(1000, 1000, 1000, 1000)))
 UTIL, GR, POWER = str(GpuSignal.GPU_UTIL), str(GpuSignal.GR_ENGINE_ACTIVE), str(GpuSignal.POWER)
 
-# Series per signal: pod name -> (peak, node label); a signal a node does not export has no entry.
-Series = Mapping[str, Mapping[str, tuple[float, str]]]
+# Series per signal: pod name -> (peak, node label) or (peak, node label, MIG slice?); a signal a node
+# does not export has no entry.
+Series = Mapping[str, Mapping[str, tuple[float, str] | tuple[float, str, bool]]]
 
 
 def observed(objects: Sequence[ObjectView], pods: Sequence[PodView], gpu: Series,
              exporting: Mapping[str, frozenset[str]]) -> Observation:
     evidence = {(signal, 2 * H): GpuEvidence(EvidenceWindow(signal, 2 * H, STEP, NOW), {
-        PodKey(NS, name): (GpuSeries("0", peak, 480, node, quality=SCRAPED, model="NVIDIA H100"),)
-        for name, (peak, node) in peaks.items()}, exporting=exporting.get(signal)) for signal, peaks in gpu.items()}
+        PodKey(NS, name): (GpuSeries("0/1" if any(mig) else "0", peak, 480, node, quality=SCRAPED, mig=any(mig),
+                                     model="NVIDIA H100"),)
+        for name, (peak, node, *mig) in peaks.items()}, exporting=exporting.get(signal))
+        for signal, peaks in gpu.items()}
     cpu = {(2 * H, ()): CpuEvidence(EvidenceWindow("cpu", 2 * H, datetime.timedelta(minutes=1), NOW),
                                     {PodKey(NS, p.ref.name): CpuUsage(0.01, 120, quality=SCRAPED) for p in pods})}
     claims = ClaimsRead((Claim(ClaimRef(NS, "trainer-1-gpu", "uid-c"), "1", "resource.k8s.io/v1", NOW - 40 * H,
@@ -56,6 +65,34 @@ def steps(objects: Sequence[ObjectView], pods: Sequence[PodView], policy: Policy
 def due(sts: ObjectView, policy: str) -> ObjectView:
     return with_notes(sts, mark(sts, policy=policy, marked_at=ago(hours=30), deadline=ago(hours=6),
                                 warned_at=ago(hours=30)))
+
+
+ON_GR = Policy("idle-gpu", (IdleGpu(signal=GpuSignal.GR_ENGINE_ACTIVE, threshold=0.05, window=2 * H),),
+               mode=Mode.ENFORCE)
+
+
+# -- MIG slices held through a claim ---------------------------------------------------------------------
+
+def mig_steps(objects: Sequence[ObjectView], gr_peak: float) -> list[tuple[Step, str]]:
+    """trainer-0 requests a GPU, idle; trainer-1 holds a MIG slice through a claim, on another node."""
+    pods = [gpu_pod("trainer-0", objects[0]),
+            replace(gpu_pod("trainer-1", objects[0], gpus=0), node="gpu-node-2", resource_claims=("trainer-1-gpu",))]
+    gpu: Series = {GR: {"trainer-0": (0.0, "gpu-node-1"), "trainer-1": (gr_peak, "gpu-node-2", True)},
+                   UTIL: {"trainer-0": (0.0, "gpu-node-1"),
+                          "trainer-1": (0.0, "gpu-node-2", True)}}  # GPU_UTIL reads 0 on a MIG slice
+    return steps(objects, pods, ON_GR, gpu)
+
+
+def test_a_claimed_mig_slice_idle_on_the_policys_signal_lets_the_workload_be_marked() -> None:
+    sts = view("trainer", "StatefulSet")
+    assert [step for step, _ in mig_steps([sts], 0.0)] == [Step.MARK], mig_steps([sts], 0.0)
+
+
+def test_a_claimed_mig_slice_busy_on_the_policys_signal_vetoes_and_removes_a_due_mark() -> None:
+    sts = view("trainer", "StatefulSet")
+    assert mig_steps([sts], 0.97) == []
+    found = mig_steps([due(sts, "idle-gpu")], 0.97)
+    assert [step for step, _ in found] == [Step.UNMARK], found
 
 
 # -- on nodes without the PROF fields ---------------------------------------------------------------------
@@ -79,10 +116,6 @@ def test_a_claimed_gpu_at_97_percent_is_not_judged_on_power_alone() -> None:
     assert steps([sts], pods, GR_AND_POWER, gpu, exporting) == []
     found = steps([due(sts, "idle-gpu")], pods, GR_AND_POWER, gpu, exporting)
     assert [s for s, _ in found] == [Step.UNMARK], found
-
-
-ON_GR = Policy("idle-gpu", (IdleGpu(signal=GpuSignal.GR_ENGINE_ACTIVE, threshold=0.05, window=2 * H),),
-               mode=Mode.ENFORCE)
 
 
 def test_a_shared_gpu_at_97_percent_on_a_node_without_prof_fields_vetoes() -> None:
