@@ -257,8 +257,10 @@ def lingering(read: ClaimsRead | None, now: datetime.datetime, after: datetime.t
     """The claims holding devices no live consumer uses (`holding`) that have been seen so for at
     least `after` (`ClaimsRead.seen`, cycle after cycle) and whose status was last written at least
     that long ago: a deallocation on its way takes seconds. A claim being deleted, or whose last
-    write is not known, is not among them; nor is any claim on the first look of a run."""
-    if read is None or read.problem or not read.claims:
+    write is not known, is not among them; nor is any claim on the first look of a run. `after`
+    zero (`--orphaned-claims-after 0`) reports none: the claims are then read only for the pods
+    that name them."""
+    if not after or read is None or read.problem or not read.claims:
         return ()
     out = []
     for v in holding(orphaned(read.claims, read.pods)):

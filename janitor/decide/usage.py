@@ -181,12 +181,12 @@ def _claims_by_name(observation: Observation) -> Mapping[tuple[str, str], Claim]
 
 def _may_hold_a_gpu(pod: PodView, claims: Mapping[tuple[str, str], Claim] | None, *, unread: bool) -> bool:
     """Whether a pod's DRA claims may hold a GPU: one of them holds a device of a GPU driver
-    (`GPU_DRIVER_MARK`), or has no devices or an odd shape; `unread` where a claim it names was not
-    read (the claims not read this cycle, as in the re-check before acting, or not found)."""
+    (`GPU_DRIVER_MARK`), or has no devices or an odd shape, or the claims are not known (`claims`
+    None: not read, or their read failed); `unread` where a claim it names is not in a whole read."""
     if not pod.resource_claims:
         return False
     if claims is None:
-        return unread
+        return True
     for name in pod.resource_claims:
         claim = claims.get((pod.ref.namespace or "", name))
         if claim is None:
@@ -205,9 +205,10 @@ def _with_mapped_gpus(workload: Workload, observation: Observation, check: Polic
     UID that is not its own too: the judge then finds them doubtful, never a pod without a GPU.
     A pod without series that names a DRA claim holds one GPU of unknown use, as only that read
     would have shown it in use: where the read failed, unless its claims are read and hold no GPU
-    (`_may_hold_a_gpu`); where the read answered without it (its node's exporter down), where its
-    claims are read and one holds a GPU. The re-check before acting reads no claims, so a claim of
-    no GPU (a NIC's) never holds a pod there that the cycle found reclaimable."""
+    (`_may_hold_a_gpu`); where the read answered without it (its node's exporter down), unless its
+    claims are read and none holds a GPU (a NIC's). The cycle and the re-check before acting read
+    the claims wherever a pod names one, so a claim of no GPU holds nothing; claims whose read
+    failed hold."""
     trigger = check.trigger(IdleGpu)
     evidence = observation.evidence.gpu.get((str(trigger.signal), trigger.window)) if trigger else None
     failed = evidence is None or evidence.failed is not None

@@ -131,8 +131,9 @@ def for_cycle(api: ApiClient, namespaces: Sequence[str] | None, after: datetime.
               discovery: Discovery | None = None) -> ClaimsRead | None:
     """A cycle's claims, with the pods it read beside them (None: none were, so no reservation is
     called stale); None where `after` is zero (`--orphaned-claims-after 0`: not read for the admin
-    report) and no policy judges them (`judged`: an orphanedClaim policy is loaded)."""
-    if not after and not judged:
+    report), no policy judges them (`judged`: an orphanedClaim policy is loaded) and no pod read
+    names one (a pod's GPU may be held through its claim: unread, it is of unknown use)."""
+    if not after and not judged and not any(p.resource_claims for p in pods_read or ()):
         return None
     found = read(api, namespaces, page_size=page_size, discovery=discovery)
     if pods_read is None:

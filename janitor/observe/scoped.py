@@ -3,8 +3,9 @@
 It reads only what one action's decision depends on: the object (by name, checked by UID), its
 owner chain, its namespace, and for a workload its pods (by its selector, so pods of a ReplicaSet
 created since the cycle's read are there too) with their owner chains, the usage evidence of
-exactly those pods, and the nodes, OOM reports or autoscalers' words the trigger reads; for a DRA
-claim, the claim and every pod of its namespace, judged with the daemon's memory of the claim.
+exactly those pods, and the nodes, OOM reports or autoscalers' words the trigger reads, and the
+claims of the namespace where one of those pods names one (its GPU may be held through it); for a
+DRA claim, the claim and every pod of its namespace, judged with the daemon's memory of the claim.
 """
 
 from __future__ import annotations
@@ -104,6 +105,9 @@ def read_scoped(api: ApiClient, settings: Settings, policies: Sequence[Policy], 
         held = claims.scoped(api, item, target.api_version, pods, claims_seen or {})
     elif reads.pods and target.kind != "Pod":
         pods = _pods_of(scoped, view, item, settings.cluster.page_size)
+    if held is None and reads.usage and any(p.resource_claims for p in pods):
+        # A pod's GPU may be held through its claim: unread, one without series is of unknown use.
+        held = claims.read(api, [target.namespace or ""], page_size=settings.cluster.page_size)
     namespaces: dict[str, NamespaceView] = {}
     name = target.name if target.kind == "Namespace" else target.namespace
     if name:

@@ -17,7 +17,9 @@ Aspects covered:
 - a deleted orphaned claim goes: its finalizer does not hold it;
 - the janitor's cycle lists the orphaned and the stale claim in the admin report, once their status
   has said so for `--orphaned-claims-after`, with the command that frees them, and never the claim in
-  use; it changes none of them; with 0 it reads no claim;
+  use; it changes none of them; with 0 it reports none, though the claims a pod names are read;
+- a claim a pod names is read under an idle policy whatever `--orphaned-claims-after` says, by the
+  cycle and by the re-check right before acting on that pod (its GPU may be held through it);
 - under an enforcing orphanedClaim policy with `action: delete`, the orphaned claim is marked and its
   owner warned once the daemon has seen it so for `after`, and deleted after the deadline (its
   finalizer does not hold it); the claim a running pod names and the one reserved for a live pod
@@ -187,6 +189,50 @@ def test_the_admin_report_lists_claims_holding_devices_with_no_consumer(kube, co
     assert SECTION not in report(off) and SECTION not in report(off)  # claims not read at all
     after = {n: _claim(kube, namespace, n)["metadata"]["resourceVersion"] for n in ("orphan", "in-use", "stale")}
     assert after == before  # reported, never changed
+
+
+def test_claims_a_pod_names_are_read_by_the_cycle_and_the_recheck(kube, core, namespace,  # noqa: ANN001
+                                                                   device_class, tmp_path) -> None:
+    """Without the claim a pod names, a pod whose GPU series are missing (its node's exporter down) is
+    judged as holding no GPU: so the claims are read wherever a pod names one, by the cycle with
+    `--orphaned-claims-after 0` and no orphanedClaim policy, and by the re-check before acting."""
+    from janitor.decide.model import Action, ActionType, ObjectRef, TriggerKind
+    from janitor.decide.reasons import Code, Reason
+    from janitor.observe import observation, scoped
+    from janitor.policy.load import from_paths
+
+    create_claim(kube, namespace, "held", device_class)
+    create_claim(kube, namespace, "orphan", device_class)
+    user = create_pod(core, namespace, "user", claim="held")
+    allocate(kube, namespace, "held", "gpu-0", user)
+    allocate(kube, namespace, "orphan", "gpu-1")
+    path = tmp_path / "p.yaml"
+    path.write_text(f"""policies:
+- name: idle-cpu
+  match:
+    namespaces: {{include: ["{namespace}"]}}
+  triggers:
+    idleCpu: {{cores: 0.1, window: 1h}}
+""")
+    loaded = from_paths([path])
+    assert not loaded.errors, loaded.errors
+    settings = build(namespaces=(namespace,), state_namespace=namespace, policy_paths=(str(path),),
+                     claims_after=datetime.timedelta(0))
+    now = datetime.datetime.now(datetime.UTC)
+    seen = observation.read(kube, settings, loaded.policies, now)
+    assert seen.claims is not None and not seen.claims.problem
+    assert {c.ref.name for c in seen.claims.claims} >= {"held"}
+    target = ObjectRef("Pod", "v1", namespace, "user", user.metadata.uid)
+    action = Action(ActionType.DELETE, target, user.metadata.resource_version, "idle-cpu", TriggerKind.IDLE_CPU,
+                    "lifecycle", "IdlePod", Reason(Code.CPU_IDLE))
+    fresh = scoped.read_scoped(kube, settings, loaded.policies, action, now)
+    assert fresh is not None and fresh.claims is not None and not fresh.claims.problem
+    assert "held" in {c.ref.name for c in fresh.claims.claims}
+    # Read, the claims are not reported with 0: an orphaned one seen on two cycles stays out of it.
+    runner = Runner(kube, settings)
+    runner.run_cycle()
+    time.sleep(1)
+    assert SECTION not in dict(runner.run_cycle().plan.admin_report.sections)
 
 
 def test_an_enforcing_policy_warns_of_an_orphaned_claim_then_deletes_it(  # noqa: PLR0913

@@ -250,8 +250,8 @@ def test_a_pod_holding_a_gpu_through_a_claim_is_not_reclaimed_by_an_idle_cpu_pol
 def test_a_pod_holding_a_gpu_through_a_claim_without_gpu_series_is_not_reclaimed_by_an_idle_cpu_policy() -> None:
     """The read answered, without a series under its name (its node's exporter down), and its claim
     holds a device of a GPU driver: its GPU is unknown, as a requested GPU's would be. A claim of
-    another driver (a NIC's) holds no GPU: judged on its CPU, as where no claim was read (the
-    re-check before acting reads none)."""
+    another driver (a NIC's) holds no GPU: judged on its CPU. Where the claims are not known (not
+    read, or their read failed), the claim may hold a GPU: unknown too."""
     from janitor.decide.claims import Claim, ClaimRef, ClaimsRead, Device
 
     def claimed(driver: str) -> ClaimsRead:
@@ -267,7 +267,10 @@ def test_a_pod_holding_a_gpu_through_a_claim_without_gpu_series_is_not_reclaimed
                                warned_at=ago(hours=30)))
     assert decide([due], [pod], [cpu_policy()], silent, claims=gpu).acted == {}
     assert decide([sts], [pod], [cpu_policy()], silent, claims=claimed("dra.net")).marked == frozenset({"trainer"})
-    assert decide([sts], [pod], [cpu_policy()], silent).marked == frozenset({"trainer"})
+    assert decide([sts], [pod], [cpu_policy()], silent).marked == frozenset()
+    unreadable = ClaimsRead(problem="ResourceClaims could not be listed (403 Forbidden)")
+    assert decide([sts], [pod], [cpu_policy()], silent, claims=unreadable).marked == frozenset()
+    assert decide([due], [pod], [cpu_policy()], silent, claims=unreadable).acted == {}
     # Where the read failed, a claim not read may hold a GPU; one read of a NIC's does not.
     failed = Usage(gpu_peak=97.0, cpu_peak_cores=0.01, gpu_failed=True)
     assert decide([sts], [pod], [cpu_policy()], failed, claims=claimed("dra.net")).marked == frozenset({"trainer"})
