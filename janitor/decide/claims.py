@@ -152,6 +152,9 @@ class ClaimsRead:
     # cycle, in the same state (`seen_since`): the grace counts from there, not from a status write
     # that may be older than the change (a reservation dropped, a pod gone).
     seen: Mapping[str, tuple[State, datetime.datetime]] = field(default_factory=dict)
+    # Read only for the pods that name claims (`--orphaned-claims-after 0`, no orphanedClaim policy):
+    # what their claims hold, never a claim reported, judged or unmarked.
+    for_pods: bool = False
 
 
 class Why(enum.StrEnum):

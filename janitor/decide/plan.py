@@ -256,6 +256,20 @@ def _holder_owners(held: Sequence[tuple[str, HeldGpu]], observation: Observation
     return {ns: find_owner(None, observation.namespace(ns), keys) for ns in sorted(namespaces)}
 
 
+def _claims_unknown(observation: Observation) -> tuple[str, ...]:
+    """Why workloads are kept that no finding's words explain: where the claims' read failed, a pod
+    that names one and has no GPU series holds a GPU of unknown use (decide.usage)."""
+    read = observation.claims
+    if read is None or not read.problem:
+        return ()
+    naming = sum(1 for p in observation.pods if p.resource_claims and not p.gpus and p.phase == "Running")
+    if not naming:
+        return ()
+    pods = "pod that requests no GPU names" if naming == 1 else "pods that request no GPU name"
+    return (f"{read.problem}: {naming} running {pods} a claim; where one has no GPU series, its GPU is unknown "
+            "and its workload is neither marked nor reclaimed",)
+
+
 def plan(observation: Observation, policies: Sequence[Policy], ledger: SafetyLedger, now: datetime.datetime, *,
          settings: PlanSettings = PlanSettings()) -> CyclePlan:
     """The whole cycle's plan; `now` is the janitor's own clock, compared with the apiserver's."""
@@ -268,6 +282,7 @@ def plan(observation: Observation, policies: Sequence[Policy], ledger: SafetyLed
         notices.append("not listed: " + ", ".join(f"{s.kind} ({s.reason})" for s in observation.skipped_kinds))
     if observation.evidence.intervals_notice is not None:
         notices.append(observation.evidence.intervals_notice)
+    notices.extend(_claims_unknown(observation))
     silent = silent_gpu_pods(observation)
     tripwire = railed.notices[0] if is_tripped(railed.ledger) and railed.notices else None
     beside = neighbours.kube_janitors(observation.objects, observation.pods)

@@ -132,10 +132,12 @@ def for_cycle(api: ApiClient, namespaces: Sequence[str] | None, after: datetime.
     """A cycle's claims, with the pods it read beside them (None: none were, so no reservation is
     called stale); None where `after` is zero (`--orphaned-claims-after 0`: not read for the admin
     report), no policy judges them (`judged`: an orphanedClaim policy is loaded) and no pod read
-    names one (a pod's GPU may be held through its claim: unread, it is of unknown use)."""
-    if not after and not judged and not any(p.resource_claims for p in pods_read or ()):
+    names one (a pod's GPU may be held through its claim: unread, it is of unknown use). Read only
+    for those pods, the claims are `for_pods`: no claim is reported, judged or unmarked from it."""
+    for_pods = not after and not judged
+    if for_pods and not any(p.resource_claims for p in pods_read or ()):
         return None
-    found = read(api, namespaces, page_size=page_size, discovery=discovery)
+    found = dataclasses.replace(read(api, namespaces, page_size=page_size, discovery=discovery), for_pods=for_pods)
     if pods_read is None:
         return found
     scope = frozenset(namespaces) if namespaces is not None else None

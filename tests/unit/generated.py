@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 from janitor import annotations as ann
 from janitor.annotations import Delivery, Intent, NoticeKind, WarnedOf
 from janitor.decide.autoscaling import AutoscalerNote, Autoscaling, Said
+from janitor.decide.claims import Claim, ClaimRef, ClaimsRead, Consumer, Device
 from janitor.decide.clicks import ButtonValue, Op, Outcome, Presser, judge
 from janitor.decide.evidence import (
     ActivityEvidence,
@@ -138,6 +139,7 @@ class Use:
     sidecar: float = 0.0  # peak cores of the sidecar
     cpu_coverage: float = 1.0
     absent: bool = False  # no series at all (a scrape gap)
+    gpu_absent: bool = False  # no GPU series, its CPU read (its node's dcgm-exporter down)
     doubt: str = ""  # what is wrong with the samples: DOUBTS (the GPUs are MIG slices with "mig")
     # Per signal, what it reads where that differs from `gpu` (a hung job: GPU_UTIL full, SM idle).
     signals: tuple[tuple[str, float], ...] = ()
@@ -263,6 +265,9 @@ class Cluster:
     # (by name, by their own UID, or by an earlier pod's UID), "failed" errors, "anonymous" names none.
     activity: str = "named"
     named: int = 1  # the pods named: those whose serial is this modulo 4 (0: the stuck jobs' in "signals")
+    # What the DRA claims' read says of the claims pods name: each holds a GPU driver's device
+    # ("gpu"), a NIC's ("nic"), or the claims were not read ("unread") or their list failed ("failed").
+    claims: str = "unread"
 
     def new_uid(self, what: str) -> str:
         self.serial += 1
@@ -302,7 +307,20 @@ class Cluster:
         return Observation(at, tuple(objects), pods, namespaces,
                            self.nodes, self.nodes_known, self.evidence(policies, at), skipped_kinds=skipped,
                            autoscaling=self.autoscaling, autoscaler={
-                               uid: notes for uid, notes in self.autoscaler.items() if uid in self.pods})
+                               uid: notes for uid, notes in self.autoscaler.items() if uid in self.pods},
+                           claims=self.claims_read(pods))
+
+    def claims_read(self, pods: Sequence[PodView]) -> ClaimsRead | None:
+        if self.claims == "unread":
+            return None
+        if self.claims == "failed":
+            return ClaimsRead(version="v1", problem="ResourceClaims could not be listed (403 Forbidden)")
+        driver = "gpu.nvidia.com" if self.claims == "gpu" else "dra.net"
+        return ClaimsRead(tuple(Claim(ClaimRef(p.ref.namespace or "", name, f"claim-{p.ref.uid}"), "1",
+                                      "resource.k8s.io/v1", p.created, True,
+                                      consumers=(Consumer("", "pods", p.ref.name, p.ref.uid),),
+                                      devices=(Device("d", driver, "pool", "d0"),))
+                                for p in pods for name in p.resource_claims), "v1")
 
     def evidence(self, policies: Sequence[Policy], at: datetime.datetime) -> Evidence:
         """What Prometheus answers to the queries the janitor makes for these policies (their own
@@ -327,11 +345,11 @@ class Cluster:
             window = EvidenceWindow(signal, span, GPU_STEP, at)
             # Which nodes export it, read across the cluster where a policy reads several signals
             # (every node with a GPU pod, but where the field is off): a pod missing its series alone.
-            exporting = frozenset(p.use.host or p.node or "" for p in running if p.holds and signal not in
-                                  off[p.node]) if (signal, span) in need.gpu_whole else None
+            exporting = frozenset(p.use.host or p.node or "" for p in running if p.holds and not p.use.gpu_absent
+                                  and signal not in off[p.node]) if (signal, span) in need.gpu_whole else None
             gpu[(signal, span)] = GpuEvidence(window, failed="query timed out") if key in self.failing else \
                 GpuEvidence(window, {PodKey(p.namespace, p.name): _series(p, signal, window, off[p.node])
-                                     for p in read if p.holds}, exporting=exporting)
+                                     for p in read if p.holds and not p.use.gpu_absent}, exporting=exporting)
         for span, ignored in sorted(need.cpu, key=str):
             key = f"cpu:{span}:{','.join(ignored)}"
             if key in self.unread:
@@ -1213,7 +1231,9 @@ def with_claimed_gpus(cluster: Cluster) -> None:
     """Beside some running GPU pods, a pod of the same workload that holds a GPU (or a MIG slice)
     through a DRA claim and requests none (by the serial, after every draw): busy at 97 % on every
     signal, idle, or without a series. An idle-GPU policy judges only the pods that request a GPU; what the other's
-    GPU shows is the in-use check's to read."""
+    GPU shows is the in-use check's to read. The claims' read says each claim holds a GPU, or a NIC,
+    or was not made, or failed."""
+    turns = 0
     stuck = {p.controller.uid for p in cluster.pods.values() if p.use.signals in _FULL and p.controller is not None}
     for pod in sorted(cluster.pods.values(), key=lambda p: p.uid):
         turn = serial_of(pod)
@@ -1221,16 +1241,19 @@ def with_claimed_gpus(cluster: Cluster) -> None:
                 or pod.controller.uid in stuck:  # a stuck job's story stays its own
             continue
         level = (0.97, 0.0, 0.97)[turn // 3 % 3]
-        use = Use((level,), cpu=0.01, absent=turn // 3 % 3 == 1 and turn % 2 == 0, model=pod.use.model,
+        use = Use((level,), cpu=0.01, absent=turn // 3 % 3 == 1 and turn % 2 == 0,
+                  gpu_absent=turn // 3 % 3 == 1 and turn % 4 == 1, model=pod.use.model,
                   doubt="mig" if turn // 3 % 2 else "")  # a MIG slice: GPU_UTIL reads it as nothing
         if level and turn // 3 % 4 in (0, 3):  # the GPUs requested beside it idle: the idle-GPU verdict fires
             for other in cluster.pods.values():
                 if other.controller == pod.controller and other.gpus and not other.claimed:
                     other.use = Use((0.0,) * other.gpus, cpu=0.0, model=other.use.model)
         uid = f"pod-claim-{turn}"
+        turns += turn
         cluster.pods[uid] = Pod(pod.namespace, f"{pod.name}-c", uid, pod.controller, pod.node, "Running",
                                 pod.started, 0, pod.created, dict(pod.labels), containers=pod.containers,
                                 claimed=1, use=use)
+    cluster.claims = ("gpu", "unread", "failed", "nic")[turns // 3 % 4]
 
 
 _HELD_SINCE = (None, NOW - 10 * M, NOW - 2 * H, NOW - 5 * DAY)

@@ -211,3 +211,25 @@ def test_a_claimed_gpu_is_busy_by_the_policys_gpu_util_threshold_where_it_is_bel
             replace(gpu_pod("trainer-1", sts, gpus=0), node="gpu-node-2", resource_claims=("trainer-1-gpu",))]
     gpu = {UTIL: {"trainer-0": (0.0, "gpu-node-1"), "trainer-1": (3.0, "gpu-node-2")}}
     assert steps([sts], pods, strict, gpu) == []
+
+
+def test_claims_that_cannot_be_read_hold_a_claim_pod_without_series_and_the_plan_says_why() -> None:
+    """The claims' list failed (RBAC trimmed, a version not served): a pod that names a claim and has
+    no GPU series may hold a GPU, so its workload is not marked; the plan's notes say so, naming the
+    failure, as the finding's own words ("0 series for 1 GPUs") cannot."""
+    sts = view("trainer", "StatefulSet")
+    pods = [gpu_pod("trainer-0", sts),
+            replace(gpu_pod("trainer-1", sts, gpus=0), node="gpu-node-2", resource_claims=("trainer-1-gpu",))]
+    gpu: Series = {UTIL: {"trainer-0": (0.0, "gpu-node-1")}}
+    unreadable = ClaimsRead(problem="ResourceClaims could not be listed (403 Forbidden)")
+    seen = replace(observed([sts], pods, gpu, {}), claims=unreadable)
+    planned = plan(seen, [Policy("idle-gpu", (IdleGpu(window=2 * H),), mode=Mode.ENFORCE)], SafetyLedger(), NOW,
+                   settings=SETTINGS)
+    assert not [c for c in planned.changes if c.workload.uid == sts.ref.uid and c.step is Step.MARK]
+    [note] = [n for n in planned.notices if "ResourceClaims" in n]
+    assert note.startswith("ResourceClaims could not be listed (403 Forbidden): 1 running pod that requests no GPU "
+                           "names a claim"), note
+    assert "unknown" in note and "neither marked nor reclaimed" in note, note
+    fine = plan(observed([sts], pods, gpu, {}), [Policy("idle-gpu", (IdleGpu(window=2 * H),), mode=Mode.ENFORCE)],
+                SafetyLedger(), NOW, settings=SETTINGS)
+    assert not [n for n in fine.notices if "ResourceClaims" in n]

@@ -79,6 +79,26 @@ def test_a_removed_policy_unmarks_its_claims_and_tells_the_owner() -> None:
     assert change.step is Step.UNMARK and change.workload.kind == "ResourceClaim", change
 
 
+def test_claims_read_only_for_the_pods_naming_them_leave_the_marks_of_a_removed_policy(monkeypatch: Any) -> None:
+    """With --orphaned-claims-after 0 and no orphanedClaim policy, a cycle reads the claims only
+    because a pod names one (its GPU may be held through it): their marks stay as they are, as with
+    no claim read, and are removed by `janitor unmark`, never on whether some pod names a claim."""
+    from test_claims_observe import ALL, FakeApi
+
+    from janitor import kubeapi
+
+    item = claim_item(meta={"annotations": _old_warning()})
+    monkeypatch.setattr(kubeapi, "request", FakeApi({ALL: {"items": [item]}}).request)
+    user = a_pod("other-job", claims=["other-nic"])
+    for_pods = oc.for_cycle(None, None, datetime.timedelta(0), 250, [user])  # type: ignore[arg-type]
+    assert for_pods is not None and [c.ref.name for c in for_pods.claims] == ["gpu"]
+    decision = decide(dataclasses.replace(observed(), pods=(user,), claims=for_pods), [], NOW)
+    assert not decision.changes, decision.changes
+    reported = oc.for_cycle(None, None, datetime.timedelta(minutes=10), 250, [user])  # type: ignore[arg-type]
+    decision = decide(dataclasses.replace(observed(), pods=(user,), claims=reported), [], NOW)
+    assert [c.step for c in decision.changes] == [Step.UNMARK]
+
+
 def test_claims_not_read_at_all_forget_since_when_they_were_held() -> None:
     # With --orphaned-claims-after 0 and no orphanedClaim policy, claims are not read: whatever the
     # memory said, a policy loaded later counts `after` again from its own first look.

@@ -167,6 +167,9 @@ SITUATIONS = {
     "idle beside a signal its node does not export": 1,
     "a signal missing for a pod whose node exports it for pods not read": 1,
     "a signal missing for a pod whose exporter names no node": 1,
+    "a GPU held through a claim of unknown use": 1,
+    "... beside GPUs requested found idle by an enforcing policy": 1,
+    "a pod whose claims hold no GPU, judged without one": 1,
     "released by the owner, acted on": 1,
     "a release that answers nothing in force, not acted on": 1,
     "a new owner warned after the old one was": 1,
@@ -882,6 +885,58 @@ def check_busy_beats_idle(case: Case, data: st.DataObject) -> None:
                     on_again, again, case.policies).get(action.target.uid, frozenset()):
                 assert confirmed is None, f"the re-check confirms {action.type} of {action.target} in use: " \
                                           f"{busy[action.target.uid]}"
+
+
+@examples(1.0)
+@given(case=cases(), data=st.data())
+def test_a_gpu_held_through_a_claim_of_unknown_use_is_never_reclaimed(case: Case, data: st.DataObject) -> None:
+    """docs/policies.md, "in-use check": a running pod that requests no GPU, names a DRA claim and
+    has no GPU series (its node's exporter down) holds a GPU of unknown use, unless the claims were
+    read and none of its holds a GPU driver's device: no idle policy marks or reclaims its workload
+    then, in the cycle or in the re-check before acting. The claims as drawn: read (a GPU's or a
+    NIC's), not read, or their list failed; one claim pod drawn loses its GPU series (its CPU read),
+    the GPUs requested beside it idle, its namespace and workload not opted out (and, half the time,
+    not marked yet)."""
+    claimed = sorted((p for p in case.cluster.pods.values() if p.claimed), key=lambda p: p.uid)
+    if claimed:
+        lone = data.draw(st.sampled_from(claimed))
+        lone.use = replace(lone.use, absent=False, gpu_absent=True)
+        case.cluster.namespaces[lone.namespace][1].pop(ann.OPT_OUT, None)
+        fresh = data.draw(st.booleans())
+        for thing in case.cluster.objects.values():
+            if thing.namespace == lone.namespace:
+                thing.annotations.pop(ann.OPT_OUT, None)
+                for key in ann.MARK_READ_KEYS if fresh else ():
+                    thing.annotations.pop(key, None)
+        for other in case.cluster.pods.values():
+            if other.controller == lone.controller and other.gpus:
+                other.use = Use((0.0,) * other.gpus, cpu=0.0, model=other.use.model)
+        case.cluster.claims = data.draw(st.sampled_from(("gpu", "nic", "unread", "failed")))
+    idle = {p.name for p in case.policies if p.triggers and all(isinstance(t, IdleGpu | IdleCpu) for t in p.triggers)}
+    for observation, planned, now in cycles(case):
+        read = observation.claims
+        holding = {(c.ref.namespace, c.ref.name): any("gpu" in d.driver for d in c.devices)
+                   for c in (read.claims if read is not None and not read.problem else ())}
+        answered = [r for r in observation.evidence.gpu.values() if r.failed is None]
+        for unit in units(observation, case.settings):
+            silent = [p for p in running(unit) if p.resource_claims and not p.gpus and not any(
+                r.pods.get(PodKey(p.ref.namespace or "", p.ref.name)) for r in answered)]
+            if not silent:
+                continue
+            if holding and not any(holding.get((p.ref.namespace or "", c), True)
+                                   for p in silent for c in p.resource_claims):
+                REACHED["a pod whose claims hold no GPU, judged without one"] += 1
+                continue
+            REACHED["a GPU held through a claim of unknown use"] += 1
+            REACHED["... beside GPUs requested found idle by an enforcing policy"] += any(
+                f.subject.uid == unit.uid and f.state is State.FIRES and f.mode is Mode.ENFORCE
+                and f.trigger is TriggerKind.IDLE_GPU for f in planned.findings)
+            for change in changes_on(planned, unit.uid):
+                assert change.policy not in idle or change.step not in (Step.MARK, Step.ACT), \
+                    f"{change.step} {unit.uid} by {change.policy}: {change.why}; {silent[0].ref.name}'s GPU is unknown"
+            for action in lifecycle_actions(decided(planned)):
+                if action.target.uid == unit.uid and action.policy in idle:
+                    assert run_recheck(action, observation, case.policies, now, case.settings) is None
 
 
 @examples(2.0)

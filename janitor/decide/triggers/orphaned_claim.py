@@ -164,9 +164,10 @@ def _holders(observation: Observation, now: datetime.datetime) -> tuple[tuple[st
 def objects(observation: Observation, policies: Sequence[Policy]) -> tuple[ObjectView, ...]:
     """The claims the lifecycle looks at, as objects: every one read at v1 where an orphanedClaim
     policy is loaded, else those carrying a mark (the policy removed: they are unmarked and their
-    owners told). None already among the cycle's objects (`--kinds` may list them)."""
+    owners told). None already among the cycle's objects (`--kinds` may list them), and none of
+    claims read only for the pods that name them (`ClaimsRead.for_pods`: their marks stay)."""
     read = observation.claims
-    if read is None or read.problem:
+    if read is None or read.problem or read.for_pods:
         return ()
     judging = any(p.trigger(OrphanedClaim) is not None for p in policies)
     listed = {o.ref.uid for o in observation.objects}
