@@ -153,7 +153,7 @@ class ClaimsRead:
     # that may be older than the change (a reservation dropped, a pod gone).
     seen: Mapping[str, tuple[State, datetime.datetime]] = field(default_factory=dict)
     # Read only for the pods that name claims (`--orphaned-claims-after 0`, no orphanedClaim policy):
-    # what their claims hold, never a claim reported, judged or unmarked.
+    # what their claims hold, never a claim reported, judged, unmarked or remembered (`seen_since`).
     for_pods: bool = False
 
 
@@ -242,10 +242,12 @@ def seen_since(read: ClaimsRead | None, before: Mapping[str, tuple[State, dateti
                ) -> dict[str, tuple[State, datetime.datetime]]:
     """Per claim holding devices with no live consumer now, since when it has been seen so (in the
     same state) by the cycles before (`before`, the last cycle's answer), else now. Time not seen
-    never counts: claims not read (None), or whose read failed, start again; one without sight of
-    pods says nothing of stale reservations. A claim a pod that runs or waits names (`named`:
-    namespace and name) is in use, so its count starts again once that pod is gone."""
-    if read is None or read.problem:
+    never counts: claims not read (None), read only for the pods naming them (`for_pods`: a policy
+    loaded later counts from its own first look, as where none were read), or whose read failed,
+    start again; one without sight of pods says nothing of stale reservations. A claim a pod that
+    runs or waits names (`named`: namespace and name) is in use, so its count starts again once
+    that pod is gone."""
+    if read is None or read.problem or read.for_pods:
         return {}
     out: dict[str, tuple[State, datetime.datetime]] = {}
     for v in holding(orphaned(read.claims, read.pods)):

@@ -52,7 +52,7 @@ from janitor.decide.selection import CronJobMode, Workload
 from janitor.decide.triggers import expiry, registry
 from janitor.decide.triggers.spec import Cycle
 from janitor.node_report import HeldGpu
-from janitor.policy.model import Mode, Policy
+from janitor.policy.model import IdleCpu, IdleGpu, Mode, Policy
 
 EXPIRY = Policy(EXPIRY_POLICY, (), description="janitor/ttl and janitor/expires (kube-janitor's annotations)",
                 mode=Mode.ENFORCE, source="annotations")
@@ -256,18 +256,17 @@ def _holder_owners(held: Sequence[tuple[str, HeldGpu]], observation: Observation
     return {ns: find_owner(None, observation.namespace(ns), keys) for ns in sorted(namespaces)}
 
 
-def _claims_unknown(observation: Observation) -> tuple[str, ...]:
+def _claims_unknown(observation: Observation, policies: Sequence[Policy]) -> tuple[str, ...]:
     """Why workloads are kept that no finding's words explain: where the claims' read failed, a pod
-    that names one and has no GPU series holds a GPU of unknown use (decide.usage)."""
+    that names one and has no GPU series holds a GPU of unknown use (decide.usage), under an idle
+    policy. The words stay the same from cycle to cycle (a note is logged again when they change)."""
     read = observation.claims
-    if read is None or not read.problem:
+    if read is None or not read.problem or not any(p.trigger(IdleGpu) or p.trigger(IdleCpu) for p in policies):
         return ()
-    naming = sum(1 for p in observation.pods if p.resource_claims and not p.gpus and p.phase == "Running")
-    if not naming:
+    if not any(p.resource_claims and not p.gpus and p.phase == "Running" and not p.deleting for p in observation.pods):
         return ()
-    pods = "pod that requests no GPU names" if naming == 1 else "pods that request no GPU name"
-    return (f"{read.problem}: {naming} running {pods} a claim; where one has no GPU series, its GPU is unknown "
-            "and its workload is neither marked nor reclaimed",)
+    return (f"{read.problem}: running pods that request no GPU name a claim; where one has no GPU series, its GPU is "
+            "unknown and its workload is not marked or reclaimed by an idle policy",)
 
 
 def plan(observation: Observation, policies: Sequence[Policy], ledger: SafetyLedger, now: datetime.datetime, *,
@@ -282,7 +281,7 @@ def plan(observation: Observation, policies: Sequence[Policy], ledger: SafetyLed
         notices.append("not listed: " + ", ".join(f"{s.kind} ({s.reason})" for s in observation.skipped_kinds))
     if observation.evidence.intervals_notice is not None:
         notices.append(observation.evidence.intervals_notice)
-    notices.extend(_claims_unknown(observation))
+    notices.extend(_claims_unknown(observation, policies))
     silent = silent_gpu_pods(observation)
     tripwire = railed.notices[0] if is_tripped(railed.ledger) and railed.notices else None
     beside = neighbours.kube_janitors(observation.objects, observation.pods)

@@ -227,9 +227,14 @@ def test_claims_that_cannot_be_read_hold_a_claim_pod_without_series_and_the_plan
                    settings=SETTINGS)
     assert not [c for c in planned.changes if c.workload.uid == sts.ref.uid and c.step is Step.MARK]
     [note] = [n for n in planned.notices if "ResourceClaims" in n]
-    assert note.startswith("ResourceClaims could not be listed (403 Forbidden): 1 running pod that requests no GPU "
-                           "names a claim"), note
-    assert "unknown" in note and "neither marked nor reclaimed" in note, note
+    assert note.startswith("ResourceClaims could not be listed (403 Forbidden): running pods that request no GPU "
+                           "name a claim"), note
+    assert "unknown" in note and "not marked or reclaimed by an idle policy" in note, note
     fine = plan(observed([sts], pods, gpu, {}), [Policy("idle-gpu", (IdleGpu(window=2 * H),), mode=Mode.ENFORCE)],
                 SafetyLedger(), NOW, settings=SETTINGS)
     assert not [n for n in fine.notices if "ResourceClaims" in n]
+    # Said only where it explains something: no idle policy loaded, or the only such pod leaving.
+    assert not [n for n in plan(seen, [], SafetyLedger(), NOW, settings=SETTINGS).notices if "ResourceClaims" in n]
+    leaving = replace(seen, pods=(pods[0], replace(pods[1], deleting=True)))
+    assert not [n for n in plan(leaving, [Policy("idle-gpu", (IdleGpu(window=2 * H),), mode=Mode.ENFORCE)],
+                                SafetyLedger(), NOW, settings=SETTINGS).notices if "ResourceClaims" in n]

@@ -99,6 +99,32 @@ def test_claims_read_only_for_the_pods_naming_them_leave_the_marks_of_a_removed_
     assert [c.step for c in decision.changes] == [Step.UNMARK]
 
 
+def test_time_the_claims_were_read_only_for_pods_does_not_count_for_a_policy_loaded_later(monkeypatch: Any) -> None:
+    """A removed orphanedClaim policy's marks stay (an old warning, its deadline long past) while the
+    claims are read only for the pods naming them: put back, the policy counts `after` again from
+    its own first look, as where no claim was read, and deletes nothing at once."""
+    from test_claims_observe import ALL, FakeApi
+
+    from janitor import cycle, kubeapi
+
+    item = claim_item(meta={"annotations": _old_warning()})
+    monkeypatch.setattr(kubeapi, "request", FakeApi({ALL: {"items": [item]}}).request)
+    other = a_pod("other-job", claims=["other-nic"])
+    memory: dict[str, tuple[dc.State, datetime.datetime]] = {}
+    for at in (NOW - 3 * H, NOW - 2 * H):
+        read = oc.for_cycle(None, None, datetime.timedelta(0), 250, [other])  # type: ignore[arg-type]
+        assert read is not None and read.for_pods
+        memory = cycle.claims_memory(dataclasses.replace(observed(), at=at, pods=(other,), claims=read), memory, at)
+    assert memory == {}
+    read = oc.for_cycle(None, None, datetime.timedelta(0), 250, [other], judged=True)  # type: ignore[arg-type]
+    assert read is not None and not read.for_pods
+    seen = dataclasses.replace(observed(), pods=(other,), claims=read)
+    memory = cycle.claims_memory(seen, memory, NOW)
+    decision = decide(dataclasses.replace(seen, claims=dataclasses.replace(read, seen=memory)), [claim_policy(after=H)],
+                      NOW)
+    assert not decision.due and all(c.step is not Step.ACT for c in decision.changes), decision.due
+
+
 def test_claims_not_read_at_all_forget_since_when_they_were_held() -> None:
     # With --orphaned-claims-after 0 and no orphanedClaim policy, claims are not read: whatever the
     # memory said, a policy loaded later counts `after` again from its own first look.
