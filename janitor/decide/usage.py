@@ -61,6 +61,23 @@ def companion(policy: Policy) -> Policy | None:
                   match=replace(policy.match, pod_selector=LabelSelector()), mode=Mode.SHADOW, source=SOURCE)
 
 
+def read_beside(policies: Iterable[Policy]) -> frozenset[tuple[str, datetime.timedelta]]:
+    """The GPU queries the in-use check reads as several signals (`_reading_as`: GPU_UTIL and an
+    enforcing idle-GPU policy's PROF fields, over its window): which nodes export each is read
+    across the cluster for them, as for a policy reading several signals, so that a signal missing
+    for a pod whose node exports it for pods not read (another namespace's, or none) is unknown."""
+    keys: set[tuple[str, datetime.timedelta]] = set()
+    for policy in policies:
+        trigger = policy.trigger(IdleGpu)
+        if trigger is None or companion(policy) is None:
+            continue
+        util = IdleGpu().signal
+        work = [s for s, _ in trigger.limits if s is not util and s.measures_work]
+        if work:
+            keys |= {(str(s), trigger.window) for s in (util, *work)}
+    return frozenset(keys)
+
+
 def companions(policies: Iterable[Policy]) -> tuple[Policy, ...]:
     """The in-use checks of these policies, in their order: what `observe` reads besides the
     policies' own signals."""

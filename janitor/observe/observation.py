@@ -82,6 +82,9 @@ class Needs:
     gpu: frozenset[GpuKey] = field(default_factory=frozenset)
     gpu_low: frozenset[GpuKey] = field(default_factory=frozenset)  # the lowest sample read too
     gpu_whole: frozenset[GpuKey] = field(default_factory=frozenset)  # read whole every cycle (Reads.gpu_whole)
+    # Which nodes export the signal is read across the cluster (gpu_whole's, and the in-use check's
+    # reads beside GPU_UTIL: decide.usage.read_beside).
+    gpu_exporting: frozenset[GpuKey] = field(default_factory=frozenset)
     cpu: frozenset[CpuKey] = field(default_factory=frozenset)
     # Per query, the level above which every policy reading its answer calls a peak busy (the
     # highest threshold among them); a CPU query read both in cores and as a fraction of requests
@@ -116,6 +119,7 @@ def needs(policies: Iterable[Policy]) -> Needs:
         gpu=frozenset(k for k, _ in gpu),
         gpu_low=low,
         gpu_whole=frozenset(k for r in reads for k in r.gpu_whole),
+        gpu_exporting=frozenset(k for r in reads for k in r.gpu_whole) | usage.read_beside(policies),
         cpu=frozenset(k for k, *_ in cpu),
         gpu_busy_above=_highest(gpu),
         cpu_busy_above=_highest([(k, cores) for k, cores, _ in cpu]),
@@ -218,7 +222,7 @@ def read_evidence(source: PrometheusSource | None, settings: Settings, need: Nee
             gpu[key] = carry.gpu((key, level), since, at, covered, functools.partial(usage.gpu_busy, key, level),
                                  functools.partial(usage.gpu, key))
     exporting: dict[str, frozenset[str] | str] = {}  # by signal: a query each, whatever the windows
-    for key in sorted(need.gpu_whole, key=str):
+    for key in sorted(need.gpu_exporting, key=str):
         found = gpu.get(key)
         if found is None or found.failed:
             continue

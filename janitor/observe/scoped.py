@@ -3,7 +3,8 @@
 It reads only what one action's decision depends on: the object (by name, checked by UID), its
 owner chain, its namespace, and for a workload its pods (by its selector, so pods of a ReplicaSet
 created since the cycle's read are there too) with their owner chains, the usage evidence of
-exactly those pods, and the nodes, OOM reports or autoscalers' words the trigger reads, and the
+exactly those pods, and the nodes, OOM reports or autoscalers' words the trigger reads (whether
+nodes can be added, from the autoscalers' Events in every namespace the cycle reads), and the
 claims of the namespace where one of those pods names one (its GPU may be held through it); for a
 DRA claim, the claim and every pod of its namespace, judged with the daemon's memory of the claim.
 """
@@ -127,9 +128,12 @@ def read_scoped(api: ApiClient, settings: Settings, policies: Sequence[Policy], 
         nodes_known = True
     need = needs(policies)
     oom = oom_reports(api, [target.namespace or ""], settings.cluster.page_size) if reads.oom and need.oom else {}
-    # A scale-up triggered (or a node nominated) since the cycle's read stops the action.
-    scaling, said = autoscaler_notes(api, settings, need, [target.namespace or ""]) if reads.autoscalers else (
+    # A scale-up triggered (or a node nominated) since the cycle's read stops the action. Whether
+    # nodes can be added is read where the cycle reads it (an autoscaler's Events on any pod are a
+    # sign); what autoscalers said of these pods is kept.
+    scaling, said = autoscaler_notes(api, settings, need, settings.cluster.namespaces) if reads.autoscalers else (
         Autoscaling(), {})
+    said = {uid: notes for uid, notes in said.items() if uid in {p.ref.uid for p in pods}}
     keys = [PodKey(p.ref.namespace or "", p.ref.name) for p in pods]
     # Every usage signal the policies read, not only the acting trigger's: busy on any one vetoes.
     found = read_evidence(source, settings, need, scoped.date or now, keys) if reads.usage and pods else Evidence()

@@ -343,10 +343,11 @@ class Cluster:
             if key in self.unread:
                 continue
             window = EvidenceWindow(signal, span, GPU_STEP, at)
-            # Which nodes export it, read across the cluster where a policy reads several signals
+            # Which nodes export it, read across the cluster where a policy (or an in-use check beside
+            # GPU_UTIL) reads several signals
             # (every node with a GPU pod, but where the field is off): a pod missing its series alone.
             exporting = frozenset(p.use.host or p.node or "" for p in running if p.holds and not p.use.gpu_absent
-                                  and signal not in off[p.node]) if (signal, span) in need.gpu_whole else None
+                                  and signal not in off[p.node]) if (signal, span) in need.gpu_exporting else None
             gpu[(signal, span)] = GpuEvidence(window, failed="query timed out") if key in self.failing else \
                 GpuEvidence(window, {PodKey(p.namespace, p.name): _series(p, signal, window, off[p.node])
                                      for p in read if p.holds and not p.use.gpu_absent}, exporting=exporting)

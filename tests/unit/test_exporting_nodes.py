@@ -5,7 +5,9 @@ pods read cannot tell whether a node exports a field: its other GPUs may be held
 namespaces, or by none. Covered:
 - a policy reading several signals gets, per signal, one query naming no namespace and no pod,
   and its answer's nodes in the evidence (the cycle's and a re-check's);
-- a policy reading one signal asks no such query (it never leaves a signal out);
+- a policy reading one signal asks no such query (it never leaves a signal out), unless it enforces
+  a PROF field: its in-use check reads GPUs held without a request on GPU_UTIL and that field
+  (decide.usage), so which nodes export each is read for it too, without reading either whole;
 - an answer that is not whole (an error, warnings) tells no node: every missing series is unknown
   that cycle, and the signal's read (its busy series, which veto) stays.
 """
@@ -77,6 +79,22 @@ def test_a_policy_reading_one_signal_asks_nothing_more() -> None:
                        namespaces=["team-a"])
     assert found == {str(GpuSignal.GPU_UTIL): (None, None)}
     assert not [q for q in source.queries if q.startswith("count by")]
+
+
+def test_an_enforcing_policy_on_a_prof_field_learns_which_nodes_export_it_and_gpu_util() -> None:
+    """Its in-use check reads a GPU held through a DRA claim on GPU_UTIL and GR beside it: a claim
+    pod without a GR series, on a node that exports GR for another namespace's pod, is unknown on
+    it, in the cycle and in the re-check (whose read holds only its workload's pods)."""
+    from janitor.policy.model import Mode
+
+    on_gr = Policy("idle", (IdleGpu(signal=GpuSignal.GR_ENGINE_ACTIVE, threshold=0.05, window=WINDOW),),
+                   match=Match(), mode=Mode.ENFORCE)
+    need = observation.needs([on_gr])
+    assert not need.gpu_whole, "the busy carry still reads them since the last cycle"
+    for scope in ({"namespaces": ["team-a"]}, {"pods": [PodKey("team-a", "train-0")]}):
+        found = _exporting(_Nodes(("gpu-1", "gpu-2")), on_gr, **scope)
+        assert found == {str(GpuSignal.GPU_UTIL): (frozenset({"gpu-1", "gpu-2"}), None),
+                         str(GpuSignal.GR_ENGINE_ACTIVE): (frozenset({"gpu-1", "gpu-2"}), None)}, scope
 
 
 def test_an_answer_that_is_not_whole_tells_no_node_and_keeps_the_read() -> None:

@@ -238,3 +238,29 @@ def test_claims_that_cannot_be_read_hold_a_claim_pod_without_series_and_the_plan
     leaving = replace(seen, pods=(pods[0], replace(pods[1], deleting=True)))
     assert not [n for n in plan(leaving, [Policy("idle-gpu", (IdleGpu(window=2 * H),), mode=Mode.ENFORCE)],
                                 SafetyLedger(), NOW, settings=SETTINGS).notices if "ResourceClaims" in n]
+
+
+def test_the_recheck_holds_a_claimed_gpu_missing_a_signal_its_node_exports_for_another_workload() -> None:
+    """trainer-1 holds a GPU through a claim on gpu-node-2, at 1 % GPU_UTIL and without a GR series;
+    gpu-node-2 exports GR (for another workload's pod): GR is missing evidence there, not a field
+    the node lacks, so the re-check (whose read holds only trainer's pods) does not confirm the
+    reclaim the cycle holds. It knows so from which nodes export GR, read across the cluster."""
+    from janitor.decide.recheck import still_due
+
+    sts, other = due(view("trainer", "StatefulSet"), "idle-gpu"), view("other", "StatefulSet")
+    t0 = gpu_pod("trainer-0", sts)
+    t1 = replace(gpu_pod("trainer-1", sts, gpus=0), node="gpu-node-2", resource_claims=("trainer-1-gpu",))
+    o0 = replace(gpu_pod("other-0", other), node="gpu-node-2")
+    gpu: Series = {GR: {"trainer-0": (0.0, "gpu-node-1"), "other-0": (0.9, "gpu-node-2")},
+                   UTIL: {"trainer-0": (0.0, "gpu-node-1"), "trainer-1": (1.0, "gpu-node-2"),
+                          "other-0": (90.0, "gpu-node-2")}}
+    exporting = {signal: frozenset({"gpu-node-1", "gpu-node-2"}) for signal in (GR, UTIL)}
+    cycle = plan(observed([sts, other], [t0, t1, o0], gpu, exporting), [ON_GR], SafetyLedger(), NOW,
+                 settings=SETTINGS)
+    assert not [x for x in cycle.actions if x.target.uid == sts.ref.uid]
+    earlier = observed([sts], [t0], {GR: {"trainer-0": (0.0, "gpu-node-1")}, UTIL: {"trainer-0": (0.0, "gpu-node-1")}},
+                       exporting)
+    [act] = [x for x in plan(earlier, [ON_GR], SafetyLedger(), NOW, settings=SETTINGS).actions
+             if x.target.uid == sts.ref.uid]
+    mine = {signal: {p: v for p, v in per.items() if p.startswith("trainer-")} for signal, per in gpu.items()}
+    assert still_due(act, observed([sts], [t0, t1], mine, exporting), [ON_GR], NOW, SETTINGS).action is None

@@ -1,0 +1,136 @@
+"""What the re-check right before acting reads, against what a cycle reads on the same cluster:
+the re-check reads one object's namespace, but what holds an action may be said elsewhere.
+
+Covered: a sign that nodes can be added (an autoscaler's Events on pods in any namespace the
+janitor reads) holds a pod that fits no node as waiting, in the cycle and in the re-check."""
+
+from __future__ import annotations
+
+import datetime
+import email.utils
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from factories import NOW
+
+from janitor import annotations as a
+from janitor import errors, kubeapi
+from janitor.decide import recheck
+from janitor.decide.model import SafetyLedger
+from janitor.observe import observation, scoped
+from janitor.policy.model import Lifecycle, Match, Mode, Namespaces, Pending, Policy
+from janitor.settings import Settings
+
+M = datetime.timedelta(minutes=1)
+H = 60 * M
+POLICY = Policy("stuck", (Pending(after=24 * H),), match=Match(namespaces=Namespaces(("*",))), mode=Mode.ENFORCE,
+                lifecycle=Lifecycle(warn_before=H))
+
+
+def stamp(t: datetime.datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def cluster(scale_up_elsewhere: bool) -> dict[str, Any]:
+    warned, deadline = NOW - 2 * H, NOW - H
+    notes = {a.POLICY: "stuck", a.DEADLINE: a.format_expires(deadline), a.MARKED_AT: a.format_expires(warned),
+             a.REASON: "stuck", a.MARKED_UID: "uid-train", a.WARNED_AT: a.format_expires(warned),
+             a.WARNED_VIA: f"owner D0ALICE/{warned.timestamp():.6f}",
+             a.WARNED_OF: f"delete {a.format_expires(deadline)}", "janitor/owner": "alice@lab.example"}
+    sel = {"batch.kubernetes.io/controller-uid": "uid-train"}
+    job = {"metadata": {"name": "train", "namespace": "team-a", "uid": "uid-train", "resourceVersion": "7",
+                        "creationTimestamp": stamp(NOW - 4 * H), "annotations": notes,
+                        "managedFields": [{"manager": sorted(a.FIELD_MANAGERS)[0], "fieldsV1": {"f:metadata": {
+                            "f:annotations": {f"f:{k}": {} for k in notes}}}}]},
+           "spec": {"selector": {"matchLabels": sel}}}
+    pod = {"metadata": {"name": "train-a", "namespace": "team-a", "uid": "uid-pod", "resourceVersion": "8",
+                        "creationTimestamp": stamp(NOW - 3 * H), "labels": sel,
+                        "ownerReferences": [{"kind": "Job", "apiVersion": "batch/v1", "name": "train",
+                                             "uid": "uid-train", "controller": True}]},
+           "spec": {"containers": [{"name": "main", "resources": {"requests": {"cpu": "4", "nvidia.com/gpu": "1"}}}]},
+           "status": {"phase": "Pending", "conditions": [{
+               "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+               "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.",
+               "lastTransitionTime": stamp(NOW - 3 * H)}]}}
+    node = {"metadata": {"name": "cpu-node-1", "labels": {"kubernetes.io/hostname": "cpu-node-1"}},
+            "status": {"allocatable": {"cpu": "32", "memory": "128Gi"}, "capacity": {"cpu": "32", "memory": "128Gi"},
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+    events = [{"metadata": {"name": "other.1", "namespace": "team-b", "creationTimestamp": stamp(NOW - M)},
+               "involvedObject": {"kind": "Pod", "uid": "uid-other", "namespace": "team-b", "name": "other"},
+               "source": {"component": "cluster-autoscaler"}, "reason": "TriggeredScaleUp",
+               "message": "pod triggered scale-up: [{gpu-pool 0->1 (max: 4)}]",
+               "firstTimestamp": stamp(NOW - M), "lastTimestamp": stamp(NOW - M)}] if scale_up_elsewhere else []
+    return {"job": job, "pod": pod, "node": node, "events": events,
+            "namespaces": [{"metadata": {"name": n, "uid": f"uid-{n}", "resourceVersion": "1",
+                                         "creationTimestamp": stamp(NOW - 100 * H)}} for n in ("team-a", "team-b")]}
+
+
+class FakeApi:
+    """The apiserver as `kubeapi.request` sees it, for this one cluster."""
+
+    def __init__(self, world: dict[str, Any]) -> None:
+        self.world = world
+
+    def request(self, api: object, method: str, path: str, *, query: Any = (), doing: str = "", **_: Any
+                ) -> SimpleNamespace:
+        q = dict(query)
+        w = self.world
+        body: Any
+        if path.endswith("/events"):
+            ns = path.split("/namespaces/")[1].split("/")[0] if "/namespaces/" in path else None
+            source = q.get("fieldSelector", "")
+            body = {"items": [e for e in w["events"] if (ns is None or e["metadata"]["namespace"] == ns)
+                              and f"source={e['source']['component']}," in source + ","]}
+        elif path == "/apis/batch/v1/namespaces/team-a/jobs/train":
+            body = w["job"]
+        elif path in ("/apis/batch/v1/jobs", "/apis/batch/v1/namespaces/team-a/jobs"):
+            body = {"items": [w["job"]]}
+        elif path in ("/api/v1/pods", "/api/v1/namespaces/team-a/pods"):
+            body = {"items": [w["pod"]]}
+        elif path == "/api/v1/namespaces/team-a/pods/train-a":
+            body = w["pod"]
+        elif path == "/api/v1/namespaces":
+            body = {"items": w["namespaces"]}
+        elif path.startswith("/api/v1/namespaces/") and path.count("/") == 4:
+            body = next(n for n in w["namespaces"] if n["metadata"]["name"] == path.rsplit("/", 1)[1])
+        elif path == "/api/v1/nodes":
+            body = {"items": [w["node"]]}
+        elif path.rsplit("/", 1)[-1] in ("deployments", "statefulsets", "daemonsets", "replicasets", "cronjobs",
+                                          "configmaps", "services", "persistentvolumeclaims", "notebooks", "jobs",
+                                          "pods"):
+            body = {"items": []}
+        else:  # the probe (status ConfigMap, karpenter.sh), Kueue and DRA discovery: not here
+            raise errors.NotFound("not found", status=404, doing=doing)
+        return SimpleNamespace(data=json.dumps(body).encode(), status=200,
+                               headers={"Date": email.utils.format_datetime(NOW, usegmt=True)})
+
+
+def test_an_autoscaler_sign_in_another_namespace_holds_the_recheck_as_it_holds_the_cycle(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no cluster-autoscaler status ConfigMap and no Karpenter API (the probe finds nothing), a
+    scale-up cluster-autoscaler triggered for a pod of team-b, since the cycle decided to delete a
+    Job of team-a whose pod fits no node, says nodes can be added: the pod waits (3 h, under its
+    policy's 24 h), and the re-check does not confirm the delete."""
+    settings = Settings()
+    fake = FakeApi(cluster(scale_up_elsewhere=False))
+    monkeypatch.setattr(kubeapi, "request", fake.request)
+    # The cycle's read: no autoscaler sign anywhere; the pod fits no node: never fits, due, deleted.
+    before = observation.read(None, settings, [POLICY], NOW)  # type: ignore[arg-type]
+    [act] = [x for x in recheck_plan(before).actions if x.target.uid == "uid-train"]
+    # Since the read, cluster-autoscaler triggered a scale-up for a pod in team-b: nodes can be added.
+    fake.world = cluster(scale_up_elsewhere=True)
+    cycle_now = observation.read(None, settings, [POLICY], NOW)  # type: ignore[arg-type]
+    assert cycle_now.autoscaling.present
+    assert not [x for x in recheck_plan(cycle_now).actions if x.target.uid == "uid-train"], \
+        "the cycle on the fresh data holds (the pod waits for a node, 3h < after 24h)"
+    fresh = scoped.read_scoped(None, settings, [POLICY], act, NOW)  # type: ignore[arg-type]
+    assert fresh is not None
+    again = recheck.still_due(act, fresh, [POLICY], NOW, settings.plan())
+    assert again.action is None, f"re-check confirmed the delete: {again.why} (autoscaling={fresh.autoscaling})"
+
+
+def recheck_plan(seen: observation.Observation) -> Any:
+    from janitor.decide.plan import plan
+    return plan(seen, [POLICY], SafetyLedger(), NOW, settings=Settings().plan())
