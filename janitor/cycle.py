@@ -296,7 +296,8 @@ def _executor(ports: Ports, settings: Settings, planned: Planned, notes: NoteBox
 
     def still_due(action: Action) -> Fresh:
         fresh = scoped.read_scoped(ports.api, settings, planned.policies, action, ports.clock(), source=source,
-                                        claims_seen=planned.memory.claims_seen)
+                                   claims_seen=planned.memory.claims_seen,
+                                   elsewhere=fresh_look.beyond(ports, settings, planned))
         return Fresh(recheck.still_due(action, fresh, planned.policies, ports.clock(), settings.plan()),
                      gone=fresh is None)
 

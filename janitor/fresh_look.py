@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from janitor import errors
 from janitor.decide import recheck
+from janitor.decide.autoscaling import Autoscaling
 from janitor.decide.lifecycle import Change
 from janitor.decide.model import Action, ActionType, TriggerKind
 from janitor.observe import scoped
@@ -27,6 +28,14 @@ if TYPE_CHECKING:
     from janitor.settings import Settings
 
 logger = logging.getLogger(__name__)
+
+
+def beyond(ports: Ports, settings: Settings, planned: Planned) -> Autoscaling:
+    """Whether nodes can be added, as the daemon knows it now beyond a re-check's namespace (an
+    autoscaler's Events on a pod of any namespace are a sign): from its watch cache, kept live,
+    else as the cycle read it. The re-check reads its own namespace's Events fresh beside it."""
+    now = ports.cache.autoscaling_now(settings.cluster.node_autoscaling) if ports.cache is not None else None
+    return now if now is not None else planned.observation.autoscaling
 
 
 def confirmed(ports: Ports, settings: Settings, planned: Planned, source: PrometheusSource | None
@@ -44,7 +53,8 @@ def confirmed(ports: Ports, settings: Settings, planned: Planned, source: Promet
                        "lifecycle", "FreshLook", change.why)
         try:
             fresh = scoped.read_scoped(ports.api, settings, planned.policies, probe, ports.clock(), source=source,
-                                            claims_seen=planned.memory.claims_seen)
+                                       claims_seen=planned.memory.claims_seen,
+                                       elsewhere=beyond(ports, settings, planned))
         except errors.KubeError as e:
             logger.warning("not %s %s this cycle: it could not be read again first: %s", change.step,
                            change.workload, e)

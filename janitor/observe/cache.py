@@ -30,7 +30,7 @@ from typing import Any
 from kubernetes.client import ApiClient
 
 from janitor import errors, kubeapi, node_report
-from janitor.decide.autoscaling import AutoscalerNote
+from janitor.decide.autoscaling import AutoscalerNote, Autoscaling, NodeAutoscaling
 from janitor.decide.model import NamespaceView, NodeInfo, ObjectView, PodView, ResourceKind, SkippedKind
 from janitor.observe import autoscalers, claims, cluster, views
 from janitor.observe.kind_status import KindStatus
@@ -250,6 +250,28 @@ class ClusterCache:
         self._refuse_unsynced()  # a kind lost meanwhile: what was read of it is not used either
         return Snapshot(tuple(objects), tuple(pods), namespaces, tuple(nodes), views.oom_reports(events),
                         tuple(skipped), autoscalers.notes(notes), unreadable, nodes_at)
+
+    def autoscaling_now(self, mode: NodeAutoscaling) -> Autoscaling | None:
+        """Whether nodes can be added, from the autoscalers' Events kept now (on pods of every
+        namespace watched) and the probe: what the re-check before acting, which reads one
+        namespace, takes from beyond it. None where those Events are not watched or not synced."""
+        with self._lock:
+            watches = [self._watches[k] for source in autoscalers.SOURCES
+                       for k in self._groups.get(f"Event:{source}", [])]
+        if not watches:
+            return None
+        notes: list[tuple[str, AutoscalerNote]] = []
+        unreadable: str | None = None
+        for w in watches:
+            failed = w.skipped
+            if failed is not None:
+                unreadable = f"the autoscalers' Events could not be read ({failed.server_message})"
+            elif not w.status().synced:
+                return None
+            else:
+                notes.extend(e.note for e in w.values() if e.note is not None)
+        probed = self.probe.found() if mode is NodeAutoscaling.AUTO else Autoscaling()
+        return autoscalers.autoscaling(mode, probed, autoscalers.notes(notes), unreadable)
 
     def _refuse_unsynced(self) -> None:
         missing = self.unsynced()

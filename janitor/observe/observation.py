@@ -230,11 +230,11 @@ def read_evidence(source: PrometheusSource | None, settings: Settings, need: Nee
         if nodes is None:
             nodes = exporting[key[0]] = evidence.exporting_nodes(
                 source, signal=key[0], at=at, labels=usage.labels, hostname_label=prom.hostname_label)
-        if not isinstance(nodes, frozenset):
-            logger.warning("which nodes export %s is unknown (%s): a pod without its series is unknown on it",
-                           key[0], nodes)
-            nodes = exporting[key[0]] = CANNOT_TELL
-        gpu[key] = replace(found, exporting=nodes)
+            if not isinstance(nodes, frozenset):
+                logger.warning("which nodes export %s is unknown (%s): a pod without its series is unknown on it",
+                               key[0], nodes)
+        gpu[key] = replace(found, exporting=nodes) if isinstance(nodes, frozenset) else replace(
+            found, exporting=CANNOT_TELL, exporting_failed=nodes)
     cpu: dict[CpuKey, CpuEvidence] = {}
     for ckey in sorted(need.cpu, key=str):
         cores, fraction = need.cpu_busy_above.get(ckey), need.cpu_busy_fraction.get(ckey)

@@ -4,7 +4,7 @@ It reads only what one action's decision depends on: the object (by name, checke
 owner chain, its namespace, and for a workload its pods (by its selector, so pods of a ReplicaSet
 created since the cycle's read are there too) with their owner chains, the usage evidence of
 exactly those pods, and the nodes, OOM reports or autoscalers' words the trigger reads (whether
-nodes can be added, from the autoscalers' Events in every namespace the cycle reads), and the
+nodes can be added, with the signs `elsewhere` gives from other namespaces), and the
 claims of the namespace where one of those pods names one (its GPU may be held through it); for a
 DRA claim, the claim and every pod of its namespace, judged with the daemon's memory of the claim.
 """
@@ -82,10 +82,13 @@ def _pods_of(scoped: _Scoped, target: ObjectView, item: Mapping[str, Any], page_
 
 def read_scoped(api: ApiClient, settings: Settings, policies: Sequence[Policy], action: Action,
                 now: datetime.datetime, *, source: PrometheusSource | None = None,
-                claims_seen: Mapping[str, tuple[ClaimState, datetime.datetime]] | None = None) -> Observation | None:
+                claims_seen: Mapping[str, tuple[ClaimState, datetime.datetime]] | None = None,
+                elsewhere: Autoscaling | None = None) -> Observation | None:
     """What `action`'s decision depends on, read now; None when its object is gone or recreated.
     `claims_seen`: since when the daemon has seen each claim hold devices with no consumer (a claim's
-    re-check judges the claim with it; none known, the count starts again and nothing is due)."""
+    re-check judges the claim with it; none known, the count starts again and nothing is due).
+    `elsewhere`: whether nodes can be added, as the daemon knows it now beyond the target's
+    namespace (its watch cache, else the cycle's read): its signs only hold, never act."""
     target = action.target
     scoped = _Scoped(api, settings)
     item = scoped.get(target.kind, target.namespace, target.name, target.uid)
@@ -128,12 +131,14 @@ def read_scoped(api: ApiClient, settings: Settings, policies: Sequence[Policy], 
         nodes_known = True
     need = needs(policies)
     oom = oom_reports(api, [target.namespace or ""], settings.cluster.page_size) if reads.oom and need.oom else {}
-    # A scale-up triggered (or a node nominated) since the cycle's read stops the action. Whether
-    # nodes can be added is read where the cycle reads it (an autoscaler's Events on any pod are a
-    # sign); what autoscalers said of these pods is kept.
-    scaling, said = autoscaler_notes(api, settings, need, settings.cluster.namespaces) if reads.autoscalers else (
+    # A scale-up triggered (or a node nominated) since the cycle's read stops the action. An
+    # autoscaler's Events on a pod of any namespace are a sign that nodes can be added: beyond this
+    # namespace, the signs come from `elsewhere`.
+    scaling, said = autoscaler_notes(api, settings, need, [target.namespace or ""]) if reads.autoscalers else (
         Autoscaling(), {})
-    said = {uid: notes for uid, notes in said.items() if uid in {p.ref.uid for p in pods}}
+    if reads.autoscalers and elsewhere is not None and elsewhere.signs:
+        scaling = Autoscaling(tuple(dict.fromkeys((*scaling.signs, *elsewhere.signs))),
+                              tuple(dict.fromkeys((*scaling.sources, *elsewhere.sources))))
     keys = [PodKey(p.ref.namespace or "", p.ref.name) for p in pods]
     # Every usage signal the policies read, not only the acting trigger's: busy on any one vetoes.
     found = read_evidence(source, settings, need, scoped.date or now, keys) if reads.usage and pods else Evidence()

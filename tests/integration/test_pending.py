@@ -39,7 +39,7 @@ from devenv.nodes import WAITING, NodeSpec, node_manifest
 from devenv.procs import wait_until
 from devenv.slack_standin import SlackStandInControl
 from janitor import annotations as a
-from janitor.decide.autoscaling import Said
+from janitor.decide.autoscaling import NodeAutoscaling, Said
 from janitor.decide.lifecycle import LifecycleSettings
 from janitor.observe import observation
 from janitor.observe.cache import ClusterCache
@@ -344,6 +344,10 @@ def test_a_gpu_pod_waiting_for_a_node_group_at_zero_is_not_never_fitting(
         try:
             seen = observation.read_cached(cache, cache.settings, [Policy("stuck", (Pending(),))], None,
                                            datetime.datetime.now(datetime.timezone.utc), first_sync=60)
+            # ... and says as much, live, to a re-check reading one namespace's Events.
+            now = cache.autoscaling_now(NodeAutoscaling.AUTO)
+            assert now is not None and set(now.signs) == set(seen.autoscaling.signs), now
+            assert "autoscaler Events on pods" in now.signs
         finally:
             cache.stop()
         said = {p.ref.name: {n.said for n in seen.autoscaler.get(p.ref.uid, ())} for p in seen.pods}

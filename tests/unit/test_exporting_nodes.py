@@ -106,3 +106,8 @@ def test_an_answer_that_is_not_whole_tells_no_node_and_keeps_the_read() -> None:
         found = _exporting(_Nodes(("gpu-1",), fail=fail), SEVERAL, namespaces=["team-a"])
         for signal in (GpuSignal.GPU_UTIL, GpuSignal.SM_ACTIVE):
             assert found[str(signal)] == (frozenset({""}), None), fail
+        # ... and it is said: among the evidence's failures (the metric, `janitor plan`), per signal.
+        read = observation.read_evidence(_Nodes(("gpu-1",), fail=fail), SETTINGS, observation.needs([SEVERAL]), NOW,
+                                         namespaces=["team-a"])
+        assert [f.split(":")[0] for f in read.failures] == [
+            f"which nodes export {s} is unknown" for s in sorted((str(GpuSignal.GPU_UTIL), str(GpuSignal.SM_ACTIVE)))]

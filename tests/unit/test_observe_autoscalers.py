@@ -275,6 +275,9 @@ class _Watch:
     def values_at(self) -> tuple[list[Any], None]:
         return self.entries, None
 
+    def values(self) -> list[Any]:
+        return self.entries
+
     def stop(self) -> None:
         pass
 
@@ -298,3 +301,32 @@ def test_the_watch_cache_keeps_the_autoscalers_notes_and_a_refusal_makes_pods_wa
     assert snap.autoscaler_unreadable == "the autoscalers' Events could not be read (events is forbidden)"
     assert autoscalers.autoscaling(NodeAutoscaling.AUTO, Autoscaling(), snap.autoscaler,
                                    snap.autoscaler_unreadable).present
+
+
+def test_the_watch_cache_says_now_whether_nodes_can_be_added_for_the_recheck() -> None:
+    """The re-check before acting reads one namespace's Events; an autoscaler's Events on a pod of
+    any namespace are a sign that nodes can be added, which the daemon's cache keeps live: it gives
+    the re-check the signs the snapshot would (a note on a pod, a refused list), and none while
+    those Events are not watched or not synced."""
+    from janitor.observe.cache import ClusterCache, Entry
+    from janitor.observe.kind_status import KindStatus, State
+    from janitor.settings import ClusterSettings, Settings
+
+    cache = ClusterCache(object(), Settings(cluster=ClusterSettings(kinds=())))  # type: ignore[arg-type]
+    assert cache.autoscaling_now(NodeAutoscaling.AUTO) is None  # not watched: the cycle's read stands
+    said = autoscalers.note(event("TriggeredScaleUp", "pod triggered scale-up: [{gpu-pool 0->1 (max: 4)}]"))
+    watches = {"Event:cluster-autoscaler": _Watch("Event:cluster-autoscaler", [Entry(note=said)]),
+               "Event:karpenter": _Watch("Event:karpenter", [])}
+    cache._watches.update(watches)  # type: ignore[arg-type]
+    cache._groups.update({key: [key] for key in watches})
+    cache.probe.found = lambda: Autoscaling()  # type: ignore[method-assign]
+    now = cache.autoscaling_now(NodeAutoscaling.AUTO)
+    assert now is not None and now.signs == ("autoscaler Events on pods",)
+    assert cache.autoscaling_now(NodeAutoscaling.NONE) == Autoscaling()
+    watches["Event:karpenter"].skipped = errors.Forbidden("events is forbidden", status=403)
+    watches["Event:cluster-autoscaler"].entries = []
+    now = cache.autoscaling_now(NodeAutoscaling.AUTO)
+    assert now is not None and now.signs == ("the autoscalers' Events could not be read (events is forbidden)",)
+    watches["Event:cluster-autoscaler"]._status = KindStatus("Event:cluster-autoscaler", State.LISTING, False, 0,
+                                                             1, 0, 0, 0, 0)
+    assert cache.autoscaling_now(NodeAutoscaling.AUTO) is None  # listing again: not known now

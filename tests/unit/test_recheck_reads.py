@@ -2,13 +2,16 @@
 the re-check reads one object's namespace, but what holds an action may be said elsewhere.
 
 Covered: a sign that nodes can be added (an autoscaler's Events on pods in any namespace the
-janitor reads) holds a pod that fits no node as waiting, in the cycle and in the re-check."""
+janitor reads) holds a pod that fits no node as waiting, in the cycle and in the re-check (which
+takes the signs beyond its namespace from what the daemon knows now, and reads its own namespace's
+Events only)."""
 
 from __future__ import annotations
 
 import datetime
 import email.utils
 import json
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -18,10 +21,11 @@ from factories import NOW
 from janitor import annotations as a
 from janitor import errors, kubeapi
 from janitor.decide import recheck
+from janitor.decide.autoscaling import Autoscaling
 from janitor.decide.model import SafetyLedger
 from janitor.observe import observation, scoped
 from janitor.policy.model import Lifecycle, Match, Mode, Namespaces, Pending, Policy
-from janitor.settings import Settings
+from janitor.settings import ClusterSettings, Settings
 
 M = datetime.timedelta(minutes=1)
 H = 60 * M
@@ -109,26 +113,50 @@ class FakeApi:
 
 def test_an_autoscaler_sign_in_another_namespace_holds_the_recheck_as_it_holds_the_cycle(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """With no cluster-autoscaler status ConfigMap and no Karpenter API (the probe finds nothing), a
-    scale-up cluster-autoscaler triggered for a pod of team-b, since the cycle decided to delete a
-    Job of team-a whose pod fits no node, says nodes can be added: the pod waits (3 h, under its
-    policy's 24 h), and the re-check does not confirm the delete."""
+    """With no cluster-autoscaler status ConfigMap and no Karpenter API (the probe finds nothing),
+    cluster-autoscaler triggered a scale-up for a pod of team-b since the cycle decided to delete a
+    Job of team-a whose pod fits no node: nodes can be added, the pod waits (3 h, under its policy's
+    24 h). The re-check reads team-a's Events; the sign from team-b comes from what the daemon
+    knows beyond it (`elsewhere`: its watch cache, kept live), and the delete is not confirmed."""
     settings = Settings()
     fake = FakeApi(cluster(scale_up_elsewhere=False))
     monkeypatch.setattr(kubeapi, "request", fake.request)
-    # The cycle's read: no autoscaler sign anywhere; the pod fits no node: never fits, due, deleted.
     before = observation.read(None, settings, [POLICY], NOW)  # type: ignore[arg-type]
     [act] = [x for x in recheck_plan(before).actions if x.target.uid == "uid-train"]
-    # Since the read, cluster-autoscaler triggered a scale-up for a pod in team-b: nodes can be added.
     fake.world = cluster(scale_up_elsewhere=True)
     cycle_now = observation.read(None, settings, [POLICY], NOW)  # type: ignore[arg-type]
-    assert cycle_now.autoscaling.present
     assert not [x for x in recheck_plan(cycle_now).actions if x.target.uid == "uid-train"], \
-        "the cycle on the fresh data holds (the pod waits for a node, 3h < after 24h)"
-    fresh = scoped.read_scoped(None, settings, [POLICY], act, NOW)  # type: ignore[arg-type]
-    assert fresh is not None
+        "the cycle on the fresh data holds (the pod waits for a node, 3 h < after 24 h)"
+    fresh = scoped.read_scoped(None, settings, [POLICY], act, NOW,  # type: ignore[arg-type]
+                               elsewhere=cycle_now.autoscaling)
+    assert fresh is not None and fresh.autoscaling.present
     again = recheck.still_due(act, fresh, [POLICY], NOW, settings.plan())
-    assert again.action is None, f"re-check confirmed the delete: {again.why} (autoscaling={fresh.autoscaling})"
+    assert again.action is None, f"re-check confirmed the delete: {again.why}"
+    # Nothing anywhere says nodes can be added: the delete the cycle decided stands.
+    fake.world = cluster(scale_up_elsewhere=False)
+    fresh = scoped.read_scoped(None, settings, [POLICY], act, NOW, elsewhere=Autoscaling())  # type: ignore[arg-type]
+    assert fresh is not None and recheck.still_due(act, fresh, [POLICY], NOW, settings.plan()).action is not None
+
+
+def test_a_recheck_reads_the_events_of_its_own_namespace_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under --namespaces with 300 names, a re-check lists the autoscalers' Events in its target's
+    namespace (one list per autoscaler), not in each of the 300: with dozens of actions a cycle it
+    would pass its budget."""
+    names = ("team-a", "team-b", *(f"lab-{i:03}" for i in range(298)))
+    settings = Settings(cluster=replace(ClusterSettings(), namespaces=names))
+    fake = FakeApi(cluster(scale_up_elsewhere=False))
+    calls: list[str] = []
+
+    def counted(api: object, method: str, path: str, **kw: Any) -> SimpleNamespace:
+        calls.append(path)
+        return fake.request(api, method, path, **kw)
+
+    monkeypatch.setattr(kubeapi, "request", counted)
+    [act] = [x for x in recheck_plan(observation.read(None, settings, [POLICY], NOW)).actions  # type: ignore[arg-type]
+             if x.target.uid == "uid-train"]
+    calls.clear()
+    assert scoped.read_scoped(None, settings, [POLICY], act, NOW) is not None  # type: ignore[arg-type]
+    assert [c for c in calls if c.endswith("/events")] == ["/api/v1/namespaces/team-a/events"] * 2, calls
 
 
 def recheck_plan(seen: observation.Observation) -> Any:
