@@ -293,11 +293,12 @@ def _executor(ports: Ports, settings: Settings, planned: Planned, notes: NoteBox
     """The write order (act.executor) over the real ports: the re-check reads fresh (observe), the
     ledger and the writes go to the apiserver (act.kube)."""
     by_kind, dry_run = kinds(settings), settings.rails.dry_run
+    elsewhere = fresh_look.Beyond(ports, settings, planned)
 
     def still_due(action: Action) -> Fresh:
         fresh = scoped.read_scoped(ports.api, settings, planned.policies, action, ports.clock(), source=source,
                                    claims_seen=planned.memory.claims_seen,
-                                   elsewhere=fresh_look.beyond(ports, settings, planned))
+                                   elsewhere=elsewhere)
         return Fresh(recheck.still_due(action, fresh, planned.policies, ports.clock(), settings.plan()),
                      gone=fresh is None)
 

@@ -21,6 +21,7 @@ from janitor.decide.autoscaling import Autoscaling
 from janitor.decide.lifecycle import Change
 from janitor.decide.model import Action, ActionType, TriggerKind
 from janitor.observe import scoped
+from janitor.observe.observation import autoscaler_notes, needs
 from janitor.observe.prometheus import PrometheusSource
 
 if TYPE_CHECKING:
@@ -30,12 +31,26 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def beyond(ports: Ports, settings: Settings, planned: Planned) -> Autoscaling:
+class Beyond:
     """Whether nodes can be added, as the daemon knows it now beyond a re-check's namespace (an
-    autoscaler's Events on a pod of any namespace are a sign): from its watch cache, kept live,
-    else as the cycle read it. The re-check reads its own namespace's Events fresh beside it."""
-    now = ports.cache.autoscaling_now(settings.cluster.node_autoscaling) if ports.cache is not None else None
-    return now if now is not None else planned.observation.autoscaling
+    autoscaler's Events on a pod of any namespace are a sign), asked only by a re-check that reads
+    the autoscalers: from the watch cache, kept live; without one, read fresh across the namespaces
+    the cycle reads, once for all the re-checks of a cycle (one list per autoscaler and namespace
+    read, as the cycle's own). The re-check reads its own namespace's Events beside it."""
+
+    def __init__(self, ports: Ports, settings: Settings, planned: Planned) -> None:
+        self.ports, self.settings, self.planned = ports, settings, planned
+        self._read: Autoscaling | None = None
+
+    def __call__(self) -> Autoscaling:
+        cache = self.ports.cache
+        now = cache.autoscaling_now(self.settings.cluster.node_autoscaling) if cache is not None else None
+        if now is not None:
+            return now
+        if self._read is None:
+            need = needs(self.planned.policies)
+            self._read, _ = autoscaler_notes(self.ports.api, self.settings, need, self.settings.cluster.namespaces)
+        return self._read
 
 
 def confirmed(ports: Ports, settings: Settings, planned: Planned, source: PrometheusSource | None
@@ -43,6 +58,7 @@ def confirmed(ports: Ports, settings: Settings, planned: Planned, source: Promet
     """The plan's lifecycle changes, less the first marks and warnings a fresh read does not bear out."""
     decided = planned.plan
     kept: list[Change] = []
+    elsewhere = Beyond(ports, settings, planned)
     for change in decided.changes:
         if not recheck.first_notice(change):
             kept.append(change)
@@ -53,8 +69,7 @@ def confirmed(ports: Ports, settings: Settings, planned: Planned, source: Promet
                        "lifecycle", "FreshLook", change.why)
         try:
             fresh = scoped.read_scoped(ports.api, settings, planned.policies, probe, ports.clock(), source=source,
-                                       claims_seen=planned.memory.claims_seen,
-                                       elsewhere=beyond(ports, settings, planned))
+                                       claims_seen=planned.memory.claims_seen, elsewhere=elsewhere)
         except errors.KubeError as e:
             logger.warning("not %s %s this cycle: it could not be read again first: %s", change.step,
                            change.workload, e)

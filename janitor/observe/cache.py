@@ -254,7 +254,9 @@ class ClusterCache:
     def autoscaling_now(self, mode: NodeAutoscaling) -> Autoscaling | None:
         """Whether nodes can be added, from the autoscalers' Events kept now (on pods of every
         namespace watched) and the probe: what the re-check before acting, which reads one
-        namespace, takes from beyond it. None where those Events are not watched or not synced."""
+        namespace, takes from beyond it. Events refused, or not synced now (listing again after a
+        410, a request that failed), are a sign: what they say is not known. None where they are
+        not watched."""
         with self._lock:
             watches = [self._watches[k] for source in autoscalers.SOURCES
                        for k in self._groups.get(f"Event:{source}", [])]
@@ -263,11 +265,11 @@ class ClusterCache:
         notes: list[tuple[str, AutoscalerNote]] = []
         unreadable: str | None = None
         for w in watches:
-            failed = w.skipped
+            failed, status = w.skipped, w.status()
             if failed is not None:
                 unreadable = f"the autoscalers' Events could not be read ({failed.server_message})"
-            elif not w.status().synced:
-                return None
+            elif not status.synced:
+                unreadable = f"the autoscalers' Events are not read now ({status.error or status.state})"
             else:
                 notes.extend(e.note for e in w.values() if e.note is not None)
         probed = self.probe.found() if mode is NodeAutoscaling.AUTO else Autoscaling()

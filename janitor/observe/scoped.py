@@ -12,7 +12,7 @@ DRA claim, the claim and every pod of its namespace, judged with the daemon's me
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kubernetes.client import ApiClient
@@ -83,12 +83,13 @@ def _pods_of(scoped: _Scoped, target: ObjectView, item: Mapping[str, Any], page_
 def read_scoped(api: ApiClient, settings: Settings, policies: Sequence[Policy], action: Action,
                 now: datetime.datetime, *, source: PrometheusSource | None = None,
                 claims_seen: Mapping[str, tuple[ClaimState, datetime.datetime]] | None = None,
-                elsewhere: Autoscaling | None = None) -> Observation | None:
+                elsewhere: Callable[[], Autoscaling] | None = None) -> Observation | None:
     """What `action`'s decision depends on, read now; None when its object is gone or recreated.
     `claims_seen`: since when the daemon has seen each claim hold devices with no consumer (a claim's
     re-check judges the claim with it; none known, the count starts again and nothing is due).
     `elsewhere`: whether nodes can be added, as the daemon knows it now beyond the target's
-    namespace (its watch cache, else the cycle's read): its signs only hold, never act."""
+    namespace (`fresh_look.Beyond`), asked where the trigger reads the autoscalers: its signs
+    only hold, never act."""
     target = action.target
     scoped = _Scoped(api, settings)
     item = scoped.get(target.kind, target.namespace, target.name, target.uid)
@@ -136,9 +137,10 @@ def read_scoped(api: ApiClient, settings: Settings, policies: Sequence[Policy], 
     # namespace, the signs come from `elsewhere`.
     scaling, said = autoscaler_notes(api, settings, need, [target.namespace or ""]) if reads.autoscalers else (
         Autoscaling(), {})
-    if reads.autoscalers and elsewhere is not None and elsewhere.signs:
-        scaling = Autoscaling(tuple(dict.fromkeys((*scaling.signs, *elsewhere.signs))),
-                              tuple(dict.fromkeys((*scaling.sources, *elsewhere.sources))))
+    beyond = elsewhere() if reads.autoscalers and elsewhere is not None else Autoscaling()
+    if beyond.signs:
+        scaling = Autoscaling(tuple(dict.fromkeys((*scaling.signs, *beyond.signs))),
+                              tuple(dict.fromkeys((*scaling.sources, *beyond.sources))))
     keys = [PodKey(p.ref.namespace or "", p.ref.name) for p in pods]
     # Every usage signal the policies read, not only the acting trigger's: busy on any one vetoes.
     found = read_evidence(source, settings, need, scoped.date or now, keys) if reads.usage and pods else Evidence()

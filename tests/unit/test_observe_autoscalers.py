@@ -306,8 +306,8 @@ def test_the_watch_cache_keeps_the_autoscalers_notes_and_a_refusal_makes_pods_wa
 def test_the_watch_cache_says_now_whether_nodes_can_be_added_for_the_recheck() -> None:
     """The re-check before acting reads one namespace's Events; an autoscaler's Events on a pod of
     any namespace are a sign that nodes can be added, which the daemon's cache keeps live: it gives
-    the re-check the signs the snapshot would (a note on a pod, a refused list), and none while
-    those Events are not watched or not synced."""
+    the re-check the signs the snapshot would (a note on a pod, a refused list); Events not synced
+    now (listing again, a request that failed) are a sign too, and not watched it says nothing."""
     from janitor.observe.cache import ClusterCache, Entry
     from janitor.observe.kind_status import KindStatus, State
     from janitor.settings import ClusterSettings, Settings
@@ -327,6 +327,8 @@ def test_the_watch_cache_says_now_whether_nodes_can_be_added_for_the_recheck() -
     watches["Event:cluster-autoscaler"].entries = []
     now = cache.autoscaling_now(NodeAutoscaling.AUTO)
     assert now is not None and now.signs == ("the autoscalers' Events could not be read (events is forbidden)",)
+    watches["Event:karpenter"].skipped = None
     watches["Event:cluster-autoscaler"]._status = KindStatus("Event:cluster-autoscaler", State.LISTING, False, 0,
                                                              1, 0, 0, 0, 0)
-    assert cache.autoscaling_now(NodeAutoscaling.AUTO) is None  # listing again: not known now
+    now = cache.autoscaling_now(NodeAutoscaling.AUTO)
+    assert now is not None and "the autoscalers' Events are not read now (listing)" in now.signs

@@ -128,13 +128,14 @@ def test_an_autoscaler_sign_in_another_namespace_holds_the_recheck_as_it_holds_t
     assert not [x for x in recheck_plan(cycle_now).actions if x.target.uid == "uid-train"], \
         "the cycle on the fresh data holds (the pod waits for a node, 3 h < after 24 h)"
     fresh = scoped.read_scoped(None, settings, [POLICY], act, NOW,  # type: ignore[arg-type]
-                               elsewhere=cycle_now.autoscaling)
+                               elsewhere=lambda: cycle_now.autoscaling)
     assert fresh is not None and fresh.autoscaling.present
     again = recheck.still_due(act, fresh, [POLICY], NOW, settings.plan())
     assert again.action is None, f"re-check confirmed the delete: {again.why}"
     # Nothing anywhere says nodes can be added: the delete the cycle decided stands.
     fake.world = cluster(scale_up_elsewhere=False)
-    fresh = scoped.read_scoped(None, settings, [POLICY], act, NOW, elsewhere=Autoscaling())  # type: ignore[arg-type]
+    fresh = scoped.read_scoped(None, settings, [POLICY], act, NOW,  # type: ignore[arg-type]
+                               elsewhere=lambda: Autoscaling())
     assert fresh is not None and recheck.still_due(act, fresh, [POLICY], NOW, settings.plan()).action is not None
 
 
@@ -157,6 +158,56 @@ def test_a_recheck_reads_the_events_of_its_own_namespace_only(monkeypatch: pytes
     calls.clear()
     assert scoped.read_scoped(None, settings, [POLICY], act, NOW) is not None  # type: ignore[arg-type]
     assert [c for c in calls if c.endswith("/events")] == ["/api/v1/namespaces/team-a/events"] * 2, calls
+
+
+def _beyond(monkeypatch: pytest.MonkeyPatch, cache: Any) -> tuple[FakeApi, Any, Any]:
+    """A cycle that decided to delete team-a's Job, then a scale-up for a pod of team-b; what the
+    daemon's re-checks take from beyond team-a (`fresh_look.Beyond`), with `cache` as its cache."""
+    from janitor.fresh_look import Beyond
+
+    fake = FakeApi(cluster(scale_up_elsewhere=False))
+    monkeypatch.setattr(kubeapi, "request", fake.request)
+    before = observation.read(None, Settings(), [POLICY], NOW)  # type: ignore[arg-type]
+    [act] = [x for x in recheck_plan(before).actions if x.target.uid == "uid-train"]
+    fake.world = cluster(scale_up_elsewhere=True)
+    planned = SimpleNamespace(observation=before, policies=(POLICY,))
+    return fake, act, Beyond(SimpleNamespace(api=None, cache=cache), Settings(), planned)  # type: ignore[arg-type]
+
+
+def test_without_a_watch_cache_the_rechecks_read_the_other_namespaces_once_a_cycle(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a watch cache (`--once`, `--no-watch-cache`), the signs beyond the re-check's
+    namespace are read fresh (not the cycle's read, made before the scale-up), once for all the
+    re-checks of that cycle."""
+    fake, act, beyond = _beyond(monkeypatch, None)
+    sent: list[str] = []
+    monkeypatch.setattr(kubeapi, "request", lambda api, method, path, **kw: (sent.append(path),
+                                                                           fake.request(api, method, path, **kw))[1])
+    for _ in range(3):
+        fresh = scoped.read_scoped(None, Settings(), [POLICY], act, NOW, elsewhere=beyond)  # type: ignore[arg-type]
+        assert fresh is not None and recheck.still_due(act, fresh, [POLICY], NOW, Settings().plan()).action is None
+    assert len([p for p in sent if p == "/api/v1/events"]) == 2  # one list per autoscaler, all namespaces, once
+
+
+def test_an_autoscalers_events_watch_not_synced_now_holds_the_recheck(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache's watch of those Events lists again (after a 410) or its request failed: what
+    they say is not known now, which is a sign that nodes can be added, as a refused list is."""
+    from test_observe_autoscalers import _Watch
+
+    from janitor.observe.cache import ClusterCache
+    from janitor.observe.kind_status import KindStatus, State
+
+    for state, error in ((State.LISTING, ""), (State.RETRYING, "the apiserver did not answer the watch within 10s")):
+        cache = ClusterCache(object(), Settings(cluster=ClusterSettings(kinds=())))  # type: ignore[arg-type]
+        watches = {k: _Watch(k, []) for k in ("Event:cluster-autoscaler", "Event:karpenter")}
+        watches["Event:cluster-autoscaler"]._status = KindStatus("Event:cluster-autoscaler", state, False, 0, 1, 1, 0,
+                                                                 1, 0, error)
+        cache._watches.update(watches)  # type: ignore[arg-type]
+        cache._groups.update({k: [k] for k in watches})
+        cache.probe.found = lambda: Autoscaling()  # type: ignore[method-assign]
+        _, act, beyond = _beyond(monkeypatch, cache)
+        fresh = scoped.read_scoped(None, Settings(), [POLICY], act, NOW, elsewhere=beyond)  # type: ignore[arg-type]
+        assert fresh is not None and recheck.still_due(act, fresh, [POLICY], NOW, Settings().plan()).action is None
 
 
 def recheck_plan(seen: observation.Observation) -> Any:
