@@ -50,7 +50,7 @@ def record(telemetry: Telemetry, result: CycleResult) -> None:
                            tripped=is_tripped(decided.ledger), skew=decided.skew_seconds)
     telemetry.observe_intervals(seen.evidence)
     if planned.policies:
-        telemetry.observe_idle(decided.findings, len(decided.evidence_failures),
+        telemetry.observe_idle(decided.findings, len(decided.evidence_failures) + len(seen.evidence.exporting_failures),
                                [p.node or "" for p in decided.silent_gpu_pods])
     if result.ledger_contended:
         telemetry.ledger_contended.inc()

@@ -11,6 +11,7 @@ decides again. A read that fails leaves it for the next cycle too: nothing is st
 
 from __future__ import annotations
 
+import datetime
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -34,23 +35,28 @@ logger = logging.getLogger(__name__)
 class Beyond:
     """Whether nodes can be added, as the daemon knows it now beyond a re-check's namespace (an
     autoscaler's Events on a pod of any namespace are a sign), asked only by a re-check that reads
-    the autoscalers: from the watch cache, kept live; without one, read fresh across the namespaces
-    the cycle reads, once for all the re-checks of a cycle (one list per autoscaler and namespace
-    read, as the cycle's own). The re-check reads its own namespace's Events beside it."""
+    the autoscalers and found no sign in its own namespace: from the watch cache, kept live;
+    without one, read fresh across the namespaces the cycle reads, at most `FRESH_FOR` before (one
+    list per autoscaler and namespace read, as the cycle's own, shared by the re-checks of that
+    while). The re-check reads its own namespace's Events beside it."""
+
+    FRESH_FOR = datetime.timedelta(seconds=60)
 
     def __init__(self, ports: Ports, settings: Settings, planned: Planned) -> None:
         self.ports, self.settings, self.planned = ports, settings, planned
-        self._read: Autoscaling | None = None
+        self._read: tuple[Autoscaling, datetime.datetime] | None = None
 
     def __call__(self) -> Autoscaling:
         cache = self.ports.cache
         now = cache.autoscaling_now(self.settings.cluster.node_autoscaling) if cache is not None else None
         if now is not None:
             return now
-        if self._read is None:
+        at = self.ports.clock()
+        if self._read is None or at - self._read[1] >= self.FRESH_FOR:
             need = needs(self.planned.policies)
-            self._read, _ = autoscaler_notes(self.ports.api, self.settings, need, self.settings.cluster.namespaces)
-        return self._read
+            self._read = (autoscaler_notes(self.ports.api, self.settings, need, self.settings.cluster.namespaces)[0],
+                          at)
+        return self._read[0]
 
 
 def confirmed(ports: Ports, settings: Settings, planned: Planned, source: PrometheusSource | None

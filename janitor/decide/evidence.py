@@ -97,8 +97,8 @@ class GpuEvidence:
     # not read; then only the pods above tell. A node named "": which node exports what cannot be
     # told (the answer failed, or a series has no node label), so no signal is left out.
     exporting: frozenset[str] | None = None
-    # Why which nodes export the signal is unknown (`exporting` is then {""}): said among the
-    # evidence's failures, as no signal is left out while it lasts (such pods stay unknown).
+    # Why which nodes export the signal is unknown (`exporting` is then {""}): said in the cycle's
+    # notes, as no signal is left out while it lasts (such pods stay unknown).
     exporting_failed: str | None = None
 
 
@@ -165,6 +165,12 @@ class Evidence:
     @property
     def failures(self) -> tuple[str, ...]:
         failed = [e.failed for e in self.gpu.values()] + [e.failed for e in self.cpu.values()]
-        failed += [f"which nodes export {e.window.signal} is unknown: {e.exporting_failed}"
-                   for e in self.gpu.values() if e.exporting_failed]
         return tuple(sorted({f for f in failed if f}))
+
+    @property
+    def exporting_failures(self) -> tuple[str, ...]:
+        """Per signal whose exporting nodes could not be read, what follows: its read stands (its
+        series judge as ever), but no pod missing a series of it is judged without it."""
+        return tuple(sorted({f"which nodes export {e.window.signal} is unknown ({e.exporting_failed}): a pod "
+                             "missing its series is unknown on it, never judged without it"
+                             for e in self.gpu.values() if e.exporting_failed}))

@@ -281,6 +281,7 @@ def plan(observation: Observation, policies: Sequence[Policy], ledger: SafetyLed
         notices.append("not listed: " + ", ".join(f"{s.kind} ({s.reason})" for s in observation.skipped_kinds))
     if observation.evidence.intervals_notice is not None:
         notices.append(observation.evidence.intervals_notice)
+    notices.extend(observation.evidence.exporting_failures)
     notices.extend(_claims_unknown(observation, policies))
     silent = silent_gpu_pods(observation)
     tripwire = railed.notices[0] if is_tripped(railed.ledger) and railed.notices else None

@@ -17,7 +17,7 @@ from typing import Any
 
 from kubernetes.client import ApiClient
 
-from janitor.decide.autoscaling import Autoscaling
+from janitor.decide.autoscaling import Autoscaling, NodeAutoscaling
 from janitor.decide.claims import ClaimsRead
 from janitor.decide.claims import State as ClaimState
 from janitor.decide.evidence import Evidence, PodKey
@@ -137,7 +137,9 @@ def read_scoped(api: ApiClient, settings: Settings, policies: Sequence[Policy], 
     # namespace, the signs come from `elsewhere`.
     scaling, said = autoscaler_notes(api, settings, need, [target.namespace or ""]) if reads.autoscalers else (
         Autoscaling(), {})
-    beyond = elsewhere() if reads.autoscalers and elsewhere is not None else Autoscaling()
+    asked = reads.autoscalers and elsewhere is not None and not scaling.present \
+        and settings.cluster.node_autoscaling is NodeAutoscaling.AUTO  # else nothing beyond can add a sign
+    beyond = elsewhere() if asked and elsewhere is not None else Autoscaling()
     if beyond.signs:
         scaling = Autoscaling(tuple(dict.fromkeys((*scaling.signs, *beyond.signs))),
                               tuple(dict.fromkeys((*scaling.sources, *beyond.sources))))

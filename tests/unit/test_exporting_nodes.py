@@ -19,6 +19,8 @@ import json
 from typing import Any
 
 from janitor.decide.evidence import PodKey
+from janitor.decide.model import Observation, SafetyLedger
+from janitor.decide.plan import plan
 from janitor.observe import observation
 from janitor.observe.answers import ErrorKind, PrometheusError, QueryResult, RowSink, parse_answer
 from janitor.observe.prometheus import PrometheusConfig, PrometheusSource
@@ -106,8 +108,13 @@ def test_an_answer_that_is_not_whole_tells_no_node_and_keeps_the_read() -> None:
         found = _exporting(_Nodes(("gpu-1",), fail=fail), SEVERAL, namespaces=["team-a"])
         for signal in (GpuSignal.GPU_UTIL, GpuSignal.SM_ACTIVE):
             assert found[str(signal)] == (frozenset({""}), None), fail
-        # ... and it is said: among the evidence's failures (the metric, `janitor plan`), per signal.
+        # ... and it is said, per signal, as what it is: not a failed read (its series still judge),
+        # but pods missing a series unknown on it (the cycle's notes; the evidence failures metric).
         read = observation.read_evidence(_Nodes(("gpu-1",), fail=fail), SETTINGS, observation.needs([SEVERAL]), NOW,
                                          namespaces=["team-a"])
-        assert [f.split(":")[0] for f in read.failures] == [
+        assert read.failures == ()
+        assert [f.split(" (")[0] for f in read.exporting_failures] == [
             f"which nodes export {s} is unknown" for s in sorted((str(GpuSignal.GPU_UTIL), str(GpuSignal.SM_ACTIVE)))]
+        planned = plan(Observation(NOW, evidence=read), [SEVERAL], SafetyLedger(), NOW)
+        assert set(read.exporting_failures) <= set(planned.notices) and not planned.evidence_failures
+        assert all("a pod missing its series is unknown on it" in f for f in read.exporting_failures)

@@ -171,7 +171,11 @@ def _beyond(monkeypatch: pytest.MonkeyPatch, cache: Any) -> tuple[FakeApi, Any, 
     [act] = [x for x in recheck_plan(before).actions if x.target.uid == "uid-train"]
     fake.world = cluster(scale_up_elsewhere=True)
     planned = SimpleNamespace(observation=before, policies=(POLICY,))
-    return fake, act, Beyond(SimpleNamespace(api=None, cache=cache), Settings(), planned)  # type: ignore[arg-type]
+    ports = SimpleNamespace(api=None, cache=cache, clock=lambda: CLOCK[0])
+    return fake, act, Beyond(ports, Settings(), planned)  # type: ignore[arg-type]
+
+
+CLOCK = [NOW]  # the daemon's clock, as the re-checks of one cycle read it
 
 
 def test_without_a_watch_cache_the_rechecks_read_the_other_namespaces_once_a_cycle(
@@ -187,6 +191,37 @@ def test_without_a_watch_cache_the_rechecks_read_the_other_namespaces_once_a_cyc
         fresh = scoped.read_scoped(None, Settings(), [POLICY], act, NOW, elsewhere=beyond)  # type: ignore[arg-type]
         assert fresh is not None and recheck.still_due(act, fresh, [POLICY], NOW, Settings().plan()).action is None
     assert len([p for p in sent if p == "/api/v1/events"]) == 2  # one list per autoscaler, all namespaces, once
+
+
+def test_without_a_watch_cache_that_read_is_made_again_after_a_minute(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cycle's actions may take minutes: a scale-up for a pod of team-b after the first re-check's
+    read is seen by a re-check a minute later."""
+    fake, act, beyond = _beyond(monkeypatch, None)
+    fake.world = cluster(scale_up_elsewhere=False)
+    CLOCK[0] = NOW
+    first = scoped.read_scoped(None, Settings(), [POLICY], act, NOW, elsewhere=beyond)  # type: ignore[arg-type]
+    assert first is not None and recheck.still_due(act, first, [POLICY], NOW, Settings().plan()).action is not None
+    fake.world = cluster(scale_up_elsewhere=True)
+    CLOCK[0] = NOW + M
+    later = scoped.read_scoped(None, Settings(), [POLICY], act, NOW + M, elsewhere=beyond)  # type: ignore[arg-type]
+    assert later is not None and recheck.still_due(act, later, [POLICY], NOW + M, Settings().plan()).action is None
+    CLOCK[0] = NOW
+
+
+def test_nothing_is_read_beyond_a_namespace_where_nothing_there_could_add_a_sign(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --node-autoscaling present (or none), or a sign in the re-check's own read, what other
+    namespaces say changes nothing: they are not read."""
+    from janitor.decide.autoscaling import NodeAutoscaling
+
+    names = ("team-a", "team-b", *(f"lab-{i:03}" for i in range(298)))
+    for mode in (NodeAutoscaling.PRESENT, NodeAutoscaling.NONE):
+        settings = Settings(cluster=replace(ClusterSettings(), namespaces=names, node_autoscaling=mode))
+        fake, act, _ = _beyond(monkeypatch, None)
+        asked: list[int] = []
+        scoped.read_scoped(None, settings, [POLICY], act, NOW,  # type: ignore[arg-type]
+                           elsewhere=lambda: (asked.append(1), Autoscaling())[1])
+        assert not asked, mode
 
 
 def test_an_autoscalers_events_watch_not_synced_now_holds_the_recheck(monkeypatch: pytest.MonkeyPatch) -> None:
