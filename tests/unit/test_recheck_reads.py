@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import email.utils
+import functools
 import json
 from dataclasses import replace
 from types import SimpleNamespace
@@ -215,13 +216,13 @@ def test_nothing_is_read_beyond_a_namespace_where_nothing_there_could_add_a_sign
     from janitor.decide.autoscaling import NodeAutoscaling
 
     names = ("team-a", "team-b", *(f"lab-{i:03}" for i in range(298)))
+    asked: list[NodeAutoscaling] = []
     for mode in (NodeAutoscaling.PRESENT, NodeAutoscaling.NONE):
         settings = Settings(cluster=replace(ClusterSettings(), namespaces=names, node_autoscaling=mode))
-        fake, act, _ = _beyond(monkeypatch, None)
-        asked: list[int] = []
+        _, act, _ = _beyond(monkeypatch, None)
         scoped.read_scoped(None, settings, [POLICY], act, NOW,  # type: ignore[arg-type]
-                           elsewhere=lambda: (asked.append(1), Autoscaling())[1])
-        assert not asked, mode
+                           elsewhere=functools.partial(lambda m: (asked.append(m), Autoscaling())[1], mode))
+    assert not asked
 
 
 def test_an_autoscalers_events_watch_not_synced_now_holds_the_recheck(monkeypatch: pytest.MonkeyPatch) -> None:
