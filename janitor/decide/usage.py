@@ -33,7 +33,7 @@ from janitor.decide.evidence import PodKey
 from janitor.decide.model import Finding, Observation, PodView, TriggerKind
 from janitor.decide.selection import Workload
 from janitor.decide.triggers import registry, signals
-from janitor.policy.model import IdleCpu, IdleGpu, LabelSelector, Mode, Policy
+from janitor.policy.model import GpuSignal, IdleCpu, IdleGpu, LabelSelector, Mode, Policy
 
 IN_USE_CPU_CORES = 0.5
 """The in-use check calls a pod's CPU busy above half a core at its peak (the busiest minute of the
@@ -68,14 +68,17 @@ def read_beside(policies: Iterable[Policy]) -> frozenset[tuple[str, datetime.tim
     for a pod whose node exports it for pods not read (another namespace's, or none) is unknown."""
     keys: set[tuple[str, datetime.timedelta]] = set()
     for policy in policies:
-        trigger = policy.trigger(IdleGpu)
-        if trigger is None or companion(policy) is None:
-            continue
-        util = IdleGpu().signal
-        work = [s for s, _ in trigger.limits if s is not util and s.measures_work]
-        if work:
-            keys |= {(str(s), trigger.window) for s in (util, *work)}
+        check = companion(policy)
+        trigger, own = policy.trigger(IdleGpu), check.trigger(IdleGpu) if check is not None else None
+        if trigger is not None and own is not None and (work := _work_beside(trigger, own)):
+            keys |= {(str(s), trigger.window) for s, _ in ((own.signal, own.threshold), *work)}
     return frozenset(keys)
+
+
+def _work_beside(trigger: IdleGpu, own: IdleGpu) -> tuple[tuple[GpuSignal, float], ...]:
+    """The signals of `trigger` that show work, other than the check's own (`own`), with their
+    thresholds: what the in-use check reads beside its own signal (`_reading_as`)."""
+    return tuple((s, t) for s, t in trigger.limits if s is not own.signal and s.measures_work)
 
 
 def companions(policies: Iterable[Policy]) -> tuple[Policy, ...]:
@@ -250,7 +253,7 @@ def _reading_as(check: Policy, reader: Policy) -> Policy:
     trigger, own = reader.trigger(IdleGpu), check.trigger(IdleGpu)
     assert trigger is not None and own is not None
     limit = min([own.threshold] + [t for s, t in trigger.limits if s is own.signal])
-    also = tuple((s, t) for s, t in trigger.limits if s is not own.signal and s.measures_work)
+    also = _work_beside(trigger, own)
     return replace(check, triggers=(replace(trigger, signal=own.signal, threshold=limit, also=also),))
 
 

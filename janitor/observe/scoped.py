@@ -137,10 +137,9 @@ def read_scoped(api: ApiClient, settings: Settings, policies: Sequence[Policy], 
     # namespace, the signs come from `elsewhere`.
     scaling, said = autoscaler_notes(api, settings, need, [target.namespace or ""]) if reads.autoscalers else (
         Autoscaling(), {})
-    asked = reads.autoscalers and elsewhere is not None and not scaling.present \
-        and settings.cluster.node_autoscaling is NodeAutoscaling.AUTO  # else nothing beyond can add a sign
-    beyond = elsewhere() if asked and elsewhere is not None else Autoscaling()
-    if beyond.signs:
+    # Asked only where a sign from beyond could change the verdict.
+    if elsewhere is not None and reads.autoscalers and not scaling.present \
+            and settings.cluster.node_autoscaling is NodeAutoscaling.AUTO and (beyond := elsewhere()).signs:
         scaling = Autoscaling(tuple(dict.fromkeys((*scaling.signs, *beyond.signs))),
                               tuple(dict.fromkeys((*scaling.sources, *beyond.sources))))
     keys = [PodKey(p.ref.namespace or "", p.ref.name) for p in pods]
